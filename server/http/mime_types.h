@@ -1,0 +1,40 @@
+// Maps file extensions to Content-Type values. Built once at start-up (from /etc/mime.types when
+// present, over built-in defaults); lookups allocate nothing.
+//
+//   MimeTypes types = MimeTypes::Load("/etc/mime.types");
+//   std::string_view ct = types.ForPath("/css/site.css");   // "text/css; charset=utf-8"
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace ringd::http {
+
+class MimeTypes {
+ public:
+  // Built-in defaults only.
+  MimeTypes();
+
+  // Built-in defaults, then every entry of a mime.types file in `path` (when it can be read),
+  // then the types ringd pins whatever the file says (.wasm = application/wasm).
+  static MimeTypes Load(const std::string& path);
+
+  // Adds the entries of mime.types-format text ("type ext1 ext2", '#' comments).
+  void AddFromText(std::string_view text);
+
+  // The Content-Type for the file's extension (case-insensitive); text types carry
+  // "; charset=utf-8". Unknown: application/octet-stream.
+  std::string_view ForPath(std::string_view path) const;
+
+  size_t size() const { return by_extension_.size(); }
+
+ private:
+  void Add(std::string_view ext, std::string_view type);
+  void Pin();
+
+  absl::flat_hash_map<std::string, std::string> by_extension_;
+};
+
+}  // namespace ringd::http

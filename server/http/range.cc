@@ -1,0 +1,142 @@
+#include "server/http/range.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "server/http/text.h"
+
+namespace ringd::http {
+namespace {
+
+// Parses 1*DIGIT; false on anything else or on overflow.
+bool ParseDigits(std::string_view s, uint64_t& v) {
+  if (s.empty() || s.size() > 19) return false;
+  v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return true;
+}
+
+size_t Append(char* out, std::string_view s) {
+  std::memcpy(out, s.data(), s.size());
+  return s.size();
+}
+
+}  // namespace
+
+size_t FormatUint(uint64_t v, char* out) {
+  char tmp[20];
+  size_t n = 0;
+  do {
+    tmp[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  for (size_t i = 0; i < n; ++i) out[i] = tmp[n - 1 - i];
+  return n;
+}
+
+RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ranges,
+                        RangeSet* out) {
+  out->count = 0;
+  header = TrimOws(header);
+  if (header.size() < 6 || !EqualsIgnoreCase(header.substr(0, 6), "bytes=")) {
+    return RangeOutcome::kIgnore;  // absent, or a unit we do not know (RFC 9110 section 14.2)
+  }
+  if (max_ranges > RangeSet::kCapacity) max_ranges = RangeSet::kCapacity;
+  std::string_view list = header.substr(6);
+  size_t specs = 0;
+  uint64_t requested = 0;  // sum of satisfiable lengths, before coalescing
+  bool saw_any = false;
+  while (true) {
+    const size_t comma = list.find(',');
+    const std::string_view spec = TrimOws(list.substr(0, comma));
+    if (!spec.empty()) {
+      saw_any = true;
+      if (++specs > max_ranges) return RangeOutcome::kIgnore;
+      const size_t dash = spec.find('-');
+      if (dash == std::string_view::npos) return RangeOutcome::kIgnore;
+      const std::string_view a = spec.substr(0, dash), b = spec.substr(dash + 1);
+      uint64_t first, last;
+      if (a.empty()) {  // suffix-range: "-N", the last N bytes
+        uint64_t n;
+        if (!ParseDigits(b, n)) return RangeOutcome::kIgnore;
+        if (n > 0 && length > 0) {
+          first = n >= length ? 0 : length - n;
+          last = length - 1;
+          out->ranges[out->count++] = ByteRange{first, last};
+          requested += last - first + 1;
+        }
+      } else {
+        if (!ParseDigits(a, first)) return RangeOutcome::kIgnore;
+        if (b.empty()) {
+          last = UINT64_MAX;  // "N-": to the end
+        } else if (!ParseDigits(b, last) || last < first) {
+          return RangeOutcome::kIgnore;  // RFC 9110 14.1.1: last < first makes the header invalid
+        }
+        if (first < length) {
+          if (last >= length) last = length - 1;
+          out->ranges[out->count++] = ByteRange{first, last};
+          requested += last - first + 1;
+        }
+      }
+    }
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  if (!saw_any) return RangeOutcome::kIgnore;
+  if (out->count == 0) return RangeOutcome::kUnsatisfiable;
+  if (requested > length) {  // overlapping ranges asking for more than the file: refuse
+    out->count = 0;
+    return RangeOutcome::kIgnore;
+  }
+  // Coalesce overlapping and adjacent ranges (RFC 9110 section 14.6 permits it).
+  std::sort(out->ranges, out->ranges + out->count,
+            [](const ByteRange& x, const ByteRange& y) { return x.first < y.first; });
+  size_t w = 0;
+  for (size_t r = 1; r < out->count; ++r) {
+    ByteRange& cur = out->ranges[w];
+    const ByteRange& next = out->ranges[r];
+    if (next.first <= cur.last + 1) {
+      cur.last = std::max(cur.last, next.last);
+    } else {
+      out->ranges[++w] = next;
+    }
+  }
+  out->count = w + 1;
+  return RangeOutcome::kSatisfiable;
+}
+
+size_t MultipartLayout::PartHead(size_t i, char* out) const {
+  const ByteRange& r = set_.ranges[i];
+  size_t n = 0;
+  n += Append(out + n, "\r\n--");
+  n += Append(out + n, boundary_);
+  n += Append(out + n, "\r\nContent-Type: ");
+  n += Append(out + n, content_type_.substr(0, 128));
+  n += Append(out + n, "\r\nContent-Range: bytes ");
+  n += FormatUint(r.first, out + n);
+  out[n++] = '-';
+  n += FormatUint(r.last, out + n);
+  out[n++] = '/';
+  n += FormatUint(length_, out + n);
+  n += Append(out + n, "\r\n\r\n");
+  return n;
+}
+
+size_t MultipartLayout::Tail(char* out) const {
+  size_t n = Append(out, "\r\n--");
+  n += Append(out + n, boundary_);
+  n += Append(out + n, "--\r\n");
+  return n;
+}
+
+uint64_t MultipartLayout::ContentLength() const {
+  char buf[kMaxPartHead];
+  uint64_t total = 0;
+  for (size_t i = 0; i < set_.count; ++i) total += PartHead(i, buf) + set_.ranges[i].Length();
+  return total + Tail(buf);
+}
+
+}  // namespace ringd::http

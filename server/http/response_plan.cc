@@ -1,0 +1,379 @@
+#include "server/http/response_plan.h"
+
+#include <cstring>
+
+#include "server/http/accept_encoding.h"
+#include "server/http/conditional.h"
+#include "server/http/http_date.h"
+
+namespace ringd::http {
+namespace {
+
+#define RINGD_ERROR_PAGE(code, text)                                                    \
+  "<html>\r\n<head><title>" #code " " text "</title></head>\r\n<body>\r\n<center><h1>" #code \
+  " " text "</h1></center>\r\n<hr><center>ringd</center>\r\n</body>\r\n</html>\r\n"
+
+struct StatusInfo {
+  int code;
+  std::string_view reason;
+  std::string_view page;  // the HTML body of an error response; empty for success codes
+};
+
+constexpr StatusInfo kStatuses[] = {
+    {200, "OK", ""},
+    {206, "Partial Content", ""},
+    {301, "Moved Permanently", RINGD_ERROR_PAGE(301, "Moved Permanently")},
+    {304, "Not Modified", ""},
+    {400, "Bad Request", RINGD_ERROR_PAGE(400, "Bad Request")},
+    {403, "Forbidden", RINGD_ERROR_PAGE(403, "Forbidden")},
+    {404, "Not Found", RINGD_ERROR_PAGE(404, "Not Found")},
+    {405, "Method Not Allowed", RINGD_ERROR_PAGE(405, "Method Not Allowed")},
+    {408, "Request Timeout", RINGD_ERROR_PAGE(408, "Request Timeout")},
+    {412, "Precondition Failed", RINGD_ERROR_PAGE(412, "Precondition Failed")},
+    {413, "Content Too Large", RINGD_ERROR_PAGE(413, "Content Too Large")},
+    {414, "URI Too Long", RINGD_ERROR_PAGE(414, "URI Too Long")},
+    {416, "Range Not Satisfiable", RINGD_ERROR_PAGE(416, "Range Not Satisfiable")},
+    {431, "Request Header Fields Too Large",
+     RINGD_ERROR_PAGE(431, "Request Header Fields Too Large")},
+    {500, "Internal Server Error", RINGD_ERROR_PAGE(500, "Internal Server Error")},
+    {501, "Not Implemented", RINGD_ERROR_PAGE(501, "Not Implemented")},
+    {503, "Service Unavailable", RINGD_ERROR_PAGE(503, "Service Unavailable")},
+    {505, "HTTP Version Not Supported", RINGD_ERROR_PAGE(505, "HTTP Version Not Supported")},
+};
+#undef RINGD_ERROR_PAGE
+
+const StatusInfo& Info(int status) {
+  for (const StatusInfo& s : kStatuses) {
+    if (s.code == status) return s;
+  }
+  return kStatuses[14];  // 500
+}
+
+constexpr std::string_view kHtml = "text/html; charset=utf-8";
+
+// An error or redirect answered with a small HTML page.
+PlanStep Page(int status, const char* reason, const Request& req, ResponsePlan* out) {
+  const StatusInfo& info = Info(status);
+  out->status = info.code;
+  out->inline_body = info.page;
+  out->content_type = kHtml;
+  out->content_length = info.page.size();
+  out->send_body = req.method != Method::kHead;
+  out->reason = reason;
+  return PlanStep{};
+}
+
+PlanStep NeedLookup(std::string_view path) { return PlanStep{PlanStatus::kNeedLookup, path}; }
+
+// Writes a + b + c into buf (capacity cap); returns the joined view, or empty if it does not fit.
+// The parts may already lie in buf (a prefix of it), hence memmove.
+std::string_view Join(char* buf, size_t cap, std::string_view a, std::string_view b,
+                      std::string_view c = {}) {
+  if (a.size() + b.size() + c.size() > cap) return {};
+  std::memmove(buf, a.data(), a.size());
+  std::memmove(buf + a.size(), b.data(), b.size());
+  std::memmove(buf + a.size() + b.size(), c.data(), c.size());
+  return std::string_view(buf, a.size() + b.size() + c.size());
+}
+
+// An error decided after a file was selected: the page replaces the file, but whether the
+// response varies on Accept-Encoding still holds.
+PlanStep PageAfterSelect(int status, const char* reason, const Request& req, ResponsePlan* out) {
+  out->file_path = {};
+  out->content_encoding = {};
+  out->etag = {};
+  out->has_last_modified = false;
+  return Page(status, reason, req, out);
+}
+
+
+size_t Put(char* out, size_t n, size_t cap, std::string_view s) {
+  if (n == SIZE_MAX || n + s.size() > cap) return SIZE_MAX;
+  std::memcpy(out + n, s.data(), s.size());
+  return n + s.size();
+}
+
+size_t PutUint(char* out, size_t n, size_t cap, uint64_t v) {
+  char digits[20];
+  return Put(out, n, cap, std::string_view(digits, FormatUint(v, digits)));
+}
+
+}  // namespace
+
+std::string_view ReasonPhrase(int status) { return Info(status).reason; }
+
+void PlanError(int status, bool keep_alive, ResponsePlan* out) {
+  *out = ResponsePlan{};
+  Request none;
+  none.method = Method::kGet;
+  Page(status, "request error", none, out);
+  out->keep_alive = keep_alive;
+}
+
+PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaSource& source,
+                      PlanScratch& scratch, ResponsePlan* out) {
+  out->status = 500;
+  out->keep_alive = req.keep_alive;
+  out->http10 = req.version_minor == 0;
+  out->send_body = true;
+  out->discard_body = 0;
+  out->file_path = {};
+  out->inline_body = {};
+  out->content_encoding = {};
+  out->vary_accept_encoding = false;
+  out->etag = {};
+  out->has_last_modified = false;
+  out->allow_header = false;
+  out->location = {};
+  out->ranges.count = 0;
+  out->multipart = false;
+  out->unsatisfied_length = 0;
+
+  // A body we will not read is never parsed as the next request: a small one is skipped, a
+  // chunked one ends the connection after this response, a large one is refused.
+  if (req.body == BodyFraming::kChunked) {
+    out->keep_alive = false;
+  } else if (req.content_length > config.max_discarded_body) {
+    out->keep_alive = false;
+    return Page(413, "request body too large", req, out);
+  } else {
+    out->discard_body = req.content_length;
+  }
+
+  switch (req.method) {
+    case Method::kGet:
+    case Method::kHead:
+      break;
+    case Method::kOptions:  // RFC 9110 section 9.3.7
+      out->status = 200;
+      out->allow_header = true;
+      out->content_length = 0;
+      out->send_body = false;
+      out->reason = "options";
+      return PlanStep{};
+    case Method::kUnknown:
+      return Page(501, "unknown method", req, out);
+    default:
+      out->allow_header = true;
+      return Page(405, "method not allowed", req, out);
+  }
+
+  const TargetResult target =
+      NormalizeTarget(req.target, config.target, scratch.target, sizeof scratch.target);
+  if (target.status != 0) return Page(target.status, target.reason, req, out);
+  if (target.is_asterisk) return Page(400, "asterisk-form outside OPTIONS", req, out);
+
+  // Resolve the path: "dir" -> 301 to "dir/", "dir/" -> "dir/index.html".
+  std::string_view rel = target.Relative();
+  if (!rel.empty() && rel.back() == '/') rel.remove_suffix(1);
+  std::string_view path = rel.empty() ? std::string_view(".") : rel;
+  auto meta = source.Lookup(path);
+  if (!meta) return NeedLookup(path);
+  if (meta->kind == FileMeta::Kind::kDirectory) {
+    if (!target.HasTrailingSlash()) {
+      size_t n = EncodePath(target.path, scratch.location, sizeof scratch.location - 2);
+      if (n == 0) return Page(414, "redirect target too long", req, out);
+      scratch.location[n++] = '/';
+      if (!target.query.empty()) {
+        const std::string_view loc(scratch.location, n);
+        std::string_view with_query =
+            Join(scratch.location + n, sizeof scratch.location - n, "?", target.query);
+        if (with_query.empty()) return Page(414, "redirect target too long", req, out);
+        n = loc.size() + with_query.size();
+      }
+      out->location = std::string_view(scratch.location, n);
+      return Page(301, "directory without trailing slash", req, out);
+    }
+    path = rel.empty() ? Join(scratch.file, sizeof scratch.file, config.index_file, "")
+                       : Join(scratch.file, sizeof scratch.file, rel, "/", config.index_file);
+    if (path.empty()) return Page(414, "path too long", req, out);
+    meta = source.Lookup(path);
+    if (!meta) return NeedLookup(path);
+    if (meta->kind == FileMeta::Kind::kMissing) {
+      return Page(403, "directory without an index", req, out);  // as nginx without autoindex
+    }
+  } else {
+    if (target.HasTrailingSlash() && meta->kind == FileMeta::Kind::kRegular) {
+      return Page(404, "trailing slash on a file", req, out);
+    }
+    path = Join(scratch.file, sizeof scratch.file, path, "");
+  }
+  switch (meta->kind) {
+    case FileMeta::Kind::kRegular:
+      break;
+    case FileMeta::Kind::kForbidden:
+      return Page(403, "permission denied", req, out);
+    case FileMeta::Kind::kDirectory:  // "dir/index.html" is itself a directory
+    case FileMeta::Kind::kMissing:
+    case FileMeta::Kind::kOther:
+      return Page(404, "no such file", req, out);
+  }
+
+  out->content_type = config.mime != nullptr ? config.mime->ForPath(path)
+                                             : std::string_view("application/octet-stream");
+
+  // Precompressed siblings: file.br and file.gz, when not older than the file. Any such sibling
+  // makes the response depend on Accept-Encoding, whether or not this client takes it.
+  FileMeta selected = *meta;
+  std::string_view selected_path = path;
+  if (config.precompressed && !path.ends_with(".gz") && !path.ends_with(".br")) {
+    const AcceptedCodings accepted = ParseAcceptEncoding(req.accept_encoding);
+    int best_q = 0;
+    struct Candidate {
+      std::string_view suffix, coding;
+      int q;
+    } candidates[] = {{".br", "br", accepted.br}, {".gz", "gzip", accepted.gzip}};
+    for (const Candidate& c : candidates) {
+      const std::string_view sibling_path = Join(scratch.sibling, sizeof scratch.sibling, path, c.suffix);
+      if (sibling_path.empty()) break;
+      const auto sibling = source.Lookup(sibling_path);
+      if (!sibling) return NeedLookup(sibling_path);
+      if (sibling->kind != FileMeta::Kind::kRegular || sibling->mtime_sec < meta->mtime_sec) continue;
+      out->vary_accept_encoding = true;
+      if (c.q > best_q) {  // br first, so a tie keeps br
+        best_q = c.q;
+        selected = *sibling;
+        out->content_encoding = c.coding;
+      }
+    }
+    if (!out->content_encoding.empty()) {
+      const std::string_view suffix = out->content_encoding == "br" ? ".br" : ".gz";
+      // scratch.sibling may hold the other candidate now; rebuild the winner in place.
+      selected_path = Join(scratch.sibling, sizeof scratch.sibling, path, suffix);
+    }
+  }
+
+  out->file = selected;  // from here on, errors go through PageAfterSelect
+  out->file_path = selected_path;
+  out->etag = std::string_view(scratch.etag, FormatETag(selected.mtime_sec, selected.size, scratch.etag));
+  out->has_last_modified = true;
+  out->content_length = selected.size;
+  out->send_body = req.method != Method::kHead;
+  const Validators validators{out->etag, selected.mtime_sec};
+
+  switch (EvaluatePreconditions(req, validators)) {
+    case Precondition::kProceed:
+      break;
+    case Precondition::kNotModified:
+      out->status = 304;
+      out->send_body = false;
+      out->file_path = {};
+      out->content_length = 0;
+      out->reason = "not modified";
+      return PlanStep{};
+    case Precondition::kFailed:
+      return PageAfterSelect(412, "precondition failed", req, out);
+  }
+
+  out->status = 200;
+  out->reason = "ok";
+  // RFC 9110 section 14.2: Range applies to GET only.
+  if (req.method == Method::kGet && !req.range.empty() && IfRangeAllows(req.if_range, validators)) {
+    switch (ParseRange(req.range, selected.size, config.max_ranges, &out->ranges)) {
+      case RangeOutcome::kIgnore:
+        out->ranges.count = 0;
+        break;
+      case RangeOutcome::kUnsatisfiable:
+        out->unsatisfied_length = selected.size;
+        return PageAfterSelect(416, "range not satisfiable", req, out);
+      case RangeOutcome::kSatisfiable:
+        out->status = 206;
+        out->reason = "partial";
+        if (out->ranges.count == 1) {
+          out->content_length = out->ranges.ranges[0].Length();
+        } else {
+          out->multipart = true;
+          out->multipart_boundary = config.multipart_boundary;
+          out->content_length = MultipartLayout(out->ranges, out->content_type, selected.size,
+                                                config.multipart_boundary)
+                                    .ContentLength();
+        }
+        break;
+    }
+  }
+  return PlanStep{};
+}
+
+size_t WriteResponseHead(const ResponsePlan& plan, std::string_view date,
+                         std::string_view server_name, char* out, size_t cap) {
+  size_t n = 0;
+  char code[3] = {static_cast<char>('0' + plan.status / 100),
+                  static_cast<char>('0' + plan.status / 10 % 10),
+                  static_cast<char>('0' + plan.status % 10)};
+  n = Put(out, n, cap, "HTTP/1.1 ");
+  n = Put(out, n, cap, std::string_view(code, 3));
+  n = Put(out, n, cap, " ");
+  n = Put(out, n, cap, ReasonPhrase(plan.status));
+  n = Put(out, n, cap, "\r\nServer: ");
+  n = Put(out, n, cap, server_name);
+  n = Put(out, n, cap, "\r\nDate: ");
+  n = Put(out, n, cap, date);
+  n = Put(out, n, cap, "\r\n");
+  if (plan.status != 304) {
+    if (plan.multipart) {
+      n = Put(out, n, cap, "Content-Type: multipart/byteranges; boundary=");
+      n = Put(out, n, cap, plan.multipart_boundary);
+      n = Put(out, n, cap, "\r\n");
+    } else if (!plan.content_type.empty()) {
+      n = Put(out, n, cap, "Content-Type: ");
+      n = Put(out, n, cap, plan.content_type);
+      n = Put(out, n, cap, "\r\n");
+    }
+    n = Put(out, n, cap, "Content-Length: ");
+    n = PutUint(out, n, cap, plan.content_length);
+    n = Put(out, n, cap, "\r\n");
+  }
+  if (plan.has_last_modified) {
+    char date_buf[kHttpDateLen];
+    FormatHttpDate(plan.file.mtime_sec, date_buf);
+    n = Put(out, n, cap, "Last-Modified: ");
+    n = Put(out, n, cap, std::string_view(date_buf, kHttpDateLen));
+    n = Put(out, n, cap, "\r\n");
+  }
+  if (!plan.etag.empty()) {
+    n = Put(out, n, cap, "ETag: ");
+    n = Put(out, n, cap, plan.etag);
+    n = Put(out, n, cap, "\r\n");
+  }
+  if (!plan.content_encoding.empty()) {
+    n = Put(out, n, cap, "Content-Encoding: ");
+    n = Put(out, n, cap, plan.content_encoding);
+    n = Put(out, n, cap, "\r\n");
+  }
+  if (plan.vary_accept_encoding) n = Put(out, n, cap, "Vary: Accept-Encoding\r\n");
+  if (plan.status == 206 && !plan.multipart) {
+    const ByteRange& r = plan.ranges.ranges[0];
+    n = Put(out, n, cap, "Content-Range: bytes ");
+    n = PutUint(out, n, cap, r.first);
+    n = Put(out, n, cap, "-");
+    n = PutUint(out, n, cap, r.last);
+    n = Put(out, n, cap, "/");
+    n = PutUint(out, n, cap, plan.file.size);
+    n = Put(out, n, cap, "\r\n");
+  }
+  if (plan.status == 416) {
+    n = Put(out, n, cap, "Content-Range: bytes */");
+    n = PutUint(out, n, cap, plan.unsatisfied_length);
+    n = Put(out, n, cap, "\r\n");
+  }
+  if (plan.status == 200 || plan.status == 206) {
+    if (!plan.file_path.empty()) n = Put(out, n, cap, "Accept-Ranges: bytes\r\n");
+  }
+  if (!plan.location.empty()) {
+    n = Put(out, n, cap, "Location: ");
+    n = Put(out, n, cap, plan.location);
+    n = Put(out, n, cap, "\r\n");
+  }
+  if (plan.allow_header) n = Put(out, n, cap, "Allow: GET, HEAD, OPTIONS\r\n");
+  // RFC 9112 section 9.6: "close" when this is the last response; an HTTP/1.0 client persists
+  // only when told "keep-alive" (RFC 9112 Appendix C.2.2).
+  if (!plan.keep_alive) {
+    n = Put(out, n, cap, "Connection: close\r\n");
+  } else if (plan.http10) {
+    n = Put(out, n, cap, "Connection: keep-alive\r\n");
+  }
+  n = Put(out, n, cap, "\r\n");
+  return n == SIZE_MAX ? 0 : n;
+}
+
+}  // namespace ringd::http

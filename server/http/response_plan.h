@@ -1,0 +1,113 @@
+// Response planning: from a parsed request and file metadata, decide the status, the headers and
+// which bytes of which file to send (RFC 9110). Sans-IO: metadata comes from a FileMetaSource the
+// caller implements; when it does not know a path yet, planning stops with kNeedLookup, the
+// caller fetches the metadata (asynchronously, through its cache), and calls PlanResponse again.
+//
+//   PlanScratch scratch;  ResponsePlan plan;
+//   PlanStep step = PlanResponse(req, config, meta_source, scratch, &plan);
+//   if (step.status == PlanStatus::kNeedLookup) { fetch(step.lookup_path); retry later; }
+//   size_t n = WriteResponseHead(plan, date, buf, sizeof buf);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "server/http/mime_types.h"
+#include "server/http/range.h"
+#include "server/http/request_parser.h"
+#include "server/http/request_target.h"
+
+namespace ringd::http {
+
+struct FileMeta {
+  enum class Kind : uint8_t { kMissing, kForbidden, kRegular, kDirectory, kOther };
+  Kind kind = Kind::kMissing;
+  uint64_t size = 0;
+  int64_t mtime_sec = 0;
+  uint64_t inode = 0;
+};
+
+class FileMetaSource {
+ public:
+  virtual ~FileMetaSource() = default;
+  // Metadata of `relative_path` beneath the document root ("." is the root itself), or nullopt
+  // when it is not known yet. Must not block.
+  virtual std::optional<FileMeta> Lookup(std::string_view relative_path) = 0;
+};
+
+struct PlannerConfig {
+  TargetOptions target;
+  const MimeTypes* mime = nullptr;
+  std::string_view index_file = "index.html";
+  size_t max_ranges = 16;                // more ranges than this: 200 with the whole file
+  bool precompressed = true;             // look for file.br and file.gz siblings
+  uint64_t max_discarded_body = 65536;   // a larger request body is refused with 413
+  std::string_view server_name = "ringd";
+  std::string_view multipart_boundary = "ringd-byteranges-0123456789";  // per process
+};
+
+// Caller-owned working space; the plan's string_views point into it.
+struct PlanScratch {
+  static constexpr size_t kMaxPath = 4096;
+  char target[kMaxPath + 1];
+  char file[kMaxPath + 64];      // the selected file's relative path
+  char sibling[kMaxPath + 64];   // candidate .br / .gz paths
+  char location[3 * kMaxPath + 16];
+  char etag[40];
+};
+
+struct ResponsePlan {
+  int status = 500;
+  bool keep_alive = false;         // the caller may clear it (max requests, shutdown)
+  bool http10 = false;             // the request was HTTP/1.0: persisting needs saying so
+  bool send_body = true;           // false for HEAD and 304: headers only
+  uint64_t discard_body = 0;       // request body bytes to skip before the next request
+
+  // The body comes from a file when `file_path` is set, else from `inline_body`.
+  std::string_view file_path;      // relative to the root; "" when none
+  FileMeta file;                   // the selected file's metadata
+  std::string_view inline_body;    // static text (error pages)
+
+  std::string_view content_type;
+  std::string_view content_encoding;  // "gzip", "br" or ""
+  bool vary_accept_encoding = false;
+  std::string_view etag;
+  bool has_last_modified = false;
+  uint64_t content_length = 0;     // what Content-Length says (also for HEAD)
+  bool allow_header = false;       // 405 and OPTIONS: Allow: GET, HEAD, OPTIONS
+  std::string_view location;       // 301
+
+  // Ranges: count 0 means the whole file. One range is a plain 206; several, multipart.
+  RangeSet ranges;
+  bool multipart = false;
+  uint64_t unsatisfied_length = 0;  // 416: Content-Range: bytes */<this>
+  std::string_view multipart_boundary;
+
+  const char* reason = "";          // why, for the access log
+};
+
+enum class PlanStatus : uint8_t { kReady, kNeedLookup };
+
+struct PlanStep {
+  PlanStatus status = PlanStatus::kReady;
+  std::string_view lookup_path;  // kNeedLookup: the path the caller must look up first
+};
+
+PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaSource& source,
+                      PlanScratch& scratch, ResponsePlan* out);
+
+// A plan for an error answered before (or instead of) a request: a parse error, a timeout.
+// Such errors close the connection unless `keep_alive` is set.
+void PlanError(int status, bool keep_alive, ResponsePlan* out);
+
+// The reason phrase for a status code ("Not Found").
+std::string_view ReasonPhrase(int status);
+
+// Writes the status line and header section, ending with the blank line. `date` is an
+// IMF-fixdate (kHttpDateLen bytes). Returns the bytes written, or 0 if `cap` is too small.
+size_t WriteResponseHead(const ResponsePlan& plan, std::string_view date,
+                         std::string_view server_name, char* out, size_t cap);
+
+}  // namespace ringd::http

@@ -1,0 +1,310 @@
+#include "server/http/response_plan.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/http/http_date.h"
+
+namespace ringd::http {
+namespace {
+
+constexpr int64_t kMtime = 1445412480;  // Wed, 21 Oct 2015 07:28:00 GMT
+
+// Metadata for a pretend document root. Like the server's cache, it answers only paths it has
+// been asked to fetch: the first Lookup of a path returns nullopt, so every test also walks the
+// planner's kNeedLookup path.
+class FakeTree : public FileMetaSource {
+ public:
+  void File(std::string path, uint64_t size, int64_t mtime = kMtime) {
+    disk_[path] = FileMeta{FileMeta::Kind::kRegular, size, mtime, disk_.size() + 1};
+  }
+  void Dir(std::string path) { disk_[path] = FileMeta{FileMeta::Kind::kDirectory, 4096, kMtime, 0}; }
+  void Set(std::string path, FileMeta::Kind kind) { disk_[path] = FileMeta{kind, 0, kMtime, 0}; }
+
+  std::optional<FileMeta> Lookup(std::string_view path) override {
+    auto it = cache_.find(std::string(path));
+    if (it == cache_.end()) return std::nullopt;
+    return it->second;
+  }
+  void Fetch(std::string_view path) {
+    fetched.emplace_back(path);
+    auto it = disk_.find(std::string(path));
+    cache_[std::string(path)] = it == disk_.end() ? FileMeta{} : it->second;
+  }
+  std::vector<std::string> fetched;
+
+ private:
+  std::map<std::string, FileMeta> disk_, cache_;
+};
+
+struct Planned {
+  ResponsePlan plan;
+  std::string head;
+  std::unique_ptr<PlanScratch> scratch = std::make_unique<PlanScratch>();
+};
+
+class ResponsePlanTest : public ::testing::Test {
+ protected:
+  ResponsePlanTest() {
+    config_.mime = &mime_;
+    config_.multipart_boundary = "BOUNDARY";
+    tree_.File("index.html", 612);
+    tree_.Dir(".");
+    tree_.Dir("docs");
+    tree_.File("docs/index.html", 100);
+    tree_.Dir("empty");
+    tree_.File("app.js", 5000);
+    tree_.File("app.js.gz", 1200);
+    tree_.File("app.js.br", 1000);
+    tree_.File("style.css", 4000);
+    tree_.File("style.css.gz", 900, kMtime - 10);  // older than the file: stale, never served
+    tree_.File("data.bin", 10000);
+    tree_.Set("secret.txt", FileMeta::Kind::kForbidden);
+    tree_.Set("fifo", FileMeta::Kind::kOther);
+  }
+
+  // Parses `request`, then plans, fetching metadata whenever the planner asks.
+  Planned Plan(const std::string& request) {
+    Header headers[64];
+    Request req;
+    ParseResult r = ParseRequest(request, 0, ParserLimits{}, headers, 64, &req);
+    EXPECT_EQ(r.status, ParseStatus::kDone) << request;
+    Planned p;
+    for (int i = 0; i < 10; ++i) {
+      PlanStep step = PlanResponse(req, config_, tree_, *p.scratch, &p.plan);
+      if (step.status == PlanStatus::kReady) break;
+      tree_.Fetch(step.lookup_path);
+    }
+    char date[kHttpDateLen];
+    FormatHttpDate(kMtime + 100, date);
+    char buf[4096];
+    size_t n = WriteResponseHead(p.plan, std::string_view(date, kHttpDateLen), "ringd", buf, sizeof buf);
+    EXPECT_GT(n, 0u);
+    p.head.assign(buf, n);
+    return p;
+  }
+  Planned Get(const std::string& target, const std::string& extra = "") {
+    return Plan("GET " + target + " HTTP/1.1\r\nHost: t\r\n" + extra + "\r\n");
+  }
+
+  MimeTypes mime_;
+  PlannerConfig config_;
+  FakeTree tree_;
+};
+
+TEST_F(ResponsePlanTest, ServesAFileWithItsValidators) {
+  Planned p = Get("/index.html");
+  EXPECT_EQ(p.plan.status, 200);
+  EXPECT_EQ(p.plan.file_path, "index.html");
+  EXPECT_TRUE(p.plan.send_body);
+  EXPECT_TRUE(p.plan.keep_alive);
+  EXPECT_EQ(p.head,
+            "HTTP/1.1 200 OK\r\n"
+            "Server: ringd\r\n"
+            "Date: Wed, 21 Oct 2015 07:29:40 GMT\r\n"
+            "Content-Type: text/html; charset=utf-8\r\n"
+            "Content-Length: 612\r\n"
+            "Last-Modified: Wed, 21 Oct 2015 07:28:00 GMT\r\n"
+            "ETag: \"56273e80-264\"\r\n"
+            "Accept-Ranges: bytes\r\n"
+            "\r\n");
+}
+
+// RFC 9110 section 9.3.2: HEAD is GET without the content.
+TEST_F(ResponsePlanTest, HeadSendsTheSameHeadersWithoutABody) {
+  Planned get = Get("/index.html");
+  Planned head = Plan("HEAD /index.html HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_EQ(head.head, get.head);
+  EXPECT_FALSE(head.plan.send_body);
+  Planned missing = Plan("HEAD /nope HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_EQ(missing.plan.status, 404);
+  EXPECT_FALSE(missing.plan.send_body);
+}
+
+TEST_F(ResponsePlanTest, ResolvesDirectories) {
+  Planned root = Get("/");
+  EXPECT_EQ(root.plan.status, 200);
+  EXPECT_EQ(root.plan.file_path, "index.html");
+  Planned docs = Get("/docs/");
+  EXPECT_EQ(docs.plan.status, 200);
+  EXPECT_EQ(docs.plan.file_path, "docs/index.html");
+  Planned redirect = Get("/docs?x=1");
+  EXPECT_EQ(redirect.plan.status, 301);
+  EXPECT_NE(redirect.head.find("\r\nLocation: /docs/?x=1\r\n"), std::string::npos) << redirect.head;
+  EXPECT_EQ(Get("/empty/").plan.status, 403);  // no index, no autoindex: as nginx
+  EXPECT_EQ(Get("/empty").plan.status, 301);
+}
+
+TEST_F(ResponsePlanTest, AnswersErrorsWithTheRightStatus) {
+  EXPECT_EQ(Get("/nope.html").plan.status, 404);
+  EXPECT_EQ(Get("/index.html/").plan.status, 404);
+  EXPECT_EQ(Get("/secret.txt").plan.status, 403);
+  EXPECT_EQ(Get("/fifo").plan.status, 404);
+  EXPECT_EQ(Get("/.git/config").plan.status, 404);
+  EXPECT_EQ(Get("/../etc/passwd").plan.status, 400);
+  EXPECT_EQ(Get("%2e%2e/x").plan.status, 400);
+  EXPECT_EQ(Get("*").plan.status, 400);
+  Planned p = Get("/nope.html");
+  EXPECT_EQ(p.plan.inline_body.substr(0, 6), "<html>");
+  EXPECT_NE(p.head.find("Content-Length: " + std::to_string(p.plan.inline_body.size())),
+            std::string::npos);
+  EXPECT_TRUE(p.plan.keep_alive);  // a 404 does not end the connection
+}
+
+// RFC 9110 sections 9.3.7 (OPTIONS), 15.5.6 (405 with Allow), 15.6.2 (501).
+TEST_F(ResponsePlanTest, AnswersMethods) {
+  Planned options = Plan("OPTIONS * HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_EQ(options.plan.status, 200);
+  EXPECT_NE(options.head.find("Allow: GET, HEAD, OPTIONS\r\n"), std::string::npos);
+  EXPECT_NE(options.head.find("Content-Length: 0\r\n"), std::string::npos);
+  Planned post = Plan("POST /index.html HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\n");
+  EXPECT_EQ(post.plan.status, 405);
+  EXPECT_NE(post.head.find("Allow: GET, HEAD, OPTIONS\r\n"), std::string::npos);
+  EXPECT_EQ(post.plan.discard_body, 3u);
+  EXPECT_TRUE(post.plan.keep_alive);
+  EXPECT_EQ(Plan("DELETE / HTTP/1.1\r\nHost: t\r\n\r\n").plan.status, 405);
+  EXPECT_EQ(Plan("BREW / HTTP/1.1\r\nHost: t\r\n\r\n").plan.status, 501);
+  EXPECT_EQ(Plan("get / HTTP/1.1\r\nHost: t\r\n\r\n").plan.status, 501);
+}
+
+// RFC 9112 section 6.3 and 9.3: bodies and persistence.
+TEST_F(ResponsePlanTest, HandlesBodiesAndPersistence) {
+  Planned small = Plan("GET /index.html HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n");
+  EXPECT_EQ(small.plan.status, 200);
+  EXPECT_EQ(small.plan.discard_body, 10u);
+  Planned large = Plan("GET /index.html HTTP/1.1\r\nHost: t\r\nContent-Length: 10000000\r\n\r\n");
+  EXPECT_EQ(large.plan.status, 413);
+  EXPECT_FALSE(large.plan.keep_alive);
+  EXPECT_NE(large.head.find("Connection: close\r\n"), std::string::npos);
+  Planned chunked = Plan("GET /index.html HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+  EXPECT_EQ(chunked.plan.status, 200);
+  EXPECT_FALSE(chunked.plan.keep_alive);
+  Planned http10 = Plan("GET /index.html HTTP/1.0\r\n\r\n");
+  EXPECT_NE(http10.head.find("Connection: close\r\n"), std::string::npos);
+  Planned http10ka = Plan("GET /index.html HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  EXPECT_NE(http10ka.head.find("Connection: keep-alive\r\n"), std::string::npos);
+  Planned close = Get("/index.html", "Connection: close\r\n");
+  EXPECT_NE(close.head.find("Connection: close\r\n"), std::string::npos);
+  EXPECT_EQ(Get("/index.html").head.find("Connection:"), std::string::npos);
+}
+
+// RFC 9110 section 13.
+TEST_F(ResponsePlanTest, AnswersConditionalRequests) {
+  const std::string etag = "\"56273e80-264\"";
+  Planned inm = Get("/index.html", "If-None-Match: " + etag + "\r\n");
+  EXPECT_EQ(inm.plan.status, 304);
+  EXPECT_FALSE(inm.plan.send_body);
+  EXPECT_EQ(inm.head,
+            "HTTP/1.1 304 Not Modified\r\n"
+            "Server: ringd\r\n"
+            "Date: Wed, 21 Oct 2015 07:29:40 GMT\r\n"
+            "Last-Modified: Wed, 21 Oct 2015 07:28:00 GMT\r\n"
+            "ETag: \"56273e80-264\"\r\n"
+            "\r\n");
+  EXPECT_EQ(Get("/index.html", "If-Modified-Since: Wed, 21 Oct 2015 07:28:00 GMT\r\n").plan.status, 304);
+  EXPECT_EQ(Get("/index.html", "If-Modified-Since: Wed, 21 Oct 2015 07:27:59 GMT\r\n").plan.status, 200);
+  Planned im = Get("/index.html", "If-Match: \"other\"\r\n");
+  EXPECT_EQ(im.plan.status, 412);
+  EXPECT_TRUE(im.plan.file_path.empty());
+  EXPECT_EQ(im.head.find("ETag"), std::string::npos);
+  EXPECT_EQ(Get("/index.html", "If-Match: " + etag + "\r\n").plan.status, 200);
+  EXPECT_EQ(Get("/index.html", "If-Unmodified-Since: Wed, 21 Oct 2015 07:27:59 GMT\r\n").plan.status, 412);
+}
+
+// RFC 9110 section 14.
+TEST_F(ResponsePlanTest, AnswersRangeRequests) {
+  Planned one = Get("/data.bin", "Range: bytes=100-199\r\n");
+  EXPECT_EQ(one.plan.status, 206);
+  EXPECT_EQ(one.plan.content_length, 100u);
+  EXPECT_NE(one.head.find("Content-Range: bytes 100-199/10000\r\n"), std::string::npos);
+  EXPECT_NE(one.head.find("Content-Length: 100\r\n"), std::string::npos);
+
+  Planned multi = Get("/data.bin", "Range: bytes=0-9,-10\r\n");
+  EXPECT_EQ(multi.plan.status, 206);
+  EXPECT_TRUE(multi.plan.multipart);
+  EXPECT_EQ(multi.plan.ranges.count, 2u);
+  EXPECT_NE(multi.head.find("Content-Type: multipart/byteranges; boundary=BOUNDARY\r\n"),
+            std::string::npos);
+  MultipartLayout layout(multi.plan.ranges, multi.plan.content_type, 10000, "BOUNDARY");
+  EXPECT_EQ(multi.plan.content_length, layout.ContentLength());
+
+  Planned unsat = Get("/data.bin", "Range: bytes=10000-\r\n");
+  EXPECT_EQ(unsat.plan.status, 416);
+  EXPECT_NE(unsat.head.find("Content-Range: bytes */10000\r\n"), std::string::npos);
+  EXPECT_TRUE(unsat.plan.file_path.empty());
+
+  EXPECT_EQ(Get("/data.bin", "Range: bytes=abc\r\n").plan.status, 200);
+  EXPECT_EQ(Plan("HEAD /data.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=0-1\r\n\r\n").plan.status, 200);
+  EXPECT_EQ(Get("/data.bin", "Range: bytes=0-1\r\nIf-Range: \"nope\"\r\n").plan.status, 200);
+  EXPECT_EQ(Get("/data.bin", "Range: bytes=0-1\r\nIf-Range: Wed, 21 Oct 2015 07:28:00 GMT\r\n")
+                .plan.status, 206);
+  // Range after a 304 is not considered: the precondition answers first.
+  EXPECT_EQ(Get("/data.bin", "Range: bytes=0-1\r\nIf-None-Match: *\r\n").plan.status, 304);
+}
+
+TEST_F(ResponsePlanTest, ServesPrecompressedSiblings) {
+  Planned gz = Get("/app.js", "Accept-Encoding: gzip\r\n");
+  EXPECT_EQ(gz.plan.status, 200);
+  EXPECT_EQ(gz.plan.file_path, "app.js.gz");
+  EXPECT_EQ(gz.plan.content_length, 1200u);
+  EXPECT_NE(gz.head.find("Content-Type: text/javascript; charset=utf-8\r\n"), std::string::npos);
+  EXPECT_NE(gz.head.find("Content-Encoding: gzip\r\n"), std::string::npos);
+  EXPECT_NE(gz.head.find("Vary: Accept-Encoding\r\n"), std::string::npos);
+
+  Planned br = Get("/app.js", "Accept-Encoding: gzip, deflate, br\r\n");
+  EXPECT_EQ(br.plan.file_path, "app.js.br");
+  EXPECT_EQ(br.plan.content_encoding, "br");
+  Planned prefer_gzip = Get("/app.js", "Accept-Encoding: gzip, br;q=0.5\r\n");
+  EXPECT_EQ(prefer_gzip.plan.file_path, "app.js.gz");
+
+  Planned identity = Get("/app.js");
+  EXPECT_EQ(identity.plan.file_path, "app.js");
+  EXPECT_EQ(identity.head.find("Content-Encoding"), std::string::npos);
+  EXPECT_NE(identity.head.find("Vary: Accept-Encoding\r\n"), std::string::npos);
+  EXPECT_EQ(Get("/app.js", "Accept-Encoding: gzip;q=0\r\n").plan.file_path, "app.js");
+
+  // The ETag and ranges belong to the encoded representation.
+  EXPECT_NE(gz.plan.etag, identity.plan.etag);
+  Planned gz_range = Get("/app.js", "Accept-Encoding: gzip\r\nRange: bytes=-100\r\n");
+  EXPECT_NE(gz_range.head.find("Content-Range: bytes 1100-1199/1200\r\n"), std::string::npos);
+  Planned gz_304 = Get("/app.js", "Accept-Encoding: gzip\r\nIf-None-Match: " +
+                                      std::string(gz.plan.etag) + "\r\n");
+  EXPECT_EQ(gz_304.plan.status, 304);
+  EXPECT_NE(gz_304.head.find("Vary: Accept-Encoding\r\n"), std::string::npos);
+
+  // A sibling older than its file is stale: ignored, and no Vary.
+  Planned stale = Get("/style.css", "Accept-Encoding: gzip\r\n");
+  EXPECT_EQ(stale.plan.file_path, "style.css");
+  EXPECT_EQ(stale.head.find("Vary"), std::string::npos);
+  // A file without siblings does not vary.
+  EXPECT_EQ(Get("/index.html", "Accept-Encoding: gzip\r\n").head.find("Vary"), std::string::npos);
+
+  config_.precompressed = false;
+  EXPECT_EQ(Get("/app.js", "Accept-Encoding: gzip\r\n").plan.file_path, "app.js");
+}
+
+TEST_F(ResponsePlanTest, AsksForEachPathItNeeds) {
+  tree_.fetched.clear();
+  Get("/docs/");
+  EXPECT_EQ(tree_.fetched,
+            (std::vector<std::string>{"docs", "docs/index.html", "docs/index.html.br",
+                                      "docs/index.html.gz"}));
+}
+
+TEST_F(ResponsePlanTest, ErrorPlansForParseErrors) {
+  ResponsePlan plan;
+  PlanError(400, false, &plan);
+  char buf[1024];
+  size_t n = WriteResponseHead(plan, "Thu, 01 Jan 1970 00:00:00 GMT", "ringd", buf, sizeof buf);
+  const std::string head(buf, n);
+  EXPECT_EQ(head.substr(0, 25), "HTTP/1.1 400 Bad Request\r");
+  EXPECT_NE(head.find("Connection: close\r\n"), std::string::npos);
+  EXPECT_EQ(WriteResponseHead(plan, "Thu, 01 Jan 1970 00:00:00 GMT", "ringd", buf, 40), 0u);
+  EXPECT_EQ(ReasonPhrase(431), "Request Header Fields Too Large");
+}
+
+}  // namespace
+}  // namespace ringd::http
