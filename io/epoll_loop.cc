@@ -1,0 +1,436 @@
+// The compatibility backend: a level-triggered epoll loop per shard for sockets, sendfile for file
+// bodies, and a bounded worker pool for file work that could block (open + stat, reads and
+// sendfile chunks whose pages are not in the page cache) -- nginx's `aio threads` model. Page
+// cache hits are served inline: a preadv2(RWF_NOWAIT) probe decides.
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+
+#include "io/loop.h"
+#include "io/worker_pool.h"
+
+namespace ringd::io {
+namespace {
+
+constexpr int kMaxEvents = 256;
+constexpr int kAcceptBurst = 64;       // accepts per readiness event, for fairness
+constexpr size_t kWarmChunk = 1 << 20; // the most one worker job reads ahead
+
+// What a worker does with a job; runs on a worker thread.
+void RunJob(Completion* c, char* scratch, size_t scratch_size) {
+  switch (c->op) {
+    case Op::kOpen: {
+      open_how how{};
+      how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;  // a FIFO must not block the open
+      how.resolve = RESOLVE_BENEATH;
+      const int fd = static_cast<int>(::syscall(SYS_openat2, c->dir_fd, c->path, &how, sizeof how));
+      if (fd < 0) {
+        c->result = -errno;
+        return;
+      }
+      struct stat st;
+      if (::fstat(fd, &st) != 0) {
+        c->result = -errno;
+        ::close(fd);
+        return;
+      }
+      if (S_ISREG(st.st_mode)) ::fcntl(fd, F_SETFL, 0);  // regular files: plain blocking reads
+      c->stat = FileStat{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec, st.st_ino, st.st_mode};
+      c->result = fd;
+      return;
+    }
+    case Op::kRead: {
+      const ssize_t n = ::pread(c->fd, c->buf, c->remaining, static_cast<off_t>(c->offset));
+      c->result = n < 0 ? -errno : n;
+      return;
+    }
+    case Op::kSendFile: {
+      // Bring the next chunk into the page cache so the loop's sendfile will not block on disk.
+      uint64_t want = c->remaining < kWarmChunk ? c->remaining : kWarmChunk;
+      uint64_t off = c->offset;
+      while (want > 0) {
+        const size_t n = want < scratch_size ? static_cast<size_t>(want) : scratch_size;
+        const ssize_t r = ::pread(c->file_fd, scratch, n, static_cast<off_t>(off));
+        if (r <= 0) break;  // errors and EOF surface in the loop's sendfile
+        off += static_cast<uint64_t>(r);
+        want -= static_cast<uint64_t>(r);
+      }
+      c->result = 0;
+      return;
+    }
+    default:
+      c->result = -EINVAL;
+      return;
+  }
+}
+
+// Whether [offset, offset+length) is in the page cache, judged by its first and last byte.
+bool Cached(int fd, uint64_t offset, uint64_t length) {
+  char byte;
+  iovec v{&byte, 1};
+  if (::preadv2(fd, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT) < 0 && errno == EAGAIN) return false;
+  if (length > 1 &&
+      ::preadv2(fd, &v, 1, static_cast<off_t>(offset + length - 1), RWF_NOWAIT) < 0 && errno == EAGAIN) {
+    return false;
+  }
+  return true;
+}
+
+class EpollLoop final : public Loop {
+ public:
+  ~EpollLoop() override {
+    workers_.reset();  // joins the threads before the fds they may touch go away
+    if (epoll_fd_ >= 0) ::close(epoll_fd_);
+    if (event_fd_ >= 0) ::close(event_fd_);
+    if (fds_ != nullptr) ::munmap(fds_, fds_bytes_);
+    if (scratch_ != nullptr) ::munmap(scratch_, options_.recv_buffer_size);
+  }
+
+  bool Init(const LoopOptions& o, std::string* error) {
+    options_ = o;
+    epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+    event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (epoll_fd_ < 0 || event_fd_ < 0) {
+      *error = std::string("epoll/eventfd: ") + strerror(errno);
+      return false;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = event_fd_;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &ev);
+    rlimit rl{};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    max_fds_ = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (1u << 22) ? (1u << 22) : rl.rlim_cur;
+    fds_bytes_ = max_fds_ * sizeof(FdState);
+    // Zero pages on demand: a table for every possible fd costs only the pages that are used.
+    fds_ = static_cast<FdState*>(::mmap(nullptr, fds_bytes_, PROT_READ | PROT_WRITE,
+                                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    scratch_ = static_cast<char*>(::mmap(nullptr, o.recv_buffer_size, PROT_READ | PROT_WRITE,
+                                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (fds_ == MAP_FAILED || scratch_ == MAP_FAILED) {
+      fds_ = nullptr;
+      scratch_ = nullptr;
+      *error = "epoll backend: mmap failed";
+      return false;
+    }
+    workers_ = std::make_unique<WorkerPool>(o.worker_threads, o.worker_queue, event_fd_, &RunJob, kWarmChunk);
+    return true;
+  }
+
+  const char* Name() const override { return "epoll"; }
+
+  void Accept(int listen_fd, Completion* c) override {
+    Start(c, Op::kAccept, listen_fd);
+    SetReader(listen_fd, c);
+  }
+
+  void Recv(int fd, Completion* c) override {
+    Start(c, Op::kRecv, fd);
+    SetReader(fd, c);
+  }
+
+  void Send(int fd, iovec* iov, int iovcnt, Completion* c) override {
+    Start(c, Op::kSend, fd);
+    c->iov = iov;
+    c->iovcnt = iovcnt;
+    c->remaining = 0;
+    for (int i = 0; i < iovcnt; ++i) c->remaining += iov[i].iov_len;
+    fds_[fd].writer = c;
+    DoWrite(c);  // most sends finish here; the callback still waits for Poll
+  }
+
+  void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, Completion* c) override {
+    Start(c, Op::kSendFile, sock_fd);
+    c->file_fd = file_fd;
+    c->offset = offset;
+    c->remaining = length;
+    if (length == 0) return Complete(c, 0);
+    if (!Cached(file_fd, offset, length < kWarmChunk ? length : kWarmChunk)) return Offload(c);
+    fds_[sock_fd].writer = c;
+    DoWrite(c);
+  }
+
+  void Open(int dir_fd, const char* path, Completion* c) override {
+    Start(c, Op::kOpen, -1);
+    c->dir_fd = dir_fd;
+    c->path = path;
+    Offload(c);
+  }
+
+  void Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) override {
+    Start(c, Op::kRead, fd);
+    c->buf = buf;
+    c->offset = offset;
+    c->remaining = length;
+    iovec v{buf, length};
+    const ssize_t n = ::preadv2(fd, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT);
+    if (n >= 0) return Complete(c, n);  // in the page cache: no thread needed
+    if (errno != EAGAIN) return Complete(c, -errno);
+    Offload(c);
+  }
+
+  void Cancel(Completion* c) override {
+    if (!c->in_flight || (c->op != Op::kRecv && c->op != Op::kAccept)) return;
+    c->cancelled = true;
+    if (fds_[c->fd].reader == c) SetReader(c->fd, nullptr);
+    Complete(c, -ECANCELED);
+  }
+
+  void Close(int fd) override {
+    FdState& st = fds_[fd];
+    st = FdState{};  // closing removes it from the epoll set too
+    ::close(fd);
+  }
+
+  void Poll(int timeout_ms) override {
+    RunReady();
+    epoll_event events[kMaxEvents];
+    const int n = ::epoll_wait(epoll_fd_, events, kMaxEvents, ready_head_ != nullptr ? 0 : timeout_ms);
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      const uint32_t ev = events[i].events;
+      if (fd == event_fd_) {
+        uint64_t v;
+        ssize_t r = ::read(event_fd_, &v, sizeof v);
+        (void)r;
+        continue;
+      }
+      if (fds_[fd].reader != nullptr && (ev & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))) {
+        DoRead(fds_[fd].reader);
+      }
+      if (fds_[fd].writer != nullptr && (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
+        DoWrite(fds_[fd].writer);
+      }
+    }
+    // Jobs the workers finished, then jobs held back while their queue was full.
+    while (Completion* c = workers_->TakeDone()) WorkerDone(c);
+    while (held_head_ != nullptr && workers_->TrySubmit(held_head_)) {
+      held_head_ = held_head_->next_ready;
+      if (held_head_ == nullptr) held_tail_ = nullptr;
+    }
+    RunReady();
+  }
+
+  void Wake() override {
+    const uint64_t one = 1;
+    ssize_t r = ::write(event_fd_, &one, sizeof one);
+    (void)r;
+  }
+
+  LoopStats Stats() const override { return stats_; }
+
+ private:
+  struct FdState {
+    Completion* reader;  // accept or recv
+    Completion* writer;  // send or sendfile
+    uint32_t interest;   // events registered with epoll
+    bool registered;
+  };
+
+  void Start(Completion* c, Op op, int fd) {
+    c->op = op;
+    c->fd = fd;
+    c->in_flight = true;
+    c->cancelled = false;
+    c->result = 0;
+    c->done = 0;
+    c->more = false;
+    c->data = nullptr;
+    ++stats_.submitted;
+  }
+
+  // Finished operations run from Poll, never from inside the call that started them.
+  void Complete(Completion* c, int64_t result) {
+    c->result = result;
+    c->more = false;
+    c->next_ready = nullptr;
+    if (ready_tail_ != nullptr) ready_tail_->next_ready = c; else ready_head_ = c;
+    ready_tail_ = c;
+  }
+
+  void RunReady() {
+    while (ready_head_ != nullptr) {
+      Completion* c = ready_head_;
+      ready_head_ = c->next_ready;
+      if (ready_head_ == nullptr) ready_tail_ = nullptr;
+      c->in_flight = false;
+      ++stats_.completed;
+      c->callback(c);
+    }
+  }
+
+  void Offload(Completion* c) {
+    if (workers_->TrySubmit(c)) return;
+    c->next_ready = nullptr;  // the queue is full: hold it here (intrusive, so no allocation)
+    if (held_tail_ != nullptr) held_tail_->next_ready = c; else held_head_ = c;
+    held_tail_ = c;
+  }
+
+  void WorkerDone(Completion* c) {
+    if (c->op == Op::kSendFile) {  // the chunk is warm now: send it from the loop
+      fds_[c->fd].writer = c;
+      return DoWrite(c);
+    }
+    Complete(c, c->result);
+  }
+
+  void UpdateInterest(int fd) {
+    FdState& st = fds_[fd];
+    uint32_t want = 0;
+    if (st.reader != nullptr) want |= EPOLLIN | EPOLLRDHUP;
+    if (st.writer != nullptr && st.writer->op != Op::kNone && write_blocked(st)) want |= EPOLLOUT;
+    if (st.registered && want == st.interest) return;
+    epoll_event ev{};
+    ev.events = want;
+    ev.data.fd = fd;
+    ::epoll_ctl(epoll_fd_, st.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev);
+    st.registered = true;
+    st.interest = want;
+  }
+  static bool write_blocked(const FdState& st) { return st.writer != nullptr && st.writer->more; }
+
+  void SetReader(int fd, Completion* c) {
+    fds_[fd].reader = c;
+    UpdateInterest(fd);
+  }
+
+  void DoRead(Completion* c) {
+    const int fd = c->fd;
+    if (c->op == Op::kAccept) {
+      for (int i = 0; i < kAcceptBurst && fds_[fd].reader == c; ++i) {
+        const int s = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (s < 0) {
+          if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
+          SetReader(fd, nullptr);  // EMFILE and friends: the caller retries later
+          c->in_flight = false;
+          c->result = -errno;
+          c->more = false;
+          ++stats_.completed;
+          c->callback(c);
+          return;
+        }
+        c->result = s;
+        c->more = true;
+        ++stats_.completed;
+        c->callback(c);
+      }
+      return;
+    }
+    // One read per readiness event (level-triggered: more data means another event).
+    const ssize_t n = ::recv(fd, scratch_, options_.recv_buffer_size, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n > 0) {
+      c->data = scratch_;
+      c->result = n;
+      c->more = true;
+      ++stats_.completed;
+      c->callback(c);
+      return;
+    }
+    SetReader(fd, nullptr);  // end of stream or an error ends the "multishot"
+    c->in_flight = false;
+    c->data = nullptr;
+    c->result = n == 0 ? 0 : -errno;
+    c->more = false;
+    ++stats_.completed;
+    c->callback(c);
+  }
+
+  void DoWrite(Completion* c) {
+    const int fd = c->fd;
+    while (c->remaining > 0) {
+      ssize_t n;
+      if (c->op == Op::kSend) {
+        msghdr msg{};
+        msg.msg_iov = c->iov;
+        msg.msg_iovlen = static_cast<size_t>(c->iovcnt);
+        n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+      } else {
+        off_t off = static_cast<off_t>(c->offset);
+        n = ::sendfile(fd, c->file_fd, &off, c->remaining);
+        if (n == 0) break;  // the file ended early: truncated; the short result says so
+      }
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) {  // the socket buffer is full: wait for EPOLLOUT
+          c->more = true;       // marks "blocked" for UpdateInterest
+          UpdateInterest(fd);
+          return;
+        }
+        return FinishWrite(c, -errno);
+      }
+      c->done += static_cast<uint64_t>(n);
+      c->remaining -= static_cast<uint64_t>(n);
+      if (c->op == Op::kSend) {
+        size_t left = static_cast<size_t>(n);
+        while (left > 0 && c->iovcnt > 0) {
+          if (left >= c->iov->iov_len) {
+            left -= c->iov->iov_len;
+            ++c->iov;
+            --c->iovcnt;
+          } else {
+            c->iov->iov_base = static_cast<char*>(c->iov->iov_base) + left;
+            c->iov->iov_len -= left;
+            left = 0;
+          }
+        }
+      } else {
+        c->offset += static_cast<uint64_t>(n);
+        // Crossed into a part of the file that may not be cached: warm it on a worker first.
+        if (c->remaining > 0 && (c->done % kWarmChunk) < static_cast<uint64_t>(n) &&
+            !Cached(c->file_fd, c->offset, c->remaining < kWarmChunk ? c->remaining : kWarmChunk)) {
+          c->more = false;
+          fds_[fd].writer = nullptr;
+          UpdateInterest(fd);
+          return Offload(c);
+        }
+      }
+    }
+    FinishWrite(c, static_cast<int64_t>(c->done));
+  }
+
+  void FinishWrite(Completion* c, int64_t result) {
+    const int fd = c->fd;
+    c->more = false;
+    fds_[fd].writer = nullptr;
+    UpdateInterest(fd);
+    Complete(c, result);
+  }
+
+  LoopOptions options_;
+  int epoll_fd_ = -1;
+  int event_fd_ = -1;
+  FdState* fds_ = nullptr;
+  size_t fds_bytes_ = 0;
+  uint64_t max_fds_ = 0;
+  char* scratch_ = nullptr;
+  std::unique_ptr<WorkerPool> workers_;
+  Completion* ready_head_ = nullptr;
+  Completion* ready_tail_ = nullptr;
+  Completion* held_head_ = nullptr;  // jobs waiting for room in the worker queue
+  Completion* held_tail_ = nullptr;
+  LoopStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<Loop> MakeEpollLoop(const LoopOptions& options, std::string* error) {
+  auto loop = std::make_unique<EpollLoop>();
+  if (!loop->Init(options, error)) return nullptr;
+  return loop;
+}
+
+}  // namespace ringd::io

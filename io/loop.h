@@ -1,0 +1,138 @@
+// The io interface: one Loop per shard thread, completion-based, never shared between threads.
+// Server code depends on this header only; io_uring and epoll backends implement it.
+//
+// The caller owns every in-flight operation's Completion (TigerBeetle's model): it sets
+// `callback` and `owner`, submits, and must keep the Completion alive until the callback has run
+// with `more == false`. Callbacks run from Loop::Poll, one at a time, never from inside a submit
+// call. A multishot operation (Accept, Recv) calls back once per event with `more == true` and
+// ends with one call with `more == false` (an error, end of stream, or Cancel).
+//
+// No call here blocks the shard thread, except Poll while there is nothing to do.
+//
+//   Completion c;  c.callback = &OnAccept;  c.owner = this;
+//   loop->Accept(listen_fd, &c);
+//   while (running) loop->Poll(timeout_ms);
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ringd::io {
+
+enum class Op : uint8_t { kNone, kAccept, kRecv, kSend, kSendFile, kOpen, kRead, kWake };
+
+// What Open reports about the file it opened.
+struct FileStat {
+  uint64_t size = 0;
+  int64_t mtime_sec = 0;
+  uint64_t inode = 0;
+  uint32_t mode = 0;  // st_mode: type and permission bits
+};
+
+struct Completion;
+using Callback = void (*)(Completion* c);
+
+struct Completion {
+  // Set by the caller.
+  Callback callback = nullptr;
+  void* owner = nullptr;
+
+  // Set by the backend before the callback runs.
+  int64_t result = 0;           // >= 0: bytes, or a file descriptor; < 0: -errno
+  bool more = false;            // multishot: more callbacks will follow
+  const char* data = nullptr;   // Recv: the bytes received, valid only during the callback
+  FileStat stat;                // Open: the opened file
+
+  // Backend state; callers leave it alone.
+  Op op = Op::kNone;
+  bool in_flight = false;
+  int fd = -1;
+  int file_fd = -1;
+  uint64_t offset = 0;
+  uint64_t remaining = 0;       // SendFile: bytes still to send; Send: bytes of iov left
+  uint64_t done = 0;            // SendFile/Send: bytes sent so far
+  iovec* iov = nullptr;         // Send: advanced in place on partial sends
+  int iovcnt = 0;
+  msghdr msg{};                 // Send (uring): the sendmsg header, alive while in flight
+  char* buf = nullptr;          // Read
+  const char* path = nullptr;   // Open
+  int dir_fd = -1;              // Open
+  uint32_t in_pipe = 0;         // SendFile (uring): bytes spliced into the pipe, not yet out
+  int pipe_index = -1;          // SendFile (uring): the pipe borrowed from the pool
+  int slot = -1;                // Open (uring): the statx buffer borrowed for the call
+  bool cancelled = false;       // Cancel was called: no transparent re-arm
+  Completion* next_ready = nullptr;  // a backend's queue of finished operations
+};
+
+struct LoopOptions {
+  uint32_t ring_entries = 4096;        // submission queue size (uring)
+  uint32_t recv_buffer_count = 1024;   // provided buffers for receiving (a power of two)
+  uint32_t recv_buffer_size = 8192;
+  uint32_t pipe_pool_size = 64;        // uring: reusable pipes for splice
+  uint32_t pipe_size = 1 << 20;        // uring: F_SETPIPE_SZ for each pipe
+  uint32_t worker_threads = 4;         // epoll: blocking file work
+  uint32_t worker_queue = 1024;        // epoll: queued file jobs before backpressure
+  bool send_zc = false;                // uring: IORING_OP_SEND_ZC for large buffers
+  uint32_t send_zc_min_bytes = 16384;
+  const char* registered_region = nullptr;  // memory to register as fixed buffers (uring)
+  size_t registered_buffer_size = 0;
+  uint32_t registered_buffer_count = 0;
+};
+
+struct LoopStats {
+  uint64_t submitted = 0;   // operations handed to the kernel (or started, for epoll)
+  uint64_t completed = 0;   // callbacks run
+  uint64_t recv_nobufs = 0; // times the receive buffers ran out (multishot recv re-armed)
+  uint64_t pipes_in_use = 0;
+};
+
+class Loop {
+ public:
+  virtual ~Loop() = default;
+  virtual const char* Name() const = 0;  // "uring" or "epoll"
+
+  // Multishot accept on a listening socket: result is each new connection's fd.
+  virtual void Accept(int listen_fd, Completion* c) = 0;
+  // Multishot receive: each callback carries bytes in `data`/`result`; result 0 is end of stream.
+  // An idle connection holds no receive buffer: the bytes live in a shared pool until the callback
+  // returns.
+  virtual void Recv(int fd, Completion* c) = 0;
+  // Sends every byte of iov[0..iovcnt) (advancing iov in place); result is the total, or -errno.
+  virtual void Send(int fd, iovec* iov, int iovcnt, Completion* c) = 0;
+  // Sends `length` bytes of file_fd from `offset` without copying them through user space.
+  // result is the bytes sent; fewer than `length` means the file ended early (it was truncated).
+  virtual void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
+                        Completion* c) = 0;
+  // Opens `path` read-only beneath dir_fd (symlinks may not leave it) and stats it.
+  // result is the fd, or -errno. `path` must stay valid until the callback.
+  virtual void Open(int dir_fd, const char* path, Completion* c) = 0;
+  // Reads up to `length` bytes at `offset` into `buf`; result is the bytes read.
+  virtual void Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) = 0;
+  // Ends a multishot operation; its last callback arrives with more == false.
+  virtual void Cancel(Completion* c) = 0;
+  // Closes a descriptor with no operation in flight on it.
+  virtual void Close(int fd) = 0;
+
+  // Runs ready callbacks, waiting up to timeout_ms for at least one event when none is ready.
+  virtual void Poll(int timeout_ms) = 0;
+  // Makes a Poll in progress on this loop's thread return soon; safe from any thread.
+  virtual void Wake() = 0;
+
+  virtual LoopStats Stats() const = 0;
+};
+
+// What the start-up probe found (io/probe.h), and the backend it chose.
+struct Selection {
+  bool use_uring = false;
+  std::string reason;  // one line: why this backend
+};
+
+// Creates the loop for a shard; `error` gets one line on failure (nullptr returned).
+std::unique_ptr<Loop> MakeUringLoop(const LoopOptions& options, std::string* error);
+std::unique_ptr<Loop> MakeEpollLoop(const LoopOptions& options, std::string* error);
+
+}  // namespace ringd::io

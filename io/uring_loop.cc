@@ -1,0 +1,544 @@
+// The io_uring backend: one ring per shard thread (SINGLE_ISSUER, DEFER_TASKRUN where the kernel
+// has them), multishot accept, multishot recv into a provided buffer ring, splice through a pool
+// of pipes for file bodies, openat2 (RESOLVE_BENEATH) and statx through the ring.
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <liburing.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "io/loop.h"
+
+namespace ringd::io {
+namespace {
+
+constexpr uint16_t kRecvGroup = 0;
+constexpr int kBatch = 256;
+
+class UringLoop final : public Loop {
+ public:
+  ~UringLoop() override {
+    for (Pipe& p : pipes_) {
+      if (p.r >= 0) ::close(p.r);
+      if (p.w >= 0) ::close(p.w);
+    }
+    if (ring_ready_) io_uring_queue_exit(&ring_);
+    if (buf_ring_ != nullptr) ::munmap(buf_ring_, buf_ring_bytes_);
+    if (recv_bufs_ != nullptr) ::munmap(recv_bufs_, recv_bufs_bytes_);
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+  }
+
+  bool Init(const LoopOptions& o, std::string* error) {
+    options_ = o;
+    io_uring_params p{};
+    p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_CQSIZE |
+              IORING_SETUP_SUBMIT_ALL;
+    p.cq_entries = o.ring_entries * 4;  // room for multishot bursts; NODROP covers the rest
+    int rc = io_uring_queue_init_params(o.ring_entries, &ring_, &p);
+    if (rc == -EINVAL) {  // older kernel: no SINGLE_ISSUER / DEFER_TASKRUN
+      p = io_uring_params{};
+      p.flags = IORING_SETUP_CQSIZE;
+      p.cq_entries = o.ring_entries * 4;
+      rc = io_uring_queue_init_params(o.ring_entries, &ring_, &p);
+    }
+    if (rc < 0) {
+      *error = std::string("io_uring_setup: ") + strerror(-rc);
+      return false;
+    }
+    ring_ready_ = true;
+
+    // The provided buffer ring for multishot recv.
+    const uint32_t n = o.recv_buffer_count;
+    if (n == 0 || (n & (n - 1)) != 0 || n > 32768) {
+      *error = "recv buffer count must be a power of two up to 32768";
+      return false;
+    }
+    buf_ring_bytes_ = n * sizeof(io_uring_buf);
+    buf_ring_ = static_cast<io_uring_buf_ring*>(
+        ::mmap(nullptr, buf_ring_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    recv_bufs_bytes_ = static_cast<size_t>(n) * o.recv_buffer_size;
+    recv_bufs_ = static_cast<char*>(
+        ::mmap(nullptr, recv_bufs_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (buf_ring_ == MAP_FAILED || recv_bufs_ == MAP_FAILED) {
+      buf_ring_ = nullptr;
+      recv_bufs_ = nullptr;
+      *error = "mmap for the receive buffer ring failed";
+      return false;
+    }
+    io_uring_buf_reg reg{};
+    reg.ring_addr = reinterpret_cast<uint64_t>(buf_ring_);
+    reg.ring_entries = n;
+    reg.bgid = kRecvGroup;
+    rc = io_uring_register_buf_ring(&ring_, &reg, 0);
+    if (rc < 0) {
+      *error = std::string("io_uring_register_buf_ring: ") + strerror(-rc);
+      return false;
+    }
+    io_uring_buf_ring_init(buf_ring_);
+    for (uint32_t i = 0; i < n; ++i) {
+      io_uring_buf_ring_add(buf_ring_, recv_bufs_ + static_cast<size_t>(i) * o.recv_buffer_size,
+                            o.recv_buffer_size, static_cast<uint16_t>(i), io_uring_buf_ring_mask(n),
+                            static_cast<int>(i));
+    }
+    io_uring_buf_ring_advance(buf_ring_, static_cast<int>(n));
+
+    // Fixed buffers: the shard's I/O buffer pool, so file reads into it skip page pinning.
+    if (o.registered_region != nullptr && o.registered_buffer_count > 0) {
+      std::vector<iovec> iovs(o.registered_buffer_count);
+      for (uint32_t i = 0; i < o.registered_buffer_count; ++i) {
+        iovs[i].iov_base = const_cast<char*>(o.registered_region) + i * o.registered_buffer_size;
+        iovs[i].iov_len = o.registered_buffer_size;
+      }
+      rc = io_uring_register_buffers(&ring_, iovs.data(), static_cast<unsigned>(iovs.size()));
+      if (rc < 0) {
+        *error = std::string("io_uring_register_buffers: ") + strerror(-rc);
+        return false;
+      }
+      fixed_base_ = o.registered_region;
+      fixed_size_ = o.registered_buffer_size;
+      fixed_count_ = o.registered_buffer_count;
+    }
+
+    statx_slots_.resize(o.ring_entries);
+    for (uint32_t i = 0; i < o.ring_entries; ++i) free_slots_.push_back(static_cast<int>(i));
+    pipes_.resize(o.pipe_pool_size);
+    rearm_.reserve(o.recv_buffer_count);  // cleared every Poll: no allocation in steady state
+
+    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_fd_ < 0) {
+      *error = std::string("eventfd: ") + strerror(errno);
+      return false;
+    }
+    wake_.op = Op::kWake;
+    ArmWake();
+    return true;
+  }
+
+  const char* Name() const override { return "uring"; }
+
+  void Accept(int listen_fd, Completion* c) override {
+    Start(c, Op::kAccept, listen_fd);
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_multishot_accept(sqe, listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    io_uring_sqe_set_data(sqe, c);
+  }
+
+  void Recv(int fd, Completion* c) override {
+    Start(c, Op::kRecv, fd);
+    ArmRecv(c);
+  }
+
+  void Send(int fd, iovec* iov, int iovcnt, Completion* c) override {
+    Start(c, Op::kSend, fd);
+    c->iov = iov;
+    c->iovcnt = iovcnt;
+    c->remaining = 0;
+    for (int i = 0; i < iovcnt; ++i) c->remaining += iov[i].iov_len;
+    SubmitSend(c);
+  }
+
+  void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, Completion* c) override {
+    Start(c, Op::kSendFile, sock_fd);
+    c->file_fd = file_fd;
+    c->offset = offset;
+    c->remaining = length;
+    c->in_pipe = 0;
+    c->pipe_index = -1;
+    if (length == 0) return Finish(c, 0);
+    const int pipe = TakePipe();
+    if (pipe < 0) {  // every pipe busy: queue (intrusively) until one comes back
+      c->next_ready = nullptr;
+      if (pipe_wait_tail_ != nullptr) {
+        pipe_wait_tail_->next_ready = c;
+      } else {
+        pipe_wait_head_ = c;
+      }
+      pipe_wait_tail_ = c;
+      return;
+    }
+    c->pipe_index = pipe;
+    SpliceIn(c);
+  }
+
+  void Open(int dir_fd, const char* path, Completion* c) override {
+    Start(c, Op::kOpen, -1);
+    c->dir_fd = dir_fd;
+    c->path = path;
+    c->file_fd = -1;
+    io_uring_sqe* sqe = Sqe();
+    open_how how{};
+    how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;  // a FIFO must not block the open
+    how.resolve = RESOLVE_BENEATH;  // a symlink can never lead outside dir_fd
+    io_uring_prep_openat2(sqe, dir_fd, path, &how);
+    io_uring_sqe_set_data(sqe, c);
+    // open_how is read when the SQE is submitted; submit now while `how` is alive.
+    io_uring_submit(&ring_);
+  }
+
+  void Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) override {
+    Start(c, Op::kRead, fd);
+    io_uring_sqe* sqe = Sqe();
+    const int index = FixedIndex(buf, length);
+    if (index >= 0) {
+      io_uring_prep_read_fixed(sqe, fd, buf, static_cast<unsigned>(length), offset, index);
+    } else {
+      io_uring_prep_read(sqe, fd, buf, static_cast<unsigned>(length), offset);
+    }
+    io_uring_sqe_set_data(sqe, c);
+  }
+
+  void Cancel(Completion* c) override {
+    if (!c->in_flight) return;
+    c->cancelled = true;
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_cancel64(sqe, reinterpret_cast<uint64_t>(c), 0);
+    io_uring_sqe_set_data(sqe, nullptr);
+  }
+
+  void Close(int fd) override {
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_close(sqe, fd);
+    io_uring_sqe_set_data(sqe, nullptr);
+  }
+
+  void Poll(int timeout_ms) override {
+    __kernel_timespec ts{};
+    ts.tv_sec = timeout_ms / 1000;
+    ts.tv_nsec = (timeout_ms % 1000) * 1000000L;
+    io_uring_cqe* cqe = nullptr;
+    int rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, timeout_ms >= 0 ? &ts : nullptr, nullptr);
+    (void)rc;  // -ETIME and -EINTR just mean "nothing yet"
+    while (true) {
+      io_uring_cqe* cqes[kBatch];
+      const unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, kBatch);
+      if (n == 0) break;
+      // Copy out and advance first: callbacks may submit, and must not see a half-consumed CQ.
+      struct Event {
+        uint64_t user_data;
+        int32_t res;
+        uint32_t flags;
+      } events[kBatch];
+      for (unsigned i = 0; i < n; ++i) events[i] = {cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
+      io_uring_cq_advance(&ring_, n);
+      for (unsigned i = 0; i < n; ++i) Dispatch(events[i].user_data, events[i].res, events[i].flags);
+      if (n < static_cast<unsigned>(kBatch)) break;
+    }
+    // Multishot receives the kernel ended for lack of buffers: re-arm now that callbacks have
+    // returned their buffers.
+    for (Completion* c : rearm_) {
+      if (!c->cancelled) ArmRecv(c);
+    }
+    rearm_.clear();
+  }
+
+  void Wake() override {
+    const uint64_t one = 1;
+    ssize_t r = ::write(wake_fd_, &one, sizeof one);
+    (void)r;
+  }
+
+  LoopStats Stats() const override {
+    LoopStats s = stats_;
+    s.pipes_in_use = 0;
+    for (const Pipe& p : pipes_) s.pipes_in_use += p.busy ? 1 : 0;
+    return s;
+  }
+
+ private:
+  struct Pipe {
+    int r = -1, w = -1;
+    bool busy = false;
+  };
+
+  io_uring_sqe* Sqe() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    while (sqe == nullptr) {  // the submission queue is full: hand it to the kernel and retry
+      io_uring_submit(&ring_);
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    ++stats_.submitted;
+    return sqe;
+  }
+
+  void Start(Completion* c, Op op, int fd) {
+    c->op = op;
+    c->fd = fd;
+    c->in_flight = true;
+    c->cancelled = false;
+    c->result = 0;
+    c->done = 0;
+    c->more = false;
+    c->data = nullptr;
+  }
+
+  void Finish(Completion* c, int64_t result) {
+    c->in_flight = false;
+    c->more = false;
+    c->result = result;
+    ++stats_.completed;
+    c->callback(c);
+  }
+
+  void ArmRecv(Completion* c) {
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_recv_multishot(sqe, c->fd, nullptr, 0, 0);
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = kRecvGroup;
+    io_uring_sqe_set_data(sqe, c);
+  }
+
+  void ArmWake() {
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_read(sqe, wake_fd_, &wake_value_, sizeof wake_value_, 0);
+    io_uring_sqe_set_data(sqe, &wake_);
+  }
+
+  void SubmitSend(Completion* c) {
+    io_uring_sqe* sqe = Sqe();
+    if (c->iovcnt == 1) {
+      io_uring_prep_send(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, MSG_NOSIGNAL);
+    } else {
+      c->msg = msghdr{};
+      c->msg.msg_iov = c->iov;
+      c->msg.msg_iovlen = static_cast<size_t>(c->iovcnt);
+      io_uring_prep_sendmsg(sqe, c->fd, &c->msg, MSG_NOSIGNAL);
+    }
+    io_uring_sqe_set_data(sqe, c);
+  }
+
+  int TakePipe() {
+    for (size_t i = 0; i < pipes_.size(); ++i) {
+      Pipe& p = pipes_[i];
+      if (p.busy) continue;
+      if (p.r < 0) {
+        int fds[2];
+        if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
+        ::fcntl(fds[1], F_SETPIPE_SZ, static_cast<int>(options_.pipe_size));  // best effort
+        p.r = fds[0];
+        p.w = fds[1];
+      }
+      p.busy = true;
+      return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  // A pipe comes back empty, or (after an error with bytes stuck in it) is closed and replaced.
+  void GivePipe(int index, bool dirty) {
+    Pipe& p = pipes_[static_cast<size_t>(index)];
+    if (dirty) {
+      ::close(p.r);
+      ::close(p.w);
+      p.r = p.w = -1;
+    }
+    p.busy = false;
+    if (pipe_wait_head_ != nullptr) {
+      Completion* c = pipe_wait_head_;
+      pipe_wait_head_ = c->next_ready;
+      if (pipe_wait_head_ == nullptr) pipe_wait_tail_ = nullptr;
+      const int pipe = TakePipe();
+      c->pipe_index = pipe;
+      SpliceIn(c);
+    }
+  }
+
+  void SpliceIn(Completion* c) {
+    const Pipe& p = pipes_[static_cast<size_t>(c->pipe_index)];
+    const uint64_t chunk = c->remaining < options_.pipe_size ? c->remaining : options_.pipe_size;
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_splice(sqe, c->file_fd, static_cast<int64_t>(c->offset), p.w, -1,
+                         static_cast<unsigned>(chunk), SPLICE_F_MOVE);
+    io_uring_sqe_set_data(sqe, c);
+  }
+
+  void SpliceOut(Completion* c) {
+    const Pipe& p = pipes_[static_cast<size_t>(c->pipe_index)];
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_splice(sqe, p.r, -1, c->fd, -1, c->in_pipe, SPLICE_F_MOVE | SPLICE_F_MORE);
+    io_uring_sqe_set_data(sqe, c);
+  }
+
+  int FixedIndex(const char* buf, uint64_t length) const {
+    if (fixed_base_ == nullptr || buf < fixed_base_) return -1;
+    const size_t off = static_cast<size_t>(buf - fixed_base_);
+    const size_t index = off / fixed_size_;
+    if (index >= fixed_count_ || off + length > (index + 1) * fixed_size_) return -1;
+    return static_cast<int>(index);
+  }
+
+  void Dispatch(uint64_t user_data, int32_t res, uint32_t flags) {
+    if (user_data == 0) return;  // close and cancel requests
+    Completion* c = reinterpret_cast<Completion*>(user_data);
+    switch (c->op) {
+      case Op::kWake:
+        ArmWake();
+        return;
+      case Op::kAccept:
+        c->more = (flags & IORING_CQE_F_MORE) != 0;
+        c->result = res;
+        if (!c->more) c->in_flight = false;
+        ++stats_.completed;
+        c->callback(c);
+        return;
+      case Op::kRecv:
+        return OnRecv(c, res, flags);
+      case Op::kSend:
+        return OnSend(c, res);
+      case Op::kSendFile:
+        return OnSendFile(c, res);
+      case Op::kOpen:
+        return OnOpen(c, res);
+      case Op::kRead:
+        return Finish(c, res);
+      case Op::kNone:
+        return;
+    }
+  }
+
+  void OnRecv(Completion* c, int32_t res, uint32_t flags) {
+    const bool kernel_more = (flags & IORING_CQE_F_MORE) != 0;
+    if (res > 0) {
+      const uint16_t bid = static_cast<uint16_t>(flags >> IORING_CQE_BUFFER_SHIFT);
+      char* buf = recv_bufs_ + static_cast<size_t>(bid) * options_.recv_buffer_size;
+      c->data = buf;
+      c->result = res;
+      // Ended without an error (the kernel stops a multishot now and then): re-arm quietly.
+      if (!kernel_more && !c->cancelled) rearm_.push_back(c);
+      c->more = kernel_more || !c->cancelled;
+      if (!c->more) c->in_flight = false;
+      ++stats_.completed;
+      c->callback(c);
+      // The bytes were consumed during the callback: the buffer goes straight back.
+      io_uring_buf_ring_add(buf_ring_, buf, options_.recv_buffer_size, bid,
+                            io_uring_buf_ring_mask(options_.recv_buffer_count), 0);
+      io_uring_buf_ring_advance(buf_ring_, 1);
+      return;
+    }
+    if (res == -ENOBUFS && !c->cancelled) {  // every buffer was in use: re-arm after this batch
+      ++stats_.recv_nobufs;
+      rearm_.push_back(c);
+      return;
+    }
+    if (kernel_more) return;  // an error that does not end the multishot: ignore
+    c->data = nullptr;
+    Finish(c, res);  // 0: end of stream; < 0: error or cancelled
+  }
+
+  void OnSend(Completion* c, int32_t res) {
+    if (res < 0) return Finish(c, res);
+    if (res == 0 && c->remaining > 0) return Finish(c, -EPIPE);
+    c->done += static_cast<uint64_t>(res);
+    c->remaining -= static_cast<uint64_t>(res);
+    if (c->remaining == 0) return Finish(c, static_cast<int64_t>(c->done));
+    // A partial send: advance the iovecs and send the rest.
+    size_t left = static_cast<size_t>(res);
+    while (left > 0 && c->iovcnt > 0) {
+      if (left >= c->iov->iov_len) {
+        left -= c->iov->iov_len;
+        ++c->iov;
+        --c->iovcnt;
+      } else {
+        c->iov->iov_base = static_cast<char*>(c->iov->iov_base) + left;
+        c->iov->iov_len -= left;
+        left = 0;
+      }
+    }
+    SubmitSend(c);
+  }
+
+  void OnSendFile(Completion* c, int32_t res) {
+    if (c->in_pipe == 0) {  // file -> pipe finished
+      if (res <= 0) {
+        GivePipe(c->pipe_index, false);
+        // 0: the file ended before `length` bytes: it was truncated under us.
+        return Finish(c, res < 0 ? res : static_cast<int64_t>(c->done));
+      }
+      c->in_pipe = static_cast<uint32_t>(res);
+      c->offset += static_cast<uint64_t>(res);
+      return SpliceOut(c);
+    }
+    if (res <= 0) {  // pipe -> socket failed: the pipe still holds bytes, so it is replaced
+      GivePipe(c->pipe_index, true);
+      return Finish(c, res < 0 ? res : -EPIPE);
+    }
+    c->in_pipe -= static_cast<uint32_t>(res);
+    c->done += static_cast<uint64_t>(res);
+    c->remaining -= static_cast<uint64_t>(res);
+    if (c->in_pipe > 0) return SpliceOut(c);
+    if (c->remaining > 0) return SpliceIn(c);
+    GivePipe(c->pipe_index, false);
+    Finish(c, static_cast<int64_t>(c->done));
+  }
+
+  void OnOpen(Completion* c, int32_t res) {
+    if (c->file_fd < 0) {  // openat2 finished
+      if (res < 0) return Finish(c, res);
+      c->file_fd = res;
+      if (free_slots_.empty()) {  // cannot happen: one slot per SQ entry; fall back to fstat
+        struct stat st;
+        if (::fstat(res, &st) != 0) {
+          ::close(res);
+          return Finish(c, -errno);
+        }
+        c->stat = FileStat{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec, st.st_ino, st.st_mode};
+        return Finish(c, res);
+      }
+      c->slot = free_slots_.back();
+      free_slots_.pop_back();
+      io_uring_sqe* sqe = Sqe();
+      io_uring_prep_statx(sqe, res, "", AT_EMPTY_PATH, STATX_BASIC_STATS,
+                          &statx_slots_[static_cast<size_t>(c->slot)]);
+      io_uring_sqe_set_data(sqe, c);
+      return;
+    }
+    const struct statx& stx = statx_slots_[static_cast<size_t>(c->slot)];
+    free_slots_.push_back(c->slot);
+    c->slot = -1;
+    if (res < 0) {
+      ::close(c->file_fd);
+      return Finish(c, res);
+    }
+    c->stat = FileStat{stx.stx_size, stx.stx_mtime.tv_sec, stx.stx_ino, stx.stx_mode};
+    // io_uring returns EAGAIN instead of waiting for the disk on an O_NONBLOCK regular file, and
+    // only the open needed it: drop the flag (a non-blocking fcntl on an open descriptor).
+    if (S_ISREG(stx.stx_mode)) ::fcntl(c->file_fd, F_SETFL, 0);
+    Finish(c, c->file_fd);
+  }
+
+  LoopOptions options_;
+  io_uring ring_{};
+  bool ring_ready_ = false;
+  io_uring_buf_ring* buf_ring_ = nullptr;
+  size_t buf_ring_bytes_ = 0;
+  char* recv_bufs_ = nullptr;
+  size_t recv_bufs_bytes_ = 0;
+  const char* fixed_base_ = nullptr;
+  size_t fixed_size_ = 0;
+  uint32_t fixed_count_ = 0;
+  std::vector<struct statx> statx_slots_;
+  std::vector<int> free_slots_;
+  std::vector<Pipe> pipes_;
+  Completion* pipe_wait_head_ = nullptr;  // SendFiles waiting for a free pipe
+  Completion* pipe_wait_tail_ = nullptr;
+  std::vector<Completion*> rearm_;
+  int wake_fd_ = -1;
+  uint64_t wake_value_ = 0;
+  Completion wake_;
+  LoopStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<Loop> MakeUringLoop(const LoopOptions& options, std::string* error) {
+  auto loop = std::make_unique<UringLoop>();
+  if (!loop->Init(options, error)) return nullptr;
+  return loop;
+}
+
+}  // namespace ringd::io

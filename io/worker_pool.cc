@@ -1,0 +1,80 @@
+#include "io/worker_pool.h"
+
+#include <unistd.h>
+
+#include <memory>
+
+namespace ringd::io {
+
+WorkerPool::WorkerPool(uint32_t threads, uint32_t queue_capacity, int notify_fd, Job job,
+                       size_t scratch_size)
+    : capacity_(queue_capacity), notify_fd_(notify_fd), job_(job), scratch_size_(scratch_size) {
+  for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+bool WorkerPool::TrySubmit(Completion* c) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queued_ >= capacity_) return false;
+    c->next_ready = nullptr;
+    if (queue_tail_ != nullptr) queue_tail_->next_ready = c; else queue_head_ = c;
+    queue_tail_ = c;
+    ++queued_;
+  }
+  cv_.notify_one();
+  return true;
+}
+
+Completion* WorkerPool::TakeDone() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Completion* c = done_head_;
+  if (c != nullptr) {
+    done_head_ = c->next_ready;
+    if (done_head_ == nullptr) done_tail_ = nullptr;
+    c->next_ready = nullptr;
+  }
+  return c;
+}
+
+uint32_t WorkerPool::Queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_;
+}
+
+void WorkerPool::Run() {
+  // Each worker's scratch buffer: where reads that only warm the page cache land.
+  std::unique_ptr<char[]> scratch(new char[scratch_size_]);
+  while (true) {
+    Completion* c;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || queue_head_ != nullptr; });
+      if (queue_head_ == nullptr) return;  // stopping, and nothing left
+      c = queue_head_;
+      queue_head_ = c->next_ready;
+      if (queue_head_ == nullptr) queue_tail_ = nullptr;
+      --queued_;
+    }
+    job_(c, scratch.get(), scratch_size_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      c->next_ready = nullptr;
+      if (done_tail_ != nullptr) done_tail_->next_ready = c; else done_head_ = c;
+      done_tail_ = c;
+    }
+    const uint64_t one = 1;
+    ssize_t r = ::write(notify_fd_, &one, sizeof one);
+    (void)r;
+  }
+}
+
+}  // namespace ringd::io

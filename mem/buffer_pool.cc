@@ -1,0 +1,51 @@
+#include "mem/buffer_pool.h"
+
+#include <sys/mman.h>
+
+#include <cassert>
+#include <cerrno>
+#include <cstring>
+
+namespace ringd::mem {
+
+BufferPool::BufferPool(size_t buffer_size, uint32_t count) : size_(buffer_size), count_(count) {
+  const size_t data_bytes = buffer_size * count;
+  const size_t index_bytes = sizeof(uint32_t) * count;
+  void* p = ::mmap(nullptr, data_bytes + index_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED || count == 0 || buffer_size == 0) {
+    error_ = std::string("buffer pool: mmap of ") + std::to_string(data_bytes) +
+             " bytes failed: " + strerror(errno);
+    if (p != MAP_FAILED) ::munmap(p, data_bytes + index_bytes);
+    return;
+  }
+  base_ = static_cast<char*>(p);
+  free_ = reinterpret_cast<uint32_t*>(base_ + data_bytes);
+  // Lowest addresses on top of the stack: a lightly loaded shard touches few pages.
+  for (uint32_t i = 0; i < count; ++i) free_[i] = count - 1 - i;
+  free_top_ = count;
+  stats_.capacity = count;
+}
+
+BufferPool::~BufferPool() {
+  if (base_ != nullptr) ::munmap(base_, size_ * count_ + sizeof(uint32_t) * count_);
+}
+
+char* BufferPool::Get() {
+  if (free_top_ == 0) {
+    ++stats_.exhausted;
+    return nullptr;
+  }
+  const uint32_t index = free_[--free_top_];
+  if (++stats_.in_use > stats_.high_water) stats_.high_water = stats_.in_use;
+  return base_ + static_cast<size_t>(index) * size_;
+}
+
+void BufferPool::Put(char* buffer) {
+  assert(buffer >= base_ && buffer < base_ + size_ * count_);
+  assert((buffer - base_) % size_ == 0);
+  free_[free_top_++] = static_cast<uint32_t>((buffer - base_) / size_);
+  --stats_.in_use;
+}
+
+}  // namespace ringd::mem

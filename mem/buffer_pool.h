@@ -1,0 +1,48 @@
+// A shard's fixed-size I/O buffers: one mmap'd region, carved into `count` buffers of `size`
+// bytes, allocated once. The region can be registered with io_uring as fixed buffers. Used for
+// request input that spans reads, response heads, and the small-file cache's contents.
+//
+//   mem::BufferPool pool(16384, 4096);        // 64 MiB
+//   char* b = pool.Get();                     // nullptr when every buffer is out
+//   pool.Put(b);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "mem/pool_stats.h"
+
+namespace ringd::mem {
+
+class BufferPool {
+ public:
+  // Maps size * count bytes; `ok()` is false (with `error()`) when that fails.
+  BufferPool(size_t buffer_size, uint32_t count);
+  ~BufferPool();
+  BufferPool(const BufferPool&) = delete;
+  BufferPool& operator=(const BufferPool&) = delete;
+
+  bool ok() const { return base_ != nullptr; }
+  const std::string& error() const { return error_; }
+
+  char* Get();
+  void Put(char* buffer);
+
+  size_t buffer_size() const { return size_; }
+  uint32_t count() const { return count_; }
+  const char* base() const { return base_; }
+  size_t Available() const { return free_top_; }
+  const PoolStats& Stats() const { return stats_; }
+
+ private:
+  char* base_ = nullptr;
+  size_t size_;
+  uint32_t count_;
+  uint32_t* free_ = nullptr;  // a stack of free buffer indices, inside the same mapping
+  size_t free_top_ = 0;
+  PoolStats stats_;
+  std::string error_;
+};
+
+}  // namespace ringd::mem

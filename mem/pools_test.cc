@@ -1,0 +1,72 @@
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "mem/buffer_pool.h"
+#include "mem/slab_pool.h"
+
+namespace ringd::mem {
+namespace {
+
+struct Tracked {
+  static inline int live = 0;
+  explicit Tracked(int v = 7) : value(v) { ++live; }
+  ~Tracked() { --live; }
+  int value;
+  char payload[40];
+};
+
+TEST(SlabPool, HandsOutEverySlotOnceThenRefuses) {
+  SlabPool<Tracked> pool(3);
+  Tracked* a = pool.Get(1);
+  Tracked* b = pool.Get();
+  Tracked* c = pool.Get(3);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(a->value, 1);
+  EXPECT_EQ(b->value, 7);
+  EXPECT_EQ(Tracked::live, 3);
+  EXPECT_EQ(pool.Get(), nullptr);  // a hard bound: no fallback allocation
+  EXPECT_EQ(pool.Stats().exhausted, 1u);
+  EXPECT_EQ(pool.Stats().in_use, 3u);
+  pool.Put(b);
+  EXPECT_EQ(Tracked::live, 2);
+  Tracked* d = pool.Get(4);
+  EXPECT_EQ(d, b);  // the freed slot is reused first
+  EXPECT_EQ(pool.Stats().high_water, 3u);
+  EXPECT_TRUE(pool.Owns(d));
+  EXPECT_EQ(pool.IndexOf(a), 0u);
+  Tracked outside;
+  EXPECT_FALSE(pool.Owns(&outside));
+  pool.Put(a);
+  pool.Put(c);
+  pool.Put(d);
+  EXPECT_EQ(pool.Stats().in_use, 0u);
+}
+
+TEST(BufferPool, HandsOutDistinctAlignedBuffers) {
+  BufferPool pool(4096, 8);
+  ASSERT_TRUE(pool.ok()) << pool.error();
+  std::set<char*> seen;
+  std::vector<char*> out;
+  for (int i = 0; i < 8; ++i) {
+    char* b = pool.Get();
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ((b - pool.base()) % 4096, 0);
+    b[0] = static_cast<char>(i);
+    b[4095] = static_cast<char>(i);  // the whole buffer is writable
+    EXPECT_TRUE(seen.insert(b).second);
+    out.push_back(b);
+  }
+  EXPECT_EQ(pool.Get(), nullptr);
+  EXPECT_EQ(pool.Stats().exhausted, 1u);
+  EXPECT_EQ(pool.Available(), 0u);
+  for (char* b : out) pool.Put(b);
+  EXPECT_EQ(pool.Available(), 8u);
+  EXPECT_EQ(pool.Stats().high_water, 8u);
+  EXPECT_EQ(pool.Stats().in_use, 0u);
+}
+
+}  // namespace
+}  // namespace ringd::mem

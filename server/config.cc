@@ -1,0 +1,345 @@
+#include "server/config.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+namespace ringd {
+namespace {
+
+constexpr int kMaxFlagfileDepth = 4;
+
+bool ParseUint(const std::string& v, uint64_t max, uint64_t* out) {
+  if (v.empty() || v.size() > 20) return false;
+  uint64_t x = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9') return false;
+    if (x > (UINT64_MAX - 9) / 10) return false;
+    x = x * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (x > max) return false;
+  *out = x;
+  return true;
+}
+
+bool ParseBool(const std::string& v, bool* out) {
+  if (v == "true" || v == "1" || v == "yes" || v == "on") return *out = true, true;
+  if (v == "false" || v == "0" || v == "no" || v == "off") return *out = false, true;
+  return false;
+}
+
+bool ParseListen(const std::string& text, ListenAddress* out, std::string* error) {
+  std::string host, port;
+  if (!text.empty() && text[0] == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      *error = "--listen: expected [IPV6]:PORT, got '" + text + "'";
+      return false;
+    }
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string::npos) {
+      *error = "--listen: expected HOST:PORT, got '" + text + "'";
+      return false;
+    }
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  uint64_t p;
+  if (!ParseUint(port, 65535, &p)) {
+    *error = "--listen: bad port in '" + text + "'";
+    return false;
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    *error = "--listen: cannot resolve '" + text + "': " + gai_strerror(rc);
+    return false;
+  }
+  out->text = text;
+  std::memcpy(&out->addr, res->ai_addr, res->ai_addrlen);
+  out->len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return true;
+}
+
+struct Flag {
+  const char* name;
+  const char* help;
+  bool is_bool;
+  std::function<bool(Config*, const std::string&, std::string*)> set;
+};
+
+template <typename T>
+Flag UintFlag(const char* name, const char* help, T Config::*field, uint64_t min, uint64_t max) {
+  return Flag{name, help, false, [=](Config* c, const std::string& v, std::string* error) {
+                uint64_t x;
+                if (!ParseUint(v, max, &x) || x < min) {
+                  *error = std::string("--") + name + ": expected an integer from " +
+                           std::to_string(min) + " to " + std::to_string(max) + ", got '" + v + "'";
+                  return false;
+                }
+                c->*field = static_cast<T>(x);
+                return true;
+              }};
+}
+
+Flag BoolFlag(const char* name, const char* help, bool Config::*field) {
+  return Flag{name, help, true, [=](Config* c, const std::string& v, std::string* error) {
+                if (!ParseBool(v, &(c->*field))) {
+                  *error = std::string("--") + name + ": expected true or false, got '" + v + "'";
+                  return false;
+                }
+                return true;
+              }};
+}
+
+Flag StringFlag(const char* name, const char* help, std::string Config::*field) {
+  return Flag{name, help, false, [=](Config* c, const std::string& v, std::string* error) {
+                if (v.empty()) {
+                  *error = std::string("--") + name + ": must not be empty";
+                  return false;
+                }
+                c->*field = v;
+                return true;
+              }};
+}
+
+const std::vector<Flag>& Flags() {
+  static const std::vector<Flag> flags = {
+      StringFlag("root", "directory to serve (required)", &Config::root),
+      Flag{"listen", "HOST:PORT or [IPV6]:PORT to listen on; repeatable (default 127.0.0.1:8080)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             ListenAddress a;
+             if (!ParseListen(v, &a, error)) return false;
+             c->listen.push_back(a);
+             return true;
+           }},
+      UintFlag("shards", "shard threads, each with its own ring (default: one per usable CPU)",
+               &Config::shards, 1, 1024),
+      Flag{"io", "io backend: auto, uring or epoll (default auto: uring when the probe passes)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v == "auto") c->io = io::IoMode::kAuto;
+             else if (v == "uring") c->io = io::IoMode::kUring;
+             else if (v == "epoll") c->io = io::IoMode::kEpoll;
+             else {
+               *error = "--io: expected auto, uring or epoll, got '" + v + "'";
+               return false;
+             }
+             return true;
+           }},
+      BoolFlag("pin", "pin shard i to the i-th usable CPU (default true)", &Config::pin),
+      UintFlag("header-timeout-ms", "time to receive a request head (default 10000)",
+               &Config::header_timeout_ms, 1, 3600000),
+      UintFlag("keepalive-timeout-ms", "idle time allowed between requests (default 75000)",
+               &Config::keepalive_timeout_ms, 1, 3600000),
+      UintFlag("send-timeout-ms", "time a send may make no progress (default 60000)",
+               &Config::send_timeout_ms, 1, 3600000),
+      UintFlag("shutdown-timeout-ms", "on SIGTERM, time to finish responses in flight (default 10000)",
+               &Config::shutdown_timeout_ms, 0, 3600000),
+      UintFlag("max-connections", "connections per shard; accepting pauses above (default 10000)",
+               &Config::max_connections, 1, 1000000),
+      UintFlag("max-requests-per-connection", "then the connection closes (default 1000)",
+               &Config::max_requests_per_connection, 1, 100000000),
+      UintFlag("max-request-line", "longer request lines get 414 (default 8192)",
+               &Config::max_request_line, 64, 65536),
+      UintFlag("max-request-head", "larger request heads get 431 (default 16384)",
+               &Config::max_request_head, 256, 65536),
+      UintFlag("max-headers", "more header fields get 431 (default 64)", &Config::max_headers, 1, 256),
+      UintFlag("max-discarded-body", "request bodies up to this are read and dropped; larger get 413 (default 65536)",
+               &Config::max_discarded_body, 0, uint64_t{1} << 40),
+      UintFlag("max-ranges", "more ranges in one request are answered 200 (default 16)",
+               &Config::max_ranges, 1, 64),
+      StringFlag("index", "file served for a directory (default index.html)", &Config::index),
+      StringFlag("mime-types", "mime.types file read at start-up (default /etc/mime.types)",
+                 &Config::mime_types),
+      BoolFlag("precompressed", "serve file.br / file.gz to clients that accept them (default true)",
+               &Config::precompressed),
+      BoolFlag("serve-dot-files", "serve path segments starting with '.' (default false: 404)",
+               &Config::serve_dot_files),
+      UintFlag("small-file-max", "files up to this size are cached in memory (default 16384)",
+               &Config::small_file_max, 0, 16384),
+      UintFlag("small-file-cache-bytes", "small-file cache per shard (default 67108864)",
+               &Config::small_file_cache_bytes, 0, uint64_t{1} << 36),
+      UintFlag("open-file-cache-entries", "open-file cache entries per shard (default 10000)",
+               &Config::open_file_cache_entries, 16, 1000000),
+      UintFlag("open-file-cache-valid-ms", "revalidate a cached file after this long (default 1000)",
+               &Config::open_file_cache_valid_ms, 0, 3600000),
+      UintFlag("recv-buffers", "receive buffers per shard, a power of two (default 1024)",
+               &Config::recv_buffers, 16, 32768),
+      UintFlag("recv-buffer-size", "bytes per receive buffer (default 8192)",
+               &Config::recv_buffer_size, 1024, 1 << 20),
+      UintFlag("pipes", "splice pipes per shard (default 64)", &Config::pipes, 1, 4096),
+      UintFlag("workers", "epoll backend: threads per shard for blocking file work (default 4)",
+               &Config::workers, 1, 256),
+      UintFlag("worker-queue", "epoll backend: queued file jobs per shard (default 1024)",
+               &Config::worker_queue, 1, 1 << 20),
+      BoolFlag("probe", "print what the io_uring probe finds on this machine, then exit",
+               &Config::probe_only),
+  };
+  return flags;
+}
+
+const Flag* FindFlag(const std::string& name) {
+  for (const Flag& f : Flags()) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+bool ParseArgs(const std::vector<std::string>& args, Config* config, std::string* error,
+               bool* exit_now, int depth);
+
+bool ReadFlagfile(const std::string& path, Config* config, std::string* error, bool* exit_now,
+                  int depth) {
+  if (depth > kMaxFlagfileDepth) {
+    *error = "--flagfile: nested too deeply at '" + path + "'";
+    return false;
+  }
+  std::ifstream in(path);
+  if (!in) {
+    *error = "--flagfile: cannot read '" + path + "': " + strerror(errno);
+    return false;
+  }
+  std::vector<std::string> args;
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t start = line.find_first_not_of(" \t\r");
+    if (start == std::string::npos || line[start] == '#') continue;
+    const size_t end = line.find_last_not_of(" \t\r");
+    args.push_back(line.substr(start, end - start + 1));  // one flag per line, as gflags reads them
+  }
+  return ParseArgs(args, config, error, exit_now, depth + 1);
+}
+
+bool ParseArgs(const std::vector<std::string>& args, Config* config, std::string* error,
+               bool* exit_now, int depth) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(Usage().c_str(), stdout);
+      *exit_now = true;
+      return true;
+    }
+    if (arg == "--version") {
+      std::puts("ringd 0.1");
+      *exit_now = true;
+      return true;
+    }
+    if (arg.size() < 3 || arg[0] != '-' || arg[1] != '-') {
+      *error = "unexpected argument '" + arg + "' (flags look like --name=value; see --help)";
+      return false;
+    }
+    std::string name = arg.substr(2), value;
+    const size_t eq = name.find('=');
+    const bool has_value = eq != std::string::npos;
+    if (has_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (name == "flagfile") {
+      if (!has_value) {
+        if (i + 1 >= args.size()) {
+          *error = "--flagfile: needs a file";
+          return false;
+        }
+        value = args[++i];
+      }
+      if (!ReadFlagfile(value, config, error, exit_now, depth)) return false;
+      if (*exit_now) return true;
+      continue;
+    }
+    const Flag* flag = FindFlag(name);
+    if (flag == nullptr && !has_value && name.rfind("no", 0) == 0) {
+      const Flag* negated = FindFlag(name.substr(2));
+      if (negated != nullptr && negated->is_bool) {
+        if (!negated->set(config, "false", error)) return false;
+        continue;
+      }
+    }
+    if (flag == nullptr) {
+      *error = "unknown flag --" + name + " (see --help)";
+      return false;
+    }
+    if (!has_value) {
+      if (flag->is_bool) {
+        value = "true";
+      } else if (i + 1 < args.size()) {
+        value = args[++i];
+      } else {
+        *error = "--" + name + ": needs a value";
+        return false;
+      }
+    }
+    if (!flag->set(config, value, error)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string Usage() {
+  std::string out =
+      "usage: ringd --root DIR [flags]\n"
+      "A static file origin over HTTP/1.1, built on io_uring (epoll where io_uring is unusable).\n\n"
+      "flags (--name=value or --name value; booleans also --name / --noname):\n";
+  for (const Flag& f : Flags()) {
+    std::string name = std::string("  --") + f.name;
+    if (name.size() < 32) name.resize(32, ' ');
+    out += name + f.help + "\n";
+  }
+  out += "  --flagfile=FILE                 read more flags from FILE, one per line ('#' comments)\n";
+  out += "  --help, --version\n";
+  return out;
+}
+
+bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool* exit_now) {
+  *exit_now = false;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!ParseArgs(args, config, error, exit_now, 0)) return false;
+  if (*exit_now || config->probe_only) return true;
+  if (config->root.empty()) {
+    *error = "--root is required (the directory to serve; see --help)";
+    return false;
+  }
+  struct stat st;
+  if (::stat(config->root.c_str(), &st) != 0) {
+    *error = "--root: cannot use '" + config->root + "': " + strerror(errno);
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    *error = "--root: '" + config->root + "' is not a directory";
+    return false;
+  }
+  if ((config->recv_buffers & (config->recv_buffers - 1)) != 0) {
+    *error = "--recv-buffers: must be a power of two, got " + std::to_string(config->recv_buffers);
+    return false;
+  }
+  if (config->max_request_line > config->max_request_head) {
+    *error = "--max-request-line must not exceed --max-request-head";
+    return false;
+  }
+  if (config->listen.empty()) {
+    ListenAddress a;
+    if (!ParseListen("127.0.0.1:8080", &a, error)) return false;
+    config->listen.push_back(a);
+  }
+  return true;
+}
+
+}  // namespace ringd

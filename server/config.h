@@ -1,0 +1,72 @@
+// ringd's configuration: every flag, its default, and the parser that fills it from the command
+// line and from --flagfile. A bad flag or value is one line on stderr and exit status 2.
+//
+//   Config config;
+//   std::string error;
+//   if (!ParseFlags(argc, argv, &config, &error)) { fprintf(stderr, "ringd: %s\n", ...); exit(2); }
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/probe.h"
+
+namespace ringd {
+
+struct ListenAddress {
+  std::string text;  // as given, for messages
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+};
+
+struct Config {
+  std::string root;
+  std::vector<ListenAddress> listen;
+  uint32_t shards = 0;  // 0: one per CPU this process may run on
+  io::IoMode io = io::IoMode::kAuto;
+  bool pin = true;
+
+  // Timeouts (milliseconds) and limits.
+  uint32_t header_timeout_ms = 10000;
+  uint32_t keepalive_timeout_ms = 75000;
+  uint32_t send_timeout_ms = 60000;
+  uint32_t shutdown_timeout_ms = 10000;
+  uint32_t max_connections = 10000;  // per shard; accepting pauses above it
+  uint32_t max_requests_per_connection = 1000;
+  uint32_t max_request_line = 8192;
+  uint32_t max_request_head = 16384;
+  uint32_t max_headers = 64;
+  uint64_t max_discarded_body = 65536;
+  uint32_t max_ranges = 16;
+
+  // Files.
+  std::string index = "index.html";
+  std::string mime_types = "/etc/mime.types";
+  bool precompressed = true;
+  bool serve_dot_files = false;
+  uint32_t small_file_max = 16384;           // files up to this size are served from memory
+  uint64_t small_file_cache_bytes = 64 << 20;  // per shard
+  uint32_t open_file_cache_entries = 10000;  // per shard
+  uint32_t open_file_cache_valid_ms = 1000;  // revalidate with statx after this long
+
+  // io.
+  uint32_t recv_buffers = 1024;  // per shard, a power of two
+  uint32_t recv_buffer_size = 8192;
+  uint32_t pipes = 64;           // per shard, for splice
+  uint32_t workers = 4;          // epoll: blocking file work per shard
+  uint32_t worker_queue = 1024;
+
+  bool probe_only = false;  // --probe: print what io_uring offers here, and exit
+};
+
+// Parses argv into config. On failure returns false with one line in *error; on --help or
+// --version prints to stdout and sets *exit_now.
+bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool* exit_now);
+
+std::string Usage();
+
+}  // namespace ringd

@@ -1,0 +1,103 @@
+#include "server/config.h"
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ringd {
+namespace {
+
+struct Parsed {
+  bool ok;
+  Config config;
+  std::string error;
+};
+
+Parsed Parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "ringd");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  Parsed p;
+  bool exit_now = false;
+  p.ok = ParseFlags(static_cast<int>(argv.size()), argv.data(), &p.config, &p.error, &exit_now);
+  return p;
+}
+
+TEST(Config, Defaults) {
+  Parsed p = Parse({"--root", "/tmp"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.root, "/tmp");
+  ASSERT_EQ(p.config.listen.size(), 1u);
+  EXPECT_EQ(p.config.listen[0].text, "127.0.0.1:8080");
+  EXPECT_EQ(p.config.io, io::IoMode::kAuto);
+  EXPECT_TRUE(p.config.pin);
+}
+
+TEST(Config, ParsesEveryForm) {
+  Parsed p = Parse({"--root=/tmp", "--listen", "127.0.0.1:0", "--listen=[::1]:8081", "--shards=3",
+                    "--io=epoll", "--nopin", "--precompressed=false", "--serve-dot-files",
+                    "--header-timeout-ms", "2500"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.listen.size(), 2u);
+  EXPECT_EQ(p.config.listen[1].addr.ss_family, AF_INET6);
+  EXPECT_EQ(p.config.shards, 3u);
+  EXPECT_EQ(p.config.io, io::IoMode::kEpoll);
+  EXPECT_FALSE(p.config.pin);
+  EXPECT_FALSE(p.config.precompressed);
+  EXPECT_TRUE(p.config.serve_dot_files);
+  EXPECT_EQ(p.config.header_timeout_ms, 2500u);
+}
+
+TEST(Config, ReadsAFlagfile) {
+  const std::string path = ::testing::TempDir() + "/ringd.flags";
+  {
+    std::ofstream f(path);
+    f << "# comment\n--root=/tmp\n\n  --shards=2  \n--io=uring\n";
+  }
+  Parsed p = Parse({"--flagfile=" + path, "--shards=4"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.shards, 4u);  // later flags win
+  EXPECT_EQ(p.config.io, io::IoMode::kUring);
+  std::remove(path.c_str());
+}
+
+// A bad flag or value is one clear line naming the flag.
+TEST(Config, RejectsBadInputWithOneLine) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--root=/tmp", "--bogus"}, "unknown flag --bogus"},
+      {{"--root=/tmp", "--shards=0"}, "--shards: expected an integer from 1 to 1024, got '0'"},
+      {{"--root=/tmp", "--shards=-1"}, "--shards"},
+      {{"--root=/tmp", "--io=kqueue"}, "--io: expected auto, uring or epoll"},
+      {{"--root=/tmp", "--listen=localhost"}, "--listen: expected HOST:PORT"},
+      {{"--root=/tmp", "--listen=127.0.0.1:99999"}, "--listen: bad port"},
+      {{"--root=/tmp", "--pin=maybe"}, "--pin: expected true or false"},
+      {{"--root=/tmp", "--recv-buffers=1000"}, "--recv-buffers: must be a power of two"},
+      {{"--root=/tmp", "--header-timeout-ms"}, "--header-timeout-ms: needs a value"},
+      {{"--root=/nonexistent-dir"}, "--root: cannot use '/nonexistent-dir'"},
+      {{"--root=/etc/hostname"}, "is not a directory"},
+      {{}, "--root is required"},
+      {{"--root=/tmp", "stray"}, "unexpected argument 'stray'"},
+      {{"--flagfile=/nonexistent.flags"}, "--flagfile: cannot read"},
+  };
+  for (const auto& [args, message] : cases) {
+    Parsed p = Parse(args);
+    EXPECT_FALSE(p.ok) << message;
+    EXPECT_NE(p.error.find(message), std::string::npos) << p.error;
+    EXPECT_EQ(p.error.find('\n'), std::string::npos) << p.error;
+  }
+}
+
+TEST(Config, UsageListsEveryFlag) {
+  const std::string usage = Usage();
+  for (const char* flag : {"--root", "--listen", "--shards", "--io", "--pin", "--header-timeout-ms",
+                           "--keepalive-timeout-ms", "--send-timeout-ms", "--max-connections",
+                           "--max-requests-per-connection", "--shutdown-timeout-ms", "--flagfile"}) {
+    EXPECT_NE(usage.find(flag), std::string::npos) << flag;
+  }
+}
+
+}  // namespace
+}  // namespace ringd

@@ -1,0 +1,339 @@
+// The per-connection request/response state machine: the same code drives every io backend.
+//
+//   recv bytes -> input buffer -> parse -> plan (file cache; may wait) -> head + body sends
+//   -> next pipelined request, or idle (no buffer held), or graceful close.
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include "server/shard.h"
+
+namespace ringd {
+namespace {
+
+Connection* ConnOf(FileWaiter* w) {
+  return reinterpret_cast<Connection*>(reinterpret_cast<char*>(w) - offsetof(Connection, waiter));
+}
+
+// The send budget per SendFile call: each completion is progress, which re-arms the send
+// timer, and a slow client cannot hold a pipe for long.
+constexpr uint64_t kFileChunk = 1 << 20;
+
+}  // namespace
+
+void Shard::ArmRecv(Connection* conn) {
+  conn->recv_active = true;
+  conn->recv_paused = false;
+  loop_->Recv(conn->fd, &conn->recv);
+}
+
+void Shard::OnRecv(io::Completion* c) {
+  Connection* conn = static_cast<Connection*>(c->owner);
+  Shard* self = conn->shard;
+  if (!c->more) conn->recv_active = false;
+  if (c->result > 0) {
+    self->Received(conn, c->data, static_cast<size_t>(c->result));
+  } else if (c->result == 0) {
+    // The client finished sending. A response in flight (or being planned) still goes out;
+    // an incomplete head can never complete.
+    conn->peer_closed = true;
+    if (conn->state == ConnState::kReading || conn->state == ConnState::kLingering) {
+      return self->Abort(conn);
+    }
+  } else if (c->result != -ECANCELED) {
+    return self->Abort(conn);  // a reset or other socket error
+  }
+  if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
+  // Cancelled for backpressure while the input buffer was full: the state machine re-arms.
+}
+
+void Shard::Received(Connection* conn, const char* data, size_t n) {
+  if (conn->state == ConnState::kClosing || conn->state == ConnState::kLingering) return;
+  // Skip request body bytes first (a body is never parsed as the next request).
+  if (conn->discard > 0) {
+    const size_t skip = conn->discard < n ? static_cast<size_t>(conn->discard) : n;
+    conn->discard -= skip;
+    data += skip;
+    n -= skip;
+    if (n == 0) return;
+  }
+  if (conn->in == nullptr) {
+    conn->in = input_pool_->Get();
+    if (conn->in == nullptr) {  // every input buffer is in use: shed this connection
+      ++stats_.overloaded;
+      return Abort(conn);
+    }
+    conn->in_len = 0;
+    conn->parsed_len = 0;
+  }
+  const size_t cap = input_pool_->buffer_size();
+  if (n > cap - conn->in_len) {
+    // No room: one head larger than the buffer (the parser answers 431 below), or pipelined
+    // input far ahead of our responses despite the pause below. Either way this connection is
+    // misbehaving, and bytes cannot be dropped silently.
+    if (conn->state == ConnState::kReading) {
+      n = cap - conn->in_len;
+    } else {
+      return Abort(conn);
+    }
+  }
+  std::memcpy(conn->in + conn->in_len, data, n);
+  conn->in_len += static_cast<uint32_t>(n);
+  if (conn->state == ConnState::kReading) return ProcessInput(conn);
+  // Busy with a response: if the next receive might not fit, stop receiving until the
+  // responses before it have gone out (the kernel's socket buffer then holds the rest).
+  if (conn->in_len + config_.recv_buffer_size > cap && conn->recv_active && !conn->recv_paused) {
+    conn->recv_paused = true;
+    loop_->Cancel(&conn->recv);
+  }
+}
+
+void Shard::ProcessInput(Connection* conn) {
+  while (conn->state == ConnState::kReading && conn->in_len > 0) {
+    http::Request req;
+    const std::string_view buf(conn->in, conn->in_len);
+    const http::ParseResult r =
+        http::ParseRequest(buf, conn->parsed_len, limits_, headers_, config_.max_headers, &req);
+    if (r.status == http::ParseStatus::kNeedMore) {
+      conn->parsed_len = conn->in_len;
+      if (conn->in_len >= input_pool_->buffer_size()) return RespondError(conn, 431);
+      if (conn->timer.list != &header_timers_) header_timers_.Arm(&conn->timer, now_ms_);
+      return;
+    }
+    if (r.status == http::ParseStatus::kError) return RespondError(conn, r.error_status);
+    ++conn->requests;
+    ++stats_.requests;
+    Plan(conn, req, r.consumed);
+  }
+  ReleaseInputIfEmpty(conn);
+  if (conn->state == ConnState::kReading && conn->in == nullptr) {
+    if (conn->peer_closed) return Abort(conn);
+    idle_timers_.Arm(&conn->timer, now_ms_);  // between requests: no buffer held
+  }
+}
+
+// Plans the request parsed from the start of the input buffer (`consumed` bytes of head).
+void Shard::Plan(Connection* conn, const http::Request& req, size_t consumed) {
+  if (conn->ex == nullptr) {
+    conn->ex = exchanges_->Get();
+    if (conn->ex == nullptr) {  // cannot happen: one exchange per connection at most
+      ++stats_.overloaded;
+      return Abort(conn);
+    }
+  }
+  Exchange* ex = conn->ex;
+  const http::PlanStep step = http::PlanResponse(req, planner_, *files_, *scratch_, &ex->plan);
+  if (step.status == http::PlanStatus::kNeedLookup) {
+    conn->state = ConnState::kWaitingFile;
+    send_timers_.Arm(&conn->timer, now_ms_);
+    if (!files_->Fetch(step.lookup_path, &conn->waiter)) {
+      conn->state = ConnState::kReading;
+      http::PlanError(503, false, &ex->plan);
+      ConsumeInput(conn, consumed);
+      return StartResponse(conn, ex);
+    }
+    return;
+  }
+  if (!ex->plan.file_path.empty()) {
+    ex->file = files_->Pin(ex->plan.file_path);
+    if (ex->file == nullptr) {  // evicted between lookup and pin: cannot happen on one thread
+      http::PlanError(500, false, &ex->plan);
+    }
+  }
+  ConsumeInput(conn, consumed);
+  conn->discard = ex->plan.discard_body;
+  if (conn->discard > 0 && conn->in_len > 0) {  // the body may already be in the buffer
+    const uint32_t skip = conn->discard < conn->in_len ? static_cast<uint32_t>(conn->discard) : conn->in_len;
+    ConsumeInput(conn, skip);
+    conn->discard -= skip;
+  }
+  StartResponse(conn, ex);
+}
+
+void Shard::OnFileReady(FileWaiter* w) {
+  Connection* conn = ConnOf(w);
+  Shard* self = conn->shard;
+  if (conn->state != ConnState::kWaitingFile) return;
+  conn->state = ConnState::kReading;
+  // Parse the head again rather than keep the parsed request: it is cheap, and it keeps the
+  // connection object small.
+  http::Request req;
+  const http::ParseResult r = http::ParseRequest(std::string_view(conn->in, conn->in_len), 0,
+                                                 self->limits_, self->headers_,
+                                                 self->config_.max_headers, &req);
+  self->Plan(conn, req, r.consumed);
+  if (conn->state == ConnState::kReading) self->ProcessInput(conn);
+}
+
+void Shard::ConsumeInput(Connection* conn, size_t n) {
+  if (n >= conn->in_len) {
+    conn->in_len = 0;
+  } else {
+    std::memmove(conn->in, conn->in + n, conn->in_len - n);
+    conn->in_len -= static_cast<uint32_t>(n);
+  }
+  conn->parsed_len = 0;
+}
+
+void Shard::ReleaseInputIfEmpty(Connection* conn) {
+  if (conn->in != nullptr && conn->in_len == 0) {
+    input_pool_->Put(conn->in);
+    conn->in = nullptr;
+  }
+}
+
+void Shard::RespondError(Connection* conn, int status) {
+  if (conn->ex == nullptr) conn->ex = exchanges_->Get();
+  if (conn->ex == nullptr) return Abort(conn);
+  http::PlanError(status, false, &conn->ex->plan);
+  conn->in_len = 0;  // nothing after a framing error can be trusted
+  conn->parsed_len = 0;
+  ReleaseInputIfEmpty(conn);
+  StartResponse(conn, conn->ex);
+}
+
+void Shard::StartResponse(Connection* conn, Exchange* ex) {
+  http::ResponsePlan& plan = ex->plan;
+  if (conn->requests >= config_.max_requests_per_connection || draining_ || conn->peer_closed) {
+    plan.keep_alive = false;
+  }
+  size_t n = http::WriteResponseHead(plan, std::string_view(date_, http::kHttpDateLen), "ringd",
+                                     ex->head, sizeof ex->head);
+  if (n == 0) {  // a head larger than its buffer (a very long Location): answer 500 instead
+    if (ex->file != nullptr) files_->Unpin(ex->file);
+    ex->file = nullptr;
+    http::PlanError(500, plan.keep_alive, &plan);
+    n = http::WriteResponseHead(plan, std::string_view(date_, http::kHttpDateLen), "ringd",
+                                ex->head, sizeof ex->head);
+  }
+  ex->head_len = static_cast<uint32_t>(n);
+  ex->send.owner = conn;
+  ex->send.callback = &Shard::OnSend;
+  ex->part = 0;
+  conn->state = ConnState::kSending;
+  conn->wants_close = !plan.keep_alive;
+  send_timers_.Arm(&conn->timer, now_ms_);
+
+  // The common cases go out in one send: head alone, head + error page, head + cached content.
+  ex->iov[0] = iovec{ex->head, n};
+  int iovcnt = 1;
+  ex->phase = Exchange::Phase::kDone;
+  if (plan.send_body && plan.content_length > 0) {
+    if (!plan.inline_body.empty()) {
+      ex->iov[1] = iovec{const_cast<char*>(plan.inline_body.data()), plan.inline_body.size()};
+      iovcnt = 2;
+    } else if (plan.multipart) {
+      ex->phase = Exchange::Phase::kPartHead;
+    } else {
+      const uint64_t first = plan.ranges.count == 1 ? plan.ranges.ranges[0].first : 0;
+      const uint64_t length = plan.ranges.count == 1 ? plan.ranges.ranges[0].Length() : plan.file.size;
+      if (ex->file != nullptr && ex->file->content != nullptr) {
+        ex->iov[1] = iovec{ex->file->content + first, length};
+        iovcnt = 2;
+      } else {
+        ex->phase = Exchange::Phase::kSlice;
+        ex->body_offset = first;
+        ex->body_left = length;
+      }
+    }
+  }
+  loop_->Send(conn->fd, ex->iov, iovcnt, &ex->send);
+}
+
+void Shard::OnSend(io::Completion* c) {
+  Connection* conn = static_cast<Connection*>(c->owner);
+  Shard* self = conn->shard;
+  Exchange* ex = conn->ex;
+  if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
+  if (c->result < 0) return self->Abort(conn);  // reset by the peer, or shut down by a timeout
+  if (c->op == io::Op::kSendFile) {
+    const uint64_t asked = ex->body_left < kFileChunk ? ex->body_left : kFileChunk;
+    if (static_cast<uint64_t>(c->result) < asked) {
+      // The file is shorter than when we planned: it was truncated. Content-Length cannot be
+      // kept, so the connection ends here.
+      ++self->stats_.truncated;
+      return self->Abort(conn);
+    }
+    ex->body_offset += asked;
+    ex->body_left -= asked;
+  }
+  self->send_timers_.Arm(&conn->timer, self->now_ms_);  // progress
+  self->SendNext(conn);
+}
+
+// Sends the next piece of a response whose body is not a single in-memory send.
+void Shard::SendNext(Connection* conn) {
+  Exchange* ex = conn->ex;
+  const http::ResponsePlan& plan = ex->plan;
+  switch (ex->phase) {
+    case Exchange::Phase::kSlice:
+      if (ex->body_left > 0) {
+        if (ex->file->content != nullptr) {
+          ex->iov[0] = iovec{ex->file->content + ex->body_offset, ex->body_left};
+          ex->body_left = 0;
+          return loop_->Send(conn->fd, ex->iov, 1, &ex->send);
+        }
+        const uint64_t chunk = ex->body_left < kFileChunk ? ex->body_left : kFileChunk;
+        return loop_->SendFile(conn->fd, ex->file->fd, ex->body_offset, chunk, &ex->send);
+      }
+      if (!plan.multipart) break;
+      ++ex->part;
+      ex->phase = ex->part < plan.ranges.count ? Exchange::Phase::kPartHead : Exchange::Phase::kTail;
+      return SendNext(conn);
+    case Exchange::Phase::kPartHead: {
+      http::MultipartLayout layout(plan.ranges, plan.content_type, plan.file.size, plan.multipart_boundary);
+      const size_t n = layout.PartHead(ex->part, ex->head);
+      ex->iov[0] = iovec{ex->head, n};
+      ex->phase = Exchange::Phase::kSlice;
+      ex->body_offset = plan.ranges.ranges[ex->part].first;
+      ex->body_left = plan.ranges.ranges[ex->part].Length();
+      return loop_->Send(conn->fd, ex->iov, 1, &ex->send);
+    }
+    case Exchange::Phase::kTail: {
+      http::MultipartLayout layout(plan.ranges, plan.content_type, plan.file.size, plan.multipart_boundary);
+      ex->iov[0] = iovec{ex->head, layout.Tail(ex->head)};
+      ex->phase = Exchange::Phase::kDone;
+      return loop_->Send(conn->fd, ex->iov, 1, &ex->send);
+    }
+    case Exchange::Phase::kHead:
+    case Exchange::Phase::kDone:
+      break;
+  }
+  FinishResponse(conn);
+}
+
+void Shard::FinishResponse(Connection* conn) {
+  Exchange* ex = conn->ex;
+  if (ex->file != nullptr) files_->Unpin(ex->file);
+  ex->file = nullptr;
+  exchanges_->Put(ex);
+  conn->ex = nullptr;
+  if (conn->wants_close || draining_) return CloseGracefully(conn);
+  conn->state = ConnState::kReading;
+  if (!conn->recv_active) ArmRecv(conn);  // it was paused for backpressure
+  ProcessInput(conn);                     // pipelined requests already buffered
+}
+
+// After the last response: stop sending (FIN), and read until the client closes, so unread
+// request bytes cannot turn our close into a reset that destroys the response in flight.
+void Shard::CloseGracefully(Connection* conn) {
+  conn->state = ConnState::kLingering;
+  conn->in_len = 0;
+  ReleaseInputIfEmpty(conn);
+  ::shutdown(conn->fd, SHUT_WR);
+  if (conn->peer_closed || !conn->recv_active) return Abort(conn);
+  linger_timers_.Arm(&conn->timer, now_ms_);
+}
+
+void Shard::Abort(Connection* conn) {
+  if (conn->state == ConnState::kClosing) return;
+  if (conn->state == ConnState::kWaitingFile) files_->Forget(&conn->waiter);
+  conn->state = ConnState::kClosing;
+  if (conn->timer.list != nullptr) conn->timer.list->Disarm(&conn->timer);
+  // shutdown ends any receive or send in flight on the socket; their callbacks then free us.
+  ::shutdown(conn->fd, SHUT_RDWR);
+  if (conn->recv_active) loop_->Cancel(&conn->recv);
+  MaybeFree(conn);
+}
+
+}  // namespace ringd

@@ -1,0 +1,237 @@
+#include "server/file_cache.h"
+
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cassert>
+
+namespace ringd {
+namespace {
+
+absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+http::FileMeta MetaFromError(int64_t err) {
+  http::FileMeta m;
+  switch (-err) {
+    case EACCES:
+    case EPERM:
+      m.kind = http::FileMeta::Kind::kForbidden;
+      break;
+    default:  // ENOENT, ENOTDIR, ELOOP, EXDEV (a symlink leaving the root), ENAMETOOLONG, ...
+      m.kind = http::FileMeta::Kind::kMissing;
+      break;
+  }
+  return m;
+}
+
+}  // namespace
+
+FileCache::FileCache(io::Loop* loop, int root_fd, mem::BufferPool* content_pool,
+                     const FileCacheOptions& o)
+    : loop_(loop), root_fd_(root_fd), content_pool_(content_pool), options_(o),
+      entries_(o.max_entries) {
+  map_.reserve(o.max_entries);
+}
+
+FileCache::~FileCache() {
+  // Entries still opening belong to the loop until it is gone; the shard only destroys the cache
+  // after its loop has drained, so everything here is idle.
+  for (auto& [path, e] : map_) {
+    e->in_map = false;
+    e->pins = 0;
+    e->waiters = nullptr;
+    e->ready = true;  // an open the loop never finished: nothing will complete it now
+    MaybeFree(e);
+  }
+  map_.clear();
+}
+
+std::optional<http::FileMeta> FileCache::Lookup(std::string_view path) {
+  auto it = map_.find(Key(path));
+  if (it == map_.end()) {
+    ++stats_.misses;
+    return std::nullopt;
+  }
+  CacheEntry* e = it->second;
+  if (!e->ready || e->expires_ms <= now_ms_) {
+    ++stats_.misses;
+    return std::nullopt;
+  }
+  ++stats_.hits;
+  Touch(e);
+  return e->meta;
+}
+
+bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
+  auto it = map_.find(Key(path));
+  CacheEntry* e = nullptr;
+  if (it != map_.end()) {
+    e = it->second;
+    if (e->ready && e->expires_ms <= now_ms_) {
+      Retire(e);  // stale: a fresh entry replaces it; in-flight responses keep the old one
+      e = nullptr;
+    }
+  }
+  if (e == nullptr) {
+    if (entries_.Empty() && !EvictOne()) return false;
+    e = entries_.Get();
+    if (e == nullptr) return false;
+    e->path.assign(path.data(), path.size());
+    e->cache = this;
+    e->op.owner = e;
+    e->op.callback = &FileCache::OnOp;
+    map_[e->path] = e;
+    ++stats_.entries;
+    ++stats_.opens;
+    loop_->Open(root_fd_, e->path.c_str(), &e->op);
+  }
+  if (e->ready) {  // fresh after all (another waiter fetched it): wake at once
+    waiter->entry = nullptr;
+    waiter->wake(waiter);
+    return true;
+  }
+  waiter->entry = e;
+  waiter->prev = nullptr;
+  waiter->next = e->waiters;
+  if (e->waiters != nullptr) e->waiters->prev = waiter;
+  e->waiters = waiter;
+  return true;
+}
+
+void FileCache::Forget(FileWaiter* waiter) {
+  CacheEntry* e = waiter->entry;
+  if (e == nullptr) return;
+  if (waiter->prev != nullptr) waiter->prev->next = waiter->next; else e->waiters = waiter->next;
+  if (waiter->next != nullptr) waiter->next->prev = waiter->prev;
+  waiter->prev = waiter->next = nullptr;
+  waiter->entry = nullptr;
+}
+
+CacheEntry* FileCache::Pin(std::string_view path) {
+  auto it = map_.find(Key(path));
+  if (it == map_.end() || !it->second->ready) return nullptr;
+  ++it->second->pins;
+  return it->second;
+}
+
+void FileCache::Unpin(CacheEntry* e) {
+  assert(e->pins > 0);
+  --e->pins;
+  MaybeFree(e);
+}
+
+void FileCache::OnOp(io::Completion* c) {
+  CacheEntry* e = static_cast<CacheEntry*>(c->owner);
+  FileCache* self = e->cache;
+  if (c->op == io::Op::kOpen) return self->Opened(e, c->result);
+  // The content read finished.
+  if (c->result != static_cast<int64_t>(e->meta.size)) {
+    // Short read: the file changed while we read it. Serve it from the fd instead, where a
+    // truncation is caught by the sender.
+    self->content_pool_->Put(e->content);
+    e->content = nullptr;
+    --self->stats_.content_buffers;
+  }
+  self->Ready(e);
+}
+
+void FileCache::Opened(CacheEntry* e, int64_t result) {
+  if (result < 0) {
+    e->meta = MetaFromError(result);
+    return Ready(e);
+  }
+  const int fd = static_cast<int>(result);
+  const io::FileStat& st = e->op.stat;
+  e->meta.size = st.size;
+  e->meta.mtime_sec = st.mtime_sec;
+  e->meta.inode = st.inode;
+  if (S_ISREG(st.mode)) {
+    e->meta.kind = http::FileMeta::Kind::kRegular;
+    e->fd = fd;
+  } else {
+    e->meta.kind = S_ISDIR(st.mode) ? http::FileMeta::Kind::kDirectory : http::FileMeta::Kind::kOther;
+    loop_->Close(fd);  // only the metadata is needed
+    return Ready(e);
+  }
+  if (content_pool_ != nullptr && st.size > 0 && st.size <= options_.small_file_max &&
+      st.size <= content_pool_->buffer_size()) {
+    char* buf = content_pool_->Get();
+    if (buf == nullptr && EvictOne()) buf = content_pool_->Get();
+    if (buf != nullptr) {
+      e->content = buf;
+      ++stats_.content_buffers;
+      ++stats_.content_reads;
+      loop_->Read(fd, buf, st.size, 0, &e->op);
+      return;
+    }
+  }
+  Ready(e);
+}
+
+void FileCache::Ready(CacheEntry* e) {
+  e->ready = true;
+  e->expires_ms = now_ms_ + options_.valid_ms;
+  if (e->in_map) Touch(e);
+  // Wake everyone waiting; each re-plans and may look this entry up again at once.
+  FileWaiter* w = e->waiters;
+  e->waiters = nullptr;
+  while (w != nullptr) {
+    FileWaiter* next = w->next;
+    w->prev = w->next = nullptr;
+    w->entry = nullptr;
+    w->wake(w);
+    w = next;
+  }
+  if (!e->in_map) MaybeFree(e);
+}
+
+void FileCache::Touch(CacheEntry* e) {
+  if (lru_head_ == e) return;
+  Unlink(e);
+  e->lru_next = lru_head_;
+  if (lru_head_ != nullptr) lru_head_->lru_prev = e;
+  lru_head_ = e;
+  if (lru_tail_ == nullptr) lru_tail_ = e;
+}
+
+void FileCache::Unlink(CacheEntry* e) {
+  if (e->lru_prev != nullptr) e->lru_prev->lru_next = e->lru_next;
+  else if (lru_head_ == e) lru_head_ = e->lru_next;
+  if (e->lru_next != nullptr) e->lru_next->lru_prev = e->lru_prev;
+  else if (lru_tail_ == e) lru_tail_ = e->lru_prev;
+  e->lru_prev = e->lru_next = nullptr;
+}
+
+bool FileCache::EvictOne() {
+  // The least recently used entry that no response holds and that is not loading.
+  for (CacheEntry* e = lru_tail_; e != nullptr; e = e->lru_prev) {
+    if (e->pins == 0 && e->ready && e->waiters == nullptr) {
+      ++stats_.evictions;
+      Retire(e);
+      return true;
+    }
+  }
+  return false;
+}
+
+void FileCache::Retire(CacheEntry* e) {
+  if (!e->in_map) return;
+  e->in_map = false;
+  map_.erase(Key(e->path));
+  Unlink(e);
+  MaybeFree(e);
+}
+
+void FileCache::MaybeFree(CacheEntry* e) {
+  if (e->in_map || e->pins > 0 || !e->ready || e->waiters != nullptr) return;
+  if (e->fd >= 0) loop_->Close(e->fd);
+  if (e->content != nullptr) {
+    content_pool_->Put(e->content);
+    --stats_.content_buffers;
+  }
+  --stats_.entries;
+  entries_.Put(e);
+}
+
+}  // namespace ringd

@@ -1,0 +1,105 @@
+// A shard's open-file cache (like nginx's open_file_cache) with the small-file content cache
+// inside it. Each entry holds a path's metadata, its open fd (regular files), and for small
+// files their bytes in a buffer of the shard's content pool, so a hot small file costs no file
+// syscall. Entries are revalidated by opening and statx-ing again after `valid_ms`; negative
+// results (missing files, absent .gz siblings) are cached the same way. Bounded in entries and in
+// content bytes; least recently used entries go first. Everything runs on the shard thread.
+//
+//   cache.Lookup("css/site.css")        -> metadata, or nullopt: not known yet
+//   cache.Fetch("css/site.css", &w)     -> opens it through the loop, wakes `w` when known
+//   Entry* e = cache.Pin(path)          -> keeps fd and content alive for a response; Unpin(e)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/container/flat_hash_map.h"
+#include "io/loop.h"
+#include "mem/buffer_pool.h"
+#include "mem/slab_pool.h"
+#include "server/http/response_plan.h"
+
+namespace ringd {
+
+// Something waiting for a path's metadata: a connection whose planning stopped at kNeedLookup.
+struct FileWaiter {
+  FileWaiter* prev = nullptr;
+  FileWaiter* next = nullptr;
+  struct CacheEntry* entry = nullptr;  // what it waits on
+  void (*wake)(FileWaiter*) = nullptr;
+};
+
+struct CacheEntry {
+  std::string path;  // relative to the root; also the map key
+  http::FileMeta meta;
+  int fd = -1;                 // regular files only
+  char* content = nullptr;     // small files: the whole file, from the content pool
+  bool ready = false;          // metadata known (false while opening / reading)
+  bool in_map = true;          // false once replaced by a fresher entry or evicted
+  int64_t expires_ms = 0;
+  uint32_t pins = 0;           // responses using fd/content now
+  FileWaiter* waiters = nullptr;
+  CacheEntry* lru_prev = nullptr;  // most recent at the head
+  CacheEntry* lru_next = nullptr;
+  io::Completion op;           // the open, then the content read
+  class FileCache* cache = nullptr;
+};
+
+struct FileCacheOptions {
+  uint32_t max_entries = 10000;
+  uint32_t valid_ms = 1000;
+  uint32_t small_file_max = 16384;  // also the content pool's buffer size bound
+};
+
+struct FileCacheStats {
+  uint64_t hits = 0, misses = 0, opens = 0, evictions = 0, content_reads = 0;
+  uint64_t entries = 0, content_buffers = 0;
+};
+
+class FileCache : public http::FileMetaSource {
+ public:
+  // `content_pool` may be null (no small-file cache). `root_fd` is the document root.
+  FileCache(io::Loop* loop, int root_fd, mem::BufferPool* content_pool, const FileCacheOptions& o);
+  ~FileCache() override;
+
+  // The planner's view (FileMetaSource): fresh metadata, or nullopt.
+  std::optional<http::FileMeta> Lookup(std::string_view path) override;
+
+  // Starts (or joins) fetching `path`; `waiter->wake` runs once its metadata is known. Returns
+  // false when the cache cannot take another entry right now (all pinned or loading): 503.
+  bool Fetch(std::string_view path, FileWaiter* waiter);
+  // Stops waiting (the connection is closing).
+  void Forget(FileWaiter* waiter);
+
+  // The ready entry for `path`, pinned for a response; nullptr if it is not cached.
+  CacheEntry* Pin(std::string_view path);
+  void Unpin(CacheEntry* e);
+
+  void set_now(int64_t now_ms) { now_ms_ = now_ms; }
+  const FileCacheStats& Stats() const { return stats_; }
+
+ private:
+  static void OnOp(io::Completion* c);
+  void Opened(CacheEntry* e, int64_t result);
+  void Ready(CacheEntry* e);
+  void Touch(CacheEntry* e);
+  void Unlink(CacheEntry* e);
+  bool EvictOne();
+  void Retire(CacheEntry* e);  // out of the map; freed when unpinned and idle
+  void MaybeFree(CacheEntry* e);
+
+  io::Loop* loop_;
+  int root_fd_;
+  mem::BufferPool* content_pool_;
+  FileCacheOptions options_;
+  mem::SlabPool<CacheEntry> entries_;
+  absl::flat_hash_map<std::string, CacheEntry*> map_;
+  CacheEntry* lru_head_ = nullptr;
+  CacheEntry* lru_tail_ = nullptr;
+  int64_t now_ms_ = 0;
+  FileCacheStats stats_;
+};
+
+}  // namespace ringd

@@ -1,0 +1,187 @@
+// ringd: flags, the io probe, listening sockets, one thread per shard, and graceful shutdown on
+// SIGTERM/SIGINT. Everything on the request path lives in the shards.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/probe.h"
+#include "server/config.h"
+#include "server/http/mime_types.h"
+#include "server/shard.h"
+
+namespace ringd {
+namespace {
+
+[[noreturn]] void Die(int code, const std::string& message) {
+  std::fprintf(stderr, "ringd: %s\n", message.c_str());
+  std::exit(code);
+}
+
+std::string AddressText(const sockaddr_storage& a) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (a.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+    inet_ntop(AF_INET, &v4->sin_addr, host, sizeof host);
+    port = ntohs(v4->sin_port);
+    return std::string(host) + ":" + std::to_string(port);
+  }
+  const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+  inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof host);
+  port = ntohs(v6->sin6_port);
+  return "[" + std::string(host) + "]:" + std::to_string(port);
+}
+
+// One SO_REUSEPORT socket per shard and address: the kernel spreads connections across shards.
+int Listen(ListenAddress& a, std::string* error) {
+  const int fd = ::socket(a.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = "socket for " + a.text + ": " + strerror(errno);
+    return -1;
+  }
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // inherited by accepted sockets
+  if (a.addr.ss_family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a.addr), a.len) != 0) {
+    *error = "cannot listen on " + a.text + ": " + strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  if (::listen(fd, 4096) != 0) {
+    *error = "listen on " + a.text + ": " + strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  // Port 0: every further shard binds the port the kernel chose for the first.
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  a.addr = bound;
+  a.len = len;
+  return fd;
+}
+
+std::vector<int> UsableCpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int i = 0; i < CPU_SETSIZE; ++i) {
+      if (CPU_ISSET(i, &set)) cpus.push_back(i);
+    }
+  }
+  if (cpus.empty()) cpus.push_back(-1);
+  return cpus;
+}
+
+int Main(int argc, char** argv) {
+  Config config;
+  std::string error;
+  bool exit_now = false;
+  if (!ParseFlags(argc, argv, &config, &error, &exit_now)) Die(2, error);
+  if (exit_now) return 0;
+
+  const io::ProbeReport probe = io::ProbeUring();
+  if (config.probe_only) {
+    for (const std::string& line : probe.lines) std::printf("%s\n", line.c_str());
+    std::printf("io_uring backend: %s (%s)\n", probe.usable ? "usable" : "unusable", probe.reason.c_str());
+    return 0;
+  }
+  bool select_error = false;
+  const io::Selection selection = io::Select(config.io, probe, &select_error);
+  if (select_error) Die(1, selection.reason);
+  std::fprintf(stderr, "ringd: io backend %s\n", selection.reason.c_str());
+
+  const int root_fd = ::open(config.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root_fd < 0) Die(1, "--root: cannot open '" + config.root + "': " + strerror(errno));
+  const http::MimeTypes mime = http::MimeTypes::Load(config.mime_types);
+
+  const std::vector<int> cpus = UsableCpus();
+  const uint32_t shards = config.shards != 0 ? config.shards : static_cast<uint32_t>(cpus.size());
+
+  // Signals are handled by this thread alone, with sigwait; shard threads inherit the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  std::vector<std::unique_ptr<Shard>> shard_list;
+  for (uint32_t i = 0; i < shards; ++i) {
+    std::vector<int> fds;
+    for (ListenAddress& a : config.listen) {
+      const int fd = Listen(a, &error);
+      if (fd < 0) Die(1, error);
+      fds.push_back(fd);
+    }
+    shard_list.push_back(std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds), root_fd,
+                                                 &mime, selection.use_uring,
+                                                 cpus[i % cpus.size()]));
+  }
+
+  std::vector<std::thread> threads;
+  std::vector<std::promise<bool>> started(shards);
+  for (uint32_t i = 0; i < shards; ++i) {
+    threads.emplace_back([&, i] {
+      Shard& s = *shard_list[i];
+      const bool ok = s.Setup();
+      started[i].set_value(ok);
+      if (ok) s.Serve();
+    });
+  }
+  bool all_ok = true;
+  std::string first_error;
+  for (uint32_t i = 0; i < shards; ++i) {
+    if (!started[i].get_future().get()) {
+      all_ok = false;
+      if (first_error.empty()) first_error = shard_list[i]->error();
+    }
+  }
+  if (!all_ok) {
+    for (auto& s : shard_list) s->RequestStop();
+    for (auto& t : threads) t.join();
+    Die(1, first_error);
+  }
+  std::string where;
+  for (const ListenAddress& a : config.listen) where += (where.empty() ? "" : ", ") + AddressText(a.addr);
+  std::fprintf(stderr, "ringd: serving %s on %s with %u shard%s\n", config.root.c_str(), where.c_str(),
+               shards, shards == 1 ? "" : "s");
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "ringd: %s: finishing responses in flight (up to %u ms)\n",
+               sig == SIGINT ? "SIGINT" : "SIGTERM", config.shutdown_timeout_ms);
+  for (auto& s : shard_list) s->RequestStop();
+  for (auto& t : threads) t.join();
+  ShardStats total;
+  for (auto& s : shard_list) {
+    total.accepted += s->Stats().accepted;
+    total.requests += s->Stats().requests;
+  }
+  std::fprintf(stderr, "ringd: stopped after %llu connections, %llu requests\n",
+               static_cast<unsigned long long>(total.accepted),
+               static_cast<unsigned long long>(total.requests));
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringd
+
+int main(int argc, char** argv) { return ringd::Main(argc, argv); }

@@ -1,0 +1,278 @@
+#include "server/shard.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace ringd {
+namespace {
+
+constexpr int64_t kLingerMs = 5000;        // after the last response, wait this long for EOF
+constexpr int64_t kAcceptRetryMs = 100;    // after EMFILE/ENFILE, try accepting again after this
+
+int64_t MonotonicMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
+
+}  // namespace
+
+Shard::Shard(int index, const Config& config, std::vector<int> listen_fds, int root_fd,
+             const http::MimeTypes* mime, bool use_uring, int cpu)
+    : index_(index), config_(config), listen_fds_(std::move(listen_fds)), root_fd_(root_fd),
+      mime_(mime), use_uring_(use_uring), cpu_(cpu),
+      header_timers_(config.header_timeout_ms), idle_timers_(config.keepalive_timeout_ms),
+      send_timers_(config.send_timeout_ms), linger_timers_(kLingerMs) {}
+
+Shard::~Shard() {
+  // The loop goes first: nothing may complete into the caches and pools after this point.
+  files_.reset();
+  loop_.reset();
+  for (int fd : listen_fds_) ::close(fd);
+}
+
+void Shard::RequestStop() {
+  stop_requested_.store(true, std::memory_order_release);
+  if (loop_ != nullptr) loop_->Wake();
+}
+
+bool Shard::Setup() {
+  if (cpu_ >= 0 && config_.pin) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu_, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // best effort
+  }
+  input_pool_ = std::make_unique<mem::BufferPool>(RoundUp(config_.max_request_head + 1, 4096),
+                                                  config_.max_connections);
+  if (!input_pool_->ok()) {
+    error_ = input_pool_->error();
+    return false;
+  }
+  const size_t content_size = RoundUp(std::max<uint32_t>(config_.small_file_max, 1), 4096);
+  const uint64_t content_count = config_.small_file_max == 0 ? 0 : config_.small_file_cache_bytes / content_size;
+  if (content_count > 0) {
+    content_pool_ = std::make_unique<mem::BufferPool>(content_size,
+                                                      static_cast<uint32_t>(std::min<uint64_t>(content_count, 16384)));
+    if (!content_pool_->ok()) {
+      error_ = content_pool_->error();
+      return false;
+    }
+  }
+
+  io::LoopOptions lo;
+  lo.recv_buffer_count = config_.recv_buffers;
+  lo.recv_buffer_size = config_.recv_buffer_size;
+  lo.pipe_pool_size = config_.pipes;
+  lo.worker_threads = config_.workers;
+  lo.worker_queue = config_.worker_queue;
+  if (content_pool_ != nullptr) {
+    lo.registered_region = content_pool_->base();
+    lo.registered_buffer_size = content_pool_->buffer_size();
+    lo.registered_buffer_count = content_pool_->count();
+  }
+  std::string err;
+  loop_ = use_uring_ ? io::MakeUringLoop(lo, &err) : io::MakeEpollLoop(lo, &err);
+  if (loop_ == nullptr) {
+    error_ = "shard " + std::to_string(index_) + ": " + err;
+    return false;
+  }
+
+  conns_ = std::make_unique<mem::SlabPool<Connection>>(config_.max_connections);
+  exchanges_ = std::make_unique<mem::SlabPool<Exchange>>(config_.max_connections);
+  FileCacheOptions fo;
+  fo.max_entries = config_.open_file_cache_entries;
+  fo.valid_ms = config_.open_file_cache_valid_ms;
+  fo.small_file_max = config_.small_file_max;
+  files_ = std::make_unique<FileCache>(loop_.get(), root_fd_, content_pool_.get(), fo);
+  scratch_ = std::make_unique<http::PlanScratch>();
+
+  uint64_t random = 0;
+  if (getrandom(&random, sizeof random, 0) != sizeof random) random = static_cast<uint64_t>(MonotonicMs());
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(random));
+  boundary_ = std::string("ringd-") + hex;
+  planner_.target.serve_dot_files = config_.serve_dot_files;
+  planner_.mime = mime_;
+  planner_.index_file = config_.index;
+  planner_.max_ranges = config_.max_ranges;
+  planner_.precompressed = config_.precompressed;
+  planner_.max_discarded_body = config_.max_discarded_body;
+  planner_.multipart_boundary = boundary_;
+  limits_.max_request_line = config_.max_request_line;
+  limits_.max_head_bytes = config_.max_request_head;
+  limits_.max_headers = config_.max_headers;
+
+  accepts_.resize(listen_fds_.size());
+  for (io::Completion& c : accepts_) {
+    c.owner = this;
+    c.callback = &Shard::OnAccept;
+  }
+  now_ms_ = MonotonicMs();
+  ArmAccept();
+  return true;
+}
+
+void Shard::Serve() {
+  while (true) {
+    Tick();
+    if (draining_ && live_ == 0 && accepts_active_ == 0) break;
+    int64_t next = std::min({header_timers_.NextDeadline(), idle_timers_.NextDeadline(),
+                             send_timers_.NextDeadline(), linger_timers_.NextDeadline()});
+    if (accept_retry_ms_ != 0) next = std::min(next, accept_retry_ms_);
+    if (draining_) next = std::min(next, drain_deadline_ms_);
+    const int64_t wait = std::clamp<int64_t>(next - now_ms_, 0, 1000);
+    loop_->Poll(static_cast<int>(wait));
+  }
+}
+
+void Shard::Tick() {
+  now_ms_ = MonotonicMs();
+  files_->set_now(now_ms_);
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  if (ts.tv_sec != date_sec_) {
+    date_sec_ = ts.tv_sec;
+    http::FormatHttpDate(ts.tv_sec, date_);
+  }
+  auto conn_of = [](TimerNode* t) {
+    return reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer));
+  };
+  header_timers_.Expire(now_ms_, [&](TimerNode* t) {
+    ++stats_.header_timeouts;  // slowloris, or a client that connected and said nothing
+    Abort(conn_of(t));
+  });
+  idle_timers_.Expire(now_ms_, [&](TimerNode* t) {
+    ++stats_.idle_timeouts;
+    Abort(conn_of(t));
+  });
+  send_timers_.Expire(now_ms_, [&](TimerNode* t) {
+    ++stats_.send_timeouts;
+    Abort(conn_of(t));
+  });
+  linger_timers_.Expire(now_ms_, [&](TimerNode* t) { Abort(conn_of(t)); });
+
+  if (!draining_ && stop_requested_.load(std::memory_order_acquire)) BeginDrain();
+  if (accept_retry_ms_ != 0 && now_ms_ >= accept_retry_ms_) {
+    accept_retry_ms_ = 0;
+    if (!draining_ && !accept_paused_) ArmAccept();
+  }
+  if (draining_ && now_ms_ >= drain_deadline_ms_) {
+    // Out of time: end every connection still open.
+    auto abort_all = [&](TimerList& list) {
+      list.Expire(INT64_MAX, [&](TimerNode* t) { Abort(conn_of(t)); });
+    };
+    abort_all(header_timers_);
+    abort_all(idle_timers_);
+    abort_all(send_timers_);
+    abort_all(linger_timers_);
+  }
+}
+
+void Shard::BeginDrain() {
+  draining_ = true;
+  drain_deadline_ms_ = now_ms_ + config_.shutdown_timeout_ms;
+  for (io::Completion& c : accepts_) loop_->Cancel(&c);
+  // Connections between requests (or still sending a head) have nothing in flight: end them now.
+  // Those with a response in flight finish it and close (FinishResponse checks draining_).
+  auto conn_of = [](TimerNode* t) {
+    return reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer));
+  };
+  idle_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(conn_of(t)); });
+  header_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(conn_of(t)); });
+}
+
+void Shard::ArmAccept() {
+  for (size_t i = 0; i < accepts_.size(); ++i) {
+    if (accepts_[i].in_flight) continue;
+    loop_->Accept(listen_fds_[i], &accepts_[i]);
+  }
+  accepts_active_ = static_cast<uint32_t>(accepts_.size());
+}
+
+void Shard::OnAccept(io::Completion* c) {
+  Shard* self = static_cast<Shard*>(c->owner);
+  if (c->result >= 0) {
+    self->Accepted(static_cast<int>(c->result));
+  } else if (c->result == -EMFILE || c->result == -ENFILE || c->result == -ENOBUFS ||
+             c->result == -ENOMEM) {
+    // Out of descriptors or memory: retry later rather than spin on the same error.
+    if (!c->more && self->accept_retry_ms_ == 0) self->accept_retry_ms_ = self->now_ms_ + kAcceptRetryMs;
+  }
+  if (c->more) return;
+  --self->accepts_active_;
+  if (self->draining_) return;
+  if (self->accept_paused_) {
+    // Paused at the connection limit; if connections closed while the cancel was in flight,
+    // nothing else will resume accepting.
+    if (self->accepts_active_ == 0 && self->live_ < self->config_.max_connections) {
+      self->accept_paused_ = false;
+      self->ArmAccept();
+    }
+    return;
+  }
+  if (c->cancelled) return;
+  if (c->result >= 0 || c->result == -EINTR || c->result == -ECONNABORTED) {
+    self->loop_->Accept(c->fd, c);  // the kernel ended the multishot: start another
+    ++self->accepts_active_;
+  }
+}
+
+void Shard::Accepted(int fd) {
+  Connection* conn = draining_ ? nullptr : conns_->Get();
+  if (conn == nullptr) {
+    ++stats_.overloaded;
+    loop_->Close(fd);
+    return;
+  }
+  ++stats_.accepted;
+  ++live_;
+  conn->shard = this;
+  conn->fd = fd;
+  conn->recv.owner = conn;
+  conn->recv.callback = &Shard::OnRecv;
+  conn->waiter.wake = &Shard::OnFileReady;
+  header_timers_.Arm(&conn->timer, now_ms_);
+  ArmRecv(conn);
+  if (live_ >= config_.max_connections && !accept_paused_) {
+    // At the limit: stop accepting; the kernel's backlog holds newcomers until we resume.
+    accept_paused_ = true;
+    ++stats_.accept_paused;
+    for (io::Completion& c : accepts_) loop_->Cancel(&c);
+  }
+}
+
+void Shard::MaybeFree(Connection* conn) {
+  if (conn->state != ConnState::kClosing || conn->recv_active ||
+      (conn->ex != nullptr && conn->ex->send.in_flight)) {
+    return;
+  }
+  if (conn->ex != nullptr) {
+    if (conn->ex->file != nullptr) files_->Unpin(conn->ex->file);
+    exchanges_->Put(conn->ex);
+    conn->ex = nullptr;
+  }
+  if (conn->in != nullptr) {
+    input_pool_->Put(conn->in);
+    conn->in = nullptr;
+  }
+  loop_->Close(conn->fd);
+  conns_->Put(conn);
+  --live_;
+  ++stats_.closed;
+  if (accept_paused_ && !draining_ && live_ < config_.max_connections && accepts_active_ == 0) {
+    accept_paused_ = false;
+    ArmAccept();
+  }
+}
+
+}  // namespace ringd

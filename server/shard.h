@@ -1,0 +1,153 @@
+// A shard: one thread, pinned to one CPU, owning one io Loop, its listening sockets, its
+// connections, its pools and its caches. Shards share nothing; the only cross-thread call is
+// RequestStop (from the signal-handling main thread).
+//
+//   Shard shard(index, config, listen_fds, root_fd, mime, selection);
+//   std::thread t([&] { if (shard.Setup()) shard.Serve(); });   // Serve returns after a stop
+//   shard.RequestStop();
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/loop.h"
+#include "mem/buffer_pool.h"
+#include "mem/slab_pool.h"
+#include "server/config.h"
+#include "server/file_cache.h"
+#include "server/http/http_date.h"
+#include "server/http/request_parser.h"
+#include "server/http/response_plan.h"
+#include "server/timer_list.h"
+
+namespace ringd {
+
+class Shard;
+
+// One response in flight: its plan, the head bytes, and where the body has got to.
+struct Exchange {
+  http::ResponsePlan plan;
+  io::Completion send;
+  iovec iov[2];
+  CacheEntry* file = nullptr;  // pinned for the response
+  uint64_t body_offset = 0;    // next byte of the current slice (file offsets)
+  uint64_t body_left = 0;      // bytes of the current slice not yet sent
+  uint32_t part = 0;           // multipart: the part being sent
+  enum class Phase : uint8_t { kHead, kSlice, kPartHead, kTail, kDone } phase = Phase::kHead;
+  uint32_t head_len = 0;
+  char head[4096];             // the response head, then multipart part heads
+};
+
+enum class ConnState : uint8_t {
+  kReading,      // waiting for (the rest of) a request head
+  kWaitingFile,  // planning needs file metadata that is being fetched
+  kSending,      // a response is in flight
+  kLingering,    // the last response is out; reading until the client closes
+  kClosing,      // waiting for operations in flight to end, then freed
+};
+
+struct Connection {
+  Shard* shard = nullptr;
+  int fd = -1;
+  ConnState state = ConnState::kReading;
+  bool recv_active = false;
+  bool recv_paused = false;   // recv cancelled because the input buffer is full
+  bool peer_closed = false;
+  bool wants_close = false;   // close after the current response
+  char* in = nullptr;         // pending input, from the shard's input pool; null when empty
+  uint32_t in_len = 0;
+  uint32_t parsed_len = 0;    // how much of `in` the parser has already seen
+  uint64_t discard = 0;       // request body bytes still to skip
+  uint32_t requests = 0;
+  Exchange* ex = nullptr;
+  io::Completion recv;
+  TimerNode timer;
+  FileWaiter waiter;
+};
+
+struct ShardStats {
+  uint64_t accepted = 0, requests = 0, closed = 0, accept_paused = 0, overloaded = 0;
+  uint64_t header_timeouts = 0, idle_timeouts = 0, send_timeouts = 0, truncated = 0;
+};
+
+class Shard {
+ public:
+  Shard(int index, const Config& config, std::vector<int> listen_fds, int root_fd,
+        const http::MimeTypes* mime, bool use_uring, int cpu);
+  ~Shard();
+
+  // Creates the loop and pools on the calling (shard) thread; false with `error()` set if the
+  // shard cannot start. Then Serve runs until a graceful stop completes.
+  bool Setup();
+  void Serve();
+  void RequestStop();
+  const std::string& error() const { return error_; }
+  const ShardStats& Stats() const { return stats_; }
+
+ private:
+  void Tick();
+  void BeginDrain();
+  void ArmAccept();
+  static void OnAccept(io::Completion* c);
+  void Accepted(int fd);
+
+  // The request/response state machine (connection.cc).
+  static void OnRecv(io::Completion* c);
+  static void OnSend(io::Completion* c);
+  static void OnFileReady(FileWaiter* w);
+  void Received(Connection* conn, const char* data, size_t n);
+  void ProcessInput(Connection* conn);
+  void Plan(Connection* conn, const http::Request& req, size_t consumed);
+  void StartResponse(Connection* conn, Exchange* ex);
+  void RespondError(Connection* conn, int status);
+  void SendNext(Connection* conn);
+  void FinishResponse(Connection* conn);
+  void ConsumeInput(Connection* conn, size_t n);
+  void ReleaseInputIfEmpty(Connection* conn);
+  void CloseGracefully(Connection* conn);
+  void Abort(Connection* conn);
+  void MaybeFree(Connection* conn);
+  void ArmRecv(Connection* conn);
+
+  int index_;
+  const Config& config_;
+  std::vector<int> listen_fds_;
+  int root_fd_;
+  const http::MimeTypes* mime_;
+  bool use_uring_;
+  int cpu_;
+  std::string error_;
+
+  std::unique_ptr<io::Loop> loop_;
+  std::unique_ptr<mem::BufferPool> input_pool_;
+  std::unique_ptr<mem::BufferPool> content_pool_;
+  std::unique_ptr<mem::SlabPool<Connection>> conns_;
+  std::unique_ptr<mem::SlabPool<Exchange>> exchanges_;
+  std::unique_ptr<FileCache> files_;
+  std::unique_ptr<http::PlanScratch> scratch_;
+  http::PlannerConfig planner_;
+  http::ParserLimits limits_;
+  http::Header headers_[256];
+  std::string boundary_;
+
+  std::vector<io::Completion> accepts_;  // one per listening socket
+  uint32_t accepts_active_ = 0;
+  bool accept_paused_ = false;
+  int64_t accept_retry_ms_ = 0;
+  uint32_t live_ = 0;  // connections
+
+  TimerList header_timers_, idle_timers_, send_timers_, linger_timers_;
+  int64_t now_ms_ = 0;
+  int64_t date_sec_ = -1;
+  char date_[http::kHttpDateLen];
+
+  std::atomic<bool> stop_requested_{false};
+  bool draining_ = false;
+  int64_t drain_deadline_ms_ = 0;
+  ShardStats stats_;
+};
+
+}  // namespace ringd
