@@ -252,10 +252,10 @@ class EpollLoop final : public Loop {
     ++stats_.submitted;
   }
 
-  // Finished operations run from Poll, never from inside the call that started them.
+  // Finished operations run from Poll, never from inside the call that started them. The result
+  // is only published then: the caller may be inside a callback reading this completion now.
   void Complete(Completion* c, int64_t result) {
-    c->result = result;
-    c->more = false;
+    c->pending_result = result;
     c->next_ready = nullptr;
     if (ready_tail_ != nullptr) ready_tail_->next_ready = c; else ready_head_ = c;
     ready_tail_ = c;
@@ -267,6 +267,8 @@ class EpollLoop final : public Loop {
       ready_head_ = c->next_ready;
       if (ready_head_ == nullptr) ready_tail_ = nullptr;
       c->in_flight = false;
+      c->result = c->pending_result;
+      c->more = false;
       ++stats_.completed;
       c->callback(c);
     }
@@ -284,7 +286,7 @@ class EpollLoop final : public Loop {
       fds_[c->fd].writer = c;
       return DoWrite(c);
     }
-    Complete(c, c->result);
+    Complete(c, c->result);  // set by the worker
   }
 
   void UpdateInterest(int fd) {

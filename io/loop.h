@@ -65,6 +65,8 @@ struct Completion {
   int pipe_index = -1;          // SendFile (uring): the pipe borrowed from the pool
   int slot = -1;                // Open (uring): the statx buffer borrowed for the call
   bool cancelled = false;       // Cancel was called: no transparent re-arm
+  bool polling = false;         // SendFile (uring): waiting for the socket to take more
+  int64_t pending_result = 0;   // epoll: the result a queued completion will report
   Completion* next_ready = nullptr;  // a backend's queue of finished operations
 };
 

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <poll.h>
 #include <liburing.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -150,6 +151,7 @@ class UringLoop final : public Loop {
     c->remaining = length;
     c->in_pipe = 0;
     c->pipe_index = -1;
+    c->polling = false;
     if (length == 0) return Finish(c, 0);
     const int pipe = TakePipe();
     if (pipe < 0) {  // every pipe busy: queue (intrusively) until one comes back
@@ -453,6 +455,14 @@ class UringLoop final : public Loop {
   }
 
   void OnSendFile(Completion* c, int32_t res) {
+    if (c->polling) {  // the socket became writable (or failed): move the pipe's bytes on
+      c->polling = false;
+      if (res < 0) {
+        GivePipe(c->pipe_index, true);
+        return Finish(c, res);
+      }
+      return SpliceOut(c);
+    }
     if (c->in_pipe == 0) {  // file -> pipe finished
       if (res <= 0) {
         GivePipe(c->pipe_index, false);
@@ -462,6 +472,15 @@ class UringLoop final : public Loop {
       c->in_pipe = static_cast<uint32_t>(res);
       c->offset += static_cast<uint64_t>(res);
       return SpliceOut(c);
+    }
+    if (res == -EAGAIN) {
+      // Splice runs on an io-wq worker and the socket is non-blocking: its buffer is full.
+      // Wait for room with a poll rather than block a kernel worker per slow client.
+      c->polling = true;
+      io_uring_sqe* sqe = Sqe();
+      io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
+      io_uring_sqe_set_data(sqe, c);
+      return;
     }
     if (res <= 0) {  // pipe -> socket failed: the pipe still holds bytes, so it is replaced
       GivePipe(c->pipe_index, true);

@@ -60,6 +60,11 @@ PlanStep Page(int status, const char* reason, const Request& req, ResponsePlan* 
   out->content_length = info.page.size();
   out->send_body = req.method != Method::kHead;
   out->reason = reason;
+  // As nginx: after these the request (or the server) is in doubt, so the connection ends.
+  if (status == 400 || status == 413 || status == 414 || status == 500 || status == 501 ||
+      status == 503) {
+    out->keep_alive = false;
+  }
   return PlanStep{};
 }
 

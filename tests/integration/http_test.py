@@ -1,0 +1,388 @@
+"""End-to-end HTTP behaviour of the real ringd binary, on one io backend (RINGD_IO)."""
+import gzip
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+import unittest
+
+from ringd_harness import (BackendTestCase, Reader, Server, make_docroot, raw, request)
+
+
+class ServingTest(BackendTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root, cls.files = make_docroot()
+        cls.server = Server(cls.root, "--header-timeout-ms", "2000")
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.server.stop()
+        shutil.rmtree(cls.root, ignore_errors=True)
+        assert rc == 0, "ringd exited %s: %s" % (rc, "\n".join(cls.server.log))
+
+    def test_get_small_medium_large_byte_exact(self):
+        for name in ("index.html", "small.txt", "medium.bin", "large.bin", "empty.txt"):
+            r = request(self.server, "GET", "/" + name)
+            self.assertEqual(r.status, 200, name)
+            self.assertEqual(int(r.header("content-length")), len(self.files[name]), name)
+            self.assertEqual(hashlib.sha256(r.body).hexdigest(),
+                             hashlib.sha256(self.files[name]).hexdigest(), name)
+            self.assertEqual(r.header("accept-ranges"), "bytes")
+            self.assertRegex(r.header("etag"), r'^"[0-9a-f]+-[0-9a-f]+"$')
+            self.assertTrue(r.header("last-modified").endswith(" GMT"))
+
+    def test_head_has_get_headers_and_no_body(self):
+        for name in ("small.txt", "large.bin"):
+            get = request(self.server, "GET", "/" + name)
+            with self.server.connect() as s:
+                s.sendall(b"HEAD /%s HTTP/1.1\r\nHost: t\r\n\r\nGET /index.html HTTP/1.1\r\nHost: t\r\n\r\n"
+                          % name.encode())
+                reader = Reader(s)
+                head = reader.read_response(head_request=True)
+                after = reader.read_response()  # the next response starts right after the head
+            self.assertEqual(head.status, 200)
+            for h in ("content-length", "etag", "last-modified", "content-type"):
+                self.assertEqual(head.header(h), get.header(h), h)
+            self.assertEqual(after.body, self.files["index.html"])
+
+    def test_content_types(self):
+        self.assertEqual(request(self.server, "GET", "/index.html").header("content-type"),
+                         "text/html; charset=utf-8")
+        self.assertEqual(request(self.server, "GET", "/medium.bin").header("content-type"),
+                         "application/octet-stream")
+
+    def test_ranges_end_to_end(self):
+        data = self.files["large.bin"]
+        size = len(data)
+        r = request(self.server, "GET", "/large.bin", {"Range": "bytes=100-199"})
+        self.assertEqual(r.status, 206)
+        self.assertEqual(r.body, data[100:200])
+        self.assertEqual(r.header("content-range"), "bytes 100-199/%d" % size)
+        r = request(self.server, "GET", "/large.bin", {"Range": "bytes=-1000"})
+        self.assertEqual(r.body, data[-1000:])
+        r = request(self.server, "GET", "/small.txt", {"Range": "bytes=600-"})
+        self.assertEqual(r.body, self.files["small.txt"][600:])
+        r = request(self.server, "GET", "/large.bin", {"Range": "bytes=%d-" % size})
+        self.assertEqual(r.status, 416)
+        self.assertEqual(r.header("content-range"), "bytes */%d" % size)
+        # Several ranges: multipart/byteranges, parsed here part by part.
+        for name in ("small.txt", "large.bin"):
+            body = self.files[name]
+            r = request(self.server, "GET", "/" + name, {"Range": "bytes=0-9,200-299,-5"})
+            self.assertEqual(r.status, 206)
+            ctype = r.header("content-type")
+            self.assertTrue(ctype.startswith("multipart/byteranges; boundary="), ctype)
+            boundary = ctype.split("boundary=")[1].encode()
+            parts = r.body.split(b"--" + boundary)
+            self.assertEqual(parts[-1], b"--\r\n")
+            got = []
+            for part in parts[1:-1]:
+                head, _, content = part.partition(b"\r\n\r\n")
+                rng = [l for l in head.split(b"\r\n") if l.lower().startswith(b"content-range")][0]
+                first, last = rng.split(b" ")[-1].split(b"/")[0].split(b"-")
+                got.append(content[:-2] if content.endswith(b"\r\n") else content)
+                self.assertEqual(got[-1], body[int(first):int(last) + 1])
+            self.assertEqual(len(got), 3)
+
+    def test_conditional_requests_end_to_end(self):
+        r = request(self.server, "GET", "/medium.bin")
+        etag, lm = r.header("etag"), r.header("last-modified")
+        r = request(self.server, "GET", "/medium.bin", {"If-None-Match": etag})
+        self.assertEqual((r.status, r.body), (304, b""))
+        self.assertEqual(r.header("etag"), etag)
+        self.assertEqual(request(self.server, "GET", "/medium.bin", {"If-Modified-Since": lm}).status, 304)
+        self.assertEqual(request(self.server, "GET", "/medium.bin", {"If-Match": '"nope"'}).status, 412)
+        r = request(self.server, "GET", "/medium.bin", {"Range": "bytes=0-9", "If-Range": '"stale"'})
+        self.assertEqual(r.status, 200)
+        r = request(self.server, "GET", "/medium.bin", {"Range": "bytes=0-9", "If-Range": etag})
+        self.assertEqual(r.status, 206)
+
+    def test_directories_and_errors(self):
+        r = request(self.server, "GET", "/dir")
+        self.assertEqual(r.status, 301)
+        self.assertEqual(r.header("location"), "/dir/")
+        self.assertEqual(request(self.server, "GET", "/dir/").body, b"<p>dir index</p>")
+        self.assertEqual(request(self.server, "GET", "/nodir/").status, 403)
+        self.assertEqual(request(self.server, "GET", "/missing").status, 404)
+        self.assertEqual(request(self.server, "GET", "/small.txt/").status, 404)
+        self.assertEqual(request(self.server, "GET", "/.hidden").status, 404)
+        self.assertEqual(request(self.server, "GET", "/.well-known/thing.txt").status, 200)
+        self.assertEqual(request(self.server, "POST", "/small.txt", {"Content-Length": "0"}).status, 405)
+        self.assertEqual(request(self.server, "BREW", "/").status, 501)
+        r = request(self.server, "OPTIONS", "*")
+        self.assertEqual((r.status, r.header("allow")), (200, "GET, HEAD, OPTIONS"))
+
+    def test_symlinks_stay_beneath_the_root(self):
+        self.assertEqual(request(self.server, "GET", "/link.txt").body, self.files["small.txt"])
+        self.assertEqual(request(self.server, "GET", "/escape").status, 404)
+        self.assertEqual(request(self.server, "GET", "/escape2").status, 404)
+
+    def test_bad_requests_get_the_right_status_and_close(self):
+        cases = [
+            (b"GET / HTTP/1.1\r\n\r\n", 400),                      # no Host
+            (b"GET /../etc/passwd HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+            (b"GET /%2e%2e/%2e%2e/etc/passwd HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+            (b"GET /a%00b HTTP/1.1\r\nHost: t\r\n\r\n", 400),
+            (b"GET / HTTP/2.0\r\nHost: t\r\n\r\n", 505),
+            (b"GET / HTTP/1.1\r\nHost : t\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: t\r\nX: a\r\n b\r\n\r\n", 400),
+            (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: t\r\n\r\n", 414),
+            (b"GET / HTTP/1.1\r\nHost: t\r\n" + b"X-Big: " + b"b" * 17000 + b"\r\n\r\n", 431),
+            (b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+            (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40 + b"\r\n\r\n", 400),  # TLS
+        ]
+        for data, status in cases:
+            got, out = raw(self.server, data)
+            self.assertEqual(got, status, data[:60])
+            self.assertIn(b"Connection: close", out)
+
+    def test_request_body_is_never_a_request(self):
+        with self.server.connect() as s:
+            s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 31\r\n\r\n"
+                      b"GET /missing HTTP/1.1\r\nHost: t\r\n"
+                      b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n")
+            reader = Reader(s)
+            first, second = reader.read_response(), reader.read_response()
+        self.assertEqual(first.status, 200)
+        self.assertEqual((second.status, second.body), (200, self.files["index.html"]))
+
+    def test_keepalive_and_pipelining_in_order(self):
+        names = ["small.txt", "medium.bin", "index.html", "missing", "small.txt", "dir/"] * 5
+        with self.server.connect() as s:
+            s.sendall(b"".join(b"GET /%s HTTP/1.1\r\nHost: t\r\n\r\n" % n.encode() for n in names))
+            reader = Reader(s)
+            for n in names:
+                r = reader.read_response()
+                expected = self.files.get(n) if n != "dir/" else b"<p>dir index</p>"
+                if expected is None:
+                    self.assertEqual(r.status, 404)
+                else:
+                    self.assertEqual(r.body, expected, n)
+            # Still open afterwards, and HTTP/1.0 without keep-alive closes.
+            s.sendall(b"GET /small.txt HTTP/1.0\r\n\r\n")
+            r = reader.read_response()
+            self.assertEqual(r.header("connection"), "close")
+            self.assertTrue(reader.at_eof())
+
+    def test_pipelined_requests_split_at_every_byte(self):
+        stream = b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /index.html HTTP/1.1\r\nHost: t\r\n\r\n"
+        with self.server.connect() as s:
+            for i in range(len(stream)):
+                s.sendall(stream[i:i + 1])
+            reader = Reader(s)
+            self.assertEqual(reader.read_response().body, self.files["small.txt"])
+            self.assertEqual(reader.read_response().body, self.files["index.html"])
+
+    def test_thousand_concurrent_connections(self):
+        socks = []
+        try:
+            for _ in range(1000):
+                socks.append(self.server.connect())
+            for s in socks:
+                s.sendall(b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n")
+            for s in socks:
+                r = Reader(s).read_response()
+                self.assertEqual(r.body, self.files["index.html"])
+        finally:
+            for s in socks:
+                s.close()
+
+    def test_clients_that_reset_mid_transfer(self):
+        for _ in range(20):
+            s = self.server.connect()
+            s.sendall(b"GET /large.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+            s.recv(1000)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()  # RST with most of the body unsent
+        r = request(self.server, "GET", "/large.bin")
+        self.assertEqual(r.body, self.files["large.bin"])
+
+    def test_precompressed_sibling_with_curl(self):
+        out = subprocess.run(["curl", "-sS", "--compressed", "-D", "-", "-o", "/dev/stdout",
+                              "http://127.0.0.1:%d/app.js" % self.server.port],
+                             capture_output=True, timeout=20)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn(b"Content-Encoding: gzip", out.stdout)
+        self.assertIn(b"Vary: Accept-Encoding", out.stdout)
+        self.assertTrue(out.stdout.endswith(self.files["app.js"]))
+        r = request(self.server, "GET", "/app.js", {"Accept-Encoding": "gzip"})
+        self.assertEqual(gzip.decompress(r.body), self.files["app.js"])
+
+    def test_curl_as_a_real_client(self):
+        url = "http://127.0.0.1:%d" % self.server.port
+        out = subprocess.run(["curl", "-sS", "-r", "1000-1999", url + "/large.bin"],
+                             capture_output=True, timeout=20)
+        self.assertEqual(out.stdout, self.files["large.bin"][1000:2000])
+        out = subprocess.run(["curl", "-sS", url + "/large.bin", url + "/medium.bin"],  # one connection
+                             capture_output=True, timeout=20)
+        self.assertEqual(out.stdout, self.files["large.bin"] + self.files["medium.bin"])
+        out = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", url + "/dir"],
+                             capture_output=True, timeout=20, text=True)
+        self.assertEqual(out.stdout, "301")
+
+    def test_slowloris_is_cut_off_by_the_header_timeout(self):
+        with self.server.connect(timeout=10) as s:
+            start = time.time()
+            s.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n")
+            closed = False
+            try:
+                while time.time() - start < 8:
+                    s.sendall(b"X-Slow: 1\r\n")  # a line at a time, never finishing the head
+                    time.sleep(0.3)
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+            if not closed:
+                closed = Reader(s).at_eof(timeout=5)
+            elapsed = time.time() - start
+        self.assertTrue(closed)
+        self.assertLess(elapsed, 6, "the 2 s header timeout should end a dribbling head")
+
+    def test_idle_connection_then_more_requests(self):
+        with self.server.connect() as s:
+            reader = Reader(s)
+            for _ in range(3):
+                s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+                self.assertEqual(reader.read_response().body, self.files["small.txt"])
+                time.sleep(0.2)
+
+
+class LifecycleTest(BackendTestCase):
+    """Each test starts its own server: truncation, shutdown, limits."""
+
+    def setUp(self):
+        self.root, self.files = make_docroot()
+
+    def tearDown(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def test_file_truncated_during_send_ends_the_connection(self):
+        path = os.path.join(self.root, "shrinking.bin")
+        with open(path, "wb") as f:
+            f.write(os.urandom(64 * 1024 * 1024))
+        server = Server(self.root)
+        try:
+            s = server.connect(timeout=10)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            s.sendall(b"GET /shrinking.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+            reader = Reader(s)
+            status, _, headers = reader.read_head()
+            length = int(headers["content-length"])
+            self.assertEqual((status, length), (200, 64 * 1024 * 1024))
+            os.truncate(path, 1024 * 1024)  # while most of it is still unsent
+            got = len(reader.buf)
+            reader.buf = b""
+            while True:
+                try:
+                    chunk = s.recv(1 << 20)
+                except ConnectionResetError:
+                    break
+                if not chunk:
+                    break
+                got += len(chunk)
+            s.close()
+            # Never more than promised, and the short body ends with a closed connection.
+            self.assertLess(got, length)
+            r = request(server, "GET", "/small.txt")
+            self.assertEqual(r.body, self.files["small.txt"])
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_graceful_shutdown_finishes_transfers_in_flight(self):
+        server = Server(self.root, "--shutdown-timeout-ms", "20000")
+        s = server.connect(timeout=20)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        s.sendall(b"GET /large.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        reader = Reader(s)
+        status, _, headers = reader.read_head()
+        idle = server.connect()
+        idle.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        Reader(idle).read_response()
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        body = reader.buf
+        while len(body) < int(headers["content-length"]):
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            body += chunk
+            time.sleep(0.001)  # a slowish reader
+        self.assertEqual(body, self.files["large.bin"])
+        self.assertEqual(server.proc.wait(timeout=20), 0)
+        self.assertTrue(Reader(idle).at_eof(1))  # idle keep-alive connections are closed
+        with self.assertRaises(OSError):
+            socket.create_connection(("127.0.0.1", server.port), timeout=2)
+        s.close()
+        idle.close()
+        server.stop()
+
+    def test_connection_limit_pauses_accepting(self):
+        server = Server(self.root, "--max-connections", "5", "--shards", "1")
+        try:
+            held = [server.connect() for _ in range(5)]
+            for s in held:
+                s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+                Reader(s).read_response()
+            extra = server.connect(timeout=3)  # sits in the backlog, not served
+            extra.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+            extra.settimeout(0.5)
+            with self.assertRaises(socket.timeout):
+                extra.recv(1)
+            held[0].close()  # below the limit again: the waiting one is served
+            extra.settimeout(5)
+            self.assertEqual(Reader(extra).read_response().body, self.files["small.txt"])
+            for s in held[1:] + [extra]:
+                s.close()
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_max_requests_per_connection(self):
+        server = Server(self.root, "--max-requests-per-connection", "3")
+        try:
+            with server.connect() as s:
+                reader = Reader(s)
+                for i in range(3):
+                    s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+                    r = reader.read_response()
+                self.assertEqual(r.header("connection"), "close")
+                self.assertTrue(reader.at_eof())
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_idle_keepalive_timeout(self):
+        server = Server(self.root, "--keepalive-timeout-ms", "300")
+        try:
+            with server.connect() as s:
+                s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+                reader = Reader(s)
+                reader.read_response()
+                start = time.time()
+                self.assertTrue(reader.at_eof(timeout=5))
+                self.assertLess(time.time() - start, 3)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_file_changes_are_seen_after_revalidation(self):
+        server = Server(self.root, "--open-file-cache-valid-ms", "100")
+        try:
+            self.assertEqual(request(server, "GET", "/small.txt").body, self.files["small.txt"])
+            with open(os.path.join(self.root, "small.txt"), "wb") as f:
+                f.write(b"changed")
+            time.sleep(0.3)
+            self.assertEqual(request(server, "GET", "/small.txt").body, b"changed")
+            os.remove(os.path.join(self.root, "small.txt"))
+            time.sleep(0.3)
+            self.assertEqual(request(server, "GET", "/small.txt").status, 404)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,210 @@
+"""Starts the real ringd binary on an ephemeral loopback port and talks to it with real clients.
+
+Every test class here runs once per io backend: the backend comes from RINGD_IO (uring or epoll).
+A backend this kernel cannot run is a skip that says why, never a silent pass.
+"""
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+RINGD = os.environ.get("RINGD_BINARY", "")
+BACKEND = os.environ.get("RINGD_IO", "uring")
+_probe_cache = {}
+
+
+def uring_usable():
+    if "usable" not in _probe_cache:
+        out = subprocess.run([RINGD, "--probe"], capture_output=True, text=True, timeout=10).stdout
+        _probe_cache["usable"] = "io_uring backend: usable" in out
+        _probe_cache["why"] = out.strip().splitlines()[-1] if out.strip() else "no probe output"
+    return _probe_cache["usable"], _probe_cache["why"]
+
+
+class Server:
+    """A ringd process serving `root`; stop() sends SIGTERM and returns the exit status."""
+
+    def __init__(self, root, *flags, backend=None, env=None, wrap=()):
+        self.root = root
+        args = list(wrap) + [RINGD, "--root", root, "--listen", "127.0.0.1:0", "--shards", "2",
+                             "--io", backend or BACKEND] + list(flags)
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=env, text=True)
+        self.log = []
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            ready, _, _ = select.select([self.proc.stderr], [], [], 0.2)
+            if ready:
+                line = self.proc.stderr.readline()
+                if not line:
+                    break
+                self.log.append(line.rstrip("\n"))
+                m = re.search(r"serving .* on 127\.0\.0\.1:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    return
+            elif self.proc.poll() is not None:
+                break
+        self.proc.kill()
+        rest = self.proc.stderr.read() if self.proc.stderr else ""
+        raise RuntimeError("ringd did not start: %s %s" % ("\n".join(self.log), rest))
+
+    def connect(self, timeout=10):
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return s
+
+    def stop(self, sig=signal.SIGTERM, timeout=15):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        self.log.extend(self.proc.stderr.read().splitlines())
+        return rc
+
+
+class Response:
+    def __init__(self, status, reason, headers, body):
+        self.status = status
+        self.reason = reason
+        self.headers = headers  # lower-case name -> value (last wins)
+        self.body = body
+
+    def header(self, name):
+        return self.headers.get(name.lower())
+
+
+class Reader:
+    """Reads HTTP/1.1 responses off a socket, one after another (pipelining)."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b""
+
+    def _fill(self):
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise EOFError("connection closed")
+        self.buf += chunk
+
+    def read_head(self):
+        while b"\r\n\r\n" not in self.buf:
+            self._fill()
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        version, status, reason = (lines[0].split(" ", 2) + [""])[:3]
+        assert version == "HTTP/1.1", lines[0]
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        return int(status), reason, headers
+
+    def read_exact(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def read_response(self, head_request=False):
+        status, reason, headers = self.read_head()
+        length = int(headers.get("content-length", "0"))
+        body = b"" if head_request or status == 304 else self.read_exact(length)
+        return Response(status, reason, headers, body)
+
+    def at_eof(self, timeout=5):
+        self.sock.settimeout(timeout)
+        if self.buf:
+            return False
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+
+def request(server, method, target, headers=None, version="HTTP/1.1"):
+    """One request on a fresh connection; returns the Response."""
+    lines = ["%s %s %s" % (method, target, version)]
+    hdrs = {"Host": "test"} if version == "HTTP/1.1" else {}
+    hdrs.update(headers or {})
+    lines += ["%s: %s" % kv for kv in hdrs.items()]
+    with server.connect() as s:
+        s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        return Reader(s).read_response(head_request=(method == "HEAD"))
+
+
+def raw(server, data, timeout=5):
+    """Sends raw bytes, returns (status, everything read until the server closed or timed out)."""
+    with server.connect(timeout=timeout) as s:
+        s.sendall(data)
+        out = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+        except (socket.timeout, ConnectionResetError):
+            pass
+    m = re.match(rb"HTTP/1\.1 (\d{3}) ", out)
+    return (int(m.group(1)) if m else None), out
+
+
+def make_docroot():
+    """A document root with the size mix the tests need; deterministic contents."""
+    root = tempfile.mkdtemp(prefix="ringd-test-")
+    os.chmod(root, 0o755)
+
+    def write(rel, data):
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    def pattern(n, seed):
+        block = bytes((i * 31 + seed) & 0xFF for i in range(4096))
+        return (block * (n // 4096 + 1))[:n]
+
+    files = {
+        "index.html": b"<!doctype html><title>t</title>" + b"x" * 580,   # 612 bytes, as in the seeds
+        "small.txt": pattern(612, 1),
+        "medium.bin": pattern(100 * 1024, 2),
+        "large.bin": pattern(5 * 1024 * 1024 + 123, 3),
+        "empty.txt": b"",
+        "dir/index.html": b"<p>dir index</p>",
+        "nodir/file.txt": b"file in a directory without an index",
+        "app.js": b"console.log('hello');\n" * 100,
+        ".hidden": b"secret",
+        ".well-known/thing.txt": b"well known",
+    }
+    for rel, data in files.items():
+        write(rel, data)
+    import gzip
+    write("app.js.gz", gzip.compress(files["app.js"], mtime=0))
+    os.utime(os.path.join(root, "app.js.gz"), None)  # not older than app.js
+    os.symlink("small.txt", os.path.join(root, "link.txt"))
+    os.symlink("/etc/passwd", os.path.join(root, "escape"))
+    os.symlink("../" * 8 + "etc/passwd", os.path.join(root, "escape2"))
+    return root, files
+
+
+class BackendTestCase(unittest.TestCase):
+    """Skips the whole class when the selected backend cannot run here."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not RINGD or not os.path.exists(RINGD):
+            raise RuntimeError("RINGD_BINARY is not set to the ringd binary")
+        if BACKEND == "uring":
+            ok, why = uring_usable()
+            if not ok:
+                raise unittest.SkipTest("io_uring unusable on this machine: " + why)
