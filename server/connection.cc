@@ -141,6 +141,9 @@ void Shard::Plan(Connection* conn, const http::Request& req, size_t consumed) {
     }
   }
   ConsumeInput(conn, consumed);
+  if (req.body == http::BodyFraming::kChunked || req.content_length > ex->plan.discard_body) {
+    conn->more_input_expected = true;  // a body we will not read: linger before closing
+  }
   conn->discard = ex->plan.discard_body;
   if (conn->discard > 0 && conn->in_len > 0) {  // the body may already be in the buffer
     const uint32_t skip = conn->discard < conn->in_len ? static_cast<uint32_t>(conn->discard) : conn->in_len;
@@ -186,6 +189,7 @@ void Shard::RespondError(Connection* conn, int status) {
   if (conn->ex == nullptr) conn->ex = exchanges_->Get();
   if (conn->ex == nullptr) return Abort(conn);
   http::PlanError(status, false, &conn->ex->plan);
+  conn->more_input_expected = true;
   conn->in_len = 0;  // nothing after a framing error can be trusted
   conn->parsed_len = 0;
   ReleaseInputIfEmpty(conn);
@@ -314,14 +318,17 @@ void Shard::FinishResponse(Connection* conn) {
   ProcessInput(conn);                     // pipelined requests already buffered
 }
 
-// After the last response: stop sending (FIN), and read until the client closes, so unread
-// request bytes cannot turn our close into a reset that destroys the response in flight.
+// After the last response. If the client may still be sending (unread input, a body we skip,
+// an error that stopped reading), stop sending (FIN) and read until it closes, so that those
+// bytes cannot turn our close into a reset that destroys the response in flight (nginx's
+// lingering close). Otherwise close at once: a client that asked to close is done sending.
 void Shard::CloseGracefully(Connection* conn) {
-  conn->state = ConnState::kLingering;
+  const bool unread = conn->in_len > 0 || conn->discard > 0 || conn->more_input_expected;
   conn->in_len = 0;
   ReleaseInputIfEmpty(conn);
+  if (!unread || conn->peer_closed || !conn->recv_active) return Abort(conn);
+  conn->state = ConnState::kLingering;
   ::shutdown(conn->fd, SHUT_WR);
-  if (conn->peer_closed || !conn->recv_active) return Abort(conn);
   linger_timers_.Arm(&conn->timer, now_ms_);
 }
 
@@ -330,8 +337,9 @@ void Shard::Abort(Connection* conn) {
   if (conn->state == ConnState::kWaitingFile) files_->Forget(&conn->waiter);
   conn->state = ConnState::kClosing;
   if (conn->timer.list != nullptr) conn->timer.list->Disarm(&conn->timer);
-  // shutdown ends any receive or send in flight on the socket; their callbacks then free us.
-  ::shutdown(conn->fd, SHUT_RDWR);
+  // A send in flight may wait on a slow client: shutdown ends it now. The receive is cancelled
+  // through the loop. Their last callbacks then free the connection (MaybeFree).
+  if (conn->ex != nullptr && conn->ex->send.in_flight) ::shutdown(conn->fd, SHUT_RDWR);
   if (conn->recv_active) loop_->Cancel(&conn->recv);
   MaybeFree(conn);
 }

@@ -57,6 +57,7 @@ struct Connection {
   bool recv_paused = false;   // recv cancelled because the input buffer is full
   bool peer_closed = false;
   bool wants_close = false;   // close after the current response
+  bool more_input_expected = false;  // a framing error or an unread body: the client may still send
   char* in = nullptr;         // pending input, from the shard's input pool; null when empty
   uint32_t in_len = 0;
   uint32_t parsed_len = 0;    // how much of `in` the parser has already seen

@@ -12,9 +12,11 @@
 
 namespace ringd::http {
 
+// Plain (no initialisers): a RangeSet's unused slots are never touched, so a response plan is
+// cheap to construct.
 struct ByteRange {
-  uint64_t first = 0;
-  uint64_t last = 0;  // inclusive
+  uint64_t first;
+  uint64_t last;  // inclusive
   uint64_t Length() const { return last - first + 1; }
 };
 
