@@ -12,3 +12,14 @@ def ringd_backend_test(name, src, size = "medium", backends = BACKENDS, tags = [
             data = [src, "ringd_harness.py", "//server:ringd"],
             tags = tags + ["integration"],
         )
+
+def ringd_wrapped_test(name, src, backend, wrapper, size = "medium", tags = []):
+    """One Python integration test with ringd started under `wrapper` (a cc_binary)."""
+    native.sh_test(
+        name = name,
+        size = size,
+        srcs = ["run_py_test.sh"],
+        args = ["$(location //server:ringd)", backend, "$(location %s)" % src, "$(location %s)" % wrapper],
+        data = [src, "ringd_harness.py", "//server:ringd", wrapper],
+        tags = tags + ["integration"],
+    )

@@ -14,7 +14,9 @@ import time
 import unittest
 
 RINGD = os.environ.get("RINGD_BINARY", "")
-BACKEND = os.environ.get("RINGD_IO", "uring")
+BACKEND = os.environ.get("RINGD_IO", "uring")  # uring, epoll, or auto
+# A command to run ringd under, e.g. the seccomp wrapper that blocks io_uring.
+WRAP = [w for w in os.environ.get("RINGD_WRAP", "").split(" ") if w]
 _probe_cache = {}
 
 
@@ -29,9 +31,9 @@ def uring_usable():
 class Server:
     """A ringd process serving `root`; stop() sends SIGTERM and returns the exit status."""
 
-    def __init__(self, root, *flags, backend=None, env=None, wrap=()):
+    def __init__(self, root, *flags, backend=None, env=None, wrap=None):
         self.root = root
-        args = list(wrap) + [RINGD, "--root", root, "--listen", "127.0.0.1:0", "--shards", "2",
+        args = list(WRAP if wrap is None else wrap) + [RINGD, "--root", root, "--listen", "127.0.0.1:0", "--shards", "2",
                              "--io", backend or BACKEND] + list(flags)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=env, text=True)

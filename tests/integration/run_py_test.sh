@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs a Python integration test against the ringd binary with one io backend.
-#   run_py_test.sh <ringd binary> <backend> <test.py>
+#   run_py_test.sh <ringd binary> <backend> <test.py> [wrapper binary]
 set -euo pipefail
-export RINGD_BINARY="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
+export RINGD_BINARY="$(abs "$1")"
 export RINGD_IO="$2"
+if [[ $# -ge 4 ]]; then export RINGD_WRAP="$(abs "$4")"; fi
 export PYTHONDONTWRITEBYTECODE=1
 cd "$(dirname "$3")"
 exec /usr/bin/python3 -m unittest -v "$(basename "$3" .py)"
