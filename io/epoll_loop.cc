@@ -77,13 +77,14 @@ void RunJob(Completion* c, char* scratch, size_t scratch_size) {
   }
 }
 
-// Whether [offset, offset+length) is in the page cache, judged by its first and last byte.
+// Whether [offset, offset+length) is in the page cache, judged by its first and last byte. Any
+// failure counts as "not cached": some file systems (FUSE among them) refuse RWF_NOWAIT outright,
+// and reading them inline could block the loop on a slow disk.
 bool Cached(int fd, uint64_t offset, uint64_t length) {
   char byte;
   iovec v{&byte, 1};
-  if (::preadv2(fd, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT) < 0 && errno == EAGAIN) return false;
-  if (length > 1 &&
-      ::preadv2(fd, &v, 1, static_cast<off_t>(offset + length - 1), RWF_NOWAIT) < 0 && errno == EAGAIN) {
+  if (::preadv2(fd, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT) < 0) return false;
+  if (length > 1 && ::preadv2(fd, &v, 1, static_cast<off_t>(offset + length - 1), RWF_NOWAIT) < 0) {
     return false;
   }
   return true;
@@ -178,8 +179,7 @@ class EpollLoop final : public Loop {
     iovec v{buf, length};
     const ssize_t n = ::preadv2(fd, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT);
     if (n >= 0) return Complete(c, n);  // in the page cache: no thread needed
-    if (errno != EAGAIN) return Complete(c, -errno);
-    Offload(c);
+    Offload(c);  // EAGAIN, or a file system without RWF_NOWAIT: the worker reads it
   }
 
   void Cancel(Completion* c) override {

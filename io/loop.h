@@ -66,7 +66,7 @@ struct Completion {
   int slot = -1;                // Open (uring): the statx buffer borrowed for the call
   bool cancelled = false;       // Cancel was called: no transparent re-arm
   bool polling = false;         // SendFile (uring): waiting for the socket to take more
-  int64_t pending_result = 0;   // epoll: the result a queued completion will report
+  int64_t pending_result = 0;   // the result a completion queued inside its starting call reports
   Completion* next_ready = nullptr;  // a backend's queue of finished operations
 };
 

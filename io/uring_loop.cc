@@ -8,6 +8,8 @@
 #include <liburing.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@ namespace ringd::io {
 namespace {
 
 constexpr uint16_t kRecvGroup = 0;
+constexpr uint64_t kInlineChunk = 1 << 20;  // sendfile per call on the inline path
 constexpr int kBatch = 256;
 
 class UringLoop final : public Loop {
@@ -152,20 +155,10 @@ class UringLoop final : public Loop {
     c->in_pipe = 0;
     c->pipe_index = -1;
     c->polling = false;
-    if (length == 0) return Finish(c, 0);
-    const int pipe = TakePipe();
-    if (pipe < 0) {  // every pipe busy: queue (intrusively) until one comes back
-      c->next_ready = nullptr;
-      if (pipe_wait_tail_ != nullptr) {
-        pipe_wait_tail_->next_ready = c;
-      } else {
-        pipe_wait_head_ = c;
-      }
-      pipe_wait_tail_ = c;
-      return;
-    }
-    c->pipe_index = pipe;
-    SpliceIn(c);
+    // Pages already in the page cache go out with sendfile on the (non-blocking) socket right
+    // here: no kernel worker hop, and it cannot block on the disk. Anything else is spliced
+    // through the ring, where a cold read blocks an io-wq worker, never this thread.
+    if (!SendCached(c)) Splice(c);
   }
 
   void Open(int dir_fd, const char* path, Completion* c) override {
@@ -210,6 +203,7 @@ class UringLoop final : public Loop {
   }
 
   void Poll(int timeout_ms) override {
+    if (ready_head_ != nullptr) timeout_ms = 0;
     __kernel_timespec ts{};
     ts.tv_sec = timeout_ms / 1000;
     ts.tv_nsec = (timeout_ms % 1000) * 1000000L;
@@ -231,6 +225,7 @@ class UringLoop final : public Loop {
       for (unsigned i = 0; i < n; ++i) Dispatch(events[i].user_data, events[i].res, events[i].flags);
       if (n < static_cast<unsigned>(kBatch)) break;
     }
+    RunReady();
     // Multishot receives the kernel ended for lack of buffers: re-arm now that callbacks have
     // returned their buffers.
     for (Completion* c : rearm_) {
@@ -279,6 +274,24 @@ class UringLoop final : public Loop {
     c->data = nullptr;
   }
 
+  // Operations that finished inside the call that started them: their callbacks run from Poll
+  // (never from inside the starting call, which may itself be in a callback).
+  void Ready(Completion* c, int64_t result) {
+    c->pending_result = result;
+    c->next_ready = nullptr;
+    if (ready_tail_ != nullptr) ready_tail_->next_ready = c; else ready_head_ = c;
+    ready_tail_ = c;
+  }
+
+  void RunReady() {
+    while (ready_head_ != nullptr) {
+      Completion* c = ready_head_;
+      ready_head_ = c->next_ready;
+      if (ready_head_ == nullptr) ready_tail_ = nullptr;
+      Finish(c, c->pending_result);
+    }
+  }
+
   void Finish(Completion* c, int64_t result) {
     c->in_flight = false;
     c->more = false;
@@ -312,6 +325,61 @@ class UringLoop final : public Loop {
       io_uring_prep_sendmsg(sqe, c->fd, &c->msg, MSG_NOSIGNAL);
     }
     io_uring_sqe_set_data(sqe, c);
+  }
+
+  // Tries the inline path; true if the operation is finished or waiting for socket space.
+  bool SendCached(Completion* c) {
+    while (c->remaining > 0) {
+      const uint64_t chunk = c->remaining < kInlineChunk ? c->remaining : kInlineChunk;
+      if (!PageCached(c->file_fd, c->offset, chunk)) return c->done > 0 ? (Splice(c), true) : false;
+      off_t off = static_cast<off_t>(c->offset);
+      const ssize_t n = ::sendfile(c->fd, c->file_fd, &off, chunk);
+      if (n > 0) {
+        c->offset += static_cast<uint64_t>(n);
+        c->done += static_cast<uint64_t>(n);
+        c->remaining -= static_cast<uint64_t>(n);
+        continue;
+      }
+      if (n == 0) break;  // the file ended early: truncated
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {  // the socket is full: poll, then come back here
+        c->polling = true;
+        c->in_pipe = 0;
+        io_uring_sqe* sqe = Sqe();
+        io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
+        io_uring_sqe_set_data(sqe, c);
+        return true;
+      }
+      Ready(c, -errno);
+      return true;
+    }
+    Ready(c, static_cast<int64_t>(c->done));
+    return true;
+  }
+
+  // The splice path for what is left of a SendFile.
+  void Splice(Completion* c) {
+    const int pipe = TakePipe();
+    if (pipe < 0) {
+      c->next_ready = nullptr;
+      if (pipe_wait_tail_ != nullptr) {
+        pipe_wait_tail_->next_ready = c;
+      } else {
+        pipe_wait_head_ = c;
+      }
+      pipe_wait_tail_ = c;
+      return;
+    }
+    c->pipe_index = pipe;
+    SpliceIn(c);
+  }
+
+  static bool PageCached(int fd, uint64_t offset, uint64_t length) {
+    char byte;
+    iovec v{&byte, 1};
+    if (::preadv2(fd, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT) < 0) return false;
+    return length <= 1 ||
+           ::preadv2(fd, &v, 1, static_cast<off_t>(offset + length - 1), RWF_NOWAIT) >= 0;
   }
 
   int TakePipe() {
@@ -455,8 +523,13 @@ class UringLoop final : public Loop {
   }
 
   void OnSendFile(Completion* c, int32_t res) {
-    if (c->polling) {  // the socket became writable (or failed): move the pipe's bytes on
+    if (c->polling) {  // the socket became writable (or failed)
       c->polling = false;
+      if (c->pipe_index < 0) {  // the inline sendfile path: carry on there
+        if (res < 0) return Finish(c, res);
+        if (!SendCached(c)) Splice(c);
+        return RunReady();
+      }
       if (res < 0) {
         GivePipe(c->pipe_index, true);
         return Finish(c, res);
@@ -543,6 +616,8 @@ class UringLoop final : public Loop {
   std::vector<struct statx> statx_slots_;
   std::vector<int> free_slots_;
   std::vector<Pipe> pipes_;
+  Completion* ready_head_ = nullptr;  // finished inside the call that started them
+  Completion* ready_tail_ = nullptr;
   Completion* pipe_wait_head_ = nullptr;  // SendFiles waiting for a free pipe
   Completion* pipe_wait_tail_ = nullptr;
   std::vector<Completion*> rearm_;

@@ -1,0 +1,171 @@
+// The harness's ceiling: a minimal io_uring responder that parses nothing and answers every
+// request (each blank line it sees) with one fixed in-memory 612-byte response. Whatever a real
+// server does beyond this costs CPU; this is the practical upper bound on a machine.
+//   ceiling --port P [--body-bytes 612]
+#include <liburing.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr unsigned kBufCount = 1024, kBufSize = 4096;
+constexpr int kMaxConns = 65536;
+
+enum Kind : uint64_t { kAccept = 1, kRecv = 2, kSend = 3 };
+uint64_t Tag(Kind k, int fd) { return (static_cast<uint64_t>(fd) << 8) | k; }
+
+struct ConnState {
+  uint32_t tail = 0;   // the last bytes seen, to find "\r\n\r\n" across reads
+  int pending = 0;     // responses owed
+  bool sending = false;
+  bool close_after = false;  // the client sent "Connection: close"
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int port = 0;
+  int body = 612;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--port")) port = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--body-bytes")) body = std::atoi(argv[i + 1]);
+  }
+  if (port <= 0) {
+    std::fprintf(stderr, "usage: ceiling --port P [--body-bytes N]\n");
+    return 2;
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+  const int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  setsockopt(lfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(lfd, 4096) != 0) {
+    std::perror("ceiling: bind");
+    return 1;
+  }
+  std::string one_response = "HTTP/1.1 200 OK\r\nServer: ceiling\r\nContent-Type: text/html\r\nContent-Length: " +
+                             std::to_string(body) + "\r\n\r\n" + std::string(static_cast<size_t>(body), 'x');
+  std::string responses;  // up to 64 back to back, for pipelined requests
+  for (int i = 0; i < 64; ++i) responses += one_response;
+
+  io_uring ring;
+  io_uring_params p{};
+  p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+  if (io_uring_queue_init_params(4096, &ring, &p) < 0) {
+    std::fprintf(stderr, "ceiling: io_uring unavailable\n");
+    return 1;
+  }
+  auto* br = static_cast<io_uring_buf_ring*>(mmap(nullptr, kBufCount * sizeof(io_uring_buf),
+                                                   PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  io_uring_buf_reg reg{};
+  reg.ring_addr = reinterpret_cast<uint64_t>(br);
+  reg.ring_entries = kBufCount;
+  reg.bgid = 0;
+  if (br == MAP_FAILED || io_uring_register_buf_ring(&ring, &reg, 0) != 0) {
+    std::fprintf(stderr, "ceiling: cannot register the buffer ring\n");
+    return 1;
+  }
+  io_uring_buf_ring_init(br);
+  std::vector<char> bufs(static_cast<size_t>(kBufCount) * kBufSize);
+  for (unsigned i = 0; i < kBufCount; ++i) {
+    io_uring_buf_ring_add(br, bufs.data() + i * kBufSize, kBufSize, static_cast<unsigned short>(i),
+                          io_uring_buf_ring_mask(kBufCount), static_cast<int>(i));
+  }
+  io_uring_buf_ring_advance(br, kBufCount);
+  std::vector<ConnState> conns(kMaxConns);
+
+  auto arm_accept = [&] {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+    io_uring_prep_multishot_accept(sqe, lfd, nullptr, nullptr, 0);
+    io_uring_sqe_set_data64(sqe, Tag(kAccept, lfd));
+  };
+  auto arm_recv = [&](int fd) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+    io_uring_prep_recv_multishot(sqe, fd, nullptr, 0, 0);
+    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->buf_group = 0;
+    io_uring_sqe_set_data64(sqe, Tag(kRecv, fd));
+  };
+  auto send_owed = [&](int fd) {
+    ConnState& c = conns[static_cast<size_t>(fd)];
+    if (c.sending || c.pending == 0) return;
+    const int n = c.pending > 64 ? 64 : c.pending;
+    c.pending -= n;
+    c.sending = true;
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+    io_uring_prep_send(sqe, fd, responses.data(), one_response.size() * static_cast<size_t>(n), MSG_NOSIGNAL);
+    io_uring_sqe_set_data64(sqe, Tag(kSend, fd));
+  };
+  arm_accept();
+  std::fprintf(stderr, "ceiling: listening on 127.0.0.1:%d\n", port);
+  while (true) {
+    io_uring_submit_and_wait(&ring, 1);
+    io_uring_cqe* cqe;
+    unsigned head, seen = 0;
+    io_uring_for_each_cqe(&ring, head, cqe) {
+      ++seen;
+      const uint64_t tag = cqe->user_data;
+      const int fd = static_cast<int>(tag >> 8);
+      switch (static_cast<Kind>(tag & 0xff)) {
+        case kAccept:
+          if (cqe->res >= 0 && cqe->res < kMaxConns) {
+            conns[static_cast<size_t>(cqe->res)] = ConnState{};
+            arm_recv(cqe->res);
+          }
+          if (!(cqe->flags & IORING_CQE_F_MORE)) arm_accept();
+          break;
+        case kRecv: {
+          if (cqe->res <= 0) {
+            if (!(cqe->flags & IORING_CQE_F_MORE)) {
+              if (cqe->res == -ENOBUFS) {
+                arm_recv(fd);
+              } else {
+                close(fd);
+              }
+            }
+            break;
+          }
+          const unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+          const char* data = bufs.data() + bid * kBufSize;
+          ConnState& c = conns[static_cast<size_t>(fd)];
+          if (memmem(data, static_cast<size_t>(cqe->res), "onnection: close", 16) != nullptr) c.close_after = true;
+          for (int i = 0; i < cqe->res; ++i) {
+            c.tail = (c.tail << 8) | static_cast<unsigned char>(data[i]);
+            if (c.tail == 0x0d0a0d0a) ++c.pending;
+          }
+          io_uring_buf_ring_add(br, const_cast<char*>(data), kBufSize, static_cast<unsigned short>(bid),
+                                io_uring_buf_ring_mask(kBufCount), 0);
+          io_uring_buf_ring_advance(br, 1);
+          if (!(cqe->flags & IORING_CQE_F_MORE)) arm_recv(fd);
+          send_owed(fd);
+          break;
+        }
+        case kSend: {
+          ConnState& c = conns[static_cast<size_t>(fd)];
+          c.sending = false;
+          if (cqe->res > 0 && c.close_after && c.pending == 0) {
+            shutdown(fd, SHUT_RDWR);  // the multishot recv then ends and the fd is closed there
+          } else if (cqe->res > 0) {
+            send_owed(fd);
+          }
+          break;
+        }
+      }
+    }
+    io_uring_cq_advance(&ring, seen);
+  }
+}

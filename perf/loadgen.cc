@@ -1,0 +1,544 @@
+// ringd-load: the perf harness's HTTP/1.1 load generator. epoll, non-blocking, one thread per
+// --threads, no allocation per request.
+//
+//   ringd-load --port 8080 --connections 100 --duration-s 5 --path /index.html
+//   ringd-load --port 8080 --connections 10 --bulk --path /4mb.bin        # bodies discarded (MSG_TRUNC)
+//   ringd-load --port 8080 --connections 50 --rate 20000 --path /a        # open loop, no coordinated omission
+//   ringd-load --port 8080 --idle 10000 --connections 100 ...             # hold idle keep-alive connections
+//
+// Prints one JSON object: requests, rps, bytes, latency percentiles (microseconds), errors by kind
+// and status counts. Latency in open-loop mode is measured from when each request was *due*, so a
+// stalled server cannot hide its queueing (coordinated omission).
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <queue>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "perf/histogram.h"
+
+namespace ringd::perf {
+namespace {
+
+uint64_t NowUs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
+}
+
+struct Options {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int connections = 10;
+  int threads = 1;
+  double duration_s = 5;
+  uint64_t max_requests = 0;  // 0: run for duration_s
+  std::vector<std::string> paths;
+  bool close = false;
+  int pipeline = 1;
+  double rate = 0;  // requests per second over all connections; 0: closed loop
+  bool bulk = false;
+  int idle = 0;
+  double idle_hold_s = 0;  // with no active connections: hold the idle ones this long
+  uint64_t timeout_us = 10000000;
+  std::vector<std::string> headers;
+};
+
+struct Errors {
+  uint64_t connect = 0, reset = 0, timeout = 0, parse = 0, eof = 0;
+};
+
+struct Result {
+  LatencyHistogram latency;
+  uint64_t requests = 0, bytes = 0;
+  Errors errors;
+  std::map<int, uint64_t> status;
+};
+
+struct Conn {
+  int fd = -1;
+  enum State { kClosed, kConnecting, kActive, kWaitingEof } state = kClosed;
+  std::string_view out;  // request bytes still to send
+  size_t out_off = 0;
+  char head[16384];
+  size_t head_len = 0;
+  bool in_body = false;
+  uint64_t body_left = 0;
+  int status = 0;
+  bool server_closing = false;  // the response said "Connection: close"
+  int outstanding = 0;
+  uint64_t sent_at[64];  // due (open loop) or sent (closed loop) time of each outstanding request
+  int sent_head = 0;
+  uint64_t next_due = 0;
+  uint64_t deadline = 0;
+  size_t path_index = 0;
+};
+
+class Worker {
+ public:
+  Worker(const Options& o, int connections, int first_index, uint64_t start_us, uint64_t end_us)
+      : o_(o), conns_(static_cast<size_t>(connections)), first_index_(first_index),
+        start_us_(start_us), end_us_(end_us) {
+    // Requests are prebuilt: one string per path, repeated `pipeline` times.
+    for (const std::string& p : o.paths) {
+      std::string one = "GET " + p + " HTTP/1.1\r\nHost: " + o.host + "\r\n";
+      for (const std::string& h : o.headers) one += h + "\r\n";
+      if (o.close) one += "Connection: close\r\n";
+      one += "\r\n";
+      std::string batch;
+      for (int i = 0; i < o.pipeline; ++i) batch += one;
+      requests_.push_back(batch);
+    }
+    addr_.sin_family = AF_INET;
+    addr_.sin_port = htons(static_cast<uint16_t>(o.port));
+    inet_pton(AF_INET, o.host.c_str(), &addr_.sin_addr);
+    epfd_ = epoll_create1(EPOLL_CLOEXEC);
+    scratch_.resize(1 << 20);
+  }
+  ~Worker() {
+    for (Conn& c : conns_) {
+      if (c.fd >= 0) ::close(c.fd);
+    }
+    ::close(epfd_);
+  }
+
+  void Run() {
+    const double per_conn_interval_us =
+        o_.rate > 0 ? 1e6 * static_cast<double>(o_.connections) / o_.rate : 0;
+    for (size_t i = 0; i < conns_.size(); ++i) {
+      Conn& c = conns_[i];
+      c.path_index = (first_index_ + i) % requests_.size();
+      // Spread the first due times over one interval, so an open-loop run starts smoothly.
+      c.next_due = start_us_ + static_cast<uint64_t>(per_conn_interval_us * static_cast<double>(first_index_ + i) /
+                                                     o_.connections);
+      Connect(c);
+    }
+    epoll_event events[256];
+    uint64_t next_scan = 0;
+    while (true) {
+      const uint64_t now = NowUs();
+      if (now >= end_us_ || (o_.max_requests > 0 && result.requests >= o_.max_requests)) break;
+      // Open loop: start the requests that are due and find the next due time. Closed loop:
+      // only look for timed-out requests, every 100 ms.
+      uint64_t next_wake = end_us_;
+      const bool scan = o_.rate > 0 || now >= next_scan;
+      if (scan && o_.rate == 0) next_scan = now + 100000;
+      for (Conn& c : conns_) {
+        if (!scan) break;
+        if (c.state == Conn::kActive && c.outstanding == 0 && c.out.empty()) {
+          if (c.next_due <= now) {
+            StartRequest(c, now);
+          } else {
+            next_wake = std::min(next_wake, c.next_due);
+          }
+        }
+        if (c.outstanding > 0 && c.deadline <= now) {
+          ++result.errors.timeout;
+          Reconnect(c);
+        }
+      }
+      const int timeout_ms = static_cast<int>(std::min<uint64_t>((next_wake - std::min(next_wake, now)) / 1000, 100));
+      const int n = epoll_wait(epfd_, events, 256, o_.rate > 0 ? timeout_ms : 100);
+      for (int i = 0; i < n; ++i) {
+        Conn& c = conns_[events[i].data.u32];
+        if (c.state == Conn::kConnecting) {
+          int err = 0;
+          socklen_t len = sizeof err;
+          getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+          if (err != 0) {
+            ++result.errors.connect;
+            Reconnect(c);
+            continue;
+          }
+          c.state = Conn::kActive;
+          Watch(c, EPOLLIN);
+          if (o_.rate == 0) StartRequest(c, NowUs());
+          continue;
+        }
+        if (events[i].events & EPOLLOUT) Flush(c);
+        if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) Read(c);
+      }
+    }
+  }
+
+  // Opens `count` connections, completes one request on each, and keeps them open and unwatched.
+  // Returns how many are held.
+  int HoldIdle(int count) {
+    int held = 0;
+    for (int i = 0; i < count; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr_), sizeof addr_) != 0) {
+        ++result.errors.connect;
+        if (fd >= 0) ::close(fd);
+        continue;
+      }
+      const std::string req = "GET " + o_.paths[0] + " HTTP/1.1\r\nHost: " + o_.host + "\r\n\r\n";
+      if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+        ::close(fd);
+        continue;
+      }
+      // Read one whole response (head + Content-Length body), blocking.
+      std::string got;
+      size_t need = SIZE_MAX;
+      while (got.size() < need) {
+        const ssize_t r = ::recv(fd, scratch_.data(), scratch_.size(), 0);
+        if (r <= 0) break;
+        got.append(scratch_.data(), static_cast<size_t>(r));
+        const size_t end = got.find("\r\n\r\n");
+        if (end != std::string::npos && need == SIZE_MAX) {
+          const char* cl = strcasestr(got.c_str(), "\r\ncontent-length:");
+          need = end + 4 + (cl != nullptr ? std::strtoull(cl + 17, nullptr, 10) : 0);
+        }
+      }
+      if (got.size() < need) {
+        ::close(fd);
+        continue;
+      }
+      idle_fds_.push_back(fd);
+      ++held;
+    }
+    return held;
+  }
+
+  Result result;
+
+ private:
+  void Watch(Conn& c, uint32_t events) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u32 = static_cast<uint32_t>(&c - conns_.data());
+    epoll_ctl(epfd_, EPOLL_CTL_MOD, c.fd, &ev);
+  }
+
+  void Connect(Conn& c) {
+    c.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c.fd < 0) {
+      ++result.errors.connect;
+      c.state = Conn::kClosed;
+      return;
+    }
+    const int one = 1;
+    setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    c.head_len = 0;
+    c.in_body = false;
+    c.outstanding = 0;
+    c.out = {};
+    c.out_off = 0;
+    epoll_event ev{};
+    ev.events = EPOLLOUT;
+    ev.data.u32 = static_cast<uint32_t>(&c - conns_.data());
+    epoll_ctl(epfd_, EPOLL_CTL_ADD, c.fd, &ev);
+    const int r = ::connect(c.fd, reinterpret_cast<sockaddr*>(&addr_), sizeof addr_);
+    c.state = (r == 0 || errno == EINPROGRESS) ? Conn::kConnecting : Conn::kClosed;
+    if (c.state == Conn::kClosed) ++result.errors.connect;
+  }
+
+  void Reconnect(Conn& c) {
+    if (c.fd >= 0) ::close(c.fd);
+    c.fd = -1;
+    if (NowUs() < end_us_) Connect(c);
+  }
+
+  void StartRequest(Conn& c, uint64_t now) {
+    const std::string& req = requests_[c.path_index];
+    c.path_index = (c.path_index + 1) % requests_.size();
+    c.out = req;
+    c.out_off = 0;
+    const uint64_t stamp = o_.rate > 0 ? std::min(c.next_due, now) : now;
+    for (int i = 0; i < o_.pipeline; ++i) c.sent_at[(c.sent_head + c.outstanding + i) % 64] = stamp;
+    c.outstanding += o_.pipeline;
+    c.deadline = now + o_.timeout_us;
+    if (o_.rate > 0) {
+      c.next_due += static_cast<uint64_t>(1e6 * static_cast<double>(o_.connections) / o_.rate);
+    }
+    Flush(c);
+  }
+
+  void Flush(Conn& c) {
+    while (c.out_off < c.out.size()) {
+      const ssize_t n = ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EAGAIN) {
+          Watch(c, EPOLLIN | EPOLLOUT);
+          return;
+        }
+        ++result.errors.reset;
+        return Reconnect(c);
+      }
+      c.out_off += static_cast<size_t>(n);
+    }
+    c.out = {};
+    c.out_off = 0;
+    Watch(c, EPOLLIN);
+  }
+
+  void Read(Conn& c) {
+    if (c.state == Conn::kWaitingEof) {  // Connection: close: wait for the server's FIN
+      const ssize_t n = ::recv(c.fd, scratch_.data(), scratch_.size(), 0);
+      if (n > 0 || (n < 0 && errno == EAGAIN)) return;
+      return Reconnect(c);
+    }
+    while (true) {
+      ssize_t n;
+      if (c.in_body && o_.bulk) {
+        // Discard body bytes in the kernel: no copy, so large files are not capped by the client.
+        n = ::recv(c.fd, nullptr, std::min<uint64_t>(c.body_left, 1 << 30), MSG_TRUNC | MSG_DONTWAIT);
+        if (n > 0) {
+          result.bytes += static_cast<uint64_t>(n);
+          c.body_left -= static_cast<uint64_t>(n);
+          if (c.body_left == 0 && !Complete(c)) return;
+          continue;
+        }
+      } else {
+        n = ::recv(c.fd, scratch_.data(), scratch_.size(), MSG_DONTWAIT);
+        if (n > 0) {
+          if (!Consume(c, scratch_.data(), static_cast<size_t>(n))) return;
+          continue;
+        }
+      }
+      if (n < 0 && errno == EAGAIN) return;
+      if (n == 0) {
+        ++result.errors.eof;
+      } else {
+        ++result.errors.reset;
+      }
+      return Reconnect(c);
+    }
+  }
+
+  // Feeds received bytes through the response parser; false if the connection was replaced.
+  bool Consume(Conn& c, const char* p, size_t n) {
+    result.bytes += n;
+    while (n > 0) {
+      if (c.in_body) {
+        const size_t take = static_cast<size_t>(std::min<uint64_t>(c.body_left, n));
+        c.body_left -= take;
+        p += take;
+        n -= take;
+        if (c.body_left == 0 && !Complete(c)) return false;
+        continue;
+      }
+      const size_t room = sizeof c.head - c.head_len;
+      const size_t take = std::min(room, n);
+      std::memcpy(c.head + c.head_len, p, take);
+      const size_t before = c.head_len;
+      c.head_len += take;
+      const std::string_view head(c.head, c.head_len);
+      const size_t end = head.find("\r\n\r\n", before >= 3 ? before - 3 : 0);
+      if (end == std::string_view::npos) {
+        if (c.head_len == sizeof c.head) {
+          ++result.errors.parse;
+          Reconnect(c);
+          return false;
+        }
+        return true;
+      }
+      // The bytes after the head belong to the body (or to the next response).
+      const size_t used = end + 4 - before;
+      p += used;
+      n -= used;
+      if (head.substr(0, 9) != "HTTP/1.1 " || head.size() < 12) {
+        ++result.errors.parse;
+        Reconnect(c);
+        return false;
+      }
+      c.status = std::atoi(c.head + 9);
+      uint64_t length = 0;
+      const char* cl = strcasestr(c.head, "\r\ncontent-length:");
+      if (cl != nullptr && cl < c.head + end) length = std::strtoull(cl + 17, nullptr, 10);
+      const char* conn_close = strcasestr(c.head, "\r\nconnection: close");
+      c.server_closing = conn_close != nullptr && conn_close < c.head + end;
+      c.head_len = 0;
+      c.in_body = true;
+      c.body_left = c.status == 304 ? 0 : length;
+      if (c.body_left == 0 && !Complete(c)) return false;
+      if (o_.bulk && c.in_body && n == 0) return true;  // let Read discard the body in the kernel
+    }
+    return true;
+  }
+
+  // A response finished; false if the connection was closed (close mode).
+  bool Complete(Conn& c) {
+    const uint64_t now = NowUs();
+    c.in_body = false;
+    ++result.status[c.status];
+    if (now <= end_us_) {
+      ++result.requests;
+      result.latency.Record(now - c.sent_at[c.sent_head]);
+    }
+    c.sent_head = (c.sent_head + 1) % 64;
+    --c.outstanding;
+    if (c.outstanding > 0 && !c.server_closing) return true;
+    if (o_.close || c.server_closing) {  // the server ends this connection: open another after
+      c.outstanding = 0;
+      c.state = Conn::kWaitingEof;
+      return false;
+    }
+    if (o_.rate == 0 && now < end_us_) StartRequest(c, now);
+    return true;
+  }
+
+  const Options& o_;
+  std::vector<Conn> conns_;
+  int first_index_;
+  uint64_t start_us_, end_us_;
+  std::vector<std::string> requests_;
+  sockaddr_in addr_{};
+  int epfd_ = -1;
+  std::vector<char> scratch_;
+  std::vector<int> idle_fds_;
+};
+
+void Usage() {
+  std::fprintf(stderr,
+               "usage: ringd-load --port P [--host 127.0.0.1] [--connections N] [--threads T]\n"
+               "  [--duration-s S | --requests R] --path /x [--path /y ...] [--paths-file F]\n"
+               "  [--close] [--pipeline K] [--rate RPS] [--bulk] [--idle K] [--idle-hold-s S]\n"
+               "  [--header 'Name: value'] [--timeout-ms MS]\n");
+}
+
+bool ParseArgs(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "ringd-load: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--host") o->host = value();
+    else if (a == "--port") o->port = std::atoi(value().c_str());
+    else if (a == "--connections") o->connections = std::atoi(value().c_str());
+    else if (a == "--threads") o->threads = std::atoi(value().c_str());
+    else if (a == "--duration-s") o->duration_s = std::atof(value().c_str());
+    else if (a == "--requests") o->max_requests = std::strtoull(value().c_str(), nullptr, 10);
+    else if (a == "--path") o->paths.push_back(value());
+    else if (a == "--paths-file") {
+      std::ifstream f(value());
+      for (std::string line; std::getline(f, line);) {
+        if (!line.empty() && line[0] == '/') o->paths.push_back(line);
+      }
+    } else if (a == "--close") o->close = true;
+    else if (a == "--pipeline") o->pipeline = std::atoi(value().c_str());
+    else if (a == "--rate") o->rate = std::atof(value().c_str());
+    else if (a == "--bulk") o->bulk = true;
+    else if (a == "--idle") o->idle = std::atoi(value().c_str());
+    else if (a == "--idle-hold-s") o->idle_hold_s = std::atof(value().c_str());
+    else if (a == "--header") o->headers.push_back(value());
+    else if (a == "--timeout-ms") o->timeout_us = std::strtoull(value().c_str(), nullptr, 10) * 1000;
+    else {
+      std::fprintf(stderr, "ringd-load: unknown argument %s\n", a.c_str());
+      return false;
+    }
+  }
+  if (o->paths.empty() || o->port <= 0 || o->connections < 0 || o->threads < 1 ||
+      o->pipeline < 1 || o->pipeline > 64 || o->connections < o->threads * (o->connections > 0)) {
+    return false;
+  }
+  return true;
+}
+
+int Main(int argc, char** argv) {
+  Options o;
+  if (!ParseArgs(argc, argv, &o)) {
+    Usage();
+    return 2;
+  }
+  rlimit rl;
+  getrlimit(RLIMIT_NOFILE, &rl);
+  rl.rlim_cur = rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+
+  Result total;
+  int idle_held = 0;
+  std::unique_ptr<Worker> idle_worker;
+  if (o.idle > 0) {
+    idle_worker = std::make_unique<Worker>(o, 0, 0, 0, 0);
+    idle_held = idle_worker->HoldIdle(o.idle);
+    total.errors.connect += idle_worker->result.errors.connect;
+    std::printf("IDLE_READY %d\n", idle_held);  // the harness samples server memory now
+    std::fflush(stdout);
+    if (o.connections == 0) {
+      timespec ts{static_cast<time_t>(o.idle_hold_s), static_cast<long>((o.idle_hold_s - static_cast<long>(o.idle_hold_s)) * 1e9)};
+      nanosleep(&ts, nullptr);
+    }
+  }
+
+  const uint64_t start = NowUs();
+  const uint64_t end = start + static_cast<uint64_t>(o.duration_s * 1e6);
+  std::vector<std::unique_ptr<Worker>> workers;
+  if (o.connections > 0) {
+    int first = 0;
+    for (int t = 0; t < o.threads; ++t) {
+      const int n = o.connections / o.threads + (t < o.connections % o.threads ? 1 : 0);
+      workers.push_back(std::make_unique<Worker>(o, n, first, start, end));
+      first += n;
+    }
+    std::vector<std::thread> threads;
+    for (auto& w : workers) threads.emplace_back([&w] { w->Run(); });
+    for (auto& t : threads) t.join();
+  }
+  const double elapsed = static_cast<double>(NowUs() - start) / 1e6;
+  for (auto& w : workers) {
+    total.latency.Merge(w->result.latency);
+    total.requests += w->result.requests;
+    total.bytes += w->result.bytes;
+    total.errors.connect += w->result.errors.connect;
+    total.errors.reset += w->result.errors.reset;
+    total.errors.timeout += w->result.errors.timeout;
+    total.errors.parse += w->result.errors.parse;
+    total.errors.eof += w->result.errors.eof;
+    for (auto& [code, n] : w->result.status) total.status[code] += n;
+  }
+  const double seconds = o.connections > 0 ? std::min(elapsed, o.duration_s) : elapsed;
+  std::printf("{\"requests\": %llu, \"seconds\": %.3f, \"rps\": %.1f, \"bytes\": %llu, "
+              "\"bytes_per_s\": %.0f, \"idle_held\": %d, ",
+              static_cast<unsigned long long>(total.requests), seconds,
+              seconds > 0 ? static_cast<double>(total.requests) / seconds : 0.0,
+              static_cast<unsigned long long>(total.bytes),
+              seconds > 0 ? static_cast<double>(total.bytes) / seconds : 0.0, idle_held);
+  const LatencyHistogram& h = total.latency;
+  std::printf("\"latency_us\": {\"mean\": %.1f, \"p50\": %llu, \"p90\": %llu, \"p99\": %llu, "
+              "\"p999\": %llu, \"max\": %llu}, ",
+              h.mean(), static_cast<unsigned long long>(h.Percentile(50)),
+              static_cast<unsigned long long>(h.Percentile(90)),
+              static_cast<unsigned long long>(h.Percentile(99)),
+              static_cast<unsigned long long>(h.Percentile(99.9)),
+              static_cast<unsigned long long>(h.max()));
+  std::printf("\"errors\": {\"connect\": %llu, \"reset\": %llu, \"timeout\": %llu, \"parse\": %llu, "
+              "\"eof\": %llu}, \"status\": {",
+              static_cast<unsigned long long>(total.errors.connect),
+              static_cast<unsigned long long>(total.errors.reset),
+              static_cast<unsigned long long>(total.errors.timeout),
+              static_cast<unsigned long long>(total.errors.parse),
+              static_cast<unsigned long long>(total.errors.eof));
+  bool first = true;
+  for (auto& [code, n] : total.status) {
+    std::printf("%s\"%d\": %llu", first ? "" : ", ", code, static_cast<unsigned long long>(n));
+    first = false;
+  }
+  std::printf("}}\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringd::perf
+
+int main(int argc, char** argv) { return ringd::perf::Main(argc, argv); }
