@@ -3,7 +3,7 @@
 // (stops accepting, delays work) rather than allocating.
 //
 //   mem::SlabPool<Connection> conns(10000);
-//   Connection* c = conns.Get();     // default-constructed in place; nullptr when full
+//   Connection* c = conns.Get();     // default-initialised in place; nullptr when full
 //   conns.Put(c);                    // destroyed, slot back on the free list
 #pragma once
 
@@ -43,7 +43,13 @@ class SlabPool {
       return nullptr;
     }
     if (++stats_.in_use > stats_.high_water) stats_.high_water = stats_.in_use;
-    return new (s->storage) T(std::forward<Args>(args)...);
+    // Default-initialised when no arguments are given: member initialisers run, but a plain
+    // struct is not zeroed first (as with malloc).
+    if constexpr (sizeof...(Args) == 0) {
+      return new (s->storage) T;
+    } else {
+      return new (s->storage) T(std::forward<Args>(args)...);
+    }
   }
 
   void Put(T* object) {

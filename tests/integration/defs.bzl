@@ -2,14 +2,16 @@
 
 BACKENDS = ["uring", "epoll"]
 
-def ringd_backend_test(name, src, size = "medium", backends = BACKENDS, tags = []):
+def ringd_backend_test(name, src, size = "medium", backends = BACKENDS, tags = [], extra = None):
+    """`extra`: a target passed as the 4th argument (a wrapper command, or a .so to preload)."""
     for backend in backends:
         native.sh_test(
             name = "%s_%s" % (name, backend),
             size = size,
             srcs = ["run_py_test.sh"],
-            args = ["$(location //server:ringd)", backend, "$(location %s)" % src],
-            data = [src, "ringd_harness.py", "//server:ringd"],
+            args = ["$(location //server:ringd)", backend, "$(location %s)" % src] +
+                   (["$(location %s)" % extra] if extra else []),
+            data = [src, "ringd_harness.py", "//server:ringd"] + ([extra] if extra else []),
             tags = tags + ["integration"],
         )
 

@@ -5,7 +5,12 @@ set -euo pipefail
 abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 export RINGD_BINARY="$(abs "$1")"
 export RINGD_IO="$2"
-if [[ $# -ge 4 ]]; then export RINGD_WRAP="$(abs "$4")"; fi
+if [[ $# -ge 4 ]]; then
+  case "$4" in
+    *.so) export RINGD_WRAP_LIB="$(abs "$4")" ;;   # a library to preload, not a command
+    *) export RINGD_WRAP="$(abs "$4")" ;;
+  esac
+fi
 export PYTHONDONTWRITEBYTECODE=1
 cd "$(dirname "$3")"
 exec /usr/bin/python3 -m unittest -v "$(basename "$3" .py)"
