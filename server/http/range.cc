@@ -20,7 +20,7 @@ bool ParseDigits(std::string_view s, uint64_t& v) {
 }
 
 size_t Append(char* out, std::string_view s) {
-  std::memcpy(out, s.data(), s.size());
+  if (!s.empty()) std::memcpy(out, s.data(), s.size());
   return s.size();
 }
 

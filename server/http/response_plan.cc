@@ -75,9 +75,10 @@ PlanStep NeedLookup(std::string_view path) { return PlanStep{PlanStatus::kNeedLo
 std::string_view Join(char* buf, size_t cap, std::string_view a, std::string_view b,
                       std::string_view c = {}) {
   if (a.size() + b.size() + c.size() > cap) return {};
-  std::memmove(buf, a.data(), a.size());
-  std::memmove(buf + a.size(), b.data(), b.size());
-  std::memmove(buf + a.size() + b.size(), c.data(), c.size());
+  // Empty views may have a null data(): memmove must not see those, even for zero bytes.
+  if (!a.empty()) std::memmove(buf, a.data(), a.size());
+  if (!b.empty()) std::memmove(buf + a.size(), b.data(), b.size());
+  if (!c.empty()) std::memmove(buf + a.size() + b.size(), c.data(), c.size());
   return std::string_view(buf, a.size() + b.size() + c.size());
 }
 
@@ -94,7 +95,7 @@ PlanStep PageAfterSelect(int status, const char* reason, const Request& req, Res
 
 size_t Put(char* out, size_t n, size_t cap, std::string_view s) {
   if (n == SIZE_MAX || n + s.size() > cap) return SIZE_MAX;
-  std::memcpy(out + n, s.data(), s.size());
+  if (!s.empty()) std::memcpy(out + n, s.data(), s.size());
   return n + s.size();
 }
 
