@@ -326,9 +326,12 @@ void Shard::CloseGracefully(Connection* conn) {
   const bool unread = conn->in_len > 0 || conn->discard > 0 || conn->more_input_expected;
   conn->in_len = 0;
   ReleaseInputIfEmpty(conn);
+  // FIN now, rather than after the receive's cancellation has come back: the client sees the end
+  // without another round trip. (Not linked to the last send through the ring: a linked request
+  // resolves its fd when it runs, and by then the number may belong to a new connection.)
+  ::shutdown(conn->fd, SHUT_WR);
   if (!unread || conn->peer_closed || !conn->recv_active) return Abort(conn);
   conn->state = ConnState::kLingering;
-  ::shutdown(conn->fd, SHUT_WR);
   linger_timers_.Arm(&conn->timer, now_ms_);
 }
 
