@@ -217,7 +217,7 @@ class EpollLoop final : public Loop {
     }
     // Jobs the workers finished, then jobs held back while their queue was full.
     while (Completion* c = workers_->TakeDone()) WorkerDone(c);
-    while (held_head_ != nullptr && workers_->TrySubmit(held_head_)) {
+    while (held_head_ != nullptr && workers_->TrySubmit(held_head_, held_head_->op == Op::kSendFile)) {
       held_head_ = held_head_->next_ready;
       if (held_head_ == nullptr) held_tail_ = nullptr;
     }
@@ -275,7 +275,8 @@ class EpollLoop final : public Loop {
   }
 
   void Offload(Completion* c) {
-    if (workers_->TrySubmit(c)) return;
+    // Reading ahead for sendfile is bulk work; opens, stats and small reads are quick.
+    if (workers_->TrySubmit(c, /*bulk=*/c->op == Op::kSendFile)) return;
     c->next_ready = nullptr;  // the queue is full: hold it here (intrusive, so no allocation)
     if (held_tail_ != nullptr) held_tail_->next_ready = c; else held_head_ = c;
     held_tail_ = c;

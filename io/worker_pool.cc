@@ -21,16 +21,33 @@ WorkerPool::~WorkerPool() {
   for (std::thread& t : threads_) t.join();
 }
 
-bool WorkerPool::TrySubmit(Completion* c) {
+void WorkerPool::Queue::Push(Completion* c) {
+  c->next_ready = nullptr;
+  if (tail != nullptr) tail->next_ready = c; else head = c;
+  tail = c;
+}
+
+Completion* WorkerPool::Queue::Pop() {
+  Completion* c = head;
+  if (c != nullptr) {
+    head = c->next_ready;
+    if (head == nullptr) tail = nullptr;
+  }
+  return c;
+}
+
+bool WorkerPool::BulkAllowed() const {
+  return bulk_.head != nullptr && (threads_.size() <= 1 || bulk_running_ + 1 < threads_.size());
+}
+
+bool WorkerPool::TrySubmit(Completion* c, bool bulk) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (queued_ >= capacity_) return false;
-    c->next_ready = nullptr;
-    if (queue_tail_ != nullptr) queue_tail_->next_ready = c; else queue_head_ = c;
-    queue_tail_ = c;
+    (bulk ? bulk_ : quick_).Push(c);
     ++queued_;
   }
-  cv_.notify_one();
+  cv_.notify_all();  // a waiting worker may only be allowed one class
   return true;
 }
 
@@ -55,18 +72,23 @@ void WorkerPool::Run() {
   std::unique_ptr<char[]> scratch(new char[scratch_size_]);
   while (true) {
     Completion* c;
+    bool bulk;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || queue_head_ != nullptr; });
-      if (queue_head_ == nullptr) return;  // stopping, and nothing left
-      c = queue_head_;
-      queue_head_ = c->next_ready;
-      if (queue_head_ == nullptr) queue_tail_ = nullptr;
+      cv_.wait(lock, [this] { return stopping_ || quick_.head != nullptr || BulkAllowed(); });
+      bulk = quick_.head == nullptr;
+      if (bulk && !BulkAllowed()) return;  // stopping, and nothing this worker may take
+      c = bulk ? bulk_.Pop() : quick_.Pop();
       --queued_;
+      if (bulk) ++bulk_running_;
     }
     job_(c, scratch.get(), scratch_size_);
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (bulk) {
+        --bulk_running_;
+        cv_.notify_all();  // another bulk job may start now
+      }
       c->next_ready = nullptr;
       if (done_tail_ != nullptr) done_tail_->next_ready = c; else done_head_ = c;
       done_tail_ = c;

@@ -2,9 +2,12 @@
 // by the epoll backend as nginx uses `aio threads`. Bounded: TrySubmit refuses when the queue is
 // full and the caller holds the job back (backpressure) instead of queueing without limit.
 // Finished jobs come back through TakeDone on the loop's thread, announced on `notify_fd`.
+// Two classes: quick jobs (open + stat, small reads) always go first, and bulk jobs (reading a
+// large file ahead for sendfile) may occupy every thread but one, so a request for a hot file's
+// metadata never queues behind a slow disk.
 //
 //   WorkerPool pool(4, 1024, eventfd, &RunJob);
-//   if (!pool.TrySubmit(c)) { /* keep c in the caller's own waiting list */ }
+//   if (!pool.TrySubmit(c, /*bulk=*/false)) { /* keep c in the caller's own waiting list */ }
 //   while (Completion* c = pool.TakeDone()) c->callback(c);
 #pragma once
 
@@ -27,7 +30,7 @@ class WorkerPool {
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
-  bool TrySubmit(Completion* c);
+  bool TrySubmit(Completion* c, bool bulk);
   // The next finished job, or nullptr.
   Completion* TakeDone();
   uint32_t Queued() const;
@@ -41,9 +44,16 @@ class WorkerPool {
   const size_t scratch_size_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  Completion* queue_head_ = nullptr;  // intrusive, through Completion::next_ready
-  Completion* queue_tail_ = nullptr;
+  struct Queue {
+    Completion* head = nullptr;  // intrusive, through Completion::next_ready
+    Completion* tail = nullptr;
+    void Push(Completion* c);
+    Completion* Pop();
+  };
+  bool BulkAllowed() const;
+  Queue quick_, bulk_;
   uint32_t queued_ = 0;
+  uint32_t bulk_running_ = 0;
   Completion* done_head_ = nullptr;
   Completion* done_tail_ = nullptr;
   bool stopping_ = false;
