@@ -18,6 +18,13 @@ http::FileMeta MetaFromError(int64_t err) {
     case EPERM:
       m.kind = http::FileMeta::Kind::kForbidden;
       break;
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM:
+    case EAGAIN:
+    case EINTR:
+      m.kind = http::FileMeta::Kind::kUnavailable;
+      break;
     default:  // ENOENT, ENOTDIR, ELOOP, EXDEV (a symlink leaving the root), ENAMETOOLONG, ...
       m.kind = http::FileMeta::Kind::kMissing;
       break;
@@ -171,7 +178,8 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
 
 void FileCache::Ready(CacheEntry* e) {
   e->ready = true;
-  e->expires_ms = now_ms_ + options_.valid_ms;
+  // A passing failure is answered (503) but not remembered: the next request tries again.
+  e->expires_ms = e->meta.kind == http::FileMeta::Kind::kUnavailable ? now_ms_ : now_ms_ + options_.valid_ms;
   if (e->in_map) Touch(e);
   // Wake everyone waiting; each re-plans and may look this entry up again at once.
   FileWaiter* w = e->waiters;

@@ -47,6 +47,25 @@ std::string AddressText(const sockaddr_storage& a) {
   return "[" + std::string(host) + "]:" + std::to_string(port);
 }
 
+// SO_REUSEPORT would let us bind a port another process (of this user) is serving with
+// SO_REUSEPORT too, and silently share its traffic. So first see whether the address is free
+// with a plain socket, which any listener makes fail with EADDRINUSE.
+bool AddressFree(const ListenAddress& a, std::string* error) {
+  const int fd = ::socket(a.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return true;  // the real bind below reports the problem
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // TIME_WAIT leftovers are fine
+  if (a.addr.ss_family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  const bool ok = ::bind(fd, reinterpret_cast<const sockaddr*>(&a.addr), a.len) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok && err == EADDRINUSE) {
+    *error = "cannot listen on " + a.text + ": " + strerror(err);
+    return false;
+  }
+  return true;
+}
+
 // One SO_REUSEPORT socket per shard and address: the kernel spreads connections across shards.
 int Listen(ListenAddress& a, std::string* error) {
   const int fd = ::socket(a.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -123,6 +142,9 @@ int Main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  for (const ListenAddress& a : config.listen) {
+    if (!AddressFree(a, &error)) Die(1, error);
+  }
   std::vector<std::unique_ptr<Shard>> shard_list;
   for (uint32_t i = 0; i < shards; ++i) {
     std::vector<int> fds;

@@ -175,6 +175,7 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
   std::string_view path = rel.empty() ? std::string_view(".") : rel;
   auto meta = source.Lookup(path);
   if (!meta) return NeedLookup(path);
+  if (meta->kind == FileMeta::Kind::kUnavailable) return Page(503, "file lookup failed for now", req, out);
   if (meta->kind == FileMeta::Kind::kDirectory) {
     if (!target.HasTrailingSlash()) {
       size_t n = EncodePath(target.path, scratch.location, sizeof scratch.location - 2);
@@ -209,6 +210,8 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
       break;
     case FileMeta::Kind::kForbidden:
       return Page(403, "permission denied", req, out);
+    case FileMeta::Kind::kUnavailable:
+      return Page(503, "file lookup failed for now", req, out);
     case FileMeta::Kind::kDirectory:  // "dir/index.html" is itself a directory
     case FileMeta::Kind::kMissing:
     case FileMeta::Kind::kOther:

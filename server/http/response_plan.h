@@ -22,7 +22,8 @@
 namespace ringd::http {
 
 struct FileMeta {
-  enum class Kind : uint8_t { kMissing, kForbidden, kRegular, kDirectory, kOther };
+  // kUnavailable: the lookup failed for a passing reason (out of descriptors or memory): 503.
+  enum class Kind : uint8_t { kMissing, kForbidden, kRegular, kDirectory, kOther, kUnavailable };
   Kind kind = Kind::kMissing;
   uint64_t size = 0;
   int64_t mtime_sec = 0;

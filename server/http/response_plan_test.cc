@@ -64,6 +64,7 @@ class ResponsePlanTest : public ::testing::Test {
     tree_.File("data.bin", 10000);
     tree_.Set("secret.txt", FileMeta::Kind::kForbidden);
     tree_.Set("fifo", FileMeta::Kind::kOther);
+    tree_.Set("busy", FileMeta::Kind::kUnavailable);
   }
 
   // Parses `request`, then plans, fetching metadata whenever the planner asks.
@@ -143,6 +144,8 @@ TEST_F(ResponsePlanTest, AnswersErrorsWithTheRightStatus) {
   EXPECT_EQ(Get("/index.html/").plan.status, 404);
   EXPECT_EQ(Get("/secret.txt").plan.status, 403);
   EXPECT_EQ(Get("/fifo").plan.status, 404);
+  EXPECT_EQ(Get("/busy").plan.status, 503);  // out of descriptors: try again later, not 404
+  EXPECT_FALSE(Get("/busy").plan.keep_alive);
   EXPECT_EQ(Get("/.git/config").plan.status, 404);
   EXPECT_EQ(Get("/../etc/passwd").plan.status, 400);
   EXPECT_EQ(Get("%2e%2e/x").plan.status, 400);

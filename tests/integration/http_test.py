@@ -2,6 +2,7 @@
 import gzip
 import hashlib
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -341,6 +342,65 @@ class LifecycleTest(BackendTestCase):
             for s in held[1:] + [extra]:
                 s.close()
         finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_port_in_use_is_one_line_and_exit_1(self):
+        server = Server(self.root)
+        try:
+            out = subprocess.run([os.environ["RINGD_BINARY"], "--root", self.root, "--listen",
+                                  "127.0.0.1:%d" % server.port, "--io", os.environ.get("RINGD_IO", "auto")],
+                                 capture_output=True, text=True, timeout=10)
+            self.assertEqual(out.returncode, 1)
+            self.assertIn("cannot listen on 127.0.0.1:%d: Address already in use" % server.port, out.stderr)
+            self.assertEqual(request(server, "GET", "/small.txt").status, 200)  # untouched
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_out_of_descriptors_does_not_spin_and_recovers(self):
+        limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+        server = Server(self.root, "--shards", "1", preexec_fn=limit)
+        socks = []
+        try:
+            self.assertEqual(request(server, "GET", "/small.txt").status, 200)  # cache it first
+            for _ in range(60):  # more than the server has descriptors for
+                s = server.connect()
+                s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+                socks.append(s)
+            time.sleep(0.5)
+            before = server.cpu_seconds()
+            time.sleep(2)
+            spent = server.cpu_seconds() - before
+            self.assertLess(spent, 0.3, "accept must back off on EMFILE, not spin")
+            # Close the first ones: the rest are accepted and answered.
+            served = 0
+            for s in socks[:30]:
+                s.close()
+            for s in socks[30:]:
+                s.settimeout(10)
+                if Reader(s).read_response().status == 200:
+                    served += 1
+            self.assertEqual(served, 30)
+        finally:
+            for s in socks:
+                s.close()
+            self.assertEqual(server.stop(), 0)
+
+    def test_receive_buffers_running_out(self):
+        server = Server(self.root, "--recv-buffers", "16", "--recv-buffer-size", "1024", "--shards", "1")
+        socks = []
+        try:
+            batch = b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n" * 20
+            for _ in range(200):
+                socks.append(server.connect())
+            for s in socks:  # all at once: far more data in flight than 16 x 1 KiB buffers
+                s.sendall(batch)
+            for s in socks:
+                reader = Reader(s)
+                for _ in range(20):
+                    self.assertEqual(reader.read_response().body, self.files["small.txt"])
+        finally:
+            for s in socks:
+                s.close()
             self.assertEqual(server.stop(), 0)
 
     def test_max_requests_per_connection(self):

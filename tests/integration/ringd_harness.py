@@ -31,12 +31,12 @@ def uring_usable():
 class Server:
     """A ringd process serving `root`; stop() sends SIGTERM and returns the exit status."""
 
-    def __init__(self, root, *flags, backend=None, env=None, wrap=None):
+    def __init__(self, root, *flags, backend=None, env=None, wrap=None, preexec_fn=None):
         self.root = root
         args = list(WRAP if wrap is None else wrap) + [RINGD, "--root", root, "--listen", "127.0.0.1:0", "--shards", "2",
                              "--io", backend or BACKEND] + list(flags)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=env, text=True)
+                                     env=env, text=True, preexec_fn=preexec_fn)
         self.log = []
         deadline = time.time() + 10
         while time.time() < deadline:
@@ -60,6 +60,11 @@ class Server:
         s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return s
+
+    def cpu_seconds(self):
+        with open("/proc/%d/stat" % self.proc.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self, sig=signal.SIGTERM, timeout=15):
         if self.proc.poll() is None:
