@@ -79,7 +79,7 @@ struct LoopOptions {
   uint32_t worker_threads = 4;         // epoll: blocking file work
   uint32_t worker_queue = 1024;        // epoll: queued file jobs before backpressure
   bool send_zc = false;                // uring: IORING_OP_SEND_ZC for large buffers
-  uint32_t send_zc_min_bytes = 16384;
+  uint32_t send_zc_min_bytes = 8192;
   const char* registered_region = nullptr;  // memory to register as fixed buffers (uring)
   size_t registered_buffer_size = 0;
   uint32_t registered_buffer_count = 0;

@@ -316,13 +316,24 @@ class UringLoop final : public Loop {
 
   void SubmitSend(Completion* c) {
     io_uring_sqe* sqe = Sqe();
+    // send_zc pays for large buffers only: below the threshold the notification costs more than
+    // the copy it saves.
+    const bool zc = options_.send_zc && c->remaining >= options_.send_zc_min_bytes;
     if (c->iovcnt == 1) {
-      io_uring_prep_send(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, MSG_NOSIGNAL);
+      if (zc) {
+        io_uring_prep_send_zc(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, MSG_NOSIGNAL, 0);
+      } else {
+        io_uring_prep_send(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, MSG_NOSIGNAL);
+      }
     } else {
       c->msg = msghdr{};
       c->msg.msg_iov = c->iov;
       c->msg.msg_iovlen = static_cast<size_t>(c->iovcnt);
-      io_uring_prep_sendmsg(sqe, c->fd, &c->msg, MSG_NOSIGNAL);
+      if (zc) {
+        io_uring_prep_sendmsg_zc(sqe, c->fd, &c->msg, MSG_NOSIGNAL);
+      } else {
+        io_uring_prep_sendmsg(sqe, c->fd, &c->msg, MSG_NOSIGNAL);
+      }
     }
     io_uring_sqe_set_data(sqe, c);
   }
@@ -459,7 +470,7 @@ class UringLoop final : public Loop {
       case Op::kRecv:
         return OnRecv(c, res, flags);
       case Op::kSend:
-        return OnSend(c, res);
+        return OnSend(c, res, flags);
       case Op::kSendFile:
         return OnSendFile(c, res);
       case Op::kOpen:
@@ -500,7 +511,15 @@ class UringLoop final : public Loop {
     Finish(c, res);  // 0: end of stream; < 0: error or cancelled
   }
 
-  void OnSend(Completion* c, int32_t res) {
+  void OnSend(Completion* c, int32_t res, uint32_t flags) {
+    // Zero-copy sends complete twice: the result (with F_MORE), then a notification once the
+    // kernel no longer reads our buffer. Only then may the caller reuse or release it.
+    if (flags & IORING_CQE_F_NOTIF) {
+      res = static_cast<int32_t>(c->pending_result);
+    } else if (flags & IORING_CQE_F_MORE) {
+      c->pending_result = res;
+      return;
+    }
     if (res < 0) return Finish(c, res);
     if (res == 0 && c->remaining > 0) return Finish(c, -EPIPE);
     c->done += static_cast<uint64_t>(res);

@@ -57,6 +57,8 @@ struct Config {
   uint32_t recv_buffers = 1024;  // per shard, a power of two
   uint32_t recv_buffer_size = 8192;
   uint32_t pipes = 64;           // per shard, for splice
+  bool send_zc = false;          // uring: IORING_OP_SEND_ZC for sends of at least send_zc_min_bytes
+  uint32_t send_zc_min_bytes = 8192;
   uint32_t workers = 4;          // epoll: blocking file work per shard
   uint32_t worker_queue = 1024;
 

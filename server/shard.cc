@@ -73,6 +73,8 @@ bool Shard::Setup() {
   lo.recv_buffer_count = config_.recv_buffers;
   lo.recv_buffer_size = config_.recv_buffer_size;
   lo.pipe_pool_size = config_.pipes;
+  lo.send_zc = config_.send_zc;
+  lo.send_zc_min_bytes = config_.send_zc_min_bytes;
   lo.worker_threads = config_.workers;
   lo.worker_queue = config_.worker_queue;
   if (content_pool_ != nullptr) {

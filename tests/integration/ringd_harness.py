@@ -17,6 +17,8 @@ RINGD = os.environ.get("RINGD_BINARY", "")
 BACKEND = os.environ.get("RINGD_IO", "uring")  # uring, epoll, or auto
 # A command to run ringd under, e.g. the seccomp wrapper that blocks io_uring.
 WRAP = [w for w in os.environ.get("RINGD_WRAP", "").split(" ") if w]
+# Extra flags for every server a test starts (a variant of the suite, e.g. --send-zc).
+EXTRA_FLAGS = [f for f in os.environ.get("RINGD_FLAGS", "").split(" ") if f]
 _probe_cache = {}
 
 
@@ -34,7 +36,7 @@ class Server:
     def __init__(self, root, *flags, backend=None, env=None, wrap=None, preexec_fn=None):
         self.root = root
         args = list(WRAP if wrap is None else wrap) + [RINGD, "--root", root, "--listen", "127.0.0.1:0", "--shards", "2",
-                             "--io", backend or BACKEND] + list(flags)
+                             "--io", backend or BACKEND] + EXTRA_FLAGS + list(flags)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=env, text=True, preexec_fn=preexec_fn)
         self.log = []
