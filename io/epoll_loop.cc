@@ -97,7 +97,7 @@ class EpollLoop final : public Loop {
     if (epoll_fd_ >= 0) ::close(epoll_fd_);
     if (event_fd_ >= 0) ::close(event_fd_);
     if (fds_ != nullptr) ::munmap(fds_, fds_bytes_);
-    if (scratch_ != nullptr) ::munmap(scratch_, options_.recv_buffer_size);
+    if (scratch_ != nullptr && options_.recv_region == nullptr) ::munmap(scratch_, options_.recv_buffer_size);
   }
 
   bool Init(const LoopOptions& o, std::string* error) {
@@ -119,8 +119,11 @@ class EpollLoop final : public Loop {
     // Zero pages on demand: a table for every possible fd costs only the pages that are used.
     fds_ = static_cast<FdState*>(::mmap(nullptr, fds_bytes_, PROT_READ | PROT_WRITE,
                                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
-    scratch_ = static_cast<char*>(::mmap(nullptr, o.recv_buffer_size, PROT_READ | PROT_WRITE,
-                                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    // One receive buffer is all a readiness loop needs: bytes are consumed in the callback.
+    scratch_ = o.recv_region != nullptr
+                   ? o.recv_region
+                   : static_cast<char*>(::mmap(nullptr, o.recv_buffer_size, PROT_READ | PROT_WRITE,
+                                               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     if (fds_ == MAP_FAILED || scratch_ == MAP_FAILED) {
       fds_ = nullptr;
       scratch_ = nullptr;

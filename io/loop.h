@@ -80,6 +80,9 @@ struct LoopOptions {
   uint32_t worker_queue = 1024;        // epoll: queued file jobs before backpressure
   bool send_zc = false;                // uring: IORING_OP_SEND_ZC for large buffers
   uint32_t send_zc_min_bytes = 8192;
+  // Memory for the receive buffers (recv_buffer_count x recv_buffer_size), carved by the shard
+  // from its own mapping; the loop maps its own when null.
+  char* recv_region = nullptr;
   const char* registered_region = nullptr;  // memory to register as fixed buffers (uring)
   size_t registered_buffer_size = 0;
   uint32_t registered_buffer_count = 0;

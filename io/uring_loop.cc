@@ -34,7 +34,7 @@ class UringLoop final : public Loop {
     }
     if (ring_ready_) io_uring_queue_exit(&ring_);
     if (buf_ring_ != nullptr) ::munmap(buf_ring_, buf_ring_bytes_);
-    if (recv_bufs_ != nullptr) ::munmap(recv_bufs_, recv_bufs_bytes_);
+    if (recv_bufs_ != nullptr && options_.recv_region == nullptr) ::munmap(recv_bufs_, recv_bufs_bytes_);
     if (wake_fd_ >= 0) ::close(wake_fd_);
   }
 
@@ -67,8 +67,10 @@ class UringLoop final : public Loop {
     buf_ring_ = static_cast<io_uring_buf_ring*>(
         ::mmap(nullptr, buf_ring_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     recv_bufs_bytes_ = static_cast<size_t>(n) * o.recv_buffer_size;
-    recv_bufs_ = static_cast<char*>(
-        ::mmap(nullptr, recv_bufs_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    recv_bufs_ = o.recv_region != nullptr
+                     ? o.recv_region  // the shard's memory
+                     : static_cast<char*>(::mmap(nullptr, recv_bufs_bytes_, PROT_READ | PROT_WRITE,
+                                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     if (buf_ring_ == MAP_FAILED || recv_bufs_ == MAP_FAILED) {
       buf_ring_ = nullptr;
       recv_bufs_ = nullptr;

@@ -27,8 +27,26 @@ BufferPool::BufferPool(size_t buffer_size, uint32_t count) : size_(buffer_size),
   stats_.capacity = count;
 }
 
+BufferPool::BufferPool(size_t buffer_size, uint32_t count, char* memory)
+    : base_(memory), size_(buffer_size), count_(count), owns_memory_(false) {
+  if (memory == nullptr || count == 0 || buffer_size == 0) {
+    base_ = nullptr;
+    error_ = "buffer pool: no memory given";
+    return;
+  }
+  free_ = new uint32_t[count];  // start-up only
+  for (uint32_t i = 0; i < count; ++i) free_[i] = count - 1 - i;
+  free_top_ = count;
+  stats_.capacity = count;
+}
+
 BufferPool::~BufferPool() {
-  if (base_ != nullptr) ::munmap(base_, size_ * count_ + sizeof(uint32_t) * count_);
+  if (base_ == nullptr) return;
+  if (owns_memory_) {
+    ::munmap(base_, size_ * count_ + sizeof(uint32_t) * count_);
+  } else {
+    delete[] free_;
+  }
 }
 
 char* BufferPool::Get() {

@@ -19,6 +19,9 @@ class BufferPool {
  public:
   // Maps size * count bytes; `ok()` is false (with `error()`) when that fails.
   BufferPool(size_t buffer_size, uint32_t count);
+  // Uses `memory` (at least buffer_size * count bytes, owned by the caller, e.g. a ShardMemory
+  // region) for the buffers.
+  BufferPool(size_t buffer_size, uint32_t count, char* memory);
   ~BufferPool();
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
@@ -39,7 +42,8 @@ class BufferPool {
   char* base_ = nullptr;
   size_t size_;
   uint32_t count_;
-  uint32_t* free_ = nullptr;  // a stack of free buffer indices, inside the same mapping
+  uint32_t* free_ = nullptr;  // a stack of free buffer indices
+  bool owns_memory_ = true;
   size_t free_top_ = 0;
   PoolStats stats_;
   std::string error_;

@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "mem/buffer_pool.h"
+#include "mem/shard_memory.h"
 #include "mem/slab_pool.h"
 
 namespace ringd::mem {
@@ -66,6 +67,24 @@ TEST(BufferPool, HandsOutDistinctAlignedBuffers) {
   EXPECT_EQ(pool.Available(), 8u);
   EXPECT_EQ(pool.Stats().high_water, 8u);
   EXPECT_EQ(pool.Stats().in_use, 0u);
+}
+
+TEST(ShardMemory, CarvesOneMappingIntoPoolRegions) {
+  ShardMemory memory({3 * 8192, 100, 0, 4096});
+  ASSERT_TRUE(memory.ok()) << memory.error();
+  EXPECT_EQ(memory.RegionSize(1), 4096u);  // rounded up to pages
+  EXPECT_EQ(memory.Region(1), memory.Region(0) + 3 * 8192);
+  EXPECT_EQ(memory.Region(2), nullptr);
+  EXPECT_EQ(memory.Region(3), memory.Region(1) + 4096);
+  EXPECT_EQ(memory.total(), 3 * 8192u + 4096 + 4096);
+  BufferPool pool(8192, 3, memory.Region(0));
+  ASSERT_TRUE(pool.ok());
+  char* a = pool.Get();
+  EXPECT_EQ(a, memory.Region(0));
+  a[8191] = 1;
+  EXPECT_NE(pool.Get(), nullptr);
+  EXPECT_NE(pool.Get(), nullptr);
+  EXPECT_EQ(pool.Get(), nullptr);
 }
 
 }  // namespace

@@ -37,6 +37,9 @@ Shard::~Shard() {
   // The loop goes first: nothing may complete into the caches and pools after this point.
   files_.reset();
   loop_.reset();
+  content_pool_.reset();
+  input_pool_.reset();
+  memory_.reset();
   for (int fd : listen_fds_) ::close(fd);
 }
 
@@ -52,26 +55,29 @@ bool Shard::Setup() {
     CPU_SET(cpu_, &set);
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // best effort
   }
-  input_pool_ = std::make_unique<mem::BufferPool>(RoundUp(config_.max_request_head + 1, 4096),
-                                                  config_.max_connections);
-  if (!input_pool_->ok()) {
-    error_ = input_pool_->error();
+  // One mapping for the shard's I/O memory, carved into: input buffers (one per connection at
+  // most), small-file contents (registered with the ring), and the receive buffers the loop
+  // provides to the kernel.
+  const size_t input_size = RoundUp(config_.max_request_head + 1, 4096);
+  const size_t content_size = RoundUp(std::max<uint32_t>(config_.small_file_max, 1), 4096);
+  const uint32_t content_count = static_cast<uint32_t>(std::min<uint64_t>(
+      config_.small_file_max == 0 ? 0 : config_.small_file_cache_bytes / content_size, 16384));
+  const size_t recv_bytes = static_cast<size_t>(config_.recv_buffers) * config_.recv_buffer_size;
+  memory_ = std::make_unique<mem::ShardMemory>(std::initializer_list<size_t>{
+      input_size * config_.max_connections, content_size * content_count, recv_bytes});
+  if (!memory_->ok()) {
+    error_ = memory_->error();
     return false;
   }
-  const size_t content_size = RoundUp(std::max<uint32_t>(config_.small_file_max, 1), 4096);
-  const uint64_t content_count = config_.small_file_max == 0 ? 0 : config_.small_file_cache_bytes / content_size;
+  input_pool_ = std::make_unique<mem::BufferPool>(input_size, config_.max_connections, memory_->Region(0));
   if (content_count > 0) {
-    content_pool_ = std::make_unique<mem::BufferPool>(content_size,
-                                                      static_cast<uint32_t>(std::min<uint64_t>(content_count, 16384)));
-    if (!content_pool_->ok()) {
-      error_ = content_pool_->error();
-      return false;
-    }
+    content_pool_ = std::make_unique<mem::BufferPool>(content_size, content_count, memory_->Region(1));
   }
 
   io::LoopOptions lo;
   lo.recv_buffer_count = config_.recv_buffers;
   lo.recv_buffer_size = config_.recv_buffer_size;
+  lo.recv_region = memory_->Region(2);
   lo.pipe_pool_size = config_.pipes;
   lo.send_zc = config_.send_zc;
   lo.send_zc_min_bytes = config_.send_zc_min_bytes;

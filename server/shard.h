@@ -15,6 +15,7 @@
 
 #include "io/loop.h"
 #include "mem/buffer_pool.h"
+#include "mem/shard_memory.h"
 #include "mem/slab_pool.h"
 #include "server/config.h"
 #include "server/file_cache.h"
@@ -122,6 +123,7 @@ class Shard {
   int cpu_;
   std::string error_;
 
+  std::unique_ptr<mem::ShardMemory> memory_;  // declared first: destroyed after its users
   std::unique_ptr<io::Loop> loop_;
   std::unique_ptr<mem::BufferPool> input_pool_;
   std::unique_ptr<mem::BufferPool> content_pool_;
