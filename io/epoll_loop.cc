@@ -19,6 +19,7 @@
 #include <cstring>
 #include <memory>
 
+#include "io/backend_util.h"
 #include "io/loop.h"
 #include "io/worker_pool.h"
 
@@ -77,19 +78,6 @@ void RunJob(Completion* c, char* scratch, size_t scratch_size) {
   }
 }
 
-// Whether [offset, offset+length) is in the page cache, judged by its first and last byte. Any
-// failure counts as "not cached": some file systems (FUSE among them) refuse RWF_NOWAIT outright,
-// and reading them inline could block the loop on a slow disk.
-bool Cached(int fd, uint64_t offset, uint64_t length) {
-  char byte;
-  iovec v{&byte, 1};
-  if (::preadv2(fd, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT) < 0) return false;
-  if (length > 1 && ::preadv2(fd, &v, 1, static_cast<off_t>(offset + length - 1), RWF_NOWAIT) < 0) {
-    return false;
-  }
-  return true;
-}
-
 class EpollLoop final : public Loop {
  public:
   ~EpollLoop() override {
@@ -137,17 +125,17 @@ class EpollLoop final : public Loop {
   const char* Name() const override { return "epoll"; }
 
   void Accept(int listen_fd, Completion* c) override {
-    Start(c, Op::kAccept, listen_fd);
+    Begin(c, Op::kAccept, listen_fd);
     SetReader(listen_fd, c);
   }
 
   void Recv(int fd, Completion* c) override {
-    Start(c, Op::kRecv, fd);
+    Begin(c, Op::kRecv, fd);
     SetReader(fd, c);
   }
 
   void Send(int fd, iovec* iov, int iovcnt, Completion* c) override {
-    Start(c, Op::kSend, fd);
+    Begin(c, Op::kSend, fd);
     c->iov = iov;
     c->iovcnt = iovcnt;
     c->remaining = 0;
@@ -157,25 +145,25 @@ class EpollLoop final : public Loop {
   }
 
   void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, Completion* c) override {
-    Start(c, Op::kSendFile, sock_fd);
+    Begin(c, Op::kSendFile, sock_fd);
     c->file_fd = file_fd;
     c->offset = offset;
     c->remaining = length;
     if (length == 0) return Complete(c, 0);
-    if (!Cached(file_fd, offset, length < kWarmChunk ? length : kWarmChunk)) return Offload(c);
+    if (!internal::PagesCached(file_fd, offset, length < kWarmChunk ? length : kWarmChunk)) return Offload(c);
     fds_[sock_fd].writer = c;
     DoWrite(c);
   }
 
   void Open(int dir_fd, const char* path, Completion* c) override {
-    Start(c, Op::kOpen, -1);
+    Begin(c, Op::kOpen, -1);
     c->dir_fd = dir_fd;
     c->path = path;
     Offload(c);
   }
 
   void Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) override {
-    Start(c, Op::kRead, fd);
+    Begin(c, Op::kRead, fd);
     c->buf = buf;
     c->offset = offset;
     c->remaining = length;
@@ -243,15 +231,8 @@ class EpollLoop final : public Loop {
     bool registered;
   };
 
-  void Start(Completion* c, Op op, int fd) {
-    c->op = op;
-    c->fd = fd;
-    c->in_flight = true;
-    c->cancelled = false;
-    c->result = 0;
-    c->done = 0;
-    c->more = false;
-    c->data = nullptr;
+  void Begin(Completion* c, Op op, int fd) {
+    internal::BeginOp(c, op, fd);
     ++stats_.submitted;
   }
 
@@ -381,23 +362,12 @@ class EpollLoop final : public Loop {
       c->done += static_cast<uint64_t>(n);
       c->remaining -= static_cast<uint64_t>(n);
       if (c->op == Op::kSend) {
-        size_t left = static_cast<size_t>(n);
-        while (left > 0 && c->iovcnt > 0) {
-          if (left >= c->iov->iov_len) {
-            left -= c->iov->iov_len;
-            ++c->iov;
-            --c->iovcnt;
-          } else {
-            c->iov->iov_base = static_cast<char*>(c->iov->iov_base) + left;
-            c->iov->iov_len -= left;
-            left = 0;
-          }
-        }
+        internal::AdvanceIov(c, static_cast<size_t>(n));
       } else {
         c->offset += static_cast<uint64_t>(n);
         // Crossed into a part of the file that may not be cached: warm it on a worker first.
         if (c->remaining > 0 && (c->done % kWarmChunk) < static_cast<uint64_t>(n) &&
-            !Cached(c->file_fd, c->offset, c->remaining < kWarmChunk ? c->remaining : kWarmChunk)) {
+            !internal::PagesCached(c->file_fd, c->offset, c->remaining < kWarmChunk ? c->remaining : kWarmChunk)) {
           c->more = false;
           fds_[fd].writer = nullptr;
           UpdateInterest(fd);

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "io/backend_util.h"
 #include "io/loop.h"
 
 namespace ringd::io {
@@ -129,19 +130,19 @@ class UringLoop final : public Loop {
   const char* Name() const override { return "uring"; }
 
   void Accept(int listen_fd, Completion* c) override {
-    Start(c, Op::kAccept, listen_fd);
+    internal::BeginOp(c, Op::kAccept, listen_fd);
     io_uring_sqe* sqe = Sqe();
     io_uring_prep_multishot_accept(sqe, listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     io_uring_sqe_set_data(sqe, c);
   }
 
   void Recv(int fd, Completion* c) override {
-    Start(c, Op::kRecv, fd);
+    internal::BeginOp(c, Op::kRecv, fd);
     ArmRecv(c);
   }
 
   void Send(int fd, iovec* iov, int iovcnt, Completion* c) override {
-    Start(c, Op::kSend, fd);
+    internal::BeginOp(c, Op::kSend, fd);
     c->iov = iov;
     c->iovcnt = iovcnt;
     c->remaining = 0;
@@ -150,7 +151,7 @@ class UringLoop final : public Loop {
   }
 
   void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, Completion* c) override {
-    Start(c, Op::kSendFile, sock_fd);
+    internal::BeginOp(c, Op::kSendFile, sock_fd);
     c->file_fd = file_fd;
     c->offset = offset;
     c->remaining = length;
@@ -164,7 +165,7 @@ class UringLoop final : public Loop {
   }
 
   void Open(int dir_fd, const char* path, Completion* c) override {
-    Start(c, Op::kOpen, -1);
+    internal::BeginOp(c, Op::kOpen, -1);
     c->dir_fd = dir_fd;
     c->path = path;
     c->file_fd = -1;
@@ -179,7 +180,7 @@ class UringLoop final : public Loop {
   }
 
   void Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) override {
-    Start(c, Op::kRead, fd);
+    internal::BeginOp(c, Op::kRead, fd);
     io_uring_sqe* sqe = Sqe();
     const int index = FixedIndex(buf, length);
     if (index >= 0) {
@@ -265,17 +266,6 @@ class UringLoop final : public Loop {
     return sqe;
   }
 
-  void Start(Completion* c, Op op, int fd) {
-    c->op = op;
-    c->fd = fd;
-    c->in_flight = true;
-    c->cancelled = false;
-    c->result = 0;
-    c->done = 0;
-    c->more = false;
-    c->data = nullptr;
-  }
-
   // Operations that finished inside the call that started them: their callbacks run from Poll
   // (never from inside the starting call, which may itself be in a callback).
   void Ready(Completion* c, int64_t result) {
@@ -344,7 +334,7 @@ class UringLoop final : public Loop {
   bool SendCached(Completion* c) {
     while (c->remaining > 0) {
       const uint64_t chunk = c->remaining < kInlineChunk ? c->remaining : kInlineChunk;
-      if (!PageCached(c->file_fd, c->offset, chunk)) return c->done > 0 ? (Splice(c), true) : false;
+      if (!internal::PagesCached(c->file_fd, c->offset, chunk)) return c->done > 0 ? (Splice(c), true) : false;
       off_t off = static_cast<off_t>(c->offset);
       const ssize_t n = ::sendfile(c->fd, c->file_fd, &off, chunk);
       if (n > 0) {
@@ -385,14 +375,6 @@ class UringLoop final : public Loop {
     }
     c->pipe_index = pipe;
     SpliceIn(c);
-  }
-
-  static bool PageCached(int fd, uint64_t offset, uint64_t length) {
-    char byte;
-    iovec v{&byte, 1};
-    if (::preadv2(fd, &v, 1, static_cast<off_t>(offset), RWF_NOWAIT) < 0) return false;
-    return length <= 1 ||
-           ::preadv2(fd, &v, 1, static_cast<off_t>(offset + length - 1), RWF_NOWAIT) >= 0;
   }
 
   int TakePipe() {
@@ -528,18 +510,7 @@ class UringLoop final : public Loop {
     c->remaining -= static_cast<uint64_t>(res);
     if (c->remaining == 0) return Finish(c, static_cast<int64_t>(c->done));
     // A partial send: advance the iovecs and send the rest.
-    size_t left = static_cast<size_t>(res);
-    while (left > 0 && c->iovcnt > 0) {
-      if (left >= c->iov->iov_len) {
-        left -= c->iov->iov_len;
-        ++c->iov;
-        --c->iovcnt;
-      } else {
-        c->iov->iov_base = static_cast<char*>(c->iov->iov_base) + left;
-        c->iov->iov_len -= left;
-        left = 0;
-      }
-    }
+    internal::AdvanceIov(c, static_cast<size_t>(res));
     SubmitSend(c);
   }
 

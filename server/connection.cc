@@ -4,6 +4,8 @@
 //   -> next pipelined request, or idle (no buffer held), or graceful close.
 #include <sys/socket.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "server/shard.h"
@@ -57,15 +59,12 @@ void Shard::Received(Connection* conn, const char* data, size_t n) {
     n -= skip;
     if (n == 0) return;
   }
-  if (conn->in == nullptr) {
-    conn->in = input_pool_->Get();
-    if (conn->in == nullptr) {  // every input buffer is in use: shed this connection
-      ++stats_.overloaded;
-      return Abort(conn);
-    }
-    conn->in_len = 0;
-    conn->parsed_len = 0;
-  }
+  // The common case: nothing pending, and the bytes hold whole requests. They are parsed and
+  // answered straight from the receive buffer; only what is left over (a partial head, pipelined
+  // requests behind a response, a request waiting for file metadata) is copied, so most
+  // connections never touch an input buffer.
+  if (conn->in == nullptr && conn->state == ConnState::kReading) return ProcessDirect(conn, data, n);
+  if (conn->in == nullptr && !Stash(conn)) return;
   const size_t cap = input_pool_->buffer_size();
   if (n > cap - conn->in_len) {
     // No room: one head larger than the buffer (the parser answers 431 below), or pipelined
@@ -103,7 +102,12 @@ void Shard::ProcessInput(Connection* conn) {
     if (r.status == http::ParseStatus::kError) return RespondError(conn, r.error_status);
     ++conn->requests;
     ++stats_.requests;
-    Plan(conn, req, r.consumed);
+    if (Plan(conn, req)) return;  // waiting for file metadata: the head stays in the buffer
+    ConsumeInput(conn, r.consumed);
+    // The body may already be in the buffer: skip it.
+    const uint32_t skip = conn->discard < conn->in_len ? static_cast<uint32_t>(conn->discard) : conn->in_len;
+    ConsumeInput(conn, skip);
+    conn->discard -= skip;
   }
   ReleaseInputIfEmpty(conn);
   if (conn->state == ConnState::kReading && conn->in == nullptr) {
@@ -112,27 +116,77 @@ void Shard::ProcessInput(Connection* conn) {
   }
 }
 
-// Plans the request parsed from the start of the input buffer (`consumed` bytes of head).
-void Shard::Plan(Connection* conn, const http::Request& req, size_t consumed) {
-  if (conn->ex == nullptr) {
-    conn->ex = exchanges_->Get();
-    if (conn->ex == nullptr) {  // cannot happen: one exchange per connection at most
-      ++stats_.overloaded;
-      return Abort(conn);
+// Takes an input buffer for a connection that has none. It cannot run dry: the pool has one
+// buffer per connection. Returns false (the connection is shed) if it did anyway.
+bool Shard::Stash(Connection* conn) {
+  conn->in = input_pool_->Get();
+  conn->in_len = 0;
+  conn->parsed_len = 0;
+  if (conn->in != nullptr) return true;
+  ++stats_.overloaded;
+  Abort(conn);
+  return false;
+}
+
+// Parses and answers requests straight from bytes the loop received, copying only leftovers.
+void Shard::ProcessDirect(Connection* conn, const char* data, size_t n) {
+  bool partial = false;
+  while (n > 0 && conn->state == ConnState::kReading) {
+    http::Request req;
+    const http::ParseResult r = http::ParseRequest(std::string_view(data, n), 0, limits_, headers_,
+                                                   config_.max_headers, &req);
+    if (r.status == http::ParseStatus::kNeedMore) {
+      partial = true;
+      break;
     }
+    if (r.status == http::ParseStatus::kError) return RespondError(conn, r.error_status);
+    ++conn->requests;
+    ++stats_.requests;
+    if (Plan(conn, req)) break;  // waiting for file metadata: keep the head (copied below)
+    data += r.consumed;
+    n -= r.consumed;
+    const size_t skip = conn->discard < n ? static_cast<size_t>(conn->discard) : n;
+    data += skip;
+    n -= skip;
+    conn->discard -= skip;
+  }
+  if (n > 0) {
+    if (n > input_pool_->buffer_size() - 1) {
+      n = input_pool_->buffer_size();  // an oversized head: the parser answers 431 from the copy
+    }
+    if (!Stash(conn)) return;
+    std::memcpy(conn->in, data, n);
+    conn->in_len = static_cast<uint32_t>(n);
+    if (partial) return ProcessInput(conn);  // arms the header timer, or answers 431
+    return;
+  }
+  if (conn->state == ConnState::kReading) {
+    if (conn->peer_closed) return Abort(conn);
+    idle_timers_.Arm(&conn->timer, now_ms_);  // between requests: no buffer held
+  }
+}
+
+// Plans a parsed request and starts its response. Returns true when planning must wait for file
+// metadata (the caller keeps the request's bytes); false once a response is under way (the
+// caller then drops the head and `conn->discard` body bytes).
+bool Shard::Plan(Connection* conn, const http::Request& req) {
+  if (conn->ex == nullptr) conn->ex = exchanges_->Get();
+  if (conn->ex == nullptr) {
+    // Impossible by construction (the pool holds one exchange per connection): a broken
+    // invariant after start-up stops the process loudly rather than serving on.
+    std::fprintf(stderr, "ringd: internal error: exchange pool exhausted\n");
+    std::abort();
   }
   Exchange* ex = conn->ex;
   const http::PlanStep step = http::PlanResponse(req, planner_, *files_, *scratch_, &ex->plan);
   if (step.status == http::PlanStatus::kNeedLookup) {
     conn->state = ConnState::kWaitingFile;
     send_timers_.Arm(&conn->timer, now_ms_);
-    if (!files_->Fetch(step.lookup_path, &conn->waiter)) {
-      conn->state = ConnState::kReading;
-      http::PlanError(503, false, &ex->plan);
-      ConsumeInput(conn, consumed);
-      return StartResponse(conn, ex);
-    }
-    return;
+    if (files_->Fetch(step.lookup_path, &conn->waiter)) return true;
+    conn->state = ConnState::kReading;
+    http::PlanError(503, false, &ex->plan);
+    StartResponse(conn, ex);
+    return false;
   }
   if (!ex->plan.file_path.empty()) {
     ex->file = files_->Pin(ex->plan.file_path);
@@ -140,17 +194,12 @@ void Shard::Plan(Connection* conn, const http::Request& req, size_t consumed) {
       http::PlanError(500, false, &ex->plan);
     }
   }
-  ConsumeInput(conn, consumed);
   if (req.body == http::BodyFraming::kChunked || req.content_length > ex->plan.discard_body) {
     conn->more_input_expected = true;  // a body we will not read: linger before closing
   }
   conn->discard = ex->plan.discard_body;
-  if (conn->discard > 0 && conn->in_len > 0) {  // the body may already be in the buffer
-    const uint32_t skip = conn->discard < conn->in_len ? static_cast<uint32_t>(conn->discard) : conn->in_len;
-    ConsumeInput(conn, skip);
-    conn->discard -= skip;
-  }
   StartResponse(conn, ex);
+  return false;
 }
 
 void Shard::OnFileReady(FileWaiter* w) {
@@ -164,7 +213,12 @@ void Shard::OnFileReady(FileWaiter* w) {
   const http::ParseResult r = http::ParseRequest(std::string_view(conn->in, conn->in_len), 0,
                                                  self->limits_, self->headers_,
                                                  self->config_.max_headers, &req);
-  self->Plan(conn, req, r.consumed);
+  if (self->Plan(conn, req)) return;  // another path to look up
+  if (conn->state == ConnState::kClosing) return;
+  self->ConsumeInput(conn, r.consumed);
+  const uint32_t skip = conn->discard < conn->in_len ? static_cast<uint32_t>(conn->discard) : conn->in_len;
+  self->ConsumeInput(conn, skip);
+  conn->discard -= skip;
   if (conn->state == ConnState::kReading) self->ProcessInput(conn);
 }
 

@@ -102,7 +102,9 @@ class Shard {
   static void OnFileReady(FileWaiter* w);
   void Received(Connection* conn, const char* data, size_t n);
   void ProcessInput(Connection* conn);
-  void Plan(Connection* conn, const http::Request& req, size_t consumed);
+  bool Plan(Connection* conn, const http::Request& req);
+  void ProcessDirect(Connection* conn, const char* data, size_t n);
+  bool Stash(Connection* conn);
   void StartResponse(Connection* conn, Exchange* ex);
   void RespondError(Connection* conn, int status);
   void SendNext(Connection* conn);

@@ -1,0 +1,46 @@
+// Pieces both io backends share: starting an operation on a Completion, advancing iovecs after
+// a partial send, and asking whether a file range is in the page cache.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "io/loop.h"
+
+namespace ringd::io::internal {
+
+// Resets the backend's view of `c` for a new operation.
+inline void BeginOp(Completion* c, Op op, int fd) {
+  c->op = op;
+  c->fd = fd;
+  c->in_flight = true;
+  c->cancelled = false;
+  c->result = 0;
+  c->done = 0;
+  c->more = false;
+  c->data = nullptr;
+}
+
+// Moves c->iov / c->iovcnt past `sent` bytes that went out.
+inline void AdvanceIov(Completion* c, size_t sent) {
+  while (sent > 0 && c->iovcnt > 0) {
+    if (sent >= c->iov->iov_len) {
+      sent -= c->iov->iov_len;
+      ++c->iov;
+      --c->iovcnt;
+    } else {
+      c->iov->iov_base = static_cast<char*>(c->iov->iov_base) + sent;
+      c->iov->iov_len -= sent;
+      sent = 0;
+    }
+  }
+}
+
+// Whether [offset, offset+length) is in the page cache, judged by its first and last byte with
+// preadv2(RWF_NOWAIT). Any failure counts as "not cached": some file systems (FUSE among them)
+// refuse RWF_NOWAIT outright, and reading them inline could block the loop on a slow disk.
+bool PagesCached(int fd, uint64_t offset, uint64_t length);
+
+}  // namespace ringd::io::internal
