@@ -38,6 +38,32 @@ inline void AdvanceIov(Completion* c, size_t sent) {
   }
 }
 
+// A FIFO of completions linked through Completion::next_ready: no allocation, and a completion is
+// on at most one such queue at a time (ready, waiting for a pipe, waiting for a worker).
+struct CompletionQueue {
+  Completion* head = nullptr;
+  Completion* tail = nullptr;
+
+  bool empty() const { return head == nullptr; }
+  void Push(Completion* c) {
+    c->next_ready = nullptr;
+    if (tail != nullptr)
+      tail->next_ready = c;
+    else
+      head = c;
+    tail = c;
+  }
+  Completion* Pop() {
+    Completion* c = head;
+    if (c != nullptr) {
+      head = c->next_ready;
+      if (head == nullptr) tail = nullptr;
+      c->next_ready = nullptr;
+    }
+    return c;
+  }
+};
+
 // Whether [offset, offset+length) is in the page cache, judged by its first and last byte with
 // preadv2(RWF_NOWAIT). Any failure counts as "not cached": some file systems (FUSE among them)
 // refuse RWF_NOWAIT outright, and reading them inline could block the loop on a slow disk.

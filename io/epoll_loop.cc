@@ -27,8 +27,8 @@ namespace ringd::io {
 namespace {
 
 constexpr int kMaxEvents = 256;
-constexpr int kAcceptBurst = 64;       // accepts per readiness event, for fairness
-constexpr size_t kWarmChunk = 1 << 20; // the most one worker job reads ahead
+constexpr int kAcceptBurst = 64;        // accepts per readiness event, for fairness
+constexpr size_t kWarmChunk = 1 << 20;  // the most one worker job reads ahead
 
 // What a worker does with a job; runs on a worker thread.
 void RunJob(Completion* c, char* scratch, size_t scratch_size) {
@@ -49,7 +49,8 @@ void RunJob(Completion* c, char* scratch, size_t scratch_size) {
         return;
       }
       if (S_ISREG(st.st_mode)) ::fcntl(fd, F_SETFL, 0);  // regular files: plain blocking reads
-      c->stat = FileStat{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec, st.st_ino, st.st_mode};
+      c->stat =
+          FileStat{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec, st.st_ino, st.st_mode};
       c->result = fd;
       return;
     }
@@ -85,7 +86,8 @@ class EpollLoop final : public Loop {
     if (epoll_fd_ >= 0) ::close(epoll_fd_);
     if (event_fd_ >= 0) ::close(event_fd_);
     if (fds_ != nullptr) ::munmap(fds_, fds_bytes_);
-    if (scratch_ != nullptr && options_.recv_region == nullptr) ::munmap(scratch_, options_.recv_buffer_size);
+    if (scratch_ != nullptr && options_.recv_region == nullptr)
+      ::munmap(scratch_, options_.recv_buffer_size);
   }
 
   bool Init(const LoopOptions& o, std::string* error) {
@@ -118,7 +120,8 @@ class EpollLoop final : public Loop {
       *error = "epoll backend: mmap failed";
       return false;
     }
-    workers_ = std::make_unique<WorkerPool>(o.worker_threads, o.worker_queue, event_fd_, &RunJob, kWarmChunk);
+    workers_ = std::make_unique<WorkerPool>(o.worker_threads, o.worker_queue, event_fd_, &RunJob,
+                                            kWarmChunk);
     return true;
   }
 
@@ -144,13 +147,15 @@ class EpollLoop final : public Loop {
     DoWrite(c);  // most sends finish here; the callback still waits for Poll
   }
 
-  void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, Completion* c) override {
+  void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
+                Completion* c) override {
     Begin(c, Op::kSendFile, sock_fd);
     c->file_fd = file_fd;
     c->offset = offset;
     c->remaining = length;
     if (length == 0) return Complete(c, 0);
-    if (!internal::PagesCached(file_fd, offset, length < kWarmChunk ? length : kWarmChunk)) return Offload(c);
+    if (!internal::PagesCached(file_fd, offset, length < kWarmChunk ? length : kWarmChunk))
+      return Offload(c);
     fds_[sock_fd].writer = c;
     DoWrite(c);
   }
@@ -189,7 +194,7 @@ class EpollLoop final : public Loop {
   void Poll(int timeout_ms) override {
     RunReady();
     epoll_event events[kMaxEvents];
-    const int n = ::epoll_wait(epoll_fd_, events, kMaxEvents, ready_head_ != nullptr ? 0 : timeout_ms);
+    const int n = ::epoll_wait(epoll_fd_, events, kMaxEvents, ready_.empty() ? timeout_ms : 0);
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       const uint32_t ev = events[i].events;
@@ -208,9 +213,8 @@ class EpollLoop final : public Loop {
     }
     // Jobs the workers finished, then jobs held back while their queue was full.
     while (Completion* c = workers_->TakeDone()) WorkerDone(c);
-    while (held_head_ != nullptr && workers_->TrySubmit(held_head_, held_head_->op == Op::kSendFile)) {
-      held_head_ = held_head_->next_ready;
-      if (held_head_ == nullptr) held_tail_ = nullptr;
+    while (!held_.empty() && workers_->TrySubmit(held_.head, held_.head->op == Op::kSendFile)) {
+      held_.Pop();
     }
     RunReady();
   }
@@ -240,16 +244,11 @@ class EpollLoop final : public Loop {
   // is only published then: the caller may be inside a callback reading this completion now.
   void Complete(Completion* c, int64_t result) {
     c->pending_result = result;
-    c->next_ready = nullptr;
-    if (ready_tail_ != nullptr) ready_tail_->next_ready = c; else ready_head_ = c;
-    ready_tail_ = c;
+    ready_.Push(c);
   }
 
   void RunReady() {
-    while (ready_head_ != nullptr) {
-      Completion* c = ready_head_;
-      ready_head_ = c->next_ready;
-      if (ready_head_ == nullptr) ready_tail_ = nullptr;
+    while (Completion* c = ready_.Pop()) {
       c->in_flight = false;
       c->result = c->pending_result;
       c->more = false;
@@ -261,9 +260,7 @@ class EpollLoop final : public Loop {
   void Offload(Completion* c) {
     // Reading ahead for sendfile is bulk work; opens, stats and small reads are quick.
     if (workers_->TrySubmit(c, /*bulk=*/c->op == Op::kSendFile)) return;
-    c->next_ready = nullptr;  // the queue is full: hold it here (intrusive, so no allocation)
-    if (held_tail_ != nullptr) held_tail_->next_ready = c; else held_head_ = c;
-    held_tail_ = c;
+    held_.Push(c);  // the worker queue is full: hold it here (intrusive, so no allocation)
   }
 
   void WorkerDone(Completion* c) {
@@ -367,7 +364,8 @@ class EpollLoop final : public Loop {
         c->offset += static_cast<uint64_t>(n);
         // Crossed into a part of the file that may not be cached: warm it on a worker first.
         if (c->remaining > 0 && (c->done % kWarmChunk) < static_cast<uint64_t>(n) &&
-            !internal::PagesCached(c->file_fd, c->offset, c->remaining < kWarmChunk ? c->remaining : kWarmChunk)) {
+            !internal::PagesCached(c->file_fd, c->offset,
+                                   c->remaining < kWarmChunk ? c->remaining : kWarmChunk)) {
           c->more = false;
           fds_[fd].writer = nullptr;
           UpdateInterest(fd);
@@ -394,10 +392,8 @@ class EpollLoop final : public Loop {
   uint64_t max_fds_ = 0;
   char* scratch_ = nullptr;
   std::unique_ptr<WorkerPool> workers_;
-  Completion* ready_head_ = nullptr;
-  Completion* ready_tail_ = nullptr;
-  Completion* held_head_ = nullptr;  // jobs waiting for room in the worker queue
-  Completion* held_tail_ = nullptr;
+  internal::CompletionQueue ready_;  // finished, callbacks not yet run
+  internal::CompletionQueue held_;   // jobs waiting for room in the worker queue
   LoopStats stats_;
 };
 

@@ -42,10 +42,10 @@ struct Completion {
   void* owner = nullptr;
 
   // Set by the backend before the callback runs.
-  int64_t result = 0;           // >= 0: bytes, or a file descriptor; < 0: -errno
-  bool more = false;            // multishot: more callbacks will follow
-  const char* data = nullptr;   // Recv: the bytes received, valid only during the callback
-  FileStat stat;                // Open: the opened file
+  int64_t result = 0;          // >= 0: bytes, or a file descriptor; < 0: -errno
+  bool more = false;           // multishot: more callbacks will follow
+  const char* data = nullptr;  // Recv: the bytes received, valid only during the callback
+  FileStat stat;               // Open: the opened file
 
   // Backend state; callers leave it alone.
   Op op = Op::kNone;
@@ -53,32 +53,32 @@ struct Completion {
   int fd = -1;
   int file_fd = -1;
   uint64_t offset = 0;
-  uint64_t remaining = 0;       // SendFile: bytes still to send; Send: bytes of iov left
-  uint64_t done = 0;            // SendFile/Send: bytes sent so far
-  iovec* iov = nullptr;         // Send: advanced in place on partial sends
+  uint64_t remaining = 0;  // SendFile: bytes still to send; Send: bytes of iov left
+  uint64_t done = 0;       // SendFile/Send: bytes sent so far
+  iovec* iov = nullptr;    // Send: advanced in place on partial sends
   int iovcnt = 0;
-  msghdr msg{};                 // Send (uring): the sendmsg header, alive while in flight
-  char* buf = nullptr;          // Read
-  const char* path = nullptr;   // Open
-  int dir_fd = -1;              // Open
-  uint32_t in_pipe = 0;         // SendFile (uring): bytes spliced into the pipe, not yet out
-  int pipe_index = -1;          // SendFile (uring): the pipe borrowed from the pool
-  int slot = -1;                // Open (uring): the statx buffer borrowed for the call
-  bool cancelled = false;       // Cancel was called: no transparent re-arm
-  bool polling = false;         // SendFile (uring): waiting for the socket to take more
-  int64_t pending_result = 0;   // the result a completion queued inside its starting call reports
+  msghdr msg{};                // Send (uring): the sendmsg header, alive while in flight
+  char* buf = nullptr;         // Read
+  const char* path = nullptr;  // Open
+  int dir_fd = -1;             // Open
+  uint32_t in_pipe = 0;        // SendFile (uring): bytes spliced into the pipe, not yet out
+  int pipe_index = -1;         // SendFile (uring): the pipe borrowed from the pool
+  int slot = -1;               // Open (uring): the statx buffer borrowed for the call
+  bool cancelled = false;      // Cancel was called: no transparent re-arm
+  bool polling = false;        // SendFile (uring): waiting for the socket to take more
+  int64_t pending_result = 0;  // the result a completion queued inside its starting call reports
   Completion* next_ready = nullptr;  // a backend's queue of finished operations
 };
 
 struct LoopOptions {
-  uint32_t ring_entries = 4096;        // submission queue size (uring)
-  uint32_t recv_buffer_count = 1024;   // provided buffers for receiving (a power of two)
+  uint32_t ring_entries = 4096;       // submission queue size (uring)
+  uint32_t recv_buffer_count = 1024;  // provided buffers for receiving (a power of two)
   uint32_t recv_buffer_size = 8192;
-  uint32_t pipe_pool_size = 64;        // uring: reusable pipes for splice
-  uint32_t pipe_size = 1 << 20;        // uring: F_SETPIPE_SZ for each pipe
-  uint32_t worker_threads = 4;         // epoll: blocking file work
-  uint32_t worker_queue = 1024;        // epoll: queued file jobs before backpressure
-  bool send_zc = false;                // uring: IORING_OP_SEND_ZC for large buffers
+  uint32_t pipe_pool_size = 64;  // uring: reusable pipes for splice
+  uint32_t pipe_size = 1 << 20;  // uring: F_SETPIPE_SZ for each pipe
+  uint32_t worker_threads = 4;   // epoll: blocking file work
+  uint32_t worker_queue = 1024;  // epoll: queued file jobs before backpressure
+  bool send_zc = false;          // uring: IORING_OP_SEND_ZC for large buffers
   uint32_t send_zc_min_bytes = 8192;
   // Memory for the receive buffers (recv_buffer_count x recv_buffer_size), carved by the shard
   // from its own mapping; the loop maps its own when null.
@@ -89,9 +89,9 @@ struct LoopOptions {
 };
 
 struct LoopStats {
-  uint64_t submitted = 0;   // operations handed to the kernel (or started, for epoll)
-  uint64_t completed = 0;   // callbacks run
-  uint64_t recv_nobufs = 0; // times the receive buffers ran out (multishot recv re-armed)
+  uint64_t submitted = 0;    // operations handed to the kernel (or started, for epoll)
+  uint64_t completed = 0;    // callbacks run
+  uint64_t recv_nobufs = 0;  // times the receive buffers ran out (multishot recv re-armed)
   uint64_t pipes_in_use = 0;
 };
 

@@ -13,13 +13,20 @@ namespace {
 
 std::string ErrnoName(int err) {
   switch (err) {
-    case EPERM: return "EPERM";
-    case ENOSYS: return "ENOSYS";
-    case EINVAL: return "EINVAL";
-    case ENOMEM: return "ENOMEM";
-    case EACCES: return "EACCES";
-    case EMFILE: return "EMFILE";
-    default: return strerror(err);
+    case EPERM:
+      return "EPERM";
+    case ENOSYS:
+      return "ENOSYS";
+    case EINVAL:
+      return "EINVAL";
+    case ENOMEM:
+      return "ENOMEM";
+    case EACCES:
+      return "EACCES";
+    case EMFILE:
+      return "EMFILE";
+    default:
+      return strerror(err);
   }
 }
 
@@ -36,12 +43,12 @@ struct Needed {
 };
 
 constexpr Needed kOpcodes[] = {
-    {IORING_OP_NOP, "IORING_OP_NOP"},           {IORING_OP_ACCEPT, "IORING_OP_ACCEPT"},
-    {IORING_OP_RECV, "IORING_OP_RECV"},         {IORING_OP_SEND, "IORING_OP_SEND"},
-    {IORING_OP_SENDMSG, "IORING_OP_SENDMSG"},   {IORING_OP_SPLICE, "IORING_OP_SPLICE"},
-    {IORING_OP_OPENAT2, "IORING_OP_OPENAT2"},   {IORING_OP_STATX, "IORING_OP_STATX"},
-    {IORING_OP_READ, "IORING_OP_READ"},         {IORING_OP_READ_FIXED, "IORING_OP_READ_FIXED"},
-    {IORING_OP_CLOSE, "IORING_OP_CLOSE"},       {IORING_OP_ASYNC_CANCEL, "IORING_OP_ASYNC_CANCEL"},
+    {IORING_OP_NOP, "IORING_OP_NOP"},         {IORING_OP_ACCEPT, "IORING_OP_ACCEPT"},
+    {IORING_OP_RECV, "IORING_OP_RECV"},       {IORING_OP_SEND, "IORING_OP_SEND"},
+    {IORING_OP_SENDMSG, "IORING_OP_SENDMSG"}, {IORING_OP_SPLICE, "IORING_OP_SPLICE"},
+    {IORING_OP_OPENAT2, "IORING_OP_OPENAT2"}, {IORING_OP_STATX, "IORING_OP_STATX"},
+    {IORING_OP_READ, "IORING_OP_READ"},       {IORING_OP_READ_FIXED, "IORING_OP_READ_FIXED"},
+    {IORING_OP_CLOSE, "IORING_OP_CLOSE"},     {IORING_OP_ASYNC_CANCEL, "IORING_OP_ASYNC_CANCEL"},
 };
 
 }  // namespace
@@ -120,7 +127,8 @@ ProbeReport ProbeUring() {
   p = io_uring_params{};
   p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
   rc = io_uring_queue_init_params(8, &ring, &p);
-  r.lines.push_back(std::string("SINGLE_ISSUER + DEFER_TASKRUN: ") + (rc == 0 ? "ok" : "unavailable (optional)"));
+  r.lines.push_back(std::string("SINGLE_ISSUER + DEFER_TASKRUN: ") +
+                    (rc == 0 ? "ok" : "unavailable (optional)"));
   if (rc == 0) io_uring_queue_exit(&ring);
 
   if (!missing.empty()) {

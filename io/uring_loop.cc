@@ -3,14 +3,14 @@
 // of pipes for file bodies, openat2 (RESOLVE_BENEATH) and statx through the ring.
 #include <errno.h>
 #include <fcntl.h>
+#include <liburing.h>
 #include <linux/openat2.h>
 #include <poll.h>
-#include <liburing.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
-#include <sys/uio.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -35,7 +35,8 @@ class UringLoop final : public Loop {
     }
     if (ring_ready_) io_uring_queue_exit(&ring_);
     if (buf_ring_ != nullptr) ::munmap(buf_ring_, buf_ring_bytes_);
-    if (recv_bufs_ != nullptr && options_.recv_region == nullptr) ::munmap(recv_bufs_, recv_bufs_bytes_);
+    if (recv_bufs_ != nullptr && options_.recv_region == nullptr)
+      ::munmap(recv_bufs_, recv_bufs_bytes_);
     if (wake_fd_ >= 0) ::close(wake_fd_);
   }
 
@@ -65,8 +66,8 @@ class UringLoop final : public Loop {
       return false;
     }
     buf_ring_bytes_ = n * sizeof(io_uring_buf);
-    buf_ring_ = static_cast<io_uring_buf_ring*>(
-        ::mmap(nullptr, buf_ring_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    buf_ring_ = static_cast<io_uring_buf_ring*>(::mmap(
+        nullptr, buf_ring_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     recv_bufs_bytes_ = static_cast<size_t>(n) * o.recv_buffer_size;
     recv_bufs_ = o.recv_region != nullptr
                      ? o.recv_region  // the shard's memory
@@ -150,7 +151,8 @@ class UringLoop final : public Loop {
     SubmitSend(c);
   }
 
-  void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, Completion* c) override {
+  void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
+                Completion* c) override {
     internal::BeginOp(c, Op::kSendFile, sock_fd);
     c->file_fd = file_fd;
     c->offset = offset;
@@ -206,12 +208,13 @@ class UringLoop final : public Loop {
   }
 
   void Poll(int timeout_ms) override {
-    if (ready_head_ != nullptr) timeout_ms = 0;
+    if (!ready_.empty()) timeout_ms = 0;
     __kernel_timespec ts{};
     ts.tv_sec = timeout_ms / 1000;
     ts.tv_nsec = (timeout_ms % 1000) * 1000000L;
     io_uring_cqe* cqe = nullptr;
-    int rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, timeout_ms >= 0 ? &ts : nullptr, nullptr);
+    int rc =
+        io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, timeout_ms >= 0 ? &ts : nullptr, nullptr);
     (void)rc;  // -ETIME and -EINTR just mean "nothing yet"
     while (true) {
       io_uring_cqe* cqes[kBatch];
@@ -223,9 +226,11 @@ class UringLoop final : public Loop {
         int32_t res;
         uint32_t flags;
       } events[kBatch];
-      for (unsigned i = 0; i < n; ++i) events[i] = {cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
+      for (unsigned i = 0; i < n; ++i)
+        events[i] = {cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
       io_uring_cq_advance(&ring_, n);
-      for (unsigned i = 0; i < n; ++i) Dispatch(events[i].user_data, events[i].res, events[i].flags);
+      for (unsigned i = 0; i < n; ++i)
+        Dispatch(events[i].user_data, events[i].res, events[i].flags);
       if (n < static_cast<unsigned>(kBatch)) break;
     }
     RunReady();
@@ -270,18 +275,11 @@ class UringLoop final : public Loop {
   // (never from inside the starting call, which may itself be in a callback).
   void Ready(Completion* c, int64_t result) {
     c->pending_result = result;
-    c->next_ready = nullptr;
-    if (ready_tail_ != nullptr) ready_tail_->next_ready = c; else ready_head_ = c;
-    ready_tail_ = c;
+    ready_.Push(c);
   }
 
   void RunReady() {
-    while (ready_head_ != nullptr) {
-      Completion* c = ready_head_;
-      ready_head_ = c->next_ready;
-      if (ready_head_ == nullptr) ready_tail_ = nullptr;
-      Finish(c, c->pending_result);
-    }
+    while (Completion* c = ready_.Pop()) Finish(c, c->pending_result);
   }
 
   void Finish(Completion* c, int64_t result) {
@@ -334,7 +332,8 @@ class UringLoop final : public Loop {
   bool SendCached(Completion* c) {
     while (c->remaining > 0) {
       const uint64_t chunk = c->remaining < kInlineChunk ? c->remaining : kInlineChunk;
-      if (!internal::PagesCached(c->file_fd, c->offset, chunk)) return c->done > 0 ? (Splice(c), true) : false;
+      if (!internal::PagesCached(c->file_fd, c->offset, chunk))
+        return c->done > 0 ? (Splice(c), true) : false;
       off_t off = static_cast<off_t>(c->offset);
       const ssize_t n = ::sendfile(c->fd, c->file_fd, &off, chunk);
       if (n > 0) {
@@ -363,14 +362,8 @@ class UringLoop final : public Loop {
   // The splice path for what is left of a SendFile.
   void Splice(Completion* c) {
     const int pipe = TakePipe();
-    if (pipe < 0) {
-      c->next_ready = nullptr;
-      if (pipe_wait_tail_ != nullptr) {
-        pipe_wait_tail_->next_ready = c;
-      } else {
-        pipe_wait_head_ = c;
-      }
-      pipe_wait_tail_ = c;
+    if (pipe < 0) {  // every pipe busy: wait (intrusively) until one comes back
+      pipe_wait_.Push(c);
       return;
     }
     c->pipe_index = pipe;
@@ -403,10 +396,7 @@ class UringLoop final : public Loop {
       p.r = p.w = -1;
     }
     p.busy = false;
-    if (pipe_wait_head_ != nullptr) {
-      Completion* c = pipe_wait_head_;
-      pipe_wait_head_ = c->next_ready;
-      if (pipe_wait_head_ == nullptr) pipe_wait_tail_ = nullptr;
+    if (Completion* c = pipe_wait_.Pop()) {
       const int pipe = TakePipe();
       c->pipe_index = pipe;
       SpliceIn(c);
@@ -570,7 +560,8 @@ class UringLoop final : public Loop {
           ::close(res);
           return Finish(c, -errno);
         }
-        c->stat = FileStat{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec, st.st_ino, st.st_mode};
+        c->stat =
+            FileStat{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec, st.st_ino, st.st_mode};
         return Finish(c, res);
       }
       c->slot = free_slots_.back();
@@ -608,10 +599,8 @@ class UringLoop final : public Loop {
   std::vector<struct statx> statx_slots_;
   std::vector<int> free_slots_;
   std::vector<Pipe> pipes_;
-  Completion* ready_head_ = nullptr;  // finished inside the call that started them
-  Completion* ready_tail_ = nullptr;
-  Completion* pipe_wait_head_ = nullptr;  // SendFiles waiting for a free pipe
-  Completion* pipe_wait_tail_ = nullptr;
+  internal::CompletionQueue ready_;      // finished inside the call that started them
+  internal::CompletionQueue pipe_wait_;  // SendFiles waiting for a free pipe
   std::vector<Completion*> rearm_;
   int wake_fd_ = -1;
   uint64_t wake_value_ = 0;

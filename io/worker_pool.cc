@@ -21,21 +21,6 @@ WorkerPool::~WorkerPool() {
   for (std::thread& t : threads_) t.join();
 }
 
-void WorkerPool::Queue::Push(Completion* c) {
-  c->next_ready = nullptr;
-  if (tail != nullptr) tail->next_ready = c; else head = c;
-  tail = c;
-}
-
-Completion* WorkerPool::Queue::Pop() {
-  Completion* c = head;
-  if (c != nullptr) {
-    head = c->next_ready;
-    if (head == nullptr) tail = nullptr;
-  }
-  return c;
-}
-
 bool WorkerPool::BulkAllowed() const {
   return bulk_.head != nullptr && (threads_.size() <= 1 || bulk_running_ + 1 < threads_.size());
 }
@@ -53,13 +38,7 @@ bool WorkerPool::TrySubmit(Completion* c, bool bulk) {
 
 Completion* WorkerPool::TakeDone() {
   std::lock_guard<std::mutex> lock(mu_);
-  Completion* c = done_head_;
-  if (c != nullptr) {
-    done_head_ = c->next_ready;
-    if (done_head_ == nullptr) done_tail_ = nullptr;
-    c->next_ready = nullptr;
-  }
-  return c;
+  return done_.Pop();
 }
 
 uint32_t WorkerPool::Queued() const {
@@ -89,9 +68,7 @@ void WorkerPool::Run() {
         --bulk_running_;
         cv_.notify_all();  // another bulk job may start now
       }
-      c->next_ready = nullptr;
-      if (done_tail_ != nullptr) done_tail_->next_ready = c; else done_head_ = c;
-      done_tail_ = c;
+      done_.Push(c);
     }
     const uint64_t one = 1;
     ssize_t r = ::write(notify_fd_, &one, sizeof one);

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "io/backend_util.h"
 #include "io/loop.h"
 
 namespace ringd::io {
@@ -25,7 +26,8 @@ class WorkerPool {
  public:
   using Job = void (*)(Completion* c, char* scratch, size_t scratch_size);
 
-  WorkerPool(uint32_t threads, uint32_t queue_capacity, int notify_fd, Job job, size_t scratch_size);
+  WorkerPool(uint32_t threads, uint32_t queue_capacity, int notify_fd, Job job,
+             size_t scratch_size);
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -44,18 +46,11 @@ class WorkerPool {
   const size_t scratch_size_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  struct Queue {
-    Completion* head = nullptr;  // intrusive, through Completion::next_ready
-    Completion* tail = nullptr;
-    void Push(Completion* c);
-    Completion* Pop();
-  };
   bool BulkAllowed() const;
-  Queue quick_, bulk_;
+  internal::CompletionQueue quick_, bulk_;
   uint32_t queued_ = 0;
   uint32_t bulk_running_ = 0;
-  Completion* done_head_ = nullptr;
-  Completion* done_tail_ = nullptr;
+  internal::CompletionQueue done_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

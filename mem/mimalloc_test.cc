@@ -1,10 +1,11 @@
 // Proves the wiring //server:ringd uses (//third_party:mimalloc, linked --no-as-needed): plain
 // malloc and operator new land in mimalloc's heap.
+#include "mimalloc.h"
+
 #include <cstdlib>
 #include <memory>
 
 #include "gtest/gtest.h"
-#include "mimalloc.h"
 
 namespace {
 

@@ -13,10 +13,11 @@ ShardMemory::ShardMemory(std::initializer_list<size_t> sizes) {
     total_ += sizes_.back();
   }
   if (total_ == 0) return;
-  void* p = ::mmap(nullptr, total_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+  void* p = ::mmap(nullptr, total_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
-    error_ = "shard memory: mmap of " + std::to_string(total_) + " bytes failed: " + strerror(errno);
+    error_ =
+        "shard memory: mmap of " + std::to_string(total_) + " bytes failed: " + strerror(errno);
     return;
   }
   base_ = static_cast<char*>(p);

@@ -23,8 +23,7 @@ class SlabPool {
  public:
   // The slots are reserved here but touched only when first handed out, so a large bound costs
   // address space, not resident memory.
-  explicit SlabPool(size_t capacity)
-      : slots_(new Slot[capacity]), capacity_(capacity) {
+  explicit SlabPool(size_t capacity) : slots_(new Slot[capacity]), capacity_(capacity) {
     stats_.capacity = capacity;
   }
   SlabPool(const SlabPool&) = delete;
@@ -66,7 +65,9 @@ class SlabPool {
     return p >= slots_.get() && p < slots_.get() + capacity_;
   }
   // A stable small index for an object of this pool (for ids and tables).
-  size_t IndexOf(const T* object) const { return static_cast<size_t>(reinterpret_cast<const Slot*>(object) - slots_.get()); }
+  size_t IndexOf(const T* object) const {
+    return static_cast<size_t>(reinterpret_cast<const Slot*>(object) - slots_.get());
+  }
   bool Empty() const { return free_ == nullptr && fresh_ == capacity_; }
   const PoolStats& Stats() const { return stats_; }
 

@@ -25,8 +25,8 @@ enum Kind : uint64_t { kAccept = 1, kRecv = 2, kSend = 3 };
 uint64_t Tag(Kind k, int fd) { return (static_cast<uint64_t>(fd) << 8) | k; }
 
 struct ConnState {
-  uint32_t tail = 0;   // the last bytes seen, to find "\r\n\r\n" across reads
-  int pending = 0;     // responses owed
+  uint32_t tail = 0;  // the last bytes seen, to find "\r\n\r\n" across reads
+  int pending = 0;    // responses owed
   bool sending = false;
   bool close_after = false;  // the client sent "Connection: close"
 };
@@ -57,8 +57,9 @@ int main(int argc, char** argv) {
     std::perror("ceiling: bind");
     return 1;
   }
-  std::string one_response = "HTTP/1.1 200 OK\r\nServer: ceiling\r\nContent-Type: text/html\r\nContent-Length: " +
-                             std::to_string(body) + "\r\n\r\n" + std::string(static_cast<size_t>(body), 'x');
+  std::string one_response =
+      "HTTP/1.1 200 OK\r\nServer: ceiling\r\nContent-Type: text/html\r\nContent-Length: " +
+      std::to_string(body) + "\r\n\r\n" + std::string(static_cast<size_t>(body), 'x');
   std::string responses;  // up to 64 back to back, for pipelined requests
   for (int i = 0; i < 64; ++i) responses += one_response;
 
@@ -70,7 +71,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto* br = static_cast<io_uring_buf_ring*>(mmap(nullptr, kBufCount * sizeof(io_uring_buf),
-                                                   PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+                                                  PROT_READ | PROT_WRITE,
+                                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   io_uring_buf_reg reg{};
   reg.ring_addr = reinterpret_cast<uint64_t>(br);
   reg.ring_entries = kBufCount;
@@ -107,7 +109,8 @@ int main(int argc, char** argv) {
     c.pending -= n;
     c.sending = true;
     io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-    io_uring_prep_send(sqe, fd, responses.data(), one_response.size() * static_cast<size_t>(n), MSG_NOSIGNAL);
+    io_uring_prep_send(sqe, fd, responses.data(), one_response.size() * static_cast<size_t>(n),
+                       MSG_NOSIGNAL);
     io_uring_sqe_set_data64(sqe, Tag(kSend, fd));
   };
   arm_accept();
@@ -142,13 +145,15 @@ int main(int argc, char** argv) {
           const unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
           const char* data = bufs.data() + bid * kBufSize;
           ConnState& c = conns[static_cast<size_t>(fd)];
-          if (memmem(data, static_cast<size_t>(cqe->res), "onnection: close", 16) != nullptr) c.close_after = true;
+          if (memmem(data, static_cast<size_t>(cqe->res), "onnection: close", 16) != nullptr)
+            c.close_after = true;
           for (int i = 0; i < cqe->res; ++i) {
             c.tail = (c.tail << 8) | static_cast<unsigned char>(data[i]);
             if (c.tail == 0x0d0a0d0a) ++c.pending;
           }
-          io_uring_buf_ring_add(br, const_cast<char*>(data), kBufSize, static_cast<unsigned short>(bid),
-                                io_uring_buf_ring_mask(kBufCount), 0);
+          io_uring_buf_ring_add(br, const_cast<char*>(data), kBufSize,
+                                static_cast<unsigned short>(bid), io_uring_buf_ring_mask(kBufCount),
+                                0);
           io_uring_buf_ring_advance(br, 1);
           if (!(cqe->flags & IORING_CQE_F_MORE)) arm_recv(fd);
           send_owed(fd);

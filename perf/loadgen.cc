@@ -2,9 +2,10 @@
 // --threads, no allocation per request.
 //
 //   ringd-load --port 8080 --connections 100 --duration-s 5 --path /index.html
-//   ringd-load --port 8080 --connections 10 --bulk --path /4mb.bin        # bodies discarded (MSG_TRUNC)
-//   ringd-load --port 8080 --connections 50 --rate 20000 --path /a        # open loop, no coordinated omission
-//   ringd-load --port 8080 --idle 10000 --connections 100 ...             # hold idle keep-alive connections
+//   ringd-load --port 8080 --connections 10 --bulk --path /4mb.bin        # bodies discarded
+//   (MSG_TRUNC) ringd-load --port 8080 --connections 50 --rate 20000 --path /a        # open loop,
+//   no coordinated omission ringd-load --port 8080 --idle 10000 --connections 100 ...             #
+//   hold idle keep-alive connections
 //
 // Prints one JSON object: requests, rps, bytes, latency percentiles (microseconds), errors by kind
 // and status counts. Latency in open-loop mode is measured from when each request was *due*, so a
@@ -93,8 +94,11 @@ struct Conn {
 class Worker {
  public:
   Worker(const Options& o, int connections, int first_index, uint64_t start_us, uint64_t end_us)
-      : o_(o), conns_(static_cast<size_t>(connections)), first_index_(first_index),
-        start_us_(start_us), end_us_(end_us) {
+      : o_(o),
+        conns_(static_cast<size_t>(connections)),
+        first_index_(first_index),
+        start_us_(start_us),
+        end_us_(end_us) {
     // Requests are prebuilt: one string per path, repeated `pipeline` times.
     for (const std::string& p : o.paths) {
       std::string one = "GET " + p + " HTTP/1.1\r\nHost: " + o.host + "\r\n";
@@ -125,8 +129,9 @@ class Worker {
       Conn& c = conns_[i];
       c.path_index = (first_index_ + i) % requests_.size();
       // Spread the first due times over one interval, so an open-loop run starts smoothly.
-      c.next_due = start_us_ + static_cast<uint64_t>(per_conn_interval_us * static_cast<double>(first_index_ + i) /
-                                                     o_.connections);
+      c.next_due =
+          start_us_ + static_cast<uint64_t>(per_conn_interval_us *
+                                            static_cast<double>(first_index_ + i) / o_.connections);
       Connect(c);
     }
     epoll_event events[256];
@@ -153,7 +158,8 @@ class Worker {
           Reconnect(c);
         }
       }
-      const int timeout_ms = static_cast<int>(std::min<uint64_t>((next_wake - std::min(next_wake, now)) / 1000, 100));
+      const int timeout_ms =
+          static_cast<int>(std::min<uint64_t>((next_wake - std::min(next_wake, now)) / 1000, 100));
       const int n = epoll_wait(epfd_, events, 256, o_.rate > 0 ? timeout_ms : 100);
       for (int i = 0; i < n; ++i) {
         Conn& c = conns_[events[i].data.u32];
@@ -191,27 +197,38 @@ class Worker {
     std::vector<Pending> pending;
     pending.reserve(static_cast<size_t>(count));
     const int ep = epoll_create1(EPOLL_CLOEXEC);
-    for (int i = 0; i < count; ++i) {
-      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (fd < 0) {
-        ++result.errors.connect;
-        continue;
+    // At most kSetupConcurrency connections are being set up at once, as a client population
+    // arriving over time would: a burst of 10,000 simultaneous first requests would measure the
+    // server's burst high-water mark, not what an idle connection costs.
+    constexpr int kSetupConcurrency = 100;
+    int opened = 0, in_setup = 0;
+    auto open_more = [&] {
+      while (opened < count && in_setup < kSetupConcurrency) {
+        ++opened;
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+          ++result.errors.connect;
+          continue;
+        }
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&addr_), sizeof addr_) != 0 &&
+            errno != EINPROGRESS) {
+          ++result.errors.connect;
+          ::close(fd);
+          continue;
+        }
+        pending.push_back(Pending{fd, 0, std::string(), SIZE_MAX});
+        ++in_setup;
+        epoll_event ev{};
+        ev.events = EPOLLOUT | EPOLLIN;
+        ev.data.u32 = static_cast<uint32_t>(pending.size() - 1);
+        epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
       }
-      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr_), sizeof addr_) != 0 && errno != EINPROGRESS) {
-        ++result.errors.connect;
-        ::close(fd);
-        continue;
-      }
-      pending.push_back(Pending{fd, 0, std::string(), SIZE_MAX});
-      epoll_event ev{};
-      ev.events = EPOLLOUT | EPOLLIN;
-      ev.data.u32 = static_cast<uint32_t>(pending.size() - 1);
-      epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
-    }
+    };
+    open_more();
     size_t done = 0;
     const uint64_t deadline = NowUs() + 30000000;
     epoll_event events[256];
-    while (done < pending.size() && NowUs() < deadline) {
+    while ((done < pending.size() || opened < count) && NowUs() < deadline) {
       const int n = epoll_wait(ep, events, 256, 100);
       for (int i = 0; i < n; ++i) {
         Pending& p = pending[events[i].data.u32];
@@ -232,6 +249,7 @@ class Worker {
             ::close(p.fd);
             p.fd = -1;
             ++done;
+            --in_setup;
             continue;
           }
           if (r > 0) p.got.append(scratch_.data(), static_cast<size_t>(r));
@@ -247,9 +265,11 @@ class Worker {
             p.got.clear();
             p.got.shrink_to_fit();
             ++done;
+            --in_setup;
           }
         }
       }
+      open_more();
     }
     for (Pending& p : pending) {  // never answered in time
       if (p.fd >= 0) {
@@ -317,7 +337,8 @@ class Worker {
 
   void Flush(Conn& c) {
     while (c.out_off < c.out.size()) {
-      const ssize_t n = ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
+      const ssize_t n =
+          ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
       if (n < 0) {
         if (errno == EAGAIN) {
           Watch(c, EPOLLIN | EPOLLOUT);
@@ -343,7 +364,8 @@ class Worker {
       ssize_t n;
       if (c.in_body && o_.bulk) {
         // Discard body bytes in the kernel: no copy, so large files are not capped by the client.
-        n = ::recv(c.fd, nullptr, std::min<uint64_t>(c.body_left, 1 << 30), MSG_TRUNC | MSG_DONTWAIT);
+        n = ::recv(c.fd, nullptr, std::min<uint64_t>(c.body_left, 1 << 30),
+                   MSG_TRUNC | MSG_DONTWAIT);
         if (n > 0) {
           result.bytes += static_cast<uint64_t>(n);
           c.body_left -= static_cast<uint64_t>(n);
@@ -468,33 +490,48 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       }
       return argv[++i];
     };
-    if (a == "--host") o->host = value();
-    else if (a == "--port") o->port = std::atoi(value().c_str());
-    else if (a == "--connections") o->connections = std::atoi(value().c_str());
-    else if (a == "--threads") o->threads = std::atoi(value().c_str());
-    else if (a == "--duration-s") o->duration_s = std::atof(value().c_str());
-    else if (a == "--requests") o->max_requests = std::strtoull(value().c_str(), nullptr, 10);
-    else if (a == "--path") o->paths.push_back(value());
+    if (a == "--host")
+      o->host = value();
+    else if (a == "--port")
+      o->port = std::atoi(value().c_str());
+    else if (a == "--connections")
+      o->connections = std::atoi(value().c_str());
+    else if (a == "--threads")
+      o->threads = std::atoi(value().c_str());
+    else if (a == "--duration-s")
+      o->duration_s = std::atof(value().c_str());
+    else if (a == "--requests")
+      o->max_requests = std::strtoull(value().c_str(), nullptr, 10);
+    else if (a == "--path")
+      o->paths.push_back(value());
     else if (a == "--paths-file") {
       std::ifstream f(value());
       for (std::string line; std::getline(f, line);) {
         if (!line.empty() && line[0] == '/') o->paths.push_back(line);
       }
-    } else if (a == "--close") o->close = true;
-    else if (a == "--pipeline") o->pipeline = std::atoi(value().c_str());
-    else if (a == "--rate") o->rate = std::atof(value().c_str());
-    else if (a == "--bulk") o->bulk = true;
-    else if (a == "--idle") o->idle = std::atoi(value().c_str());
-    else if (a == "--idle-hold-s") o->idle_hold_s = std::atof(value().c_str());
-    else if (a == "--header") o->headers.push_back(value());
-    else if (a == "--timeout-ms") o->timeout_us = std::strtoull(value().c_str(), nullptr, 10) * 1000;
+    } else if (a == "--close")
+      o->close = true;
+    else if (a == "--pipeline")
+      o->pipeline = std::atoi(value().c_str());
+    else if (a == "--rate")
+      o->rate = std::atof(value().c_str());
+    else if (a == "--bulk")
+      o->bulk = true;
+    else if (a == "--idle")
+      o->idle = std::atoi(value().c_str());
+    else if (a == "--idle-hold-s")
+      o->idle_hold_s = std::atof(value().c_str());
+    else if (a == "--header")
+      o->headers.push_back(value());
+    else if (a == "--timeout-ms")
+      o->timeout_us = std::strtoull(value().c_str(), nullptr, 10) * 1000;
     else {
       std::fprintf(stderr, "ringd-load: unknown argument %s\n", a.c_str());
       return false;
     }
   }
-  if (o->paths.empty() || o->port <= 0 || o->connections < 0 || o->threads < 1 ||
-      o->pipeline < 1 || o->pipeline > 64 || o->connections < o->threads * (o->connections > 0)) {
+  if (o->paths.empty() || o->port <= 0 || o->connections < 0 || o->threads < 1 || o->pipeline < 1 ||
+      o->pipeline > 64 || o->connections < o->threads * (o->connections > 0)) {
     return false;
   }
   return true;
@@ -522,7 +559,8 @@ int Main(int argc, char** argv) {
     std::printf("IDLE_READY %d\n", idle_held);  // the harness samples server memory now
     std::fflush(stdout);
     if (o.connections == 0) {
-      timespec ts{static_cast<time_t>(o.idle_hold_s), static_cast<long>((o.idle_hold_s - static_cast<long>(o.idle_hold_s)) * 1e9)};
+      timespec ts{static_cast<time_t>(o.idle_hold_s),
+                  static_cast<long>((o.idle_hold_s - static_cast<long>(o.idle_hold_s)) * 1e9)};
       nanosleep(&ts, nullptr);
     }
   }
@@ -554,27 +592,30 @@ int Main(int argc, char** argv) {
     for (auto& [code, n] : w->result.status) total.status[code] += n;
   }
   const double seconds = o.connections > 0 ? std::min(elapsed, o.duration_s) : elapsed;
-  std::printf("{\"requests\": %llu, \"seconds\": %.3f, \"rps\": %.1f, \"bytes\": %llu, "
-              "\"bytes_per_s\": %.0f, \"idle_held\": %d, ",
-              static_cast<unsigned long long>(total.requests), seconds,
-              seconds > 0 ? static_cast<double>(total.requests) / seconds : 0.0,
-              static_cast<unsigned long long>(total.bytes),
-              seconds > 0 ? static_cast<double>(total.bytes) / seconds : 0.0, idle_held);
+  std::printf(
+      "{\"requests\": %llu, \"seconds\": %.3f, \"rps\": %.1f, \"bytes\": %llu, "
+      "\"bytes_per_s\": %.0f, \"idle_held\": %d, ",
+      static_cast<unsigned long long>(total.requests), seconds,
+      seconds > 0 ? static_cast<double>(total.requests) / seconds : 0.0,
+      static_cast<unsigned long long>(total.bytes),
+      seconds > 0 ? static_cast<double>(total.bytes) / seconds : 0.0, idle_held);
   const LatencyHistogram& h = total.latency;
-  std::printf("\"latency_us\": {\"mean\": %.1f, \"p50\": %llu, \"p90\": %llu, \"p99\": %llu, "
-              "\"p999\": %llu, \"max\": %llu}, ",
-              h.mean(), static_cast<unsigned long long>(h.Percentile(50)),
-              static_cast<unsigned long long>(h.Percentile(90)),
-              static_cast<unsigned long long>(h.Percentile(99)),
-              static_cast<unsigned long long>(h.Percentile(99.9)),
-              static_cast<unsigned long long>(h.max()));
-  std::printf("\"errors\": {\"connect\": %llu, \"reset\": %llu, \"timeout\": %llu, \"parse\": %llu, "
-              "\"eof\": %llu}, \"status\": {",
-              static_cast<unsigned long long>(total.errors.connect),
-              static_cast<unsigned long long>(total.errors.reset),
-              static_cast<unsigned long long>(total.errors.timeout),
-              static_cast<unsigned long long>(total.errors.parse),
-              static_cast<unsigned long long>(total.errors.eof));
+  std::printf(
+      "\"latency_us\": {\"mean\": %.1f, \"p50\": %llu, \"p90\": %llu, \"p99\": %llu, "
+      "\"p999\": %llu, \"max\": %llu}, ",
+      h.mean(), static_cast<unsigned long long>(h.Percentile(50)),
+      static_cast<unsigned long long>(h.Percentile(90)),
+      static_cast<unsigned long long>(h.Percentile(99)),
+      static_cast<unsigned long long>(h.Percentile(99.9)),
+      static_cast<unsigned long long>(h.max()));
+  std::printf(
+      "\"errors\": {\"connect\": %llu, \"reset\": %llu, \"timeout\": %llu, \"parse\": %llu, "
+      "\"eof\": %llu}, \"status\": {",
+      static_cast<unsigned long long>(total.errors.connect),
+      static_cast<unsigned long long>(total.errors.reset),
+      static_cast<unsigned long long>(total.errors.timeout),
+      static_cast<unsigned long long>(total.errors.parse),
+      static_cast<unsigned long long>(total.errors.eof));
   bool first = true;
   for (auto& [code, n] : total.status) {
     std::printf("%s\"%d\": %llu", first ? "" : ", ", code, static_cast<unsigned long long>(n));

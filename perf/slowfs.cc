@@ -38,7 +38,8 @@ int ReadDir(const char* path, void* buf, fuse_fill_dir_t fill, off_t, fuse_file_
             fuse_readdir_flags) {
   DIR* d = opendir(Real(path).c_str());
   if (d == nullptr) return -errno;
-  while (dirent* e = readdir(d)) fill(buf, e->d_name, nullptr, 0, static_cast<fuse_fill_dir_flags>(0));
+  while (dirent* e = readdir(d))
+    fill(buf, e->d_name, nullptr, 0, static_cast<fuse_fill_dir_flags>(0));
   closedir(d);
   return 0;
 }

@@ -134,9 +134,12 @@ const std::vector<Flag>& Flags() {
       Flag{"io", "io backend: auto, uring or epoll (default auto: uring when the probe passes)",
            false,
            [](Config* c, const std::string& v, std::string* error) {
-             if (v == "auto") c->io = io::IoMode::kAuto;
-             else if (v == "uring") c->io = io::IoMode::kUring;
-             else if (v == "epoll") c->io = io::IoMode::kEpoll;
+             if (v == "auto")
+               c->io = io::IoMode::kAuto;
+             else if (v == "uring")
+               c->io = io::IoMode::kUring;
+             else if (v == "epoll")
+               c->io = io::IoMode::kEpoll;
              else {
                *error = "--io: expected auto, uring or epoll, got '" + v + "'";
                return false;
@@ -150,7 +153,8 @@ const std::vector<Flag>& Flags() {
                &Config::keepalive_timeout_ms, 1, 3600000),
       UintFlag("send-timeout-ms", "time a send may make no progress (default 60000)",
                &Config::send_timeout_ms, 1, 3600000),
-      UintFlag("shutdown-timeout-ms", "on SIGTERM, time to finish responses in flight (default 10000)",
+      UintFlag("shutdown-timeout-ms",
+               "on SIGTERM, time to finish responses in flight (default 10000)",
                &Config::shutdown_timeout_ms, 0, 3600000),
       UintFlag("max-connections", "connections per shard; accepting pauses above (default 10000)",
                &Config::max_connections, 1, 1000000),
@@ -160,34 +164,40 @@ const std::vector<Flag>& Flags() {
                &Config::max_request_line, 64, 65536),
       UintFlag("max-request-head", "larger request heads get 431 (default 16384)",
                &Config::max_request_head, 256, 65536),
-      UintFlag("max-headers", "more header fields get 431 (default 64)", &Config::max_headers, 1, 256),
-      UintFlag("max-discarded-body", "request bodies up to this are read and dropped; larger get 413 (default 65536)",
+      UintFlag("max-headers", "more header fields get 431 (default 64)", &Config::max_headers, 1,
+               256),
+      UintFlag("max-discarded-body",
+               "request bodies up to this are read and dropped; larger get 413 (default 65536)",
                &Config::max_discarded_body, 0, uint64_t{1} << 40),
       UintFlag("max-ranges", "more ranges in one request are answered 200 (default 16)",
                &Config::max_ranges, 1, 64),
       StringFlag("index", "file served for a directory (default index.html)", &Config::index),
       StringFlag("mime-types", "mime.types file read at start-up (default /etc/mime.types)",
                  &Config::mime_types),
-      BoolFlag("precompressed", "serve file.br / file.gz to clients that accept them (default true)",
+      BoolFlag("precompressed",
+               "serve file.br / file.gz to clients that accept them (default true)",
                &Config::precompressed),
       BoolFlag("serve-dot-files", "serve path segments starting with '.' (default false: 404)",
                &Config::serve_dot_files),
       UintFlag("small-file-max", "files up to this size are cached in memory (default 16384)",
                &Config::small_file_max, 0, 16384),
-      UintFlag("small-file-cache-bytes", "small-file cache per shard (default 67108864)",
+      UintFlag("small-file-cache-bytes", "small-file cache per shard; resident once registered (default 16777216)",
                &Config::small_file_cache_bytes, 0, uint64_t{1} << 36),
       UintFlag("open-file-cache-entries", "open-file cache entries per shard (default 10000)",
                &Config::open_file_cache_entries, 16, 1000000),
-      UintFlag("open-file-cache-valid-ms", "revalidate a cached file after this long (default 1000)",
+      UintFlag("open-file-cache-valid-ms",
+               "revalidate a cached file after this long (default 1000)",
                &Config::open_file_cache_valid_ms, 0, 3600000),
       UintFlag("recv-buffers", "receive buffers per shard, a power of two (default 1024)",
                &Config::recv_buffers, 16, 32768),
       UintFlag("recv-buffer-size", "bytes per receive buffer (default 8192)",
                &Config::recv_buffer_size, 1024, 1 << 20),
       UintFlag("pipes", "splice pipes per shard (default 64)", &Config::pipes, 1, 4096),
-      BoolFlag("send-zc", "uring: zero-copy sends (IORING_OP_SEND_ZC) for large buffers (default false)",
+      BoolFlag("send-zc",
+               "uring: zero-copy sends (IORING_OP_SEND_ZC) for large buffers (default false)",
                &Config::send_zc),
-      UintFlag("send-zc-min-bytes", "uring: smallest send that goes zero-copy with --send-zc (default 8192)",
+      UintFlag("send-zc-min-bytes",
+               "uring: smallest send that goes zero-copy with --send-zc (default 8192)",
                &Config::send_zc_min_bytes, 1, 1 << 30),
       UintFlag("workers", "epoll backend: threads per shard for blocking file work (default 4)",
                &Config::workers, 1, 256),
@@ -300,14 +310,16 @@ bool ParseArgs(const std::vector<std::string>& args, Config* config, std::string
 std::string Usage() {
   std::string out =
       "usage: ringd --root DIR [flags]\n"
-      "A static file origin over HTTP/1.1, built on io_uring (epoll where io_uring is unusable).\n\n"
+      "A static file origin over HTTP/1.1, built on io_uring (epoll where io_uring is "
+      "unusable).\n\n"
       "flags (--name=value or --name value; booleans also --name / --noname):\n";
   for (const Flag& f : Flags()) {
     std::string name = std::string("  --") + f.name;
     if (name.size() < 32) name.resize(32, ' ');
     out += name + f.help + "\n";
   }
-  out += "  --flagfile=FILE                 read more flags from FILE, one per line ('#' comments)\n";
+  out +=
+      "  --flagfile=FILE                 read more flags from FILE, one per line ('#' comments)\n";
   out += "  --help, --version\n";
   return out;
 }

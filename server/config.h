@@ -48,18 +48,19 @@ struct Config {
   std::string mime_types = "/etc/mime.types";
   bool precompressed = true;
   bool serve_dot_files = false;
-  uint32_t small_file_max = 16384;           // files up to this size are served from memory
-  uint64_t small_file_cache_bytes = 64 << 20;  // per shard
-  uint32_t open_file_cache_entries = 10000;  // per shard
-  uint32_t open_file_cache_valid_ms = 1000;  // revalidate with statx after this long
+  uint32_t small_file_max = 16384;             // files up to this size are served from memory
+  // Per shard. The buffers are registered with the ring, which makes them resident: keep it modest.
+  uint64_t small_file_cache_bytes = 16 << 20;
+  uint32_t open_file_cache_entries = 10000;    // per shard
+  uint32_t open_file_cache_valid_ms = 1000;    // revalidate with statx after this long
 
   // io.
   uint32_t recv_buffers = 1024;  // per shard, a power of two
   uint32_t recv_buffer_size = 8192;
-  uint32_t pipes = 64;           // per shard, for splice
-  bool send_zc = false;          // uring: IORING_OP_SEND_ZC for sends of at least send_zc_min_bytes
+  uint32_t pipes = 64;   // per shard, for splice
+  bool send_zc = false;  // uring: IORING_OP_SEND_ZC for sends of at least send_zc_min_bytes
   uint32_t send_zc_min_bytes = 8192;
-  uint32_t workers = 4;          // epoll: blocking file work per shard
+  uint32_t workers = 4;  // epoll: blocking file work per shard
   uint32_t worker_queue = 1024;
 
   bool probe_only = false;  // --probe: print what io_uring offers here, and exit

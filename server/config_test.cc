@@ -92,9 +92,10 @@ TEST(Config, RejectsBadInputWithOneLine) {
 
 TEST(Config, UsageListsEveryFlag) {
   const std::string usage = Usage();
-  for (const char* flag : {"--root", "--listen", "--shards", "--io", "--pin", "--header-timeout-ms",
-                           "--keepalive-timeout-ms", "--send-timeout-ms", "--max-connections",
-                           "--max-requests-per-connection", "--shutdown-timeout-ms", "--flagfile"}) {
+  for (const char* flag :
+       {"--root", "--listen", "--shards", "--io", "--pin", "--header-timeout-ms",
+        "--keepalive-timeout-ms", "--send-timeout-ms", "--max-connections",
+        "--max-requests-per-connection", "--shutdown-timeout-ms", "--flagfile"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
 }

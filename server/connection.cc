@@ -63,7 +63,8 @@ void Shard::Received(Connection* conn, const char* data, size_t n) {
   // answered straight from the receive buffer; only what is left over (a partial head, pipelined
   // requests behind a response, a request waiting for file metadata) is copied, so most
   // connections never touch an input buffer.
-  if (conn->in == nullptr && conn->state == ConnState::kReading) return ProcessDirect(conn, data, n);
+  if (conn->in == nullptr && conn->state == ConnState::kReading)
+    return ProcessDirect(conn, data, n);
   if (conn->in == nullptr && !Stash(conn)) return;
   const size_t cap = input_pool_->buffer_size();
   if (n > cap - conn->in_len) {
@@ -105,7 +106,8 @@ void Shard::ProcessInput(Connection* conn) {
     if (Plan(conn, req)) return;  // waiting for file metadata: the head stays in the buffer
     ConsumeInput(conn, r.consumed);
     // The body may already be in the buffer: skip it.
-    const uint32_t skip = conn->discard < conn->in_len ? static_cast<uint32_t>(conn->discard) : conn->in_len;
+    const uint32_t skip =
+        conn->discard < conn->in_len ? static_cast<uint32_t>(conn->discard) : conn->in_len;
     ConsumeInput(conn, skip);
     conn->discard -= skip;
   }
@@ -210,13 +212,14 @@ void Shard::OnFileReady(FileWaiter* w) {
   // Parse the head again rather than keep the parsed request: it is cheap, and it keeps the
   // connection object small.
   http::Request req;
-  const http::ParseResult r = http::ParseRequest(std::string_view(conn->in, conn->in_len), 0,
-                                                 self->limits_, self->headers_,
-                                                 self->config_.max_headers, &req);
+  const http::ParseResult r =
+      http::ParseRequest(std::string_view(conn->in, conn->in_len), 0, self->limits_, self->headers_,
+                         self->config_.max_headers, &req);
   if (self->Plan(conn, req)) return;  // another path to look up
   if (conn->state == ConnState::kClosing) return;
   self->ConsumeInput(conn, r.consumed);
-  const uint32_t skip = conn->discard < conn->in_len ? static_cast<uint32_t>(conn->discard) : conn->in_len;
+  const uint32_t skip =
+      conn->discard < conn->in_len ? static_cast<uint32_t>(conn->discard) : conn->in_len;
   self->ConsumeInput(conn, skip);
   conn->discard -= skip;
   if (conn->state == ConnState::kReading) self->ProcessInput(conn);
@@ -284,7 +287,8 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
       ex->phase = Exchange::Phase::kPartHead;
     } else {
       const uint64_t first = plan.ranges.count == 1 ? plan.ranges.ranges[0].first : 0;
-      const uint64_t length = plan.ranges.count == 1 ? plan.ranges.ranges[0].Length() : plan.file.size;
+      const uint64_t length =
+          plan.ranges.count == 1 ? plan.ranges.ranges[0].Length() : plan.file.size;
       if (ex->file != nullptr && ex->file->content != nullptr) {
         ex->iov[1] = iovec{ex->file->content + first, length};
         iovcnt = 2;
@@ -336,10 +340,12 @@ void Shard::SendNext(Connection* conn) {
       }
       if (!plan.multipart) break;
       ++ex->part;
-      ex->phase = ex->part < plan.ranges.count ? Exchange::Phase::kPartHead : Exchange::Phase::kTail;
+      ex->phase =
+          ex->part < plan.ranges.count ? Exchange::Phase::kPartHead : Exchange::Phase::kTail;
       return SendNext(conn);
     case Exchange::Phase::kPartHead: {
-      http::MultipartLayout layout(plan.ranges, plan.content_type, plan.file.size, plan.multipart_boundary);
+      http::MultipartLayout layout(plan.ranges, plan.content_type, plan.file.size,
+                                   plan.multipart_boundary);
       const size_t n = layout.PartHead(ex->part, ex->head);
       ex->iov[0] = iovec{ex->head, n};
       ex->phase = Exchange::Phase::kSlice;
@@ -348,7 +354,8 @@ void Shard::SendNext(Connection* conn) {
       return loop_->Send(conn->fd, ex->iov, 1, &ex->send);
     }
     case Exchange::Phase::kTail: {
-      http::MultipartLayout layout(plan.ranges, plan.content_type, plan.file.size, plan.multipart_boundary);
+      http::MultipartLayout layout(plan.ranges, plan.content_type, plan.file.size,
+                                   plan.multipart_boundary);
       ex->iov[0] = iovec{ex->head, layout.Tail(ex->head)};
       ex->phase = Exchange::Phase::kDone;
       return loop_->Send(conn->fd, ex->iov, 1, &ex->send);

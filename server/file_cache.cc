@@ -36,7 +36,10 @@ http::FileMeta MetaFromError(int64_t err) {
 
 FileCache::FileCache(io::Loop* loop, int root_fd, mem::BufferPool* content_pool,
                      const FileCacheOptions& o)
-    : loop_(loop), root_fd_(root_fd), content_pool_(content_pool), options_(o),
+    : loop_(loop),
+      root_fd_(root_fd),
+      content_pool_(content_pool),
+      options_(o),
       entries_(o.max_entries) {
   map_.reserve(o.max_entries);
 }
@@ -109,7 +112,10 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
 void FileCache::Forget(FileWaiter* waiter) {
   CacheEntry* e = waiter->entry;
   if (e == nullptr) return;
-  if (waiter->prev != nullptr) waiter->prev->next = waiter->next; else e->waiters = waiter->next;
+  if (waiter->prev != nullptr)
+    waiter->prev->next = waiter->next;
+  else
+    e->waiters = waiter->next;
   if (waiter->next != nullptr) waiter->next->prev = waiter->prev;
   waiter->prev = waiter->next = nullptr;
   waiter->entry = nullptr;
@@ -157,7 +163,8 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
     e->meta.kind = http::FileMeta::Kind::kRegular;
     e->fd = fd;
   } else {
-    e->meta.kind = S_ISDIR(st.mode) ? http::FileMeta::Kind::kDirectory : http::FileMeta::Kind::kOther;
+    e->meta.kind =
+        S_ISDIR(st.mode) ? http::FileMeta::Kind::kDirectory : http::FileMeta::Kind::kOther;
     loop_->Close(fd);  // only the metadata is needed
     return Ready(e);
   }
@@ -179,7 +186,8 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
 void FileCache::Ready(CacheEntry* e) {
   e->ready = true;
   // A passing failure is answered (503) but not remembered: the next request tries again.
-  e->expires_ms = e->meta.kind == http::FileMeta::Kind::kUnavailable ? now_ms_ : now_ms_ + options_.valid_ms;
+  e->expires_ms =
+      e->meta.kind == http::FileMeta::Kind::kUnavailable ? now_ms_ : now_ms_ + options_.valid_ms;
   if (e->in_map) Touch(e);
   // Wake everyone waiting; each re-plans and may look this entry up again at once.
   FileWaiter* w = e->waiters;
@@ -204,10 +212,14 @@ void FileCache::Touch(CacheEntry* e) {
 }
 
 void FileCache::Unlink(CacheEntry* e) {
-  if (e->lru_prev != nullptr) e->lru_prev->lru_next = e->lru_next;
-  else if (lru_head_ == e) lru_head_ = e->lru_next;
-  if (e->lru_next != nullptr) e->lru_next->lru_prev = e->lru_prev;
-  else if (lru_tail_ == e) lru_tail_ = e->lru_prev;
+  if (e->lru_prev != nullptr)
+    e->lru_prev->lru_next = e->lru_next;
+  else if (lru_head_ == e)
+    lru_head_ = e->lru_next;
+  if (e->lru_next != nullptr)
+    e->lru_next->lru_prev = e->lru_prev;
+  else if (lru_tail_ == e)
+    lru_tail_ = e->lru_prev;
   e->lru_prev = e->lru_next = nullptr;
 }
 

@@ -34,16 +34,16 @@ struct FileWaiter {
 struct CacheEntry {
   std::string path;  // relative to the root; also the map key
   http::FileMeta meta;
-  int fd = -1;                 // regular files only
-  char* content = nullptr;     // small files: the whole file, from the content pool
-  bool ready = false;          // metadata known (false while opening / reading)
-  bool in_map = true;          // false once replaced by a fresher entry or evicted
+  int fd = -1;              // regular files only
+  char* content = nullptr;  // small files: the whole file, from the content pool
+  bool ready = false;       // metadata known (false while opening / reading)
+  bool in_map = true;       // false once replaced by a fresher entry or evicted
   int64_t expires_ms = 0;
-  uint32_t pins = 0;           // responses using fd/content now
+  uint32_t pins = 0;  // responses using fd/content now
   FileWaiter* waiters = nullptr;
   CacheEntry* lru_prev = nullptr;  // most recent at the head
   CacheEntry* lru_next = nullptr;
-  io::Completion op;           // the open, then the content read
+  io::Completion op;  // the open, then the content read
   class FileCache* cache = nullptr;
 };
 

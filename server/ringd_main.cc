@@ -119,7 +119,8 @@ int Main(int argc, char** argv) {
   const io::ProbeReport probe = io::ProbeUring();
   if (config.probe_only) {
     for (const std::string& line : probe.lines) std::printf("%s\n", line.c_str());
-    std::printf("io_uring backend: %s (%s)\n", probe.usable ? "usable" : "unusable", probe.reason.c_str());
+    std::printf("io_uring backend: %s (%s)\n", probe.usable ? "usable" : "unusable",
+                probe.reason.c_str());
     return 0;
   }
   bool select_error = false;
@@ -153,8 +154,8 @@ int Main(int argc, char** argv) {
       if (fd < 0) Die(1, error);
       fds.push_back(fd);
     }
-    shard_list.push_back(std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds), root_fd,
-                                                 &mime, selection.use_uring,
+    shard_list.push_back(std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds),
+                                                 root_fd, &mime, selection.use_uring,
                                                  cpus[i % cpus.size()]));
   }
 
@@ -182,9 +183,10 @@ int Main(int argc, char** argv) {
     Die(1, first_error);
   }
   std::string where;
-  for (const ListenAddress& a : config.listen) where += (where.empty() ? "" : ", ") + AddressText(a.addr);
-  std::fprintf(stderr, "ringd: serving %s on %s with %u shard%s\n", config.root.c_str(), where.c_str(),
-               shards, shards == 1 ? "" : "s");
+  for (const ListenAddress& a : config.listen)
+    where += (where.empty() ? "" : ", ") + AddressText(a.addr);
+  std::fprintf(stderr, "ringd: serving %s on %s with %u shard%s\n", config.root.c_str(),
+               where.c_str(), shards, shards == 1 ? "" : "s");
 
   int sig = 0;
   sigwait(&signals, &sig);

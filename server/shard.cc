@@ -13,8 +13,8 @@
 namespace ringd {
 namespace {
 
-constexpr int64_t kLingerMs = 5000;        // after the last response, wait this long for EOF
-constexpr int64_t kAcceptRetryMs = 100;    // after EMFILE/ENFILE, try accepting again after this
+constexpr int64_t kLingerMs = 5000;      // after the last response, wait this long for EOF
+constexpr int64_t kAcceptRetryMs = 100;  // after EMFILE/ENFILE, try accepting again after this
 
 int64_t MonotonicMs() {
   timespec ts;
@@ -28,10 +28,17 @@ size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
 Shard::Shard(int index, const Config& config, std::vector<int> listen_fds, int root_fd,
              const http::MimeTypes* mime, bool use_uring, int cpu)
-    : index_(index), config_(config), listen_fds_(std::move(listen_fds)), root_fd_(root_fd),
-      mime_(mime), use_uring_(use_uring), cpu_(cpu),
-      header_timers_(config.header_timeout_ms), idle_timers_(config.keepalive_timeout_ms),
-      send_timers_(config.send_timeout_ms), linger_timers_(kLingerMs) {}
+    : index_(index),
+      config_(config),
+      listen_fds_(std::move(listen_fds)),
+      root_fd_(root_fd),
+      mime_(mime),
+      use_uring_(use_uring),
+      cpu_(cpu),
+      header_timers_(config.header_timeout_ms),
+      idle_timers_(config.keepalive_timeout_ms),
+      send_timers_(config.send_timeout_ms),
+      linger_timers_(kLingerMs) {}
 
 Shard::~Shard() {
   // The loop goes first: nothing may complete into the caches and pools after this point.
@@ -69,9 +76,11 @@ bool Shard::Setup() {
     error_ = memory_->error();
     return false;
   }
-  input_pool_ = std::make_unique<mem::BufferPool>(input_size, config_.max_connections, memory_->Region(0));
+  input_pool_ =
+      std::make_unique<mem::BufferPool>(input_size, config_.max_connections, memory_->Region(0));
   if (content_count > 0) {
-    content_pool_ = std::make_unique<mem::BufferPool>(content_size, content_count, memory_->Region(1));
+    content_pool_ =
+        std::make_unique<mem::BufferPool>(content_size, content_count, memory_->Region(1));
   }
 
   io::LoopOptions lo;
@@ -105,7 +114,8 @@ bool Shard::Setup() {
   scratch_ = std::make_unique<http::PlanScratch>();
 
   uint64_t random = 0;
-  if (getrandom(&random, sizeof random, 0) != sizeof random) random = static_cast<uint64_t>(MonotonicMs());
+  if (getrandom(&random, sizeof random, 0) != sizeof random)
+    random = static_cast<uint64_t>(MonotonicMs());
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(random));
   boundary_ = std::string("ringd-") + hex;
@@ -214,7 +224,8 @@ void Shard::OnAccept(io::Completion* c) {
   } else if (c->result == -EMFILE || c->result == -ENFILE || c->result == -ENOBUFS ||
              c->result == -ENOMEM) {
     // Out of descriptors or memory: retry later rather than spin on the same error.
-    if (!c->more && self->accept_retry_ms_ == 0) self->accept_retry_ms_ = self->now_ms_ + kAcceptRetryMs;
+    if (!c->more && self->accept_retry_ms_ == 0)
+      self->accept_retry_ms_ = self->now_ms_ + kAcceptRetryMs;
   }
   if (c->more) return;
   --self->accepts_active_;

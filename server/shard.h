@@ -39,7 +39,7 @@ struct Exchange {
   uint32_t part = 0;           // multipart: the part being sent
   enum class Phase : uint8_t { kHead, kSlice, kPartHead, kTail, kDone } phase = Phase::kHead;
   uint32_t head_len = 0;
-  char head[4096];             // the response head, then multipart part heads
+  char head[4096];  // the response head, then multipart part heads
 };
 
 enum class ConnState : uint8_t {
@@ -55,14 +55,14 @@ struct Connection {
   int fd = -1;
   ConnState state = ConnState::kReading;
   bool recv_active = false;
-  bool recv_paused = false;   // recv cancelled because the input buffer is full
+  bool recv_paused = false;  // recv cancelled because the input buffer is full
   bool peer_closed = false;
-  bool wants_close = false;   // close after the current response
+  bool wants_close = false;          // close after the current response
   bool more_input_expected = false;  // a framing error or an unread body: the client may still send
-  char* in = nullptr;         // pending input, from the shard's input pool; null when empty
+  char* in = nullptr;                // pending input, from the shard's input pool; null when empty
   uint32_t in_len = 0;
-  uint32_t parsed_len = 0;    // how much of `in` the parser has already seen
-  uint64_t discard = 0;       // request body bytes still to skip
+  uint32_t parsed_len = 0;  // how much of `in` the parser has already seen
+  uint64_t discard = 0;     // request body bytes still to skip
   uint32_t requests = 0;
   Exchange* ex = nullptr;
   io::Completion recv;

@@ -39,8 +39,14 @@ class TimerList {
 
   void Disarm(TimerNode* node) {
     if (node->list != this) return;
-    if (node->prev != nullptr) node->prev->next = node->next; else head_ = node->next;
-    if (node->next != nullptr) node->next->prev = node->prev; else tail_ = node->prev;
+    if (node->prev != nullptr)
+      node->prev->next = node->next;
+    else
+      head_ = node->next;
+    if (node->next != nullptr)
+      node->next->prev = node->prev;
+    else
+      tail_ = node->prev;
     node->prev = node->next = nullptr;
     node->list = nullptr;
   }

@@ -45,9 +45,7 @@ void Resolve() {
   real_aligned_alloc = reinterpret_cast<AlignedAllocFn>(dlsym(RTLD_NEXT, "aligned_alloc"));
 }
 
-bool FromBootstrap(void* p) {
-  return p >= g_bootstrap && p < g_bootstrap + sizeof g_bootstrap;
-}
+bool FromBootstrap(void* p) { return p >= g_bootstrap && p < g_bootstrap + sizeof g_bootstrap; }
 
 void Dump(int) {
   char buf[32];

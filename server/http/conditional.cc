@@ -77,7 +77,7 @@ Precondition EvaluatePreconditions(const Request& req, const Validators& v) {
   if (!req.if_none_match.empty()) {
     if (ETagListMatches(req.if_none_match, v.etag, /*weak=*/true)) {
       return req.method == Method::kGet || req.method == Method::kHead ? Precondition::kNotModified
-                                                                        : Precondition::kFailed;
+                                                                       : Precondition::kFailed;
     }
   } else if (!req.if_modified_since.empty() &&
              (req.method == Method::kGet || req.method == Method::kHead)) {

@@ -36,10 +36,11 @@ TEST(HttpDate, RoundTripsEveryDayForDecades) {
 }
 
 TEST(HttpDate, RejectsInvalidDates) {
-  for (const char* bad : {"", "yesterday", "Sun, 06 Nov 1994 08:49:37", "Sun, 6 Nov 1994 08:49:37 GMT",
-                          "Sun, 06 Nov 1994 08:49:37 GMT ", "Sun, 32 Jan 1994 08:49:37 GMT",
-                          "Sun, 29 Feb 1995 08:49:37 GMT", "Sun, 06 Foo 1994 08:49:37 GMT",
-                          "Sun, 06 Nov 1994 24:00:00 GMT", "Sun, 06 Nov 1994 08:49:37 UTC"}) {
+  for (const char* bad :
+       {"", "yesterday", "Sun, 06 Nov 1994 08:49:37", "Sun, 6 Nov 1994 08:49:37 GMT",
+        "Sun, 06 Nov 1994 08:49:37 GMT ", "Sun, 32 Jan 1994 08:49:37 GMT",
+        "Sun, 29 Feb 1995 08:49:37 GMT", "Sun, 06 Foo 1994 08:49:37 GMT",
+        "Sun, 06 Nov 1994 24:00:00 GMT", "Sun, 06 Nov 1994 08:49:37 UTC"}) {
     EXPECT_EQ(ParseHttpDate(bad), std::nullopt) << bad;
   }
 }

@@ -27,7 +27,7 @@ TEST(MimeTypes, ReadsMimeTypesFormat) {
       "# comment line\n"
       "application/x-foo\tfoo  fooo # trailing comment\n"
       "text/x-bar bar\r\n"
-      "image/png\n"            // a type with no extensions
+      "image/png\n"  // a type with no extensions
       "not-a-type baz\n");
   EXPECT_EQ(t.ForPath("a.foo"), "application/x-foo");
   EXPECT_EQ(t.ForPath("a.FOOO"), "application/x-foo");

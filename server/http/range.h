@@ -28,16 +28,15 @@ struct RangeSet {
 };
 
 enum class RangeOutcome : uint8_t {
-  kIgnore,          // serve the whole representation with 200 (absent, invalid, or refused)
-  kSatisfiable,     // serve `out` with 206
-  kUnsatisfiable,   // answer 416 with Content-Range: bytes */length
+  kIgnore,         // serve the whole representation with 200 (absent, invalid, or refused)
+  kSatisfiable,    // serve `out` with 206
+  kUnsatisfiable,  // answer 416 with Content-Range: bytes */length
 };
 
 // RFC 9110 section 14.2. A header that is not valid `bytes=` syntax is ignored (200). To refuse
 // amplification, more than `max_ranges` ranges, or ranges whose lengths add up to more than the
 // representation, are ignored too (200 with the whole file, as nginx does).
-RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ranges,
-                        RangeSet* out);
+RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ranges, RangeSet* out);
 
 // The bytes of a multipart/byteranges body (RFC 9110 section 14.6) around the file slices:
 //   for each part: PartHead(i) then the slice;   then Tail().

@@ -32,13 +32,13 @@ TEST(Range, ParsesAndClampsRanges) {
   const std::vector<Case> cases = {
       {"bytes=0-499", 10000, kOk, "0-499"},
       {"bytes=500-999", 10000, kOk, "500-999"},
-      {"bytes=-500", 10000, kOk, "9500-9999"},      // suffix
-      {"bytes=9500-", 10000, kOk, "9500-9999"},     // open
+      {"bytes=-500", 10000, kOk, "9500-9999"},   // suffix
+      {"bytes=9500-", 10000, kOk, "9500-9999"},  // open
       {"bytes=0-0,-1", 10000, kOk, "0-0,9999-9999"},
-      {"bytes=0-99999", 100, kOk, "0-99"},          // last clamped to the length
-      {"bytes=-99999", 100, kOk, "0-99"},           // suffix longer than the file
-      {"BYTES = 0-1", 100, kIgnore, ""},            // not the syntax: ignored
-      {"Bytes=0-1", 100, kOk, "0-1"},               // the unit is case-insensitive
+      {"bytes=0-99999", 100, kOk, "0-99"},  // last clamped to the length
+      {"bytes=-99999", 100, kOk, "0-99"},   // suffix longer than the file
+      {"BYTES = 0-1", 100, kIgnore, ""},    // not the syntax: ignored
+      {"Bytes=0-1", 100, kOk, "0-1"},       // the unit is case-insensitive
       {"bytes= 0-1 , 5-6 ", 100, kOk, "0-1,5-6"},
       {"bytes=0-1,,5-6", 100, kOk, "0-1,5-6"},
       // coalescing: overlapping and adjacent ranges merge, order does not matter
@@ -51,13 +51,13 @@ TEST(Range, ParsesAndClampsRanges) {
       {"bytes=-0", 100, k416, ""},
       {"bytes=0-", 0, k416, ""},
       {"bytes=-5", 0, k416, ""},
-      {"bytes=100-200,0-1", 100, kOk, "0-1"},       // unsatisfiable parts are dropped
+      {"bytes=100-200,0-1", 100, kOk, "0-1"},  // unsatisfiable parts are dropped
       // invalid syntax is ignored (200)
       {"", 100, kIgnore, ""},
       {"items=0-1", 100, kIgnore, ""},
       {"bytes=", 100, kIgnore, ""},
       {"bytes=5", 100, kIgnore, ""},
-      {"bytes=5-1", 100, kIgnore, ""},              // last < first
+      {"bytes=5-1", 100, kIgnore, ""},  // last < first
       {"bytes=a-b", 100, kIgnore, ""},
       {"bytes=-", 100, kIgnore, ""},
       {"bytes=1-2-3", 100, kIgnore, ""},
@@ -77,7 +77,8 @@ TEST(Range, ParsesAndClampsRanges) {
 TEST(Range, RefusesAmplification) {
   RangeSet set;
   std::string many = "bytes=";
-  for (int i = 0; i < 17; ++i) many += std::to_string(i * 10) + "-" + std::to_string(i * 10 + 1) + ",";
+  for (int i = 0; i < 17; ++i)
+    many += std::to_string(i * 10) + "-" + std::to_string(i * 10 + 1) + ",";
   EXPECT_EQ(ParseRange(many, 1000, 16, &set), RangeOutcome::kIgnore);
   EXPECT_EQ(ParseRange(many, 1000, 17, &set), RangeOutcome::kSatisfiable);
   EXPECT_EQ(set.count, 17u);

@@ -55,8 +55,8 @@ size_t FindValueEnd(std::string_view s, size_t i) {
   while (i + 16 <= s.size()) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s.data() + i));
     const __m128i ctl = _mm_cmpeq_epi8(_mm_min_epu8(v, max_ctl), v);  // v <= 0x1f, unsigned
-    const __m128i bad = _mm_or_si128(_mm_andnot_si128(_mm_cmpeq_epi8(v, tab), ctl),
-                                     _mm_cmpeq_epi8(v, del));
+    const __m128i bad =
+        _mm_or_si128(_mm_andnot_si128(_mm_cmpeq_epi8(v, tab), ctl), _mm_cmpeq_epi8(v, del));
     const int mask = _mm_movemask_epi8(bad);
     if (mask != 0) return i + static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(mask)));
     i += 16;
@@ -123,8 +123,10 @@ size_t FindHeadEnd(std::string_view buf, size_t from) {
 
 // Consumes a line ending at `p` ("\r\n" or a bare "\n"). A bare CR is an error.
 bool EatEol(std::string_view head, size_t& p) {
-  if (p < head.size() && head[p] == '\r') ++p;
-  else if (p < head.size() && head[p] != '\n') return false;
+  if (p < head.size() && head[p] == '\r')
+    ++p;
+  else if (p < head.size() && head[p] != '\n')
+    return false;
   if (p >= head.size() || head[p] != '\n') return false;
   ++p;
   return true;
@@ -143,8 +145,9 @@ ParseResult ParseRequest(std::string_view buf, size_t prev_len, const ParserLimi
                          Header* headers, size_t headers_cap, Request* out) {
   // RFC 9112 section 2.2: ignore empty lines before the request line.
   size_t start = 0;
-  while (start < buf.size() && (buf[start] == '\n' || (buf[start] == '\r' && start + 1 < buf.size() &&
-                                                       buf[start + 1] == '\n'))) {
+  while (start < buf.size() &&
+         (buf[start] == '\n' ||
+          (buf[start] == '\r' && start + 1 < buf.size() && buf[start + 1] == '\n'))) {
     start += buf[start] == '\r' ? 2 : 1;
   }
   if (start > 8) return Error(400, "too many empty lines before the request line");
@@ -174,7 +177,8 @@ ParseResult ParseRequest(std::string_view buf, size_t prev_len, const ParserLimi
   req.method = MethodFromText(req.method_text);
   const size_t target_start = ++p;
   while (p < head.size() && U(head[p]) > 0x20 && head[p] != 0x7f) ++p;
-  if (p == target_start || p >= head.size() || head[p] != ' ') return Error(400, "bad request target");
+  if (p == target_start || p >= head.size() || head[p] != ' ')
+    return Error(400, "bad request target");
   req.target = head.substr(target_start, p - target_start);
   ++p;
   if (head.substr(p, 5) != "HTTP/" || p + 8 > head.size() || head[p + 5] < '0' ||
@@ -218,7 +222,8 @@ ParseResult ParseRequest(std::string_view buf, size_t prev_len, const ParserLimi
     const size_t value_start = p;
     p = FindValueEnd(head, p);
     if (head[p] != '\r' && head[p] != '\n') return Error(400, "control character in header");
-    const std::string_view value = TrimOws(std::string_view(head.data() + value_start, p - value_start));
+    const std::string_view value =
+        TrimOws(std::string_view(head.data() + value_start, p - value_start));
     if (!EatEol(head, p)) return Error(400, "bare CR in header section");
     if (n == cap) return Error(431, "too many header fields");
     headers[n++] = Header{name, value};

@@ -60,17 +60,17 @@ struct Request {
 };
 
 struct ParserLimits {
-  size_t max_request_line = 8192;    // longer: 414
-  size_t max_head_bytes = 16384;     // request line + header section; larger: 431
-  size_t max_headers = 64;           // more fields: 431 (also capped by the caller's array)
+  size_t max_request_line = 8192;  // longer: 414
+  size_t max_head_bytes = 16384;   // request line + header section; larger: 431
+  size_t max_headers = 64;         // more fields: 431 (also capped by the caller's array)
 };
 
 enum class ParseStatus : uint8_t { kNeedMore, kDone, kError };
 
 struct ParseResult {
   ParseStatus status = ParseStatus::kNeedMore;
-  size_t consumed = 0;      // kDone: bytes of the request head, including the blank line
-  int error_status = 0;     // kError: the status to answer (400, 414, 431, 501, 505)
+  size_t consumed = 0;            // kDone: bytes of the request head, including the blank line
+  int error_status = 0;           // kError: the status to answer (400, 414, 431, 501, 505)
   const char* error_reason = "";  // kError: a short text for logs
   // Every parse error closes the connection: once framing is in doubt, nothing after it can be
   // trusted as a request.

@@ -102,25 +102,36 @@ TEST(RequestParser, RejectsMalformedHeads) {
       {"bare CR in value", "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\rc\r\n\r\n", 400},
       {"bare CR in line end", "GET / HTTP/1.1\rHost: a\r\n\r\n", 400},
       {"NUL in value", "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\0c\r\n\r\n"s, 400},
-      {"control char in value", "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\x01" "c\r\n\r\n", 400},
+      {"control char in value",
+       "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\x01"
+       "c\r\n\r\n",
+       400},
       // RFC 9112 section 3.2: Host
       {"missing Host in 1.1", "GET / HTTP/1.1\r\nAccept: */*\r\n\r\n", 400},
       {"repeated Host", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
       {"repeated Host in 1.0", "GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n", 400},
       {"bad Host", "GET / HTTP/1.1\r\nHost: a b/c\r\n\r\n", 400},
       // RFC 9112 section 6.3: message framing
-      {"differing Content-Length", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400},
-      {"differing Content-Length list", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 2\r\n\r\n", 400},
+      {"differing Content-Length",
+       "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400},
+      {"differing Content-Length list", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 2\r\n\r\n",
+       400},
       {"negative Content-Length", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 400},
       {"signed Content-Length", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: +1\r\n\r\n", 400},
       {"empty Content-Length", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: \r\n\r\n", 400},
-      {"huge Content-Length", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999\r\n\r\n", 400},
-      {"CL and TE", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
+      {"huge Content-Length",
+       "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999\r\n\r\n", 400},
+      {"CL and TE",
+       "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+       400},
       {"TE in 1.0", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
-      {"chunked not last", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 400},
-      {"chunked twice", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", 400},
+      {"chunked not last", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+       400},
+      {"chunked twice", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+       400},
       {"gzip coding", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
-      {"gzip then chunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501},
+      {"gzip then chunked",
+       "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501},
   };
   for (const ErrorCase& c : cases) {
     Parsed p = Parse(c.text);
@@ -143,14 +154,15 @@ TEST(RequestParser, EnforcesSizeLimits) {
   std::string many = "GET / HTTP/1.1\r\nHost: a\r\n";
   for (int i = 0; i < 4; ++i) many += "X-" + std::to_string(i) + ": v\r\n";
   EXPECT_EQ(StatusOf(many + "\r\n", limits), 431);
-  const std::string big = "GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(400, 'b') + "\r\n\r\n";
+  const std::string big =
+      "GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(400, 'b') + "\r\n\r\n";
   EXPECT_EQ(StatusOf(big, limits), 431);
   EXPECT_EQ(StatusOf(big.substr(0, 320), limits), 431);  // incomplete, already too large
   // The caller's header array is a limit too.
   Request req;
   Header two[2];
-  ParseResult r = ParseRequest("GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\n\r\n", 0, ParserLimits{},
-                               two, 2, &req);
+  ParseResult r = ParseRequest("GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\n\r\n", 0,
+                               ParserLimits{}, two, 2, &req);
   EXPECT_EQ(r.error_status, 431);
 }
 
@@ -168,7 +180,8 @@ TEST(RequestParser, DerivesKeepAlive) {
 
 // RFC 9112 section 6.3: the body length, so that a body is never read as the next request.
 TEST(RequestParser, DerivesBodyFraming) {
-  Parsed p = Parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\nContent-Length: 5\r\n\r\n");
+  Parsed p =
+      Parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\nContent-Length: 5\r\n\r\n");
   ASSERT_EQ(p.result.status, ParseStatus::kDone);
   EXPECT_EQ(p.req.body, BodyFraming::kContentLength);
   EXPECT_EQ(p.req.content_length, 5u);
@@ -251,7 +264,8 @@ TEST(RequestParser, SplittingAnywhereGivesTheSameRequests) {
       "POST /c HTTP/1.1\r\nHost: three\r\nContent-Length: 27\r\n\r\n"
       "GET /not-a-request HTTP/1.1"
       "GET /d HTTP/1.0\r\n\r\n"
-      "OPTIONS * HTTP/1.1\r\nHost: five\r\nX-Long: " + std::string(300, 'z') + "\r\n\r\n";
+      "OPTIONS * HTTP/1.1\r\nHost: five\r\nX-Long: " +
+      std::string(300, 'z') + "\r\n\r\n";
   const std::vector<std::string> whole = Drive(stream, {});
   ASSERT_EQ(whole.size(), 5u);
   EXPECT_EQ(whole[2], "POST /c 2 three");

@@ -119,7 +119,8 @@ TargetResult NormalizeTarget(std::string_view target, const TargetOptions& optio
     for (size_t s = 0; s < r.path.size(); ++s) {
       if (r.path[s] == '/' && s + 1 < r.path.size() && r.path[s + 1] == '.') {
         const std::string_view rest = r.path.substr(s + 1);
-        const bool well_known = s == 0 && (rest == ".well-known" || rest.starts_with(".well-known/"));
+        const bool well_known =
+            s == 0 && (rest == ".well-known" || rest.starts_with(".well-known/"));
         if (!well_known) return Fail(404, "hidden path segment");
       }
     }

@@ -2,7 +2,8 @@
 // RFC 3986 sections 2.1 and 5.2.4). Pure: no file system access.
 //
 //   char scratch[kMaxTarget];
-//   TargetResult t = NormalizeTarget("/a/./b/../c%20d?x=1", TargetOptions{}, scratch, sizeof scratch);
+//   TargetResult t = NormalizeTarget("/a/./b/../c%20d?x=1", TargetOptions{}, scratch, sizeof
+//   scratch);
 //   // t.status == 0, t.path == "/a/c d", t.query == "x=1"
 #pragma once
 
@@ -17,11 +18,11 @@ struct TargetOptions {
 };
 
 struct TargetResult {
-  int status = 0;              // 0: ok; otherwise the HTTP status to answer (400 or 404)
-  const char* reason = "";     // for logs, when status != 0
-  std::string_view path;       // decoded, normalised, always starts with '/'; in `scratch`
-  std::string_view query;      // raw, without '?'; points into the target
-  bool is_asterisk = false;    // the target was "*" (OPTIONS only)
+  int status = 0;            // 0: ok; otherwise the HTTP status to answer (400 or 404)
+  const char* reason = "";   // for logs, when status != 0
+  std::string_view path;     // decoded, normalised, always starts with '/'; in `scratch`
+  std::string_view query;    // raw, without '?'; points into the target
+  bool is_asterisk = false;  // the target was "*" (OPTIONS only)
 
   // The path without its leading '/', as openat() beneath the root wants it ("" for the root).
   std::string_view Relative() const { return path.substr(1); }

@@ -35,7 +35,7 @@ TEST(RequestTarget, NormalizesPaths) {
       {"/a%20b", 0, "/a b"},
       {"/%7Euser/x", 0, "/~user/x"},
       {"/caf%C3%A9", 0, "/caf\xc3\xa9"},
-      {"/a/%2e%2e/b", 0, "/b"},       // encoded dot-segments are dot-segments
+      {"/a/%2e%2e/b", 0, "/b"},  // encoded dot-segments are dot-segments
       {"/a/%2E/b", 0, "/a/b"},
       {"/a?b=/../../etc/passwd", 0, "/a"},
       {"/a#frag", 0, "/a"},
@@ -65,16 +65,16 @@ TEST(RequestTarget, RejectsEscapesAndBadEncodings) {
       {"/a/../../etc/passwd", 400, ""},
       {"/%2e%2e/etc/passwd", 400, ""},
       {"/a/%2E%2E/%2e%2e/x", 400, ""},
-      {"/a%2fb", 400, ""},            // encoded '/' inside a segment
+      {"/a%2fb", 400, ""},  // encoded '/' inside a segment
       {"/a%2F..%2F..%2Fetc", 400, ""},
-      {"/a%00.html", 400, ""},        // encoded NUL
+      {"/a%00.html", 400, ""},  // encoded NUL
       {"/a%", 400, ""},
       {"/a%4", 400, ""},
       {"/a%zz", 400, ""},
-      {"a/b", 400, ""},               // neither origin-form nor absolute-form
+      {"a/b", 400, ""},  // neither origin-form nor absolute-form
       {"", 400, ""},
       {"ftp://example.com/x", 400, ""},
-      {"/.git/config", 404, ""},      // hidden segments answer 404 by default
+      {"/.git/config", 404, ""},  // hidden segments answer 404 by default
       {"/a/.env", 404, ""},
       {"/.well-known/.secret", 404, ""},
       {"/a/.well-known/x", 404, ""},  // only the top-level /.well-known/ is allowed

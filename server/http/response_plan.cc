@@ -9,7 +9,7 @@
 namespace ringd::http {
 namespace {
 
-#define RINGD_ERROR_PAGE(code, text)                                                    \
+#define RINGD_ERROR_PAGE(code, text)                                                         \
   "<html>\r\n<head><title>" #code " " text "</title></head>\r\n<body>\r\n<center><h1>" #code \
   " " text "</h1></center>\r\n<hr><center>ringd</center>\r\n</body>\r\n</html>\r\n"
 
@@ -91,7 +91,6 @@ PlanStep PageAfterSelect(int status, const char* reason, const Request& req, Res
   out->has_last_modified = false;
   return Page(status, reason, req, out);
 }
-
 
 size_t Put(char* out, size_t n, size_t cap, std::string_view s) {
   if (n == SIZE_MAX || n + s.size() > cap) return SIZE_MAX;
@@ -175,7 +174,8 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
   std::string_view path = rel.empty() ? std::string_view(".") : rel;
   auto meta = source.Lookup(path);
   if (!meta) return NeedLookup(path);
-  if (meta->kind == FileMeta::Kind::kUnavailable) return Page(503, "file lookup failed for now", req, out);
+  if (meta->kind == FileMeta::Kind::kUnavailable)
+    return Page(503, "file lookup failed for now", req, out);
   if (meta->kind == FileMeta::Kind::kDirectory) {
     if (!target.HasTrailingSlash()) {
       size_t n = EncodePath(target.path, scratch.location, sizeof scratch.location - 2);
@@ -233,11 +233,13 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
       int q;
     } candidates[] = {{".br", "br", accepted.br}, {".gz", "gzip", accepted.gzip}};
     for (const Candidate& c : candidates) {
-      const std::string_view sibling_path = Join(scratch.sibling, sizeof scratch.sibling, path, c.suffix);
+      const std::string_view sibling_path =
+          Join(scratch.sibling, sizeof scratch.sibling, path, c.suffix);
       if (sibling_path.empty()) break;
       const auto sibling = source.Lookup(sibling_path);
       if (!sibling) return NeedLookup(sibling_path);
-      if (sibling->kind != FileMeta::Kind::kRegular || sibling->mtime_sec < meta->mtime_sec) continue;
+      if (sibling->kind != FileMeta::Kind::kRegular || sibling->mtime_sec < meta->mtime_sec)
+        continue;
       out->vary_accept_encoding = true;
       if (c.q > best_q) {  // br first, so a tie keeps br
         best_q = c.q;
@@ -254,7 +256,8 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
 
   out->file = selected;  // from here on, errors go through PageAfterSelect
   out->file_path = selected_path;
-  out->etag = std::string_view(scratch.etag, FormatETag(selected.mtime_sec, selected.size, scratch.etag));
+  out->etag =
+      std::string_view(scratch.etag, FormatETag(selected.mtime_sec, selected.size, scratch.etag));
   out->has_last_modified = true;
   out->content_length = selected.size;
   out->send_body = req.method != Method::kHead;

@@ -42,9 +42,9 @@ struct PlannerConfig {
   TargetOptions target;
   const MimeTypes* mime = nullptr;
   std::string_view index_file = "index.html";
-  size_t max_ranges = 16;                // more ranges than this: 200 with the whole file
-  bool precompressed = true;             // look for file.br and file.gz siblings
-  uint64_t max_discarded_body = 65536;   // a larger request body is refused with 413
+  size_t max_ranges = 16;               // more ranges than this: 200 with the whole file
+  bool precompressed = true;            // look for file.br and file.gz siblings
+  uint64_t max_discarded_body = 65536;  // a larger request body is refused with 413
   std::string_view server_name = "ringd";
   std::string_view multipart_boundary = "ringd-byteranges-0123456789";  // per process
 };
@@ -53,32 +53,32 @@ struct PlannerConfig {
 struct PlanScratch {
   static constexpr size_t kMaxPath = 4096;
   char target[kMaxPath + 1];
-  char file[kMaxPath + 64];      // the selected file's relative path
-  char sibling[kMaxPath + 64];   // candidate .br / .gz paths
+  char file[kMaxPath + 64];     // the selected file's relative path
+  char sibling[kMaxPath + 64];  // candidate .br / .gz paths
   char location[3 * kMaxPath + 16];
   char etag[40];
 };
 
 struct ResponsePlan {
   int status = 500;
-  bool keep_alive = false;         // the caller may clear it (max requests, shutdown)
-  bool http10 = false;             // the request was HTTP/1.0: persisting needs saying so
-  bool send_body = true;           // false for HEAD and 304: headers only
-  uint64_t discard_body = 0;       // request body bytes to skip before the next request
+  bool keep_alive = false;    // the caller may clear it (max requests, shutdown)
+  bool http10 = false;        // the request was HTTP/1.0: persisting needs saying so
+  bool send_body = true;      // false for HEAD and 304: headers only
+  uint64_t discard_body = 0;  // request body bytes to skip before the next request
 
   // The body comes from a file when `file_path` is set, else from `inline_body`.
-  std::string_view file_path;      // relative to the root; "" when none
-  FileMeta file;                   // the selected file's metadata
-  std::string_view inline_body;    // static text (error pages)
+  std::string_view file_path;    // relative to the root; "" when none
+  FileMeta file;                 // the selected file's metadata
+  std::string_view inline_body;  // static text (error pages)
 
   std::string_view content_type;
   std::string_view content_encoding;  // "gzip", "br" or ""
   bool vary_accept_encoding = false;
   std::string_view etag;
   bool has_last_modified = false;
-  uint64_t content_length = 0;     // what Content-Length says (also for HEAD)
-  bool allow_header = false;       // 405 and OPTIONS: Allow: GET, HEAD, OPTIONS
-  std::string_view location;       // 301
+  uint64_t content_length = 0;  // what Content-Length says (also for HEAD)
+  bool allow_header = false;    // 405 and OPTIONS: Allow: GET, HEAD, OPTIONS
+  std::string_view location;    // 301
 
   // Ranges: count 0 means the whole file. One range is a plain 206; several, multipart.
   RangeSet ranges;
@@ -86,7 +86,7 @@ struct ResponsePlan {
   uint64_t unsatisfied_length = 0;  // 416: Content-Range: bytes */<this>
   std::string_view multipart_boundary;
 
-  const char* reason = "";          // why, for the access log
+  const char* reason = "";  // why, for the access log
 };
 
 enum class PlanStatus : uint8_t { kReady, kNeedLookup };

@@ -21,7 +21,9 @@ class FakeTree : public FileMetaSource {
   void File(std::string path, uint64_t size, int64_t mtime = kMtime) {
     disk_[path] = FileMeta{FileMeta::Kind::kRegular, size, mtime, disk_.size() + 1};
   }
-  void Dir(std::string path) { disk_[path] = FileMeta{FileMeta::Kind::kDirectory, 4096, kMtime, 0}; }
+  void Dir(std::string path) {
+    disk_[path] = FileMeta{FileMeta::Kind::kDirectory, 4096, kMtime, 0};
+  }
   void Set(std::string path, FileMeta::Kind kind) { disk_[path] = FileMeta{kind, 0, kMtime, 0}; }
 
   std::optional<FileMeta> Lookup(std::string_view path) override {
@@ -82,7 +84,8 @@ class ResponsePlanTest : public ::testing::Test {
     char date[kHttpDateLen];
     FormatHttpDate(kMtime + 100, date);
     char buf[4096];
-    size_t n = WriteResponseHead(p.plan, std::string_view(date, kHttpDateLen), "ringd", buf, sizeof buf);
+    size_t n =
+        WriteResponseHead(p.plan, std::string_view(date, kHttpDateLen), "ringd", buf, sizeof buf);
     EXPECT_GT(n, 0u);
     p.head.assign(buf, n);
     return p;
@@ -182,7 +185,8 @@ TEST_F(ResponsePlanTest, HandlesBodiesAndPersistence) {
   EXPECT_EQ(large.plan.status, 413);
   EXPECT_FALSE(large.plan.keep_alive);
   EXPECT_NE(large.head.find("Connection: close\r\n"), std::string::npos);
-  Planned chunked = Plan("GET /index.html HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+  Planned chunked =
+      Plan("GET /index.html HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
   EXPECT_EQ(chunked.plan.status, 200);
   EXPECT_FALSE(chunked.plan.keep_alive);
   Planned http10 = Plan("GET /index.html HTTP/1.0\r\n\r\n");
@@ -207,14 +211,18 @@ TEST_F(ResponsePlanTest, AnswersConditionalRequests) {
             "Last-Modified: Wed, 21 Oct 2015 07:28:00 GMT\r\n"
             "ETag: \"56273e80-264\"\r\n"
             "\r\n");
-  EXPECT_EQ(Get("/index.html", "If-Modified-Since: Wed, 21 Oct 2015 07:28:00 GMT\r\n").plan.status, 304);
-  EXPECT_EQ(Get("/index.html", "If-Modified-Since: Wed, 21 Oct 2015 07:27:59 GMT\r\n").plan.status, 200);
+  EXPECT_EQ(Get("/index.html", "If-Modified-Since: Wed, 21 Oct 2015 07:28:00 GMT\r\n").plan.status,
+            304);
+  EXPECT_EQ(Get("/index.html", "If-Modified-Since: Wed, 21 Oct 2015 07:27:59 GMT\r\n").plan.status,
+            200);
   Planned im = Get("/index.html", "If-Match: \"other\"\r\n");
   EXPECT_EQ(im.plan.status, 412);
   EXPECT_TRUE(im.plan.file_path.empty());
   EXPECT_EQ(im.head.find("ETag"), std::string::npos);
   EXPECT_EQ(Get("/index.html", "If-Match: " + etag + "\r\n").plan.status, 200);
-  EXPECT_EQ(Get("/index.html", "If-Unmodified-Since: Wed, 21 Oct 2015 07:27:59 GMT\r\n").plan.status, 412);
+  EXPECT_EQ(
+      Get("/index.html", "If-Unmodified-Since: Wed, 21 Oct 2015 07:27:59 GMT\r\n").plan.status,
+      412);
 }
 
 // RFC 9110 section 14.
@@ -240,10 +248,12 @@ TEST_F(ResponsePlanTest, AnswersRangeRequests) {
   EXPECT_TRUE(unsat.plan.file_path.empty());
 
   EXPECT_EQ(Get("/data.bin", "Range: bytes=abc\r\n").plan.status, 200);
-  EXPECT_EQ(Plan("HEAD /data.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=0-1\r\n\r\n").plan.status, 200);
+  EXPECT_EQ(Plan("HEAD /data.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=0-1\r\n\r\n").plan.status,
+            200);
   EXPECT_EQ(Get("/data.bin", "Range: bytes=0-1\r\nIf-Range: \"nope\"\r\n").plan.status, 200);
   EXPECT_EQ(Get("/data.bin", "Range: bytes=0-1\r\nIf-Range: Wed, 21 Oct 2015 07:28:00 GMT\r\n")
-                .plan.status, 206);
+                .plan.status,
+            206);
   // Range after a 304 is not considered: the precondition answers first.
   EXPECT_EQ(Get("/data.bin", "Range: bytes=0-1\r\nIf-None-Match: *\r\n").plan.status, 304);
 }
@@ -273,8 +283,8 @@ TEST_F(ResponsePlanTest, ServesPrecompressedSiblings) {
   EXPECT_NE(gz.plan.etag, identity.plan.etag);
   Planned gz_range = Get("/app.js", "Accept-Encoding: gzip\r\nRange: bytes=-100\r\n");
   EXPECT_NE(gz_range.head.find("Content-Range: bytes 1100-1199/1200\r\n"), std::string::npos);
-  Planned gz_304 = Get("/app.js", "Accept-Encoding: gzip\r\nIf-None-Match: " +
-                                      std::string(gz.plan.etag) + "\r\n");
+  Planned gz_304 = Get(
+      "/app.js", "Accept-Encoding: gzip\r\nIf-None-Match: " + std::string(gz.plan.etag) + "\r\n");
   EXPECT_EQ(gz_304.plan.status, 304);
   EXPECT_NE(gz_304.head.find("Vary: Accept-Encoding\r\n"), std::string::npos);
 
@@ -292,9 +302,8 @@ TEST_F(ResponsePlanTest, ServesPrecompressedSiblings) {
 TEST_F(ResponsePlanTest, AsksForEachPathItNeeds) {
   tree_.fetched.clear();
   Get("/docs/");
-  EXPECT_EQ(tree_.fetched,
-            (std::vector<std::string>{"docs", "docs/index.html", "docs/index.html.br",
-                                      "docs/index.html.gz"}));
+  EXPECT_EQ(tree_.fetched, (std::vector<std::string>{"docs", "docs/index.html",
+                                                     "docs/index.html.br", "docs/index.html.gz"}));
 }
 
 TEST_F(ResponsePlanTest, ErrorPlansForParseErrors) {

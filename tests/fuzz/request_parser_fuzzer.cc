@@ -16,7 +16,8 @@ using ringd::http::Request;
 namespace {
 
 bool Inside(std::string_view buf, std::string_view part) {
-  return part.empty() || (part.data() >= buf.data() && part.data() + part.size() <= buf.data() + buf.size());
+  return part.empty() ||
+         (part.data() >= buf.data() && part.data() + part.size() <= buf.data() + buf.size());
 }
 
 void Check(bool ok) {
