@@ -48,11 +48,11 @@ struct Config {
   std::string mime_types = "/etc/mime.types";
   bool precompressed = true;
   bool serve_dot_files = false;
-  uint32_t small_file_max = 16384;             // files up to this size are served from memory
+  uint32_t small_file_max = 16384;  // files up to this size are served from memory
   // Per shard. The buffers are registered with the ring, which makes them resident: keep it modest.
   uint64_t small_file_cache_bytes = 16 << 20;
-  uint32_t open_file_cache_entries = 10000;    // per shard
-  uint32_t open_file_cache_valid_ms = 1000;    // revalidate with statx after this long
+  uint32_t open_file_cache_entries = 10000;  // per shard
+  uint32_t open_file_cache_valid_ms = 1000;  // revalidate with statx after this long
 
   // io.
   uint32_t recv_buffers = 1024;  // per shard, a power of two
