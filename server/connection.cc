@@ -104,12 +104,7 @@ void Shard::ProcessInput(Connection* conn) {
     ++conn->requests;
     ++stats_.requests;
     if (Plan(conn, req)) return;  // waiting for file metadata: the head stays in the buffer
-    ConsumeInput(conn, r.consumed);
-    // The body may already be in the buffer: skip it.
-    const uint32_t skip =
-        conn->discard < conn->in_len ? static_cast<uint32_t>(conn->discard) : conn->in_len;
-    ConsumeInput(conn, skip);
-    conn->discard -= skip;
+    DropHead(conn, r.consumed);
   }
   ReleaseInputIfEmpty(conn);
   if (conn->state == ConnState::kReading && conn->in == nullptr) {
@@ -217,11 +212,7 @@ void Shard::OnFileReady(FileWaiter* w) {
                          self->config_.max_headers, &req);
   if (self->Plan(conn, req)) return;  // another path to look up
   if (conn->state == ConnState::kClosing) return;
-  self->ConsumeInput(conn, r.consumed);
-  const uint32_t skip =
-      conn->discard < conn->in_len ? static_cast<uint32_t>(conn->discard) : conn->in_len;
-  self->ConsumeInput(conn, skip);
-  conn->discard -= skip;
+  self->DropHead(conn, r.consumed);
   if (conn->state == ConnState::kReading) self->ProcessInput(conn);
 }
 
@@ -233,6 +224,16 @@ void Shard::ConsumeInput(Connection* conn, size_t n) {
     conn->in_len -= static_cast<uint32_t>(n);
   }
   conn->parsed_len = 0;
+}
+
+// Drops an answered request's head from the input buffer, then as much of its body (the
+// `discard` bytes Plan set) as has already arrived.
+void Shard::DropHead(Connection* conn, size_t head_bytes) {
+  ConsumeInput(conn, head_bytes);
+  const uint32_t skip =
+      conn->discard < conn->in_len ? static_cast<uint32_t>(conn->discard) : conn->in_len;
+  ConsumeInput(conn, skip);
+  conn->discard -= skip;
 }
 
 void Shard::ReleaseInputIfEmpty(Connection* conn) {
@@ -360,7 +361,6 @@ void Shard::SendNext(Connection* conn) {
       ex->phase = Exchange::Phase::kDone;
       return loop_->Send(conn->fd, ex->iov, 1, &ex->send);
     }
-    case Exchange::Phase::kHead:
     case Exchange::Phase::kDone:
       break;
   }

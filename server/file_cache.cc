@@ -96,11 +96,9 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
     ++stats_.opens;
     loop_->Open(root_fd_, e->path.c_str(), &e->op);
   }
-  if (e->ready) {  // fresh after all (another waiter fetched it): wake at once
-    waiter->entry = nullptr;
-    waiter->wake(waiter);
-    return true;
-  }
+  // `e` is loading here: the planner only asks to fetch paths Lookup did not know, and a ready,
+  // expired entry was replaced above. So the waiter is always woken later, from Ready, never
+  // from inside this call.
   waiter->entry = e;
   waiter->prev = nullptr;
   waiter->next = e->waiters;

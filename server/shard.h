@@ -37,7 +37,7 @@ struct Exchange {
   uint64_t body_offset = 0;    // next byte of the current slice (file offsets)
   uint64_t body_left = 0;      // bytes of the current slice not yet sent
   uint32_t part = 0;           // multipart: the part being sent
-  enum class Phase : uint8_t { kHead, kSlice, kPartHead, kTail, kDone } phase = Phase::kHead;
+  enum class Phase : uint8_t { kSlice, kPartHead, kTail, kDone } phase = Phase::kDone;
   uint32_t head_len = 0;
   char head[4096];  // the response head, then multipart part heads
 };
@@ -110,6 +110,7 @@ class Shard {
   void SendNext(Connection* conn);
   void FinishResponse(Connection* conn);
   void ConsumeInput(Connection* conn, size_t n);
+  void DropHead(Connection* conn, size_t head_bytes);
   void ReleaseInputIfEmpty(Connection* conn);
   void CloseGracefully(Connection* conn);
   void Abort(Connection* conn);

@@ -13,26 +13,9 @@ namespace ringd::http {
 namespace {
 
 // tchar (RFC 9110 section 5.6.2).
-constexpr std::array<bool, 256> MakeTokenTable() {
-  std::array<bool, 256> t{};
-  for (int c = '0'; c <= '9'; ++c) t[c] = true;
-  for (int c = 'a'; c <= 'z'; ++c) t[c] = true;
-  for (int c = 'A'; c <= 'Z'; ++c) t[c] = true;
-  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
-  return t;
-}
-constexpr std::array<bool, 256> kToken = MakeTokenTable();
-
+constexpr std::array<bool, 256> kToken = AlnumPlus("!#$%&'*+-.^_`|~");
 // Characters a Host value may hold: reg-name, IP-literal and port (RFC 3986 section 3.2).
-constexpr std::array<bool, 256> MakeHostTable() {
-  std::array<bool, 256> t{};
-  for (int c = '0'; c <= '9'; ++c) t[c] = true;
-  for (int c = 'a'; c <= 'z'; ++c) t[c] = true;
-  for (int c = 'A'; c <= 'Z'; ++c) t[c] = true;
-  for (char c : std::string_view("-._~%!$&'()*+,;=:[]")) t[static_cast<unsigned char>(c)] = true;
-  return t;
-}
-constexpr std::array<bool, 256> kHostChar = MakeHostTable();
+constexpr std::array<bool, 256> kHostChar = AlnumPlus("-._~%!$&'()*+,;=:[]");
 
 // field-vchar, SP and HTAB: what a field value may hold (RFC 9110 section 5.5; obs-text allowed).
 constexpr std::array<bool, 256> MakeValueTable() {

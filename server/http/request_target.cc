@@ -22,15 +22,7 @@ TargetResult Fail(int status, const char* reason) {
 }
 
 // unreserved / sub-delims / ':' / '@' (RFC 3986 pchar), plus '/' between segments.
-constexpr std::array<bool, 256> MakePathSafe() {
-  std::array<bool, 256> t{};
-  for (int c = '0'; c <= '9'; ++c) t[c] = true;
-  for (int c = 'a'; c <= 'z'; ++c) t[c] = true;
-  for (int c = 'A'; c <= 'Z'; ++c) t[c] = true;
-  for (char c : std::string_view("-._~!$&'()*+,;=:@/")) t[static_cast<unsigned char>(c)] = true;
-  return t;
-}
-constexpr std::array<bool, 256> kPathSafe = MakePathSafe();
+constexpr std::array<bool, 256> kPathSafe = AlnumPlus("-._~!$&'()*+,;=:@/");
 
 }  // namespace
 

@@ -45,7 +45,6 @@ struct PlannerConfig {
   size_t max_ranges = 16;               // more ranges than this: 200 with the whole file
   bool precompressed = true;            // look for file.br and file.gz siblings
   uint64_t max_discarded_body = 65536;  // a larger request body is refused with 413
-  std::string_view server_name = "ringd";
   std::string_view multipart_boundary = "ringd-byteranges-0123456789";  // per process
 };
 

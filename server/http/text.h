@@ -4,6 +4,7 @@
 //   ForEachListElement("gzip, br;q=0.5", [](std::string_view e) { ... });  // "gzip", "br;q=0.5"
 #pragma once
 
+#include <array>
 #include <string_view>
 
 namespace ringd::http {
@@ -16,6 +17,17 @@ inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
     if (AsciiLower(a[i]) != AsciiLower(b[i])) return false;
   }
   return true;
+}
+
+// A byte-class table: ASCII letters and digits, plus the bytes of `extra`. For the character
+// classes of RFC 9110 and RFC 3986 (tchar, reg-name, pchar), built at compile time.
+constexpr std::array<bool, 256> AlnumPlus(std::string_view extra) {
+  std::array<bool, 256> t{};
+  for (int c = '0'; c <= '9'; ++c) t[c] = true;
+  for (int c = 'a'; c <= 'z'; ++c) t[c] = true;
+  for (int c = 'A'; c <= 'Z'; ++c) t[c] = true;
+  for (char c : extra) t[static_cast<unsigned char>(c)] = true;
+  return t;
 }
 
 // Removes optional whitespace (SP and HTAB) from both ends.
