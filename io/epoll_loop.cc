@@ -137,8 +137,9 @@ class EpollLoop final : public Loop {
     SetReader(fd, c);
   }
 
-  void Send(int fd, iovec* iov, int iovcnt, Completion* c) override {
+  void Send(int fd, iovec* iov, int iovcnt, Completion* c, bool more) override {
     Begin(c, Op::kSend, fd);
+    c->send_flags = MSG_NOSIGNAL | (more ? MSG_MORE : 0);
     c->iov = iov;
     c->iovcnt = iovcnt;
     c->remaining = 0;
@@ -341,7 +342,7 @@ class EpollLoop final : public Loop {
         msghdr msg{};
         msg.msg_iov = c->iov;
         msg.msg_iovlen = static_cast<size_t>(c->iovcnt);
-        n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+        n = ::sendmsg(fd, &msg, c->send_flags);
       } else {
         off_t off = static_cast<off_t>(c->offset);
         n = ::sendfile(fd, c->file_fd, &off, c->remaining);

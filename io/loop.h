@@ -57,6 +57,7 @@ struct Completion {
   uint64_t done = 0;       // SendFile/Send: bytes sent so far
   iovec* iov = nullptr;    // Send: advanced in place on partial sends
   int iovcnt = 0;
+  int send_flags = 0;          // Send: MSG_NOSIGNAL, plus MSG_MORE when asked
   msghdr msg{};                // Send (uring): the sendmsg header, alive while in flight
   char* buf = nullptr;         // Read
   const char* path = nullptr;  // Open
@@ -107,7 +108,10 @@ class Loop {
   // returns.
   virtual void Recv(int fd, Completion* c) = 0;
   // Sends every byte of iov[0..iovcnt) (advancing iov in place); result is the total, or -errno.
-  virtual void Send(int fd, iovec* iov, int iovcnt, Completion* c) = 0;
+  // `more`: the caller sends more or shuts the socket down straight after, so the kernel may hold
+  // a partly filled last segment back (MSG_MORE) to share it with what follows: a response and
+  // its FIN leave as one segment.
+  virtual void Send(int fd, iovec* iov, int iovcnt, Completion* c, bool more = false) = 0;
   // Sends `length` bytes of file_fd from `offset` without copying them through user space.
   // result is the bytes sent; fewer than `length` means the file ended early (it was truncated).
   virtual void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,

@@ -142,8 +142,9 @@ class UringLoop final : public Loop {
     ArmRecv(c);
   }
 
-  void Send(int fd, iovec* iov, int iovcnt, Completion* c) override {
+  void Send(int fd, iovec* iov, int iovcnt, Completion* c, bool more) override {
     internal::BeginOp(c, Op::kSend, fd);
+    c->send_flags = MSG_NOSIGNAL | (more ? MSG_MORE : 0);
     c->iov = iov;
     c->iovcnt = iovcnt;
     c->remaining = 0;
@@ -311,18 +312,18 @@ class UringLoop final : public Loop {
     const bool zc = options_.send_zc && c->remaining >= options_.send_zc_min_bytes;
     if (c->iovcnt == 1) {
       if (zc) {
-        io_uring_prep_send_zc(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, MSG_NOSIGNAL, 0);
+        io_uring_prep_send_zc(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, c->send_flags, 0);
       } else {
-        io_uring_prep_send(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, MSG_NOSIGNAL);
+        io_uring_prep_send(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, c->send_flags);
       }
     } else {
       c->msg = msghdr{};
       c->msg.msg_iov = c->iov;
       c->msg.msg_iovlen = static_cast<size_t>(c->iovcnt);
       if (zc) {
-        io_uring_prep_sendmsg_zc(sqe, c->fd, &c->msg, MSG_NOSIGNAL);
+        io_uring_prep_sendmsg_zc(sqe, c->fd, &c->msg, c->send_flags);
       } else {
-        io_uring_prep_sendmsg(sqe, c->fd, &c->msg, MSG_NOSIGNAL);
+        io_uring_prep_sendmsg(sqe, c->fd, &c->msg, c->send_flags);
       }
     }
     io_uring_sqe_set_data(sqe, c);

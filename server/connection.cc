@@ -300,7 +300,10 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
       }
     }
   }
-  loop_->Send(conn->fd, ex->iov, iovcnt, &ex->send);
+  // The whole response in one send, and the connection ends after it: the response and the FIN
+  // (CloseGracefully's shutdown) leave in one segment instead of two, which costs both ends less.
+  const bool fin_follows = ex->phase == Exchange::Phase::kDone && conn->wants_close;
+  loop_->Send(conn->fd, ex->iov, iovcnt, &ex->send, fin_follows);
 }
 
 void Shard::OnSend(io::Completion* c) {

@@ -145,6 +145,43 @@ class ServingTest(BackendTestCase):
             self.assertEqual(got, status, data[:60])
             self.assertIn(b"Connection: close", out)
 
+    def test_connection_close_response_arrives_whole_then_eof(self):
+        # The last response of a connection is sent with MSG_MORE and pushed out by the FIN: it must
+        # never wait for anything else (a held segment would show as a stall here), whether it
+        # goes out in one send (cached small file, error page, HEAD) or in several (a large file).
+        cases = [("GET", "/index.html", "index.html"), ("GET", "/large.bin", "large.bin"),
+                 ("HEAD", "/small.txt", None), ("GET", "/missing.txt", None)]
+        for method, target, name in cases:
+            with self.server.connect() as s:
+                started = time.monotonic()
+                s.sendall(b"%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+                          % (method.encode(), target.encode()))
+                reader = Reader(s)
+                r = reader.read_response(head_request=(method == "HEAD"))
+                self.assertTrue(reader.at_eof(), target)
+                elapsed = time.monotonic() - started
+            self.assertEqual(r.header("connection"), "close", target)
+            if name is not None:
+                self.assertEqual(r.status, 200, target)
+                self.assertEqual(r.body, self.files[name], target)
+            else:
+                self.assertIn(r.status, (200, 404), target)
+            self.assertLess(elapsed, 2.0, "%s %s took %.2f s" % (method, target, elapsed))
+
+    def test_keepalive_responses_are_not_held_back(self):
+        # A keep-alive response is never sent with MSG_MORE: nothing follows it to push it out,
+        # and the kernel would hold its last partial segment for 200 ms.
+        with self.server.connect() as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            reader = Reader(s)
+            took = []
+            for _ in range(5):
+                started = time.monotonic()
+                s.sendall(b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n")
+                self.assertEqual(reader.read_response().body, self.files["index.html"])
+                took.append(time.monotonic() - started)
+        self.assertLess(sorted(took)[2], 0.1, "median response time %.3f s" % sorted(took)[2])
+
     def test_request_body_is_never_a_request(self):
         with self.server.connect() as s:
             s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 31\r\n\r\n"
