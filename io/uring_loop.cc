@@ -235,10 +235,18 @@ class UringLoop final : public Loop {
       if (n < static_cast<unsigned>(kBatch)) break;
     }
     RunReady();
-    // Multishot receives the kernel ended for lack of buffers: re-arm now that callbacks have
-    // returned their buffers.
-    for (Completion* c : rearm_) {
-      if (!c->cancelled) ArmRecv(c);
+    // Multishot receives the kernel ended (for lack of buffers, or of its own accord): re-arm now
+    // that callbacks have returned their buffers. One cancelled while parked here was not in the
+    // kernel for the cancellation to find, so its last callback comes from here; without it the
+    // owner would wait for that callback forever.
+    for (size_t i = 0; i < rearm_.size(); ++i) {
+      Completion* c = rearm_[i];
+      if (!c->cancelled) {
+        ArmRecv(c);
+        continue;
+      }
+      c->data = nullptr;
+      Finish(c, -ECANCELED);
     }
     rearm_.clear();
   }

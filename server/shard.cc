@@ -15,6 +15,7 @@ namespace {
 
 constexpr int64_t kLingerMs = 5000;      // after the last response, wait this long for EOF
 constexpr int64_t kAcceptRetryMs = 100;  // after EMFILE/ENFILE, try accepting again after this
+constexpr int kDrainGraceMs = 1000;      // after the drain deadline's aborts, for their callbacks
 
 int64_t MonotonicMs() {
   timespec ts;
@@ -144,10 +145,20 @@ void Shard::Serve() {
   while (true) {
     Tick();
     if (draining_ && live_ == 0 && accepts_active_ == 0) break;
+    if (draining_ && now_ms_ >= drain_deadline_ms_ + kDrainGraceMs) {
+      // Every connection was aborted at the deadline; one whose last callback has still not come
+      // would keep this loop polling forever. The process is exiting: stop here.
+      std::fprintf(stderr, "ringd: shard %d: %u connections still open %d ms after the deadline\n",
+                   index_, static_cast<unsigned>(live_), kDrainGraceMs);
+      break;
+    }
     int64_t next = std::min({header_timers_.NextDeadline(), idle_timers_.NextDeadline(),
                              send_timers_.NextDeadline(), linger_timers_.NextDeadline()});
     if (accept_retry_ms_ != 0) next = std::min(next, accept_retry_ms_);
-    if (draining_) next = std::min(next, drain_deadline_ms_);
+    if (draining_) {
+      next = std::min(next, now_ms_ < drain_deadline_ms_ ? drain_deadline_ms_
+                                                         : drain_deadline_ms_ + kDrainGraceMs);
+    }
     const int64_t wait = std::clamp<int64_t>(next - now_ms_, 0, 1000);
     loop_->Poll(static_cast<int>(wait));
   }
