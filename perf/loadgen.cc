@@ -7,8 +7,8 @@
 //   ringd-load --port 8080 --connections 50 --rate 20000 --path /a   # open loop
 //   ringd-load --port 8080 --idle 10000 --connections 100 ...        # hold idle connections
 //
-// Prints one JSON object: requests, rps, bytes, latency percentiles (microseconds), errors by kind
-// and status counts. Latency in open-loop mode is measured from when each request was *due*, so a
+// Prints one JSON object: requests, rps, bytes, latency percentiles (microseconds; also for the
+// responses under 1 MiB alone), errors by kind and status counts. Latency in open-loop mode is measured from when each request was *due*, so a
 // stalled server cannot hide its queueing (coordinated omission).
 #include <arpa/inet.h>
 #include <errno.h>
@@ -66,8 +66,13 @@ struct Errors {
   uint64_t connect = 0, reset = 0, timeout = 0, parse = 0, eof = 0;
 };
 
+// Responses with bodies below this also go into Result::latency_small: in a size mix, the
+// percentiles of all requests are set by the few multi-MiB downloads, these by pages and assets.
+constexpr uint64_t kSmallBody = 1 << 20;
+
 struct Result {
   LatencyHistogram latency;
+  LatencyHistogram latency_small;
   uint64_t requests = 0, bytes = 0;
   Errors errors;
   std::map<int, uint64_t> status;
@@ -84,6 +89,7 @@ struct Conn {
   size_t head_len = 0;
   bool in_body = false;
   uint64_t body_left = 0;
+  uint64_t body_length = 0;  // of the response being read
   int status = 0;
   bool server_closing = false;  // the response said "Connection: close"
   int outstanding = 0;
@@ -469,6 +475,7 @@ class Worker {
       c.head_len = 0;
       c.in_body = true;
       c.body_left = c.status == 304 ? 0 : length;
+      c.body_length = c.body_left;
       if (c.body_left == 0 && !Complete(c)) return false;
       if (o_.bulk && c.in_body && n == 0) return true;  // let Read discard the body in the kernel
     }
@@ -505,6 +512,7 @@ class Worker {
     if (now <= end_us_) {
       ++result.requests;
       result.latency.Record(now - c.sent_at[c.sent_head]);
+      if (c.body_length < kSmallBody) result.latency_small.Record(now - c.sent_at[c.sent_head]);
     }
     c.sent_head = (c.sent_head + 1) % 64;
     --c.outstanding;
@@ -639,6 +647,7 @@ int Main(int argc, char** argv) {
   const double elapsed = static_cast<double>(NowUs() - start) / 1e6;
   for (auto& w : workers) {
     total.latency.Merge(w->result.latency);
+    total.latency_small.Merge(w->result.latency_small);
     total.requests += w->result.requests;
     total.bytes += w->result.bytes;
     total.errors.connect += w->result.errors.connect;
@@ -665,6 +674,11 @@ int Main(int argc, char** argv) {
       static_cast<unsigned long long>(h.Percentile(99)),
       static_cast<unsigned long long>(h.Percentile(99.9)),
       static_cast<unsigned long long>(h.max()));
+  const LatencyHistogram& s = total.latency_small;
+  std::printf("\"latency_small_us\": {\"count\": %llu, \"p50\": %llu, \"p99\": %llu}, ",
+              static_cast<unsigned long long>(s.count()),
+              static_cast<unsigned long long>(s.Percentile(50)),
+              static_cast<unsigned long long>(s.Percentile(99)));
   std::printf(
       "\"errors\": {\"connect\": %llu, \"reset\": %llu, \"timeout\": %llu, \"parse\": %llu, "
       "\"eof\": %llu}, \"status\": {",
