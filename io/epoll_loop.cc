@@ -16,6 +16,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -193,6 +194,7 @@ class EpollLoop final : public Loop {
   }
 
   void Poll(int timeout_ms) override {
+    ++turn_;
     RunReady();
     epoll_event events[kMaxEvents];
     const int n = ::epoll_wait(epoll_fd_, events, kMaxEvents, ready_.empty() ? timeout_ms : 0);
@@ -344,8 +346,19 @@ class EpollLoop final : public Loop {
         msg.msg_iovlen = static_cast<size_t>(c->iovcnt);
         n = ::sendmsg(fd, &msg, c->send_flags);
       } else {
+        if (c->turn != turn_) {
+          c->turn = turn_;
+          c->turn_bytes = 0;
+        }
+        const uint64_t budget =
+            options_.send_turn_bytes - std::min(c->turn_bytes, options_.send_turn_bytes);
+        if (budget == 0) {  // this connection had its turn: EPOLLOUT brings it back next Poll
+          c->more = true;
+          UpdateInterest(fd);
+          return;
+        }
         off_t off = static_cast<off_t>(c->offset);
-        n = ::sendfile(fd, c->file_fd, &off, c->remaining);
+        n = ::sendfile(fd, c->file_fd, &off, std::min(c->remaining, budget));
         if (n == 0) break;  // the file ended early: truncated; the short result says so
       }
       if (n < 0) {
@@ -363,6 +376,7 @@ class EpollLoop final : public Loop {
         internal::AdvanceIov(c, static_cast<size_t>(n));
       } else {
         c->offset += static_cast<uint64_t>(n);
+        c->turn_bytes += static_cast<uint64_t>(n);
         // Crossed into a part of the file that may not be cached: warm it on a worker first.
         if (c->remaining > 0 && (c->done % kWarmChunk) < static_cast<uint64_t>(n) &&
             !internal::PagesCached(c->file_fd, c->offset,
@@ -396,6 +410,7 @@ class EpollLoop final : public Loop {
   internal::CompletionQueue ready_;  // finished, callbacks not yet run
   internal::CompletionQueue held_;   // jobs waiting for room in the worker queue
   LoopStats stats_;
+  uint64_t turn_ = 0;  // Poll calls so far: SendFile's per-turn budget
 };
 
 }  // namespace

@@ -58,6 +58,8 @@ struct Completion {
   iovec* iov = nullptr;    // Send: advanced in place on partial sends
   int iovcnt = 0;
   int send_flags = 0;          // Send: MSG_NOSIGNAL, plus MSG_MORE when asked
+  uint64_t turn = 0;           // SendFile: the Poll call it last sent file bytes in,
+  uint64_t turn_bytes = 0;     // and how many (kept across operations on this Completion)
   msghdr msg{};                // Send (uring): the sendmsg header, alive while in flight
   char* buf = nullptr;         // Read
   const char* path = nullptr;  // Open
@@ -79,7 +81,12 @@ struct LoopOptions {
   uint32_t pipe_size = 1 << 20;  // uring: F_SETPIPE_SZ for each pipe
   uint32_t worker_threads = 4;   // epoll: blocking file work
   uint32_t worker_queue = 1024;  // epoll: queued file jobs before backpressure
-  bool send_zc = false;          // uring: IORING_OP_SEND_ZC for large buffers
+  // File bytes one SendFile Completion may send inline per Poll call; then it waits for the next
+  // turn (a POLL_ADD, or EPOLLOUT) and the loop serves everything else first. Without it a few
+  // fast large downloads (each next chunk starts from the last one's callback) hold the loop
+  // while small requests wait (nginx's sendfile_max_chunk).
+  uint64_t send_turn_bytes = 256 << 10;
+  bool send_zc = false;  // uring: IORING_OP_SEND_ZC for large buffers
   uint32_t send_zc_min_bytes = 8192;
   // Memory for the receive buffers (recv_buffer_count x recv_buffer_size), carved by the shard
   // from its own mapping; the loop maps its own when null.

@@ -13,6 +13,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -209,6 +210,7 @@ class UringLoop final : public Loop {
   }
 
   void Poll(int timeout_ms) override {
+    ++turn_;
     if (!ready_.empty()) timeout_ms = 0;
     __kernel_timespec ts{};
     ts.tv_sec = timeout_ms / 1000;
@@ -340,7 +342,17 @@ class UringLoop final : public Loop {
   // Tries the inline path; true if the operation is finished or waiting for socket space.
   bool SendCached(Completion* c) {
     while (c->remaining > 0) {
-      const uint64_t chunk = c->remaining < kInlineChunk ? c->remaining : kInlineChunk;
+      if (c->turn != turn_) {
+        c->turn = turn_;
+        c->turn_bytes = 0;
+      }
+      const uint64_t budget =
+          options_.send_turn_bytes - std::min(c->turn_bytes, options_.send_turn_bytes);
+      if (budget == 0) {  // this connection had its turn: wait for the next Poll's
+        WaitWritable(c);
+        return true;
+      }
+      const uint64_t chunk = std::min({c->remaining, kInlineChunk, budget});
       if (!internal::PagesCached(c->file_fd, c->offset, chunk))
         return c->done > 0 ? (Splice(c), true) : false;
       off_t off = static_cast<off_t>(c->offset);
@@ -349,16 +361,13 @@ class UringLoop final : public Loop {
         c->offset += static_cast<uint64_t>(n);
         c->done += static_cast<uint64_t>(n);
         c->remaining -= static_cast<uint64_t>(n);
+        c->turn_bytes += static_cast<uint64_t>(n);
         continue;
       }
       if (n == 0) break;  // the file ended early: truncated
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {  // the socket is full: poll, then come back here
-        c->polling = true;
-        c->in_pipe = 0;
-        io_uring_sqe* sqe = Sqe();
-        io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
-        io_uring_sqe_set_data(sqe, c);
+        WaitWritable(c);
         return true;
       }
       Ready(c, -errno);
@@ -366,6 +375,16 @@ class UringLoop final : public Loop {
     }
     Ready(c, static_cast<int64_t>(c->done));
     return true;
+  }
+
+  // The inline path continues when the socket takes more (at once, if it already does: the CQE
+  // then waits in the ring behind everything else that is ready).
+  void WaitWritable(Completion* c) {
+    c->polling = true;
+    c->in_pipe = 0;
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
+    io_uring_sqe_set_data(sqe, c);
   }
 
   // The splice path for what is left of a SendFile.
@@ -611,6 +630,7 @@ class UringLoop final : public Loop {
   internal::CompletionQueue ready_;      // finished inside the call that started them
   internal::CompletionQueue pipe_wait_;  // SendFiles waiting for a free pipe
   std::vector<Completion*> rearm_;
+  uint64_t turn_ = 0;  // Poll calls so far: SendFile's per-turn budget
   int wake_fd_ = -1;
   uint64_t wake_value_ = 0;
   Completion wake_;

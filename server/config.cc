@@ -200,6 +200,10 @@ const std::vector<Flag>& Flags() {
       UintFlag("send-zc-min-bytes",
                "uring: smallest send that goes zero-copy with --send-zc (default 8192)",
                &Config::send_zc_min_bytes, 1, 1 << 30),
+      UintFlag("send-turn-bytes",
+               "file bytes one connection sends per turn of its shard's loop before the others "
+               "get theirs, like nginx's sendfile_max_chunk (default 262144)",
+               &Config::send_turn_bytes, 16384, 1 << 30),
       UintFlag("workers", "epoll backend: threads per shard for blocking file work (default 4)",
                &Config::workers, 1, 256),
       UintFlag("worker-queue", "epoll backend: queued file jobs per shard (default 1024)",

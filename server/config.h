@@ -60,7 +60,8 @@ struct Config {
   uint32_t pipes = 64;   // per shard, for splice
   bool send_zc = false;  // uring: IORING_OP_SEND_ZC for sends of at least send_zc_min_bytes
   uint32_t send_zc_min_bytes = 8192;
-  uint32_t workers = 4;  // epoll: blocking file work per shard
+  uint32_t send_turn_bytes = 256 << 10;  // file bytes per connection per loop turn
+  uint32_t workers = 4;                  // epoll: blocking file work per shard
   uint32_t worker_queue = 1024;
 
   bool probe_only = false;  // --probe: print what io_uring offers here, and exit

@@ -91,6 +91,7 @@ bool Shard::Setup() {
   lo.pipe_pool_size = config_.pipes;
   lo.send_zc = config_.send_zc;
   lo.send_zc_min_bytes = config_.send_zc_min_bytes;
+  lo.send_turn_bytes = config_.send_turn_bytes;
   lo.worker_threads = config_.workers;
   lo.worker_queue = config_.worker_queue;
   if (content_pool_ != nullptr) {
