@@ -23,6 +23,15 @@ inline void BeginOp(Completion* c, Op op, int fd) {
   c->data = nullptr;
 }
 
+// How many more file bytes SendFile may send for `c` in Poll call `turn` (per_turn in all).
+inline uint64_t TurnBudget(Completion* c, uint64_t turn, uint64_t per_turn) {
+  if (c->turn != turn) {
+    c->turn = turn;
+    c->turn_bytes = 0;
+  }
+  return c->turn_bytes < per_turn ? per_turn - c->turn_bytes : 0;
+}
+
 // Moves c->iov / c->iovcnt past `sent` bytes that went out.
 inline void AdvanceIov(Completion* c, size_t sent) {
   while (sent > 0 && c->iovcnt > 0) {

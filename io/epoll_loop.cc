@@ -346,12 +346,7 @@ class EpollLoop final : public Loop {
         msg.msg_iovlen = static_cast<size_t>(c->iovcnt);
         n = ::sendmsg(fd, &msg, c->send_flags);
       } else {
-        if (c->turn != turn_) {
-          c->turn = turn_;
-          c->turn_bytes = 0;
-        }
-        const uint64_t budget =
-            options_.send_turn_bytes - std::min(c->turn_bytes, options_.send_turn_bytes);
+        const uint64_t budget = internal::TurnBudget(c, turn_, options_.send_turn_bytes);
         if (budget == 0) {  // this connection had its turn: EPOLLOUT brings it back next Poll
           c->more = true;
           UpdateInterest(fd);

@@ -342,12 +342,7 @@ class UringLoop final : public Loop {
   // Tries the inline path; true if the operation is finished or waiting for socket space.
   bool SendCached(Completion* c) {
     while (c->remaining > 0) {
-      if (c->turn != turn_) {
-        c->turn = turn_;
-        c->turn_bytes = 0;
-      }
-      const uint64_t budget =
-          options_.send_turn_bytes - std::min(c->turn_bytes, options_.send_turn_bytes);
+      const uint64_t budget = internal::TurnBudget(c, turn_, options_.send_turn_bytes);
       if (budget == 0) {  // this connection had its turn: wait for the next Poll's
         WaitWritable(c);
         return true;
