@@ -42,9 +42,11 @@ void Shard::OnRecv(io::Completion* c) {
     if (conn->state == ConnState::kReading || conn->state == ConnState::kLingering) {
       return self->Abort(conn);
     }
-  } else if (c->result != -ECANCELED) {
+  } else if (c->result != -ECANCELED && conn->state != ConnState::kClosing) {
     return self->Abort(conn);  // a reset or other socket error
   }
+  // Closing already (Abort cancelled this receive, and it ended with the cancellation, or with the
+  // reset that raced it): this was the callback the connection waited for.
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
   // Cancelled for backpressure while the input buffer was full: the state machine re-arms.
 }
