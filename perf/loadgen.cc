@@ -8,8 +8,9 @@
 //   ringd-load --port 8080 --idle 10000 --connections 100 ...        # hold idle connections
 //
 // Prints one JSON object: requests, rps, bytes, latency percentiles (microseconds; also for the
-// responses under 1 MiB alone), errors by kind and status counts. Latency in open-loop mode is measured from when each request was *due*, so a
-// stalled server cannot hide its queueing (coordinated omission).
+// responses under 1 MiB alone), errors by kind and status counts. Latency in open-loop mode is
+// measured from when each request was *due*, so a stalled server cannot hide its queueing
+// (coordinated omission).
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
