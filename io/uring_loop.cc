@@ -438,7 +438,10 @@ class UringLoop final : public Loop {
   void SpliceOut(Completion* c) {
     const Pipe& p = pipes_[static_cast<size_t>(c->pipe_index)];
     io_uring_sqe* sqe = Sqe();
-    io_uring_prep_splice(sqe, p.r, -1, c->fd, -1, c->in_pipe, SPLICE_F_MOVE | SPLICE_F_MORE);
+    // SPLICE_F_MORE (MSG_MORE) only while more of the body follows: on the last piece it would
+    // hold the final partial segment back until the client's delayed ACK (40 ms) pushed it.
+    const unsigned more = c->remaining > c->in_pipe ? SPLICE_F_MORE : 0;
+    io_uring_prep_splice(sqe, p.r, -1, c->fd, -1, c->in_pipe, SPLICE_F_MOVE | more);
     io_uring_sqe_set_data(sqe, c);
   }
 
