@@ -27,7 +27,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <queue>
 #include <string>
@@ -35,6 +34,7 @@
 #include <vector>
 
 #include "perf/histogram.h"
+#include "perf/loadgen_options.h"
 
 namespace ringd::perf {
 namespace {
@@ -44,24 +44,6 @@ uint64_t NowUs() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
 }
-
-struct Options {
-  std::string host = "127.0.0.1";
-  int port = 8080;
-  int connections = 10;
-  int threads = 1;
-  double duration_s = 5;
-  uint64_t max_requests = 0;  // 0: run for duration_s
-  std::vector<std::string> paths;
-  bool close = false;
-  int pipeline = 1;
-  double rate = 0;  // requests per second over all connections; 0: closed loop
-  bool bulk = false;
-  int idle = 0;
-  double idle_hold_s = 0;  // with no active connections: hold the idle ones this long
-  uint64_t timeout_us = 10000000;
-  std::vector<std::string> headers;
-};
 
 struct Errors {
   uint64_t connect = 0, reset = 0, timeout = 0, parse = 0, eof = 0;
@@ -537,71 +519,6 @@ class Worker {
   std::vector<char> scratch_;
   std::vector<int> idle_fds_;
 };
-
-void Usage() {
-  std::fprintf(stderr,
-               "usage: ringd-load --port P [--host 127.0.0.1] [--connections N] [--threads T]\n"
-               "  [--duration-s S | --requests R] --path /x [--path /y ...] [--paths-file F]\n"
-               "  [--close] [--pipeline K] [--rate RPS] [--bulk] [--idle K] [--idle-hold-s S]\n"
-               "  [--header 'Name: value'] [--timeout-ms MS]\n");
-}
-
-bool ParseArgs(int argc, char** argv, Options* o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "ringd-load: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--host")
-      o->host = value();
-    else if (a == "--port")
-      o->port = std::atoi(value().c_str());
-    else if (a == "--connections")
-      o->connections = std::atoi(value().c_str());
-    else if (a == "--threads")
-      o->threads = std::atoi(value().c_str());
-    else if (a == "--duration-s")
-      o->duration_s = std::atof(value().c_str());
-    else if (a == "--requests")
-      o->max_requests = std::strtoull(value().c_str(), nullptr, 10);
-    else if (a == "--path")
-      o->paths.push_back(value());
-    else if (a == "--paths-file") {
-      std::ifstream f(value());
-      for (std::string line; std::getline(f, line);) {
-        if (!line.empty() && line[0] == '/') o->paths.push_back(line);
-      }
-    } else if (a == "--close")
-      o->close = true;
-    else if (a == "--pipeline")
-      o->pipeline = std::atoi(value().c_str());
-    else if (a == "--rate")
-      o->rate = std::atof(value().c_str());
-    else if (a == "--bulk")
-      o->bulk = true;
-    else if (a == "--idle")
-      o->idle = std::atoi(value().c_str());
-    else if (a == "--idle-hold-s")
-      o->idle_hold_s = std::atof(value().c_str());
-    else if (a == "--header")
-      o->headers.push_back(value());
-    else if (a == "--timeout-ms")
-      o->timeout_us = std::strtoull(value().c_str(), nullptr, 10) * 1000;
-    else {
-      std::fprintf(stderr, "ringd-load: unknown argument %s\n", a.c_str());
-      return false;
-    }
-  }
-  if (o->paths.empty() || o->port <= 0 || o->connections < 0 || o->threads < 1 || o->pipeline < 1 ||
-      o->pipeline > 64 || o->connections < o->threads * (o->connections > 0)) {
-    return false;
-  }
-  return true;
-}
 
 int Main(int argc, char** argv) {
   Options o;

@@ -1,0 +1,32 @@
+// ringd-load's command line: what to load, how hard, for how long.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ringd::perf {
+
+struct Options {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int connections = 10;
+  int threads = 1;
+  double duration_s = 5;
+  uint64_t max_requests = 0;  // 0: run for duration_s
+  std::vector<std::string> paths;
+  bool close = false;
+  int pipeline = 1;
+  double rate = 0;  // requests per second over all connections; 0: closed loop
+  bool bulk = false;
+  int idle = 0;
+  double idle_hold_s = 0;  // with no active connections: hold the idle ones this long
+  uint64_t timeout_us = 10000000;
+  std::vector<std::string> headers;
+};
+
+void Usage();
+// Fills `o` from the arguments; false (after a line on stderr) if they do not make a run.
+bool ParseArgs(int argc, char** argv, Options* o);
+
+}  // namespace ringd::perf
