@@ -236,8 +236,10 @@ class Worker {
           if (r > 0) p.got.append(scratch_.data(), static_cast<size_t>(r));
           const size_t end = p.got.find("\r\n\r\n");
           if (end != std::string::npos && p.need == SIZE_MAX) {
-            const char* cl = strcasestr(p.got.c_str(), "\r\ncontent-length:");
-            p.need = end + 4 + (cl != nullptr ? std::strtoull(cl + 17, nullptr, 10) : 0);
+            uint64_t length = 0;
+            bool closing = false;
+            ScanHeaders(std::string_view(p.got).substr(0, end + 2), &length, &closing);
+            p.need = end + 4 + length;
           }
           if (p.got.size() >= p.need) {  // one whole response: now it is an idle connection
             epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, nullptr);
