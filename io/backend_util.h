@@ -7,16 +7,19 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "io/assert.h"
 #include "io/loop.h"
 
 namespace ringd::io::internal {
 
 // Resets the backend's view of `c` for a new operation.
 inline void BeginOp(Completion* c, Op op, int fd) {
+  RINGD_ASSERT(!c->in_flight);  // one operation per Completion at a time
   c->op = op;
   c->fd = fd;
   c->in_flight = true;
   c->cancelled = false;
+  c->paused = false;
   c->result = 0;
   c->done = 0;
   c->more = false;
@@ -55,6 +58,7 @@ struct CompletionQueue {
 
   bool empty() const { return head == nullptr; }
   void Push(Completion* c) {
+    RINGD_ASSERT(c->next_ready == nullptr && c != tail);  // on one queue, once
     c->next_ready = nullptr;
     if (tail != nullptr)
       tail->next_ready = c;

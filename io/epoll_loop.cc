@@ -140,6 +140,7 @@ class EpollLoop final : public Loop {
 
   void Send(int fd, iovec* iov, int iovcnt, Completion* c, bool more) override {
     Begin(c, Op::kSend, fd);
+    RINGD_ASSERT_MSG(fd >= 0 && static_cast<uint64_t>(fd) < max_fds_, "fd %d", fd);
     c->send_flags = MSG_NOSIGNAL | (more ? MSG_MORE : 0);
     c->iov = iov;
     c->iovcnt = iovcnt;
@@ -152,6 +153,7 @@ class EpollLoop final : public Loop {
   void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
                 Completion* c) override {
     Begin(c, Op::kSendFile, sock_fd);
+    RINGD_ASSERT_MSG(sock_fd >= 0 && static_cast<uint64_t>(sock_fd) < max_fds_, "fd %d", sock_fd);
     c->file_fd = file_fd;
     c->offset = offset;
     c->remaining = length;
@@ -181,13 +183,31 @@ class EpollLoop final : public Loop {
   }
 
   void Cancel(Completion* c) override {
-    if (!c->in_flight || (c->op != Op::kRecv && c->op != Op::kAccept)) return;
+    if (!c->in_flight || c->cancelled || (c->op != Op::kRecv && c->op != Op::kAccept)) return;
     c->cancelled = true;
     if (fds_[c->fd].reader == c) SetReader(c->fd, nullptr);
     Complete(c, -ECANCELED);
   }
 
+  // Level-triggered: bytes not read stay in the socket, so pausing is just not asking.
+  void PauseRecv(Completion* c) override {
+    RINGD_ASSERT(c->op == Op::kRecv);
+    if (!c->in_flight || c->paused) return;
+    c->paused = true;
+    if (fds_[c->fd].reader == c) SetReader(c->fd, nullptr);
+  }
+
+  void ResumeRecv(Completion* c) override {
+    RINGD_ASSERT(c->op == Op::kRecv);
+    if (!c->in_flight || !c->paused || c->cancelled) return;
+    c->paused = false;
+    SetReader(c->fd, c);
+  }
+
+  void Shutdown(int fd, int how) override { ::shutdown(fd, how); }
+
   void Close(int fd) override {
+    RINGD_ASSERT_MSG(fd >= 0 && static_cast<uint64_t>(fd) < max_fds_, "close of fd %d", fd);
     FdState& st = fds_[fd];
     st = FdState{};  // closing removes it from the epoll set too
     ::close(fd);
@@ -195,9 +215,12 @@ class EpollLoop final : public Loop {
 
   void Poll(int timeout_ms) override {
     ++turn_;
-    RunReady();
+    // Callbacks that ran here may have changed what the caller waits for (a drain that just
+    // ended, a new deadline): return promptly rather than sleep on a timeout computed before.
+    const bool ran = RunReady();
     epoll_event events[kMaxEvents];
-    const int n = ::epoll_wait(epoll_fd_, events, kMaxEvents, ready_.empty() ? timeout_ms : 0);
+    const int n =
+        ::epoll_wait(epoll_fd_, events, kMaxEvents, ran || !ready_.empty() ? 0 : timeout_ms);
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       const uint32_t ev = events[i].events;
@@ -228,6 +251,9 @@ class EpollLoop final : public Loop {
     (void)r;
   }
 
+  // Queued file jobs are dropped; a job a worker is running finishes first.
+  void Quiesce() override { workers_->Stop(); }
+
   LoopStats Stats() const override { return stats_; }
 
  private:
@@ -250,14 +276,18 @@ class EpollLoop final : public Loop {
     ready_.Push(c);
   }
 
-  void RunReady() {
+  bool RunReady() {
+    bool ran = false;
     while (Completion* c = ready_.Pop()) {
       c->in_flight = false;
+      c->paused = false;
       c->result = c->pending_result;
       c->more = false;
       ++stats_.completed;
       c->callback(c);
+      ran = true;
     }
+    return ran;
   }
 
   void Offload(Completion* c) {
@@ -290,6 +320,7 @@ class EpollLoop final : public Loop {
   static bool write_blocked(const FdState& st) { return st.writer != nullptr && st.writer->more; }
 
   void SetReader(int fd, Completion* c) {
+    RINGD_ASSERT_MSG(fd >= 0 && static_cast<uint64_t>(fd) < max_fds_, "fd %d", fd);
     fds_[fd].reader = c;
     UpdateInterest(fd);
   }

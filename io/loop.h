@@ -16,8 +16,10 @@
 
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -68,6 +70,11 @@ struct Completion {
   int pipe_index = -1;         // SendFile (uring): the pipe borrowed from the pool
   int slot = -1;               // Open (uring): the statx buffer borrowed for the call
   bool cancelled = false;      // Cancel was called: no transparent re-arm
+  bool paused = false;         // Recv: PauseRecv was called; no data callbacks until ResumeRecv
+  bool armed = false;          // Recv (uring): a multishot receive is in the kernel
+  int held_head = -1;          // Recv (uring): buffers received while paused, oldest first
+  int held_tail = -1;
+  int64_t held_end = 1;        // Recv (uring): a final result that arrived while paused (<= 0)
   bool polling = false;        // SendFile (uring): waiting for the socket to take more
   int64_t pending_result = 0;  // the result a completion queued inside its starting call reports
   Completion* next_ready = nullptr;  // a backend's queue of finished operations
@@ -130,13 +137,38 @@ class Loop {
   virtual void Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) = 0;
   // Ends a multishot operation; its last callback arrives with more == false.
   virtual void Cancel(Completion* c) = 0;
+  // Backpressure for a Recv in flight: after PauseRecv returns, no callback with data comes until
+  // ResumeRecv (bytes the kernel had already received are kept, in order, by the backend), so a
+  // caller that pauses while it still has room for one more delivery never has to drop bytes.
+  // The Recv stays in flight: Cancel still ends it with one last callback. ResumeRecv delivers
+  // what was kept from Poll, never from inside the call. Both may be called from a callback.
+  virtual void PauseRecv(Completion* c) = 0;
+  virtual void ResumeRecv(Completion* c) = 0;
+  // shutdown(2) on a connection; operations in flight on it end with an error or end of stream.
+  virtual void Shutdown(int fd, int how) = 0;
   // Closes a descriptor with no operation in flight on it.
   virtual void Close(int fd) = 0;
+
+  // The loop's clock: a simulated loop has its own. MonotonicMs for deadlines, RealtimeSec for
+  // the Date header.
+  virtual int64_t MonotonicMs() const {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  }
+  virtual int64_t RealtimeSec() const {
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+    return ts.tv_sec;
+  }
 
   // Runs ready callbacks, waiting up to timeout_ms for at least one event when none is ready.
   virtual void Poll(int timeout_ms) = 0;
   // Makes a Poll in progress on this loop's thread return soon; safe from any thread.
   virtual void Wake() = 0;
+  // Before the owner frees what operations point into (cache entries, buffers): afterwards no
+  // callback runs and no background thread touches caller memory; only Close may be called.
+  virtual void Quiesce() {}
 
   virtual LoopStats Stats() const = 0;
 };
@@ -148,6 +180,7 @@ struct Selection {
 };
 
 // Creates the loop for a shard; `error` gets one line on failure (nullptr returned).
+using LoopFactory = std::function<std::unique_ptr<Loop>(const LoopOptions&, std::string* error)>;
 std::unique_ptr<Loop> MakeUringLoop(const LoopOptions& options, std::string* error);
 std::unique_ptr<Loop> MakeEpollLoop(const LoopOptions& options, std::string* error);
 

@@ -118,6 +118,9 @@ class UringLoop final : public Loop {
     for (uint32_t i = 0; i < o.ring_entries; ++i) free_slots_.push_back(static_cast<int>(i));
     pipes_.resize(o.pipe_pool_size);
     rearm_.reserve(o.recv_buffer_count);  // cleared every Poll: no allocation in steady state
+    resume_.reserve(o.recv_buffer_count);
+    held_next_.assign(n, -1);
+    held_len_.assign(n, 0);
 
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) {
@@ -140,6 +143,9 @@ class UringLoop final : public Loop {
 
   void Recv(int fd, Completion* c) override {
     internal::BeginOp(c, Op::kRecv, fd);
+    c->armed = false;
+    c->held_head = c->held_tail = -1;
+    c->held_end = 1;
     ArmRecv(c);
   }
 
@@ -196,12 +202,37 @@ class UringLoop final : public Loop {
   }
 
   void Cancel(Completion* c) override {
-    if (!c->in_flight) return;
+    if (!c->in_flight || c->cancelled) return;
     c->cancelled = true;
-    io_uring_sqe* sqe = Sqe();
-    io_uring_prep_cancel64(sqe, reinterpret_cast<uint64_t>(c), 0);
-    io_uring_sqe_set_data(sqe, nullptr);
+    if (c->op == Op::kRecv) {
+      ReleaseHeld(c);  // bytes kept for a paused receive go nowhere now
+      if (!c->armed) {
+        // Parked (paused, ended for lack of buffers, or waiting to redeliver): nothing in the
+        // kernel will end it, so its last callback comes from Poll's re-arm pass.
+        rearm_.push_back(c);
+        return;
+      }
+    }
+    CancelInKernel(c);
   }
+
+  // The multishot receive is cancelled in the kernel; what it had already received arrives as
+  // CQEs and is kept in order (HoldBuffer) until ResumeRecv hands it over from Poll.
+  void PauseRecv(Completion* c) override {
+    RINGD_ASSERT(c->op == Op::kRecv);
+    if (!c->in_flight || c->cancelled || c->paused) return;
+    c->paused = true;
+    if (c->armed) CancelInKernel(c);
+  }
+
+  void ResumeRecv(Completion* c) override {
+    RINGD_ASSERT(c->op == Op::kRecv);
+    if (!c->in_flight || c->cancelled || !c->paused) return;
+    c->paused = false;
+    resume_.push_back(c);
+  }
+
+  void Shutdown(int fd, int how) override { ::shutdown(fd, how); }
 
   void Close(int fd) override {
     io_uring_sqe* sqe = Sqe();
@@ -211,7 +242,7 @@ class UringLoop final : public Loop {
 
   void Poll(int timeout_ms) override {
     ++turn_;
-    if (!ready_.empty()) timeout_ms = 0;
+    if (!ready_.empty() || !resume_.empty()) timeout_ms = 0;
     __kernel_timespec ts{};
     ts.tv_sec = timeout_ms / 1000;
     ts.tv_nsec = (timeout_ms % 1000) * 1000000L;
@@ -237,18 +268,24 @@ class UringLoop final : public Loop {
       if (n < static_cast<unsigned>(kBatch)) break;
     }
     RunReady();
+    // Resumed receives: the bytes kept while paused, in order, then the end that came while
+    // paused, or a fresh multishot receive.
+    for (size_t i = 0; i < resume_.size(); ++i) Redeliver(resume_[i]);
+    resume_.clear();
     // Multishot receives the kernel ended (for lack of buffers, or of its own accord): re-arm now
     // that callbacks have returned their buffers. One cancelled while parked here was not in the
     // kernel for the cancellation to find, so its last callback comes from here; without it the
-    // owner would wait for that callback forever.
+    // owner would wait for that callback forever. (An entry may appear twice, or have been
+    // finished or re-armed since it was queued: in_flight and armed tell.)
     for (size_t i = 0; i < rearm_.size(); ++i) {
       Completion* c = rearm_[i];
-      if (!c->cancelled) {
+      if (!c->in_flight || c->armed) continue;
+      if (c->cancelled) {
+        c->data = nullptr;
+        Finish(c, -ECANCELED);
+      } else if (!c->paused && c->held_head < 0) {
         ArmRecv(c);
-        continue;
       }
-      c->data = nullptr;
-      Finish(c, -ECANCELED);
     }
     rearm_.clear();
   }
@@ -302,11 +339,79 @@ class UringLoop final : public Loop {
   }
 
   void ArmRecv(Completion* c) {
+    RINGD_ASSERT(!c->armed && !c->paused && c->held_head < 0);
+    c->armed = true;
     io_uring_sqe* sqe = Sqe();
     io_uring_prep_recv_multishot(sqe, c->fd, nullptr, 0, 0);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = kRecvGroup;
     io_uring_sqe_set_data(sqe, c);
+  }
+
+  void CancelInKernel(Completion* c) {
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_cancel64(sqe, reinterpret_cast<uint64_t>(c), 0);
+    io_uring_sqe_set_data(sqe, nullptr);
+  }
+
+  char* RecvBuffer(uint16_t bid) const {
+    return recv_bufs_ + static_cast<size_t>(bid) * options_.recv_buffer_size;
+  }
+
+  void RecycleBuffer(uint16_t bid) {
+    io_uring_buf_ring_add(buf_ring_, RecvBuffer(bid), options_.recv_buffer_size, bid,
+                          io_uring_buf_ring_mask(options_.recv_buffer_count), 0);
+    io_uring_buf_ring_advance(buf_ring_, 1);
+  }
+
+  // Keeps a received buffer for a paused receive (or behind ones kept earlier: order matters).
+  void HoldBuffer(Completion* c, uint16_t bid, int32_t len) {
+    RINGD_ASSERT(bid < held_next_.size());
+    held_next_[bid] = -1;
+    held_len_[bid] = len;
+    if (c->held_tail >= 0) {
+      held_next_[static_cast<size_t>(c->held_tail)] = bid;
+    } else {
+      c->held_head = bid;
+    }
+    c->held_tail = bid;
+  }
+
+  void ReleaseHeld(Completion* c) {
+    while (c->held_head >= 0) {
+      const uint16_t bid = static_cast<uint16_t>(c->held_head);
+      c->held_head = held_next_[bid];
+      RecycleBuffer(bid);
+    }
+    c->held_tail = -1;
+  }
+
+  void Deliver(Completion* c, uint16_t bid, int32_t len) {
+    c->data = RecvBuffer(bid);
+    c->result = len;
+    ++stats_.completed;
+    c->callback(c);
+    // The bytes were consumed during the callback: the buffer goes straight back.
+    RecycleBuffer(bid);
+  }
+
+  void Redeliver(Completion* c) {
+    while (c->in_flight && !c->cancelled && !c->paused && c->held_head >= 0) {
+      const uint16_t bid = static_cast<uint16_t>(c->held_head);
+      c->held_head = held_next_[bid];
+      if (c->held_head < 0) c->held_tail = -1;
+      c->more = true;
+      Deliver(c, bid, held_len_[bid]);
+    }
+    if (!c->in_flight || c->cancelled || c->paused || c->held_head >= 0) return;
+    if (c->held_end <= 0) {  // end of stream or an error came while paused: deliver it last
+      const int64_t end = c->held_end;
+      c->held_end = 1;
+      c->data = nullptr;
+      return Finish(c, end);
+    }
+    // Still armed: the pause's cancellation is on its way, and its completion re-arms.
+    if (!c->armed) ArmRecv(c);
   }
 
   void ArmWake() {
@@ -484,29 +589,39 @@ class UringLoop final : public Loop {
 
   void OnRecv(Completion* c, int32_t res, uint32_t flags) {
     const bool kernel_more = (flags & IORING_CQE_F_MORE) != 0;
+    if (!kernel_more) c->armed = false;
+    // Paused, or bytes kept from a pause still waiting for Redeliver: keep these behind them.
+    const bool hold = !c->cancelled && (c->paused || c->held_head >= 0);
     if (res > 0) {
       const uint16_t bid = static_cast<uint16_t>(flags >> IORING_CQE_BUFFER_SHIFT);
-      char* buf = recv_bufs_ + static_cast<size_t>(bid) * options_.recv_buffer_size;
-      c->data = buf;
-      c->result = res;
+      if (hold) {
+        HoldBuffer(c, bid, res);
+        if (!kernel_more && !c->paused) rearm_.push_back(c);  // re-armed once redelivered
+        return;
+      }
       // Ended without an error (the kernel stops a multishot now and then): re-arm quietly.
       if (!kernel_more && !c->cancelled) rearm_.push_back(c);
       c->more = kernel_more || !c->cancelled;
       if (!c->more) c->in_flight = false;
-      ++stats_.completed;
-      c->callback(c);
-      // The bytes were consumed during the callback: the buffer goes straight back.
-      io_uring_buf_ring_add(buf_ring_, buf, options_.recv_buffer_size, bid,
-                            io_uring_buf_ring_mask(options_.recv_buffer_count), 0);
-      io_uring_buf_ring_advance(buf_ring_, 1);
+      Deliver(c, bid, res);
       return;
     }
     if (res == -ENOBUFS && !c->cancelled) {  // every buffer was in use: re-arm after this batch
       ++stats_.recv_nobufs;
-      rearm_.push_back(c);
+      if (!c->paused) rearm_.push_back(c);  // a paused one is re-armed by ResumeRecv
       return;
     }
     if (kernel_more) return;  // an error that does not end the multishot: ignore
+    if (res == -ECANCELED && !c->cancelled) {
+      // PauseRecv's cancellation: the receive stays in flight for its owner. Re-arm once
+      // resumed and everything kept has been handed over.
+      if (!c->paused) rearm_.push_back(c);
+      return;
+    }
+    if (hold) {  // end of stream or an error while paused: after the bytes kept before it
+      c->held_end = res;
+      return;
+    }
     c->data = nullptr;
     Finish(c, res);  // 0: end of stream; < 0: error or cancelled
   }
@@ -628,7 +743,10 @@ class UringLoop final : public Loop {
   internal::CompletionQueue ready_;      // finished inside the call that started them
   internal::CompletionQueue pipe_wait_;  // SendFiles waiting for a free pipe
   std::vector<Completion*> rearm_;
-  uint64_t turn_ = 0;  // Poll calls so far: SendFile's per-turn budget
+  std::vector<Completion*> resume_;  // resumed receives with kept bytes to hand over
+  std::vector<int32_t> held_next_;   // per receive buffer: the next one kept for the same receive
+  std::vector<int32_t> held_len_;    // per receive buffer: the bytes in it
+  uint64_t turn_ = 0;                // Poll calls so far: SendFile's per-turn budget
   int wake_fd_ = -1;
   uint64_t wake_value_ = 0;
   Completion wake_;

@@ -12,13 +12,21 @@ WorkerPool::WorkerPool(uint32_t threads, uint32_t queue_capacity, int notify_fd,
   for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
 }
 
-WorkerPool::~WorkerPool() {
+WorkerPool::~WorkerPool() { Stop(); }
+
+void WorkerPool::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    // Queued jobs point into their owners' memory, which may be freed once we return.
+    quick_ = internal::CompletionQueue{};
+    bulk_ = internal::CompletionQueue{};
+    queued_ = 0;
   }
   cv_.notify_all();
-  for (std::thread& t : threads_) t.join();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
 }
 
 bool WorkerPool::BulkAllowed() const {
@@ -55,8 +63,8 @@ void WorkerPool::Run() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stopping_ || quick_.head != nullptr || BulkAllowed(); });
+      if (stopping_) return;
       bulk = quick_.head == nullptr;
-      if (bulk && !BulkAllowed()) return;  // stopping, and nothing this worker may take
       c = bulk ? bulk_.Pop() : quick_.Pop();
       --queued_;
       if (bulk) ++bulk_running_;

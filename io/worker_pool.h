@@ -33,6 +33,9 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   bool TrySubmit(Completion* c, bool bulk);
+  // Drops every queued job (they never run) and joins the threads once their running jobs end.
+  // After it, no job touches its Completion. The destructor stops too.
+  void Stop();
   // The next finished job, or nullptr.
   Completion* TakeDone();
   uint32_t Queued() const;

@@ -2,9 +2,10 @@
 
 #include <sys/mman.h>
 
-#include <cassert>
 #include <cerrno>
 #include <cstring>
+
+#include "io/assert.h"
 
 namespace ringd::mem {
 
@@ -60,8 +61,9 @@ char* BufferPool::Get() {
 }
 
 void BufferPool::Put(char* buffer) {
-  assert(buffer >= base_ && buffer < base_ + size_ * count_);
-  assert((buffer - base_) % size_ == 0);
+  RINGD_ASSERT(buffer >= base_ && buffer < base_ + size_ * count_);
+  RINGD_ASSERT((buffer - base_) % size_ == 0);
+  RINGD_ASSERT(free_top_ < count_);  // a buffer returned twice
   free_[free_top_++] = static_cast<uint32_t>((buffer - base_) / size_);
   --stats_.in_use;
 }

@@ -14,6 +14,7 @@
 #include <new>
 #include <utility>
 
+#include "io/assert.h"
 #include "mem/pool_stats.h"
 
 namespace ringd::mem {
@@ -52,7 +53,7 @@ class SlabPool {
   }
 
   void Put(T* object) {
-    assert(Owns(object));
+    RINGD_ASSERT(Owns(object) && stats_.in_use > 0);
     object->~T();
     Slot* s = reinterpret_cast<Slot*>(object);
     s->next_free = free_;
@@ -69,6 +70,7 @@ class SlabPool {
     return static_cast<size_t>(reinterpret_cast<const Slot*>(object) - slots_.get());
   }
   bool Empty() const { return free_ == nullptr && fresh_ == capacity_; }
+  size_t InUse() const { return stats_.in_use; }
   const PoolStats& Stats() const { return stats_; }
 
  private:

@@ -34,8 +34,13 @@ struct Config {
   uint32_t header_timeout_ms = 10000;
   uint32_t keepalive_timeout_ms = 75000;
   uint32_t send_timeout_ms = 60000;
+  // After a response, the rest of a request body we skip must arrive within this (nginx drops a
+  // body that stalls after 5 s); separate from keep-alive idleness.
+  uint32_t discard_body_timeout_ms = 5000;
   uint32_t shutdown_timeout_ms = 10000;
-  uint32_t max_connections = 10000;  // per shard; accepting pauses above it
+  // Per shard. At the limit the oldest idle keep-alive connections give way to newcomers (as
+  // nginx reuses them); only when none is idle does accepting pause.
+  uint32_t max_connections = 10000;
   uint32_t max_requests_per_connection = 1000;
   uint32_t max_request_line = 8192;
   uint32_t max_request_head = 16384;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "io/assert.h"
 #include "server/shard.h"
 
 namespace ringd {
@@ -21,12 +22,43 @@ Connection* ConnOf(FileWaiter* w) {
 // timer, and a slow client cannot hold a pipe for long.
 constexpr uint64_t kFileChunk = 1 << 20;
 
+// File lookups one request may wait for (the path, its index file, a precompressed sibling, ...)
+// before it is answered 503: a bound on re-planning, whatever the cache does.
+constexpr uint32_t kMaxLookupsPerRequest = 8;
+
 }  // namespace
 
 void Shard::ArmRecv(Connection* conn) {
   conn->recv_active = true;
   conn->recv_paused = false;
   loop_->Recv(conn->fd, &conn->recv);
+}
+
+// Backpressure, in one place. While a response is in flight (or being planned) the input buffer
+// keeps what arrives; once another delivery might not fit, the receive pauses and the kernel's
+// socket buffer holds the rest. A paused receive delivers nothing, so no byte is ever dropped
+// (PauseRecv's contract), and reading resumes as soon as there is room again.
+void Shard::UpdateRecv(Connection* conn) {
+  if (!conn->recv_active || conn->state == ConnState::kClosing ||
+      conn->state == ConnState::kLingering) {
+    return;
+  }
+  const bool busy = conn->state == ConnState::kSending || conn->state == ConnState::kWaitingFile;
+  const bool pause = busy && conn->in_len + config_.recv_buffer_size > input_pool_->buffer_size();
+  if (pause && !conn->recv_paused) {
+    conn->recv_paused = true;
+    loop_->PauseRecv(&conn->recv);
+  } else if (!pause && conn->recv_paused) {
+    conn->recv_paused = false;
+    loop_->ResumeRecv(&conn->recv);
+  }
+}
+
+// Between requests: no buffer held, and a deadline for the next one (or for the rest of a body
+// being skipped, which gets a short one of its own).
+void Shard::WaitForRequest(Connection* conn) {
+  if (conn->peer_closed) return Abort(conn);
+  (conn->discard > 0 ? discard_timers_ : idle_timers_).Arm(&conn->timer, now_ms_);
 }
 
 void Shard::OnRecv(io::Completion* c) {
@@ -53,13 +85,25 @@ void Shard::OnRecv(io::Completion* c) {
 
 void Shard::Received(Connection* conn, const char* data, size_t n) {
   if (conn->state == ConnState::kClosing || conn->state == ConnState::kLingering) return;
+  RINGD_ASSERT(n <= config_.recv_buffer_size);  // the loop's contract: one buffer at most
+  if (conn->state == ConnState::kSending && conn->wants_close) {
+    // The response in flight is the last: nothing after it will be answered. Drop the bytes
+    // (lingering close reads and drops the rest) rather than let them fill the buffer.
+    conn->more_input_expected = true;
+    return;
+  }
   // Skip request body bytes first (a body is never parsed as the next request).
   if (conn->discard > 0) {
     const size_t skip = conn->discard < n ? static_cast<size_t>(conn->discard) : n;
     conn->discard -= skip;
     data += skip;
     n -= skip;
-    if (n == 0) return;
+    if (n == 0) {
+      // The skipped body is complete: the connection is idle now, on the keep-alive deadline.
+      if (conn->discard == 0 && conn->state == ConnState::kReading && conn->in == nullptr)
+        idle_timers_.Arm(&conn->timer, now_ms_);
+      return;
+    }
   }
   // The common case: nothing pending, and the bytes hold whole requests. They are parsed and
   // answered straight from the receive buffer; only what is left over (a partial head, pipelined
@@ -68,26 +112,14 @@ void Shard::Received(Connection* conn, const char* data, size_t n) {
   if (conn->in == nullptr && conn->state == ConnState::kReading)
     return ProcessDirect(conn, data, n);
   if (conn->in == nullptr && !Stash(conn)) return;
-  const size_t cap = input_pool_->buffer_size();
-  if (n > cap - conn->in_len) {
-    // No room: one head larger than the buffer (the parser answers 431 below), or pipelined
-    // input far ahead of our responses despite the pause below. Either way this connection is
-    // misbehaving, and bytes cannot be dropped silently.
-    if (conn->state == ConnState::kReading) {
-      n = cap - conn->in_len;
-    } else {
-      return Abort(conn);
-    }
-  }
+  // Always room: while reading, the buffer holds at most a partial head (no more than
+  // max_request_head, or the parser has answered 431) and is sized for that plus one delivery;
+  // while busy, UpdateRecv paused the receive before another delivery could overflow it.
+  RINGD_ASSERT(n <= input_pool_->buffer_size() - conn->in_len);
   std::memcpy(conn->in + conn->in_len, data, n);
   conn->in_len += static_cast<uint32_t>(n);
-  if (conn->state == ConnState::kReading) return ProcessInput(conn);
-  // Busy with a response: if the next receive might not fit, stop receiving until the
-  // responses before it have gone out (the kernel's socket buffer then holds the rest).
-  if (conn->in_len + config_.recv_buffer_size > cap && conn->recv_active && !conn->recv_paused) {
-    conn->recv_paused = true;
-    loop_->Cancel(&conn->recv);
-  }
+  if (conn->state == ConnState::kReading) ProcessInput(conn);
+  UpdateRecv(conn);
 }
 
 void Shard::ProcessInput(Connection* conn) {
@@ -105,14 +137,11 @@ void Shard::ProcessInput(Connection* conn) {
     if (r.status == http::ParseStatus::kError) return RespondError(conn, r.error_status);
     ++conn->requests;
     ++stats_.requests;
-    if (Plan(conn, req)) return;  // waiting for file metadata: the head stays in the buffer
+    if (Plan(conn, req)) return;  // waiting for file metadata: the head stays
     DropHead(conn, r.consumed);
   }
   ReleaseInputIfEmpty(conn);
-  if (conn->state == ConnState::kReading && conn->in == nullptr) {
-    if (conn->peer_closed) return Abort(conn);
-    idle_timers_.Arm(&conn->timer, now_ms_);  // between requests: no buffer held
-  }
+  if (conn->state == ConnState::kReading && conn->in == nullptr) WaitForRequest(conn);
 }
 
 // Takes an input buffer for a connection that has none. It cannot run dry: the pool has one
@@ -141,7 +170,7 @@ void Shard::ProcessDirect(Connection* conn, const char* data, size_t n) {
     if (r.status == http::ParseStatus::kError) return RespondError(conn, r.error_status);
     ++conn->requests;
     ++stats_.requests;
-    if (Plan(conn, req)) break;  // waiting for file metadata: keep the head (copied below)
+    if (Plan(conn, req)) break;  // waiting for file metadata: keep the head (below)
     data += r.consumed;
     n -= r.consumed;
     const size_t skip = conn->discard < n ? static_cast<size_t>(conn->discard) : n;
@@ -150,19 +179,21 @@ void Shard::ProcessDirect(Connection* conn, const char* data, size_t n) {
     conn->discard -= skip;
   }
   if (n > 0) {
-    if (n > input_pool_->buffer_size() - 1) {
-      n = input_pool_->buffer_size();  // an oversized head: the parser answers 431 from the copy
+    if (conn->state == ConnState::kClosing) return;
+    if (conn->state == ConnState::kSending && conn->wants_close) {
+      conn->more_input_expected = true;  // behind the last response: never answered
+      return;
     }
+    // The leftovers of one delivery always fit: the buffer is at least one delivery larger
+    // than the largest head (Setup), so nothing is ever clipped.
+    RINGD_ASSERT(n <= input_pool_->buffer_size());
     if (!Stash(conn)) return;
     std::memcpy(conn->in, data, n);
     conn->in_len = static_cast<uint32_t>(n);
-    if (partial) return ProcessInput(conn);  // arms the header timer, or answers 431
-    return;
+    if (partial) ProcessInput(conn);  // arms the header timer, or answers 431
+    return UpdateRecv(conn);
   }
-  if (conn->state == ConnState::kReading) {
-    if (conn->peer_closed) return Abort(conn);
-    idle_timers_.Arm(&conn->timer, now_ms_);  // between requests: no buffer held
-  }
+  if (conn->state == ConnState::kReading) WaitForRequest(conn);
 }
 
 // Plans a parsed request and starts its response. Returns true when planning must wait for file
@@ -177,20 +208,29 @@ bool Shard::Plan(Connection* conn, const http::Request& req) {
     std::abort();
   }
   Exchange* ex = conn->ex;
-  const http::PlanStep step = http::PlanResponse(req, planner_, *files_, *scratch_, &ex->plan);
+  if (conn->lookups == 0) conn->plan_since_ms = now_ms_;  // a new request's first plan
+  RequestLookup source(files_.get(), conn->plan_since_ms);
+  const http::PlanStep step = http::PlanResponse(req, planner_, source, *scratch_, &ex->plan);
   if (step.status == http::PlanStatus::kNeedLookup) {
-    conn->state = ConnState::kWaitingFile;
+    SetState(conn, ConnState::kWaitingFile);
     send_timers_.Arm(&conn->timer, now_ms_);
-    if (files_->Fetch(step.lookup_path, &conn->waiter)) return true;
-    conn->state = ConnState::kReading;
+    if (++conn->lookups <= kMaxLookupsPerRequest && files_->Fetch(step.lookup_path, &conn->waiter))
+      return true;
+    // The cache cannot take another entry now (all pinned or loading), or this request keeps
+    // needing lookups: answer 503 rather than wait without bound.
+    ++stats_.lookup_refused;
+    SetState(conn, ConnState::kReading);
     http::PlanError(503, false, &ex->plan);
+    conn->lookups = 0;
     StartResponse(conn, ex);
     return false;
   }
+  conn->lookups = 0;
   if (!ex->plan.file_path.empty()) {
     ex->file = files_->Pin(ex->plan.file_path);
-    if (ex->file == nullptr) {  // evicted between lookup and pin: cannot happen on one thread
-      http::PlanError(500, false, &ex->plan);
+    if (ex->file == nullptr) {  // planned from a cached entry that must still be there
+      std::fprintf(stderr, "ringd: internal error: planned file not in the cache\n");
+      std::abort();
     }
   }
   if (req.body == http::BodyFraming::kChunked || req.content_length > ex->plan.discard_body) {
@@ -204,18 +244,20 @@ bool Shard::Plan(Connection* conn, const http::Request& req) {
 void Shard::OnFileReady(FileWaiter* w) {
   Connection* conn = ConnOf(w);
   Shard* self = conn->shard;
-  if (conn->state != ConnState::kWaitingFile) return;
-  conn->state = ConnState::kReading;
+  RINGD_ASSERT(conn->state == ConnState::kWaitingFile);  // Abort forgets the waiter
+  self->SetState(conn, ConnState::kReading);
   // Parse the head again rather than keep the parsed request: it is cheap, and it keeps the
   // connection object small.
   http::Request req;
   const http::ParseResult r =
       http::ParseRequest(std::string_view(conn->in, conn->in_len), 0, self->limits_, self->headers_,
                          self->config_.max_headers, &req);
-  if (self->Plan(conn, req)) return;  // another path to look up
+  RINGD_ASSERT(r.status == http::ParseStatus::kDone);  // it parsed before it waited
+  if (self->Plan(conn, req)) return;                   // another path to look up
   if (conn->state == ConnState::kClosing) return;
   self->DropHead(conn, r.consumed);
   if (conn->state == ConnState::kReading) self->ProcessInput(conn);
+  self->UpdateRecv(conn);
 }
 
 void Shard::ConsumeInput(Connection* conn, size_t n) {
@@ -274,7 +316,7 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
   ex->send.owner = conn;
   ex->send.callback = &Shard::OnSend;
   ex->part = 0;
-  conn->state = ConnState::kSending;
+  SetState(conn, ConnState::kSending);
   conn->wants_close = !plan.keep_alive;
   send_timers_.Arm(&conn->timer, now_ms_);
 
@@ -373,15 +415,11 @@ void Shard::SendNext(Connection* conn) {
 }
 
 void Shard::FinishResponse(Connection* conn) {
-  Exchange* ex = conn->ex;
-  if (ex->file != nullptr) files_->Unpin(ex->file);
-  ex->file = nullptr;
-  exchanges_->Put(ex);
-  conn->ex = nullptr;
+  ReleaseExchange(conn);
   if (conn->wants_close || draining_) return CloseGracefully(conn);
-  conn->state = ConnState::kReading;
-  if (!conn->recv_active) ArmRecv(conn);  // it was paused for backpressure
-  ProcessInput(conn);                     // pipelined requests already buffered
+  SetState(conn, ConnState::kReading);
+  ProcessInput(conn);  // pipelined requests already buffered
+  UpdateRecv(conn);    // room again: resume a paused receive
 }
 
 // After the last response. If the client may still be sending (unread input, a body we skip,
@@ -395,20 +433,64 @@ void Shard::CloseGracefully(Connection* conn) {
   // FIN now, rather than after the receive's cancellation has come back: the client sees the end
   // without another round trip. (Not linked to the last send through the ring: a linked request
   // resolves its fd when it runs, and by then the number may belong to a new connection.)
-  ::shutdown(conn->fd, SHUT_WR);
+  loop_->Shutdown(conn->fd, SHUT_WR);
   if (!unread || conn->peer_closed || !conn->recv_active) return Abort(conn);
-  conn->state = ConnState::kLingering;
+  SetState(conn, ConnState::kLingering);
+  if (conn->recv_paused) {  // read (and drop) whatever the client still sends
+    conn->recv_paused = false;
+    loop_->ResumeRecv(&conn->recv);
+  }
   linger_timers_.Arm(&conn->timer, now_ms_);
+}
+
+// Every change of a connection's state goes through here, and only these changes exist:
+//
+//   kReading -> kWaitingFile -> kReading        (a file lookup, then planning again)
+//   kReading -> kSending -> kReading            (a response, then the next request)
+//   kSending -> kLingering                      (the last response sent; reading until EOF)
+//   any but kClosing -> kClosing                (Abort; freed once nothing is in flight)
+void Shard::SetState(Connection* conn, ConnState next) {
+  const ConnState from = conn->state;
+  bool ok = false;
+  switch (next) {
+    case ConnState::kReading:
+      ok = from == ConnState::kWaitingFile || from == ConnState::kSending;
+      break;
+    case ConnState::kWaitingFile:
+      ok = from == ConnState::kReading;
+      break;
+    case ConnState::kSending:
+      ok = from == ConnState::kReading;
+      break;
+    case ConnState::kLingering:
+      ok = from == ConnState::kSending;
+      break;
+    case ConnState::kClosing:
+      ok = from != ConnState::kClosing;
+      break;
+  }
+  RINGD_ASSERT_MSG(ok, "connection state %d -> %d", static_cast<int>(from), static_cast<int>(next));
+  conn->state = next;
+}
+
+// The one release path for what a response holds: the file pin and the exchange.
+void Shard::ReleaseExchange(Connection* conn) {
+  Exchange* ex = conn->ex;
+  if (ex == nullptr) return;
+  if (ex->file != nullptr) files_->Unpin(ex->file);
+  ex->file = nullptr;
+  exchanges_->Put(ex);
+  conn->ex = nullptr;
 }
 
 void Shard::Abort(Connection* conn) {
   if (conn->state == ConnState::kClosing) return;
-  if (conn->state == ConnState::kWaitingFile) files_->Forget(&conn->waiter);
-  conn->state = ConnState::kClosing;
+  files_->Forget(&conn->waiter);  // waiting for a file, or woken and not yet run
+  SetState(conn, ConnState::kClosing);
   if (conn->timer.list != nullptr) conn->timer.list->Disarm(&conn->timer);
   // A send in flight may wait on a slow client: shutdown ends it now. The receive is cancelled
   // through the loop. Their last callbacks then free the connection (MaybeFree).
-  if (conn->ex != nullptr && conn->ex->send.in_flight) ::shutdown(conn->fd, SHUT_RDWR);
+  if (conn->ex != nullptr && conn->ex->send.in_flight) loop_->Shutdown(conn->fd, SHUT_RDWR);
   if (conn->recv_active) loop_->Cancel(&conn->recv);
   MaybeFree(conn);
 }

@@ -4,7 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cassert>
+#include "io/assert.h"
 
 namespace ringd {
 namespace {
@@ -47,6 +47,7 @@ FileCache::FileCache(io::Loop* loop, int root_fd, mem::BufferPool* content_pool,
 FileCache::~FileCache() {
   // Entries still opening belong to the loop until it is gone; the shard only destroys the cache
   // after its loop has drained, so everything here is idle.
+  woken_head_ = woken_tail_ = nullptr;
   for (auto& [path, e] : map_) {
     e->in_map = false;
     e->pins = 0;
@@ -58,13 +59,17 @@ FileCache::~FileCache() {
 }
 
 std::optional<http::FileMeta> FileCache::Lookup(std::string_view path) {
+  return LookupSince(path, INT64_MAX);
+}
+
+std::optional<http::FileMeta> FileCache::LookupSince(std::string_view path, int64_t since_ms) {
   auto it = map_.find(Key(path));
   if (it == map_.end()) {
     ++stats_.misses;
     return std::nullopt;
   }
   CacheEntry* e = it->second;
-  if (!e->ready || e->expires_ms <= now_ms_) {
+  if (!e->ready || (e->expires_ms <= now_ms_ && e->validated_ms < since_ms)) {
     ++stats_.misses;
     return std::nullopt;
   }
@@ -97,8 +102,9 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
     loop_->Open(root_fd_, e->path.c_str(), &e->op);
   }
   // `e` is loading here: the planner only asks to fetch paths Lookup did not know, and a ready,
-  // expired entry was replaced above. So the waiter is always woken later, from Ready, never
-  // from inside this call.
+  // expired entry was replaced above. So the waiter is always woken later, never from inside
+  // this call.
+  RINGD_ASSERT(!e->ready && waiter->entry == nullptr && !waiter->woken);
   waiter->entry = e;
   waiter->prev = nullptr;
   waiter->next = e->waiters;
@@ -110,6 +116,20 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
 void FileCache::Forget(FileWaiter* waiter) {
   CacheEntry* e = waiter->entry;
   if (e == nullptr) return;
+  if (waiter->woken) {  // off the woken queue, and its pin goes
+    if (waiter->prev != nullptr)
+      waiter->prev->next = waiter->next;
+    else
+      woken_head_ = waiter->next;
+    if (waiter->next != nullptr)
+      waiter->next->prev = waiter->prev;
+    else
+      woken_tail_ = waiter->prev;
+    waiter->prev = waiter->next = nullptr;
+    waiter->entry = nullptr;
+    waiter->woken = false;
+    return;
+  }
   if (waiter->prev != nullptr)
     waiter->prev->next = waiter->next;
   else
@@ -127,7 +147,7 @@ CacheEntry* FileCache::Pin(std::string_view path) {
 }
 
 void FileCache::Unpin(CacheEntry* e) {
-  assert(e->pins > 0);
+  RINGD_ASSERT(e->pins > 0);
   --e->pins;
   MaybeFree(e);
 }
@@ -183,21 +203,43 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
 
 void FileCache::Ready(CacheEntry* e) {
   e->ready = true;
+  e->validated_ms = now_ms_;
   // A passing failure is answered (503) but not remembered: the next request tries again.
   e->expires_ms =
       e->meta.kind == http::FileMeta::Kind::kUnavailable ? now_ms_ : now_ms_ + options_.valid_ms;
   if (e->in_map) Touch(e);
-  // Wake everyone waiting; each re-plans and may look this entry up again at once.
+  // Queue everyone waiting; RunWakeups wakes them after this callback has returned, so a
+  // waiter never re-plans inside the cache's own code.
   FileWaiter* w = e->waiters;
   e->waiters = nullptr;
   while (w != nullptr) {
     FileWaiter* next = w->next;
-    w->prev = w->next = nullptr;
-    w->entry = nullptr;
-    w->wake(w);
+    w->woken = true;
+    w->next = nullptr;
+    w->prev = woken_tail_;
+    if (woken_tail_ != nullptr)
+      woken_tail_->next = w;
+    else
+      woken_head_ = w;
+    woken_tail_ = w;
     w = next;
   }
   if (!e->in_map) MaybeFree(e);
+}
+
+void FileCache::RunWakeups() {
+  // Bounded: a wake-up can only queue new ones through an open that completes in a later Poll.
+  while (FileWaiter* w = woken_head_) {
+    woken_head_ = w->next;
+    if (woken_head_ != nullptr)
+      woken_head_->prev = nullptr;
+    else
+      woken_tail_ = nullptr;
+    w->prev = w->next = nullptr;
+    w->woken = false;
+    w->entry = nullptr;
+    w->wake(w);
+  }
 }
 
 void FileCache::Touch(CacheEntry* e) {

@@ -6,8 +6,13 @@
 // content bytes; least recently used entries go first. Everything runs on the shard thread.
 //
 //   cache.Lookup("css/site.css")        -> metadata, or nullopt: not known yet
-//   cache.Fetch("css/site.css", &w)     -> opens it through the loop, wakes `w` when known
+//   cache.Fetch("css/site.css", &w)     -> opens it through the loop; `w` is woken when known
+//   cache.RunWakeups()                  -> after each Poll: runs the wake-ups, never inside Ready
 //   Entry* e = cache.Pin(path)          -> keeps fd and content alive for a response; Unpin(e)
+//
+// A request that waited for a lookup plans again with RequestLookup: an entry validated since
+// the request began counts as fresh for it however short `valid_ms` is, so
+// --open-file-cache-valid-ms=0 and passing failures (EMFILE: 503) cannot send it round again.
 #pragma once
 
 #include <cstdint>
@@ -25,9 +30,10 @@ namespace ringd {
 
 // Something waiting for a path's metadata: a connection whose planning stopped at kNeedLookup.
 struct FileWaiter {
-  FileWaiter* prev = nullptr;
+  FileWaiter* prev = nullptr;  // on its entry's waiter list, then on the cache's woken queue
   FileWaiter* next = nullptr;
   struct CacheEntry* entry = nullptr;  // what it waits on
+  bool woken = false;                  // on the cache's woken queue
   void (*wake)(FileWaiter*) = nullptr;
 };
 
@@ -39,7 +45,8 @@ struct CacheEntry {
   bool ready = false;       // metadata known (false while opening / reading)
   bool in_map = true;       // false once replaced by a fresher entry or evicted
   int64_t expires_ms = 0;
-  uint32_t pins = 0;  // responses using fd/content now
+  int64_t validated_ms = 0;  // when its metadata was last read
+  uint32_t pins = 0;         // responses using fd/content now
   FileWaiter* waiters = nullptr;
   CacheEntry* lru_prev = nullptr;  // most recent at the head
   CacheEntry* lru_next = nullptr;
@@ -66,18 +73,25 @@ class FileCache : public http::FileMetaSource {
 
   // The planner's view (FileMetaSource): fresh metadata, or nullopt.
   std::optional<http::FileMeta> Lookup(std::string_view path) override;
+  // Also counts as fresh an entry validated at or after `since_ms` (see RequestLookup).
+  std::optional<http::FileMeta> LookupSince(std::string_view path, int64_t since_ms);
 
   // Starts (or joins) fetching `path`; `waiter->wake` runs once its metadata is known. Returns
   // false when the cache cannot take another entry right now (all pinned or loading): 503.
   bool Fetch(std::string_view path, FileWaiter* waiter);
-  // Stops waiting (the connection is closing).
+  // Stops waiting (the connection is closing), or drops a wake-up not yet run.
   void Forget(FileWaiter* waiter);
+  // Runs the wake-ups of waiters whose entries became ready (queued by the cache, never run
+  // from inside its own completion).
+  void RunWakeups();
+  bool HasWakeups() const { return woken_head_ != nullptr; }
 
   // The ready entry for `path`, pinned for a response; nullptr if it is not cached.
   CacheEntry* Pin(std::string_view path);
   void Unpin(CacheEntry* e);
 
   void set_now(int64_t now_ms) { now_ms_ = now_ms; }
+  uint32_t entries_in_use() const { return static_cast<uint32_t>(stats_.entries); }
   const FileCacheStats& Stats() const { return stats_; }
 
  private:
@@ -98,8 +112,25 @@ class FileCache : public http::FileMetaSource {
   absl::flat_hash_map<std::string, CacheEntry*> map_;
   CacheEntry* lru_head_ = nullptr;
   CacheEntry* lru_tail_ = nullptr;
+  FileWaiter* woken_head_ = nullptr;  // waiters whose entry is ready, wake-up not yet run
+  FileWaiter* woken_tail_ = nullptr;
   int64_t now_ms_ = 0;
   FileCacheStats stats_;
+};
+
+// The planner's view for one request: what was validated since the request began planning is
+// the answer for it, even where `valid_ms` has run out since (a request that waited for a
+// lookup must see the result it waited for).
+class RequestLookup final : public http::FileMetaSource {
+ public:
+  RequestLookup(FileCache* cache, int64_t since_ms) : cache_(cache), since_ms_(since_ms) {}
+  std::optional<http::FileMeta> Lookup(std::string_view path) override {
+    return cache_->LookupSince(path, since_ms_);
+  }
+
+ private:
+  FileCache* cache_;
+  int64_t since_ms_;
 };
 
 }  // namespace ringd

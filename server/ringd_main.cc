@@ -154,9 +154,9 @@ int Main(int argc, char** argv) {
       if (fd < 0) Die(1, error);
       fds.push_back(fd);
     }
-    shard_list.push_back(std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds),
-                                                 root_fd, &mime, selection.use_uring,
-                                                 cpus[i % cpus.size()]));
+    shard_list.push_back(std::make_unique<Shard>(
+        static_cast<int>(i), config, std::move(fds), root_fd, &mime,
+        selection.use_uring ? &io::MakeUringLoop : &io::MakeEpollLoop, cpus[i % cpus.size()]));
   }
 
   std::vector<std::thread> threads;

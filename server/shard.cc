@@ -4,7 +4,6 @@
 #include <sched.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,32 +16,30 @@ constexpr int64_t kLingerMs = 5000;      // after the last response, wait this l
 constexpr int64_t kAcceptRetryMs = 100;  // after EMFILE/ENFILE, try accepting again after this
 constexpr int kDrainGraceMs = 1000;      // after the drain deadline's aborts, for their callbacks
 
-int64_t MonotonicMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
 }  // namespace
 
 Shard::Shard(int index, const Config& config, std::vector<int> listen_fds, int root_fd,
-             const http::MimeTypes* mime, bool use_uring, int cpu)
+             const http::MimeTypes* mime, io::LoopFactory make_loop, int cpu)
     : index_(index),
       config_(config),
       listen_fds_(std::move(listen_fds)),
       root_fd_(root_fd),
       mime_(mime),
-      use_uring_(use_uring),
+      make_loop_(std::move(make_loop)),
       cpu_(cpu),
       header_timers_(config.header_timeout_ms),
       idle_timers_(config.keepalive_timeout_ms),
       send_timers_(config.send_timeout_ms),
-      linger_timers_(kLingerMs) {}
+      linger_timers_(kLingerMs),
+      discard_timers_(config.discard_body_timeout_ms) {}
 
 Shard::~Shard() {
-  // The loop goes first: nothing may complete into the caches and pools after this point.
+  // Quiet the loop first: after Quiesce nothing completes into the cache or the pools (the epoll
+  // backend's workers would otherwise still run queued opens into cache entries). The cache then
+  // closes its descriptors through the loop, and the loop goes.
+  if (loop_ != nullptr) loop_->Quiesce();
   files_.reset();
   loop_.reset();
   content_pool_.reset();
@@ -66,7 +63,11 @@ bool Shard::Setup() {
   // One mapping for the shard's I/O memory, carved into: input buffers (one per connection at
   // most), small-file contents (registered with the ring), and the receive buffers the loop
   // provides to the kernel.
-  const size_t input_size = RoundUp(config_.max_request_head + 1, 4096);
+  // An input buffer holds a partial head (at most max_request_head bytes, or the parser has
+  // answered 431) plus one delivery from the loop (at most recv_buffer_size): whatever arrives
+  // always fits, and pipelined bytes are never clipped.
+  const size_t input_size =
+      RoundUp(static_cast<size_t>(config_.max_request_head) + config_.recv_buffer_size, 4096);
   const size_t content_size = RoundUp(std::max<uint32_t>(config_.small_file_max, 1), 4096);
   const uint32_t content_count = static_cast<uint32_t>(std::min<uint64_t>(
       config_.small_file_max == 0 ? 0 : config_.small_file_cache_bytes / content_size, 16384));
@@ -100,7 +101,7 @@ bool Shard::Setup() {
     lo.registered_buffer_count = content_pool_->count();
   }
   std::string err;
-  loop_ = use_uring_ ? io::MakeUringLoop(lo, &err) : io::MakeEpollLoop(lo, &err);
+  loop_ = make_loop_(lo, &err);
   if (loop_ == nullptr) {
     error_ = "shard " + std::to_string(index_) + ": " + err;
     return false;
@@ -117,7 +118,7 @@ bool Shard::Setup() {
 
   uint64_t random = 0;
   if (getrandom(&random, sizeof random, 0) != sizeof random)
-    random = static_cast<uint64_t>(MonotonicMs());
+    random = static_cast<uint64_t>(loop_->MonotonicMs());
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(random));
   boundary_ = std::string("ringd-") + hex;
@@ -137,42 +138,56 @@ bool Shard::Setup() {
     c.owner = this;
     c.callback = &Shard::OnAccept;
   }
-  now_ms_ = MonotonicMs();
+  now_ms_ = loop_->MonotonicMs();
   ArmAccept();
   return true;
 }
 
 void Shard::Serve() {
-  while (true) {
-    Tick();
-    if (draining_ && live_ == 0 && accepts_active_ == 0) break;
-    if (draining_ && now_ms_ >= drain_deadline_ms_ + kDrainGraceMs) {
-      // Every connection was aborted at the deadline; one whose last callback has still not come
-      // would keep this loop polling forever. The process is exiting: stop here.
-      std::fprintf(stderr, "ringd: shard %d: %u connections still open %d ms after the deadline\n",
-                   index_, static_cast<unsigned>(live_), kDrainGraceMs);
-      break;
-    }
-    int64_t next = std::min({header_timers_.NextDeadline(), idle_timers_.NextDeadline(),
-                             send_timers_.NextDeadline(), linger_timers_.NextDeadline()});
-    if (accept_retry_ms_ != 0) next = std::min(next, accept_retry_ms_);
-    if (draining_) {
-      next = std::min(next, now_ms_ < drain_deadline_ms_ ? drain_deadline_ms_
-                                                         : drain_deadline_ms_ + kDrainGraceMs);
-    }
-    const int64_t wait = std::clamp<int64_t>(next - now_ms_, 0, 1000);
-    loop_->Poll(static_cast<int>(wait));
+  while (Step()) {
   }
 }
 
+bool Shard::Step() {
+  Tick();
+  if (draining_ && live_ == 0 && accepts_active_ == 0) return false;
+  if (draining_ && now_ms_ >= drain_deadline_ms_ + kDrainGraceMs) {
+    // Every connection was aborted at the deadline; one whose last callback has still not come
+    // would keep this loop polling forever. The process is exiting: stop here.
+    std::fprintf(stderr, "ringd: shard %d: %u connections still open %d ms after the deadline\n",
+                 index_, static_cast<unsigned>(live_), kDrainGraceMs);
+    return false;
+  }
+  int64_t next = std::min({header_timers_.NextDeadline(), idle_timers_.NextDeadline(),
+                           send_timers_.NextDeadline(), linger_timers_.NextDeadline()});
+  if (accept_retry_ms_ != 0) next = std::min(next, accept_retry_ms_);
+  if (draining_) {
+    next = std::min(next, now_ms_ < drain_deadline_ms_ ? drain_deadline_ms_
+                                                       : drain_deadline_ms_ + kDrainGraceMs);
+  }
+  next = std::min(next, discard_timers_.NextDeadline());
+  const int64_t wait = std::clamp<int64_t>(next - now_ms_, 0, 1000);
+  loop_->Poll(static_cast<int>(wait));
+  files_->RunWakeups();  // connections whose file lookups finished in that Poll
+  return true;
+}
+
+ShardUsage Shard::Usage() const {
+  ShardUsage u;
+  u.connections = live_;
+  u.exchanges = static_cast<uint32_t>(exchanges_->InUse());
+  u.input_buffers = static_cast<uint32_t>(input_pool_->count() - input_pool_->Available());
+  u.cache_entries = files_->entries_in_use();
+  return u;
+}
+
 void Shard::Tick() {
-  now_ms_ = MonotonicMs();
+  now_ms_ = loop_->MonotonicMs();
   files_->set_now(now_ms_);
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-  if (ts.tv_sec != date_sec_) {
-    date_sec_ = ts.tv_sec;
-    http::FormatHttpDate(ts.tv_sec, date_);
+  const int64_t sec = loop_->RealtimeSec();
+  if (sec != date_sec_) {
+    date_sec_ = sec;
+    http::FormatHttpDate(sec, date_);
   }
   auto conn_of = [](TimerNode* t) {
     return reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer));
@@ -190,6 +205,10 @@ void Shard::Tick() {
     Abort(conn_of(t));
   });
   linger_timers_.Expire(now_ms_, [&](TimerNode* t) { Abort(conn_of(t)); });
+  discard_timers_.Expire(now_ms_, [&](TimerNode* t) {
+    ++stats_.discard_timeouts;  // a request body that stopped arriving after its response
+    Abort(conn_of(t));
+  });
 
   if (!draining_ && stop_requested_.load(std::memory_order_acquire)) BeginDrain();
   if (accept_retry_ms_ != 0 && now_ms_ >= accept_retry_ms_) {
@@ -205,6 +224,7 @@ void Shard::Tick() {
     abort_all(idle_timers_);
     abort_all(send_timers_);
     abort_all(linger_timers_);
+    abort_all(discard_timers_);
   }
 }
 
@@ -212,6 +232,10 @@ void Shard::BeginDrain() {
   draining_ = true;
   drain_deadline_ms_ = now_ms_ + config_.shutdown_timeout_ms;
   for (io::Completion& c : accepts_) loop_->Cancel(&c);
+  // Stop listening at once: newcomers are refused (or, with SO_REUSEPORT, go to a listener that
+  // is still open, such as a new process's) instead of waiting in a backlog nobody accepts
+  // from. Shutting a listening socket down also resets what is queued in its backlog.
+  for (int fd : listen_fds_) loop_->Shutdown(fd, SHUT_RDWR);
   // Connections between requests (or still sending a head) have nothing in flight: end them now.
   // Those with a response in flight finish it and close (FinishResponse checks draining_).
   auto conn_of = [](TimerNode* t) {
@@ -219,6 +243,7 @@ void Shard::BeginDrain() {
   };
   idle_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(conn_of(t)); });
   header_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(conn_of(t)); });
+  discard_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(conn_of(t)); });
 }
 
 void Shard::ArmAccept() {
@@ -275,10 +300,26 @@ void Shard::Accepted(int fd) {
   header_timers_.Arm(&conn->timer, now_ms_);
   ArmRecv(conn);
   if (live_ >= config_.max_connections && !accept_paused_) {
-    // At the limit: stop accepting; the kernel's backlog holds newcomers until we resume.
+    // At the limit: stop accepting; the kernel's backlog holds newcomers until we resume, which
+    // is soon when idle keep-alive connections give way to them.
     accept_paused_ = true;
     ++stats_.accept_paused;
     for (io::Completion& c : accepts_) loop_->Cancel(&c);
+    ReclaimIdle();
+  }
+}
+
+// At the connection limit, idle keep-alive connections (between requests, nothing in progress)
+// give way to newcomers, oldest first, a batch at a time, as nginx reuses them. Their slots free
+// when their last callbacks come, and MaybeFree resumes accepting. Connections with a request
+// in progress are never closed for this.
+void Shard::ReclaimIdle() {
+  constexpr int kBatch = 32;
+  for (int i = 0; i < kBatch; ++i) {
+    TimerNode* t = idle_timers_.PopOldest();
+    if (t == nullptr) return;
+    ++stats_.idle_reclaimed;
+    Abort(reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer)));
   }
 }
 
@@ -287,11 +328,7 @@ void Shard::MaybeFree(Connection* conn) {
       (conn->ex != nullptr && conn->ex->send.in_flight)) {
     return;
   }
-  if (conn->ex != nullptr) {
-    if (conn->ex->file != nullptr) files_->Unpin(conn->ex->file);
-    exchanges_->Put(conn->ex);
-    conn->ex = nullptr;
-  }
+  ReleaseExchange(conn);
   if (conn->in != nullptr) {
     input_pool_->Put(conn->in);
     conn->in = nullptr;

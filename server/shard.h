@@ -2,9 +2,12 @@
 // connections, its pools and its caches. Shards share nothing; the only cross-thread call is
 // RequestStop (from the signal-handling main thread).
 //
-//   Shard shard(index, config, listen_fds, root_fd, mime, selection);
+//   Shard shard(index, config, listen_fds, root_fd, mime, &io::MakeUringLoop, cpu);
 //   std::thread t([&] { if (shard.Setup()) shard.Serve(); });   // Serve returns after a stop
 //   shard.RequestStop();
+//
+// Everything the shard learns from the world (bytes, files, time) comes through its Loop, so a
+// simulated Loop (tests/sim) drives the same code with Step() instead of Serve().
 #pragma once
 
 #include <atomic>
@@ -64,6 +67,8 @@ struct Connection {
   uint32_t parsed_len = 0;  // how much of `in` the parser has already seen
   uint64_t discard = 0;     // request body bytes still to skip
   uint32_t requests = 0;
+  uint32_t lookups = 0;       // file lookups the current request has waited for
+  int64_t plan_since_ms = 0;  // when the current request began planning
   Exchange* ex = nullptr;
   io::Completion recv;
   TimerNode timer;
@@ -73,21 +78,35 @@ struct Connection {
 struct ShardStats {
   uint64_t accepted = 0, requests = 0, closed = 0, accept_paused = 0, overloaded = 0;
   uint64_t header_timeouts = 0, idle_timeouts = 0, send_timeouts = 0, truncated = 0;
+  uint64_t discard_timeouts = 0;  // a skipped request body stalled after the response
+  uint64_t idle_reclaimed = 0;    // idle keep-alive connections closed for newcomers at the limit
+  uint64_t lookup_refused = 0;    // 503: the file cache was full, or too many lookups
+};
+
+// What a shard holds right now, for checks that nothing leaks (tests, the simulator).
+struct ShardUsage {
+  uint32_t connections = 0, exchanges = 0, input_buffers = 0, cache_entries = 0;
 };
 
 class Shard {
  public:
   Shard(int index, const Config& config, std::vector<int> listen_fds, int root_fd,
-        const http::MimeTypes* mime, bool use_uring, int cpu);
+        const http::MimeTypes* mime, io::LoopFactory make_loop, int cpu);
   ~Shard();
 
   // Creates the loop and pools on the calling (shard) thread; false with `error()` set if the
   // shard cannot start. Then Serve runs until a graceful stop completes.
   bool Setup();
   void Serve();
+  // One turn of Serve: timers, then one Poll of the loop (waiting at most until the next
+  // deadline). False once a graceful stop has completed.
+  bool Step();
   void RequestStop();
+  io::Loop* loop() const { return loop_.get(); }
+  uint32_t live_connections() const { return live_; }
   const std::string& error() const { return error_; }
   const ShardStats& Stats() const { return stats_; }
+  ShardUsage Usage() const;
 
  private:
   void Tick();
@@ -109,6 +128,11 @@ class Shard {
   void RespondError(Connection* conn, int status);
   void SendNext(Connection* conn);
   void FinishResponse(Connection* conn);
+  void ReleaseExchange(Connection* conn);
+  void SetState(Connection* conn, ConnState next);
+  void UpdateRecv(Connection* conn);
+  void WaitForRequest(Connection* conn);
+  void ReclaimIdle();
   void ConsumeInput(Connection* conn, size_t n);
   void DropHead(Connection* conn, size_t head_bytes);
   void ReleaseInputIfEmpty(Connection* conn);
@@ -122,7 +146,7 @@ class Shard {
   std::vector<int> listen_fds_;
   int root_fd_;
   const http::MimeTypes* mime_;
-  bool use_uring_;
+  io::LoopFactory make_loop_;
   int cpu_;
   std::string error_;
 
@@ -145,7 +169,7 @@ class Shard {
   int64_t accept_retry_ms_ = 0;
   uint32_t live_ = 0;  // connections
 
-  TimerList header_timers_, idle_timers_, send_timers_, linger_timers_;
+  TimerList header_timers_, idle_timers_, send_timers_, linger_timers_, discard_timers_;
   int64_t now_ms_ = 0;
   int64_t date_sec_ = -1;
   char date_[http::kHttpDateLen];

@@ -62,6 +62,13 @@ class TimerList {
     }
   }
 
+  // Disarms and returns the node armed longest ago (the earliest deadline), or nullptr.
+  TimerNode* PopOldest() {
+    TimerNode* node = head_;
+    if (node != nullptr) Disarm(node);
+    return node;
+  }
+
   // The earliest deadline, or INT64_MAX when nothing is armed.
   int64_t NextDeadline() const { return head_ != nullptr ? head_->deadline_ms : INT64_MAX; }
   bool Empty() const { return head_ == nullptr; }
