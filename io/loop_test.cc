@@ -2,8 +2,11 @@
 // a cancelled receive always gets its last callback, wherever the backend had it at the time.
 #include "io/loop.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -35,6 +38,22 @@ struct Receiver {
     c.callback = &OnEvent;
     c.owner = this;
   }
+};
+
+// A receive whose callback pauses it after every delivery, as the server does when its input
+// buffer has no room for another.
+struct PausingReceiver : Receiver {
+  Loop* loop = nullptr;
+  int deliveries = 0;
+  static void OnEvent(Completion* c) {
+    PausingReceiver* self = static_cast<PausingReceiver*>(c->owner);
+    Receiver::OnEvent(c);
+    if (c->result > 0) {
+      ++self->deliveries;
+      self->loop->PauseRecv(c);
+    }
+  }
+  PausingReceiver() { c.callback = &OnEvent; }
 };
 
 // A SendFile whose callback cancels another operation: a callback that runs after a batch of
@@ -211,6 +230,117 @@ TEST_P(LoopTest, SendFileTakesTurnsAndArrivesWhole) {
     EXPECT_GE(polls, static_cast<int>(kSize / options_.send_turn_bytes) - 1)
         << "no more than a turn's budget goes out per Poll";
   }
+}
+
+// A paused receive delivers nothing, however much arrives (the uring backend keeps what the
+// kernel had already received); resumed, everything arrives in order, one delivery at a time
+// while the callback keeps pausing. Before PauseRecv existed, backpressure cancelled the
+// receive, and bytes the kernel had already received still arrived after the cancel.
+TEST_P(LoopTest, PausedReceiveDeliversNothingThenEverythingInOrder) {
+  options_.recv_buffer_size = 1024;
+  options_.recv_buffer_count = 64;
+  SetUp();
+  if (IsSkipped()) return;
+  auto [ours, theirs] = Pair();
+  PausingReceiver r;
+  r.loop = loop_.get();
+  loop_->Recv(ours, &r.c);
+  loop_->Poll(0);
+  std::string sent;
+  for (int i = 0; i < 20000; ++i) sent.push_back(static_cast<char>('a' + i % 23));
+  ASSERT_EQ(::write(theirs, sent.data(), sent.size()), static_cast<ssize_t>(sent.size()));
+  ASSERT_TRUE(PollUntil([&] { return r.deliveries == 1; }));
+  for (int i = 0; i < 5; ++i) loop_->Poll(10);
+  EXPECT_EQ(r.deliveries, 1) << "a paused receive delivered bytes";
+  while (r.got.size() < sent.size()) {
+    const int before = r.deliveries;
+    loop_->ResumeRecv(&r.c);
+    ASSERT_TRUE(PollUntil([&] { return r.deliveries > before; })) << r.got.size();
+    ASSERT_EQ(r.deliveries, before + 1) << "more than one delivery after a pause";
+  }
+  EXPECT_TRUE(r.got == sent) << "bytes lost or reordered across pauses";
+  EXPECT_EQ(r.ends, 0);
+}
+
+// The end of stream that comes while paused is delivered after the bytes before it.
+TEST_P(LoopTest, EndOfStreamWhilePausedComesAfterTheBytes) {
+  auto [ours, theirs] = Pair();
+  PausingReceiver r;
+  r.loop = loop_.get();
+  loop_->Recv(ours, &r.c);
+  loop_->Poll(0);
+  ASSERT_EQ(::write(theirs, "one", 3), 3);
+  ASSERT_TRUE(PollUntil([&] { return r.deliveries == 1; }));
+  ASSERT_EQ(::write(theirs, "two", 3), 3);
+  ::shutdown(theirs, SHUT_WR);
+  for (int i = 0; i < 5; ++i) loop_->Poll(10);
+  EXPECT_EQ(r.ends, 0);
+  loop_->ResumeRecv(&r.c);
+  ASSERT_TRUE(PollUntil([&] { return r.deliveries == 2; }));
+  loop_->ResumeRecv(&r.c);
+  ASSERT_TRUE(PollUntil([&] { return r.ends == 1; }));
+  EXPECT_EQ(r.got, "onetwo");
+  EXPECT_EQ(r.last_result, 0);
+  loop_->Poll(10);
+  EXPECT_EQ(r.ends, 1);
+}
+
+// Cancel ends a paused receive with one last callback and no more bytes.
+TEST_P(LoopTest, CancelEndsAPausedReceiveOnce) {
+  auto [ours, theirs] = Pair();
+  PausingReceiver r;
+  r.loop = loop_.get();
+  loop_->Recv(ours, &r.c);
+  loop_->Poll(0);
+  ASSERT_EQ(::write(theirs, "one", 3), 3);
+  ASSERT_TRUE(PollUntil([&] { return r.deliveries == 1; }));
+  ASSERT_EQ(::write(theirs, "two", 3), 3);
+  for (int i = 0; i < 3; ++i) loop_->Poll(10);
+  loop_->Cancel(&r.c);
+  ASSERT_TRUE(PollUntil([&] { return r.ends == 1; }));
+  EXPECT_EQ(r.got, "one");
+  EXPECT_LT(r.last_result, 0);
+  loop_->Poll(10);
+  EXPECT_EQ(r.ends, 1);
+}
+
+// uring: a SendFile that must splice (its pages are not cached) while no pipe can be created
+// (out of descriptors) and none is busy fails with the error. It used to wait for a pipe that
+// no one would ever return, and its connection was never freed.
+TEST_P(LoopTest, SpliceWithoutDescriptorsForAPipeFails) {
+  if (GetParam() != "uring") GTEST_SKIP() << "only the uring backend splices through pipes";
+  const char* dir = std::getenv("TEST_TMPDIR");
+  std::string path = std::string(dir != nullptr ? dir : "/var/tmp") + "/ringd-splice-XXXXXX";
+  const int file = ::mkstemp(path.data());
+  ASSERT_GE(file, 0);
+  ::unlink(path.c_str());
+  fds_.push_back(file);
+  const std::string content(1 << 20, 'z');
+  ASSERT_EQ(::write(file, content.data(), content.size()), static_cast<ssize_t>(content.size()));
+  ::fsync(file);
+  ::posix_fadvise(file, 0, 0, POSIX_FADV_DONTNEED);
+  char probe;
+  iovec v{&probe, 1};
+  if (::preadv2(file, &v, 1, 0, RWF_NOWAIT) == 1) {
+    GTEST_SKIP() << "cannot evict the file from the page cache here";
+  }
+  auto [ours, theirs] = Pair();
+  (void)theirs;
+  // No descriptor can be created from here on.
+  rlimit saved{};
+  ::getrlimit(RLIMIT_NOFILE, &saved);
+  const int next = ::dup(0);
+  ASSERT_GE(next, 0);
+  ::close(next);
+  rlimit tight = saved;
+  tight.rlim_cur = static_cast<rlim_t>(next);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  Receiver done;
+  loop_->SendFile(ours, file, 0, content.size(), &done.c);
+  const bool ended = PollUntil([&] { return done.ends > 0; });
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  ASSERT_TRUE(ended) << "the SendFile waits for a pipe forever";
+  EXPECT_EQ(done.last_result, -EMFILE);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, LoopTest, ::testing::Values("uring", "epoll"),

@@ -490,21 +490,35 @@ class UringLoop final : public Loop {
   // The splice path for what is left of a SendFile.
   void Splice(Completion* c) {
     const int pipe = TakePipe();
-    if (pipe < 0) {  // every pipe busy: wait (intrusively) until one comes back
-      pipe_wait_.Push(c);
-      return;
+    if (pipe >= 0) {
+      c->pipe_index = pipe;
+      return SpliceIn(c);
     }
-    c->pipe_index = pipe;
-    SpliceIn(c);
+    // Every pipe busy: wait (intrusively) until one comes back. No pipe busy and none to be
+    // made (out of descriptors): nothing would ever wake a waiter, so fail it now.
+    if (pipe == kNoPipeFree) return pipe_wait_.Push(c);
+    Ready(c, pipe);
   }
 
+  static constexpr int kNoPipeFree = -1;
+
+  // A free pipe's index; kNoPipeFree when every pipe is busy; -errno when a pipe was needed and
+  // could not be created (EMFILE, ENFILE) while none is busy.
   int TakePipe() {
+    int error = 0;
+    bool any_busy = false;
     for (size_t i = 0; i < pipes_.size(); ++i) {
       Pipe& p = pipes_[i];
-      if (p.busy) continue;
+      if (p.busy) {
+        any_busy = true;
+        continue;
+      }
       if (p.r < 0) {
         int fds[2];
-        if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
+        if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+          error = -errno;
+          continue;
+        }
         ::fcntl(fds[1], F_SETPIPE_SZ, static_cast<int>(options_.pipe_size));  // best effort
         p.r = fds[0];
         p.w = fds[1];
@@ -512,11 +526,13 @@ class UringLoop final : public Loop {
       p.busy = true;
       return static_cast<int>(i);
     }
-    return -1;
+    return any_busy || error == 0 ? kNoPipeFree : error;
   }
 
   // A pipe comes back empty, or (after an error with bytes stuck in it) is closed and replaced.
   void GivePipe(int index, bool dirty) {
+    RINGD_ASSERT(index >= 0 && static_cast<size_t>(index) < pipes_.size() &&
+                 pipes_[static_cast<size_t>(index)].busy);
     Pipe& p = pipes_[static_cast<size_t>(index)];
     if (dirty) {
       ::close(p.r);
@@ -524,14 +540,21 @@ class UringLoop final : public Loop {
       p.r = p.w = -1;
     }
     p.busy = false;
-    if (Completion* c = pipe_wait_.Pop()) {
+    // The pipe just freed serves the next waiter; if it was dirty and cannot be replaced, a
+    // waiter fails now rather than wait for a pipe that may never come.
+    while (Completion* c = pipe_wait_.Pop()) {
       const int pipe = TakePipe();
-      c->pipe_index = pipe;
-      SpliceIn(c);
+      if (pipe >= 0) {
+        c->pipe_index = pipe;
+        return SpliceIn(c);
+      }
+      RINGD_ASSERT(pipe != kNoPipeFree);  // this pipe is not busy
+      Ready(c, pipe);
     }
   }
 
   void SpliceIn(Completion* c) {
+    RINGD_ASSERT(c->pipe_index >= 0 && static_cast<size_t>(c->pipe_index) < pipes_.size());
     const Pipe& p = pipes_[static_cast<size_t>(c->pipe_index)];
     const uint64_t chunk = c->remaining < options_.pipe_size ? c->remaining : options_.pipe_size;
     io_uring_sqe* sqe = Sqe();
@@ -541,6 +564,7 @@ class UringLoop final : public Loop {
   }
 
   void SpliceOut(Completion* c) {
+    RINGD_ASSERT(c->pipe_index >= 0 && static_cast<size_t>(c->pipe_index) < pipes_.size());
     const Pipe& p = pipes_[static_cast<size_t>(c->pipe_index)];
     io_uring_sqe* sqe = Sqe();
     // SPLICE_F_MORE (MSG_MORE) only while more of the body follows: on the last piece it would

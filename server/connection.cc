@@ -59,6 +59,7 @@ void Shard::UpdateRecv(Connection* conn) {
 void Shard::WaitForRequest(Connection* conn) {
   if (conn->peer_closed) return Abort(conn);
   (conn->discard > 0 ? discard_timers_ : idle_timers_).Arm(&conn->timer, now_ms_);
+  ResumeAcceptIfRoom();  // an idle connection can give way to a newcomer now
 }
 
 void Shard::OnRecv(io::Completion* c) {
@@ -101,7 +102,7 @@ void Shard::Received(Connection* conn, const char* data, size_t n) {
     if (n == 0) {
       // The skipped body is complete: the connection is idle now, on the keep-alive deadline.
       if (conn->discard == 0 && conn->state == ConnState::kReading && conn->in == nullptr)
-        idle_timers_.Arm(&conn->timer, now_ms_);
+        WaitForRequest(conn);
       return;
     }
   }
@@ -208,8 +209,8 @@ bool Shard::Plan(Connection* conn, const http::Request& req) {
     std::abort();
   }
   Exchange* ex = conn->ex;
-  if (conn->lookups == 0) conn->plan_since_ms = now_ms_;  // a new request's first plan
-  RequestLookup source(files_.get(), conn->plan_since_ms);
+  if (conn->lookups == 0) conn->plan_since = files_->validations();  // a new request
+  RequestLookup source(files_.get(), conn->plan_since);
   const http::PlanStep step = http::PlanResponse(req, planner_, source, *scratch_, &ex->plan);
   if (step.status == http::PlanStatus::kNeedLookup) {
     SetState(conn, ConnState::kWaitingFile);

@@ -59,17 +59,17 @@ FileCache::~FileCache() {
 }
 
 std::optional<http::FileMeta> FileCache::Lookup(std::string_view path) {
-  return LookupSince(path, INT64_MAX);
+  return LookupSince(path, UINT64_MAX);
 }
 
-std::optional<http::FileMeta> FileCache::LookupSince(std::string_view path, int64_t since_ms) {
+std::optional<http::FileMeta> FileCache::LookupSince(std::string_view path, uint64_t since) {
   auto it = map_.find(Key(path));
   if (it == map_.end()) {
     ++stats_.misses;
     return std::nullopt;
   }
   CacheEntry* e = it->second;
-  if (!e->ready || (e->expires_ms <= now_ms_ && e->validated_ms < since_ms)) {
+  if (!e->ready || (e->expires_ms <= now_ms_ && e->validation <= since)) {
     ++stats_.misses;
     return std::nullopt;
   }
@@ -203,7 +203,7 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
 
 void FileCache::Ready(CacheEntry* e) {
   e->ready = true;
-  e->validated_ms = now_ms_;
+  e->validation = ++validations_;
   // A passing failure is answered (503) but not remembered: the next request tries again.
   e->expires_ms =
       e->meta.kind == http::FileMeta::Kind::kUnavailable ? now_ms_ : now_ms_ + options_.valid_ms;

@@ -45,8 +45,8 @@ struct CacheEntry {
   bool ready = false;       // metadata known (false while opening / reading)
   bool in_map = true;       // false once replaced by a fresher entry or evicted
   int64_t expires_ms = 0;
-  int64_t validated_ms = 0;  // when its metadata was last read
-  uint32_t pins = 0;         // responses using fd/content now
+  uint64_t validation = 0;  // the cache's validation count when its metadata was read
+  uint32_t pins = 0;        // responses using fd/content now
   FileWaiter* waiters = nullptr;
   CacheEntry* lru_prev = nullptr;  // most recent at the head
   CacheEntry* lru_next = nullptr;
@@ -73,8 +73,10 @@ class FileCache : public http::FileMetaSource {
 
   // The planner's view (FileMetaSource): fresh metadata, or nullopt.
   std::optional<http::FileMeta> Lookup(std::string_view path) override;
-  // Also counts as fresh an entry validated at or after `since_ms` (see RequestLookup).
-  std::optional<http::FileMeta> LookupSince(std::string_view path, int64_t since_ms);
+  // Also counts as fresh an entry validated after validations() was `since` (RequestLookup).
+  std::optional<http::FileMeta> LookupSince(std::string_view path, uint64_t since);
+  // How many times metadata has been read so far: a point in the cache's history.
+  uint64_t validations() const { return validations_; }
 
   // Starts (or joins) fetching `path`; `waiter->wake` runs once its metadata is known. Returns
   // false when the cache cannot take another entry right now (all pinned or loading): 503.
@@ -115,6 +117,7 @@ class FileCache : public http::FileMetaSource {
   FileWaiter* woken_head_ = nullptr;  // waiters whose entry is ready, wake-up not yet run
   FileWaiter* woken_tail_ = nullptr;
   int64_t now_ms_ = 0;
+  uint64_t validations_ = 0;
   FileCacheStats stats_;
 };
 
@@ -123,14 +126,14 @@ class FileCache : public http::FileMetaSource {
 // lookup must see the result it waited for).
 class RequestLookup final : public http::FileMetaSource {
  public:
-  RequestLookup(FileCache* cache, int64_t since_ms) : cache_(cache), since_ms_(since_ms) {}
+  RequestLookup(FileCache* cache, uint64_t since) : cache_(cache), since_(since) {}
   std::optional<http::FileMeta> Lookup(std::string_view path) override {
-    return cache_->LookupSince(path, since_ms_);
+    return cache_->LookupSince(path, since_);
   }
 
  private:
   FileCache* cache_;
-  int64_t since_ms_;
+  uint64_t since_;
 };
 
 }  // namespace ringd

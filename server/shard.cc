@@ -15,6 +15,9 @@ namespace {
 constexpr int64_t kLingerMs = 5000;      // after the last response, wait this long for EOF
 constexpr int64_t kAcceptRetryMs = 100;  // after EMFILE/ENFILE, try accepting again after this
 constexpr int kDrainGraceMs = 1000;      // after the drain deadline's aborts, for their callbacks
+// Connections beyond --max-connections, for newcomers accepted while the idle connections that
+// give way to them are still closing (and for accepts already under way when accepting pauses).
+constexpr uint32_t kReclaimReserve = 32;
 
 size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
@@ -73,13 +76,12 @@ bool Shard::Setup() {
       config_.small_file_max == 0 ? 0 : config_.small_file_cache_bytes / content_size, 16384));
   const size_t recv_bytes = static_cast<size_t>(config_.recv_buffers) * config_.recv_buffer_size;
   memory_ = std::make_unique<mem::ShardMemory>(std::initializer_list<size_t>{
-      input_size * config_.max_connections, content_size * content_count, recv_bytes});
+      input_size * capacity(), content_size * content_count, recv_bytes});
   if (!memory_->ok()) {
     error_ = memory_->error();
     return false;
   }
-  input_pool_ =
-      std::make_unique<mem::BufferPool>(input_size, config_.max_connections, memory_->Region(0));
+  input_pool_ = std::make_unique<mem::BufferPool>(input_size, capacity(), memory_->Region(0));
   if (content_count > 0) {
     content_pool_ =
         std::make_unique<mem::BufferPool>(content_size, content_count, memory_->Region(1));
@@ -107,8 +109,8 @@ bool Shard::Setup() {
     return false;
   }
 
-  conns_ = std::make_unique<mem::SlabPool<Connection>>(config_.max_connections);
-  exchanges_ = std::make_unique<mem::SlabPool<Exchange>>(config_.max_connections);
+  conns_ = std::make_unique<mem::SlabPool<Connection>>(capacity());
+  exchanges_ = std::make_unique<mem::SlabPool<Exchange>>(capacity());
   FileCacheOptions fo;
   fo.max_entries = config_.open_file_cache_entries;
   fo.valid_ms = config_.open_file_cache_valid_ms;
@@ -270,7 +272,7 @@ void Shard::OnAccept(io::Completion* c) {
   if (self->accept_paused_) {
     // Paused at the connection limit; if connections closed while the cancel was in flight,
     // nothing else will resume accepting.
-    if (self->accepts_active_ == 0 && self->live_ < self->config_.max_connections) {
+    if (self->accepts_active_ == 0 && !self->AtLimit()) {
       self->accept_paused_ = false;
       self->ArmAccept();
     }
@@ -299,27 +301,35 @@ void Shard::Accepted(int fd) {
   conn->waiter.wake = &Shard::OnFileReady;
   header_timers_.Arm(&conn->timer, now_ms_);
   ArmRecv(conn);
-  if (live_ >= config_.max_connections && !accept_paused_) {
-    // At the limit: stop accepting; the kernel's backlog holds newcomers until we resume, which
-    // is soon when idle keep-alive connections give way to them.
+  // Over the limit: the idle keep-alive connection that has waited longest gives way to this
+  // one (nginx reuses connections the same way). Its slot frees once its last callbacks come.
+  // Connections with a request in progress never give way.
+  if (live_ > config_.max_connections) {
+    if (TimerNode* t = idle_timers_.PopOldest()) {
+      ++stats_.idle_reclaimed;
+      Abort(
+          reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer)));
+    }
+  }
+  if (AtLimit() && !accept_paused_) {
+    // Nobody can give way: stop accepting; the kernel's backlog holds newcomers until a
+    // connection closes or goes idle (ResumeAcceptIfRoom).
     accept_paused_ = true;
     ++stats_.accept_paused;
     for (io::Completion& c : accepts_) loop_->Cancel(&c);
-    ReclaimIdle();
   }
 }
 
-// At the connection limit, idle keep-alive connections (between requests, nothing in progress)
-// give way to newcomers, oldest first, a batch at a time, as nginx reuses them. Their slots free
-// when their last callbacks come, and MaybeFree resumes accepting. Connections with a request
-// in progress are never closed for this.
-void Shard::ReclaimIdle() {
-  constexpr int kBatch = 32;
-  for (int i = 0; i < kBatch; ++i) {
-    TimerNode* t = idle_timers_.PopOldest();
-    if (t == nullptr) return;
-    ++stats_.idle_reclaimed;
-    Abort(reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer)));
+uint32_t Shard::capacity() const { return config_.max_connections + kReclaimReserve; }
+
+bool Shard::AtLimit() const {
+  return live_ >= capacity() || (live_ >= config_.max_connections && idle_timers_.Empty());
+}
+
+void Shard::ResumeAcceptIfRoom() {
+  if (accept_paused_ && !draining_ && !AtLimit() && accepts_active_ == 0) {
+    accept_paused_ = false;
+    ArmAccept();
   }
 }
 
@@ -337,10 +347,7 @@ void Shard::MaybeFree(Connection* conn) {
   conns_->Put(conn);
   --live_;
   ++stats_.closed;
-  if (accept_paused_ && !draining_ && live_ < config_.max_connections && accepts_active_ == 0) {
-    accept_paused_ = false;
-    ArmAccept();
-  }
+  ResumeAcceptIfRoom();
 }
 
 }  // namespace ringd

@@ -67,8 +67,8 @@ struct Connection {
   uint32_t parsed_len = 0;  // how much of `in` the parser has already seen
   uint64_t discard = 0;     // request body bytes still to skip
   uint32_t requests = 0;
-  uint32_t lookups = 0;       // file lookups the current request has waited for
-  int64_t plan_since_ms = 0;  // when the current request began planning
+  uint32_t lookups = 0;     // file lookups the current request has waited for
+  uint64_t plan_since = 0;  // the file cache's validations() when the request began planning
   Exchange* ex = nullptr;
   io::Completion recv;
   TimerNode timer;
@@ -132,7 +132,9 @@ class Shard {
   void SetState(Connection* conn, ConnState next);
   void UpdateRecv(Connection* conn);
   void WaitForRequest(Connection* conn);
-  void ReclaimIdle();
+  bool AtLimit() const;
+  void ResumeAcceptIfRoom();
+  uint32_t capacity() const;
   void ConsumeInput(Connection* conn, size_t n);
   void DropHead(Connection* conn, size_t head_bytes);
   void ReleaseInputIfEmpty(Connection* conn);

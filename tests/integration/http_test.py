@@ -365,9 +365,9 @@ class LifecycleTest(BackendTestCase):
         server = Server(self.root, "--max-connections", "5", "--shards", "1")
         try:
             held = [server.connect() for _ in range(5)]
-            for s in held:
-                s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
-                Reader(s).read_response()
+            for s in held:  # each with a request in progress: none can give way to a newcomer
+                s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n")
+            time.sleep(0.3)
             extra = server.connect(timeout=3)  # sits in the backlog, not served
             extra.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
             extra.settimeout(0.5)

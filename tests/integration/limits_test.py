@@ -1,0 +1,261 @@
+"""Bursts, limits, timeouts and drains on the real ringd binary, on one io backend (RINGD_IO).
+
+Each test here is the regression test of a defect that once made ringd drop input silently,
+spin, or hold connections it should have let go (issue #11).
+"""
+import resource
+import shutil
+import signal
+import socket
+import time
+import unittest
+
+from ringd_harness import BackendTestCase, Reader, Server, make_docroot, raw, request
+
+
+def get(name, extra=b""):
+    return b"GET /" + name.encode() + b" HTTP/1.1\r\nHost: t\r\n" + extra + b"\r\n"
+
+
+class BurstTest(BackendTestCase):
+    """More input at once than one input buffer holds: every request answered, in order."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root, cls.files = make_docroot()
+        cls.server = Server(cls.root)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.server.stop()
+        shutil.rmtree(cls.root, ignore_errors=True)
+        assert rc == 0, "ringd exited %s: %s" % (rc, "\n".join(cls.server.log))
+
+    def read_all(self, sock, names):
+        reader = Reader(sock)
+        for i, n in enumerate(names):
+            r = reader.read_response()
+            self.assertEqual(r.status, 200, "response %d (%s)" % (i, n))
+            self.assertEqual(r.body, self.files[n], "response %d (%s)" % (i, n))
+        return reader
+
+    def test_900_pipelined_requests_in_one_write(self):
+        # 36 KB of requests, several times what one receive delivers and more than an input
+        # buffer holds; the first ones wait for file lookups while the rest arrive.
+        names = ["small.txt", "index.html", "app.js", "medium.bin"] * 225
+        with self.server.connect() as s:
+            s.sendall(b"".join(get(n) for n in names))
+            self.read_all(s, names)
+
+    def test_uncached_files_pipelined_behind_a_slow_reader(self):
+        # Each response is large, so the receive pauses while they go out; the client reads
+        # nothing until every request is written.
+        names = ["medium.bin"] * 200
+        with self.server.connect() as s:
+            s.sendall(b"".join(get(n) for n in names))
+            self.read_all(s, names)
+
+    def test_body_in_the_same_write_is_skipped(self):
+        # The first file is not cached yet: the body arrives while its lookup is under way.
+        body = b"b" * 30000  # below --max-discarded-body: read and dropped
+        head = b"GET /nodir/file.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 30000\r\n\r\n"
+        with self.server.connect() as s:
+            s.sendall(head + body + get("index.html") + get("small.txt"))
+            self.read_all(s, ["nodir/file.txt", "index.html", "small.txt"])
+
+    def test_oversized_head_gets_431_before_the_close(self):
+        data = b"GET /small.txt HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n"
+        status, _ = raw(self.server, data)
+        self.assertEqual(status, 431)
+
+    def test_oversized_body_gets_413_before_the_close(self):
+        data = b"PUT /small.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n" + b"x" * 100000
+        status, out = raw(self.server, data)
+        self.assertEqual(status, 413, out[:200])
+        data = b"GET /small.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n" + b"x" * 100000
+        status, out = raw(self.server, data)
+        self.assertEqual(status, 413, out[:200])
+
+
+class SmallInputBufferTest(BackendTestCase):
+    """A receive buffer larger than the largest head: leftovers are never clipped."""
+
+    def test_pipelined_input_with_a_large_receive_buffer(self):
+        root, files = make_docroot()
+        server = Server(root, "--recv-buffer-size", "65536", "--max-request-head", "1024",
+                        "--max-request-line", "512")
+        try:
+            names = ["small.txt", "index.html", "medium.bin", "app.js"] * 200  # ~28 KB at once
+            with server.connect() as s:
+                s.sendall(b"".join(get(n) for n in names))
+                reader = Reader(s)
+                for i, n in enumerate(names):
+                    r = reader.read_response()
+                    self.assertEqual((r.status, r.body), (200, files[n]), "response %d" % i)
+        finally:
+            self.assertEqual(server.stop(), 0)
+            shutil.rmtree(root, ignore_errors=True)
+
+
+class FileCacheLimitsTest(BackendTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root, cls.files = make_docroot()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def test_open_file_cache_valid_ms_0_revalidates_every_request(self):
+        server = Server(self.root, "--open-file-cache-valid-ms", "0", "--shards", "1")
+        try:
+            with server.connect(timeout=5) as s:
+                reader = Reader(s)
+                for name, want in [("small.txt", "small.txt"), ("dir/", "dir/index.html"),
+                                   ("large.bin", "large.bin"), ("app.js", "app.js")] * 10:
+                    s.sendall(get(name))
+                    r = reader.read_response()
+                    self.assertEqual((r.status, r.body), (200, self.files[want]), name)
+            before = server.cpu_seconds()
+            time.sleep(1)
+            self.assertLess(server.cpu_seconds() - before, 0.3, "the shard must not spin")
+            # A change is seen by the very next request.
+            with open(self.root + "/changing.txt", "wb") as f:
+                f.write(b"one")
+            self.assertEqual(request(server, "GET", "/changing.txt").body, b"one")
+            with open(self.root + "/changing.txt", "wb") as f:
+                f.write(b"two!")
+            self.assertEqual(request(server, "GET", "/changing.txt").body, b"two!")
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_out_of_descriptors_for_a_file_is_503(self):
+        limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+        server = Server(self.root, "--shards", "1", preexec_fn=limit)
+        socks = []
+        try:
+            first = server.connect()
+            first.sendall(get("small.txt"))
+            reader = Reader(first)
+            self.assertEqual(reader.read_response().status, 200)
+            for _ in range(80):  # every descriptor the server has left goes to a connection
+                socks.append(server.connect())
+            time.sleep(0.5)
+            first.settimeout(5)
+            first.sendall(get("medium.bin"))  # not cached: its open fails with EMFILE
+            r = reader.read_response()
+            self.assertEqual(r.status, 503)
+            for s in socks:
+                s.close()
+            socks = []
+            time.sleep(0.5)
+            self.assertEqual(request(server, "GET", "/medium.bin").body, self.files["medium.bin"])
+        finally:
+            for s in socks:
+                s.close()
+            self.assertEqual(server.stop(), 0)
+
+
+class ConnectionLimitsTest(BackendTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root, cls.files = make_docroot()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def test_idle_keepalive_connections_give_way_at_the_limit(self):
+        server = Server(self.root, "--max-connections", "20", "--shards", "1")
+        idle = []
+        try:
+            for _ in range(20):
+                s = server.connect()
+                s.sendall(get("small.txt"))
+                Reader(s).read_response()
+                idle.append(s)
+            # Each newcomer is served at once (and stays); the longest-idle connections are
+            # closed for them.
+            for i in range(10):
+                s = server.connect(timeout=3)
+                idle.append(s)
+                s.sendall(get("small.txt"))
+                self.assertEqual(Reader(s).read_response().body, self.files["small.txt"])
+            for s in idle[:10]:
+                self.assertTrue(Reader(s).at_eof(timeout=3))
+            for s in idle[10:]:  # the more recent ones, newcomers included, still serve
+                s.settimeout(3)
+                s.sendall(get("index.html"))
+                self.assertEqual(Reader(s).read_response().body, self.files["index.html"])
+        finally:
+            for s in idle:
+                s.close()
+            self.assertEqual(server.stop(), 0)
+
+    def test_stalled_request_body_is_dropped_after_its_own_timeout(self):
+        server = Server(self.root, "--discard-body-timeout-ms", "300")
+        try:
+            with server.connect() as s:
+                s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n"
+                          + b"x" * 10)
+                reader = Reader(s)
+                self.assertEqual(reader.read_response().status, 200)
+                start = time.time()
+                self.assertTrue(reader.at_eof(timeout=10))
+                self.assertLess(time.time() - start, 3)  # not the 75 s keep-alive timeout
+            with server.connect() as s:  # a body that does complete leaves a kept-alive connection
+                s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n")
+                reader = Reader(s)
+                self.assertEqual(reader.read_response().status, 200)
+                s.sendall(b"x" * 10)
+                time.sleep(0.8)
+                s.sendall(get("index.html"))
+                self.assertEqual(reader.read_response().body, self.files["index.html"])
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
+class DrainTest(BackendTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root, cls.files = make_docroot()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def test_draining_server_refuses_newcomers_at_once(self):
+        server = Server(self.root, "--shutdown-timeout-ms", "5000")
+        slow = server.connect()
+        try:
+            slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            slow.sendall(get("large.bin"))  # not read: the drain waits for it
+            time.sleep(0.3)
+            server.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            self.assertIsNone(server.proc.poll(), "still draining the slow download")
+            start = time.time()
+            with self.assertRaises((ConnectionRefusedError, ConnectionResetError)):
+                s = socket.create_connection(("127.0.0.1", server.port), timeout=3)
+                s.sendall(get("small.txt"))
+                if s.recv(1) == b"":
+                    raise ConnectionResetError("closed without a response")
+            self.assertLess(time.time() - start, 1.5)
+        finally:
+            slow.close()
+            self.assertEqual(server.stop(), 0)
+
+    def test_idle_server_stops_promptly(self):
+        server = Server(self.root)
+        request(server, "GET", "/small.txt")
+        start = time.time()
+        self.assertEqual(server.stop(), 0)
+        self.assertLess(time.time() - start, 0.5)
+
+
+if __name__ == "__main__":
+    unittest.main()
