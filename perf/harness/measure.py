@@ -1,0 +1,214 @@
+"""Starting servers and measuring one run: the load generator against one server, with the
+server's CPU time, memory, threads, context switches and packets sampled around it.
+
+    servers = Servers(args, bins, outdir)
+    s = servers.start(PEERS["nginx"], root)
+    r = run_one(ctx, s, scenario, serve_root)      # a Result
+"""
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+from . import procfs
+from .peers import Ctx
+from .result import ParseError, failed, parse_ringd_load, parse_wrk
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+class Server:
+    def __init__(self, peer, proc, port, cmd):
+        self.peer, self.proc, self.port, self.cmd = peer, proc, port, cmd
+
+    @property
+    def name(self):
+        return self.peer.name
+
+    def pids(self):
+        return procfs.proc_tree(self.proc.pid)
+
+
+class Servers:
+    """Starts and stops the servers of one scenario, each on its own port, all pinned."""
+
+    def __init__(self, args, bins, outdir):
+        self.args, self.bins, self.confdir = args, bins, os.path.join(outdir, "servers")
+        self.running = {}
+
+    def start(self, peer, root):
+        port = free_port()
+        os.makedirs(self.confdir, exist_ok=True)
+        cmd = peer.command(Ctx(self.bins, root, port, self.args.shards, self.confdir))
+        full = ["taskset", "-c", self.args.server_cpus] + cmd
+        with open(os.path.join(self.confdir, "%s.log" % peer.name), "a") as logf:
+            proc = subprocess.Popen(full, stdout=logf, stderr=logf, start_new_session=True)
+        if not wait_port(port, proc):
+            proc.kill()
+            proc.wait()
+            raise RuntimeError("%s did not start (see servers/%s.log)" % (peer.name, peer.name))
+        self.running[peer.name] = Server(peer, proc, port, " ".join(cmd))
+        return self.running[peer.name]
+
+    def _stop(self, s):
+        try:
+            os.killpg(s.proc.pid, signal.SIGTERM)
+            s.proc.wait(timeout=15)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(s.proc.pid, signal.SIGKILL)
+            s.proc.wait()
+
+    def restart(self, name, root):
+        """Stops one server and starts it again (same flags, new port)."""
+        s = self.running.pop(name)
+        self._stop(s)
+        time.sleep(0.5)
+        return self.start(s.peer, root)
+
+    def stop_all(self):
+        for s in self.running.values():
+            try:
+                os.killpg(s.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for s in self.running.values():
+            try:
+                s.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(s.proc.pid, signal.SIGKILL)
+                s.proc.wait()
+        self.running = {}
+
+
+class RunCtx:
+    """What every run of a scenario shares: options, binaries, data root, results folder, meta."""
+
+    def __init__(self, args, bins, data, outdir, meta):
+        self.args, self.bins, self.data, self.outdir, self.meta = args, bins, data, outdir, meta
+
+
+def warm_up(ctx, server, scenario, serve_root):
+    """Fills open-file caches and the page cache, unmeasured."""
+    load, _ = scenario.loads(ctx.args.quick)
+    cmd = load.warm().command(ctx.bins["load"], server.port, serve_root, 0.3, ctx.args.client_cpus)
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=60)
+
+
+def _generator(ctx, server, scenario, serve_root, duration):
+    load, _ = scenario.loads(ctx.args.quick)
+    if ctx.args.generator == "wrk" and scenario.wrk:
+        return "wrk", load.wrk_command(server.port, serve_root, duration, ctx.args.client_cpus)
+    return "ringd-load", load.command(ctx.bins["load"], server.port, serve_root, duration,
+                                      ctx.args.client_cpus)
+
+
+def _parse(generator, text):
+    return parse_wrk(text) if generator == "wrk" else parse_ringd_load(text)
+
+
+def run_one(ctx, server, scenario, serve_root):
+    """One measured run of one server; returns a Result."""
+    args = ctx.args
+    generator, cmd = _generator(ctx, server, scenario, serve_root, args.duration)
+    _, background = scenario.loads(args.quick)
+    pids = server.pids()
+    extra, extra_cmd = None, None
+    if background is not None:
+        extra_cmd = background.command(ctx.bins["load"], server.port, serve_root, args.duration,
+                                       args.client_cpus)
+        extra = subprocess.Popen(extra_cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    rss_before = procfs.rss_kib(pids)
+    t0, c0, p0 = procfs.cpu_ticks(pids), procfs.ctx_switches(pids), procfs.lo_packets()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    rss_idle, idle_held, out_lines = None, 0, []
+    # A load generator that does not finish in time is stopped, and the run is recorded as failed
+    # rather than stalling the whole harness.
+    killer = threading.Timer(args.duration + 90, proc.kill)
+    killer.start()
+    for line in proc.stdout:
+        if line.startswith("IDLE_READY"):
+            time.sleep(0.2)
+            rss_idle = procfs.rss_kib(server.pids())
+            idle_held = int(line.split()[1])
+        else:
+            out_lines.append(line)
+    proc.wait()
+    killer.cancel()
+    pids = server.pids()
+    t1, c1, p1 = procfs.cpu_ticks(pids), procfs.ctx_switches(pids), procfs.lo_packets()
+    try:
+        result = _parse(generator, "".join(out_lines))
+    except ParseError as e:
+        why = "the load generator was stopped after %d s" % (args.duration + 90) if proc.returncode < 0 else (
+            "the load generator exited with status %d: %s" % (proc.returncode, e))
+        result = failed(why, generator=generator)
+    result.command = " ".join(cmd)
+    if extra is not None:
+        try:
+            out, _ = extra.communicate(timeout=args.duration + 90)
+        except subprocess.TimeoutExpired:
+            extra.kill()
+            out, _ = extra.communicate()
+        try:
+            result.cold = parse_ringd_load(out)
+        except ParseError as e:
+            result.cold = failed("the background load's output: %s" % e)
+        result.cold_command = " ".join(extra_cmd)
+    requests = max(result.requests, 1)
+    result.cpu_s = (t1 - t0) / procfs.TICKS
+    result.cpu_us_per_request = 1e6 * result.cpu_s / requests
+    # How busy the server's core was: near 100% the server is the limit; well below it, the load
+    # generator is, and requests/s says more about the client than the server.
+    result.server_cpu_percent = 100 * result.cpu_s / max(result.seconds or args.duration, 1e-9)
+    if scenario.packets:
+        if p0 is not None and p1 is not None:
+            result.packets_per_request = (p1 - p0) / requests
+        result.ctx_switches_per_request = (c1 - c0) / requests
+    result.rss_kib = procfs.rss_kib(pids)
+    result.peak_rss_kib = procfs.peak_rss_kib(pids)
+    result.threads = procfs.threads(pids)
+    if rss_idle is not None:
+        result.idle_bytes_per_connection = (rss_idle - rss_before) * 1024 / max(idle_held, 1)
+        result.idle_held = idle_held
+    return result
+
+
+def count_syscalls(ctx, server, scenario, serve_root):
+    """System calls per request, from a separate unmeasured run with `perf stat` attached (tracing
+    system calls slows each one a little, so the measured runs go without it)."""
+    duration = max(0.3, min(2.0, ctx.args.duration / 2))  # a count needs less time than a rate
+    generator, cmd = _generator(ctx, server, scenario, serve_root, duration)
+    counter = procfs.SyscallCounter()
+    counter.start(server.pids())
+    time.sleep(0.2)  # perf attaches before the load starts
+    try:
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=duration + 90).stdout
+    except subprocess.TimeoutExpired:
+        out = ""
+    n = counter.stop()
+    try:
+        r = _parse(generator, out)
+    except ParseError:
+        return None
+    return n / r.requests if n is not None and r.requests else None

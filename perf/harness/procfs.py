@@ -1,0 +1,172 @@
+"""What the harness reads about a server while it runs: /proc for CPU time, memory, threads and
+context switches, /proc/net/dev for loopback packets, and `perf stat` for system calls.
+
+    pids = proc_tree(server_pid)
+    before = cpu_ticks(pids); ...; cpu_s = (cpu_ticks(proc_tree(server_pid)) - before) / TICKS
+"""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def proc_tree(pid):
+    """pid and all its descendant processes."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = _read("/proc/%s/stat" % entry).rsplit(")", 1)[1].split()
+                children.setdefault(int(fields[1]), []).append(int(entry))
+            except (OSError, IndexError):
+                pass
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def cpu_ticks(pids):
+    """utime + stime of each process, dead threads included (/proc/PID/stat, not task/)."""
+    total = 0
+    for p in pids:
+        try:
+            fields = _read("/proc/%d/stat" % p).rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def _status_kib(pids, key):
+    total = 0
+    for p in pids:
+        try:
+            for line in _read("/proc/%d/status" % p).splitlines():
+                if line.startswith(key + ":"):
+                    total += int(line.split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def rss_kib(pids):
+    return _status_kib(pids, "VmRSS")
+
+
+def peak_rss_kib(pids):
+    """VmHWM summed over the processes: each one's peak resident set since it started."""
+    return _status_kib(pids, "VmHWM")
+
+
+def threads(pids):
+    """Threads of the processes now (io_uring's io-wq workers and thread pools included)."""
+    n = 0
+    for p in pids:
+        try:
+            n += len(os.listdir("/proc/%d/task" % p))
+        except OSError:
+            pass
+    return n
+
+
+def ctx_switches(pids):
+    """voluntary + nonvoluntary context switches of every live thread of the processes. Threads
+    that exit during a run take theirs with them, so this undercounts short-lived workers."""
+    total = 0
+    for p in pids:
+        try:
+            tids = os.listdir("/proc/%d/task" % p)
+        except OSError:
+            continue
+        for t in tids:
+            try:
+                for line in _read("/proc/%d/task/%s/status" % (p, t)).splitlines():
+                    if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                        total += int(line.split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    return total
+
+
+def lo_packets():
+    """Packets sent over loopback so far (every packet of a run, both directions, is one of them)."""
+    try:
+        for line in _read("/proc/net/dev").splitlines():
+            name, _, rest = line.partition(":")
+            if name.strip() == "lo":
+                return int(rest.split()[9])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def parse_perf_stat(text):
+    """The count from `perf stat -x,` output for one event; None if it was not counted."""
+    for line in text.splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and fields[2].startswith("raw_syscalls:sys_enter"):
+            try:
+                return int(fields[0])
+            except ValueError:
+                return None
+    return None
+
+
+class SyscallCounter:
+    """Counts the system calls a set of processes makes, with `perf stat -e raw_syscalls:sys_enter`.
+    `why_not()` says why it cannot (no perf, no permission); then start/stop do nothing."""
+
+    EVENT = "raw_syscalls:sys_enter"
+
+    def __init__(self):
+        self.proc, self.out = None, None
+
+    @classmethod
+    def why_not(cls):
+        if shutil.which("perf") is None:
+            return "perf is not installed"
+        try:
+            probe = subprocess.run(["perf", "stat", "-x,", "-e", cls.EVENT, "true"],
+                                   capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return "perf stat did not run: %s" % e
+        if probe.returncode != 0 or parse_perf_stat(probe.stderr) is None:
+            last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+            return "perf stat cannot count %s here: %s" % (cls.EVENT, last)
+        return None
+
+    def start(self, pids):
+        fd, self.out = tempfile.mkstemp(prefix="ringd-perf-stat-")
+        os.close(fd)
+        self.proc = subprocess.Popen(["perf", "stat", "-x,", "-e", self.EVENT, "-o", self.out,
+                                      "-p", ",".join(str(p) for p in pids)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self):
+        """The count since start(), or None."""
+        if self.proc is None:
+            return None
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        try:
+            return parse_perf_stat(_read(self.out))
+        except OSError:
+            return None
+        finally:
+            os.unlink(self.out)
+            self.proc = None

@@ -1,0 +1,202 @@
+"""report.md and the charts, from raw.json alone, and the well-formedness check of a results folder.
+
+    write(outdir)              # reads outdir/raw.json, writes report.md and *.svg
+    render(raw) -> str         # the Markdown, for tests
+    check(outdir) -> [problem, ...]
+
+No path of the machine that ran it reaches the report: commands are shown with PORT, DATA (the
+document root) and servers/ (the configs beside the report) in place of what they were.
+"""
+import json
+import os
+import re
+import tempfile
+import xml.dom.minidom
+
+from . import charts
+from .peers import PEERS
+from .result import Result
+from .scenarios import SCENARIOS, Column
+from .stats import ratio, summarize_runs
+
+MACHINE_KEYS = ("machine", "cpus", "kernel", "server_cpus", "client_cpus", "shards", "generator", "ringd",
+                "nginx", "h2o", "lighttpd", "cold_disk")
+# Shown only where a run recorded them (older raw.json files did not).
+OPTIONAL_MACHINE_KEYS = ("syscalls",)
+OPTIONAL_COLUMNS = (
+    Column("syscalls/request", "syscalls_per_request", "%.2f"),
+    Column("context switches/request", "ctx_switches_per_request", "%.3f"),
+    Column("threads", "threads", "%d"),
+    Column("peak RSS MiB", "peak_rss_kib", "%.1f", 1024),
+)
+CHARTS = ("throughput.svg", "latency.svg", "cold.svg")
+
+
+def scrub(cmd):
+    """A command as the report shows it: no temporary or machine paths, no port numbers."""
+    cmd = re.sub(r"\S*/ringd-perf-bin-[^/ ]*/", "", cmd)  # the harness's copies of our binaries
+    cmd = re.sub(r"\S*/ringd-load", "ringd-load", cmd)
+    cmd = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", cmd)
+    cmd = re.sub(r"--port \d+", "--port PORT", cmd)
+    cmd = re.sub(r"--paths-file \S*/", "--paths-file DATA/", cmd)
+    cmd = re.sub(r"--root \S+", "--root DATA", cmd)
+    return re.sub(r"(?<!\S)/\S*/servers(?=/|\s|$)", "servers", cmd)
+
+
+def load_raw(outdir):
+    with open(os.path.join(outdir, "raw.json")) as f:
+        raw = json.load(f)
+    results = {scenario: {server: [Result.from_dict(r) for r in runs] for server, runs in per_server.items()}
+               for scenario, per_server in raw["results"].items()}
+    return raw["meta"], results
+
+
+def summaries(results):
+    return {scenario: {server: summarize_runs(runs) for server, runs in per_server.items()}
+            for scenario, per_server in results.items()}
+
+
+def _cell(summary, column):
+    v = summary.get(column.key)
+    return column.fmt % (v["median"] / column.per) if v else ""
+
+
+def _table(scenario, per_server, summary):
+    metric = scenario.metric
+    nginx = summary.get("nginx", {}).get(metric.key)
+    extra = list(scenario.columns) + [c for c in OPTIONAL_COLUMNS
+                                      if any(s.get(c.key) for s in summary.values())]
+    cols = ["server", metric.label, "x nginx", "CPU us/request", "server CPU %", "p50 ms", "p99 ms", "errors"]
+    lines = ["| " + " | ".join(cols + [c.header for c in extra]) + " |",
+             "|" + " --- |" * (len(cols) + len(extra))]
+    for server, s in summary.items():
+        m = s.get(metric.key)
+        r = ratio(m, nginx)
+        shown = "" if r is None else "%.3g" % r + ("" if metric.higher_is_better else " (lower is better)")
+        main = "%.1f [%.1f-%.1f]" % (m["median"] * metric.scale, m["min"] * metric.scale,
+                                     m["max"] * metric.scale) if m else ""
+        cpu = s.get("cpu_us_per_request")
+        busy = s.get("server_cpu_percent")
+        p50, p99 = s.get("p50_us"), s.get("p99_us")
+        row = [server, main, shown,
+               ("%.2f" % cpu["median"] if cpu else "") if scenario.cpu_column else "-",
+               "%.0f" % busy["median"] if busy else "",
+               "%.2f" % (p50["median"] / 1000) if p50 else "", "%.2f" % (p99["median"] / 1000) if p99 else "",
+               "%d" % s["errors"]["median"]]
+        lines.append("| " + " | ".join(row + [_cell(s, c) for c in extra]) + " |")
+    return lines
+
+
+def render(meta, results):
+    """The Markdown report."""
+    summary = summaries(results)
+    lines = ["# ringd perf report", "",
+             "Run %s on %s; every figure is the median of %d interleaved runs of %s s (min-max in brackets),"
+             " and a ratio to nginx measured in the same run." % (
+                 meta["started"], meta["machine"], meta["repeats"], meta["duration_s"]), "",
+             "| machine | |", "| --- | --- |"]
+    for k in MACHINE_KEYS:
+        lines.append("| %s | %s |" % (k, meta.get(k, "")))
+    for k in OPTIONAL_MACHINE_KEYS:
+        if k in meta:
+            lines.append("| %s | %s |" % (k, meta[k]))
+    lines.append("")
+    for name, per_server in results.items():
+        scenario = SCENARIOS[name]
+        lines += ["## %s" % name, "", scenario.what + ". Seed: " + scenario.seed + ".", ""]
+        lines += _table(scenario, per_server, summary[name])
+        first = next(iter(per_server.values()))[0]
+        lines += ["", "Load: `%s`" % scrub(first.command or "")]
+        if first.cold_command:
+            lines.append("%s: `%s`" % (scenario.background_label, scrub(first.cold_command)))
+        lines += list(scenario.notes)
+        lines.append("")
+    lines += ["## Commands", "", "Servers (configs in `servers/`):", ""]
+    for server, cmd in meta["server_commands"].items():
+        lines.append("- %s: `%s`" % (server, scrub(cmd)))
+    lines += ["", "Charts: " + ", ".join("[%s](%s)" % (c, c) for c in CHARTS), ""]
+    return "\n".join(lines)
+
+
+def write_charts(outdir, results):
+    """Throughput as a ratio to nginx per scenario; latency percentiles at a fixed rate; the cold
+    scenario's hot-request latency."""
+    summary = summaries(results)
+    order = list(PEERS)
+    groups = [s for s in results if s not in ("latency-at-rate", "cold")]
+    servers = sorted({srv for s in groups for srv in summary[s]},
+                     key=lambda n: order.index(n) if n in order else len(order))
+    vals = {}
+    for s in groups:
+        key = SCENARIOS[s].metric.key
+        base = summary[s].get("nginx", {}).get(key)
+        for srv in servers:
+            vals[(s, srv)] = ratio(summary[s].get(srv, {}).get(key), base)
+    charts.svg(os.path.join(outdir, "throughput.svg"), "Throughput, x nginx (higher is better)", groups,
+               servers, vals)
+    for name, title, pct in (
+            ("latency-at-rate", "latency-at-rate: percentiles, ms (lower is better)",
+             ["p50_us", "p90_us", "p99_us", "p999_us"]),
+            ("cold", "cold: hot-request latency, ms (lower is better)", ["p50_us", "p99_us"])):
+        path = os.path.join(outdir, "latency.svg" if name == "latency-at-rate" else "cold.svg")
+        if name not in summary:
+            charts.svg(path, "%s: not run" % name, [], [], {})
+            continue
+        srvs = list(summary[name])
+        v = {(p, srv): summary[name][srv][p]["median"] / 1000 if summary[name][srv].get(p) else None
+             for p in pct for srv in srvs}
+        charts.svg(path, title, pct, srvs, v)
+
+
+def write(outdir):
+    """report.md and the charts from outdir/raw.json."""
+    meta, results = load_raw(outdir)
+    with open(os.path.join(outdir, "report.md"), "w") as f:
+        f.write(render(meta, results))
+    write_charts(outdir, results)
+
+
+def machine_paths(text):
+    """Absolute paths of this machine's working folders that a report must not contain."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    found = [p for p in (repo + "/", tempfile.gettempdir() + "/") if p in text]
+    return found + re.findall(r"(?<![\w.])/(?:home|root|work)/\S+", text)[:1]
+
+
+def check(outdir):
+    """Checks that a results folder is complete and well formed (not what the numbers are)."""
+    problems = []
+    try:
+        with open(os.path.join(outdir, "raw.json")) as f:
+            raw = json.load(f)
+    except (OSError, ValueError) as e:
+        return ["raw.json: %s" % e]
+    try:
+        with open(os.path.join(outdir, "report.md")) as f:
+            report = f.read()
+    except OSError:
+        report = ""
+    if not report.startswith("# ringd perf report"):
+        problems.append("report.md missing or without its title")
+    for path in machine_paths(report):
+        problems.append("report.md names a path of this machine: %s" % path)
+    for scenario, per_server in raw["results"].items():
+        if "## %s" % scenario not in report:
+            problems.append("report.md has no section for %s" % scenario)
+        for server, runs in per_server.items():
+            for r in runs:
+                for k in ("requests", "rps", "latency_us", "errors", "status", "cpu_us_per_request"):
+                    if k not in r:
+                        problems.append("%s/%s: no %s" % (scenario, server, k))
+                # Zero requests with errors is a measurement (a server that could not cope); zero
+                # with no errors at all means the run did not happen.
+                if r.get("requests", 0) <= 0 and "failed" not in r and not sum(r.get("errors", {}).values()):
+                    problems.append("%s/%s: no requests completed" % (scenario, server))
+            if "| %s |" % server not in report:
+                problems.append("report.md: no row for %s in %s" % (server, scenario))
+    for chart in CHARTS:
+        try:
+            xml.dom.minidom.parse(os.path.join(outdir, chart))
+        except Exception as e:  # any parse failure is a problem to report, not to raise
+            problems.append("%s: %s" % (chart, e))
+    return problems

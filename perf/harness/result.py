@@ -1,0 +1,216 @@
+"""One result schema for every measured run: ringd-load's JSON, wrk's text report and a run that
+failed all become a `Result`; raw.json holds them as dicts (`to_dict` / `from_dict`).
+
+    r = parse_ringd_load(stdout)          # or parse_wrk(stdout), or failed("why")
+    r.figures()["p99_us"]                 # the figures the report summarizes, None where not known
+
+Latencies are microseconds. p99 means the same for every generator: the latency that 99% of the
+completed requests did not exceed, as the generator itself reports it (ringd-load: its histogram's
+p99 field, at most 1.6% above the exact value; wrk: its `99%` line from --latency). A figure a
+generator does not give (wrk has no p99.9) is None, never a copy of another one.
+"""
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+ERROR_KINDS = ("connect", "reset", "timeout", "parse", "eof")
+
+
+class ParseError(ValueError):
+    """A load generator's output that does not say what was measured."""
+
+
+@dataclass
+class Latency:
+    mean: Optional[float] = None
+    p50: Optional[float] = None
+    p90: Optional[float] = None
+    p99: Optional[float] = None
+    p999: Optional[float] = None
+    max: Optional[float] = None
+
+
+@dataclass
+class SmallLatency:
+    """Latency of the responses with bodies under 1 MiB (ringd-load only)."""
+    count: int = 0
+    p50: Optional[float] = None
+    p99: Optional[float] = None
+
+
+@dataclass
+class Result:
+    generator: str = "ringd-load"
+    requests: int = 0
+    seconds: float = 0.0
+    rps: float = 0.0
+    bytes: float = 0
+    bytes_per_s: float = 0
+    idle_held: int = 0
+    latency_us: Latency = field(default_factory=Latency)
+    latency_small_us: Optional[SmallLatency] = None
+    errors: Dict[str, int] = field(default_factory=lambda: {k: 0 for k in ERROR_KINDS})
+    status: Dict[str, int] = field(default_factory=dict)
+    failed: Optional[str] = None
+    # Filled in by the harness (measure.py), about the server during the run.
+    command: Optional[str] = None
+    cpu_s: Optional[float] = None
+    cpu_us_per_request: Optional[float] = None
+    server_cpu_percent: Optional[float] = None
+    packets_per_request: Optional[float] = None
+    rss_kib: Optional[int] = None
+    idle_bytes_per_connection: Optional[float] = None
+    syscalls_per_request: Optional[float] = None
+    ctx_switches_per_request: Optional[float] = None
+    threads: Optional[int] = None
+    peak_rss_kib: Optional[int] = None
+    # A second load run at the same time (the cold scenario's cold readers).
+    cold: Optional["Result"] = None
+    cold_command: Optional[str] = None
+
+    @property
+    def non_2xx(self):
+        return sum(n for code, n in self.status.items() if not code.startswith(("2", "3")))
+
+    @property
+    def error_count(self):
+        return sum(self.errors.values()) + self.non_2xx
+
+    def figures(self):
+        """The per-run figures the report takes medians of; None where not measured."""
+        lat, small = self.latency_us, self.latency_small_us
+        return {
+            "rps": self.rps, "bytes_per_s": self.bytes_per_s,
+            "cpu_us_per_request": self.cpu_us_per_request,
+            "p50_us": lat.p50, "p90_us": lat.p90, "p99_us": lat.p99, "p999_us": lat.p999,
+            "max_us": lat.max, "rss_kib": self.rss_kib, "errors": self.error_count,
+            "server_cpu_percent": self.server_cpu_percent,
+            "packets_per_request": self.packets_per_request,
+            "p99_small_us": small.p99 if small and small.count else None,
+            "idle_bytes_per_connection": self.idle_bytes_per_connection,
+            "cold_bytes_per_s": self.cold.bytes_per_s if self.cold else None,
+            "syscalls_per_request": self.syscalls_per_request,
+            "ctx_switches_per_request": self.ctx_switches_per_request,
+            "threads": self.threads, "peak_rss_kib": self.peak_rss_kib,
+        }
+
+    def to_dict(self):
+        """As raw.json stores it: fields that are None are left out."""
+        def strip(v):
+            if isinstance(v, dict):
+                return {k: strip(x) for k, x in v.items() if x is not None}
+            return v
+        d = strip(dataclasses.asdict(self))
+        d["non_2xx"] = self.non_2xx
+        return d
+
+    @classmethod
+    def from_dict(cls, d):
+        """Reads a run back from raw.json (older files included: unknown keys are ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["latency_us"] = _dataclass(Latency, d.get("latency_us") or {})
+        if d.get("latency_small_us") is not None:
+            kw["latency_small_us"] = _dataclass(SmallLatency, d["latency_small_us"])
+        if d.get("cold") is not None:
+            kw["cold"] = cls.from_dict(d["cold"])
+        errors = {k: 0 for k in ERROR_KINDS}
+        errors.update(d.get("errors") or {})
+        kw["errors"] = errors
+        return cls(**kw)
+
+
+def _dataclass(cls, d):
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def failed(reason, kind="timeout", generator="ringd-load"):
+    """A run that measured nothing: no rate, no latency, one error of `kind`."""
+    r = Result(generator=generator, failed=reason)
+    r.errors[kind] = 1
+    return r
+
+
+def _number(d, key, default=0):
+    v = d.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ParseError("%s is not a number: %r" % (key, v))
+    return v
+
+
+def parse_ringd_load(text, generator="ringd-load"):
+    """ringd-load prints progress lines (IDLE_READY N) and ends with one JSON object. Takes the last
+    line that is a JSON object with a request count; anything else raises ParseError."""
+    for line in reversed((text or "").strip().splitlines()):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict) and "requests" in d:
+            break
+    else:
+        raise ParseError("no JSON result line in the output (%d bytes)" % len(text or ""))
+    lat = d.get("latency_us") if isinstance(d.get("latency_us"), dict) else {}
+    small = d.get("latency_small_us") if isinstance(d.get("latency_small_us"), dict) else None
+    errors = {k: 0 for k in ERROR_KINDS}
+    for k, v in (d.get("errors") or {}).items():
+        errors[str(k)] = int(v)
+    status = {str(k): int(v) for k, v in (d.get("status") or {}).items()}
+    return Result(
+        generator=generator, requests=int(_number(d, "requests")), seconds=_number(d, "seconds"),
+        rps=_number(d, "rps"), bytes=_number(d, "bytes"), bytes_per_s=_number(d, "bytes_per_s"),
+        idle_held=int(_number(d, "idle_held")),
+        latency_us=Latency(**{k: _number(lat, k, None) for k in ("mean", "p50", "p90", "p99", "p999", "max")}),
+        latency_small_us=SmallLatency(int(_number(small, "count")), _number(small, "p50", None),
+                                      _number(small, "p99", None)) if small is not None else None,
+        errors=errors, status=status)
+
+
+_UNIT_US = {"us": 1, "ms": 1e3, "s": 1e6, "m": 60e6, "h": 3600e6}
+_UNIT_BYTES = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+_TIME = r"([\d.]+)(us|ms|s|m|h)"
+
+
+def parse_wrk(text):
+    """wrk 4's text report (run with --latency) as a Result."""
+    m = re.search(r"(\d+) requests in " + _TIME + r", ([\d.]+)(B|KB|MB|GB|TB) read", text)
+    if not m:
+        raise ParseError("no 'N requests in T, B read' line in wrk's output")
+    requests = int(m.group(1))
+    seconds = float(m.group(2)) * _UNIT_US[m.group(3)] / 1e6
+    total = float(m.group(4)) * _UNIT_BYTES[m.group(5)]
+    if seconds <= 0:
+        raise ParseError("wrk ran for %s%s" % (m.group(2), m.group(3)))
+
+    def percentile(pattern):
+        # One line per percentile, "     99%    1.12ms"; anchored so that 99% never reads 99.9%.
+        p = re.search(r"^\s*%s%%\s+%s\s*$" % (pattern, _TIME), text, re.M)
+        return float(p.group(1)) * _UNIT_US[p.group(2)] if p else None
+
+    lat = Latency(p50=percentile(r"50(?:\.0+)?"), p90=percentile(r"90(?:\.0+)?"),
+                  p99=percentile(r"99(?:\.0+)?"), p999=percentile(r"99\.90*"))
+    m = re.search(r"^\s*Latency\s+%s\s+%s\s+%s" % (_TIME, _TIME, _TIME), text, re.M)
+    if m:
+        lat.mean = float(m.group(1)) * _UNIT_US[m.group(2)]
+        lat.max = float(m.group(5)) * _UNIT_US[m.group(6)]
+    errors = {k: 0 for k in ERROR_KINDS}
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    if m:
+        errors.update(connect=int(m.group(1)), reset=int(m.group(2)) + int(m.group(3)),
+                      timeout=int(m.group(4)))
+    m = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    non2xx = int(m.group(1)) if m else 0
+    status = {"200": requests - non2xx}
+    if non2xx:
+        status["500"] = non2xx  # wrk does not say which codes: counted as failures
+    return Result(generator="wrk", requests=requests, seconds=seconds, rps=requests / seconds,
+                  bytes=total, bytes_per_s=total / seconds, latency_us=lat, errors=errors,
+                  status=status)

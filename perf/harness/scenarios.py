@@ -1,0 +1,216 @@
+"""The scenarios: each one entry of SCENARIOS, carrying everything the harness and the report need
+to know about it. Adding a scenario is adding an entry (and, if it needs one, a Hooks subclass).
+
+    s = SCENARIOS["large"]
+    s.load.command(bins["load"], port, data_root, duration_s=5, client_cpus="0")
+"""
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from typing import Dict, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Load:
+    """What the load generator does: ringd-load's flags, and wrk's where wrk can do it."""
+    connections: int
+    paths: Tuple[str, ...] = ()
+    paths_file: Optional[str] = None   # a file of the data root, one path per line
+    paths_glob: Optional[str] = None   # a folder of the data root: every file in it
+    close: bool = False
+    bulk: bool = False                 # discard bodies in the kernel (MSG_TRUNC)
+    rate: int = 0                      # open loop: requests/s over all connections
+    idle: int = 0                      # idle keep-alive connections held during the run
+
+    def scaled(self, divisors):
+        """The --quick version: rate and idle divided as the scenario says."""
+        return replace(self, **{k: getattr(self, k) // d for k, d in divisors.items()})
+
+    def url_paths(self, root):
+        paths = list(self.paths)
+        if self.paths_glob:
+            d = os.path.join(root, self.paths_glob)
+            paths += ["/%s/%s" % (self.paths_glob, f) for f in sorted(os.listdir(d))]
+        return paths
+
+    def command(self, load_bin, port, root, duration_s, client_cpus):
+        cmd = ["taskset", "-c", client_cpus, load_bin, "--port", str(port),
+               "--connections", str(self.connections), "--duration-s", str(duration_s)]
+        if self.close:
+            cmd.append("--close")
+        if self.bulk:
+            cmd.append("--bulk")
+        if self.rate:
+            cmd += ["--rate", str(self.rate)]
+        if self.idle:
+            cmd += ["--idle", str(self.idle)]
+        for p in self.url_paths(root):
+            cmd += ["--path", p]
+        if self.paths_file:
+            cmd += ["--paths-file", os.path.join(root, self.paths_file)]
+        return cmd
+
+    def wrk_command(self, port, root, duration_s, client_cpus):
+        """wrk: closed loop, one path, one thread (it copies every body byte, so large-file
+        figures are capped by the client)."""
+        cmd = ["taskset", "-c", client_cpus, "wrk", "-t1", "-c%d" % self.connections,
+               "-d%ds" % max(1, int(round(duration_s))), "--latency"]
+        if self.close:
+            cmd += ["-H", "Connection: close"]
+        return cmd + ["http://127.0.0.1:%d%s" % (port, self.url_paths(root)[0])]
+
+    def warm(self):
+        """The unmeasured warm-up: the same paths, closed loop, no idle connections."""
+        return replace(self, idle=0, rate=0, bulk=True)
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str       # a key of Result.figures()
+    label: str     # its column header
+    scale: float   # report units per stored unit
+    higher_is_better: bool
+
+
+@dataclass(frozen=True)
+class Column:
+    """An extra column of a scenario's table."""
+    header: str
+    key: str          # a key of Result.figures()
+    fmt: str = "%.2f"
+    per: float = 1    # shown as value / per
+
+
+RPS = Metric("rps", "requests/s", 1, True)
+THROUGHPUT = Metric("bytes_per_s", "throughput (MB/s)", 1e-6, True)
+PACKETS = Column("packets/request", "packets_per_request")
+
+
+class Hooks:
+    """Per-scenario setup and teardown around the runs; the default does nothing."""
+
+    def setup(self, ctx):
+        """Before any server starts; returns the document root the servers serve."""
+        return ctx.data
+
+    def before_run(self, ctx, serve_root):
+        """Before each measured run."""
+
+    def teardown(self, ctx):
+        """After the last run (also when a run raised)."""
+
+
+def evict(folder):
+    """Drops a folder's files from the page cache (posix_fadvise DONTNEED)."""
+    for f in os.listdir(folder):
+        fd = os.open(os.path.join(folder, f), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+class ColdDisk(Hooks):
+    """The cold scenario's slow disk: a FUSE passthrough (perf/slowfs) sleeping before each read,
+    and the cold files evicted from the page cache before every run, on both sides of it."""
+
+    def __init__(self):
+        self.mount, self.fuse = None, None
+
+    def setup(self, ctx):
+        mnt = tempfile.mkdtemp(prefix="ringd-slowfs-")
+        os.chmod(mnt, 0o755)
+        with open(os.path.join(ctx.outdir, "slowfs.log"), "w") as log:
+            fuse = subprocess.Popen([ctx.bins["slowfs"], ctx.data, mnt, str(ctx.args.slow_read_us)],
+                                    stdout=subprocess.DEVNULL, stderr=log)
+        for _ in range(50):
+            if os.path.ismount(mnt):
+                self.mount, self.fuse = mnt, fuse
+                ctx.meta["cold_disk"] = ("FUSE passthrough (perf/slowfs) sleeping %d us per read; page cache"
+                                         " evicted before each run" % ctx.args.slow_read_us)
+                return mnt
+            if fuse.poll() is not None:
+                break
+            time.sleep(0.1)
+        fuse.kill()
+        fuse.wait()
+        os.rmdir(mnt)
+        ctx.meta["cold_disk"] = "page cache evicted before each run (FUSE unavailable: no slow-disk simulation)"
+        return ctx.data
+
+    def before_run(self, ctx, serve_root):
+        evict(os.path.join(ctx.data, "cold"))
+        evict(os.path.join(serve_root, "cold"))
+
+    def teardown(self, ctx):
+        if self.mount:
+            subprocess.run(["fusermount3", "-u", self.mount], stderr=subprocess.DEVNULL)
+            self.fuse.wait(timeout=10)
+            os.rmdir(self.mount)
+            self.mount = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    what: str
+    seed: str
+    load: Load
+    metric: Metric = RPS
+    columns: Tuple[Column, ...] = ()
+    quick: Dict[str, int] = field(default_factory=dict)  # --quick: load field -> divisor
+    wrk: bool = False             # wrk can drive it (closed loop, one path)
+    fresh_server: bool = False    # every repeat on a freshly started server
+    cpu_column: bool = True       # CPU per request means something here
+    packets: bool = True          # count loopback packets per request
+    background: Optional[Load] = None  # a second load run at the same time
+    background_label: str = ""
+    notes: Tuple[str, ...] = ()   # lines under the table
+    hooks: type = Hooks
+
+    def loads(self, quick):
+        """The main and background loads, scaled for --quick."""
+        scale = (lambda l: l.scaled(self.quick)) if quick else (lambda l: l)
+        return scale(self.load), scale(self.background) if self.background else None
+
+
+_ENTRIES = [
+    Scenario("small-keepalive", "612-byte index.html, 100 keep-alive connections, closed loop",
+             "004 (wrk -c100 against nginx's 612-byte page) and 001 (ab -k)",
+             Load(100, paths=("/index.html",)), columns=(PACKETS,), wrk=True),
+    Scenario("small-close", "612-byte index.html, `Connection: close` on every request, 1,000 connections",
+             "002 (1,000 concurrent clients) and 003 (tuning for many short connections)",
+             Load(1000, paths=("/index.html",), close=True), columns=(PACKETS,), wrk=True),
+    Scenario("large", "4 MiB files, 10 keep-alive connections, bodies discarded by the client (MSG_TRUNC)",
+             "000 (4 MB files, sendfile)", Load(10, paths_glob="4mb", bulk=True),
+             metric=THROUGHPUT, wrk=True),
+    Scenario("mixed", "the data set's size mix (612 B page, 4-100 KiB assets, 4 MiB files), 100 connections",
+             "000 and 004 (a site rather than one file)",
+             Load(100, paths_file="paths-mixed.txt", bulk=True), metric=THROUGHPUT,
+             columns=(Column("p99 ms, responses < 1 MiB", "p99_small_us", "%.2f", 1000),)),
+    Scenario("idle-10k",
+             "10,000 idle keep-alive connections (one request done on each, set up 100 at a time) held while"
+             " small-keepalive runs; each run on a freshly started server, so memory growth is measured"
+             " from the same start",
+             "002 (20,000 keep-alive connections on images.rambler.ru)",
+             Load(100, paths=("/index.html",), idle=10000), quick={"idle": 10}, fresh_server=True,
+             packets=False, columns=(Column("bytes per idle connection", "idle_bytes_per_connection", "%.0f"),)),
+    Scenario("cold",
+             "hot 612-byte requests at a fixed rate while other clients read 4 MiB files that are not in the"
+             " page cache, from a slow disk",
+             "000 (nginx thread pools: the 9x cold-cache result)",
+             Load(20, paths=("/index.html",), rate=2000), quick={"rate": 4},
+             metric=Metric("p99_us", "hot p99 latency (ms)", 1e-3, False),
+             columns=(Column("cold MB/s", "cold_bytes_per_s", "%.1f", 1e6),),
+             cpu_column=False, packets=False,
+             background=Load(16, paths_glob="cold", bulk=True), background_label="Cold load, at the same time",
+             notes=("(CPU per request is not shown here: the server's CPU goes mostly to the cold transfers.)",),
+             hooks=ColdDisk),
+    Scenario("latency-at-rate", "612-byte index.html at a fixed 20,000 requests/s over 100 connections (open loop)",
+             "004 (latency figures under load)", Load(100, paths=("/index.html",), rate=20000),
+             quick={"rate": 4}, metric=Metric("p99_us", "p99 latency (ms)", 1e-3, False)),
+]
+
+SCENARIOS = {s.name: s for s in _ENTRIES}
