@@ -1,0 +1,74 @@
+"""Scenario and Peer entries: load commands, --quick scaling, configs."""
+import os
+import shutil
+import tempfile
+import unittest
+
+from harness.peers import PEERS, Ctx
+from harness.scenarios import SCENARIOS, Load
+
+
+class ScenarioTest(unittest.TestCase):
+    def test_load_command(self):
+        cmd = SCENARIOS["small-close"].load.command("ringd-load", 9, "/d", 5, "0")
+        self.assertEqual(" ".join(cmd), "taskset -c 0 ringd-load --port 9 --connections 1000 --duration-s 5"
+                                        " --close --path /index.html")
+
+    def test_quick_scales_rate_and_idle(self):
+        main, background = SCENARIOS["cold"].loads(quick=True)
+        self.assertEqual(main.rate, 500)
+        self.assertEqual(background.connections, 16)
+        self.assertEqual(SCENARIOS["idle-10k"].loads(quick=True)[0].idle, 1000)
+        self.assertEqual(SCENARIOS["idle-10k"].loads(quick=False)[0].idle, 10000)
+
+    def test_paths_glob_and_wrk(self):
+        root = tempfile.mkdtemp()
+        try:
+            os.mkdir(os.path.join(root, "4mb"))
+            for f in ("b.bin", "a.bin"):
+                open(os.path.join(root, "4mb", f), "w").close()
+            load = SCENARIOS["large"].load
+            self.assertEqual(load.url_paths(root), ["/4mb/a.bin", "/4mb/b.bin"])
+            self.assertEqual(load.wrk_command(7, root, 0.4, "0")[-1], "http://127.0.0.1:7/4mb/a.bin")
+            self.assertIn("-d1s", load.wrk_command(7, root, 0.4, "0"))
+        finally:
+            shutil.rmtree(root)
+
+    def test_warm_up_is_closed_loop(self):
+        self.assertEqual(Load(10, rate=5, idle=7).warm(), Load(10, rate=0, idle=0, bulk=True))
+
+    def test_every_entry_is_consistent(self):
+        for s in SCENARIOS.values():
+            self.assertTrue(s.what and s.seed, s.name)
+            for k in s.quick:
+                self.assertTrue(hasattr(s.load, k), s.name)
+
+
+class PeerTest(unittest.TestCase):
+    def test_runs_in(self):
+        self.assertFalse(PEERS["ceiling"].runs_in("large"))
+        self.assertTrue(PEERS["nginx-aio"].runs_in("cold"))
+        self.assertFalse(PEERS["h2o"].runs_in("cold"))
+        self.assertTrue(PEERS["ringd-uring"].runs_in("cold"))
+
+    def test_configs(self):
+        d = tempfile.mkdtemp()
+        try:
+            ctx = Ctx({"ringd": "/b/ringd", "ceiling": "/b/ceiling"}, "/data", 8080, 2, d)
+            self.assertEqual(PEERS["nginx-aio"].command(ctx), ["nginx", "-c", d + "/nginx-aio.conf", "-p", d])
+            with open(os.path.join(d, "nginx-aio.conf")) as f:
+                conf = f.read()
+            self.assertIn("worker_processes 2;", conf)
+            self.assertIn("aio threads;", conf)
+            self.assertIn("listen 127.0.0.1:8080 backlog=4096;", conf)
+            PEERS["lighttpd"].command(ctx)
+            with open(os.path.join(d, "lighttpd.conf")) as f:
+                self.assertIn("server.max-worker = 2", f.read())
+            self.assertEqual(PEERS["ringd-epoll"].command(ctx)[:8],
+                             ["/b/ringd", "--root", "/data", "--listen", "127.0.0.1:8080", "--shards", "2", "--io"])
+        finally:
+            shutil.rmtree(d)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,63 @@
+"""The report: a golden raw.json in, exact Markdown out; charts and --check from raw.json alone."""
+import json
+import os
+import shutil
+import tempfile
+import unittest
+
+from harness import report
+
+TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
+
+
+class ReportTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="ringd-report-test-")
+        shutil.copy(os.path.join(TESTDATA, "golden-raw.json"), os.path.join(self.dir, "raw.json"))
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def test_golden(self):
+        report.write(self.dir)
+        with open(os.path.join(self.dir, "report.md")) as f:
+            got = f.read()
+        with open(os.path.join(TESTDATA, "golden-report.md")) as f:
+            want = f.read()
+        self.maxDiff = None
+        self.assertEqual(got, want)
+
+    def test_check_accepts_what_write_produces(self):
+        report.write(self.dir)
+        self.assertEqual(report.check(self.dir), [])
+
+    def test_check_finds_problems(self):
+        report.write(self.dir)
+        path = os.path.join(self.dir, "report.md")
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text.replace("## cold", "## frozen").replace("servers/nginx.conf", "/home/x/servers/nginx.conf"))
+        os.unlink(os.path.join(self.dir, "cold.svg"))
+        problems = "\n".join(report.check(self.dir))
+        self.assertIn("no section for cold", problems)
+        self.assertIn("names a path of this machine", problems)
+        self.assertIn("cold.svg", problems)
+
+    def test_check_without_raw_json(self):
+        os.unlink(os.path.join(self.dir, "raw.json"))
+        self.assertTrue(report.check(self.dir)[0].startswith("raw.json"))
+
+    def test_scrub(self):
+        self.assertEqual(
+            report.scrub("taskset -c 0 /tmp/ringd-perf-bin-x1/ringd-load --port 4321 --paths-file /data/d/paths.txt"),
+            "taskset -c 0 ringd-load --port PORT --paths-file DATA/paths.txt")
+        self.assertEqual(report.scrub("/tmp/ringd-perf-bin-x1/ringd --root /srv/data --listen 127.0.0.1:8080"),
+                         "ringd --root DATA --listen 127.0.0.1:PORT")
+        self.assertEqual(report.scrub("nginx -c /work/r/perf/results/b/servers/nginx.conf -p /work/r/perf/results/b/servers"),
+                         "nginx -c servers/nginx.conf -p servers")
+        self.assertEqual(report.scrub("wrk -t1 http://127.0.0.1:5555/index.html"), "wrk -t1 http://127.0.0.1:PORT/index.html")
+
+
+if __name__ == "__main__":
+    unittest.main()

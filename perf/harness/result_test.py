@@ -1,0 +1,119 @@
+"""The parsers that turn wrk's and ringd-load's output (and failures) into a Result."""
+import os
+import unittest
+
+from harness.result import ParseError, Result, failed, parse_ringd_load, parse_wrk
+
+TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
+
+
+def testdata(name):
+    with open(os.path.join(TESTDATA, name)) as f:
+        return f.read()
+
+
+class WrkTest(unittest.TestCase):
+    def test_report(self):
+        r = parse_wrk(testdata("wrk.txt"))
+        self.assertEqual(r.generator, "wrk")
+        self.assertEqual(r.requests, 152547)
+        self.assertEqual(r.seconds, 1.0)
+        self.assertEqual(r.rps, 152547.0)
+        self.assertEqual(r.bytes, 120.93 * (1 << 20))
+        self.assertEqual(r.latency_us.p50, 611.0)
+        self.assertEqual(r.latency_us.p90, 762.0)
+        self.assertEqual(r.latency_us.p99, 1120.0)
+        self.assertIsNone(r.latency_us.p999)  # wrk has no p99.9 line: not a copy of p99
+        self.assertAlmostEqual(r.latency_us.mean, 635.91)
+        self.assertEqual(r.latency_us.max, 4790.0)
+        self.assertEqual(r.errors, {"connect": 0, "reset": 4, "timeout": 2, "parse": 0, "eof": 0})
+        self.assertEqual(r.status, {"200": 152542, "500": 5})
+        self.assertEqual(r.error_count, 11)
+
+    def test_p99_is_read_from_its_own_line(self):
+        # wrk2-style lines: 99.000% and 99.900%, the 99.9 line first.
+        text = testdata("wrk.txt").replace(
+            "     99%    1.12ms\n", "     99.900%    9.00ms\n     99.000%    2.50ms\n")
+        r = parse_wrk(text)
+        self.assertEqual(r.latency_us.p99, 2500.0)
+        self.assertEqual(r.latency_us.p999, 9000.0)
+
+    def test_units(self):
+        text = testdata("wrk.txt").replace("1.00s, 120.93MB", "1.50m, 2.00GB").replace("1.12ms", "1.50s")
+        r = parse_wrk(text)
+        self.assertEqual(r.seconds, 90.0)
+        self.assertEqual(r.bytes, 2.0 * (1 << 30))
+        self.assertEqual(r.latency_us.p99, 1.5e6)
+
+    def test_no_errors(self):
+        text = "\n".join(l for l in testdata("wrk.txt").splitlines() if "errors" not in l and "Non-2xx" not in l)
+        r = parse_wrk(text)
+        self.assertEqual(r.error_count, 0)
+        self.assertEqual(r.status, {"200": 152547})
+
+    def test_not_a_report(self):
+        for text in ("", "unable to connect to 127.0.0.1:1 Connection refused\n",
+                     "  0 requests in 0.00s, 0.00B read\n"):
+            with self.assertRaises(ParseError):
+                parse_wrk(text)
+
+
+class RingdLoadTest(unittest.TestCase):
+    def test_result_line(self):
+        r = parse_ringd_load(testdata("ringd-load.txt"))
+        self.assertEqual((r.requests, r.seconds, r.rps, r.bytes_per_s, r.idle_held),
+                         (1000, 2.0, 500.0, 306000, 1000))
+        self.assertEqual(r.latency_us.p99, 799)
+        self.assertEqual(r.latency_us.p999, 1679)
+        self.assertEqual(r.latency_small_us.p99, 799)
+        self.assertEqual(r.non_2xx, 2)
+        self.assertEqual(r.error_count, 3)
+
+    def test_takes_the_last_json_line(self):
+        text = testdata("ringd-load.txt") + "ringd-load: a warning after the result\n\n"
+        self.assertEqual(parse_ringd_load(text).requests, 1000)
+
+    def test_missing_fields_are_unknown_not_zero(self):
+        r = parse_ringd_load('{"requests": 5, "seconds": 1.0, "rps": 5.0}')
+        self.assertEqual(r.requests, 5)
+        self.assertIsNone(r.latency_us.p99)
+        self.assertIsNone(r.latency_small_us)
+        self.assertEqual(r.error_count, 0)
+
+    def test_defensive(self):
+        for text in (None, "", "IDLE_READY 10\n", '{"requests": 1, "rps"', "[1, 2]",
+                     '{"seconds": 1}', '{"requests": "many"}', '{"requests": 1, "latency_us": {"p99": "x"}}'):
+            with self.assertRaises(ParseError, msg=repr(text)):
+                parse_ringd_load(text)
+
+
+class SchemaTest(unittest.TestCase):
+    def test_failed(self):
+        r = failed("the load generator did not finish")
+        f = r.figures()
+        self.assertEqual(f["rps"], 0)
+        self.assertIsNone(f["p99_us"])  # no latency rather than a latency of 0
+        self.assertEqual(f["errors"], 1)
+        self.assertEqual(r.to_dict()["failed"], "the load generator did not finish")
+
+    def test_round_trip(self):
+        r = parse_ringd_load(testdata("ringd-load.txt"))
+        r.cold = parse_wrk(testdata("wrk.txt"))
+        r.threads, r.cpu_us_per_request = 3, 4.5
+        d = r.to_dict()
+        self.assertNotIn("packets_per_request", d)  # None is left out
+        self.assertNotIn("p999", d["cold"]["latency_us"])
+        self.assertEqual(Result.from_dict(d), r)
+
+    def test_older_raw_json(self):
+        d = {"requests": 10, "seconds": 1.0, "rps": 10.0, "bytes": 0, "bytes_per_s": 0, "idle_held": 0,
+             "latency_us": {"mean": 1.0, "p50": 1, "p90": 2, "p99": 3, "p999": 3, "max": 4},
+             "errors": {"connect": 0, "reset": 0, "timeout": 0}, "status": {"200": 10},
+             "generator": "wrk", "non_2xx": 0, "something_new": 1}
+        r = Result.from_dict(d)
+        self.assertEqual(r.figures()["p99_us"], 3)
+        self.assertEqual(r.errors["eof"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
