@@ -102,7 +102,10 @@ class EpollLoop final : public Loop {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = event_fd_;
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &ev);
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &ev) != 0) {
+      *error = std::string("epoll_ctl: ") + strerror(errno);
+      return false;
+    }
     rlimit rl{};
     ::getrlimit(RLIMIT_NOFILE, &rl);
     max_fds_ = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (1u << 22) ? (1u << 22) : rl.rlim_cur;
@@ -313,7 +316,24 @@ class EpollLoop final : public Loop {
     epoll_event ev{};
     ev.events = want;
     ev.data.fd = fd;
-    ::epoll_ctl(epoll_fd_, st.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev);
+    if (::epoll_ctl(epoll_fd_, st.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) {
+      // Out of kernel memory or of epoll watches: the operations on this descriptor fail, and
+      // their owner ends the connection. Any other error is a bug (a closed or unknown fd).
+      const int err = errno;
+      RINGD_ASSERT_MSG(err == ENOMEM || err == ENOSPC, "epoll_ctl(fd %d): %s", fd, strerror(err));
+      Completion* reader = st.reader;
+      Completion* writer = st.writer;
+      st.reader = st.writer = nullptr;
+      if (reader != nullptr) {
+        reader->cancelled = true;  // queued to end: a Cancel now has nothing left to do
+        Complete(reader, -err);
+      }
+      if (writer != nullptr) {
+        writer->more = false;
+        Complete(writer, -err);
+      }
+      return;
+    }
     st.registered = true;
     st.interest = want;
   }

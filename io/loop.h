@@ -80,6 +80,10 @@ struct Completion {
   Completion* next_ready = nullptr;  // a backend's queue of finished operations
 };
 
+// Receive buffers per loop at most: io_uring names a provided buffer with 16 bits.
+constexpr uint32_t kMaxRecvBuffers = 32768;
+static_assert(kMaxRecvBuffers <= 65536);
+
 struct LoopOptions {
   uint32_t ring_entries = 4096;       // submission queue size (uring)
   uint32_t recv_buffer_count = 1024;  // provided buffers for receiving (a power of two)

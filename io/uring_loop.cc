@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <vector>
 
 #include "io/backend_util.h"
@@ -62,8 +63,8 @@ class UringLoop final : public Loop {
 
     // The provided buffer ring for multishot recv.
     const uint32_t n = o.recv_buffer_count;
-    if (n == 0 || (n & (n - 1)) != 0 || n > 32768) {
-      *error = "recv buffer count must be a power of two up to 32768";
+    if (n == 0 || (n & (n - 1)) != 0 || n > kMaxRecvBuffers) {
+      *error = "recv buffer count must be a power of two up to " + std::to_string(kMaxRecvBuffers);
       return false;
     }
     buf_ring_bytes_ = n * sizeof(io_uring_buf);
@@ -114,7 +115,8 @@ class UringLoop final : public Loop {
       fixed_count_ = o.registered_buffer_count;
     }
 
-    statx_slots_.resize(o.ring_entries);
+    slots_.resize(o.ring_entries);
+    deferred_.reserve(o.ring_entries * 4);
     for (uint32_t i = 0; i < o.ring_entries; ++i) free_slots_.push_back(static_cast<int>(i));
     pipes_.resize(o.pipe_pool_size);
     rearm_.reserve(o.recv_buffer_count);  // cleared every Poll: no allocation in steady state
@@ -179,14 +181,22 @@ class UringLoop final : public Loop {
     c->dir_fd = dir_fd;
     c->path = path;
     c->file_fd = -1;
+    // The open's slot holds its open_how (read by the kernel whenever the SQE is submitted, so
+    // it must outlive this call), then its statx buffer. More opens in flight than SQ entries
+    // (a cold burst) add slots; a deque never moves the ones in use.
+    if (free_slots_.empty()) {
+      slots_.emplace_back();
+      free_slots_.push_back(static_cast<int>(slots_.size() - 1));
+    }
+    c->slot = free_slots_.back();
+    free_slots_.pop_back();
+    OpSlot& slot = slots_[static_cast<size_t>(c->slot)];
+    slot.how = open_how{};
+    slot.how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;  // a FIFO must not block
+    slot.how.resolve = RESOLVE_BENEATH;  // a symlink can never lead outside dir_fd
     io_uring_sqe* sqe = Sqe();
-    open_how how{};
-    how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;  // a FIFO must not block the open
-    how.resolve = RESOLVE_BENEATH;  // a symlink can never lead outside dir_fd
-    io_uring_prep_openat2(sqe, dir_fd, path, &how);
+    io_uring_prep_openat2(sqe, dir_fd, path, &slot.how);
     io_uring_sqe_set_data(sqe, c);
-    // open_how is read when the SQE is submitted; submit now while `how` is alive.
-    io_uring_submit(&ring_);
   }
 
   void Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) override {
@@ -246,20 +256,26 @@ class UringLoop final : public Loop {
     __kernel_timespec ts{};
     ts.tv_sec = timeout_ms / 1000;
     ts.tv_nsec = (timeout_ms % 1000) * 1000000L;
+    if (!deferred_.empty()) timeout_ms = 0;
     io_uring_cqe* cqe = nullptr;
-    int rc =
+    const int rc =
         io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, timeout_ms >= 0 ? &ts : nullptr, nullptr);
-    (void)rc;  // -ETIME and -EINTR just mean "nothing yet"
+    // -ETIME and -EINTR mean "nothing yet"; -EBUSY and -EAGAIN a full completion queue, which
+    // the reaping below empties; anything else cannot happen.
+    RINGD_ASSERT_MSG(rc >= 0 || rc == -ETIME || rc == -EINTR || rc == -EBUSY || rc == -EAGAIN,
+                     "io_uring_submit_and_wait: %s", strerror(-rc));
+    // Completions reaped while a submit found the ring busy come first: they are older.
+    for (size_t i = 0; i < deferred_.size(); ++i) {
+      const Event e = deferred_[i];
+      Dispatch(e.user_data, e.res, e.flags);
+    }
+    deferred_.clear();
     while (true) {
       io_uring_cqe* cqes[kBatch];
       const unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, kBatch);
       if (n == 0) break;
       // Copy out and advance first: callbacks may submit, and must not see a half-consumed CQ.
-      struct Event {
-        uint64_t user_data;
-        int32_t res;
-        uint32_t flags;
-      } events[kBatch];
+      Event events[kBatch];
       for (unsigned i = 0; i < n; ++i)
         events[i] = {cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
       io_uring_cq_advance(&ring_, n);
@@ -309,14 +325,38 @@ class UringLoop final : public Loop {
     bool busy = false;
   };
 
+  struct Event {
+    uint64_t user_data;
+    int32_t res;
+    uint32_t flags;
+  };
+
   io_uring_sqe* Sqe() {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     while (sqe == nullptr) {  // the submission queue is full: hand it to the kernel and retry
-      io_uring_submit(&ring_);
+      Submit();
       sqe = io_uring_get_sqe(&ring_);
     }
     ++stats_.submitted;
     return sqe;
+  }
+
+  // Hands the queued SQEs to the kernel. A ring too busy to take them (its completion queue
+  // full: EBUSY, EAGAIN) has its completions reaped into deferred_, to be dispatched by the next
+  // Poll (never from here: we may be inside a callback), and the submit is retried.
+  void Submit() {
+    for (int attempt = 0;; ++attempt) {
+      const int rc = io_uring_submit(&ring_);
+      if (rc >= 0) return;
+      if (rc == -EINTR) continue;
+      RINGD_ASSERT_MSG(rc == -EBUSY || rc == -EAGAIN, "io_uring_submit: %s", strerror(-rc));
+      RINGD_ASSERT_MSG(attempt < 100000, "io_uring_submit: busy with nothing to reap");
+      io_uring_cqe* cqe = nullptr;
+      while (io_uring_peek_cqe(&ring_, &cqe) == 0 && cqe != nullptr) {
+        deferred_.push_back(Event{cqe->user_data, cqe->res, cqe->flags});
+        io_uring_cqe_seen(&ring_, cqe);
+      }
+    }
   }
 
   // Operations that finished inside the call that started them: their callbacks run from Poll
@@ -717,27 +757,19 @@ class UringLoop final : public Loop {
 
   void OnOpen(Completion* c, int32_t res) {
     if (c->file_fd < 0) {  // openat2 finished
-      if (res < 0) return Finish(c, res);
-      c->file_fd = res;
-      if (free_slots_.empty()) {  // cannot happen: one slot per SQ entry; fall back to fstat
-        struct stat st;
-        if (::fstat(res, &st) != 0) {
-          ::close(res);
-          return Finish(c, -errno);
-        }
-        c->stat =
-            FileStat{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec, st.st_ino, st.st_mode};
+      if (res < 0) {
+        free_slots_.push_back(c->slot);
+        c->slot = -1;
         return Finish(c, res);
       }
-      c->slot = free_slots_.back();
-      free_slots_.pop_back();
+      c->file_fd = res;
       io_uring_sqe* sqe = Sqe();
       io_uring_prep_statx(sqe, res, "", AT_EMPTY_PATH, STATX_BASIC_STATS,
-                          &statx_slots_[static_cast<size_t>(c->slot)]);
+                          &slots_[static_cast<size_t>(c->slot)].stx);
       io_uring_sqe_set_data(sqe, c);
       return;
     }
-    const struct statx& stx = statx_slots_[static_cast<size_t>(c->slot)];
+    const struct statx stx = slots_[static_cast<size_t>(c->slot)].stx;
     free_slots_.push_back(c->slot);
     c->slot = -1;
     if (res < 0) {
@@ -761,7 +793,13 @@ class UringLoop final : public Loop {
   const char* fixed_base_ = nullptr;
   size_t fixed_size_ = 0;
   uint32_t fixed_count_ = 0;
-  std::vector<struct statx> statx_slots_;
+  // Per Open in flight: what the kernel reads or writes through pointers in its SQEs.
+  struct OpSlot {
+    open_how how;
+    struct statx stx;
+  };
+  std::deque<OpSlot> slots_;
+  std::vector<Event> deferred_;  // completions reaped by Submit, dispatched by the next Poll
   std::vector<int> free_slots_;
   std::vector<Pipe> pipes_;
   internal::CompletionQueue ready_;      // finished inside the call that started them

@@ -23,6 +23,12 @@ struct ListenAddress {
   socklen_t len = 0;
 };
 
+// Hard ceilings of flags that size arrays elsewhere (static_asserts tie them to those arrays).
+constexpr uint32_t kMaxHeaderFields = 256;     // --max-headers: Shard's header array
+constexpr uint32_t kMaxRangesPerRequest = 64;  // --max-ranges: http::RangeSet
+constexpr uint32_t kMaxRequestHead = 65536;    // --max-request-head
+constexpr uint32_t kMaxRecvBufferSize = 1 << 20;
+
 struct Config {
   std::string root;
   std::vector<ListenAddress> listen;

@@ -76,6 +76,7 @@ void Shard::OnRecv(io::Completion* c) {
       return self->Abort(conn);
     }
   } else if (c->result != -ECANCELED && conn->state != ConnState::kClosing) {
+    ++self->stats_.recv_errors;
     return self->Abort(conn);  // a reset or other socket error
   }
   // Closing already (Abort cancelled this receive, and it ended with the cancellation, or with the
@@ -356,7 +357,10 @@ void Shard::OnSend(io::Completion* c) {
   Shard* self = conn->shard;
   Exchange* ex = conn->ex;
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
-  if (c->result < 0) return self->Abort(conn);  // reset by the peer, or shut down by a timeout
+  if (c->result < 0) {  // reset by the peer, or an error of the socket or the file
+    ++self->stats_.send_errors;
+    return self->Abort(conn);
+  }
   if (c->op == io::Op::kSendFile) {
     const uint64_t asked = ex->body_left < kFileChunk ? ex->body_left : kFileChunk;
     if (static_cast<uint64_t>(c->result) < asked) {

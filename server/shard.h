@@ -32,6 +32,11 @@ namespace ringd {
 class Shard;
 
 // One response in flight: its plan, the head bytes, and where the body has got to.
+// Flags bounded in config.h size arrays here and in the HTTP core.
+static_assert(http::RangeSet::kCapacity >= kMaxRangesPerRequest);
+// An input buffer (a head plus one delivery) stays well within 32-bit lengths.
+static_assert(uint64_t{kMaxRequestHead} + kMaxRecvBufferSize + 4096 < UINT32_MAX);
+
 struct Exchange {
   http::ResponsePlan plan;
   io::Completion send;
@@ -42,7 +47,9 @@ struct Exchange {
   uint32_t part = 0;           // multipart: the part being sent
   enum class Phase : uint8_t { kSlice, kPartHead, kTail, kDone } phase = Phase::kDone;
   uint32_t head_len = 0;
-  char head[4096];  // the response head, then multipart part heads
+  char head[4096];  // the response head, then multipart part heads (and the closing tail)
+  static_assert(http::MultipartLayout::kMaxPartHead <= 4096);
+  static_assert(http::MultipartLayout::kMaxBoundary + 8 <= 4096);
 };
 
 enum class ConnState : uint8_t {
@@ -81,6 +88,7 @@ struct ShardStats {
   uint64_t discard_timeouts = 0;  // a skipped request body stalled after the response
   uint64_t idle_reclaimed = 0;    // idle keep-alive connections closed for newcomers at the limit
   uint64_t lookup_refused = 0;    // 503: the file cache was full, or too many lookups
+  uint64_t recv_errors = 0, send_errors = 0;  // a connection ended by an error of its socket
 };
 
 // What a shard holds right now, for checks that nothing leaks (tests, the simulator).
@@ -162,7 +170,7 @@ class Shard {
   std::unique_ptr<http::PlanScratch> scratch_;
   http::PlannerConfig planner_;
   http::ParserLimits limits_;
-  http::Header headers_[256];
+  http::Header headers_[kMaxHeaderFields];
   std::string boundary_;
 
   std::vector<io::Completion> accepts_;  // one per listening socket
