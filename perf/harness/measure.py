@@ -111,16 +111,18 @@ class RunCtx:
 def warm_up(ctx, server, scenario, serve_root):
     """Fills open-file caches and the page cache, unmeasured."""
     load, _ = scenario.loads(ctx.args.quick)
-    cmd = load.warm().command(ctx.bins["load"], server.port, serve_root, 0.3, ctx.args.client_cpus)
+    cmd = load.warm().command(ctx.bins["load"], server.port, serve_root, 0.3, ctx.args.client_cpus,
+                              ctx.args.client_threads)
     subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=60)
 
 
 def _generator(ctx, server, scenario, serve_root, duration):
     load, _ = scenario.loads(ctx.args.quick)
     if ctx.args.generator == "wrk" and scenario.wrk:
-        return "wrk", load.wrk_command(server.port, serve_root, duration, ctx.args.client_cpus)
+        return "wrk", load.wrk_command(server.port, serve_root, duration, ctx.args.client_cpus,
+                                       ctx.args.client_threads)
     return "ringd-load", load.command(ctx.bins["load"], server.port, serve_root, duration,
-                                      ctx.args.client_cpus)
+                                      ctx.args.client_cpus, ctx.args.client_threads)
 
 
 def _parse(generator, text):
@@ -136,7 +138,7 @@ def run_one(ctx, server, scenario, serve_root):
     extra, extra_cmd = None, None
     if background is not None:
         extra_cmd = background.command(ctx.bins["load"], server.port, serve_root, args.duration,
-                                       args.client_cpus)
+                                       args.client_cpus, args.client_threads)
         extra = subprocess.Popen(extra_cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     rss_before = procfs.rss_kib(pids)
     t0, c0, p0 = procfs.cpu_ticks(pids), procfs.ctx_switches(pids), procfs.lo_packets()

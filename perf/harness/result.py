@@ -179,6 +179,11 @@ _UNIT_BYTES = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 4
 _TIME = r"([\d.]+)(us|ms|s|m|h)"
 
 
+def _us(value, unit):
+    """wrk prints two decimals: keep what it said, not the float noise of the conversion."""
+    return round(float(value) * _UNIT_US[unit], 6)
+
+
 def parse_wrk(text):
     """wrk 4's text report (run with --latency) as a Result."""
     m = re.search(r"(\d+) requests in " + _TIME + r", ([\d.]+)(B|KB|MB|GB|TB) read", text)
@@ -193,14 +198,13 @@ def parse_wrk(text):
     def percentile(pattern):
         # One line per percentile, "     99%    1.12ms"; anchored so that 99% never reads 99.9%.
         p = re.search(r"^\s*%s%%\s+%s\s*$" % (pattern, _TIME), text, re.M)
-        return float(p.group(1)) * _UNIT_US[p.group(2)] if p else None
+        return _us(p.group(1), p.group(2)) if p else None
 
     lat = Latency(p50=percentile(r"50(?:\.0+)?"), p90=percentile(r"90(?:\.0+)?"),
                   p99=percentile(r"99(?:\.0+)?"), p999=percentile(r"99\.90*"))
     m = re.search(r"^\s*Latency\s+%s\s+%s\s+%s" % (_TIME, _TIME, _TIME), text, re.M)
     if m:
-        lat.mean = float(m.group(1)) * _UNIT_US[m.group(2)]
-        lat.max = float(m.group(5)) * _UNIT_US[m.group(6)]
+        lat.mean, lat.max = _us(m.group(1), m.group(2)), _us(m.group(5), m.group(6))
     errors = {k: 0 for k in ERROR_KINDS}
     m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
     if m:

@@ -35,9 +35,11 @@ class Load:
             paths += ["/%s/%s" % (self.paths_glob, f) for f in sorted(os.listdir(d))]
         return paths
 
-    def command(self, load_bin, port, root, duration_s, client_cpus):
+    def command(self, load_bin, port, root, duration_s, client_cpus, threads=1):
         cmd = ["taskset", "-c", client_cpus, load_bin, "--port", str(port),
                "--connections", str(self.connections), "--duration-s", str(duration_s)]
+        if threads > 1:
+            cmd += ["--threads", str(threads)]
         if self.close:
             cmd.append("--close")
         if self.bulk:
@@ -52,10 +54,10 @@ class Load:
             cmd += ["--paths-file", os.path.join(root, self.paths_file)]
         return cmd
 
-    def wrk_command(self, port, root, duration_s, client_cpus):
-        """wrk: closed loop, one path, one thread (it copies every body byte, so large-file
-        figures are capped by the client)."""
-        cmd = ["taskset", "-c", client_cpus, "wrk", "-t1", "-c%d" % self.connections,
+    def wrk_command(self, port, root, duration_s, client_cpus, threads=1):
+        """wrk: closed loop, one path (it copies every body byte, so large-file figures are capped
+        by the client)."""
+        cmd = ["taskset", "-c", client_cpus, "wrk", "-t%d" % threads, "-c%d" % self.connections,
                "-d%ds" % max(1, int(round(duration_s))), "--latency"]
         if self.close:
             cmd += ["-H", "Connection: close"]
