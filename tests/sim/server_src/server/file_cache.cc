@@ -1,0 +1,1 @@
+../../../../server/file_cache.cc

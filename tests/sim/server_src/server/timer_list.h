@@ -1,0 +1,1 @@
+../../../../server/timer_list.h

@@ -1,0 +1,1136 @@
+#include "tests/sim/shard_sim.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+
+#include "server/config.h"
+#include "server/http/conditional.h"
+#include "server/http/mime_types.h"
+#include "server/http/range.h"
+#include "server/http/response_plan.h"
+#include "server/shard.h"
+#include "tests/sim/sim_loop.h"
+
+namespace ringd::sim {
+namespace {
+
+constexpr int64_t kLingerMs = 5000;       // server/shard.cc's lingering close
+constexpr int64_t kCloseNoticeMs = 1000;  // a "Connection: close" response, then EOF within this
+
+// The crash reporter's view of the seed in progress.
+uint64_t g_seed = 0;
+SimOptions g_options;
+SimWorld* g_world = nullptr;
+
+// What a request target resolves to in the simulated tree (which never changes shape: only
+// the contents of some files, and whether flap.txt exists, change).
+struct Route {
+  std::string target;
+  enum Kind { kFile, kRedirect, kStatus } kind = kFile;
+  std::string path;      // kFile: the file, relative to the root
+  std::string location;  // kRedirect
+  int status = 0;        // kStatus
+  bool has_gz = false;   // kFile: a precompressed sibling path + ".gz" exists
+};
+
+enum class Style : uint8_t {
+  kNormal,     // valid requests, pipelined batches, reads everything
+  kSlow,       // dribbles its requests a few bytes at a time (may meet the header timeout)
+  kNoRead,     // stops reading: the server's sends stall until its send timeout
+  kResetter,   // resets the connection mid-transfer
+  kHalfClose,  // sends a batch, then shuts its sending side down; still reads the answers
+  kMalformed,  // ends with a malformed request: 400 and close
+  kBigHead,    // ends with a head over the limit: 431 and close
+  kBigBody,    // ends with a body over max_discarded_body: 413 and close
+  kBodyStall,  // ends with a body it never finishes sending (discard timeout)
+  kChunked,    // ends with a chunked body: answered, then close
+  kIdler,      // connects and says nothing (header timeout), or idles between batches
+};
+
+struct Req {
+  const Route* route = nullptr;  // null: not a plain GET/HEAD of a route
+  bool head = false;
+  std::string range;
+  std::string inm;  // If-None-Match
+  bool gzip = false;
+  bool closes = false;        // asked for Connection: close, or its framing ends the connection
+  int expect_status = 0;      // a fixed answer (405, 413, 431, 200 for OPTIONS), or
+  bool expect_error = false;  // any of 400/414/431/501/505, with close
+  bool options = false;
+  uint64_t start_offset = 0, end_offset = 0;  // in the client -> server byte stream
+  int64_t sent_ms = 0;
+  bool sent_idle = false;  // nothing else was outstanding when it was queued
+  uint64_t transient_at_send = 0, refused_at_send = 0;
+  uint32_t nth = 0;  // its number on the connection, from 1
+};
+
+struct Resp {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+  bool close = false;
+};
+
+struct Client {
+  uint32_t id = 0;
+  size_t sock = 0;
+  Style style = Style::kNormal;
+  std::string outbox;
+  std::deque<Req> pending;
+  std::string inbox;
+  int64_t next_write_ms = 0;
+  int64_t next_read_ms = 0;
+  int64_t reset_at_ms = INT64_MAX;
+  int batches_left = 1;
+  uint64_t stream_offset = 0;
+  uint32_t requests = 0;
+  bool misbehaved = false;
+  bool fin_sent = false;
+  bool stopped_reading = false;
+  bool close_response = false;
+  int64_t close_response_ms = 0;
+  bool ended = false;
+  int64_t last_progress_ms = 0;
+  std::map<std::string, std::string> etags;
+  bool head_503_body = false;  // avoid_known_bugs: drop what follows a 503 to a HEAD
+};
+
+std::string Lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+std::string RandomContent(Rng& rng, size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + rng.Below(26));
+  return s;
+}
+
+// Parses one response from the front of `in`. 0: need more; 1: done (`*consumed`); -1: garbage.
+int ParseResponse(const std::string& in, bool head_request, Resp* r, size_t* consumed,
+                  std::string* why) {
+  const size_t end = in.find("\r\n\r\n");
+  if (end == std::string::npos) {
+    if (in.size() > 8192) {
+      *why = "response head over 8 KiB";
+      return -1;
+    }
+    return 0;
+  }
+  *r = Resp{};
+  if (in.compare(0, 9, "HTTP/1.1 ") != 0 || end < 12) {
+    *why = "bad status line: " + in.substr(0, std::min<size_t>(end, 60));
+    return -1;
+  }
+  r->status = std::atoi(in.substr(9, 3).c_str());
+  size_t pos = in.find("\r\n") + 2;
+  while (pos < end + 2) {
+    const size_t eol = in.find("\r\n", pos);
+    const std::string line = in.substr(pos, eol - pos);
+    pos = eol + 2;
+    if (line.empty()) break;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) {
+      *why = "header without a colon: " + line;
+      return -1;
+    }
+    std::string value = line.substr(colon + 1);
+    while (!value.empty() && value[0] == ' ') value.erase(0, 1);
+    const std::string name = Lower(line.substr(0, colon));
+    if (r->headers.count(name) != 0) {
+      *why = "duplicate header " + name;
+      return -1;
+    }
+    r->headers[name] = value;
+  }
+  r->close = r->headers.count("connection") != 0 && Lower(r->headers["connection"]) == "close";
+  uint64_t length = 0;
+  auto cl = r->headers.find("content-length");
+  if (cl != r->headers.end()) {
+    length = std::strtoull(cl->second.c_str(), nullptr, 10);
+  } else if (r->status != 304) {
+    *why = "no Content-Length";
+    return -1;
+  }
+  const bool body = !head_request && r->status != 304;
+  const size_t body_len = body ? static_cast<size_t>(length) : 0;
+  if (in.size() < end + 4 + body_len) return 0;
+  r->body = in.substr(end + 4, body_len);
+  *consumed = end + 4 + body_len;
+  return 1;
+}
+
+std::string ErrorPage(int status) {
+  http::ResponsePlan plan;
+  http::PlanError(status, false, &plan);
+  return std::string(plan.inline_body);
+}
+
+const char* StyleName(Style s) {
+  static const char* names[] = {"normal",    "slow",      "noread",  "resetter",
+                                "halfclose", "malformed", "bighead", "bigbody",
+                                "bodystall", "chunked",   "idler"};
+  return names[static_cast<int>(s)];
+}
+
+class Sim {
+ public:
+  Sim(uint64_t seed, const SimOptions& options);
+  SeedResult Run();
+
+ private:
+  void Fail(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+  void BuildConfig();
+  void BuildTree();
+  void SpawnClient();
+  void MutateFiles();
+  void ClientStep(Client& c);
+  void StartBatch(Client& c);
+  void AddRequest(Client& c, Req q, const std::string& text);
+  void ReadResponses(Client& c);
+  void CheckResponse(Client& c, const Req& q, const Resp& r);
+  bool MatchVersion(const Req& q, const Resp& r, const PathVersion& v, const Route& route,
+                    const std::string& selected, std::string* why);
+  bool FileChanged(const Req& q, const std::string& path) const;
+  int64_t WindowStart(const Req& q) const;
+  void EndConnection(Client& c, const char* how);
+  void CheckStall(Client& c);
+  void EndPhase();
+  int64_t NextClientDeadline() const;
+  uint64_t Refused() const { return shard_->Stats().lookup_refused; }
+
+  uint64_t seed_;
+  SimOptions options_;
+  SimWorld world_;
+  Rng& rng_;
+  Config config_;
+  http::MimeTypes mime_;
+  std::unique_ptr<Shard> shard_;
+  SimLoop* loop_ = nullptr;
+  std::vector<Route> routes_;
+  std::vector<std::string> mutable_files_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  uint32_t target_clients_ = 1;
+  uint32_t max_clients_ = 1;
+  int64_t stall_limit_ms_ = 0;
+  bool draining_ = false;
+  bool flap_present_ = true;
+  SeedResult result_;
+};
+
+Sim::Sim(uint64_t seed, const SimOptions& options)
+    : seed_(seed), options_(options), world_(seed), rng_(world_.rng) {}
+
+void Sim::Fail(const char* fmt, ...) {
+  if (!result_.ok) return;
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  result_.ok = false;
+  result_.failure = buf;
+  world_.Trace("FAILED: %s", buf);
+}
+
+void Sim::BuildConfig() {
+  Config& c = config_;
+  c.pin = false;
+  c.shards = 1;
+  c.max_connections = static_cast<uint32_t>(rng_.Range(16, options_.quick ? 32 : 64));
+  static const uint32_t kRecvSizes[] = {1024, 2048, 4096};
+  c.recv_buffer_size = kRecvSizes[rng_.Below(3)];
+  c.recv_buffers = 64;
+  c.max_request_head = static_cast<uint32_t>(rng_.Range(1024, 4096));
+  c.max_request_line = std::min<uint32_t>(c.max_request_head, 2048);
+  c.max_headers = 32;
+  static const uint64_t kBodies[] = {0, 100, 1024, 4096};
+  c.max_discarded_body = kBodies[rng_.Below(4)];
+  static const uint32_t kSmall[] = {0, 512, 4096, 16384};
+  c.small_file_max = kSmall[rng_.Below(4)];
+  static const uint64_t kCache[] = {16 << 10, 64 << 10, 256 << 10};
+  c.small_file_cache_bytes = kCache[rng_.Below(3)];
+  c.open_file_cache_entries = static_cast<uint32_t>(rng_.Range(8, 256));
+  static const uint32_t kValid[] = {0, 0, 5, 100, 1000};
+  c.open_file_cache_valid_ms = kValid[rng_.Below(5)];
+  c.header_timeout_ms = static_cast<uint32_t>(rng_.Range(300, 3000));
+  c.keepalive_timeout_ms = static_cast<uint32_t>(rng_.Range(200, 5000));
+  c.send_timeout_ms = static_cast<uint32_t>(rng_.Range(500, 4000));
+  c.discard_body_timeout_ms = static_cast<uint32_t>(rng_.Range(200, 2000));
+  c.shutdown_timeout_ms = static_cast<uint32_t>(rng_.Range(200, 3000));
+  static const uint32_t kMaxRequests[] = {2, 5, 1000};
+  c.max_requests_per_connection = kMaxRequests[rng_.Below(3)];
+  static const uint32_t kRanges[] = {1, 2, 16};
+  c.max_ranges = kRanges[rng_.Below(3)];
+  c.precompressed = rng_.Chance(700);
+  c.send_turn_bytes = static_cast<uint32_t>(rng_.Range(16 << 10, 256 << 10));
+
+  SimFaults& f = world_.faults;
+  f.deliver = static_cast<uint32_t>(rng_.Range(300, 1000));
+  f.recv_split = static_cast<uint32_t>(rng_.Range(0, 1000));
+  f.send_partial = static_cast<uint32_t>(rng_.Range(0, 1000));
+  f.open_slow = static_cast<uint32_t>(rng_.Range(0, 400));
+  // Slow, but never so slow that a well-behaved client's request meets the send timeout (armed
+  // while the server waits for file metadata).
+  f.open_slow_max_ms = static_cast<int64_t>(rng_.Range(1, c.send_timeout_ms / 4));
+  f.open_transient = rng_.Chance(300) ? static_cast<uint32_t>(rng_.Range(1, 100)) : 0;
+  f.accept_error = rng_.Chance(200) ? static_cast<uint32_t>(rng_.Range(1, 100)) : 0;
+  f.accept_end = static_cast<uint32_t>(rng_.Range(0, 100));
+  f.cancel_reset = static_cast<uint32_t>(rng_.Range(0, 1000));
+  f.data_after_cancel = static_cast<uint32_t>(rng_.Range(0, 1000));
+  f.read_slow = static_cast<uint32_t>(rng_.Range(0, 500));
+
+  stall_limit_ms_ = static_cast<int64_t>(c.keepalive_timeout_ms) + c.header_timeout_ms +
+                    c.send_timeout_ms + c.discard_body_timeout_ms + kLingerMs + 5000;
+}
+
+void Sim::BuildTree() {
+  const bool quick = options_.quick;
+  auto size = [&](uint64_t lo, uint64_t hi) { return static_cast<size_t>(rng_.Range(lo, hi)); };
+  world_.MakeDir(".");
+  world_.PutFile("index.html", RandomContent(rng_, size(0, 600)));
+  world_.PutFile("a.txt", RandomContent(rng_, size(0, 3000)));
+  world_.PutFile("small.txt", RandomContent(rng_, size(1, 512)));
+  world_.PutFile("empty.txt", "");
+  world_.PutFile("big.bin",
+                 RandomContent(rng_, quick ? size(8 << 10, 40 << 10) : size(50 << 10, 400 << 10)));
+  world_.PutFile("style.css", RandomContent(rng_, size(100, 5000)));
+  world_.PutFile("style.css.gz", RandomContent(rng_, size(50, 2000)));
+  world_.MakeDir("dir1");
+  world_.PutFile("dir1/index.html", RandomContent(rng_, size(10, 2000)));
+  world_.PutFile("dir1/page.html", RandomContent(rng_, size(10, 9000)));
+  world_.MakeDir("dir1/sub");
+  world_.PutFile("dir1/sub/x.bin", RandomContent(rng_, size(1, 20000)));
+  world_.MakeDir("dir2");
+  world_.PutFile("dir2/x.txt", RandomContent(rng_, size(1, 100)));
+  world_.PutFile("secret.txt", "secret", /*unreadable=*/true);
+  world_.PutFile("mut1.txt", RandomContent(rng_, size(0, 5000)));
+  world_.PutFile("mut2.bin", RandomContent(rng_, quick ? size(1000, 30000) : size(1000, 200000)));
+  world_.PutFile("flap.txt", RandomContent(rng_, size(0, 3000)));
+  mutable_files_ = {"mut1.txt", "mut2.bin"};
+
+  auto file = [&](const std::string& target, const std::string& path, bool gz = false) {
+    Route r;
+    r.target = target;
+    r.kind = Route::kFile;
+    r.path = path;
+    r.has_gz = gz;
+    routes_.push_back(r);
+  };
+  auto redirect = [&](const std::string& target, const std::string& location) {
+    Route r;
+    r.target = target;
+    r.kind = Route::kRedirect;
+    r.location = location;
+    routes_.push_back(r);
+  };
+  auto status = [&](const std::string& target, int code) {
+    Route r;
+    r.target = target;
+    r.kind = Route::kStatus;
+    r.status = code;
+    routes_.push_back(r);
+  };
+  file("/", "index.html");
+  file("/index.html", "index.html");
+  file("/a.txt", "a.txt");
+  file("/%61.txt", "a.txt");
+  file("/a.txt?q=1", "a.txt");
+  file("/small.txt", "small.txt");
+  file("/empty.txt", "empty.txt");
+  file("/big.bin", "big.bin");
+  file("/style.css", "style.css", /*gz=*/true);
+  file("/style.css.gz", "style.css.gz");
+  redirect("/dir1", "/dir1/");
+  redirect("/dir1?x=y", "/dir1/?x=y");
+  file("/dir1/", "dir1/index.html");
+  file("/dir1/page.html", "dir1/page.html");
+  redirect("/dir1/sub", "/dir1/sub/");
+  status("/dir1/sub/", 403);
+  file("/dir1/sub/x.bin", "dir1/sub/x.bin");
+  status("/dir2/", 403);
+  file("/dir2/x.txt", "dir2/x.txt");
+  status("/missing.txt", 404);
+  status("/a.txt/", 404);
+  status("/a.txt/x", 404);
+  status("/nodir/x.txt", 404);
+  status("/secret.txt", 403);
+  file("/mut1.txt", "mut1.txt");
+  file("/mut2.bin", "mut2.bin");
+  file("/mut2.bin", "mut2.bin");
+  file("/flap.txt", "flap.txt");
+  file("/big.bin", "big.bin");
+}
+
+void Sim::MutateFiles() {
+  if (!rng_.Chance(options_.quick ? 20 : 10)) return;
+  if (rng_.Chance(300)) {
+    if (flap_present_) {
+      world_.Remove("flap.txt");
+    } else {
+      world_.PutFile("flap.txt", RandomContent(rng_, rng_.Below(3000)));
+      world_.Trace("file flap.txt created");
+    }
+    flap_present_ = !flap_present_;
+    return;
+  }
+  const std::string& path = mutable_files_[rng_.Below(mutable_files_.size())];
+  const size_t old_size = world_.tree[path]->content->size();
+  if (rng_.Chance(500) && old_size > 0) {
+    world_.TruncateInPlace(path, rng_.Below(old_size));
+  } else {
+    const size_t max = path == "mut2.bin" ? (options_.quick ? 30000 : 200000) : 5000;
+    world_.ReplaceFile(path, RandomContent(rng_, rng_.Below(max)));
+  }
+}
+
+void Sim::SpawnClient() {
+  auto c = std::make_unique<Client>();
+  c->id = static_cast<uint32_t>(clients_.size());
+  static const uint64_t kWindows[] = {512, 4096, 65536, 1 << 20};
+  c->sock = world_.Connect(kWindows[rng_.Below(4)]);
+  const uint64_t roll = rng_.Below(1000);
+  if (roll < 550) {
+    c->style = Style::kNormal;
+  } else {
+    c->style = static_cast<Style>(1 + rng_.Below(10));
+  }
+  if (options_.avoid_known_bugs) {
+    // (no known bugs yet)
+  }
+  c->batches_left = static_cast<int>(rng_.Range(1, options_.quick ? 3 : 6));
+  c->next_write_ms = world_.now_ms + static_cast<int64_t>(rng_.Below(20));
+  c->last_progress_ms = world_.now_ms;
+  switch (c->style) {
+    case Style::kSlow:
+    case Style::kNoRead:
+    case Style::kResetter:
+    case Style::kBodyStall:
+      c->misbehaved = true;
+      break;
+    case Style::kIdler:
+      c->misbehaved = true;
+      c->next_write_ms = world_.now_ms + static_cast<int64_t>(rng_.Below(3000));
+      break;
+    default:
+      break;
+  }
+  if (c->style == Style::kResetter) {
+    c->reset_at_ms = world_.now_ms + static_cast<int64_t>(rng_.Range(1, 500));
+  }
+  world_.Trace("client %u connects (socket %zu, %s, window %llu)", c->id, c->sock,
+               StyleName(c->style),
+               static_cast<unsigned long long>(world_.sockets[c->sock].window));
+  clients_.push_back(std::move(c));
+  ++result_.connections;
+}
+
+void Sim::AddRequest(Client& c, Req q, const std::string& text) {
+  q.start_offset = c.stream_offset;
+  c.stream_offset += text.size();
+  q.end_offset = c.stream_offset;
+  q.sent_ms = world_.now_ms;
+  q.sent_idle = c.pending.empty();
+  q.transient_at_send = world_.counters.open_transient;
+  q.refused_at_send = Refused();
+  q.nth = ++c.requests;
+  world_.Trace("client %u queues request %u: %.60s", c.id, q.nth, text.c_str());
+  c.outbox += text;
+  c.pending.push_back(std::move(q));
+  ++result_.requests;
+}
+
+void Sim::StartBatch(Client& c) {
+  --c.batches_left;
+  const bool last_batch = c.batches_left == 0;
+  const uint32_t n = static_cast<uint32_t>(rng_.Range(1, 4));
+  for (uint32_t i = 0; i < n; ++i) {
+    const bool last = i + 1 == n;
+    // The misbehaving kinds end their last batch with their special request.
+    if (last && last_batch) {
+      std::string text;
+      Req q;
+      switch (c.style) {
+        case Style::kMalformed: {
+          static const char* kForms[] = {
+              "GET /a.txt HTTP/1.1\r\nHost: sim\r\nNoColonHere\r\n\r\n",
+              "GET /a.txt HTTP/1.1\r\nHost: sim\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+              "G(T /a.txt HTTP/1.1\r\nHost: sim\r\n\r\n",
+              "GET /a.txt HTTP/1.1\r\nHost: sim\r\nContent-Length: -1\r\n\r\n",
+          };
+          text = kForms[rng_.Below(4)];
+          q.expect_error = true;
+          q.closes = true;
+          AddRequest(c, q, text);
+          return;
+        }
+        case Style::kBigHead:
+          text = "GET /a.txt HTTP/1.1\r\nHost: sim\r\nX-Big: " +
+                 std::string(config_.max_request_head + rng_.Range(1, 3000), 'b') + "\r\n\r\n";
+          q.expect_status = 431;
+          q.closes = true;
+          AddRequest(c, q, text);
+          return;
+        case Style::kBigBody: {
+          const uint64_t len = config_.max_discarded_body + rng_.Range(1, 5000);
+          text = "GET /a.txt HTTP/1.1\r\nHost: sim\r\nContent-Length: " + std::to_string(len) +
+                 "\r\n\r\n" + std::string(rng_.Below(len + 1), 'x');
+          q.expect_status = 413;
+          q.closes = true;
+          AddRequest(c, q, text);
+          return;
+        }
+        case Style::kChunked: {
+          const Route& route = routes_[rng_.Below(routes_.size())];
+          text =
+              "GET " + route.target +
+              " HTTP/1.1\r\nHost: sim\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+          q.route = &route;
+          q.closes = true;
+          AddRequest(c, q, text);
+          return;
+        }
+        case Style::kBodyStall: {
+          const Route& route = routes_[rng_.Below(routes_.size())];
+          const uint64_t len = std::max<uint64_t>(config_.max_discarded_body, 1);
+          text = "GET " + route.target +
+                 " HTTP/1.1\r\nHost: sim\r\nContent-Length: " + std::to_string(len) + "\r\n\r\n";
+          q.route = &route;
+          if (len > config_.max_discarded_body) {
+            q.route = nullptr;
+            q.expect_status = 413;
+            q.closes = true;
+          }
+          AddRequest(c, q, text);
+          c.outbox += std::string(rng_.Below(len), 'y');  // never all of it
+          return;
+        }
+        default:
+          break;
+      }
+    }
+    Req q;
+    std::string text;
+    const uint64_t kind = rng_.Below(1000);
+    std::string extra;
+    uint64_t body = 0;
+    if (kind < 40) {
+      text = "POST /a.txt HTTP/1.1\r\nHost: sim\r\n";
+      q.expect_status = 405;
+      body = rng_.Below(config_.max_discarded_body + 1);
+    } else if (kind < 60) {
+      text = "OPTIONS * HTTP/1.1\r\nHost: sim\r\n";
+      q.expect_status = 200;
+      q.options = true;
+    } else {
+      const Route& route = routes_[rng_.Below(routes_.size())];
+      q.route = &route;
+      q.head = rng_.Chance(150);
+      text = std::string(q.head ? "HEAD " : "GET ") + route.target + " HTTP/1.1\r\nHost: sim\r\n";
+      if (route.kind == Route::kFile && rng_.Chance(250)) {
+        static const char* kRanges[] = {"bytes=0-0", "bytes=0-99",      "bytes=10-",
+                                        "bytes=-50", "bytes=5-9,20-29", "bytes=100000-",
+                                        "bytes=abc", "bytes=0-0,-1",    "bytes=1-2,1-3"};
+        q.range = kRanges[rng_.Below(9)];
+        extra += "Range: " + q.range + "\r\n";
+      }
+      if (route.kind == Route::kFile && rng_.Chance(200)) {
+        auto it = c.etags.find(route.path);
+        if (it != c.etags.end()) {
+          q.inm = it->second;
+          extra += "If-None-Match: " + q.inm + "\r\n";
+        }
+      }
+      if (rng_.Chance(300)) {
+        q.gzip = true;
+        extra += "Accept-Encoding: gzip\r\n";
+      }
+      if (config_.max_discarded_body > 0 && rng_.Chance(50)) {
+        body = rng_.Range(1, config_.max_discarded_body);
+      }
+    }
+    if (body > 0) extra += "Content-Length: " + std::to_string(body) + "\r\n";
+    if (last && (last_batch ? rng_.Chance(300) : rng_.Chance(30))) {
+      extra += "Connection: close\r\n";
+      q.closes = true;
+    }
+    if (rng_.Chance(100)) extra += "X-Pad: " + std::string(rng_.Below(300), 'p') + "\r\n";
+    text += extra + "\r\n" + std::string(body, 'z');
+    AddRequest(c, q, text);
+    if (q.closes) return;
+  }
+}
+
+// The oldest moment whose file versions a response to `q` may show: the request's own time, less
+// what the open-file cache may hold an entry for.
+int64_t Sim::WindowStart(const Req& q) const {
+  int64_t lo = q.sent_ms - static_cast<int64_t>(config_.open_file_cache_valid_ms) - 2;
+  // Known bug 3 (README.md): an entry counts as validated when its content read ends, not when
+  // its metadata was read, so metadata from before the request can count as fresh for it.
+  if (options_.avoid_known_bugs) lo -= 200;
+  return lo;
+}
+
+bool Sim::FileChanged(const Req& q, const std::string& path) const {
+  auto it = world_.history.find(path);
+  if (it == world_.history.end()) return false;
+  const int64_t lo = WindowStart(q);
+  for (const PathVersion& v : it->second) {
+    if (v.from_ms > lo && v.from_ms > 1000) return true;  // (the tree was built at 1000)
+  }
+  return false;
+}
+
+bool Sim::MatchVersion(const Req& q, const Resp& r, const PathVersion& v, const Route& route,
+                       const std::string& selected, std::string* why) {
+  auto expect_page = [&](int status) {
+    if (r.status != status) {
+      *why = "status " + std::to_string(r.status) + ", expected " + std::to_string(status);
+      return false;
+    }
+    const std::string page = ErrorPage(status);
+    if (r.headers.count("content-length") == 0 ||
+        r.headers.at("content-length") != std::to_string(page.size())) {
+      *why = "error page Content-Length";
+      return false;
+    }
+    if (!q.head && r.body != page) {
+      *why = "error page body";
+      return false;
+    }
+    return true;
+  };
+  if (v.inode == nullptr || v.inode->dir) return expect_page(404);
+  const std::string& content = *v.inode->content;
+  const uint64_t size = content.size();
+  char etag_buf[64];
+  const std::string etag(etag_buf, http::FormatETag(v.inode->mtime_sec, size, etag_buf));
+  auto header = [&](const char* name) {
+    auto it = r.headers.find(name);
+    return it == r.headers.end() ? std::string() : it->second;
+  };
+  if (!q.inm.empty() && q.inm == etag) {
+    if (r.status != 304) {
+      *why = "status " + std::to_string(r.status) + ", expected 304";
+      return false;
+    }
+    return true;
+  }
+  if (r.status == 304) {
+    *why = "304 for an ETag that does not match";
+    return false;
+  }
+  if (r.status == 200 || r.status == 206) {
+    if (header("etag") != etag) {
+      *why = "ETag " + header("etag") + ", this version's is " + etag;
+      return false;
+    }
+  }
+  if (!q.head && !q.range.empty()) {
+    http::RangeSet set;
+    switch (http::ParseRange(q.range, size, config_.max_ranges, &set)) {
+      case http::RangeOutcome::kIgnore:
+        break;
+      case http::RangeOutcome::kUnsatisfiable:
+        return expect_page(416);
+      case http::RangeOutcome::kSatisfiable: {
+        if (r.status != 206) {
+          *why = "status " + std::to_string(r.status) + ", expected 206";
+          return false;
+        }
+        std::string expected;
+        if (set.count == 1) {
+          const http::ByteRange& b = set.ranges[0];
+          const std::string cr = "bytes " + std::to_string(b.first) + "-" + std::to_string(b.last) +
+                                 "/" + std::to_string(size);
+          if (header("content-range") != cr) {
+            *why = "Content-Range " + header("content-range") + ", expected " + cr;
+            return false;
+          }
+          expected = content.substr(b.first, b.Length());
+        } else {
+          // The boundary is drawn at random by the shard: take it from the response.
+          const std::string ct = header("content-type");
+          const std::string prefix = "multipart/byteranges; boundary=";
+          if (ct.compare(0, prefix.size(), prefix) != 0) {
+            *why = "multipart Content-Type " + ct;
+            return false;
+          }
+          const std::string boundary = ct.substr(prefix.size());
+          http::MultipartLayout layout(set, mime_.ForPath(route.path), size, boundary);
+          char part[http::MultipartLayout::kMaxPartHead + 8];
+          for (size_t i = 0; i < set.count; ++i) {
+            expected.append(part, layout.PartHead(i, part));
+            expected += content.substr(set.ranges[i].first, set.ranges[i].Length());
+          }
+          char tail[http::MultipartLayout::kMaxBoundary + 16];
+          expected.append(tail, layout.Tail(tail));
+        }
+        if (r.body != expected) {
+          *why = "206 body differs from this version's bytes";
+          return false;
+        }
+        return true;
+      }
+    }
+  }
+  if (r.status != 200) {
+    *why = "status " + std::to_string(r.status) + ", expected 200";
+    return false;
+  }
+  if (header("content-length") != std::to_string(size)) {
+    *why =
+        "Content-Length " + header("content-length") + ", this version has " + std::to_string(size);
+    return false;
+  }
+  if (!q.head && r.body != content) {
+    *why = "200 body differs from this version of " + selected;
+    return false;
+  }
+  return true;
+}
+
+void Sim::CheckResponse(Client& c, const Req& q, const Resp& r) {
+  ++result_.responses;
+  const bool refused_allowed =
+      world_.counters.open_transient > q.transient_at_send || Refused() > q.refused_at_send;
+  // Whether the response may (must) end the connection.
+  const bool closing_status = r.status == 400 || r.status == 413 || r.status == 414 ||
+                              r.status == 431 || r.status == 500 || r.status == 501 ||
+                              r.status == 503 || r.status == 505;
+  const bool must_close =
+      q.closes || closing_status || q.nth >= config_.max_requests_per_connection;
+  if (must_close && !r.close) {
+    return Fail("client %u: response %d to request %u lacks Connection: close", c.id, r.status,
+                q.nth);
+  }
+  if (r.close && !must_close && !c.fin_sent && !draining_) {
+    return Fail("client %u: response %d to request %u says Connection: close for no reason", c.id,
+                r.status, q.nth);
+  }
+  if (r.status == 503) {
+    if (!refused_allowed) {
+      return Fail("client %u: 503 with no failed open or refused lookup since the request", c.id);
+    }
+    return;
+  }
+  if (q.expect_error) {
+    if (r.status != 400 && r.status != 414 && r.status != 431 && r.status != 501 &&
+        r.status != 505) {
+      return Fail("client %u: malformed request answered %d", c.id, r.status);
+    }
+    return;
+  }
+  if (q.expect_status != 0) {
+    if (r.status != q.expect_status) {
+      return Fail("client %u: request %u answered %d, expected %d", c.id, q.nth, r.status,
+                  q.expect_status);
+    }
+    return;
+  }
+  const Route& route = *q.route;
+  std::string why;
+  switch (route.kind) {
+    case Route::kStatus: {
+      PathVersion v;  // not a file: the page for the status
+      if (r.status != route.status) {
+        return Fail("client %u: %s answered %d, expected %d", c.id, route.target.c_str(), r.status,
+                    route.status);
+      }
+      const std::string page = ErrorPage(route.status);
+      if (!q.head && r.body != page) return Fail("client %u: wrong error page", c.id);
+      return;
+    }
+    case Route::kRedirect:
+      if (r.status != 301 || r.headers.count("location") == 0 ||
+          r.headers.at("location") != route.location) {
+        return Fail("client %u: %s answered %d (Location %s), expected 301 to %s", c.id,
+                    route.target.c_str(), r.status,
+                    r.headers.count("location") ? r.headers.at("location").c_str() : "-",
+                    route.location.c_str());
+      }
+      return;
+    case Route::kFile:
+      break;
+  }
+  // With a .gz sibling and a client that takes gzip, the sibling is the selected file: its bytes,
+  // its size for ranges (a 416 names it too, without Content-Encoding).
+  const bool gz_expected = route.has_gz && q.gzip && config_.precompressed;
+  const bool transient = world_.counters.open_transient > q.transient_at_send;
+  const auto enc = r.headers.find("content-encoding");
+  if (enc != r.headers.end() && (enc->second != "gzip" || !gz_expected)) {
+    return Fail("client %u: Content-Encoding %s for %s (gzip accepted %d)", c.id,
+                enc->second.c_str(), route.target.c_str(), q.gzip);
+  }
+  // A failed lookup of the sibling (EMFILE) serves the file itself: not an error.
+  if (enc == r.headers.end() && gz_expected && (r.status == 200 || r.status == 206) && !transient) {
+    return Fail("client %u: %s not served from its .gz sibling though the client takes gzip", c.id,
+                route.target.c_str());
+  }
+  std::vector<std::string> selected;
+  if (enc != r.headers.end() || (gz_expected && r.status != 200 && r.status != 206)) {
+    selected.push_back(route.path + ".gz");
+  }
+  if (enc == r.headers.end()) selected.push_back(route.path);
+  const int64_t lo = WindowStart(q);
+  int candidates = 0;
+  for (const std::string& path : selected) {
+    for (const PathVersion& v : world_.history[path]) {
+      if (v.to_ms <= lo || v.from_ms > world_.now_ms) continue;
+      ++candidates;
+      if (MatchVersion(q, r, v, route, path, &why)) {
+        if ((r.status == 200 || r.status == 206) && r.headers.count("etag") != 0)
+          c.etags[route.path] = r.headers.at("etag");
+        return;
+      }
+    }
+  }
+  Fail(
+      "client %u: %s %s (request %u, range '%s', inm '%s') answered %d: matches none of %d "
+      "versions (last mismatch: %s)",
+      c.id, q.head ? "HEAD" : "GET", route.target.c_str(), q.nth, q.range.c_str(), q.inm.c_str(),
+      r.status, candidates, why.c_str());
+}
+
+void Sim::ReadResponses(Client& c) {
+  while (!c.inbox.empty() && result_.ok) {
+    if (c.close_response && c.head_503_body) {
+      c.inbox.clear();  // known bug 1 (README.md): the body of a 503 answering a HEAD
+      return;
+    }
+    if (c.pending.empty() || c.close_response) {
+      return Fail("client %u: %zu bytes nobody asked for: %.40s", c.id, c.inbox.size(),
+                  c.inbox.c_str());
+    }
+    Resp r;
+    size_t consumed = 0;
+    std::string why;
+    const int rc = ParseResponse(c.inbox, c.pending.front().head, &r, &consumed, &why);
+    if (rc < 0) return Fail("client %u: unparsable response: %s", c.id, why.c_str());
+    if (rc == 0) return;
+    c.inbox.erase(0, consumed);
+    const Req q = c.pending.front();
+    c.pending.pop_front();
+    world_.Trace("client %u: response %d to request %u (%s %s)%s", c.id, r.status, q.nth,
+                 q.head ? "HEAD" : "GET", q.route != nullptr ? q.route->target.c_str() : "-",
+                 r.close ? " (close)" : "");
+    CheckResponse(c, q, r);
+    if (q.head && r.status == 503 && options_.avoid_known_bugs) c.head_503_body = true;
+    if (r.close) {
+      c.close_response = true;
+      c.close_response_ms = world_.now_ms;
+      c.pending.clear();  // not owed: the server said it ends here
+      c.outbox.clear();
+    } else if (c.pending.empty() && c.outbox.empty()) {
+      // Between batches: sometimes a short pause, sometimes an idle gap past keep-alive.
+      const int64_t gap =
+          rng_.Chance(100) ? static_cast<int64_t>(rng_.Range(1, 2 * config_.keepalive_timeout_ms))
+                           : static_cast<int64_t>(rng_.Below(30));
+      c.next_write_ms = world_.now_ms + gap;
+    }
+  }
+}
+
+void Sim::EndConnection(Client& c, const char* how) {
+  SimSocket& s = world_.sockets[c.sock];
+  world_.Trace("client %u: connection ends (%s), %zu pending, %zu bytes partial", c.id, how,
+               c.pending.size(), c.inbox.size());
+  c.ended = true;
+  s.client_closed = true;
+  s.client_fin = true;
+  if (c.misbehaved || draining_) return;
+  // Known bug 2 (README.md): the send timer is re-armed only when a whole Send or SendFile chunk
+  // (up to 1 MiB) completes, so a client reading steadily but slowly is cut mid-body.
+  if (options_.avoid_known_bugs && !c.pending.empty() &&
+      world_.now_ms - c.pending.front().sent_ms >= config_.send_timeout_ms) {
+    return;
+  }
+  if (!c.inbox.empty()) {
+    const Req& q = c.pending.front();
+    const bool changed = q.route != nullptr && q.route->kind == Route::kFile &&
+                         (FileChanged(q, q.route->path) || FileChanged(q, q.route->path + ".gz"));
+    if (!changed) {
+      return Fail(
+          "client %u: response to request %u truncated (%zu bytes, %s) though its file "
+          "did not change",
+          c.id, q.nth, c.inbox.size(), how);
+    }
+    return;
+  }
+  if (c.pending.empty() || c.close_response) return;
+  const Req& q = c.pending.front();
+  // A request that reached a connection the server was closing as idle (a keep-alive timeout,
+  // or giving way at the connection limit) may go unanswered, as long as the server had not
+  // read any of it; HTTP clients retry those.
+  if (q.sent_idle && s.received_before_abort <= q.start_offset) return;
+  Fail(
+      "client %u: connection ended (%s) with %zu requests unanswered; the server had read "
+      "%llu of %llu bytes (request %u at %llu)",
+      c.id, how, c.pending.size(), static_cast<unsigned long long>(s.received_before_abort),
+      static_cast<unsigned long long>(c.stream_offset), q.nth,
+      static_cast<unsigned long long>(q.start_offset));
+}
+
+void Sim::CheckStall(Client& c) {
+  if (c.ended || c.misbehaved || c.stopped_reading) return;
+  const int64_t now = world_.now_ms;
+  if (c.close_response && now - c.close_response_ms > kCloseNoticeMs) {
+    return Fail("client %u: no end of stream %lld ms after a Connection: close response", c.id,
+                static_cast<long long>(now - c.close_response_ms));
+  }
+  if (!c.pending.empty() && c.outbox.empty() && now - c.last_progress_ms > stall_limit_ms_) {
+    Fail("client %u: %zu requests outstanding and nothing for %lld ms", c.id, c.pending.size(),
+         static_cast<long long>(now - c.last_progress_ms));
+  }
+}
+
+void Sim::ClientStep(Client& c) {
+  if (c.ended) return;
+  SimSocket& s = world_.sockets[c.sock];
+  const int64_t now = world_.now_ms;
+  if (s.refused) return EndConnection(c, "refused");
+  if (now >= c.reset_at_ms) {
+    s.client_reset = true;
+    world_.Trace("client %u resets", c.id);
+    c.ended = true;
+    return;
+  }
+  if (c.stopped_reading) {
+    if (s.server_closed || s.server_reset) EndConnection(c, "closed while not reading");
+    return;
+  }
+  // Read.
+  if (s.server_reset) {
+    s.to_client.clear();  // a reset: whatever was not read yet is lost
+    return EndConnection(c, "reset by the server");
+  }
+  if (!s.to_client.empty() && now >= c.next_read_ms) {
+    size_t n = s.to_client.size();
+    if (rng_.Chance(300)) n = 1 + rng_.Below(n);
+    c.inbox.append(s.to_client, 0, n);
+    s.to_client.erase(0, n);
+    c.last_progress_ms = now;
+    if (rng_.Chance(50)) c.next_read_ms = now + static_cast<int64_t>(rng_.Range(1, 100));
+    ReadResponses(c);
+    if (!result_.ok) return;
+  }
+  if ((s.server_shut_wr || s.server_closed) && s.to_client.empty()) {
+    return EndConnection(c, "end of stream");
+  }
+  if (c.close_response) return;  // waiting for the end of stream
+  // Write.
+  if (!c.outbox.empty() && now >= c.next_write_ms) {
+    size_t n = c.outbox.size();
+    if (c.style == Style::kSlow) {
+      n = std::min<size_t>(n, 1 + rng_.Below(16));
+      c.next_write_ms = now + static_cast<int64_t>(rng_.Range(10, 300));
+    }
+    if (!s.server_closed) s.to_server.append(c.outbox, 0, n);
+    c.outbox.erase(0, n);
+    c.last_progress_ms = now;
+    if (c.outbox.empty() && c.style == Style::kHalfClose && c.batches_left == 0) {
+      s.client_fin = true;
+      c.fin_sent = true;
+      world_.Trace("client %u shuts its sending side", c.id);
+    }
+    if (c.outbox.empty() && c.style == Style::kNoRead) {
+      c.stopped_reading = true;
+      world_.Trace("client %u stops reading", c.id);
+    }
+    return;
+  }
+  if (c.outbox.empty() && c.pending.empty() && now >= c.next_write_ms && !c.fin_sent) {
+    if (c.style == Style::kIdler && c.batches_left > 0 && rng_.Chance(300)) {
+      c.next_write_ms = now + static_cast<int64_t>(rng_.Range(100, 4000));
+      c.batches_left = 0;
+      return;
+    }
+    if (c.batches_left > 0) return StartBatch(c);
+    // Done: close, as clients do (sometimes with a reset).
+    if (rng_.Chance(200)) {
+      s.client_reset = true;
+      world_.Trace("client %u done: resets", c.id);
+    } else {
+      s.client_fin = true;
+      s.client_closed = true;
+      world_.Trace("client %u done: closes", c.id);
+    }
+    c.ended = true;
+  }
+}
+
+int64_t Sim::NextClientDeadline() const {
+  int64_t next = INT64_MAX;
+  for (const auto& cp : clients_) {
+    const Client& c = *cp;
+    if (c.ended) continue;
+    const SimSocket& s = world_.sockets[c.sock];
+    if (c.reset_at_ms != INT64_MAX) next = std::min(next, c.reset_at_ms);
+    if (!c.stopped_reading && !s.to_client.empty()) next = std::min(next, c.next_read_ms);
+    if (c.close_response) continue;
+    if (!c.outbox.empty() || (c.pending.empty() && !c.fin_sent))
+      next = std::min(next, c.next_write_ms);
+  }
+  return next;
+}
+
+void Sim::EndPhase() {
+  // Every client goes away.
+  for (auto& cp : clients_) {
+    Client& c = *cp;
+    if (c.ended) continue;
+    SimSocket& s = world_.sockets[c.sock];
+    if (rng_.Chance(300)) {
+      s.client_reset = true;
+    } else {
+      s.client_fin = true;
+      s.client_closed = true;
+    }
+    c.ended = true;
+  }
+  draining_ = true;
+  world_.external_deadline_ms = INT64_MAX;
+  world_.Trace("all clients gone");
+  // Time passes beyond every timeout: the shard must end up holding nothing.
+  const int64_t until = world_.now_ms + stall_limit_ms_;
+  while (world_.now_ms < until) {
+    shard_->Step();
+    ++result_.steps;
+    const ShardUsage u = shard_->Usage();
+    if (u.connections == 0 && loop_->OpsInFlightExcept(io::Op::kAccept) == 0) break;
+  }
+  const ShardUsage u = shard_->Usage();
+  if (u.connections != 0 || u.exchanges != 0 || u.input_buffers != 0) {
+    return Fail(
+        "after every client left and %lld ms passed: %u connections, %u exchanges, %u "
+        "input buffers still held; operations:\n%s",
+        static_cast<long long>(stall_limit_ms_), u.connections, u.exchanges, u.input_buffers,
+        loop_->DescribeOps().c_str());
+  }
+  if (loop_->OpsInFlightExcept(io::Op::kAccept) != 0) {
+    return Fail("no connections left, but operations in flight:\n%s", loop_->DescribeOps().c_str());
+  }
+  if (!world_.socket_fds.empty()) {
+    return Fail("no connections left, but %zu sockets still open (fd %d first)",
+                world_.socket_fds.size(), world_.socket_fds.begin()->first);
+  }
+  if (world_.file_fds.size() > u.cache_entries) {
+    return Fail("%zu files open, but only %u cache entries", world_.file_fds.size(),
+                u.cache_entries);
+  }
+  // A graceful stop completes within its deadline and a second.
+  shard_->RequestStop();
+  const int64_t deadline = world_.now_ms + config_.shutdown_timeout_ms + 1000;
+  bool stopped = false;
+  while (world_.now_ms <= deadline) {
+    ++result_.steps;
+    if (!shard_->Step()) {
+      stopped = true;
+      break;
+    }
+  }
+  if (!stopped) return Fail("the shard did not stop within shutdown_timeout_ms + 1 s");
+  if (loop_->OpsInFlight() != 0) {
+    return Fail("stopped with operations in flight:\n%s", loop_->DescribeOps().c_str());
+  }
+  shard_.reset();
+  loop_ = nullptr;
+  if (!world_.file_fds.empty()) {
+    Fail("the shard is gone and %zu file descriptors are still open", world_.file_fds.size());
+  }
+}
+
+SeedResult Sim::Run() {
+  g_world = &world_;
+  world_.print_trace = options_.verbose;
+  BuildConfig();
+  BuildTree();
+  world_.listen_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // the shard ::close()s it
+  shard_ = std::make_unique<Shard>(
+      0, config_, std::vector<int>{world_.listen_fd}, /*root_fd=*/7, &mime_,
+      [this](const io::LoopOptions& o, std::string*) -> std::unique_ptr<io::Loop> {
+        auto loop = std::make_unique<SimLoop>(&world_, o);
+        loop_ = loop.get();
+        return loop;
+      },
+      /*cpu=*/-1);
+  if (!shard_->Setup()) {
+    Fail("Setup failed: %s", shard_->error().c_str());
+    result_.trace = world_.RecentTrace();
+    return result_;
+  }
+  max_clients_ = static_cast<uint32_t>(rng_.Range(4, options_.quick ? 24 : 120));
+  target_clients_ = static_cast<uint32_t>(
+      rng_.Range(1, std::min<uint32_t>(max_clients_, config_.max_connections + 8)));
+  const uint64_t max_steps = options_.quick ? rng_.Range(200, 1500) : rng_.Range(2000, 30000);
+  world_.Trace(
+      "seed %llu: max_connections %u, recv_buffer %u, head %u, small_file_max %u, "
+      "valid_ms %u, clients %u (%u at once)",
+      static_cast<unsigned long long>(seed_), config_.max_connections, config_.recv_buffer_size,
+      config_.max_request_head, config_.small_file_max, config_.open_file_cache_valid_ms,
+      max_clients_, target_clients_);
+  for (uint64_t step = 0; step < max_steps && result_.ok; ++step) {
+    MutateFiles();
+    uint32_t active = 0;
+    for (const auto& c : clients_) active += !c->ended;
+    if (active < target_clients_ && clients_.size() < max_clients_ && rng_.Chance(200)) {
+      SpawnClient();
+    }
+    for (auto& c : clients_) {
+      ClientStep(*c);
+      if (!result_.ok) break;
+    }
+    if (!result_.ok) break;
+    if (clients_.size() >= max_clients_ && active == 0) break;
+    world_.external_deadline_ms = NextClientDeadline();
+    shard_->Step();
+    ++result_.steps;
+    for (auto& c : clients_) CheckStall(*c);
+    if (rng_.Chance(300)) ++world_.now_ms;
+  }
+  if (result_.ok) EndPhase();
+  result_.simulated_ms = world_.now_ms;
+  if (!result_.ok) result_.trace = world_.RecentTrace();
+  shard_.reset();
+  g_world = nullptr;
+  return result_;
+}
+
+void OnAbort(int) {
+  std::fprintf(stderr, "\nshard_sim: seed %llu aborted (a server assertion?)\nreplay: %s\n",
+               static_cast<unsigned long long>(g_seed), ReplayCommand(g_seed, g_options).c_str());
+  if (g_world != nullptr) {
+    for (const std::string& line : g_world->RecentTrace())
+      std::fprintf(stderr, "  %s\n", line.c_str());
+  }
+  std::fflush(stderr);
+  signal(SIGABRT, SIG_DFL);
+}
+
+}  // namespace
+
+SeedResult RunSeed(uint64_t seed, const SimOptions& options) {
+  g_seed = seed;
+  g_options = options;
+  Sim sim(seed, options);
+  return sim.Run();
+}
+
+std::string ReplayCommand(uint64_t seed, const SimOptions& options) {
+  return "bazel run //tests/sim:shard_sim -- --seed=" + std::to_string(seed) +
+         (options.quick ? " --quick" : "") +
+         (options.avoid_known_bugs ? " --avoid-known-bugs" : "");
+}
+
+void InstallCrashReporter() { signal(SIGABRT, &OnAbort); }
+
+}  // namespace ringd::sim

@@ -1,0 +1,45 @@
+// The shard simulator's driver: one seed builds a configuration, a file tree and a crowd of
+// clients from its PRNG, runs the real ringd::Shard on a SimLoop step by step, and checks after
+// every step that what each client received is right for what it asked (status, headers, body
+// bytes, order, when the connection may close). A seed that fails replays exactly:
+//
+//   SeedResult r = RunSeed(42, SimOptions{});
+//   if (!r.ok) { puts(r.failure.c_str()); for (auto& l : r.trace) puts(l.c_str()); }
+//
+// Known server bugs the simulator found are listed in tests/sim/README.md; `avoid_known_bugs`
+// steers around their scenarios so that other bugs can still be found.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ringd::sim {
+
+struct SimOptions {
+  bool quick = false;             // smaller runs: the cc_test's thousands of seeds
+  bool avoid_known_bugs = false;  // skip scenarios of bugs in README.md's list
+  bool verbose = false;           // print the whole trace as it happens
+};
+
+struct SeedResult {
+  bool ok = true;
+  std::string failure;             // the invariant that broke, with details
+  std::vector<std::string> trace;  // the last events before it broke
+  uint64_t requests = 0;           // requests the clients sent
+  uint64_t responses = 0;          // complete responses they checked
+  uint64_t steps = 0;
+  uint64_t connections = 0;
+  int64_t simulated_ms = 0;
+};
+
+SeedResult RunSeed(uint64_t seed, const SimOptions& options);
+
+// The one command that replays a seed (run with SimOptions::quick or not).
+std::string ReplayCommand(uint64_t seed, const SimOptions& options);
+
+// Prints the seed being run, its replay command and its recent trace if a server assertion
+// aborts the process mid-seed.
+void InstallCrashReporter();
+
+}  // namespace ringd::sim

@@ -1,0 +1,117 @@
+// Runs the shard simulator: one seed, a range of seeds, or random seeds for a while.
+//
+//   bazel run //tests/sim:shard_sim -- --seed=42            # replay one seed, exactly
+//   bazel run //tests/sim:shard_sim -- --seeds=10000        # seeds 1..10000
+//   bazel run -c opt //tests/sim:shard_sim -- --minutes=30  # random seeds until time is up
+//
+// --quick runs the cc_test's smaller seeds; --avoid-known-bugs skips the scenarios of the bugs
+// listed in README.md (off unless asked, so the long mode keeps finding them).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "tests/sim/shard_sim.h"
+
+namespace {
+
+bool Flag(const char* arg, const char* name, std::string* value) {
+  const size_t n = std::strlen(name);
+  if (std::strncmp(arg, name, n) != 0) return false;
+  if (arg[n] == '=') {
+    *value = arg + n + 1;
+    return true;
+  }
+  if (arg[n] == '\0') {
+    *value = "1";
+    return true;
+  }
+  return false;
+}
+
+int Report(uint64_t seed, const ringd::sim::SeedResult& r, const ringd::sim::SimOptions& options) {
+  std::printf("seed %llu FAILED: %s\n", static_cast<unsigned long long>(seed), r.failure.c_str());
+  std::printf("last events:\n");
+  for (const std::string& line : r.trace) std::printf("  %s\n", line.c_str());
+  std::printf("replay: %s\n", ringd::sim::ReplayCommand(seed, options).c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint64_t seed = 0, seeds = 0, first = 1;
+  double minutes = 0;
+  ringd::sim::SimOptions options;
+  for (int i = 1; i < argc; ++i) {
+    std::string v;
+    if (Flag(argv[i], "--seed", &v)) {
+      seed = std::strtoull(v.c_str(), nullptr, 10);
+    } else if (Flag(argv[i], "--seeds", &v)) {
+      seeds = std::strtoull(v.c_str(), nullptr, 10);
+    } else if (Flag(argv[i], "--first", &v)) {
+      first = std::strtoull(v.c_str(), nullptr, 10);
+    } else if (Flag(argv[i], "--minutes", &v)) {
+      minutes = std::strtod(v.c_str(), nullptr);
+    } else if (Flag(argv[i], "--quick", &v)) {
+      options.quick = true;
+    } else if (Flag(argv[i], "--verbose", &v)) {
+      options.verbose = true;
+    } else if (Flag(argv[i], "--avoid-known-bugs", &v)) {
+      options.avoid_known_bugs = true;
+    } else {
+      std::fprintf(stderr,
+                   "usage: shard_sim [--seed=N | --seeds=N [--first=K] | --minutes=M] [--quick] "
+                   "[--avoid-known-bugs] [--verbose]\n");
+      return 2;
+    }
+  }
+  ringd::sim::InstallCrashReporter();
+  if (seed != 0) {
+    const ringd::sim::SeedResult r = ringd::sim::RunSeed(seed, options);
+    if (!r.ok) return Report(seed, r, options);
+    std::printf(
+        "seed %llu ok: %llu requests, %llu responses, %llu connections, %llu steps, "
+        "%lld simulated ms\n",
+        static_cast<unsigned long long>(seed), static_cast<unsigned long long>(r.requests),
+        static_cast<unsigned long long>(r.responses),
+        static_cast<unsigned long long>(r.connections), static_cast<unsigned long long>(r.steps),
+        static_cast<long long>(r.simulated_ms));
+    return 0;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed_s = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  // The long mode draws its seeds from the OS: a failure prints the seed, which replays exactly.
+  std::random_device device;
+  uint64_t random_base = (static_cast<uint64_t>(device()) << 32) | device();
+  uint64_t run = 0, requests = 0, responses = 0;
+  double last_print = 0;
+  if (seeds == 0 && minutes == 0) seeds = 1000;
+  for (uint64_t i = 0;; ++i) {
+    if (minutes > 0 ? elapsed_s() >= minutes * 60 : i >= seeds) break;
+    const uint64_t s = minutes > 0 ? (random_base + i) % 0x7fffffffffffffffull + 1 : first + i;
+    const ringd::sim::SeedResult r = ringd::sim::RunSeed(s, options);
+    ++run;
+    requests += r.requests;
+    responses += r.responses;
+    if (!r.ok) return Report(s, r, options);
+    if (elapsed_s() - last_print >= 10) {
+      last_print = elapsed_s();
+      std::printf("%llu seeds, %.1f seeds/s, %llu requests, %llu responses\n",
+                  static_cast<unsigned long long>(run), run / elapsed_s(),
+                  static_cast<unsigned long long>(requests),
+                  static_cast<unsigned long long>(responses));
+      std::fflush(stdout);
+    }
+  }
+  std::printf(
+      "ok: %llu seeds in %.1f s (%.1f seeds/s), %llu simulated requests, %llu responses "
+      "checked\n",
+      static_cast<unsigned long long>(run), elapsed_s(), run / elapsed_s(),
+      static_cast<unsigned long long>(requests), static_cast<unsigned long long>(responses));
+  return 0;
+}

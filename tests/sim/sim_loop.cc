@@ -1,0 +1,663 @@
+#include "tests/sim/sim_loop.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+#include "io/assert.h"
+
+namespace ringd::sim {
+namespace {
+
+constexpr size_t kTraceLines = 48;
+constexpr uint64_t kMaxSegment = 64 << 10;  // the most one send progress step moves
+
+uint64_t SplitMix(uint64_t* x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+const char* OpName(io::Op op) {
+  switch (op) {
+    case io::Op::kAccept:
+      return "accept";
+    case io::Op::kRecv:
+      return "recv";
+    case io::Op::kSend:
+      return "send";
+    case io::Op::kSendFile:
+      return "sendfile";
+    case io::Op::kOpen:
+      return "open";
+    case io::Op::kRead:
+      return "read";
+    default:
+      return "?";
+  }
+}
+
+}  // namespace
+
+Rng::Rng(uint64_t seed) {
+  uint64_t x = seed;
+  for (uint64_t& s : s_) s = SplitMix(&x);
+}
+
+uint64_t Rng::Next() {
+  const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = Rotl(s_[3], 45);
+  return result;
+}
+
+uint64_t Rng::Below(uint64_t n) { return n == 0 ? 0 : Next() % n; }
+uint64_t Rng::Range(uint64_t lo, uint64_t hi) { return lo + Below(hi - lo + 1); }
+bool Rng::Chance(uint32_t per_mille) { return Below(1000) < per_mille; }
+
+// ---------------------------------------------------------------------------------------------
+// The world.
+
+size_t SimWorld::Connect(uint64_t window) {
+  sockets.emplace_back();
+  sockets.back().window = window;
+  const size_t index = sockets.size() - 1;
+  if (listen_shut) {
+    sockets.back().refused = true;
+  } else {
+    backlog.push_back(index);
+  }
+  return index;
+}
+
+void SimWorld::Record(const std::string& path) {
+  std::vector<PathVersion>& h = history[path];
+  if (!h.empty() && h.back().to_ms == INT64_MAX) h.back().to_ms = now_ms;
+  PathVersion v;
+  v.from_ms = now_ms;
+  auto it = tree.find(path);
+  if (it != tree.end()) v.inode = std::make_shared<const Inode>(*it->second);
+  h.push_back(v);
+}
+
+void SimWorld::PutFile(const std::string& path, std::string content, bool unreadable) {
+  auto inode = std::make_shared<Inode>();
+  inode->ino = next_ino++;
+  inode->unreadable = unreadable;
+  inode->content = std::make_shared<const std::string>(std::move(content));
+  inode->mtime_sec = RealtimeSec();
+  tree[path] = inode;
+  Record(path);
+}
+
+void SimWorld::MakeDir(const std::string& path) {
+  auto inode = std::make_shared<Inode>();
+  inode->ino = next_ino++;
+  inode->dir = true;
+  inode->mtime_sec = RealtimeSec();
+  tree[path] = inode;
+  Record(path);
+}
+
+void SimWorld::ReplaceFile(const std::string& path, std::string content) {
+  PutFile(path, std::move(content));
+  Trace("file %s replaced (%zu bytes)", path.c_str(), tree[path]->content->size());
+}
+
+void SimWorld::TruncateInPlace(const std::string& path, uint64_t size) {
+  auto it = tree.find(path);
+  RINGD_ASSERT(it != tree.end() && !it->second->dir);
+  Inode& inode = *it->second;
+  if (size < inode.content->size()) {
+    inode.content = std::make_shared<const std::string>(inode.content->substr(0, size));
+  }
+  inode.mtime_sec = RealtimeSec();
+  Record(path);
+  Trace("file %s truncated in place to %llu", path.c_str(), static_cast<unsigned long long>(size));
+}
+
+void SimWorld::Remove(const std::string& path) {
+  tree.erase(path);
+  Record(path);
+  Trace("file %s removed", path.c_str());
+}
+
+void SimWorld::Trace(const char* fmt, ...) {
+  if (!tracing) return;
+  char line[200];
+  const int prefix = std::snprintf(line, sizeof line, "t=%lld ", static_cast<long long>(now_ms));
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(line + prefix, sizeof line - static_cast<size_t>(prefix), fmt, ap);
+  va_end(ap);
+  if (print_trace) std::printf("  %s\n", line);
+  if (trace.size() < kTraceLines) {
+    trace.emplace_back(line);
+  } else {
+    trace[trace_next] = line;
+  }
+  trace_next = (trace_next + 1) % kTraceLines;
+}
+
+std::vector<std::string> SimWorld::RecentTrace() const {
+  std::vector<std::string> out;
+  if (trace.size() < kTraceLines) return trace;
+  for (size_t i = 0; i < kTraceLines; ++i) out.push_back(trace[(trace_next + i) % kTraceLines]);
+  return out;
+}
+
+int SimWorld::AllocFd() {
+  int fd = 1000;
+  while (socket_fds.count(fd) != 0 || file_fds.count(fd) != 0) ++fd;
+  return fd;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The loop.
+
+SimLoop::SimLoop(SimWorld* world, const io::LoopOptions& options)
+    : w_(world), options_(options), recv_buf_(options.recv_buffer_size) {}
+
+SimLoop::~SimLoop() = default;
+
+size_t SimLoop::OpsInFlightExcept(io::Op kind) const {
+  size_t n = 0;
+  for (const auto& [seq, op] : ops_) n += op.kind != kind;
+  return n;
+}
+
+std::string SimLoop::DescribeOps() const {
+  std::string out;
+  for (const auto& [seq, op] : ops_) {
+    char line[120];
+    std::snprintf(line, sizeof line, "  #%llu %s fd %d%s%s\n", static_cast<unsigned long long>(seq),
+                  OpName(op.kind), op.c->fd, op.c->cancelled ? " cancelled" : "",
+                  op.c->paused ? " paused" : "");
+    out += line;
+  }
+  return out;
+}
+
+uint64_t SimLoop::Begin(io::Completion* c, io::Op kind, int fd) {
+  RINGD_ASSERT_MSG(!c->in_flight, "%s submitted on a Completion still in flight (%s)", OpName(kind),
+                   OpName(c->op));
+  RINGD_ASSERT_MSG(!quiesced_, "%s submitted after Quiesce", OpName(kind));
+  c->op = kind;
+  c->fd = fd;
+  c->in_flight = true;
+  c->cancelled = false;
+  c->paused = false;
+  c->result = 0;
+  c->done = 0;
+  c->more = false;
+  c->data = nullptr;
+  const uint64_t seq = next_seq_++;
+  OpState& op = ops_[seq];
+  op.c = c;
+  op.kind = kind;
+  seq_of_[c] = seq;
+  ++stats_.submitted;
+  return seq;
+}
+
+SimSocket* SimLoop::SocketOf(int fd) {
+  auto it = w_->socket_fds.find(fd);
+  RINGD_ASSERT_MSG(it != w_->socket_fds.end(), "socket operation on fd %d, not an open socket", fd);
+  return &w_->sockets[it->second];
+}
+
+void SimLoop::Accept(int listen_fd, io::Completion* c) {
+  RINGD_ASSERT_MSG(listen_fd == w_->listen_fd, "accept on fd %d, not the listener", listen_fd);
+  for (const auto& [seq, op] : ops_) RINGD_ASSERT_MSG(op.kind != io::Op::kAccept, "two accepts");
+  Begin(c, io::Op::kAccept, listen_fd);
+}
+
+void SimLoop::Recv(int fd, io::Completion* c) {
+  SocketOf(fd);
+  for (const auto& [seq, op] : ops_) {
+    RINGD_ASSERT_MSG(!(op.kind == io::Op::kRecv && op.c->fd == fd), "two receives on fd %d", fd);
+  }
+  Begin(c, io::Op::kRecv, fd);
+}
+
+void SimLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more) {
+  SocketOf(fd);
+  for (const auto& [seq, op] : ops_) {
+    RINGD_ASSERT_MSG(
+        !((op.kind == io::Op::kSend || op.kind == io::Op::kSendFile) && op.c->fd == fd),
+        "two sends on fd %d", fd);
+  }
+  Begin(c, io::Op::kSend, fd);
+  c->send_flags = MSG_NOSIGNAL | (more ? MSG_MORE : 0);
+  c->iov = iov;
+  c->iovcnt = iovcnt;
+  c->remaining = 0;
+  for (int i = 0; i < iovcnt; ++i) c->remaining += iov[i].iov_len;
+  ++w_->counters.sends;
+}
+
+void SimLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
+                       io::Completion* c) {
+  SocketOf(sock_fd);
+  RINGD_ASSERT_MSG(w_->file_fds.count(file_fd) != 0, "sendfile from fd %d, not an open file",
+                   file_fd);
+  for (const auto& [seq, op] : ops_) {
+    RINGD_ASSERT_MSG(
+        !((op.kind == io::Op::kSend || op.kind == io::Op::kSendFile) && op.c->fd == sock_fd),
+        "two sends on fd %d", sock_fd);
+  }
+  const uint64_t seq = Begin(c, io::Op::kSendFile, sock_fd);
+  c->file_fd = file_fd;
+  c->offset = offset;
+  c->remaining = length;
+  ops_[seq].length = length;
+  ++w_->counters.sendfiles;
+}
+
+void SimLoop::Open(int dir_fd, const char* path, io::Completion* c) {
+  (void)dir_fd;
+  const uint64_t seq = Begin(c, io::Op::kOpen, -1);
+  c->dir_fd = dir_fd;
+  c->path = path;
+  OpState& op = ops_[seq];
+  op.ready_at_ms = w_->now_ms;
+  if (w_->rng.Chance(w_->faults.open_slow)) {
+    op.ready_at_ms += static_cast<int64_t>(
+        w_->rng.Range(1, static_cast<uint64_t>(std::max<int64_t>(1, w_->faults.open_slow_max_ms))));
+  }
+  ++w_->counters.opens;
+}
+
+void SimLoop::Read(int fd, char* buf, uint64_t length, uint64_t offset, io::Completion* c) {
+  RINGD_ASSERT_MSG(w_->file_fds.count(fd) != 0, "read from fd %d, not an open file", fd);
+  const uint64_t seq = Begin(c, io::Op::kRead, fd);
+  c->buf = buf;
+  c->offset = offset;
+  c->remaining = length;
+  OpState& op = ops_[seq];
+  op.length = length;
+  op.ready_at_ms = w_->now_ms + (w_->rng.Chance(w_->faults.read_slow) ? 1 + w_->rng.Below(20) : 0);
+  ++w_->counters.reads;
+}
+
+void SimLoop::Cancel(io::Completion* c) {
+  if (!c->in_flight || c->cancelled) return;
+  RINGD_ASSERT_MSG(c->op == io::Op::kRecv || c->op == io::Op::kAccept,
+                   "Cancel of a %s: only multishot operations are cancelled", OpName(c->op));
+  c->cancelled = true;
+  if (c->op == io::Op::kRecv) {
+    SimSocket* s = SocketOf(c->fd);
+    if (s->received_before_abort == UINT64_MAX) s->received_before_abort = s->received;
+  }
+  w_->Trace("cancel %s fd %d", OpName(c->op), c->fd);
+}
+
+void SimLoop::PauseRecv(io::Completion* c) {
+  RINGD_ASSERT(c->op == io::Op::kRecv);
+  if (!c->in_flight || c->cancelled || c->paused) return;
+  c->paused = true;
+}
+
+void SimLoop::ResumeRecv(io::Completion* c) {
+  RINGD_ASSERT(c->op == io::Op::kRecv);
+  if (!c->in_flight || c->cancelled || !c->paused) return;
+  c->paused = false;
+}
+
+void SimLoop::Shutdown(int fd, int how) {
+  if (fd == w_->listen_fd) {
+    w_->listen_shut = true;
+    for (size_t i : w_->backlog) w_->sockets[i].refused = true;  // queued connections: reset
+    w_->backlog.clear();
+    w_->Trace("shutdown listener");
+    return;
+  }
+  SimSocket* s = SocketOf(fd);
+  if (how == SHUT_RD || how == SHUT_RDWR) s->server_shut_rd = true;
+  if (how == SHUT_WR || how == SHUT_RDWR) s->server_shut_wr = true;
+  w_->Trace("shutdown fd %d how %d", fd, how);
+}
+
+void SimLoop::Close(int fd) {
+  // After Quiesce the operations still in flight are abandoned (the owner is being destroyed).
+  auto sit = w_->socket_fds.find(fd);
+  if (sit != w_->socket_fds.end()) {
+    for (const auto& [seq, op] : ops_) {
+      RINGD_ASSERT_MSG(quiesced_ || op.c->fd != fd, "close of fd %d with a %s in flight", fd,
+                       OpName(op.kind));
+    }
+    SimSocket& s = w_->sockets[sit->second];
+    s.server_closed = true;
+    if (s.received_before_abort == UINT64_MAX) s.received_before_abort = s.received;
+    // Unread input turns the close into a reset (RFC 9293 3.6.1); the peer loses what it had
+    // not read yet. That is why the server lingers.
+    if (!s.to_server.empty() && !s.client_reset) s.server_reset = true;
+    w_->socket_fds.erase(sit);
+    w_->Trace("close socket fd %d%s", fd, s.server_reset ? " (reset: unread input)" : "");
+    return;
+  }
+  auto fit = w_->file_fds.find(fd);
+  RINGD_ASSERT_MSG(fit != w_->file_fds.end(), "close of fd %d, which is not open", fd);
+  for (const auto& [seq, op] : ops_) {
+    RINGD_ASSERT_MSG(quiesced_ || (!(op.kind == io::Op::kRead && op.c->fd == fd) &&
+                                   !(op.kind == io::Op::kSendFile && op.c->file_fd == fd)),
+                     "close of file fd %d with a %s in flight", fd, OpName(op.kind));
+  }
+  w_->file_fds.erase(fit);
+}
+
+bool SimLoop::Ready(const OpState& op) const {
+  const io::Completion* c = op.c;
+  switch (op.kind) {
+    case io::Op::kAccept:
+      return c->cancelled || w_->listen_shut || !w_->backlog.empty();
+    case io::Op::kRecv: {
+      if (c->cancelled) return true;
+      if (c->paused) return false;
+      const SimSocket& s = w_->sockets[w_->socket_fds.at(c->fd)];
+      return !s.to_server.empty() || s.client_fin || s.client_reset || s.server_shut_rd;
+    }
+    case io::Op::kSend:
+    case io::Op::kSendFile: {
+      const SimSocket& s = w_->sockets[w_->socket_fds.at(c->fd)];
+      if (s.client_reset || s.client_closed || s.server_shut_wr || c->remaining == 0) return true;
+      if (op.kind == io::Op::kSendFile) {
+        const auto& content = *w_->file_fds.at(c->file_fd)->content;
+        if (content.size() <= c->offset + c->done) return true;  // truncated: a short result
+      }
+      return s.to_client.size() < s.window;
+    }
+    case io::Op::kOpen:
+    case io::Op::kRead:
+      return w_->now_ms >= op.ready_at_ms;
+    default:
+      return false;
+  }
+}
+
+void SimLoop::Deliver(io::Completion* c, int64_t result, bool more, const char* data) {
+  RINGD_ASSERT(in_poll_);  // callbacks run from Poll only
+  c->result = result;
+  c->more = more;
+  c->data = data;
+  if (!more) {
+    auto it = seq_of_.find(c);
+    RINGD_ASSERT(it != seq_of_.end());
+    ops_.erase(it->second);
+    seq_of_.erase(it);
+    c->in_flight = false;
+    c->paused = false;
+  }
+  ++callbacks_this_poll_;
+  ++stats_.completed;
+  ++w_->counters.callbacks;
+  c->callback(c);
+}
+
+void SimLoop::Finish(uint64_t seq, int64_t result, const char* data) {
+  Deliver(ops_.at(seq).c, result, false, data);
+}
+
+void SimLoop::ProgressAccept(uint64_t seq) {
+  io::Completion* c = ops_.at(seq).c;
+  Rng& rng = w_->rng;
+  auto accept_one = [&](bool more) {
+    const size_t index = w_->backlog.front();
+    w_->backlog.pop_front();
+    const int fd = w_->AllocFd();
+    w_->socket_fds[fd] = index;
+    SimSocket& s = w_->sockets[index];
+    s.fd = fd;
+    s.accepted = true;
+    ++w_->counters.accepts;
+    w_->Trace("accept socket %zu as fd %d%s", index, fd, more ? "" : " (last)");
+    if (more) {
+      Deliver(c, fd, true, nullptr);
+    } else {
+      Finish(seq, fd);
+    }
+  };
+  if (c->cancelled) {
+    // A connection the kernel had already accepted may still come before the cancellation.
+    if (!w_->backlog.empty() && !w_->listen_shut && rng.Chance(200)) return accept_one(true);
+    return Finish(seq, -ECANCELED);
+  }
+  if (w_->listen_shut) return Finish(seq, -EINVAL);
+  if (rng.Chance(w_->faults.accept_error)) {
+    w_->Trace("accept: EMFILE");
+    return Finish(seq, rng.Chance(500) ? -EMFILE : -ENFILE);
+  }
+  accept_one(!rng.Chance(w_->faults.accept_end));
+}
+
+void SimLoop::ProgressRecv(uint64_t seq) {
+  OpState& op = ops_.at(seq);
+  io::Completion* c = op.c;
+  SimSocket& s = *SocketOf(c->fd);
+  Rng& rng = w_->rng;
+  auto chunk = [&]() {
+    uint64_t n = std::min<uint64_t>(s.to_server.size(), options_.recv_buffer_size);
+    if (rng.Chance(w_->faults.recv_split)) n = 1 + rng.Below(n);
+    std::memcpy(recv_buf_.data(), s.to_server.data(), n);
+    s.to_server.erase(0, n);
+    s.received += n;
+    w_->counters.bytes_to_server += n;
+    ++w_->counters.recv_deliveries;
+    return static_cast<int64_t>(n);
+  };
+  if (c->cancelled) {
+    // As io_uring: bytes the kernel had received may still arrive before the cancellation (even
+    // on the last callback), unless the receive was paused (nothing is delivered then).
+    if (!c->paused && !s.to_server.empty() && !s.client_reset && !op.data_after_cancel_done &&
+        rng.Chance(w_->faults.data_after_cancel)) {
+      op.data_after_cancel_done = true;
+      const bool last = rng.Chance(300);
+      const int64_t n = chunk();
+      w_->Trace("recv fd %d: %lld bytes after cancel%s", c->fd, static_cast<long long>(n),
+                last ? " (last)" : "");
+      return Deliver(c, n, !last, recv_buf_.data());
+    }
+    int64_t end = -ECANCELED;
+    if (s.client_reset && rng.Chance(w_->faults.cancel_reset)) {
+      end = -ECONNRESET;
+    } else if (s.client_fin && s.to_server.empty() && !c->paused && rng.Chance(200)) {
+      end = 0;
+    }
+    w_->Trace("recv fd %d: ends %lld (cancelled)", c->fd, static_cast<long long>(end));
+    return Finish(seq, end);
+  }
+  if (s.client_reset && (s.to_server.empty() || rng.Chance(700))) {
+    w_->Trace("recv fd %d: ECONNRESET", c->fd);
+    return Finish(seq, -ECONNRESET);
+  }
+  if (!s.to_server.empty()) {
+    const int64_t n = chunk();
+    w_->Trace("recv fd %d: %lld bytes", c->fd, static_cast<long long>(n));
+    return Deliver(c, n, true, recv_buf_.data());
+  }
+  w_->Trace("recv fd %d: end of stream", c->fd);
+  Finish(seq, 0);
+}
+
+void SimLoop::ProgressSend(uint64_t seq) {
+  OpState& op = ops_.at(seq);
+  io::Completion* c = op.c;
+  SimSocket& s = *SocketOf(c->fd);
+  Rng& rng = w_->rng;
+  const char* name = OpName(op.kind);
+  if (s.client_reset || s.client_closed) {
+    const int64_t err = rng.Chance(500) ? -ECONNRESET : -EPIPE;
+    w_->Trace("%s fd %d: %lld (peer gone)", name, c->fd, static_cast<long long>(err));
+    return Finish(seq, err);
+  }
+  if (s.server_shut_wr) {
+    w_->Trace("%s fd %d: EPIPE (shut down)", name, c->fd);
+    return Finish(seq, -EPIPE);
+  }
+  uint64_t file_left = UINT64_MAX;
+  std::shared_ptr<const std::string> content;
+  if (op.kind == io::Op::kSendFile) {
+    content = w_->file_fds.at(c->file_fd)->content;
+    const uint64_t at = c->offset + c->done;
+    file_left = content->size() > at ? content->size() - at : 0;
+  }
+  if (c->remaining == 0 || file_left == 0) {
+    w_->Trace("%s fd %d: done, %llu bytes%s", name, c->fd, static_cast<unsigned long long>(c->done),
+              c->remaining > 0 ? " (file short)" : "");
+    return Finish(seq, static_cast<int64_t>(c->done));
+  }
+  const uint64_t space = s.window > s.to_client.size() ? s.window - s.to_client.size() : 0;
+  uint64_t n = std::min({c->remaining, space, file_left, kMaxSegment});
+  if (n == 0) return;
+  if (rng.Chance(w_->faults.send_partial)) n = 1 + rng.Below(n);
+  if (op.kind == io::Op::kSendFile) {
+    s.to_client.append(*content, c->offset + c->done, n);
+  } else {
+    // Read the caller's buffers now, not at submission: a buffer changed or freed while its send
+    // is in flight shows up as wrong bytes at the client.
+    uint64_t left = n;
+    while (left > 0) {
+      RINGD_ASSERT(c->iovcnt > 0);
+      const uint64_t take = std::min<uint64_t>(left, c->iov->iov_len);
+      s.to_client.append(static_cast<const char*>(c->iov->iov_base), take);
+      left -= take;
+      if (take == c->iov->iov_len) {
+        ++c->iov;
+        --c->iovcnt;
+      } else {
+        c->iov->iov_base = static_cast<char*>(c->iov->iov_base) + take;
+        c->iov->iov_len -= take;
+      }
+    }
+  }
+  c->done += n;
+  c->remaining -= n;
+  s.sent_total += n;
+  w_->counters.bytes_to_client += n;
+  if (c->remaining == 0) {
+    w_->Trace("%s fd %d: done, %llu bytes", name, c->fd, static_cast<unsigned long long>(c->done));
+    Finish(seq, static_cast<int64_t>(c->done));
+  }
+}
+
+void SimLoop::ProgressOpen(uint64_t seq) {
+  io::Completion* c = ops_.at(seq).c;
+  Rng& rng = w_->rng;
+  const std::string path = c->path;
+  int64_t result;
+  if (rng.Chance(w_->faults.open_transient)) {
+    ++w_->counters.open_transient;
+    result = rng.Chance(500) ? -EMFILE : -ENFILE;
+  } else if (path.empty() || path[0] == '/' || path == ".." || path.rfind("../", 0) == 0 ||
+             path.find("/../") != std::string::npos ||
+             (path.size() >= 3 && path.compare(path.size() - 3, 3, "/..") == 0)) {
+    result = -EXDEV;  // RESOLVE_BENEATH
+  } else if (auto it = w_->tree.find(path); it != w_->tree.end()) {
+    const Inode& inode = *it->second;
+    if (inode.unreadable) {
+      result = -EACCES;
+    } else {
+      const int fd = w_->AllocFd();
+      w_->file_fds[fd] = it->second;
+      c->stat = io::FileStat{inode.content->size(), inode.mtime_sec, inode.ino,
+                             inode.dir ? (S_IFDIR | 0755u) : (S_IFREG | 0644u)};
+      result = fd;
+    }
+  } else {
+    result = -ENOENT;
+    for (size_t slash = path.find('/'); slash != std::string::npos;
+         slash = path.find('/', slash + 1)) {
+      auto parent = w_->tree.find(path.substr(0, slash));
+      if (parent != w_->tree.end() && !parent->second->dir) result = -ENOTDIR;
+    }
+  }
+  w_->Trace("open %s -> %lld", path.c_str(), static_cast<long long>(result));
+  Finish(seq, result);
+}
+
+void SimLoop::ProgressRead(uint64_t seq) {
+  OpState& op = ops_.at(seq);
+  io::Completion* c = op.c;
+  const std::string& content = *w_->file_fds.at(c->fd)->content;
+  const uint64_t n =
+      content.size() > c->offset ? std::min<uint64_t>(op.length, content.size() - c->offset) : 0;
+  if (n > 0) std::memcpy(c->buf, content.data() + c->offset, n);
+  w_->Trace("read fd %d: %llu bytes", c->fd, static_cast<unsigned long long>(n));
+  Finish(seq, static_cast<int64_t>(n));
+}
+
+void SimLoop::Progress(uint64_t seq) {
+  switch (ops_.at(seq).kind) {
+    case io::Op::kAccept:
+      return ProgressAccept(seq);
+    case io::Op::kRecv:
+      return ProgressRecv(seq);
+    case io::Op::kSend:
+    case io::Op::kSendFile:
+      return ProgressSend(seq);
+    case io::Op::kOpen:
+      return ProgressOpen(seq);
+    case io::Op::kRead:
+      return ProgressRead(seq);
+    default:
+      RINGD_ASSERT(false);
+  }
+}
+
+bool SimLoop::RunPass() {
+  std::vector<uint64_t> seqs;
+  seqs.reserve(ops_.size());
+  for (const auto& [seq, op] : ops_) seqs.push_back(seq);
+  for (size_t i = seqs.size(); i > 1; --i) std::swap(seqs[i - 1], seqs[w_->rng.Below(i)]);
+  bool any = false;
+  for (uint64_t seq : seqs) {
+    auto it = ops_.find(seq);
+    if (it == ops_.end() || !Ready(it->second)) continue;  // finished, or not yet
+    any = true;
+    if (!w_->rng.Chance(w_->faults.deliver)) continue;  // later: reordering, and gaps
+    Progress(seq);
+  }
+  return any;
+}
+
+void SimLoop::Poll(int timeout_ms) {
+  RINGD_ASSERT_MSG(!in_poll_, "Poll called from inside a callback");
+  ++polls_;
+  callbacks_this_poll_ = 0;
+  in_poll_ = true;
+  if (!quiesced_) {
+    const bool ready = RunPass();
+    if (!ready && !woken_ && timeout_ms > 0) {
+      // Nothing to do: time passes until the poll's timeout, a timed completion, or the next
+      // thing a client does, whichever comes first.
+      int64_t target = w_->now_ms + timeout_ms;
+      for (const auto& [seq, op] : ops_) {
+        if ((op.kind == io::Op::kOpen || op.kind == io::Op::kRead) && op.ready_at_ms > w_->now_ms)
+          target = std::min(target, op.ready_at_ms);
+      }
+      if (w_->external_deadline_ms > w_->now_ms)
+        target = std::min(target, w_->external_deadline_ms);
+      if (w_->external_deadline_ms <= w_->now_ms) target = w_->now_ms;
+      w_->now_ms = target;
+      RunPass();
+    }
+  }
+  woken_ = false;
+  in_poll_ = false;
+  max_callbacks_per_poll_ = std::max(max_callbacks_per_poll_, callbacks_this_poll_);
+}
+
+}  // namespace ringd::sim

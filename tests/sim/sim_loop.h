@@ -1,0 +1,208 @@
+// A simulated io::Loop for the deterministic shard simulator: sockets, files and time are all
+// fake, owned by a SimWorld, and every choice (which completion runs first, where received bytes
+// split, how much a send moves, which open fails) is drawn from one seeded PRNG, so a seed
+// replays exactly. The contract it keeps is io/loop.h's, no more: the point is to drive the real
+// server through every ordering that contract allows.
+//
+//   SimWorld world(seed);                        // clock, PRNG, file tree, sockets
+//   auto loop = std::make_unique<SimLoop>(&world, options);
+//   int s = world.Connect();                     // a client: queued on the listening socket
+//   world.sockets[s].to_server += "GET / HTTP/1.1\r\n\r\n";
+//   loop->Poll(10);                              // completions, in a random order
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "io/loop.h"
+
+namespace ringd::sim {
+
+// xoshiro256** seeded through splitmix64: small, fast, and the same everywhere.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed);
+  uint64_t Next();
+  uint64_t Below(uint64_t n);                // [0, n); 0 when n == 0
+  uint64_t Range(uint64_t lo, uint64_t hi);  // [lo, hi]
+  bool Chance(uint32_t per_mille);           // true with probability per_mille / 1000
+
+ private:
+  uint64_t s_[4];
+};
+
+// A file's contents at one moment. In-place truncation makes a new version of the same inode.
+struct Inode {
+  uint64_t ino = 0;
+  bool dir = false;
+  bool unreadable = false;  // open fails with EACCES
+  std::shared_ptr<const std::string> content = std::make_shared<const std::string>();
+  int64_t mtime_sec = 0;
+};
+
+// One state a path was in, and when (simulated ms); to_ms is INT64_MAX while current.
+struct PathVersion {
+  int64_t from_ms = 0;
+  int64_t to_ms = INT64_MAX;
+  std::shared_ptr<const Inode> inode;  // null: missing; a snapshot (content is immutable)
+};
+
+// One simulated TCP connection, seen from both ends.
+struct SimSocket {
+  int fd = -1;            // the server's descriptor once accepted
+  bool accepted = false;  // handed to the server by an Accept
+  bool refused = false;   // reset while still in the backlog (the listener shut down)
+  // Client -> server.
+  std::string to_server;  // written by the client, not yet received by the server
+  uint64_t received = 0;  // bytes the server's receive has delivered
+  uint64_t received_before_abort = UINT64_MAX;  // `received` when the server cancelled/closed
+  bool client_fin = false;                      // the client shut its sending side
+  bool client_reset = false;                    // the client reset the connection
+  bool client_closed = false;                   // the client closed (sends to it now fail)
+  // Server -> client.
+  std::string to_client;    // sent by the server, not yet read by the client
+  uint64_t window = 65536;  // most unread bytes toward the client before sends stall
+  uint64_t sent_total = 0;  // bytes the server has sent
+  bool server_shut_wr = false, server_shut_rd = false;
+  bool server_closed = false;  // Close: a FIN, or
+  bool server_reset = false;   // a reset, when it closed with unread input: unread bytes lost
+};
+
+// What kinds of trouble the world makes, per mille unless named otherwise; drawn per seed.
+struct SimFaults {
+  uint32_t deliver = 700;       // a ready operation makes progress in a given Poll
+  uint32_t recv_split = 500;    // a receive delivers a random prefix, not all it can
+  uint32_t send_partial = 500;  // a send moves a random part of what fits
+  uint32_t open_slow = 100;     // an open completes open_slow_max_ms later at most
+  int64_t open_slow_max_ms = 200;
+  uint32_t open_transient = 10;      // an open fails with EMFILE or ENFILE
+  uint32_t accept_error = 5;         // an accept ends with EMFILE (the server retries later)
+  uint32_t accept_end = 20;          // an accept ends of its own accord (the kernel's multishot)
+  uint32_t cancel_reset = 300;       // a cancelled receive of a reset peer ends with ECONNRESET
+  uint32_t data_after_cancel = 300;  // a cancelled receive still delivers bytes it had
+  uint32_t read_slow = 100;          // a file read completes a little later
+};
+
+struct SimCounters {
+  uint64_t callbacks = 0, opens = 0, open_transient = 0, reads = 0, sends = 0, sendfiles = 0;
+  uint64_t accepts = 0, recv_deliveries = 0, bytes_to_server = 0, bytes_to_client = 0;
+  uint64_t max_callbacks_per_poll = 0;
+};
+
+// Everything outside the shard: time, the PRNG, files, sockets, descriptors. Outlives the loop.
+struct SimWorld {
+  explicit SimWorld(uint64_t seed) : rng(seed) {}
+
+  Rng rng;
+  int64_t now_ms = 1000;
+  int64_t realtime_base_sec = 1700000000;
+  SimFaults faults;
+  SimCounters counters;
+  int listen_fd = -1;
+  bool listen_shut = false;
+  std::deque<size_t> backlog;  // sockets connected, not yet accepted (indices into `sockets`)
+  std::vector<SimSocket> sockets;
+  // The file tree: path relative to the root ("." is the root) -> inode.
+  std::map<std::string, std::shared_ptr<Inode>> tree;
+  std::map<std::string, std::vector<PathVersion>> history;
+  uint64_t next_ino = 100;
+  // Descriptors the server holds: sockets (-> index in `sockets`) and files (-> inode).
+  std::map<int, size_t> socket_fds;
+  std::map<int, std::shared_ptr<Inode>> file_fds;
+  int64_t external_deadline_ms = INT64_MAX;  // the next client action: Poll sleeps no longer
+  std::vector<std::string> trace;            // a ring of recent events, for failure reports
+  size_t trace_next = 0;
+  bool tracing = true;
+  bool print_trace = false;  // every event to stdout as it happens (--verbose)
+
+  size_t Connect(uint64_t window);  // a new client socket, queued on the listener
+  // File tree edits (they record history).
+  void PutFile(const std::string& path, std::string content, bool unreadable = false);
+  void MakeDir(const std::string& path);
+  void ReplaceFile(const std::string& path, std::string content);  // a new inode (rename over)
+  void TruncateInPlace(const std::string& path, uint64_t size);    // same inode, shorter
+  void Remove(const std::string& path);
+  int64_t RealtimeSec() const { return realtime_base_sec + now_ms / 1000; }
+  void Trace(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+  std::vector<std::string> RecentTrace() const;
+  int AllocFd();  // the lowest free number from 1000 up, as the kernel reuses numbers
+
+ private:
+  void Record(const std::string& path);
+};
+
+class SimLoop final : public io::Loop {
+ public:
+  SimLoop(SimWorld* world, const io::LoopOptions& options);
+  ~SimLoop() override;
+
+  const char* Name() const override { return "sim"; }
+  void Accept(int listen_fd, io::Completion* c) override;
+  void Recv(int fd, io::Completion* c) override;
+  void Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more) override;
+  void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
+                io::Completion* c) override;
+  void Open(int dir_fd, const char* path, io::Completion* c) override;
+  void Read(int fd, char* buf, uint64_t length, uint64_t offset, io::Completion* c) override;
+  void Cancel(io::Completion* c) override;
+  void PauseRecv(io::Completion* c) override;
+  void ResumeRecv(io::Completion* c) override;
+  void Shutdown(int fd, int how) override;
+  void Close(int fd) override;
+  int64_t MonotonicMs() const override { return w_->now_ms; }
+  int64_t RealtimeSec() const override { return w_->RealtimeSec(); }
+  void Poll(int timeout_ms) override;
+  void Wake() override { woken_ = true; }
+  void Quiesce() override { quiesced_ = true; }
+  io::LoopStats Stats() const override { return stats_; }
+
+  // For the simulator's checks.
+  size_t OpsInFlight() const { return ops_.size(); }
+  size_t OpsInFlightExcept(io::Op kind) const;
+  uint64_t polls() const { return polls_; }
+  uint32_t max_callbacks_per_poll() const { return max_callbacks_per_poll_; }
+  std::string DescribeOps() const;
+
+ private:
+  struct OpState {
+    io::Completion* c = nullptr;
+    io::Op kind = io::Op::kNone;
+    int64_t ready_at_ms = 0;  // Open, Read: not before this
+    uint64_t length = 0;      // SendFile: asked; Read: asked
+    bool data_after_cancel_done = false;
+  };
+
+  uint64_t Begin(io::Completion* c, io::Op kind, int fd);
+  bool Ready(const OpState& op) const;
+  void Progress(uint64_t seq);
+  void Finish(uint64_t seq, int64_t result, const char* data = nullptr);
+  void Deliver(io::Completion* c, int64_t result, bool more, const char* data);
+  void ProgressAccept(uint64_t seq);
+  void ProgressRecv(uint64_t seq);
+  void ProgressSend(uint64_t seq);
+  void ProgressOpen(uint64_t seq);
+  void ProgressRead(uint64_t seq);
+  SimSocket* SocketOf(int fd);
+  bool RunPass();  // one pass over a snapshot of the operations; true if any was ready
+
+  SimWorld* w_;
+  io::LoopOptions options_;
+  io::LoopStats stats_;
+  std::map<uint64_t, OpState> ops_;  // by submission order: iteration is deterministic
+  std::unordered_map<const io::Completion*, uint64_t> seq_of_;  // lookups only, never iterated
+  uint64_t next_seq_ = 1;
+  uint64_t polls_ = 0;
+  uint32_t callbacks_this_poll_ = 0;
+  uint32_t max_callbacks_per_poll_ = 0;
+  bool in_poll_ = false;
+  bool woken_ = false;
+  bool quiesced_ = false;
+  std::vector<char> recv_buf_;
+};
+
+}  // namespace ringd::sim
