@@ -202,6 +202,7 @@ class Sim {
                     const std::string& selected, std::string* why);
   bool FileChanged(const Req& q, const std::string& path) const;
   int64_t WindowStart(const Req& q) const;
+  void CollectShardStats();
   void EndConnection(Client& c, const char* how);
   void CheckStall(Client& c);
   void EndPhase();
@@ -225,6 +226,7 @@ class Sim {
   bool draining_ = false;
   bool flap_present_ = true;
   SeedResult result_;
+  bool stats_collected_ = false;
 };
 
 Sim::Sim(uint64_t seed, const SimOptions& options)
@@ -1042,11 +1044,32 @@ void Sim::EndPhase() {
   if (loop_->OpsInFlight() != 0) {
     return Fail("stopped with operations in flight:\n%s", loop_->DescribeOps().c_str());
   }
+  CollectShardStats();
   shard_.reset();
   loop_ = nullptr;
   if (!world_.file_fds.empty()) {
     Fail("the shard is gone and %zu file descriptors are still open", world_.file_fds.size());
   }
+}
+
+void Sim::CollectShardStats() {
+  if (shard_ == nullptr || stats_collected_) return;
+  stats_collected_ = true;
+  const ShardStats& st = shard_->Stats();
+  auto& cov = result_.coverage;
+  cov["shard.accepted"] += st.accepted;
+  cov["shard.requests"] += st.requests;
+  cov["shard.accept_paused"] += st.accept_paused;
+  cov["shard.overloaded"] += st.overloaded;
+  cov["shard.header_timeouts"] += st.header_timeouts;
+  cov["shard.idle_timeouts"] += st.idle_timeouts;
+  cov["shard.send_timeouts"] += st.send_timeouts;
+  cov["shard.truncated"] += st.truncated;
+  cov["shard.discard_timeouts"] += st.discard_timeouts;
+  cov["shard.idle_reclaimed"] += st.idle_reclaimed;
+  cov["shard.lookup_refused"] += st.lookup_refused;
+  cov["shard.recv_errors"] += st.recv_errors;
+  cov["shard.send_errors"] += st.send_errors;
 }
 
 SeedResult Sim::Run() {
@@ -1100,6 +1123,17 @@ SeedResult Sim::Run() {
   if (result_.ok) EndPhase();
   result_.simulated_ms = world_.now_ms;
   if (!result_.ok) result_.trace = world_.RecentTrace();
+  CollectShardStats();
+  const SimCounters& k = world_.counters;
+  auto& cov = result_.coverage;
+  cov["sim.open_transient"] += k.open_transient;
+  cov["sim.pauses"] += k.pauses;
+  cov["sim.resumes"] += k.resumes;
+  cov["sim.cancels"] += k.cancels;
+  cov["sim.data_after_cancel"] += k.data_after_cancel;
+  cov["sim.short_sendfiles"] += k.short_sendfiles;
+  cov["sim.peer_errors"] += k.peer_errors;
+  cov["sim.callbacks"] += k.callbacks;
   shard_.reset();
   g_world = nullptr;
   return result_;

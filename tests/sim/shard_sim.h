@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ struct SeedResult {
   uint64_t steps = 0;
   uint64_t connections = 0;
   int64_t simulated_ms = 0;
+  // How often each interesting thing happened (shard stats, faults injected): coverage.
+  std::map<std::string, uint64_t> coverage;
 };
 
 SeedResult RunSeed(uint64_t seed, const SimOptions& options);

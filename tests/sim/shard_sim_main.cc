@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
   std::random_device device;
   uint64_t random_base = (static_cast<uint64_t>(device()) << 32) | device();
   uint64_t run = 0, requests = 0, responses = 0;
+  std::map<std::string, uint64_t> coverage;
   double last_print = 0;
   if (seeds == 0 && minutes == 0) seeds = 1000;
   for (uint64_t i = 0;; ++i) {
@@ -98,6 +100,7 @@ int main(int argc, char** argv) {
     ++run;
     requests += r.requests;
     responses += r.responses;
+    for (const auto& [name, n] : r.coverage) coverage[name] += n;
     if (!r.ok) return Report(s, r, options);
     if (elapsed_s() - last_print >= 10) {
       last_print = elapsed_s();
@@ -113,5 +116,9 @@ int main(int argc, char** argv) {
       "checked\n",
       static_cast<unsigned long long>(run), elapsed_s(), run / elapsed_s(),
       static_cast<unsigned long long>(requests), static_cast<unsigned long long>(responses));
+  std::printf("coverage (events over all seeds):\n");
+  for (const auto& [name, n] : coverage) {
+    std::printf("  %-24s %llu\n", name.c_str(), static_cast<unsigned long long>(n));
+  }
   return 0;
 }

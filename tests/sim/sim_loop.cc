@@ -298,6 +298,7 @@ void SimLoop::Cancel(io::Completion* c) {
   RINGD_ASSERT_MSG(c->op == io::Op::kRecv || c->op == io::Op::kAccept,
                    "Cancel of a %s: only multishot operations are cancelled", OpName(c->op));
   c->cancelled = true;
+  ++w_->counters.cancels;
   if (c->op == io::Op::kRecv) {
     SimSocket* s = SocketOf(c->fd);
     if (s->received_before_abort == UINT64_MAX) s->received_before_abort = s->received;
@@ -309,12 +310,14 @@ void SimLoop::PauseRecv(io::Completion* c) {
   RINGD_ASSERT(c->op == io::Op::kRecv);
   if (!c->in_flight || c->cancelled || c->paused) return;
   c->paused = true;
+  ++w_->counters.pauses;
 }
 
 void SimLoop::ResumeRecv(io::Completion* c) {
   RINGD_ASSERT(c->op == io::Op::kRecv);
   if (!c->in_flight || c->cancelled || !c->paused) return;
   c->paused = false;
+  ++w_->counters.resumes;
 }
 
 void SimLoop::Shutdown(int fd, int how) {
@@ -464,6 +467,7 @@ void SimLoop::ProgressRecv(uint64_t seq) {
     if (!c->paused && !s.to_server.empty() && !s.client_reset && !op.data_after_cancel_done &&
         rng.Chance(w_->faults.data_after_cancel)) {
       op.data_after_cancel_done = true;
+      ++w_->counters.data_after_cancel;
       const bool last = rng.Chance(300);
       const int64_t n = chunk();
       w_->Trace("recv fd %d: %lld bytes after cancel%s", c->fd, static_cast<long long>(n),
@@ -480,6 +484,7 @@ void SimLoop::ProgressRecv(uint64_t seq) {
     return Finish(seq, end);
   }
   if (s.client_reset && (s.to_server.empty() || rng.Chance(700))) {
+    ++w_->counters.peer_errors;
     w_->Trace("recv fd %d: ECONNRESET", c->fd);
     return Finish(seq, -ECONNRESET);
   }
@@ -500,6 +505,7 @@ void SimLoop::ProgressSend(uint64_t seq) {
   const char* name = OpName(op.kind);
   if (s.client_reset || s.client_closed) {
     const int64_t err = rng.Chance(500) ? -ECONNRESET : -EPIPE;
+    ++w_->counters.peer_errors;
     w_->Trace("%s fd %d: %lld (peer gone)", name, c->fd, static_cast<long long>(err));
     return Finish(seq, err);
   }
@@ -514,6 +520,7 @@ void SimLoop::ProgressSend(uint64_t seq) {
     const uint64_t at = c->offset + c->done;
     file_left = content->size() > at ? content->size() - at : 0;
   }
+  if (c->remaining > 0 && file_left == 0) ++w_->counters.short_sendfiles;
   if (c->remaining == 0 || file_left == 0) {
     w_->Trace("%s fd %d: done, %llu bytes%s", name, c->fd, static_cast<unsigned long long>(c->done),
               c->remaining > 0 ? " (file short)" : "");

@@ -91,7 +91,8 @@ struct SimFaults {
 struct SimCounters {
   uint64_t callbacks = 0, opens = 0, open_transient = 0, reads = 0, sends = 0, sendfiles = 0;
   uint64_t accepts = 0, recv_deliveries = 0, bytes_to_server = 0, bytes_to_client = 0;
-  uint64_t max_callbacks_per_poll = 0;
+  uint64_t pauses = 0, resumes = 0, cancels = 0, data_after_cancel = 0, short_sendfiles = 0;
+  uint64_t peer_errors = 0;  // sends and receives ended by a client's reset or close
 };
 
 // Everything outside the shard: time, the PRNG, files, sockets, descriptors. Outlives the loop.
