@@ -23,8 +23,10 @@
 namespace ringd::sim {
 namespace {
 
-constexpr int64_t kLingerMs = 5000;       // server/shard.cc's lingering close
-constexpr int64_t kCloseNoticeMs = 1000;  // a "Connection: close" response, then EOF within this
+constexpr int64_t kLingerMs = 5000;  // server/shard.cc's lingering close
+constexpr int64_t kCloseNoticeMs = 1000;
+constexpr int64_t kBacklogWaitMs = 1000;  // a newcomer waits no longer while others idle  // a
+                                          // "Connection: close" response, then EOF within this
 
 // The crash reporter's view of the seed in progress.
 uint64_t g_seed = 0;
@@ -101,7 +103,9 @@ struct Client {
   bool ended = false;
   int64_t last_progress_ms = 0;
   std::map<std::string, std::string> etags;
-  bool head_503_body = false;  // avoid_known_bugs: drop what follows a 503 to a HEAD
+  bool head_503_body = false;
+  int64_t idle_since_ms = INT64_MAX;  // every answer in, nothing to send: idle keep-alive  //
+                                      // avoid_known_bugs: drop what follows a 503 to a HEAD
 };
 
 std::string Lower(std::string s) {
@@ -184,7 +188,7 @@ const char* StyleName(Style s) {
 
 class Sim {
  public:
-  Sim(uint64_t seed, const SimOptions& options);
+  Sim(uint64_t seed, const SimOptions& options, bool trace);
   SeedResult Run();
 
  private:
@@ -205,6 +209,7 @@ class Sim {
   void CollectShardStats();
   void EndConnection(Client& c, const char* how);
   void CheckStall(Client& c);
+  void CheckBacklog();
   void EndPhase();
   int64_t NextClientDeadline() const;
   uint64_t Refused() const { return shard_->Stats().lookup_refused; }
@@ -229,8 +234,10 @@ class Sim {
   bool stats_collected_ = false;
 };
 
-Sim::Sim(uint64_t seed, const SimOptions& options)
-    : seed_(seed), options_(options), world_(seed), rng_(world_.rng) {}
+Sim::Sim(uint64_t seed, const SimOptions& options, bool trace)
+    : seed_(seed), options_(options), world_(seed), rng_(world_.rng) {
+  world_.tracing = trace;
+}
 
 void Sim::Fail(const char* fmt, ...) {
   if (!result_.ok) return;
@@ -445,7 +452,9 @@ void Sim::AddRequest(Client& c, Req q, const std::string& text) {
   q.transient_at_send = world_.counters.open_transient;
   q.refused_at_send = Refused();
   q.nth = ++c.requests;
-  world_.Trace("client %u queues request %u: %.60s", c.id, q.nth, text.c_str());
+  c.idle_since_ms = INT64_MAX;
+  world_.Trace("client %u queues request %u: %.*s", c.id, q.nth,
+               static_cast<int>(std::min<size_t>(text.find('\r'), 60)), text.c_str());
   c.outbox += text;
   c.pending.push_back(std::move(q));
   ++result_.requests;
@@ -833,9 +842,10 @@ void Sim::ReadResponses(Client& c) {
       c.pending.clear();  // not owed: the server said it ends here
       c.outbox.clear();
     } else if (c.pending.empty() && c.outbox.empty()) {
+      c.idle_since_ms = world_.now_ms;
       // Between batches: sometimes a short pause, sometimes an idle gap past keep-alive.
       const int64_t gap =
-          rng_.Chance(100) ? static_cast<int64_t>(rng_.Range(1, 2 * config_.keepalive_timeout_ms))
+          rng_.Chance(250) ? static_cast<int64_t>(rng_.Range(1, 2 * config_.keepalive_timeout_ms))
                            : static_cast<int64_t>(rng_.Below(30));
       c.next_write_ms = world_.now_ms + gap;
     }
@@ -847,9 +857,15 @@ void Sim::EndConnection(Client& c, const char* how) {
   world_.Trace("client %u: connection ends (%s), %zu pending, %zu bytes partial", c.id, how,
                c.pending.size(), c.inbox.size());
   c.ended = true;
+  c.idle_since_ms = INT64_MAX;
   s.client_closed = true;
   s.client_fin = true;
   if (c.misbehaved || draining_) return;
+  // Known bug 4 (README.md): the server ends a keep-alive connection itself (the last of
+  // max_requests_per_connection, a refused lookup's 503) and closes at once when it has read
+  // nothing more; requests the client had pipelined arrive unread and the close becomes a reset
+  // that destroys the last response.
+  if (options_.avoid_known_bugs && s.server_reset && s.server_shut_wr) return;
   // Known bug 2 (README.md): the send timer is re-armed only when a whole Send or SendFile chunk
   // (up to 1 MiB) completes, so a client reading steadily but slowly is cut mid-body.
   if (options_.avoid_known_bugs && !c.pending.empty() &&
@@ -880,6 +896,25 @@ void Sim::EndConnection(Client& c, const char* how) {
       c.id, how, c.pending.size(), static_cast<unsigned long long>(s.received_before_abort),
       static_cast<unsigned long long>(c.stream_offset), q.nth,
       static_cast<unsigned long long>(q.start_offset));
+}
+
+// At the connection limit an idle keep-alive connection gives way to a newcomer: nobody waits
+// in the backlog for long while some connection has sat idle all that time.
+void Sim::CheckBacklog() {
+  if (world_.backlog.empty()) return;
+  const int64_t now = world_.now_ms;
+  const int64_t waited = now - world_.sockets[world_.backlog.front()].connect_ms;
+  if (waited < kBacklogWaitMs) return;
+  for (const auto& cp : clients_) {
+    const Client& c = *cp;
+    const SimSocket& s = world_.sockets[c.sock];
+    if (c.ended || !s.accepted || s.server_closed || c.idle_since_ms > now - kBacklogWaitMs)
+      continue;
+    return Fail(
+        "a newcomer has waited %lld ms to be accepted while client %u has been idle "
+        "for %lld ms",
+        static_cast<long long>(waited), c.id, static_cast<long long>(now - c.idle_since_ms));
+  }
 }
 
 void Sim::CheckStall(Client& c) {
@@ -967,6 +1002,7 @@ void Sim::ClientStep(Client& c) {
       world_.Trace("client %u done: closes", c.id);
     }
     c.ended = true;
+    c.idle_since_ms = INT64_MAX;
   }
 }
 
@@ -1094,6 +1130,12 @@ SeedResult Sim::Run() {
   max_clients_ = static_cast<uint32_t>(rng_.Range(4, options_.quick ? 24 : 120));
   target_clients_ = static_cast<uint32_t>(
       rng_.Range(1, std::min<uint32_t>(max_clients_, config_.max_connections + 8)));
+  if (rng_.Chance(300)) {
+    // Crowded: more clients at once than the shard takes, so connections wait in the backlog
+    // and idle ones must give way.
+    target_clients_ = config_.max_connections + static_cast<uint32_t>(rng_.Range(1, 16));
+    max_clients_ = std::max<uint32_t>(max_clients_, target_clients_ + 8);
+  }
   const uint64_t max_steps = options_.quick ? rng_.Range(200, 1500) : rng_.Range(2000, 30000);
   world_.Trace(
       "seed %llu: max_connections %u, recv_buffer %u, head %u, small_file_max %u, "
@@ -1118,12 +1160,16 @@ SeedResult Sim::Run() {
     shard_->Step();
     ++result_.steps;
     for (auto& c : clients_) CheckStall(*c);
+    CheckBacklog();
     if (rng_.Chance(300)) ++world_.now_ms;
   }
   if (result_.ok) EndPhase();
   result_.simulated_ms = world_.now_ms;
   if (!result_.ok) result_.trace = world_.RecentTrace();
   CollectShardStats();
+  // A failed seed's shard may be mid-flight: destroying it would trip the pools' own checks and
+  // hide the report. Leave it (a failing run ends soon).
+  if (!result_.ok) (void)shard_.release();
   const SimCounters& k = world_.counters;
   auto& cov = result_.coverage;
   cov["sim.open_transient"] += k.open_transient;
@@ -1142,7 +1188,9 @@ SeedResult Sim::Run() {
 void OnAbort(int) {
   std::fprintf(stderr, "\nshard_sim: seed %llu aborted (a server assertion?)\nreplay: %s\n",
                static_cast<unsigned long long>(g_seed), ReplayCommand(g_seed, g_options).c_str());
-  if (g_world != nullptr) {
+  if (g_world != nullptr && !g_world->tracing) {
+    std::fprintf(stderr, "(no trace: this run was untraced; add --verbose to the replay)\n");
+  } else if (g_world != nullptr) {
     for (const std::string& line : g_world->RecentTrace())
       std::fprintf(stderr, "  %s\n", line.c_str());
   }
@@ -1155,7 +1203,14 @@ void OnAbort(int) {
 SeedResult RunSeed(uint64_t seed, const SimOptions& options) {
   g_seed = seed;
   g_options = options;
-  Sim sim(seed, options);
+  {
+    // Untraced first (formatting every event costs more than the simulation); a failing seed
+    // runs again, identically, with its trace.
+    Sim sim(seed, options, /*trace=*/options.verbose);
+    SeedResult r = sim.Run();
+    if (r.ok || options.verbose) return r;
+  }
+  Sim sim(seed, options, /*trace=*/true);
   return sim.Run();
 }
 

@@ -8,6 +8,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 
 #include "io/assert.h"
 
@@ -74,6 +75,7 @@ bool Rng::Chance(uint32_t per_mille) { return Below(1000) < per_mille; }
 size_t SimWorld::Connect(uint64_t window) {
   sockets.emplace_back();
   sockets.back().window = window;
+  sockets.back().connect_ms = now_ms;
   const size_t index = sockets.size() - 1;
   if (listen_shut) {
     sockets.back().refused = true;
@@ -247,6 +249,16 @@ void SimLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more)
   c->remaining = 0;
   for (int i = 0; i < iovcnt; ++i) c->remaining += iov[i].iov_len;
   ++w_->counters.sends;
+  if (w_->print_trace && iovcnt > 0 && iov[0].iov_len > 12) {
+    const char* head = static_cast<const char*>(iov[0].iov_base);
+    if (std::memcmp(head, "HTTP/1.1 ", 9) == 0) {
+      w_->Trace(
+          "send fd %d: %.12s...%s", fd, head,
+          std::string_view(head, iov[0].iov_len).find("Connection: close") != std::string_view::npos
+              ? " (close)"
+              : "");
+    }
+  }
 }
 
 void SimLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,

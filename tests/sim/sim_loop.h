@@ -57,6 +57,7 @@ struct SimSocket {
   int fd = -1;            // the server's descriptor once accepted
   bool accepted = false;  // handed to the server by an Accept
   bool refused = false;   // reset while still in the backlog (the listener shut down)
+  int64_t connect_ms = 0;
   // Client -> server.
   std::string to_server;  // written by the client, not yet received by the server
   uint64_t received = 0;  // bytes the server's receive has delivered
