@@ -80,6 +80,10 @@ struct Completion {
   Completion* next_ready = nullptr;  // a backend's queue of finished operations
 };
 
+// Marks a connection handle that names a slot of the ring's registered file table (bypass
+// tier), so it can never be taken for a process fd: fds stay below 2^30 (RLIMIT_NOFILE).
+constexpr int kDirectHandle = 1 << 30;
+
 // Receive buffers per loop at most: io_uring names a provided buffer with 16 bits.
 constexpr uint32_t kMaxRecvBuffers = 32768;
 static_assert(kMaxRecvBuffers <= 65536);
@@ -99,6 +103,18 @@ struct LoopOptions {
   uint64_t send_turn_bytes = 256 << 10;
   bool send_zc = false;  // uring: IORING_OP_SEND_ZC for large buffers
   uint32_t send_zc_min_bytes = 8192;
+  // The bypass tier (uring with direct descriptors): connections live in the ring's registered
+  // file table, never in the process's fd table; `direct_files` slots (clamped to the
+  // RLIMIT_NOFILE the kernel holds the table to). Connection handles then are table indices
+  // marked with kDirectHandle, opaque to the caller like any handle.
+  bool direct_descriptors = false;
+  uint32_t direct_files = 0;
+  bool sqpoll = false;             // a kernel thread submits: no io_uring_enter to submit
+  int sqpoll_cpu = -1;             // pin the SQ thread (IORING_SETUP_SQ_AFF)
+  uint32_t sqpoll_idle_ms = 1000;  // the SQ thread sleeps after this long without work
+  // io-wq workers per ring, for bounded (file) and unbounded (socket, splice) work; 0 leaves the
+  // kernel's default (a worker per blocked request, up to RLIMIT_NPROC).
+  uint32_t iowq_max_workers = 0;
   // Memory for the receive buffers (recv_buffer_count x recv_buffer_size), carved by the shard
   // from its own mapping; the loop maps its own when null.
   char* recv_region = nullptr;
@@ -177,15 +193,11 @@ class Loop {
   virtual LoopStats Stats() const = 0;
 };
 
-// What the start-up probe found (io/probe.h), and the backend it chose.
-struct Selection {
-  bool use_uring = false;
-  std::string reason;  // one line: why this backend
-};
-
 // Creates the loop for a shard; `error` gets one line on failure (nullptr returned).
 using LoopFactory = std::function<std::unique_ptr<Loop>(const LoopOptions&, std::string* error)>;
 std::unique_ptr<Loop> MakeUringLoop(const LoopOptions& options, std::string* error);
+// The bypass tier: MakeUringLoop with direct descriptors (options.direct_descriptors set).
+std::unique_ptr<Loop> MakeBypassLoop(const LoopOptions& options, std::string* error);
 std::unique_ptr<Loop> MakeEpollLoop(const LoopOptions& options, std::string* error);
 
 }  // namespace ringd::io

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "io/registry.h"
 
 namespace ringd::io {
 namespace {
@@ -79,10 +81,9 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     std::string error;
-    loop_ =
-        GetParam() == "uring" ? MakeUringLoop(options_, &error) : MakeEpollLoop(options_, &error);
-    if (loop_ == nullptr && GetParam() == "uring") {
-      GTEST_SKIP() << "io_uring is not usable here: " << error;
+    loop_ = FactoryFor(GetParam())(options_, &error);
+    if (loop_ == nullptr && GetParam() != "epoll") {
+      GTEST_SKIP() << GetParam() << " is not usable here: " << error;
     }
     ASSERT_NE(loop_, nullptr) << error;
   }
@@ -343,7 +344,73 @@ TEST_P(LoopTest, SpliceWithoutDescriptorsForAPipeFails) {
   EXPECT_EQ(done.last_result, -EMFILE);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, LoopTest, ::testing::Values("uring", "epoll"),
+// bypass: an accepted connection is a slot of the ring's file table, not a process descriptor;
+// receive, send, shutdown and close all work through the handle.
+TEST_P(LoopTest, BypassConnectionsLiveInTheFileTable) {
+  if (GetParam() != "bypass") GTEST_SKIP() << "only the bypass tier uses direct descriptors";
+  const int l = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  ASSERT_GE(l, 0);
+  fds_.push_back(l);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(l, 8), 0);
+  ASSERT_EQ(::getsockname(l, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  struct Acceptor {
+    Completion c;
+    int handle = -1;
+    static void On(Completion* c) {
+      if (c->result >= 0) static_cast<Acceptor*>(c->owner)->handle = static_cast<int>(c->result);
+    }
+  } acceptor;
+  acceptor.c.owner = &acceptor;
+  acceptor.c.callback = &Acceptor::On;
+  loop_->Accept(l, &acceptor.c);
+  const int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(client, 0);
+  fds_.push_back(client);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_TRUE(PollUntil([&] { return acceptor.handle >= 0; }));
+  EXPECT_NE(acceptor.handle & kDirectHandle, 0) << "not a file table slot";
+  const int before = ::dup(0);  // no process descriptor was used for the connection
+  ::close(before);
+
+  Receiver r;
+  loop_->Recv(acceptor.handle, &r.c);
+  ASSERT_EQ(::write(client, "ping", 4), 4);
+  ASSERT_TRUE(PollUntil([&] { return r.got == "ping"; }));
+  char pong[] = "pong";
+  iovec v{pong, 4};
+  struct Sender {
+    Completion c;
+    int64_t result = 0;
+    bool done = false;
+    static void On(Completion* c) {
+      static_cast<Sender*>(c->owner)->result = c->result;
+      static_cast<Sender*>(c->owner)->done = true;
+    }
+  } sent;
+  sent.c.owner = &sent;
+  sent.c.callback = &Sender::On;
+  loop_->Send(acceptor.handle, &v, 1, &sent.c);
+  ASSERT_TRUE(PollUntil([&] { return sent.done; }));
+  EXPECT_EQ(sent.result, 4);
+  char buf[8] = {};
+  ASSERT_EQ(::read(client, buf, sizeof buf), 4);
+  EXPECT_STREQ(buf, "pong");
+  loop_->Shutdown(acceptor.handle, SHUT_WR);  // the client sees the end of the stream
+  loop_->Poll(0);
+  ASSERT_EQ(::read(client, buf, sizeof buf), 0);
+  loop_->Cancel(&r.c);
+  ASSERT_TRUE(PollUntil([&] { return r.ends == 1; }));
+  loop_->Cancel(&acceptor.c);
+  loop_->Close(acceptor.handle);
+  loop_->Poll(10);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LoopTest, ::testing::Values("bypass", "uring", "epoll"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace

@@ -1,9 +1,14 @@
 #include "io/probe.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <liburing.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -51,10 +56,111 @@ constexpr Needed kOpcodes[] = {
     {IORING_OP_CLOSE, "IORING_OP_CLOSE"},     {IORING_OP_ASYNC_CANCEL, "IORING_OP_ASYNC_CANCEL"},
 };
 
+// What the bypass tier adds, each with the kernel that brought it; probed by using it.
+constexpr const char* kBypassFeatures[] = {
+    "registered file table",  // io_uring_register_files_sparse, 5.19
+    "accept direct",          // multishot accept into the table (IORING_FILE_INDEX_ALLOC), 5.19
+    "IORING_OP_SHUTDOWN",     // 5.11: shutdown(2) for a descriptor without an fd number
+};
+constexpr const char* kOptionalFeatures[] = {"SQPOLL", "SINGLE_ISSUER + DEFER_TASKRUN"};
+
+bool Masked(const std::vector<std::string>& masked, const std::string& name) {
+  return std::find(masked.begin(), masked.end(), name) != masked.end();
+}
+
+// A listening socket on 127.0.0.1 with one connection waiting to be accepted, for probing accept
+// direct. Returns the listener; `client` the connecting socket. -1 when sockets are unavailable.
+int ListenerWithPendingConnection(int* client) {
+  *client = -1;
+  const int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (l < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 1) != 0 ||
+      ::getsockname(l, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(l);
+    return -1;
+  }
+  *client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (*client < 0 || ::connect(*client, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    if (*client >= 0) ::close(*client);
+    ::close(l);
+    return -1;
+  }
+  return l;
+}
+
+// Probes the bypass tier's features on a ring of its own; the first missing one is the reason.
+void ProbeBypass(const std::vector<std::string>& masked, bool shutdown_op, ProbeReport* r) {
+  std::string missing;
+  auto note = [&](const char* name, bool ok, const std::string& why) {
+    r->lines.push_back(std::string("bypass: ") + name + ": " + (ok ? "ok" : why));
+    if (!ok && missing.empty()) missing = std::string(name) + " (" + why + ")";
+  };
+  io_uring ring;
+  if (io_uring_queue_init(8, &ring, 0) < 0) return note("registered file table", false, "no ring");
+  const bool table_masked = Masked(masked, "registered file table");
+  const int rc = table_masked ? -ENOSYS : io_uring_register_files_sparse(&ring, 4);
+  note("registered file table", rc == 0,
+       table_masked ? "masked" : ErrnoName(-rc) + ": needs kernel 5.19");
+  if (rc == 0) {
+    bool accepted = false;
+    std::string why = "masked";
+    if (!Masked(masked, "accept direct")) {
+      int client = -1;
+      const int l = ListenerWithPendingConnection(&client);
+      why = "no loopback socket to try it on";
+      if (l >= 0) {
+        io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+        io_uring_prep_multishot_accept_direct(sqe, l, nullptr, nullptr, 0);
+        __kernel_timespec ts{1, 0};
+        io_uring_cqe* cqe = nullptr;
+        io_uring_submit(&ring);
+        if (io_uring_wait_cqe_timeout(&ring, &cqe, &ts) == 0) {
+          accepted = cqe->res >= 0;
+          why = accepted ? "" : ErrnoName(-cqe->res) + ": needs kernel 5.19";
+          io_uring_cqe_seen(&ring, cqe);
+        } else {
+          why = "no completion: needs kernel 5.19";
+        }
+        ::close(client);
+        ::close(l);
+      }
+    }
+    note("accept direct", accepted, why);
+  }
+  const bool shutdown_masked = Masked(masked, "IORING_OP_SHUTDOWN");
+  note("IORING_OP_SHUTDOWN", shutdown_op && !shutdown_masked,
+       shutdown_masked ? "masked" : "missing: needs kernel 5.11");
+  io_uring_queue_exit(&ring);
+  r->bypass_usable = missing.empty();
+  r->bypass_reason = missing.empty()
+                         ? "direct descriptors: accept, receive, send and close through the "
+                           "ring's registered file table"
+                         : "missing " + missing;
+}
+
 }  // namespace
 
-ProbeReport ProbeUring() {
+bool KnownFeature(const std::string& name) {
+  for (const Needed& n : kOpcodes)
+    if (name == n.name) return true;
+  for (const char* f : kBypassFeatures)
+    if (name == f) return true;
+  for (const char* f : kOptionalFeatures)
+    if (name == f) return true;
+  return name == "provided buffer ring" || name == "io_uring";
+}
+
+ProbeReport ProbeUring(const std::vector<std::string>& masked) {
   ProbeReport r;
+  if (Masked(masked, "io_uring")) {
+    r.reason = "io_uring: masked";
+    r.lines.push_back(r.reason);
+    return r;
+  }
   io_uring ring;
   io_uring_params p{};
   int rc = io_uring_queue_init_params(8, &ring, &p);
@@ -93,15 +199,17 @@ ProbeReport ProbeUring() {
   r.lines.push_back("NOP round trip: ok");
 
   std::string missing;
+  bool shutdown_op = false;
   io_uring_probe* probe = io_uring_get_probe_ring(&ring);
   if (probe == nullptr) {
     missing = "IORING_REGISTER_PROBE";
   } else {
     for (const Needed& n : kOpcodes) {
-      const bool ok = io_uring_opcode_supported(probe, n.opcode);
+      const bool ok = io_uring_opcode_supported(probe, n.opcode) && !Masked(masked, n.name);
       r.lines.push_back(std::string(n.name) + (ok ? ": ok" : ": missing"));
       if (!ok && missing.empty()) missing = n.name;
     }
+    shutdown_op = io_uring_opcode_supported(probe, IORING_OP_SHUTDOWN);
     io_uring_free_probe(probe);
   }
   if ((p.features & IORING_FEAT_NODROP) == 0) {
@@ -116,7 +224,9 @@ ProbeReport ProbeUring() {
   reg.ring_addr = reinterpret_cast<uint64_t>(mem);
   reg.ring_entries = 8;
   reg.bgid = 7;
-  rc = mem == MAP_FAILED ? -ENOMEM : io_uring_register_buf_ring(&ring, &reg, 0);
+  rc = mem == MAP_FAILED                        ? -ENOMEM
+       : Masked(masked, "provided buffer ring") ? -ENOSYS
+                                                : io_uring_register_buf_ring(&ring, &reg, 0);
   r.lines.push_back(std::string("provided buffer ring: ") + (rc == 0 ? "ok" : ErrnoName(-rc)));
   if (rc != 0 && missing.empty()) missing = "IORING_REGISTER_PBUF_RING";
   if (rc == 0) io_uring_unregister_buf_ring(&ring, 7);
@@ -133,10 +243,22 @@ ProbeReport ProbeUring() {
 
   if (!missing.empty()) {
     r.reason = "missing " + missing;
+    r.bypass_reason = "needs the uring tier, which is " + r.reason;
     return r;
   }
   r.usable = true;
   r.reason = "io_uring has every opcode and feature the uring backend needs";
+
+  ProbeBypass(masked, shutdown_op, &r);
+  // SQPOLL (optional, --sqpoll): unprivileged since 5.11.
+  p = io_uring_params{};
+  p.flags = IORING_SETUP_SQPOLL;
+  p.sq_thread_idle = 10;
+  rc = Masked(masked, "SQPOLL") ? -ENOSYS : io_uring_queue_init_params(8, &ring, &p);
+  r.sqpoll_usable = rc == 0;
+  r.lines.push_back(std::string("SQPOLL: ") +
+                    (rc == 0 ? "ok (optional, --sqpoll)" : ErrnoName(-rc) + " (optional)"));
+  if (rc == 0) io_uring_queue_exit(&ring);
   return r;
 }
 
@@ -145,7 +267,7 @@ Selection Select(IoMode mode, const ProbeReport& report, bool* error) {
   Selection s;
   switch (mode) {
     case IoMode::kEpoll:
-      s.use_uring = false;
+      s.backend = "epoll";
       s.reason = "epoll: chosen with --io=epoll";
       return s;
     case IoMode::kUring:
@@ -154,12 +276,30 @@ Selection Select(IoMode mode, const ProbeReport& report, bool* error) {
         s.reason = "--io=uring, but io_uring is unusable: " + report.reason;
         return s;
       }
-      s.use_uring = true;
+      s.backend = "uring";
       s.reason = "uring: chosen with --io=uring";
       return s;
+    case IoMode::kBypass:
+      if (!report.bypass_usable) {
+        *error = true;
+        s.reason = "--io=bypass, but the bypass tier is unusable: " + report.bypass_reason;
+        return s;
+      }
+      s.backend = "bypass";
+      s.reason = "bypass: chosen with --io=bypass (" + report.bypass_reason + ")";
+      return s;
     case IoMode::kAuto:
-      s.use_uring = report.usable;
-      s.reason = report.usable ? "uring: " + report.reason : "epoll: " + report.reason;
+      // The best tier that works here without burning a core (SQPOLL is never automatic).
+      if (report.bypass_usable) {
+        s.backend = "bypass";
+        s.reason = "bypass: " + report.bypass_reason;
+      } else if (report.usable) {
+        s.backend = "uring";
+        s.reason = "uring: " + report.reason + "; not bypass: " + report.bypass_reason;
+      } else {
+        s.backend = "epoll";
+        s.reason = "epoll: " + report.reason;
+      }
       return s;
   }
   return s;

@@ -1,8 +1,10 @@
-// Start-up probing of io_uring and the choice of backend. `--io=auto` takes io_uring when every
-// feature the uring backend needs is there, epoll otherwise, and says why in one line.
+// Start-up probing of io_uring and the choice of an io tier: bypass (io_uring with direct
+// descriptors), uring, or epoll. Each tier's features are probed by using them; `--io=auto`
+// takes the best tier that works here and says which and why in one line.
 //
-//   io::ProbeReport r = io::ProbeUring();
-//   io::Selection s = io::Select(io::IoMode::kAuto, r);   // s.use_uring, s.reason
+//   io::ProbeReport r = io::ProbeUring(/*masked=*/{});
+//   io::Selection s = io::Select(io::IoMode::kAuto, r, &error);   // s.backend, s.reason
+//   io::LoopFactory make = io::FactoryFor(s.backend);              // io/registry.h
 #pragma once
 
 #include <string>
@@ -12,17 +14,31 @@
 
 namespace ringd::io {
 
-enum class IoMode { kAuto, kUring, kEpoll };
+enum class IoMode { kAuto, kBypass, kUring, kEpoll };
 
 struct ProbeReport {
-  bool usable = false;             // every opcode and feature the uring backend needs
-  std::string reason;              // why not, in one line ("io_uring_setup: EPERM (...)")
+  bool usable = false;         // every opcode and feature the uring backend needs
+  std::string reason;          // why not, in one line ("io_uring_setup: EPERM (...)")
+  bool bypass_usable = false;  // and what the bypass tier adds (direct descriptors)
+  std::string bypass_reason;
+  bool sqpoll_usable = false;      // SQPOLL rings can be made (optional, for --sqpoll)
   std::vector<std::string> lines;  // what was checked, for `ringd --probe`
 };
 
-ProbeReport ProbeUring();
+// `masked`: feature names the probe reports as missing without trying them (tests force each
+// fallback this way; `ringd --io-mask`). Names are the ones `ringd --probe` prints.
+ProbeReport ProbeUring(const std::vector<std::string>& masked = {});
 
-// kUring where io_uring is unusable is an error: Selection.reason then says why and
+// Whether a feature name is one the probe knows (for --io-mask's validation).
+bool KnownFeature(const std::string& name);
+
+// What `--io` asks for, the probe, and the choice: a backend name and why.
+struct Selection {
+  std::string backend;  // "bypass", "uring" or "epoll"
+  std::string reason;   // one line: why this backend
+};
+
+// kBypass or kUring where the probe says no is an error: Selection.reason then says why and
 // `error` is set.
 Selection Select(IoMode mode, const ProbeReport& report, bool* error);
 

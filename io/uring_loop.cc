@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -44,22 +45,64 @@ class UringLoop final : public Loop {
 
   bool Init(const LoopOptions& o, std::string* error) {
     options_ = o;
+    direct_ = o.direct_descriptors;
     io_uring_params p{};
-    p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_CQSIZE |
-              IORING_SETUP_SUBMIT_ALL;
+    if (o.sqpoll) {
+      // A kernel thread polls the submission queue. DEFER_TASKRUN needs the submitter to be the
+      // task that waits, which the SQ thread is not.
+      p.flags = IORING_SETUP_SQPOLL | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_CQSIZE |
+                IORING_SETUP_SUBMIT_ALL;
+      p.sq_thread_idle = o.sqpoll_idle_ms;
+      if (o.sqpoll_cpu >= 0) {
+        p.flags |= IORING_SETUP_SQ_AFF;
+        p.sq_thread_cpu = static_cast<uint32_t>(o.sqpoll_cpu);
+      }
+    } else {
+      p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_CQSIZE |
+                IORING_SETUP_SUBMIT_ALL;
+    }
     p.cq_entries = o.ring_entries * 4;  // room for multishot bursts; NODROP covers the rest
     int rc = io_uring_queue_init_params(o.ring_entries, &ring_, &p);
     if (rc == -EINVAL) {  // older kernel: no SINGLE_ISSUER / DEFER_TASKRUN
-      p = io_uring_params{};
-      p.flags = IORING_SETUP_CQSIZE;
-      p.cq_entries = o.ring_entries * 4;
+      p.flags &=
+          ~(IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL);
       rc = io_uring_queue_init_params(o.ring_entries, &ring_, &p);
     }
     if (rc < 0) {
-      *error = std::string("io_uring_setup: ") + strerror(-rc);
+      *error =
+          std::string(o.sqpoll ? "io_uring_setup (SQPOLL): " : "io_uring_setup: ") + strerror(-rc);
       return false;
     }
     ring_ready_ = true;
+    sqpoll_ = o.sqpoll;
+
+    if (direct_) {
+      // The registered file table that accepted connections go into. The kernel holds its size
+      // to RLIMIT_NOFILE.
+      rlimit rl{};
+      ::getrlimit(RLIMIT_NOFILE, &rl);
+      const uint32_t slots = o.direct_files != 0 ? o.direct_files : 1024;
+      if (rl.rlim_cur != RLIM_INFINITY && slots > rl.rlim_cur) {
+        *error = "registered file table: " + std::to_string(slots) +
+                 " slots exceed RLIMIT_NOFILE (" + std::to_string(rl.rlim_cur) + ")";
+        return false;
+      }
+      rc = io_uring_register_files_sparse(&ring_, slots);
+      if (rc < 0) {
+        *error = std::string("io_uring_register_files_sparse: ") + strerror(-rc);
+        return false;
+      }
+      direct_slots_ = slots;
+      slot_state_.assign(slots, SlotState{});
+    }
+    if (o.iowq_max_workers != 0) {
+      unsigned workers[2] = {o.iowq_max_workers, o.iowq_max_workers};  // bounded, unbounded
+      rc = io_uring_register_iowq_max_workers(&ring_, workers);
+      if (rc < 0) {
+        *error = std::string("io_uring_register_iowq_max_workers: ") + strerror(-rc);
+        return false;
+      }
+    }
 
     // The provided buffer ring for multishot recv.
     const uint32_t n = o.recv_buffer_count;
@@ -134,12 +177,17 @@ class UringLoop final : public Loop {
     return true;
   }
 
-  const char* Name() const override { return "uring"; }
+  const char* Name() const override { return direct_ ? "bypass" : "uring"; }
 
   void Accept(int listen_fd, Completion* c) override {
     internal::BeginOp(c, Op::kAccept, listen_fd);
     io_uring_sqe* sqe = Sqe();
-    io_uring_prep_multishot_accept(sqe, listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (direct_) {  // straight into a free slot of the registered file table
+      io_uring_prep_multishot_accept_direct(sqe, listen_fd, nullptr, nullptr, 0);
+    } else {
+      io_uring_prep_multishot_accept(sqe, listen_fd, nullptr, nullptr,
+                                     SOCK_CLOEXEC | SOCK_NONBLOCK);
+    }
     io_uring_sqe_set_data(sqe, c);
   }
 
@@ -242,9 +290,34 @@ class UringLoop final : public Loop {
     resume_.push_back(c);
   }
 
-  void Shutdown(int fd, int how) override { ::shutdown(fd, how); }
+  void Shutdown(int fd, int how) override {
+    if (!IsDirect(fd)) {
+      ::shutdown(fd, how);
+      return;
+    }
+    // A direct descriptor has no fd number for shutdown(2), so it goes through the ring. The
+    // kernel always runs IORING_OP_SHUTDOWN on an io-wq worker, which resolves the slot only
+    // when it runs: a Close of the slot must wait for it, or a new connection accepted into the
+    // freed slot could be the one shut down (Close defers; ShutdownDone closes).
+    const uint32_t slot = static_cast<uint32_t>(fd & ~kDirectHandle);
+    RINGD_ASSERT(slot < direct_slots_);
+    ++slot_state_[slot].shutdowns;
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_shutdown(sqe, 0, how);
+    Target(sqe, fd);
+    io_uring_sqe_set_data64(sqe, (uint64_t{slot} << 1) | kShutdownTag);
+  }
 
   void Close(int fd) override {
+    if (IsDirect(fd)) {
+      const uint32_t slot = static_cast<uint32_t>(fd & ~kDirectHandle);
+      RINGD_ASSERT(slot < direct_slots_ && !slot_state_[slot].close_pending);
+      if (slot_state_[slot].shutdowns > 0) {
+        slot_state_[slot].close_pending = true;  // after the shutdowns in flight (ShutdownDone)
+        return;
+      }
+      return CloseSlot(slot);
+    }
     io_uring_sqe* sqe = Sqe();
     io_uring_prep_close(sqe, fd);
     io_uring_sqe_set_data(sqe, nullptr);
@@ -335,10 +408,42 @@ class UringLoop final : public Loop {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     while (sqe == nullptr) {  // the submission queue is full: hand it to the kernel and retry
       Submit();
+      // With SQPOLL the kernel thread takes entries when it gets to them: wait for room.
+      if (sqpoll_) io_uring_sqring_wait(&ring_);
       sqe = io_uring_get_sqe(&ring_);
     }
     ++stats_.submitted;
     return sqe;
+  }
+
+  bool IsDirect(int handle) const { return direct_ && (handle & kDirectHandle) != 0; }
+
+  // user_data of a direct shutdown: the slot, tagged odd (Completions are aligned: never odd).
+  static constexpr uint64_t kShutdownTag = 1;
+
+  void CloseSlot(uint32_t slot) {
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_close_direct(sqe, slot);
+    io_uring_sqe_set_data(sqe, nullptr);
+  }
+
+  void ShutdownDone(uint32_t slot) {
+    RINGD_ASSERT(slot < direct_slots_ && slot_state_[slot].shutdowns > 0);
+    SlotState& st = slot_state_[slot];
+    if (--st.shutdowns == 0 && st.close_pending) {
+      st.close_pending = false;
+      CloseSlot(slot);
+    }
+  }
+
+  // Points an SQE prepared with a connection handle at the descriptor: a direct one is the
+  // registered file table's slot (IOSQE_FIXED_FILE).
+  void Target(io_uring_sqe* sqe, int handle) const {
+    if (!IsDirect(handle)) return;
+    const int slot = handle & ~kDirectHandle;
+    RINGD_ASSERT_MSG(static_cast<uint32_t>(slot) < direct_slots_, "direct slot %d", slot);
+    sqe->fd = slot;
+    sqe->flags |= IOSQE_FIXED_FILE;
   }
 
   // Hands the queued SQEs to the kernel. A ring too busy to take them (its completion queue
@@ -383,6 +488,7 @@ class UringLoop final : public Loop {
     c->armed = true;
     io_uring_sqe* sqe = Sqe();
     io_uring_prep_recv_multishot(sqe, c->fd, nullptr, 0, 0);
+    Target(sqe, c->fd);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = kRecvGroup;
     io_uring_sqe_set_data(sqe, c);
@@ -481,11 +587,14 @@ class UringLoop final : public Loop {
         io_uring_prep_sendmsg(sqe, c->fd, &c->msg, c->send_flags);
       }
     }
+    Target(sqe, c->fd);
     io_uring_sqe_set_data(sqe, c);
   }
 
   // Tries the inline path; true if the operation is finished or waiting for socket space.
   bool SendCached(Completion* c) {
+    // sendfile(2) needs the socket's fd number, which a direct descriptor does not have.
+    if (IsDirect(c->fd)) return false;
     while (c->remaining > 0) {
       const uint64_t budget = internal::TurnBudget(c, turn_, options_.send_turn_bytes);
       if (budget == 0) {  // this connection had its turn: wait for the next Poll's
@@ -524,6 +633,7 @@ class UringLoop final : public Loop {
     c->in_pipe = 0;
     io_uring_sqe* sqe = Sqe();
     io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
+    Target(sqe, c->fd);
     io_uring_sqe_set_data(sqe, c);
   }
 
@@ -611,6 +721,7 @@ class UringLoop final : public Loop {
     // hold the final partial segment back until the client's delayed ACK (40 ms) pushed it.
     const unsigned more = c->remaining > c->in_pipe ? SPLICE_F_MORE : 0;
     io_uring_prep_splice(sqe, p.r, -1, c->fd, -1, c->in_pipe, SPLICE_F_MOVE | more);
+    Target(sqe, c->fd);  // the socket is splice's output, the SQE's own fd
     io_uring_sqe_set_data(sqe, c);
   }
 
@@ -624,6 +735,7 @@ class UringLoop final : public Loop {
 
   void Dispatch(uint64_t user_data, int32_t res, uint32_t flags) {
     if (user_data == 0) return;  // close and cancel requests
+    if (user_data & kShutdownTag) return ShutdownDone(static_cast<uint32_t>(user_data >> 1));
     Completion* c = reinterpret_cast<Completion*>(user_data);
     switch (c->op) {
       case Op::kWake:
@@ -631,7 +743,7 @@ class UringLoop final : public Loop {
         return;
       case Op::kAccept:
         c->more = (flags & IORING_CQE_F_MORE) != 0;
-        c->result = res;
+        c->result = direct_ && res >= 0 ? (res | kDirectHandle) : res;
         if (!c->more) c->in_flight = false;
         ++stats_.completed;
         c->callback(c);
@@ -739,6 +851,7 @@ class UringLoop final : public Loop {
       c->polling = true;
       io_uring_sqe* sqe = Sqe();
       io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
+      Target(sqe, c->fd);
       io_uring_sqe_set_data(sqe, c);
       return;
     }
@@ -786,6 +899,14 @@ class UringLoop final : public Loop {
   LoopOptions options_;
   io_uring ring_{};
   bool ring_ready_ = false;
+  bool direct_ = false;  // bypass tier: connections are registered file table slots
+  bool sqpoll_ = false;
+  uint32_t direct_slots_ = 0;
+  struct SlotState {
+    uint16_t shutdowns = 0;      // IORING_OP_SHUTDOWNs in flight on the slot
+    bool close_pending = false;  // Close was called: close once they are done
+  };
+  std::vector<SlotState> slot_state_;  // per registered file table slot (bypass)
   io_uring_buf_ring* buf_ring_ = nullptr;
   size_t buf_ring_bytes_ = 0;
   char* recv_bufs_ = nullptr;
@@ -821,6 +942,12 @@ std::unique_ptr<Loop> MakeUringLoop(const LoopOptions& options, std::string* err
   auto loop = std::make_unique<UringLoop>();
   if (!loop->Init(options, error)) return nullptr;
   return loop;
+}
+
+std::unique_ptr<Loop> MakeBypassLoop(const LoopOptions& options, std::string* error) {
+  LoopOptions o = options;
+  o.direct_descriptors = true;
+  return MakeUringLoop(o, error);
 }
 
 }  // namespace ringd::io

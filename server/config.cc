@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -131,21 +132,52 @@ const std::vector<Flag>& Flags() {
            }},
       UintFlag("shards", "shard threads, each with its own ring (default: one per usable CPU)",
                &Config::shards, 1, 1024),
-      Flag{"io", "io backend: auto, uring or epoll (default auto: uring when the probe passes)",
+      Flag{"io",
+           "io tier: auto, bypass, uring or epoll (default auto: the best tier the probe passes)",
            false,
            [](Config* c, const std::string& v, std::string* error) {
              if (v == "auto")
                c->io = io::IoMode::kAuto;
+             else if (v == "bypass")
+               c->io = io::IoMode::kBypass;
              else if (v == "uring")
                c->io = io::IoMode::kUring;
              else if (v == "epoll")
                c->io = io::IoMode::kEpoll;
              else {
-               *error = "--io: expected auto, uring or epoll, got '" + v + "'";
+               *error = "--io: expected auto, bypass, uring or epoll, got '" + v + "'";
                return false;
              }
              return true;
            }},
+      Flag{"io-mask",
+           "features the probe treats as missing, comma-separated (testing the fallbacks)", false,
+           [](Config* c, const std::string& v, std::string* error) {
+             size_t start = 0;
+             while (start <= v.size()) {
+               const size_t comma = std::min(v.find(',', start), v.size());
+               const std::string name = v.substr(start, comma - start);
+               if (!io::KnownFeature(name)) {
+                 *error =
+                     "--io-mask: unknown feature '" + name + "' (names as ringd --probe prints)";
+                 return false;
+               }
+               c->io_mask.push_back(name);
+               start = comma + 1;
+             }
+             return true;
+           }},
+      BoolFlag("sqpoll",
+               "bypass: a kernel thread per shard submits for it (spends a core; default false)",
+               &Config::sqpoll),
+      UintFlag("sqpoll-cpu", "pin the SQ threads to this CPU (default: unpinned)",
+               &Config::sqpoll_cpu, 0, 4095),
+      UintFlag("sqpoll-idle-ms", "the SQ thread sleeps after this long without work (default 1000)",
+               &Config::sqpoll_idle_ms, 1, 60000),
+      UintFlag(
+          "io-wq-max-workers",
+          "uring tiers: kernel io-wq workers per shard for blocking work (default 0: the kernel's)",
+          &Config::iowq_max_workers, 0, 4096),
       BoolFlag("pin", "pin shard i to the i-th usable CPU (default true)", &Config::pin),
       UintFlag("header-timeout-ms", "time to receive a request head (default 10000)",
                &Config::header_timeout_ms, 1, 3600000),
@@ -353,6 +385,10 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
   }
   if ((config->recv_buffers & (config->recv_buffers - 1)) != 0) {
     *error = "--recv-buffers: must be a power of two, got " + std::to_string(config->recv_buffers);
+    return false;
+  }
+  if (config->sqpoll && config->io != io::IoMode::kBypass) {
+    *error = "--sqpoll needs --io=bypass";
     return false;
   }
   if (config->max_request_line > config->max_request_head) {

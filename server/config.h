@@ -34,6 +34,11 @@ struct Config {
   std::vector<ListenAddress> listen;
   uint32_t shards = 0;  // 0: one per CPU this process may run on
   io::IoMode io = io::IoMode::kAuto;
+  std::vector<std::string> io_mask;  // --io-mask: features the probe reports missing (tests)
+  bool sqpoll = false;               // bypass only
+  int32_t sqpoll_cpu = -1;
+  uint32_t sqpoll_idle_ms = 1000;
+  uint32_t iowq_max_workers = 0;  // 0: the kernel's default
   bool pin = true;
 
   // Timeouts (milliseconds) and limits.

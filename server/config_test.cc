@@ -70,7 +70,7 @@ TEST(Config, RejectsBadInputWithOneLine) {
       {{"--root=/tmp", "--bogus"}, "unknown flag --bogus"},
       {{"--root=/tmp", "--shards=0"}, "--shards: expected an integer from 1 to 1024, got '0'"},
       {{"--root=/tmp", "--shards=-1"}, "--shards"},
-      {{"--root=/tmp", "--io=kqueue"}, "--io: expected auto, uring or epoll"},
+      {{"--root=/tmp", "--io=kqueue"}, "--io: expected auto, bypass, uring or epoll"},
       {{"--root=/tmp", "--listen=localhost"}, "--listen: expected HOST:PORT"},
       {{"--root=/tmp", "--listen=127.0.0.1:99999"}, "--listen: bad port"},
       {{"--root=/tmp", "--pin=maybe"}, "--pin: expected true or false"},
@@ -81,6 +81,9 @@ TEST(Config, RejectsBadInputWithOneLine) {
       {{}, "--root is required"},
       {{"--root=/tmp", "stray"}, "unexpected argument 'stray'"},
       {{"--flagfile=/nonexistent.flags"}, "--flagfile: cannot read"},
+      {{"--root=/tmp", "--sqpoll"}, "--sqpoll needs --io=bypass"},
+      {{"--root=/tmp", "--io-mask=warp drive"}, "--io-mask: unknown feature 'warp drive'"},
+      {{"--root=/tmp", "--discard-body-timeout-ms=0"}, "--discard-body-timeout-ms: expected"},
   };
   for (const auto& [args, message] : cases) {
     Parsed p = Parse(args);

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "io/probe.h"
+#include "io/registry.h"
 #include "server/config.h"
 #include "server/http/mime_types.h"
 #include "server/shard.h"
@@ -116,17 +118,41 @@ int Main(int argc, char** argv) {
   if (!ParseFlags(argc, argv, &config, &error, &exit_now)) Die(2, error);
   if (exit_now) return 0;
 
-  const io::ProbeReport probe = io::ProbeUring();
+  // Like nginx's worker_rlimit_nofile: use every descriptor the hard limit allows. The bypass
+  // tier's registered file table is held to it as well.
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  io::ProbeReport probe = io::ProbeUring(config.io_mask);
+  // Each bypass shard registers a file table with a slot for every connection it may hold.
+  const uint64_t table = uint64_t{config.max_connections} + Shard::kSpareSlots;
+  if (probe.bypass_usable && nofile.rlim_cur != RLIM_INFINITY && nofile.rlim_cur < table) {
+    probe.bypass_usable = false;
+    probe.bypass_reason = "RLIMIT_NOFILE (" + std::to_string(nofile.rlim_cur) +
+                          ") is below the registered file table a shard needs (" +
+                          std::to_string(table) + " slots for --max-connections)";
+  }
   if (config.probe_only) {
     for (const std::string& line : probe.lines) std::printf("%s\n", line.c_str());
+    std::printf("bypass tier: %s (%s)\n", probe.bypass_usable ? "usable" : "unusable",
+                probe.bypass_reason.c_str());
     std::printf("io_uring backend: %s (%s)\n", probe.usable ? "usable" : "unusable",
                 probe.reason.c_str());
+    bool unused = false;
+    std::printf("--io=auto would choose %s\n",
+                io::Select(io::IoMode::kAuto, probe, &unused).reason.c_str());
     return 0;
   }
   bool select_error = false;
   const io::Selection selection = io::Select(config.io, probe, &select_error);
   if (select_error) Die(1, selection.reason);
-  std::fprintf(stderr, "ringd: io backend %s\n", selection.reason.c_str());
+  if (config.sqpoll && !probe.sqpoll_usable)
+    Die(1, "--sqpoll: SQPOLL rings cannot be created here");
+  std::fprintf(stderr, "ringd: io backend %s%s\n", selection.reason.c_str(),
+               config.sqpoll ? "; SQPOLL" : "");
+  const io::LoopFactory make_loop = io::FactoryFor(selection.backend);
 
   const int root_fd = ::open(config.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (root_fd < 0) Die(1, "--root: cannot open '" + config.root + "': " + strerror(errno));
@@ -154,9 +180,8 @@ int Main(int argc, char** argv) {
       if (fd < 0) Die(1, error);
       fds.push_back(fd);
     }
-    shard_list.push_back(std::make_unique<Shard>(
-        static_cast<int>(i), config, std::move(fds), root_fd, &mime,
-        selection.use_uring ? &io::MakeUringLoop : &io::MakeEpollLoop, cpus[i % cpus.size()]));
+    shard_list.push_back(std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds),
+                                                 root_fd, &mime, make_loop, cpus[i % cpus.size()]));
   }
 
   std::vector<std::thread> threads;

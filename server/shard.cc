@@ -15,9 +15,6 @@ namespace {
 constexpr int64_t kLingerMs = 5000;      // after the last response, wait this long for EOF
 constexpr int64_t kAcceptRetryMs = 100;  // after EMFILE/ENFILE, try accepting again after this
 constexpr int kDrainGraceMs = 1000;      // after the drain deadline's aborts, for their callbacks
-// Connections beyond --max-connections, for newcomers accepted while the idle connections that
-// give way to them are still closing (and for accepts already under way when accepting pauses).
-constexpr uint32_t kReclaimReserve = 32;
 
 size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
@@ -96,6 +93,11 @@ bool Shard::Setup() {
   lo.send_zc_min_bytes = config_.send_zc_min_bytes;
   lo.send_turn_bytes = config_.send_turn_bytes;
   lo.worker_threads = config_.workers;
+  lo.direct_files = config_.max_connections + kSpareSlots;  // bypass: the file table
+  lo.sqpoll = config_.sqpoll;
+  lo.sqpoll_cpu = config_.sqpoll_cpu;
+  lo.sqpoll_idle_ms = config_.sqpoll_idle_ms;
+  lo.iowq_max_workers = config_.iowq_max_workers;
   lo.worker_queue = config_.worker_queue;
   if (content_pool_ != nullptr) {
     lo.registered_region = content_pool_->base();

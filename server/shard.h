@@ -2,7 +2,7 @@
 // connections, its pools and its caches. Shards share nothing; the only cross-thread call is
 // RequestStop (from the signal-handling main thread).
 //
-//   Shard shard(index, config, listen_fds, root_fd, mime, &io::MakeUringLoop, cpu);
+//   Shard shard(index, config, listen_fds, root_fd, mime, io::FactoryFor("uring"), cpu);
 //   std::thread t([&] { if (shard.Setup()) shard.Serve(); });   // Serve returns after a stop
 //   shard.RequestStop();
 //
@@ -113,6 +113,11 @@ class Shard {
   io::Loop* loop() const { return loop_.get(); }
   uint32_t live_connections() const { return live_; }
   const std::string& error() const { return error_; }
+  // Connection slots beyond --max-connections (newcomers while idle ones give way), plus the
+  // accepts that may land before accepting pauses: the bypass tier's file table has this many
+  // slots more than --max-connections.
+  static constexpr uint32_t kReclaimReserve = 32;
+  static constexpr uint32_t kSpareSlots = kReclaimReserve + 64;
   const ShardStats& Stats() const { return stats_; }
   ShardUsage Usage() const;
 

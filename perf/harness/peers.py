@@ -149,6 +149,13 @@ def _ceiling(peer, ctx):
 # Where peers take part: the ceiling answers one fixed response and cannot serve files; nginx's
 # aio variant matters where the disk does; h2o and lighttpd sit out the slow-disk scenario.
 _ENTRIES = [
+    # bypass: its registered file table per shard must fit RLIMIT_NOFILE (20,000 here), so fewer
+    # connection slots than the other tiers' 30,000 (still above idle-10k's 10,000).
+    Peer("ringd-bypass", ringd("bypass", "--max-connections", "15000")),
+    # SQPOLL spends a core on a kernel thread: on this 2-core machine it competes with the client,
+    # so it runs where that is the question, small keep-alive requests.
+    Peer("ringd-bypass-sqpoll", ringd("bypass", "--max-connections", "15000", "--sqpoll"),
+         scenarios=frozenset({"small-keepalive"})),
     Peer("ringd-uring", ringd("uring")),
     Peer("ringd-epoll", ringd("epoll")),
     Peer("nginx", _nginx, needs="nginx", template=NGINX_CONF, config_name="nginx.conf", extra={"aio": ""}),

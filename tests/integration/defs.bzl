@@ -1,6 +1,6 @@
 """ringd_backend_test: one Python integration test, run once per io backend."""
 
-BACKENDS = ["uring", "epoll"]
+BACKENDS = ["bypass", "uring", "epoll"]
 
 def ringd_backend_test(name, src, size = "medium", backends = BACKENDS, tags = [], extra = None):
     """`extra`: a target passed as the 4th argument (a wrapper command, or a .so to preload)."""

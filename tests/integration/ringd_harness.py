@@ -22,12 +22,14 @@ EXTRA_FLAGS = [f for f in os.environ.get("RINGD_FLAGS", "").split(" ") if f]
 _probe_cache = {}
 
 
-def uring_usable():
-    if "usable" not in _probe_cache:
+def uring_usable(tier="uring"):
+    """Whether `ringd --probe` says the tier ("uring" or "bypass") works here, and its line."""
+    if tier not in _probe_cache:
         out = subprocess.run([RINGD, "--probe"], capture_output=True, text=True, timeout=10).stdout
-        _probe_cache["usable"] = "io_uring backend: usable" in out
-        _probe_cache["why"] = out.strip().splitlines()[-1] if out.strip() else "no probe output"
-    return _probe_cache["usable"], _probe_cache["why"]
+        prefix = "bypass tier: " if tier == "bypass" else "io_uring backend: "
+        line = next((l for l in out.splitlines() if l.startswith(prefix)), "no probe output")
+        _probe_cache[tier] = (line.startswith(prefix + "usable"), line)
+    return _probe_cache[tier]
 
 
 class Server:
@@ -213,7 +215,7 @@ class BackendTestCase(unittest.TestCase):
     def setUpClass(cls):
         if not RINGD or not os.path.exists(RINGD):
             raise RuntimeError("RINGD_BINARY is not set to the ringd binary")
-        if BACKEND == "uring":
-            ok, why = uring_usable()
+        if BACKEND in ("uring", "bypass"):
+            ok, why = uring_usable(BACKEND)
             if not ok:
-                raise unittest.SkipTest("io_uring unusable on this machine: " + why)
+                raise unittest.SkipTest("%s tier unusable on this machine: %s" % (BACKEND, why))
