@@ -48,6 +48,9 @@ struct Completion {
   bool more = false;           // multishot: more callbacks will follow
   const char* data = nullptr;  // Recv: the bytes received, valid only during the callback
   FileStat stat;               // Open: the opened file
+  // Send/SendFile: bytes sent so far by the operation in flight (0 when it starts). Owners may
+  // read it as progress: a slow reader that keeps taking bytes is not a stalled one.
+  uint64_t done = 0;
 
   // Backend state; callers leave it alone.
   Op op = Op::kNone;
@@ -56,7 +59,6 @@ struct Completion {
   int file_fd = -1;
   uint64_t offset = 0;
   uint64_t remaining = 0;  // SendFile: bytes still to send; Send: bytes of iov left
-  uint64_t done = 0;       // SendFile/Send: bytes sent so far
   iovec* iov = nullptr;    // Send: advanced in place on partial sends
   int iovcnt = 0;
   int send_flags = 0;          // Send: MSG_NOSIGNAL, plus MSG_MORE when asked

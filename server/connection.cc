@@ -211,6 +211,8 @@ bool Shard::Plan(Connection* conn, const http::Request& req) {
   }
   Exchange* ex = conn->ex;
   if (conn->lookups == 0) conn->plan_since = files_->validations();  // a new request
+  conn->client_keep_alive = req.keep_alive;
+  conn->head_request = req.method == http::Method::kHead;
   RequestLookup source(files_.get(), conn->plan_since);
   const http::PlanStep step = http::PlanResponse(req, planner_, source, *scratch_, &ex->plan);
   if (step.status == http::PlanStatus::kNeedLookup) {
@@ -222,7 +224,7 @@ bool Shard::Plan(Connection* conn, const http::Request& req) {
     // needing lookups: answer 503 rather than wait without bound.
     ++stats_.lookup_refused;
     SetState(conn, ConnState::kReading);
-    http::PlanError(503, false, &ex->plan);
+    http::PlanError(503, req, &ex->plan);
     conn->lookups = 0;
     StartResponse(conn, ex);
     return false;
@@ -311,6 +313,7 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
     if (ex->file != nullptr) files_->Unpin(ex->file);
     ex->file = nullptr;
     http::PlanError(500, plan.keep_alive, &plan);
+    if (conn->head_request) plan.send_body = false;  // a HEAD's answer has no body
     n = http::WriteResponseHead(plan, std::string_view(date_, http::kHttpDateLen), "ringd",
                                 ex->head, sizeof ex->head);
   }
@@ -320,7 +323,7 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
   ex->part = 0;
   SetState(conn, ConnState::kSending);
   conn->wants_close = !plan.keep_alive;
-  send_timers_.Arm(&conn->timer, now_ms_);
+  ArmSendTimer(conn);
 
   // The common cases go out in one send: head alone, head + error page, head + cached content.
   ex->iov[0] = iovec{ex->head, n};
@@ -372,7 +375,7 @@ void Shard::OnSend(io::Completion* c) {
     ex->body_offset += asked;
     ex->body_left -= asked;
   }
-  self->send_timers_.Arm(&conn->timer, self->now_ms_);  // progress
+  self->ArmSendTimer(conn);  // progress
   self->SendNext(conn);
 }
 
@@ -432,7 +435,10 @@ void Shard::FinishResponse(Connection* conn) {
 // bytes cannot turn our close into a reset that destroys the response in flight (nginx's
 // lingering close). Otherwise close at once: a client that asked to close is done sending.
 void Shard::CloseGracefully(Connection* conn) {
-  const bool unread = conn->in_len > 0 || conn->discard > 0 || conn->more_input_expected;
+  // A client that asked to keep the connection may have pipelined more requests that are still
+  // on their way: closing on them would reset the connection and destroy the response.
+  const bool unread =
+      conn->in_len > 0 || conn->discard > 0 || conn->more_input_expected || conn->client_keep_alive;
   conn->in_len = 0;
   ReleaseInputIfEmpty(conn);
   // FIN now, rather than after the receive's cancellation has come back: the client sees the end
@@ -486,6 +492,14 @@ void Shard::ReleaseExchange(Connection* conn) {
   ex->file = nullptr;
   exchanges_->Put(ex);
   conn->ex = nullptr;
+}
+
+// The send-stall deadline, from now; a send that moves bytes before it passes earns another
+// (Tick checks the in-flight operation's progress), so only a client that takes nothing for
+// --send-timeout-ms is cut, however slowly it reads (nginx's send_timeout).
+void Shard::ArmSendTimer(Connection* conn) {
+  conn->send_progress = 0;  // the operation about to start has sent nothing yet
+  send_timers_.Arm(&conn->timer, now_ms_);
 }
 
 void Shard::Abort(Connection* conn) {

@@ -168,6 +168,9 @@ void FileCache::OnOp(io::Completion* c) {
 }
 
 void FileCache::Opened(CacheEntry* e, int64_t result) {
+  // Validated now, when its metadata is read (not when a content read finishes later): a
+  // request that began after this point may not take it as fresh for itself.
+  e->validation = ++validations_;
   if (result < 0) {
     e->meta = MetaFromError(result);
     return Ready(e);
@@ -203,7 +206,6 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
 
 void FileCache::Ready(CacheEntry* e) {
   e->ready = true;
-  e->validation = ++validations_;
   // A passing failure is answered (503) but not remembered: the next request tries again.
   e->expires_ms =
       e->meta.kind == http::FileMeta::Kind::kUnavailable ? now_ms_ : now_ms_ + options_.valid_ms;

@@ -205,8 +205,14 @@ void Shard::Tick() {
     Abort(conn_of(t));
   });
   send_timers_.Expire(now_ms_, [&](TimerNode* t) {
+    Connection* conn = conn_of(t);
+    const io::Completion* send = conn->ex != nullptr ? &conn->ex->send : nullptr;
+    if (send != nullptr && send->in_flight && send->done > conn->send_progress) {
+      conn->send_progress = send->done;  // slow, but moving: another period
+      return send_timers_.Arm(t, now_ms_);
+    }
     ++stats_.send_timeouts;
-    Abort(conn_of(t));
+    Abort(conn);
   });
   linger_timers_.Expire(now_ms_, [&](TimerNode* t) { Abort(conn_of(t)); });
   discard_timers_.Expire(now_ms_, [&](TimerNode* t) {

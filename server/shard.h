@@ -74,8 +74,11 @@ struct Connection {
   uint32_t parsed_len = 0;  // how much of `in` the parser has already seen
   uint64_t discard = 0;     // request body bytes still to skip
   uint32_t requests = 0;
-  uint32_t lookups = 0;     // file lookups the current request has waited for
-  uint64_t plan_since = 0;  // the file cache's validations() when the request began planning
+  uint32_t lookups = 0;        // file lookups the current request has waited for
+  uint64_t plan_since = 0;     // the file cache's validations() when the request began planning
+  uint64_t send_progress = 0;  // the send's progress (Completion::done) when its timer was armed
+  bool client_keep_alive = false;  // the last request asked to keep the connection
+  bool head_request = false;       // the last request was a HEAD
   Exchange* ex = nullptr;
   io::Completion recv;
   TimerNode timer;
@@ -145,6 +148,7 @@ class Shard {
   void SetState(Connection* conn, ConnState next);
   void UpdateRecv(Connection* conn);
   void WaitForRequest(Connection* conn);
+  void ArmSendTimer(Connection* conn);
   bool AtLimit() const;
   void ResumeAcceptIfRoom();
   uint32_t capacity() const;

@@ -115,6 +115,13 @@ void PlanError(int status, bool keep_alive, ResponsePlan* out) {
   out->keep_alive = keep_alive;
 }
 
+void PlanError(int status, const Request& req, ResponsePlan* out) {
+  *out = ResponsePlan{};
+  out->keep_alive = req.keep_alive;
+  out->http10 = req.version_minor == 0;
+  Page(status, "request error", req, out);
+}
+
 PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaSource& source,
                       PlanScratch& scratch, ResponsePlan* out) {
   out->status = 500;

@@ -101,6 +101,9 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
 // A plan for an error answered before (or instead of) a request: a parse error, a timeout.
 // Such errors close the connection unless `keep_alive` is set.
 void PlanError(int status, bool keep_alive, ResponsePlan* out);
+// An error answering a parsed request (a 503 when its file cannot be looked up): as above, and
+// a HEAD request's answer has no body.
+void PlanError(int status, const Request& req, ResponsePlan* out);
 
 // The reason phrase for a status code ("Not Found").
 std::string_view ReasonPhrase(int status);

@@ -318,5 +318,20 @@ TEST_F(ResponsePlanTest, ErrorPlansForParseErrors) {
   EXPECT_EQ(ReasonPhrase(431), "Request Header Fields Too Large");
 }
 
+// Found by the shard simulator: a 503 answering a HEAD (the cache could not take the lookup) had
+// a body, which the client then read as the start of the next response.
+TEST_F(ResponsePlanTest, ErrorsAnsweringHeadHaveNoBody) {
+  Request req;
+  req.method = Method::kHead;
+  ResponsePlan plan;
+  PlanError(503, req, &plan);
+  EXPECT_EQ(plan.status, 503);
+  EXPECT_FALSE(plan.send_body);
+  EXPECT_FALSE(plan.keep_alive);
+  req.method = Method::kGet;
+  PlanError(503, req, &plan);
+  EXPECT_TRUE(plan.send_body);
+}
+
 }  // namespace
 }  // namespace ringd::http
