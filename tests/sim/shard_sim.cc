@@ -206,6 +206,7 @@ class Sim {
                     const std::string& selected, std::string* why);
   bool FileChanged(const Req& q, const std::string& path) const;
   int64_t WindowStart(const Req& q) const;
+  bool AnyFileChanged(const Client& c) const;
   void CollectShardStats();
   void EndConnection(Client& c, const char* how);
   void CheckStall(Client& c);
@@ -852,6 +853,16 @@ void Sim::ReadResponses(Client& c) {
   }
 }
 
+bool Sim::AnyFileChanged(const Client& c) const {
+  for (const Req& q : c.pending) {
+    if (q.route != nullptr && q.route->kind == Route::kFile &&
+        (FileChanged(q, q.route->path) || FileChanged(q, q.route->path + ".gz"))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void Sim::EndConnection(Client& c, const char* how) {
   SimSocket& s = world_.sockets[c.sock];
   world_.Trace("client %u: connection ends (%s), %zu pending, %zu bytes partial", c.id, how,
@@ -874,9 +885,7 @@ void Sim::EndConnection(Client& c, const char* how) {
   }
   if (!c.inbox.empty()) {
     const Req& q = c.pending.front();
-    const bool changed = q.route != nullptr && q.route->kind == Route::kFile &&
-                         (FileChanged(q, q.route->path) || FileChanged(q, q.route->path + ".gz"));
-    if (!changed) {
+    if (!AnyFileChanged(c)) {
       return Fail(
           "client %u: response to request %u truncated (%zu bytes, %s) though its file "
           "did not change",
@@ -886,6 +895,10 @@ void Sim::EndConnection(Client& c, const char* how) {
   }
   if (c.pending.empty() || c.close_response) return;
   const Req& q = c.pending.front();
+  // A file that changed under its transfer ends the connection (Content-Length cannot be kept),
+  // and the close may reset it (pipelined input unread) before the client has read the
+  // responses ahead of that one: nginx does the same.
+  if (AnyFileChanged(c)) return;
   // A request that reached a connection the server was closing as idle (a keep-alive timeout,
   // or giving way at the connection limit) may go unanswered, as long as the server had not
   // read any of it; HTTP clients retry those.
