@@ -441,11 +441,15 @@ void Shard::CloseGracefully(Connection* conn) {
       conn->in_len > 0 || conn->discard > 0 || conn->more_input_expected || conn->client_keep_alive;
   conn->in_len = 0;
   ReleaseInputIfEmpty(conn);
-  // FIN now, rather than after the receive's cancellation has come back: the client sees the end
-  // without another round trip. (Not linked to the last send through the ring: a linked request
-  // resolves its fd when it runs, and by then the number may belong to a new connection.)
-  loop_->Shutdown(conn->fd, SHUT_WR);
+  // Closing now: the close itself sends the FIN, with the last response if it was held back
+  // (MSG_MORE), in one segment. A shutdown(SHUT_WR) first measured no fewer packets (9.06 per
+  // close request either way) and cost a syscall per close (uring: 1.24 -> 0.27 syscalls per
+  // request without it), and an io-wq hop on the bypass tier (13.7 -> 10.5 us CPU per request).
   if (!unread || conn->peer_closed || !conn->recv_active) return Abort(conn);
+  // Lingering: FIN now, then read (and drop) until the client closes. (Not linked to the last
+  // send through the ring: a linked request resolves its fd when it runs, and by then the number
+  // may belong to a new connection.)
+  loop_->Shutdown(conn->fd, SHUT_WR);
   SetState(conn, ConnState::kLingering);
   if (conn->recv_paused) {  // read (and drop) whatever the client still sends
     conn->recv_paused = false;
