@@ -1,0 +1,72 @@
+"""Choosing the io tier: --io=auto takes the best tier whose features the probe finds, a kernel
+that lacks one feature loses that feature's tier only, and forcing a tier the probe refuses is
+one clear line and exit 1. `--io-mask` makes the probe report features as missing."""
+import shutil
+import subprocess
+import unittest
+
+from ringd_harness import RINGD, BackendTestCase, Server, make_docroot, request, uring_usable
+
+BYPASS_FEATURES = ["registered file table", "accept direct", "IORING_OP_SHUTDOWN"]
+
+
+class TierSelectionTest(BackendTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        ok, why = uring_usable("bypass")
+        if not ok:
+            raise unittest.SkipTest("the bypass tier is unusable here, so nothing to mask: " + why)
+        cls.root, cls.files = make_docroot()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def serve_and_check(self, *flags):
+        server = Server(self.root, *flags, backend="auto")
+        try:
+            line = [l for l in server.log if "io backend" in l][0]
+            self.assertEqual(request(server, "GET", "/large.bin").body, self.files["large.bin"])
+            self.assertEqual(request(server, "GET", "/small.txt").body, self.files["small.txt"])
+            return line
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_auto_takes_bypass_when_everything_is_there(self):
+        self.assertIn("io backend bypass: direct descriptors", self.serve_and_check())
+
+    def test_a_missing_bypass_feature_loses_bypass_not_io_uring(self):
+        for feature in BYPASS_FEATURES:
+            line = self.serve_and_check("--io-mask", feature)
+            self.assertIn("io backend uring:", line, feature)
+            self.assertIn("not bypass: missing %s (masked)" % feature, line)
+
+    def test_a_missing_uring_feature_falls_back_to_epoll(self):
+        for feature in ["IORING_OP_SPLICE", "provided buffer ring", "io_uring"]:
+            line = self.serve_and_check("--io-mask", feature)
+            self.assertIn("io backend epoll:", line, feature)
+
+    def test_forcing_a_refused_tier_is_one_line_and_exit_1(self):
+        for tier, mask, says in [("bypass", "accept direct", "--io=bypass, but the bypass tier is "
+                                  "unusable: missing accept direct (masked)"),
+                                 ("uring", "IORING_OP_SPLICE", "--io=uring, but io_uring is "
+                                  "unusable: missing IORING_OP_SPLICE")]:
+            out = subprocess.run([RINGD, "--root", self.root, "--io", tier, "--io-mask", mask,
+                                  "--listen", "127.0.0.1:0"], capture_output=True, text=True,
+                                 timeout=10)
+            self.assertEqual(out.returncode, 1, out.stderr)
+            lines = out.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, out.stderr)
+            self.assertIn(says, lines[0])
+
+    def test_probe_says_what_auto_would_choose(self):
+        out = subprocess.run([RINGD, "--probe", "--io-mask", "accept direct"], capture_output=True,
+                             text=True, timeout=10)
+        self.assertEqual(out.returncode, 0)
+        self.assertIn("bypass: accept direct: masked", out.stdout)
+        self.assertIn("--io=auto would choose uring", out.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
