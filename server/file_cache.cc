@@ -159,20 +159,26 @@ void FileCache::OnOp(io::Completion* c) {
   // The content read finished.
   if (c->result != static_cast<int64_t>(e->meta.size)) {
     // Short read: the file changed while we read it. Serve it from the fd instead, where a
-    // truncation is caught by the sender.
+    // truncation is caught by the sender, and revalidate at the next request: the metadata is
+    // known to be out of date.
     self->content_pool_->Put(e->content);
     e->content = nullptr;
     --self->stats_.content_buffers;
+    e->expires_ms = self->now_ms_;
   }
   self->Ready(e);
 }
 
 void FileCache::Opened(CacheEntry* e, int64_t result) {
   // Validated now, when its metadata is read (not when a content read finishes later): a
-  // request that began after this point may not take it as fresh for itself.
+  // request that began after this point may not take it as fresh for itself, and its freshness
+  // runs from now. A passing failure is answered (503) but not remembered: the next request
+  // tries again.
   e->validation = ++validations_;
+  e->expires_ms = now_ms_ + options_.valid_ms;
   if (result < 0) {
     e->meta = MetaFromError(result);
+    if (e->meta.kind == http::FileMeta::Kind::kUnavailable) e->expires_ms = now_ms_;
     return Ready(e);
   }
   const int fd = static_cast<int>(result);
@@ -206,9 +212,6 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
 
 void FileCache::Ready(CacheEntry* e) {
   e->ready = true;
-  // A passing failure is answered (503) but not remembered: the next request tries again.
-  e->expires_ms =
-      e->meta.kind == http::FileMeta::Kind::kUnavailable ? now_ms_ : now_ms_ + options_.valid_ms;
   if (e->in_map) Touch(e);
   // Queue everyone waiting; RunWakeups wakes them after this callback has returned, so a
   // waiter never re-plans inside the cache's own code.

@@ -270,9 +270,11 @@ void Shard::OnAccept(io::Completion* c) {
     self->Accepted(static_cast<int>(c->result));
   } else if (c->result == -EMFILE || c->result == -ENFILE || c->result == -ENOBUFS ||
              c->result == -ENOMEM) {
-    // Out of descriptors or memory: retry later rather than spin on the same error.
+    // Out of descriptors or memory: retry later rather than spin on the same error, and let the
+    // longest-idle keep-alive connection give its descriptor to the newcomer.
     if (!c->more && self->accept_retry_ms_ == 0)
       self->accept_retry_ms_ = self->now_ms_ + kAcceptRetryMs;
+    self->ReclaimOldestIdle();
   }
   if (c->more) return;
   --self->accepts_active_;
@@ -311,14 +313,7 @@ void Shard::Accepted(int fd) {
   ArmRecv(conn);
   // Over the limit: the idle keep-alive connection that has waited longest gives way to this
   // one (nginx reuses connections the same way). Its slot frees once its last callbacks come.
-  // Connections with a request in progress never give way.
-  if (live_ > config_.max_connections) {
-    if (TimerNode* t = idle_timers_.PopOldest()) {
-      ++stats_.idle_reclaimed;
-      Abort(
-          reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer)));
-    }
-  }
+  if (live_ > config_.max_connections) ReclaimOldestIdle();
   if (AtLimit() && !accept_paused_) {
     // Nobody can give way: stop accepting; the kernel's backlog holds newcomers until a
     // connection closes or goes idle (ResumeAcceptIfRoom).
@@ -329,6 +324,15 @@ void Shard::Accepted(int fd) {
 }
 
 uint32_t Shard::capacity() const { return config_.max_connections + kReclaimReserve; }
+
+// Closes the keep-alive connection that has been idle longest, for a newcomer. Connections with
+// a request in progress never give way.
+void Shard::ReclaimOldestIdle() {
+  if (TimerNode* t = idle_timers_.PopOldest()) {
+    ++stats_.idle_reclaimed;
+    Abort(reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer)));
+  }
+}
 
 bool Shard::AtLimit() const {
   return live_ >= capacity() || (live_ >= config_.max_connections && idle_timers_.Empty());

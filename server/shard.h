@@ -150,6 +150,7 @@ class Shard {
   void WaitForRequest(Connection* conn);
   void ArmSendTimer(Connection* conn);
   bool AtLimit() const;
+  void ReclaimOldestIdle();
   void ResumeAcceptIfRoom();
   uint32_t capacity() const;
   void ConsumeInput(Connection* conn, size_t n);

@@ -70,7 +70,6 @@ struct Req {
   bool options = false;
   uint64_t start_offset = 0, end_offset = 0;  // in the client -> server byte stream
   int64_t sent_ms = 0;
-  bool sent_idle = false;  // nothing else was outstanding when it was queued
   uint64_t transient_at_send = 0, refused_at_send = 0;
   uint32_t nth = 0;  // its number on the connection, from 1
 };
@@ -103,9 +102,7 @@ struct Client {
   bool ended = false;
   int64_t last_progress_ms = 0;
   std::map<std::string, std::string> etags;
-  bool head_503_body = false;
-  int64_t idle_since_ms = INT64_MAX;  // every answer in, nothing to send: idle keep-alive  //
-                                      // avoid_known_bugs: drop what follows a 503 to a HEAD
+  int64_t idle_since_ms = INT64_MAX;  // every answer in, nothing to send: idle keep-alive
 };
 
 std::string Lower(std::string s) {
@@ -414,9 +411,6 @@ void Sim::SpawnClient() {
   } else {
     c->style = static_cast<Style>(1 + rng_.Below(10));
   }
-  if (options_.avoid_known_bugs) {
-    // (no known bugs yet)
-  }
   c->batches_left = static_cast<int>(rng_.Range(1, options_.quick ? 3 : 6));
   c->next_write_ms = world_.now_ms + static_cast<int64_t>(rng_.Below(20));
   c->last_progress_ms = world_.now_ms;
@@ -449,7 +443,6 @@ void Sim::AddRequest(Client& c, Req q, const std::string& text) {
   c.stream_offset += text.size();
   q.end_offset = c.stream_offset;
   q.sent_ms = world_.now_ms;
-  q.sent_idle = c.pending.empty();
   q.transient_at_send = world_.counters.open_transient;
   q.refused_at_send = Refused();
   q.nth = ++c.requests;
@@ -586,9 +579,6 @@ void Sim::StartBatch(Client& c) {
 // what the open-file cache may hold an entry for.
 int64_t Sim::WindowStart(const Req& q) const {
   int64_t lo = q.sent_ms - static_cast<int64_t>(config_.open_file_cache_valid_ms) - 2;
-  // Known bug 3 (README.md): an entry counts as validated when its content read ends, not when
-  // its metadata was read, so metadata from before the request can count as fresh for it.
-  if (options_.avoid_known_bugs) lo -= 200;
   return lo;
 }
 
@@ -815,10 +805,6 @@ void Sim::CheckResponse(Client& c, const Req& q, const Resp& r) {
 
 void Sim::ReadResponses(Client& c) {
   while (!c.inbox.empty() && result_.ok) {
-    if (c.close_response && c.head_503_body) {
-      c.inbox.clear();  // known bug 1 (README.md): the body of a 503 answering a HEAD
-      return;
-    }
     if (c.pending.empty() || c.close_response) {
       return Fail("client %u: %zu bytes nobody asked for: %.40s", c.id, c.inbox.size(),
                   c.inbox.c_str());
@@ -836,7 +822,6 @@ void Sim::ReadResponses(Client& c) {
                  q.head ? "HEAD" : "GET", q.route != nullptr ? q.route->target.c_str() : "-",
                  r.close ? " (close)" : "");
     CheckResponse(c, q, r);
-    if (q.head && r.status == 503 && options_.avoid_known_bugs) c.head_503_body = true;
     if (r.close) {
       c.close_response = true;
       c.close_response_ms = world_.now_ms;
@@ -872,17 +857,6 @@ void Sim::EndConnection(Client& c, const char* how) {
   s.client_closed = true;
   s.client_fin = true;
   if (c.misbehaved || draining_) return;
-  // Known bug 4 (README.md): the server ends a keep-alive connection itself (the last of
-  // max_requests_per_connection, a refused lookup's 503) and closes at once when it has read
-  // nothing more; requests the client had pipelined arrive unread and the close becomes a reset
-  // that destroys the last response.
-  if (options_.avoid_known_bugs && s.server_reset && s.server_shut_wr) return;
-  // Known bug 2 (README.md): the send timer is re-armed only when a whole Send or SendFile chunk
-  // (up to 1 MiB) completes, so a client reading steadily but slowly is cut mid-body.
-  if (options_.avoid_known_bugs && !c.pending.empty() &&
-      world_.now_ms - c.pending.front().sent_ms >= config_.send_timeout_ms) {
-    return;
-  }
   if (!c.inbox.empty()) {
     const Req& q = c.pending.front();
     if (!AnyFileChanged(c)) {
@@ -901,8 +875,10 @@ void Sim::EndConnection(Client& c, const char* how) {
   if (AnyFileChanged(c)) return;
   // A request that reached a connection the server was closing as idle (a keep-alive timeout,
   // or giving way at the connection limit) may go unanswered, as long as the server had not
-  // read any of it; HTTP clients retry those.
-  if (q.sent_idle && s.received_before_abort <= q.start_offset) return;
+  // read any of it; HTTP clients retry those. That includes a request pipelined behind one the
+  // server had answered, whose bytes had not reached it yet: from the server's side the
+  // connection was idle, and nginx closes it the same way.
+  if (s.received_before_abort <= q.start_offset) return;
   Fail(
       "client %u: connection ended (%s) with %zu requests unanswered; the server had read "
       "%llu of %llu bytes (request %u at %llu)",
@@ -1229,8 +1205,7 @@ SeedResult RunSeed(uint64_t seed, const SimOptions& options) {
 
 std::string ReplayCommand(uint64_t seed, const SimOptions& options) {
   return "bazel run //tests/sim:shard_sim -- --seed=" + std::to_string(seed) +
-         (options.quick ? " --quick" : "") +
-         (options.avoid_known_bugs ? " --avoid-known-bugs" : "");
+         (options.quick ? " --quick" : "");
 }
 
 void InstallCrashReporter() { signal(SIGABRT, &OnAbort); }

@@ -6,8 +6,7 @@
 //   SeedResult r = RunSeed(42, SimOptions{});
 //   if (!r.ok) { puts(r.failure.c_str()); for (auto& l : r.trace) puts(l.c_str()); }
 //
-// Known server bugs the simulator found are listed in tests/sim/README.md; `avoid_known_bugs`
-// steers around their scenarios so that other bugs can still be found.
+// The server bugs the simulator found, and their fixes, are listed in tests/sim/README.md.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +17,8 @@
 namespace ringd::sim {
 
 struct SimOptions {
-  bool quick = false;             // smaller runs: the cc_test's thousands of seeds
-  bool avoid_known_bugs = false;  // skip scenarios of bugs in README.md's list
-  bool verbose = false;           // print the whole trace as it happens
+  bool quick = false;    // smaller runs: the cc_test's thousands of seeds
+  bool verbose = false;  // print the whole trace as it happens
 };
 
 struct SeedResult {

@@ -4,8 +4,7 @@
 //   bazel run //tests/sim:shard_sim -- --seeds=10000        # seeds 1..10000
 //   bazel run -c opt //tests/sim:shard_sim -- --minutes=30  # random seeds until time is up
 //
-// --quick runs the cc_test's smaller seeds; --avoid-known-bugs skips the scenarios of the bugs
-// listed in README.md (off unless asked, so the long mode keeps finding them).
+// --quick runs the cc_test's smaller seeds.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -60,12 +59,10 @@ int main(int argc, char** argv) {
       options.quick = true;
     } else if (Flag(argv[i], "--verbose", &v)) {
       options.verbose = true;
-    } else if (Flag(argv[i], "--avoid-known-bugs", &v)) {
-      options.avoid_known_bugs = true;
     } else {
       std::fprintf(stderr,
                    "usage: shard_sim [--seed=N | --seeds=N [--first=K] | --minutes=M] [--quick] "
-                   "[--avoid-known-bugs] [--verbose]\n");
+                   "[--verbose]\n");
       return 2;
     }
   }

@@ -16,7 +16,6 @@ TEST(ShardSim, QuickSeeds) {
   InstallCrashReporter();
   SimOptions options;
   options.quick = true;
-  options.avoid_known_bugs = true;
   uint64_t requests = 0;
   for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
     const SeedResult r = RunSeed(seed, options);

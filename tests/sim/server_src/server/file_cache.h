@@ -1,1 +1,0 @@
-../../../../server/file_cache.h

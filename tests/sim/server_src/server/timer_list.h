@@ -1,1 +1,0 @@
-../../../../server/timer_list.h
