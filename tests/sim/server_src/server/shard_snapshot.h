@@ -1,0 +1,1 @@
+../../../../server/shard_snapshot.h
