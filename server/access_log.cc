@@ -372,7 +372,6 @@ void AccessLog::Run() {
         fd_ = fd;
       }
     }
-    ReportDrops(NowMs());
     if (stop) {
       Drain();  // lines the shards queued while the last drain ran
       return;
@@ -402,7 +401,9 @@ bool AccessLog::Drain() {
         }
         write_failed_.store(write_failed_.load(std::memory_order_relaxed) + lost,
                             std::memory_order_relaxed);
-        if (last_report_ms_ == INT64_MIN || NowMs() - last_report_ms_ >= 60000) {
+        const int64_t now = NowMs();
+        if (last_write_error_ms_ == INT64_MIN || now - last_write_error_ms_ >= 60000) {
+          last_write_error_ms_ = now;
           std::fprintf(stderr, "ringd: access log: writing '%s': %s (%llu lines lost)\n",
                        path_.c_str(), n < 0 ? strerror(errno) : "wrote nothing",
                        static_cast<unsigned long long>(lost));
@@ -426,7 +427,6 @@ bool AccessLog::Drain() {
   return wrote;
 }
 
-// One line on stderr per minute while lines are being dropped (the first at once).
 void AccessLog::ReportDrops(int64_t now_ms) {
   uint64_t dropped = write_failed_.load(std::memory_order_relaxed);
   for (auto& s : shards_) dropped += s->ring().dropped();

@@ -163,14 +163,17 @@ class AccessLog {
 
   // How often the writer flushes when nobody kicks it.
   static constexpr int kFlushMs = 100;
-  // Lines lost by failed writes (not counted by any ring): writer thread only; read at exit.
+  // Lines lost by failed writes (not counted by any ring). Any thread.
   uint64_t write_failed_lines() const { return write_failed_.load(std::memory_order_relaxed); }
+  // Says on stderr how many lines were dropped since it last did, at most once a minute (the
+  // first time at once). Called by one thread (ringd's main thread, every second), never by the
+  // writer: a writer stuck in write(2) is exactly when this must still be said.
+  void ReportDrops(int64_t now_ms);
 
  private:
   AccessLog(std::string path, AccessLogFormat format, int fd, int kick_fd);
   void Run();
   bool Drain();  // true if anything was written
-  void ReportDrops(int64_t now_ms);
 
   std::string path_;
   AccessLogFormat format_;
@@ -180,8 +183,9 @@ class AccessLog {
   std::thread writer_;
   std::atomic<bool> reopen_{false}, stop_{false};
   std::atomic<uint64_t> write_failed_{0};
-  uint64_t reported_drops_ = 0;
-  int64_t last_report_ms_ = INT64_MIN;
+  uint64_t reported_drops_ = 0;              // ReportDrops's caller only
+  int64_t last_report_ms_ = INT64_MIN;       // ReportDrops's caller only
+  int64_t last_write_error_ms_ = INT64_MIN;  // the writer only
 };
 
 }  // namespace ringd

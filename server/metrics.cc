@@ -88,7 +88,8 @@ std::string FormatPrometheus(const std::vector<ShardView>& shards, const Process
   w.Family("ringd_draining", "gauge", "1 from the moment a graceful stop begins (readyz is 503)");
   w.Sample("ringd_draining", "", p.draining ? 1 : 0);
   w.Family("ringd_shard_up", "gauge",
-           "1 if the shard answered this scrape within a second; 0 leaves its series out");
+           "1 if the shard answered this scrape within a second; 0 (stuck, or its drain is "
+           "over) leaves its series out");
   for (const ShardView& v : shards) w.Sample("ringd_shard_up", ShardLabel(v.shard), v.up ? 1 : 0);
 
   // Requests.
@@ -257,6 +258,7 @@ std::string FormatDebugShards(const std::vector<ShardView>& shards, const Proces
     if (!first) out += ',';
     first = false;
     out += "{\"shard\":" + std::to_string(v.shard) + ",\"up\":" + (v.up ? "true" : "false");
+    if (v.stopped) out += ",\"stopped\":true";
     if (!v.up) {
       out += '}';
       continue;

@@ -19,6 +19,7 @@ namespace ringd {
 struct ShardView {
   int shard = 0;
   bool up = false;
+  bool stopped = false;  // not up because its drain is over (not because it is stuck)
   const ShardSnapshot* snapshot = nullptr;  // valid when up
 };
 

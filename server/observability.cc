@@ -43,8 +43,9 @@ void Observability::Start(std::vector<Shard*> shards, const std::string& backend
   h.debug_shards = [this] { return FormatDebugShards(Collect(), Info()); };
   h.healthz = [this] {
     AdminResponse r;
+    // A shard whose drain is over has stopped on purpose; one that does not answer is stuck.
     for (const ShardView& v : Collect()) {
-      if (!v.up) {
+      if (!v.up && !v.stopped) {
         r.status = 503;
         r.body += "shard " + std::to_string(v.shard) + " did not answer within " +
                   std::to_string(kSnapshotWaitMs) + " ms\n";
@@ -74,9 +75,17 @@ void Observability::ReopenLog() {
   log_->Reopen();
 }
 
+void Observability::Tick() {
+  if (log_ == nullptr) return;
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  log_->ReportDrops(ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
 void Observability::Stop() {
   if (admin_ != nullptr) admin_->Stop();
   if (log_ != nullptr) log_->Stop();
+  Tick();  // drops since the last report
 }
 
 std::vector<ShardView> Observability::Collect() {
@@ -91,6 +100,7 @@ std::vector<ShardView> Observability::Collect() {
     ShardView v;
     v.shard = static_cast<int>(i);
     v.up = shards_[i]->snapshot_slot().WaitFor(deadline);
+    v.stopped = !v.up && shards_[i]->snapshot_slot().closed();
     v.snapshot = &shards_[i]->snapshot_slot().data();
     views.push_back(v);
   }

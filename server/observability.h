@@ -7,6 +7,7 @@
 //   obs.Attach(shard, i);                                    // each shard, before Setup
 //   obs.Start(shards, backend, reason);                      // once every shard serves
 //   obs.ReopenLog();                                         // SIGUSR1
+//   obs.Tick();                                              // every second or so
 //   obs.BeginDrain();                                        // SIGTERM: /readyz turns 503
 //   obs.Stop();                                              // after the shards are joined
 #pragma once
@@ -33,6 +34,8 @@ class Observability {
   void Start(std::vector<Shard*> shards, const std::string& backend, const std::string& io_reason);
   void ReopenLog();
   void BeginDrain() { draining_.store(true, std::memory_order_release); }
+  // About once a second, from the main thread: says on stderr if log lines are being dropped.
+  void Tick();
   void Stop();
 
   bool has_admin() const { return admin_ != nullptr; }

@@ -224,7 +224,17 @@ int Main(int argc, char** argv) {
                where.c_str(), shards, shards == 1 ? "" : "s");
 
   int sig = 0;
-  while (sigwait(&signals, &sig) == 0 && sig == SIGUSR1) observability.ReopenLog();
+  for (;;) {
+    const timespec second{1, 0};
+    sig = sigtimedwait(&signals, nullptr, &second);
+    if (sig == SIGUSR1) {
+      observability.ReopenLog();
+    } else if (sig == SIGINT || sig == SIGTERM) {
+      break;
+    } else {
+      observability.Tick();  // a second passed (or EINTR)
+    }
+  }
   observability.BeginDrain();  // /readyz answers 503 from here on
   std::fprintf(stderr, "ringd: %s: finishing responses in flight (up to %u ms)\n",
                sig == SIGINT ? "SIGINT" : "SIGTERM", config.shutdown_timeout_ms);

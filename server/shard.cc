@@ -151,6 +151,7 @@ bool Shard::Setup() {
 void Shard::Serve() {
   while (Step()) {
   }
+  snapshot_.Close();  // the admin thread stops asking this shard
 }
 
 bool Shard::Step() {

@@ -110,11 +110,16 @@ class alignas(64) SnapshotSlot {
   void Publish() {
     published_.store(requested_.load(std::memory_order_acquire), std::memory_order_release);
   }
-  // Reader: waits until the snapshot asked for last is published, or the deadline passes. On
-  // false the shard may still be writing data(): do not read it.
+  // Shard: it stops turning its loop (its drain is over) and will never answer again.
+  void Close() { closed_.store(true, std::memory_order_release); }
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+
+  // Reader: waits until the snapshot asked for last is published (true), or the deadline
+  // passes or the shard has stopped (false). On false do not read data(): the shard may still
+  // be writing it.
   bool WaitFor(std::chrono::steady_clock::time_point deadline) const {
     while (published_.load(std::memory_order_acquire) != asked_) {
-      if (std::chrono::steady_clock::now() >= deadline) return false;
+      if (closed() || std::chrono::steady_clock::now() >= deadline) return false;
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     return true;
@@ -126,6 +131,7 @@ class alignas(64) SnapshotSlot {
   uint64_t asked_ = 0;  // reader's own count
   std::atomic<uint64_t> requested_{0};
   std::atomic<uint64_t> published_{0};
+  std::atomic<bool> closed_{false};
   ShardSnapshot data_;
 };
 
