@@ -43,7 +43,8 @@ TEST(FormatPrometheus, PerShardCountersSummedHistogramAndDownShards) {
   b.shard = 1;
   b.requests.Observe(60);
   b.log_dropped = 5;
-  std::vector<ShardView> views = {{0, true, &a}, {1, true, &b}, {2, false, nullptr}};
+  std::vector<ShardView> views = {
+      {0, true, false, &a}, {1, true, false, &b}, {2, false, false, nullptr}};
   ProcessInfo p;
   p.version = "0.1";
   p.backend = "uring";
@@ -93,7 +94,7 @@ TEST(FormatDebugShards, ConnectionsByStateAndPools) {
   a.exchanges = 2;
   a.exchange_capacity = 100;
   a.cache.entries = 7;
-  std::vector<ShardView> views = {{0, true, &a}, {1, false, nullptr}};
+  std::vector<ShardView> views = {{0, true, false, &a}, {1, false, true, nullptr}};
   const std::string json = FormatDebugShards(views, ProcessInfo{});
   EXPECT_NE(json.find("\"connections\":{\"reading\":3,\"waiting_file\":0,\"sending\":2,"
                       "\"lingering\":0,\"closing\":0,\"idle\":2,\"open\":5}"),
@@ -104,7 +105,7 @@ TEST(FormatDebugShards, ConnectionsByStateAndPools) {
             std::string::npos)
       << json;
   EXPECT_NE(json.find("\"cache_entries\":7"), std::string::npos);
-  EXPECT_NE(json.find("{\"shard\":1,\"up\":false}"), std::string::npos);
+  EXPECT_NE(json.find("{\"shard\":1,\"up\":false,\"stopped\":true}"), std::string::npos) << json;
 }
 
 // The handshake between the admin thread and a shard thread.

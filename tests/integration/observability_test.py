@@ -28,7 +28,7 @@ COMBINED = re.compile(r'^(\S+) - - \[(\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2
 def require_binary(binary, package):
     """The path of `binary`; a skip only where Debian has no `package` for this machine, a
     failure where tools/setup should have installed it."""
-    path = shutil.which(binary)
+    path = shutil.which(binary, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
     if path:
         return path
     try:
@@ -327,6 +327,46 @@ class ObservabilityTest(BackendTestCase):
             self.assertEqual(len(notes), 1, server.log)
         finally:
             os.close(reader)
+
+    def test_the_shipped_logrotate_snippet_rotates_without_losing_a_line(self):
+        logrotate = require_binary("logrotate", "logrotate")
+        server = self.start("--access-log", self.log)
+        for _ in range(10):
+            self.assertEqual(request(server, "GET", "/small.txt").status, 200)
+        deadline = time.time() + 5  # the writer flushes every 100 ms (notifempty skips an empty log)
+        while count_lines(self.log) < 10 and time.time() < deadline:
+            time.sleep(0.02)
+        snippet = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
+                               "logrotate", "ringd")
+        with open(snippet) as f:
+            conf = f.read()
+        self.assertIn("/var/log/ringd/access.log {", conf)
+        self.assertIn("$(pidof ringd)", conf)
+        # This server only: other ringd processes on the machine are none of this test's business.
+        conf = conf.replace("/var/log/ringd/access.log", self.log).replace(
+            "$(pidof ringd)", "%d" % server.proc.pid)
+        conf_path = os.path.join(self.tmp, "logrotate.conf")
+        with open(conf_path, "w") as f:
+            f.write(conf)
+        out = subprocess.run([logrotate, "--force", "--state", os.path.join(self.tmp, "state"), conf_path],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertTrue(os.path.exists(self.log + ".1"), os.listdir(self.tmp))
+        deadline = time.time() + 5  # the writer reopens after its next flush
+        while not os.path.exists(self.log) and time.time() < deadline:
+            request(server, "GET", "/index.html")
+            time.sleep(0.05)
+        for _ in range(10):
+            self.assertEqual(request(server, "GET", "/index.html").status, 200)
+        self.assertEqual(server.stop(), 0)
+        with open(self.log + ".1") as f:
+            old = f.read()
+        with open(self.log) as f:
+            new = f.read()
+        self.assertEqual(old.count('"GET /small.txt HTTP/1.1" 200'), 10)
+        self.assertEqual(new.count('"GET /small.txt'), 0)
+        self.assertGreaterEqual(new.count('"GET /index.html HTTP/1.1" 200'), 10)
+        self.assertEqual((old + new).count("\n"), 10 + (old + new).count("/index.html"))
 
     # --- the admin listener -----------------------------------------------------------------
 
