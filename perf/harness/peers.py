@@ -132,11 +132,11 @@ def ringd(io, *flags):
     return argv
 
 
-def ringd_logged(io):
+def ringd_logged(io, *flags):
     """ringd with its access log on (combined), written beside the server configs."""
     def argv(peer, ctx):
         log = os.path.join(ctx.confdir, "%s-access.log" % peer.name)
-        return ringd(io, "--access-log", log)(peer, ctx)
+        return ringd(io, *flags, "--access-log", log)(peer, ctx)
     return argv
 
 
@@ -171,8 +171,9 @@ _ENTRIES = [
          scenarios=frozenset({"small-keepalive"})),
     Peer("ringd-uring", ringd("uring")),
     Peer("ringd-epoll", ringd("epoll")),
-    Peer("ringd-uring-log", ringd_logged("uring"), scenarios=_OBSERVED),
-    Peer("ringd-uring-metrics", ringd("uring", "--admin-listen", "127.0.0.1:0"), scenarios=_OBSERVED),
+    Peer("ringd-bypass-log", ringd_logged("bypass", "--max-connections", "15000"), scenarios=_OBSERVED),
+    Peer("ringd-bypass-metrics", ringd("bypass", "--max-connections", "15000", "--admin-listen", "127.0.0.1:0"),
+         scenarios=_OBSERVED),
     Peer("nginx", _nginx, needs="nginx", template=NGINX_CONF, config_name="nginx.conf",
          extra={"aio": "", "access_log": "off"}),
     Peer("nginx-aio", _nginx, needs="nginx", scenarios=frozenset({"large", "mixed", "cold"}),
