@@ -39,7 +39,8 @@ std::string_view RequestLine(const http::Request& req) {
 }  // namespace
 
 void Shard::NotePeer(Connection* conn) {
-  if (log_ == nullptr) return;
+  // A direct descriptor (the bypass tier) has no process fd to ask: its peer stays unknown ("-").
+  if (log_ == nullptr || conn->fd >= io::kDirectHandle) return;
   sockaddr_storage ss;
   socklen_t len = sizeof ss;
   if (::getpeername(conn->fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) conn->peer.Set(ss);
