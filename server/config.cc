@@ -37,12 +37,13 @@ bool ParseBool(const std::string& v, bool* out) {
   return false;
 }
 
-bool ParseListen(const std::string& text, ListenAddress* out, std::string* error) {
+bool ParseListen(const std::string& text, ListenAddress* out, std::string* error,
+                 const char* flag = "--listen") {
   std::string host, port;
   if (!text.empty() && text[0] == '[') {
     const size_t close = text.find(']');
     if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      *error = "--listen: expected [IPV6]:PORT, got '" + text + "'";
+      *error = std::string(flag) + ": expected [IPV6]:PORT, got '" + text + "'";
       return false;
     }
     host = text.substr(1, close - 1);
@@ -50,7 +51,7 @@ bool ParseListen(const std::string& text, ListenAddress* out, std::string* error
   } else {
     const size_t colon = text.rfind(':');
     if (colon == std::string::npos) {
-      *error = "--listen: expected HOST:PORT, got '" + text + "'";
+      *error = std::string(flag) + ": expected HOST:PORT, got '" + text + "'";
       return false;
     }
     host = text.substr(0, colon);
@@ -58,7 +59,7 @@ bool ParseListen(const std::string& text, ListenAddress* out, std::string* error
   }
   uint64_t p;
   if (!ParseUint(port, 65535, &p)) {
-    *error = "--listen: bad port in '" + text + "'";
+    *error = std::string(flag) + ": bad port in '" + text + "'";
     return false;
   }
   addrinfo hints{};
@@ -67,7 +68,7 @@ bool ParseListen(const std::string& text, ListenAddress* out, std::string* error
   addrinfo* res = nullptr;
   const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res);
   if (rc != 0 || res == nullptr) {
-    *error = "--listen: cannot resolve '" + text + "': " + gai_strerror(rc);
+    *error = std::string(flag) + ": cannot resolve '" + text + "': " + gai_strerror(rc);
     return false;
   }
   out->text = text;
@@ -75,6 +76,27 @@ bool ParseListen(const std::string& text, ListenAddress* out, std::string* error
   out->len = res->ai_addrlen;
   freeaddrinfo(res);
   return true;
+}
+
+// Whether two addresses name the same port on overlapping hosts (a wildcard host overlaps every
+// host of its family). Port 0 picks a free port: it never collides.
+bool SameEndpoint(const ListenAddress& a, const ListenAddress& b) {
+  if (a.addr.ss_family != b.addr.ss_family) return false;
+  if (a.addr.ss_family == AF_INET) {
+    const auto* x = reinterpret_cast<const sockaddr_in*>(&a.addr);
+    const auto* y = reinterpret_cast<const sockaddr_in*>(&b.addr);
+    if (x->sin_port == 0 || x->sin_port != y->sin_port) return false;
+    return x->sin_addr.s_addr == y->sin_addr.s_addr || x->sin_addr.s_addr == INADDR_ANY ||
+           y->sin_addr.s_addr == INADDR_ANY;
+  }
+  if (a.addr.ss_family == AF_INET6) {
+    const auto* x = reinterpret_cast<const sockaddr_in6*>(&a.addr);
+    const auto* y = reinterpret_cast<const sockaddr_in6*>(&b.addr);
+    if (x->sin6_port == 0 || x->sin6_port != y->sin6_port) return false;
+    return std::memcmp(&x->sin6_addr, &y->sin6_addr, 16) == 0 ||
+           IN6_IS_ADDR_UNSPECIFIED(&x->sin6_addr) || IN6_IS_ADDR_UNSPECIFIED(&y->sin6_addr);
+  }
+  return false;
 }
 
 struct Flag {
@@ -244,6 +266,40 @@ const std::vector<Flag>& Flags() {
                &Config::workers, 1, 256),
       UintFlag("worker-queue", "epoll backend: queued file jobs per shard (default 1024)",
                &Config::worker_queue, 1, 1 << 20),
+      Flag{"access-log",
+           "append one line per response to this file, or off (default off); SIGUSR1 reopens it",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v.empty()) {
+               *error = "--access-log: expected a file or off";
+               return false;
+             }
+             c->access_log = v == "off" ? "" : v;
+             return true;
+           }},
+      Flag{"access-log-format", "combined (nginx's, byte for byte) or json (default combined)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v != "combined" && v != "json") {
+               *error = "--access-log-format: expected combined or json, got '" + v + "'";
+               return false;
+             }
+             c->access_log_json = v == "json";
+             return true;
+           }},
+      UintFlag("access-log-buffer-bytes",
+               "per shard, log lines waiting for the writer; beyond it lines are dropped and "
+               "counted (a power of two; default 1048576)",
+               &Config::access_log_buffer_bytes, 65536, 1u << 30),
+      Flag{"admin-listen",
+           "HOST:PORT for /metrics, /healthz, /readyz and /debug/shards (default off; never a "
+           "--listen address)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (!ParseListen(v, &c->admin_listen, error, "--admin-listen")) return false;
+             c->has_admin_listen = true;
+             return true;
+           }},
       BoolFlag("probe", "print what the io_uring probe finds on this machine, then exit",
                &Config::probe_only),
   };
@@ -399,6 +455,21 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
     ListenAddress a;
     if (!ParseListen("127.0.0.1:8080", &a, error)) return false;
     config->listen.push_back(a);
+  }
+  if ((config->access_log_buffer_bytes & (config->access_log_buffer_bytes - 1)) != 0) {
+    *error = "--access-log-buffer-bytes: must be a power of two, got " +
+             std::to_string(config->access_log_buffer_bytes);
+    return false;
+  }
+  if (config->has_admin_listen) {
+    // The admin listener answers on its own address only: never one that serves files.
+    for (const ListenAddress& a : config->listen) {
+      if (SameEndpoint(a, config->admin_listen)) {
+        *error = "--admin-listen: " + config->admin_listen.text +
+                 " is a --listen address; the admin listener needs an address of its own";
+        return false;
+      }
+    }
   }
   return true;
 }

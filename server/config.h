@@ -80,6 +80,13 @@ struct Config {
   uint32_t workers = 4;                  // epoll: blocking file work per shard
   uint32_t worker_queue = 1024;
 
+  // Observability (docs/OPERATIONS.md).
+  std::string access_log;        // a file to append one line per response to; empty: off
+  bool access_log_json = false;  // --access-log-format=json (else combined)
+  uint32_t access_log_buffer_bytes = 1 << 20;  // per shard: lines waiting for the writer
+  bool has_admin_listen = false;               // --admin-listen: /metrics, /healthz, ...
+  ListenAddress admin_listen;
+
   bool probe_only = false;  // --probe: print what io_uring offers here, and exit
 };
 

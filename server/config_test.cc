@@ -103,5 +103,42 @@ TEST(Config, UsageListsEveryFlag) {
   }
 }
 
+TEST(Config, Observability) {
+  Parsed p = Parse({"--root", "/tmp"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.access_log, "");  // off by default
+  EXPECT_FALSE(p.config.has_admin_listen);
+  p = Parse({"--root", "/tmp", "--access-log", "/tmp/a.log", "--access-log-format=json",
+             "--admin-listen", "127.0.0.1:9100", "--access-log-buffer-bytes=65536"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.access_log, "/tmp/a.log");
+  EXPECT_TRUE(p.config.access_log_json);
+  EXPECT_TRUE(p.config.has_admin_listen);
+  EXPECT_EQ(p.config.admin_listen.text, "127.0.0.1:9100");
+  p = Parse({"--root", "/tmp", "--access-log", "/tmp/a.log", "--access-log=off"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.access_log, "");
+}
+
+TEST(Config, ObservabilityErrors) {
+  EXPECT_EQ(Parse({"--root", "/tmp", "--access-log-format=common"}).error,
+            "--access-log-format: expected combined or json, got 'common'");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--access-log-buffer-bytes=100000"}).error,
+            "--access-log-buffer-bytes: must be a power of two, got 100000");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--admin-listen=9100"}).error,
+            "--admin-listen: expected HOST:PORT, got '9100'");
+  // Never the public port: the same address, or a wildcard that covers it.
+  EXPECT_EQ(
+      Parse({"--root", "/tmp", "--listen=127.0.0.1:8080", "--admin-listen=127.0.0.1:8080"}).error,
+      "--admin-listen: 127.0.0.1:8080 is a --listen address; the admin listener needs an "
+      "address of its own");
+  EXPECT_FALSE(
+      Parse({"--root", "/tmp", "--listen=0.0.0.0:8080", "--admin-listen=127.0.0.1:8080"}).ok);
+  EXPECT_FALSE(Parse({"--root", "/tmp", "--admin-listen=127.0.0.1:8080"}).ok);  // the default
+  EXPECT_TRUE(
+      Parse({"--root", "/tmp", "--listen=127.0.0.1:8080", "--admin-listen=127.0.0.1:9100"}).ok);
+  EXPECT_TRUE(Parse({"--root", "/tmp", "--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0"}).ok);
+}
+
 }  // namespace
 }  // namespace ringd

@@ -132,11 +132,13 @@ void Shard::ProcessInput(Connection* conn) {
         http::ParseRequest(buf, conn->parsed_len, limits_, headers_, config_.max_headers, &req);
     if (r.status == http::ParseStatus::kNeedMore) {
       conn->parsed_len = conn->in_len;
-      if (conn->in_len >= input_pool_->buffer_size()) return RespondError(conn, 431);
+      if (conn->in_len >= input_pool_->buffer_size())
+        return RespondError(conn, 431, std::string_view(conn->in, conn->in_len));
       if (conn->timer.list != &header_timers_) header_timers_.Arm(&conn->timer, now_ms_);
       return;
     }
-    if (r.status == http::ParseStatus::kError) return RespondError(conn, r.error_status);
+    if (r.status == http::ParseStatus::kError)
+      return RespondError(conn, r.error_status, std::string_view(conn->in, conn->in_len));
     ++conn->requests;
     ++stats_.requests;
     if (Plan(conn, req)) return;  // waiting for file metadata: the head stays
@@ -169,7 +171,8 @@ void Shard::ProcessDirect(Connection* conn, const char* data, size_t n) {
       partial = true;
       break;
     }
-    if (r.status == http::ParseStatus::kError) return RespondError(conn, r.error_status);
+    if (r.status == http::ParseStatus::kError)
+      return RespondError(conn, r.error_status, std::string_view(data, n));
     ++conn->requests;
     ++stats_.requests;
     if (Plan(conn, req)) break;  // waiting for file metadata: keep the head (below)
@@ -210,7 +213,10 @@ bool Shard::Plan(Connection* conn, const http::Request& req) {
     std::abort();
   }
   Exchange* ex = conn->ex;
-  if (conn->lookups == 0) conn->plan_since = files_->validations();  // a new request
+  if (conn->lookups == 0) {  // a new request
+    conn->plan_since = files_->validations();
+    BeginExchange(conn, {}, &req);
+  }
   conn->client_keep_alive = req.keep_alive;
   conn->head_request = req.method == http::Method::kHead;
   RequestLookup source(files_.get(), conn->plan_since);
@@ -291,9 +297,10 @@ void Shard::ReleaseInputIfEmpty(Connection* conn) {
   }
 }
 
-void Shard::RespondError(Connection* conn, int status) {
+void Shard::RespondError(Connection* conn, int status, std::string_view raw) {
   if (conn->ex == nullptr) conn->ex = exchanges_->Get();
   if (conn->ex == nullptr) return Abort(conn);
+  BeginExchange(conn, raw, nullptr);
   http::PlanError(status, false, &conn->ex->plan);
   conn->more_input_expected = true;
   conn->in_len = 0;  // nothing after a framing error can be trusted
@@ -364,6 +371,7 @@ void Shard::OnSend(io::Completion* c) {
     ++self->stats_.send_errors;
     return self->Abort(conn);
   }
+  ex->bytes_sent += static_cast<uint64_t>(c->result);
   if (c->op == io::Op::kSendFile) {
     const uint64_t asked = ex->body_left < kFileChunk ? ex->body_left : kFileChunk;
     if (static_cast<uint64_t>(c->result) < asked) {
@@ -485,6 +493,8 @@ void Shard::SetState(Connection* conn, ConnState next) {
       break;
   }
   RINGD_ASSERT_MSG(ok, "connection state %d -> %d", static_cast<int>(from), static_cast<int>(next));
+  --state_counts_[static_cast<int>(from)];
+  ++state_counts_[static_cast<int>(next)];
   conn->state = next;
 }
 
@@ -492,6 +502,7 @@ void Shard::SetState(Connection* conn, ConnState next) {
 void Shard::ReleaseExchange(Connection* conn) {
   Exchange* ex = conn->ex;
   if (ex == nullptr) return;
+  EndExchange(conn, ex);  // metrics and the access log line
   if (ex->file != nullptr) files_->Unpin(ex->file);
   ex->file = nullptr;
   exchanges_->Put(ex);

@@ -24,6 +24,7 @@
 #include "io/registry.h"
 #include "server/config.h"
 #include "server/http/mime_types.h"
+#include "server/observability.h"
 #include "server/shard.h"
 
 namespace ringd {
@@ -166,12 +167,15 @@ int Main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);  // reopen the access log
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
   for (const ListenAddress& a : config.listen) {
     if (!AddressFree(a, &error)) Die(1, error);
   }
+  Observability observability;  // the access log and the admin listener (before the shards)
+  if (!observability.Open(config, shards, &error)) Die(1, error);
   std::vector<std::unique_ptr<Shard>> shard_list;
   for (uint32_t i = 0; i < shards; ++i) {
     std::vector<int> fds;
@@ -182,6 +186,7 @@ int Main(int argc, char** argv) {
     }
     shard_list.push_back(std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds),
                                                  root_fd, &mime, make_loop, cpus[i % cpus.size()]));
+    observability.Attach(shard_list.back().get(), static_cast<int>(i));
   }
 
   std::vector<std::thread> threads;
@@ -207,6 +212,11 @@ int Main(int argc, char** argv) {
     for (auto& t : threads) t.join();
     Die(1, first_error);
   }
+  std::vector<Shard*> serving;
+  for (auto& s : shard_list) serving.push_back(s.get());
+  observability.Start(serving, shard_list[0]->loop()->Name(), selection.reason);
+  if (observability.has_admin())
+    std::fprintf(stderr, "ringd: admin listener on %s\n", observability.admin_address().c_str());
   std::string where;
   for (const ListenAddress& a : config.listen)
     where += (where.empty() ? "" : ", ") + AddressText(a.addr);
@@ -214,11 +224,23 @@ int Main(int argc, char** argv) {
                where.c_str(), shards, shards == 1 ? "" : "s");
 
   int sig = 0;
-  sigwait(&signals, &sig);
+  for (;;) {
+    const timespec second{1, 0};
+    sig = sigtimedwait(&signals, nullptr, &second);
+    if (sig == SIGUSR1) {
+      observability.ReopenLog();
+    } else if (sig == SIGINT || sig == SIGTERM) {
+      break;
+    } else {
+      observability.Tick();  // a second passed (or EINTR)
+    }
+  }
+  observability.BeginDrain();  // /readyz answers 503 from here on
   std::fprintf(stderr, "ringd: %s: finishing responses in flight (up to %u ms)\n",
                sig == SIGINT ? "SIGINT" : "SIGTERM", config.shutdown_timeout_ms);
   for (auto& s : shard_list) s->RequestStop();
   for (auto& t : threads) t.join();
+  observability.Stop();  // the admin listener, then the log's last lines
   ShardStats total;
   for (auto& s : shard_list) {
     total.accepted += s->Stats().accepted;

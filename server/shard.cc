@@ -110,6 +110,7 @@ bool Shard::Setup() {
     error_ = "shard " + std::to_string(index_) + ": " + err;
     return false;
   }
+  if (log_ != nullptr) log_->set_io(loop_->Name());
 
   conns_ = std::make_unique<mem::SlabPool<Connection>>(capacity());
   exchanges_ = std::make_unique<mem::SlabPool<Exchange>>(capacity());
@@ -150,6 +151,7 @@ bool Shard::Setup() {
 void Shard::Serve() {
   while (Step()) {
   }
+  snapshot_.Close();  // the admin thread stops asking this shard
 }
 
 bool Shard::Step() {
@@ -172,7 +174,8 @@ bool Shard::Step() {
   next = std::min(next, discard_timers_.NextDeadline());
   const int64_t wait = std::clamp<int64_t>(next - now_ms_, 0, 1000);
   loop_->Poll(static_cast<int>(wait));
-  files_->RunWakeups();  // connections whose file lookups finished in that Poll
+  files_->RunWakeups();                     // connections whose file lookups finished in that Poll
+  if (snapshot_.Pending()) FillSnapshot();  // the admin thread asked (shard_observe.cc)
   return true;
 }
 
@@ -304,8 +307,10 @@ void Shard::Accepted(int fd) {
   }
   ++stats_.accepted;
   ++live_;
+  ++state_counts_[static_cast<int>(ConnState::kReading)];
   conn->shard = this;
   conn->fd = fd;
+  NotePeer(conn);
   conn->recv.owner = conn;
   conn->recv.callback = &Shard::OnRecv;
   conn->waiter.wake = &Shard::OnFileReady;
@@ -356,6 +361,7 @@ void Shard::MaybeFree(Connection* conn) {
     conn->in = nullptr;
   }
   loop_->Close(conn->fd);
+  --state_counts_[static_cast<int>(conn->state)];
   conns_->Put(conn);
   --live_;
   ++stats_.closed;

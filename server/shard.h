@@ -20,11 +20,13 @@
 #include "mem/buffer_pool.h"
 #include "mem/shard_memory.h"
 #include "mem/slab_pool.h"
+#include "server/access_log.h"
 #include "server/config.h"
 #include "server/file_cache.h"
 #include "server/http/http_date.h"
 #include "server/http/request_parser.h"
 #include "server/http/response_plan.h"
+#include "server/shard_snapshot.h"
 #include "server/timer_list.h"
 
 namespace ringd {
@@ -50,6 +52,11 @@ struct Exchange {
   char head[4096];  // the response head, then multipart part heads (and the closing tail)
   static_assert(http::MultipartLayout::kMaxPartHead <= 4096);
   static_assert(http::MultipartLayout::kMaxBoundary + 8 <= 4096);
+  // For the access log and metrics (shard_observe.cc).
+  int64_t started_ns = 0;   // the request head parsed (CLOCK_MONOTONIC; 0 when not timing)
+  uint64_t bytes_sent = 0;  // head and body bytes the kernel took
+  bool logged = false;      // the request line was captured (the access log is on)
+  RequestCapture capture;   // the request line, Referer and User-Agent, for the access log
 };
 
 enum class ConnState : uint8_t {
@@ -83,20 +90,7 @@ struct Connection {
   io::Completion recv;
   TimerNode timer;
   FileWaiter waiter;
-};
-
-struct ShardStats {
-  uint64_t accepted = 0, requests = 0, closed = 0, accept_paused = 0, overloaded = 0;
-  uint64_t header_timeouts = 0, idle_timeouts = 0, send_timeouts = 0, truncated = 0;
-  uint64_t discard_timeouts = 0;  // a skipped request body stalled after the response
-  uint64_t idle_reclaimed = 0;    // idle keep-alive connections closed for newcomers at the limit
-  uint64_t lookup_refused = 0;    // 503: the file cache was full, or too many lookups
-  uint64_t recv_errors = 0, send_errors = 0;  // a connection ended by an error of its socket
-};
-
-// What a shard holds right now, for checks that nothing leaks (tests, the simulator).
-struct ShardUsage {
-  uint32_t connections = 0, exchanges = 0, input_buffers = 0, cache_entries = 0;
+  PeerAddress peer;  // the client, while the access log is on
 };
 
 class Shard {
@@ -124,6 +118,13 @@ class Shard {
   const ShardStats& Stats() const { return stats_; }
   ShardUsage Usage() const;
 
+  // Observability (shard_observe.cc). Before Setup: the shard's side of the access log (null:
+  // off), and whether to time requests (for the log and the duration histogram).
+  void SetAccessLog(AccessLogShard* log) { log_ = log; }
+  void SetTiming(bool on) { timing_ = on; }
+  // The admin thread's way in: Request() on the slot, then loop()->Wake().
+  SnapshotSlot& snapshot_slot() { return snapshot_; }
+
  private:
   void Tick();
   void BeginDrain();
@@ -141,7 +142,7 @@ class Shard {
   void ProcessDirect(Connection* conn, const char* data, size_t n);
   bool Stash(Connection* conn);
   void StartResponse(Connection* conn, Exchange* ex);
-  void RespondError(Connection* conn, int status);
+  void RespondError(Connection* conn, int status, std::string_view raw = {});
   void SendNext(Connection* conn);
   void FinishResponse(Connection* conn);
   void ReleaseExchange(Connection* conn);
@@ -160,6 +161,13 @@ class Shard {
   void Abort(Connection* conn);
   void MaybeFree(Connection* conn);
   void ArmRecv(Connection* conn);
+
+  // Observability hooks (shard_observe.cc): a response's exchange begins (the raw request line,
+  // and the parsed request when there is one) and ends (metrics, the access log line).
+  void BeginExchange(Connection* conn, std::string_view request_line, const http::Request* req);
+  void EndExchange(Connection* conn, Exchange* ex);
+  void NotePeer(Connection* conn);
+  void FillSnapshot();
 
   int index_;
   const Config& config_;
@@ -198,6 +206,12 @@ class Shard {
   bool draining_ = false;
   int64_t drain_deadline_ms_ = 0;
   ShardStats stats_;
+
+  RequestMetrics metrics_;
+  uint32_t state_counts_[kConnStates] = {};
+  AccessLogShard* log_ = nullptr;
+  bool timing_ = false;
+  SnapshotSlot snapshot_;
 };
 
 }  // namespace ringd

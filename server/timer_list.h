@@ -35,6 +35,7 @@ class TimerList {
       head_ = node;
     }
     tail_ = node;
+    ++size_;
   }
 
   void Disarm(TimerNode* node) {
@@ -49,6 +50,7 @@ class TimerList {
       tail_ = node->prev;
     node->prev = node->next = nullptr;
     node->list = nullptr;
+    --size_;
   }
 
   // Disarms and passes to fire() every node whose deadline has passed, oldest first. fire() may
@@ -72,12 +74,14 @@ class TimerList {
   // The earliest deadline, or INT64_MAX when nothing is armed.
   int64_t NextDeadline() const { return head_ != nullptr ? head_->deadline_ms : INT64_MAX; }
   bool Empty() const { return head_ == nullptr; }
+  uint32_t size() const { return size_; }  // nodes armed now
   int64_t duration_ms() const { return duration_ms_; }
 
  private:
   int64_t duration_ms_;
   TimerNode* head_ = nullptr;
   TimerNode* tail_ = nullptr;
+  uint32_t size_ = 0;
 };
 
 }  // namespace ringd

@@ -45,5 +45,21 @@ TEST(TimerList, MovesNodesBetweenLists) {
   EXPECT_EQ(n.list, &header);
 }
 
+TEST(TimerList, CountsWhatIsArmed) {
+  TimerList a(10), b(10);
+  TimerNode x, y;
+  a.Arm(&x, 0);
+  a.Arm(&x, 1);  // re-arming on the same list counts once
+  a.Arm(&y, 2);
+  EXPECT_EQ(a.size(), 2u);
+  b.Arm(&y, 3);  // moves
+  EXPECT_EQ(a.size(), 1u);
+  EXPECT_EQ(b.size(), 1u);
+  a.Expire(100, [](TimerNode*) {});
+  EXPECT_EQ(a.size(), 0u);
+  EXPECT_EQ(b.PopOldest(), &y);
+  EXPECT_EQ(b.size(), 0u);
+}
+
 }  // namespace
 }  // namespace ringd

@@ -69,6 +69,25 @@ class PeerTest(unittest.TestCase):
         finally:
             shutil.rmtree(d)
 
+    def test_observability_variants(self):
+        d = tempfile.mkdtemp()
+        try:
+            ctx = Ctx({"ringd": "/b/ringd"}, "/data", 8080, 1, d)
+            self.assertEqual(PEERS["ringd-bypass-log"].command(ctx)[-2:],
+                             ["--access-log", d + "/ringd-bypass-log-access.log"])
+            self.assertEqual(PEERS["ringd-bypass-metrics"].command(ctx)[-2:], ["--admin-listen", "127.0.0.1:0"])
+            PEERS["nginx-log"].command(ctx)
+            with open(os.path.join(d, "nginx-log.conf")) as f:
+                self.assertIn("access_log %s/nginx-log-access.log combined;" % d, f.read())
+            PEERS["nginx"].command(ctx)
+            with open(os.path.join(d, "nginx.conf")) as f:
+                self.assertIn("access_log off;", f.read())
+            for name in ("ringd-bypass-log", "ringd-bypass-metrics", "nginx-log"):
+                self.assertTrue(PEERS[name].runs_in("small-keepalive"))
+                self.assertFalse(PEERS[name].runs_in("large"))
+        finally:
+            shutil.rmtree(d)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -20,7 +20,7 @@ events { worker_connections 30000; use epoll; }
 http {
   include /etc/nginx/mime.types;
   default_type application/octet-stream;
-  access_log off;
+  access_log %(access_log)s;
   sendfile on;
   tcp_nopush on;
   tcp_nodelay on;
@@ -117,6 +117,8 @@ class Peer:
         values = {"name": self.name, "dir": ctx.confdir, "port": ctx.port, "root": ctx.root,
                   "shards": ctx.shards, "workers": "0" if ctx.shards == 1 else ctx.shards}
         values.update(self.extra or {})
+        # Extra values may name the config folder (an access log beside the config).
+        values = {k: v % values if isinstance(v, str) and "%(" in v else v for k, v in values.items()}
         with open(path, "w") as f:
             f.write(self.template % values)
         return path
@@ -127,6 +129,14 @@ def ringd(io, *flags):
         return [ctx.bins["ringd"], "--root", ctx.root, "--listen", "127.0.0.1:%d" % ctx.port,
                 "--shards", str(ctx.shards), "--io", io, "--max-connections", "30000",
                 "--max-requests-per-connection", "100000000"] + list(flags)
+    return argv
+
+
+def ringd_logged(io, *flags):
+    """ringd with its access log on (combined), written beside the server configs."""
+    def argv(peer, ctx):
+        log = os.path.join(ctx.confdir, "%s-access.log" % peer.name)
+        return ringd(io, *flags, "--access-log", log)(peer, ctx)
     return argv
 
 
@@ -147,7 +157,10 @@ def _ceiling(peer, ctx):
 
 
 # Where peers take part: the ceiling answers one fixed response and cannot serve files; nginx's
-# aio variant matters where the disk does; h2o and lighttpd sit out the slow-disk scenario.
+# aio variant matters where the disk does; h2o and lighttpd sit out the slow-disk scenario. The
+# observability variants (access log on, metrics on) run in small-keepalive, where a per-request
+# cost shows most.
+_OBSERVED = frozenset({"small-keepalive"})
 _ENTRIES = [
     # bypass: its registered file table per shard must fit RLIMIT_NOFILE (20,000 here), so fewer
     # connection slots than the other tiers' 30,000 (still above idle-10k's 10,000).
@@ -158,9 +171,16 @@ _ENTRIES = [
          scenarios=frozenset({"small-keepalive"})),
     Peer("ringd-uring", ringd("uring")),
     Peer("ringd-epoll", ringd("epoll")),
-    Peer("nginx", _nginx, needs="nginx", template=NGINX_CONF, config_name="nginx.conf", extra={"aio": ""}),
+    Peer("ringd-bypass-log", ringd_logged("bypass", "--max-connections", "15000"), scenarios=_OBSERVED),
+    Peer("ringd-bypass-metrics", ringd("bypass", "--max-connections", "15000", "--admin-listen", "127.0.0.1:0"),
+         scenarios=_OBSERVED),
+    Peer("nginx", _nginx, needs="nginx", template=NGINX_CONF, config_name="nginx.conf",
+         extra={"aio": "", "access_log": "off"}),
     Peer("nginx-aio", _nginx, needs="nginx", scenarios=frozenset({"large", "mixed", "cold"}),
-         template=NGINX_CONF, config_name="nginx-aio.conf", extra={"aio": "aio threads;"}),
+         template=NGINX_CONF, config_name="nginx-aio.conf", extra={"aio": "aio threads;", "access_log": "off"}),
+    Peer("nginx-log", _nginx, needs="nginx", scenarios=_OBSERVED, template=NGINX_CONF,
+         config_name="nginx-log.conf",
+         extra={"aio": "", "access_log": "%(dir)s/nginx-log-access.log combined"}),
     Peer("h2o", _h2o, needs="h2o", skip=frozenset({"cold"}), template=H2O_CONF, config_name="h2o.yaml"),
     Peer("lighttpd", _lighttpd, needs="lighttpd", skip=frozenset({"cold"}), template=LIGHTTPD_CONF,
          config_name="lighttpd.conf"),

@@ -10,6 +10,7 @@ import unittest
 from ringd_harness import BackendTestCase, Reader, Server, make_docroot
 
 SHIM = os.environ.get("RINGD_WRAP_LIB", "")
+OBSERVE = os.environ.get("RINGD_ALLOC_OBSERVE") == "1"
 
 
 class ZeroAllocationTest(BackendTestCase):
@@ -29,7 +30,12 @@ class ZeroAllocationTest(BackendTestCase):
         root, files = make_docroot()
         count_file = tempfile.mktemp(prefix="ringd-allocs-")
         env = dict(os.environ, LD_PRELOAD=SHIM, RINGD_ALLOC_COUNT_FILE=count_file)
-        server = Server(root, "--open-file-cache-valid-ms", "600000", env=env)
+        flags = ["--open-file-cache-valid-ms", "600000"]
+        log = None
+        if OBSERVE:  # every request also formats and queues an access log line
+            log = tempfile.mktemp(prefix="ringd-alloc-access-")
+            flags += ["--access-log", log, "--admin-listen", "127.0.0.1:0"]
+        server = Server(root, *flags, env=env)
         try:
             paths = ["/index.html", "/small.txt", "/medium.bin", "/dir/", "/missing", "/app.js"]
             heads = [b"GET %s HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n" % p.encode() for p in paths]
@@ -59,6 +65,12 @@ class ZeroAllocationTest(BackendTestCase):
         finally:
             self.assertEqual(server.stop(), 0)
             shutil.rmtree(root, ignore_errors=True)
+            if log is not None:
+                with open(log, "rb") as f:
+                    lines = f.read().count(b"\n")
+                os.remove(log)
+                # Every request of the warm-up and the measured batch has its line.
+                self.assertEqual(lines, 55 * len(conns) * len(heads))
             if os.path.exists(count_file):
                 os.remove(count_file)
 

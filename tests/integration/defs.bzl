@@ -2,8 +2,9 @@
 
 BACKENDS = ["bypass", "uring", "epoll"]
 
-def ringd_backend_test(name, src, size = "medium", backends = BACKENDS, tags = [], extra = None):
-    """`extra`: a target passed as the 4th argument (a wrapper command, or a .so to preload)."""
+def ringd_backend_test(name, src, size = "medium", backends = BACKENDS, tags = [], extra = None, env = {}, data = []):
+    """`extra`: a target passed as the 4th argument (a wrapper command, or a .so to preload).
+    `env`: environment variables for the test; `data`: more files it reads."""
     for backend in backends:
         native.sh_test(
             name = "%s_%s" % (name, backend),
@@ -11,7 +12,8 @@ def ringd_backend_test(name, src, size = "medium", backends = BACKENDS, tags = [
             srcs = ["run_py_test.sh"],
             args = ["$(location //server:ringd)", backend, "$(location %s)" % src] +
                    (["$(location %s)" % extra] if extra else []),
-            data = [src, "ringd_harness.py", "//server:ringd"] + ([extra] if extra else []),
+            data = [src, "ringd_harness.py", "//server:ringd"] + ([extra] if extra else []) + data,
+            env = env,
             tags = tags + ["integration"],
         )
 

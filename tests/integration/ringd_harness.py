@@ -43,17 +43,27 @@ class Server:
                                      env=env, text=True, preexec_fn=preexec_fn)
         self.log = []
         deadline = time.time() + 10
+        # Read the raw descriptor, not the buffered text stream: a readline() there can pull
+        # several lines into its buffer, and select() would then wait for more that never come.
+        fd = self.proc.stderr.fileno()
+        pending = b""
         while time.time() < deadline:
-            ready, _, _ = select.select([self.proc.stderr], [], [], 0.2)
+            ready, _, _ = select.select([fd], [], [], 0.2)
             if ready:
-                line = self.proc.stderr.readline()
-                if not line:
+                chunk = os.read(fd, 65536)
+                if not chunk:
                     break
-                self.log.append(line.rstrip("\n"))
-                m = re.search(r"serving .* on 127\.0\.0\.1:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                    return
+                pending += chunk
+                while b"\n" in pending:
+                    raw_line, pending = pending.split(b"\n", 1)
+                    line = raw_line.decode(errors="replace")
+                    self.log.append(line)
+                    m = re.search(r"serving .* on 127\.0\.0\.1:(\d+)", line)
+                    if m:
+                        self.port = int(m.group(1))
+                        if pending:
+                            self.log.extend(pending.decode(errors="replace").splitlines())
+                        return
             elif self.proc.poll() is not None:
                 break
         self.proc.kill()

@@ -1,0 +1,191 @@
+// The access log: one line per response, in nginx's `combined` format (byte for byte, so
+// GoAccess, AWStats and log shippers read it) or as one JSON object per line.
+//
+// Each shard formats its lines into a preallocated scratch buffer and pushes them into its own
+// single-producer ring (AccessLogShard); one writer thread per process drains every ring into
+// the file with writev, in batches, off the request path. The file is opened O_APPEND, so other
+// writers of the same file (a second ringd during an upgrade, copytruncate) never split a line.
+// A ring that is full drops the line and counts it: a slow disk never stalls serving. Reopen()
+// (SIGUSR1) makes the writer finish the old file and open the path again (logrotate).
+//
+//   std::unique_ptr<AccessLog> log = AccessLog::Open(path, AccessLogFormat::kCombined, shards,
+//                                                    1 << 20, &error);
+//   log->Start();                                  // the writer thread
+//   log->shard(i)->Write(line, now_sec);           // on shard i's thread
+//   log->Reopen();  log->Stop();                   // from the main thread
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace ringd {
+
+enum class AccessLogFormat : uint8_t { kCombined, kJson };
+
+// The request's own words, kept in its exchange from parse to the end of the response (the
+// receive buffer they came in is gone by then). Fields longer than their share are truncated.
+struct RequestCapture {
+  static constexpr uint32_t kRequestMax = 2048, kRefererMax = 1024, kAgentMax = 1024;
+  uint16_t request_len = 0, referer_len = 0, agent_len = 0;
+  char text[kRequestMax + kRefererMax + kAgentMax];
+
+  void Set(std::string_view request, std::string_view referer, std::string_view agent);
+  void Clear() { request_len = referer_len = agent_len = 0; }
+  std::string_view request() const { return {text, request_len}; }
+  std::string_view referer() const { return {text + kRequestMax, referer_len}; }
+  std::string_view agent() const { return {text + kRequestMax + kRefererMax, agent_len}; }
+};
+
+// A client's address, taken once per connection (getpeername) while the log is on.
+struct PeerAddress {
+  uint8_t family = 0;  // AF_INET, AF_INET6, or 0: unknown
+  uint8_t addr[16] = {};
+  void Set(const sockaddr_storage& ss);
+  // The address as nginx's $remote_addr writes it ("127.0.0.1", "::1"); returns the length.
+  size_t Format(char* out, size_t cap) const;
+};
+
+// Everything one line says. Views are valid for the call only.
+struct LogLine {
+  std::string_view remote_addr;
+  std::string_view request;  // the raw request line; empty if none was parsed
+  int status = 0;
+  uint64_t body_bytes = 0;  // $body_bytes_sent
+  uint64_t bytes_sent = 0;  // head and body
+  std::string_view referer, user_agent;
+  uint64_t request_time_us = 0;
+  int shard = 0;
+  std::string_view io;  // the io backend serving it
+};
+
+// The local time as the two formats write it, recomputed once per second.
+class LogTime {
+ public:
+  void Update(int64_t sec);
+  std::string_view local() const { return {local_, local_len_}; }  // 10/Oct/2000:13:55:36 -0700
+  std::string_view iso8601() const { return {iso_, iso_len_}; }    // 2000-10-10T13:55:36-07:00
+
+ private:
+  int64_t sec_ = INT64_MIN;
+  char local_[128];
+  char iso_[128];
+  size_t local_len_ = 0, iso_len_ = 0;
+};
+
+// The longest line the formatters write: every field at its cap, each byte escaped to 6.
+constexpr size_t kMaxLogLine =
+    6 * (RequestCapture::kRequestMax + RequestCapture::kRefererMax + RequestCapture::kAgentMax) +
+    512;
+
+// Pure formatters: write one line (with its '\n') into out[0..cap), return its length, or 0
+// when cap is too small.
+size_t FormatCombined(const LogLine& line, const LogTime& time, char* out, size_t cap);
+size_t FormatJson(const LogLine& line, const LogTime& time, char* out, size_t cap);
+
+// A byte ring with one producer (a shard) and one consumer (the writer thread). Only whole
+// lines go in; a line that does not fit is dropped and counted.
+class LogRing {
+ public:
+  explicit LogRing(size_t capacity);  // a power of two
+  ~LogRing();
+  LogRing(const LogRing&) = delete;
+  LogRing& operator=(const LogRing&) = delete;
+  bool ok() const { return buf_ != nullptr; }
+
+  // Producer.
+  bool Push(const char* line, size_t n);
+  uint64_t lines() const { return lines_.load(std::memory_order_relaxed); }
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  uint64_t produced() const { return head_.load(std::memory_order_relaxed); }
+
+  // Consumer: the queued bytes as at most two pieces (the ring wraps), then Consume them.
+  size_t Peek(iovec iov[2]) const;
+  void Consume(size_t n);
+  size_t capacity() const { return cap_; }
+
+ private:
+  char* buf_ = nullptr;
+  size_t cap_ = 0;
+  alignas(64) std::atomic<uint64_t> head_{0};  // written by the producer
+  uint64_t tail_seen_ = 0;                     // the producer's last look at tail_
+  std::atomic<uint64_t> lines_{0}, dropped_{0};
+  alignas(64) std::atomic<uint64_t> tail_{0};  // written by the consumer
+};
+
+class AccessLog;
+
+// A shard's side of the log: formats into its own scratch buffer and pushes into its ring.
+// Used on the shard's thread only; allocates nothing after construction.
+class AccessLogShard {
+ public:
+  AccessLogShard(AccessLog* log, int shard, size_t ring_bytes);
+  bool ok() const { return ring_.ok(); }
+  // Formats `line` (time from `now_sec`, the realtime second) and queues it.
+  void Write(LogLine& line, int64_t now_sec);
+  void set_io(std::string_view io) { io_ = io; }
+  LogRing& ring() { return ring_; }
+  const LogRing& ring() const { return ring_; }
+
+ private:
+  AccessLog* log_;
+  int shard_;
+  std::string_view io_;
+  LogRing ring_;
+  LogTime time_;
+  uint64_t next_kick_;
+  std::unique_ptr<char[]> scratch_;
+};
+
+class AccessLog {
+ public:
+  // Opens (creates) `path` for appending; null with one line in *error when it cannot.
+  static std::unique_ptr<AccessLog> Open(const std::string& path, AccessLogFormat format,
+                                         uint32_t shards, size_t ring_bytes, std::string* error);
+  ~AccessLog();
+
+  AccessLogFormat format() const { return format_; }
+  AccessLogShard* shard(int i) { return shards_[i].get(); }
+
+  void Start();   // the writer thread
+  void Reopen();  // any thread: the writer reopens the path after what is queued
+  void Stop();    // writes out everything queued, then joins the writer
+  // Wakes the writer early (a ring is filling up). Any thread.
+  void Kick();
+
+  // How often the writer flushes when nobody kicks it.
+  static constexpr int kFlushMs = 100;
+  // Lines lost by failed writes (not counted by any ring). Any thread.
+  uint64_t write_failed_lines() const { return write_failed_.load(std::memory_order_relaxed); }
+  // Says on stderr how many lines were dropped since it last did, at most once a minute (the
+  // first time at once). Called by one thread (ringd's main thread, every second), never by the
+  // writer: a writer stuck in write(2) is exactly when this must still be said.
+  void ReportDrops(int64_t now_ms);
+
+ private:
+  AccessLog(std::string path, AccessLogFormat format, int fd, int kick_fd);
+  void Run();
+  bool Drain();  // true if anything was written
+
+  std::string path_;
+  AccessLogFormat format_;
+  int fd_;
+  int kick_fd_;  // eventfd
+  std::vector<std::unique_ptr<AccessLogShard>> shards_;
+  std::thread writer_;
+  std::atomic<bool> reopen_{false}, stop_{false};
+  std::atomic<uint64_t> write_failed_{0};
+  uint64_t reported_drops_ = 0;              // ReportDrops's caller only
+  int64_t last_report_ms_ = INT64_MIN;       // ReportDrops's caller only
+  int64_t last_write_error_ms_ = INT64_MIN;  // the writer only
+};
+
+}  // namespace ringd

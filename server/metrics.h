@@ -1,0 +1,44 @@
+// What the admin listener says about the shards: /metrics in the Prometheus text exposition
+// format (version 0.0.4) and /debug/shards as JSON, both from snapshots the shards copied on
+// their own threads (server/shard_snapshot.h). Pure functions: no threads, no sockets.
+//
+//   std::vector<ShardView> views = ...;   // one per shard: its snapshot, or !up
+//   std::string text = FormatPrometheus(views, process);
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "server/shard_snapshot.h"
+
+namespace ringd {
+
+// One shard as the admin thread sees it: a snapshot, or `up == false` when the shard did not
+// answer in time (its counters are then left out rather than shown stale).
+struct ShardView {
+  int shard = 0;
+  bool up = false;
+  bool stopped = false;  // not up because its drain is over (not because it is stuck)
+  const ShardSnapshot* snapshot = nullptr;  // valid when up
+};
+
+struct ProcessInfo {
+  std::string version;
+  std::string backend;    // "uring", "epoll"
+  std::string io_reason;  // why that backend (the probe's line)
+  bool draining = false;
+  bool access_log = false;             // whether lines are being written
+  uint64_t access_log_lost_lines = 0;  // lost to write errors
+  int64_t start_time_sec = 0;          // realtime
+};
+
+std::string FormatPrometheus(const std::vector<ShardView>& shards, const ProcessInfo& process);
+std::string FormatDebugShards(const std::vector<ShardView>& shards, const ProcessInfo& process);
+
+// The status-class and body-path label values, in RequestMetrics's order.
+inline constexpr const char* kStatusClassNames[kStatusClasses] = {"1xx", "2xx", "3xx", "4xx",
+                                                                  "5xx"};
+inline constexpr const char* kBodyPathNames[kBodyPaths] = {"none", "cached", "file", "inline"};
+
+}  // namespace ringd

@@ -1,0 +1,59 @@
+// What ringd_main wires together for operators: the access log (--access-log) and the admin
+// listener (--admin-listen), their threads, and the signals that concern them. Kept out of
+// ringd_main.cc so that the start-up sequence there stays a list of steps.
+//
+//   Observability obs;
+//   if (!obs.Open(config, shards, &error)) Die(1, error);   // bad log path, admin port in use
+//   obs.Attach(shard, i);                                    // each shard, before Setup
+//   obs.Start(shards, backend, reason);                      // once every shard serves
+//   obs.ReopenLog();                                         // SIGUSR1
+//   obs.Tick();                                              // every second or so
+//   obs.BeginDrain();                                        // SIGTERM: /readyz turns 503
+//   obs.Stop();                                              // after the shards are joined
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/access_log.h"
+#include "server/admin.h"
+#include "server/config.h"
+#include "server/metrics.h"
+#include "server/shard.h"
+
+namespace ringd {
+
+class Observability {
+ public:
+  ~Observability();
+  bool Open(const Config& config, uint32_t shards, std::string* error);
+  void Attach(Shard* shard, int index);
+  void Start(std::vector<Shard*> shards, const std::string& backend, const std::string& io_reason);
+  void ReopenLog();
+  void BeginDrain() { draining_.store(true, std::memory_order_release); }
+  // About once a second, from the main thread: says on stderr if log lines are being dropped.
+  void Tick();
+  void Stop();
+
+  bool has_admin() const { return admin_ != nullptr; }
+  std::string admin_address() const { return admin_ != nullptr ? admin_->address() : ""; }
+
+  // How long the admin thread waits for a shard's snapshot.
+  static constexpr int kSnapshotWaitMs = 1000;
+
+ private:
+  std::vector<ShardView> Collect();
+  ProcessInfo Info() const;
+
+  std::unique_ptr<AccessLog> log_;
+  std::unique_ptr<AdminServer> admin_;
+  std::vector<Shard*> shards_;
+  std::string backend_, io_reason_;
+  int64_t start_time_sec_ = 0;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace ringd

@@ -1,0 +1,138 @@
+// What a shard counts, and how another thread reads it. Every counter here is a plain integer
+// written only by its shard's thread: the request path takes no lock and touches no shared cache
+// line. The admin thread reads a shard through its SnapshotSlot: it asks (an atomic and a loop
+// wake-up), the shard copies its counters into the slot at the end of its next loop turn and
+// publishes them with a release store, and the admin reads them after an acquire load (Seastar's
+// way: each shard reports its own metrics on its own thread).
+//
+//   slot.Request();  shard->loop()->Wake();          // admin thread
+//   if (slot.Pending()) { fill slot.data(); slot.Publish(); }   // shard thread, after Poll
+//   if (slot.WaitFor(deadline)) read slot.data();     // admin thread
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+
+#include "io/loop.h"
+#include "server/file_cache.h"
+
+namespace ringd {
+
+struct ShardStats {
+  uint64_t accepted = 0, requests = 0, closed = 0, accept_paused = 0, overloaded = 0;
+  uint64_t header_timeouts = 0, idle_timeouts = 0, send_timeouts = 0, truncated = 0;
+  uint64_t discard_timeouts = 0;  // a skipped request body stalled after the response
+  uint64_t idle_reclaimed = 0;    // idle keep-alive connections closed for newcomers at the limit
+  uint64_t lookup_refused = 0;    // 503: the file cache was full, or too many lookups
+  uint64_t recv_errors = 0, send_errors = 0;  // a connection ended by an error of its socket
+};
+
+// What a shard holds right now, for checks that nothing leaks (tests, the simulator).
+struct ShardUsage {
+  uint32_t connections = 0, exchanges = 0, input_buffers = 0, cache_entries = 0;
+};
+
+// Where a response's body came from.
+enum class BodyPath : uint8_t {
+  kNone,    // no body: HEAD, 304, an empty file, or no response at all (499)
+  kCached,  // the small-file cache: the bytes were in memory
+  kFile,    // the file itself: sendfile or splice (the loop picks per chunk)
+  kInline,  // static text: error pages
+};
+constexpr int kBodyPaths = 4;
+constexpr int kStatusClasses = 5;  // 1xx .. 5xx
+
+// Request-duration histogram: fixed upper bounds in microseconds (and +Inf after them).
+constexpr uint64_t kDurationBoundsUs[] = {100,     250,     500,     1000,    2500,   5000,
+                                          10000,   25000,   50000,   100000,  250000, 500000,
+                                          1000000, 2500000, 5000000, 10000000};
+constexpr int kDurationBuckets = sizeof(kDurationBoundsUs) / sizeof(kDurationBoundsUs[0]) + 1;
+
+// Per-response counters, kept by the shard as each response ends (completed or aborted).
+struct RequestMetrics {
+  uint64_t responses[kStatusClasses][kBodyPaths] = {};
+  uint64_t response_bytes = 0;                       // head and body bytes handed to the kernel
+  uint64_t duration_buckets[kDurationBuckets] = {};  // not cumulative; the last is +Inf
+  uint64_t duration_sum_us = 0;
+
+  void Record(int status, BodyPath path, uint64_t bytes) {
+    int cls = status / 100 - 1;
+    if (cls < 0 || cls >= kStatusClasses) cls = kStatusClasses - 1;
+    ++responses[cls][static_cast<int>(path)];
+    response_bytes += bytes;
+  }
+  void Observe(uint64_t duration_us) {
+    int b = 0;
+    while (b < kDurationBuckets - 1 && duration_us > kDurationBoundsUs[b]) ++b;
+    ++duration_buckets[b];
+    duration_sum_us += duration_us;
+  }
+};
+
+// Connection states as the debug view names them (ConnState's order).
+constexpr int kConnStates = 5;
+constexpr const char* kConnStateNames[kConnStates] = {"reading", "waiting_file", "sending",
+                                                      "lingering", "closing"};
+
+// A shard's state at one moment, copied on its own thread.
+struct ShardSnapshot {
+  int shard = 0;
+  const char* backend = "";  // the loop's name ("uring", "epoll")
+  bool draining = false;
+  bool accept_paused = false;
+  ShardStats stats;
+  RequestMetrics requests;
+  io::LoopStats loop;
+  FileCacheStats cache;
+  uint64_t cache_content_buffer_bytes = 0;  // the size of one content buffer
+  uint32_t connection_capacity = 0;
+  uint32_t connection_states[kConnStates] = {};
+  uint32_t idle_connections = 0;  // kReading, between requests, on the keep-alive timer
+  uint32_t exchanges = 0, exchange_capacity = 0;
+  uint32_t input_buffers = 0, input_buffer_capacity = 0;
+  uint32_t content_buffers = 0, content_buffer_capacity = 0;
+  uint32_t pipes_in_use = 0, pipe_capacity = 0;
+  uint64_t log_lines = 0, log_dropped = 0;  // access log lines queued / dropped by this shard
+};
+
+// One shard's snapshot and the handshake around it: one reader thread (the admin) at a time.
+class alignas(64) SnapshotSlot {
+ public:
+  // Reader: asks for a fresh snapshot; then wake the shard's loop.
+  void Request() { requested_.store(++asked_, std::memory_order_release); }
+  // Shard: whether a snapshot is asked for (one relaxed load per loop turn).
+  bool Pending() const {
+    return requested_.load(std::memory_order_relaxed) != published_.load(std::memory_order_relaxed);
+  }
+  // Shard: after filling data(), makes it visible to the reader.
+  void Publish() {
+    published_.store(requested_.load(std::memory_order_acquire), std::memory_order_release);
+  }
+  // Shard: it stops turning its loop (its drain is over) and will never answer again.
+  void Close() { closed_.store(true, std::memory_order_release); }
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+
+  // Reader: waits until the snapshot asked for last is published (true), or the deadline
+  // passes or the shard has stopped (false). On false do not read data(): the shard may still
+  // be writing it.
+  bool WaitFor(std::chrono::steady_clock::time_point deadline) const {
+    while (published_.load(std::memory_order_acquire) != asked_) {
+      if (closed() || std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    return true;
+  }
+  ShardSnapshot& data() { return data_; }
+  const ShardSnapshot& data() const { return data_; }
+
+ private:
+  uint64_t asked_ = 0;  // reader's own count
+  std::atomic<uint64_t> requested_{0};
+  std::atomic<uint64_t> published_{0};
+  std::atomic<bool> closed_{false};
+  ShardSnapshot data_;
+};
+
+}  // namespace ringd

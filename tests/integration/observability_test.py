@@ -1,0 +1,528 @@
+"""The access log, the admin listener and what reads them, against the real ringd on one io
+backend: every line in nginx's combined format (GoAccess parses them all), JSON lines, rotation
+under load with SIGUSR1 losing nothing that was not counted, a stuck log that drops and counts
+instead of stalling, /metrics through `promtool check metrics` and a real Prometheus server,
+/healthz and /readyz through a drain, /debug/shards, and one-line start-up errors."""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+from ringd_harness import RINGD, BACKEND, BackendTestCase, Reader, Server, make_docroot, request
+
+# nginx's combined format: $remote_addr - $remote_user [$time_local] "$request" $status
+# $body_bytes_sent "$http_referer" "$http_user_agent"
+COMBINED = re.compile(r'^(\S+) - - \[(\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4})\] '
+                      r'"((?:[^"\\]|\\x[0-9A-F]{2})*)" (\d{3}) (\d+) "((?:[^"\\]|\\x[0-9A-F]{2})*)" '
+                      r'"((?:[^"\\]|\\x[0-9A-F]{2})*)"$')
+
+
+# The bypass tier's connections are direct descriptors with no process fd, so getpeername(2)
+# cannot name the client: its lines say "-" (a known gap, docs/OPERATIONS.md). Every other tier
+# logs the address.
+REMOTE_ADDR = "-" if BACKEND == "bypass" else "127.0.0.1"
+
+
+def require_binary(binary, package):
+    """The path of `binary`; a skip only where Debian has no `package` for this machine, a
+    failure where tools/setup should have installed it."""
+    path = shutil.which(binary, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    if path:
+        return path
+    try:
+        policy = subprocess.run(["apt-cache", "policy", package], capture_output=True, text=True,
+                                timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        policy = ""
+    if "Candidate:" not in policy or "Candidate: (none)" in policy:
+        raise unittest.SkipTest("%s: Debian package %s does not exist for this platform" % (binary, package))
+    raise AssertionError("%s is missing but package %s exists: run tools/setup" % (binary, package))
+
+
+def admin_port(server):
+    for line in server.log:
+        m = re.search(r"admin listener on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            return int(m.group(1))
+    raise AssertionError("no admin listener line in %s" % server.log)
+
+
+def admin_get(port, path, timeout=10):
+    """(status, body) of a GET on the admin listener."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def metric_sum(text, name, **labels):
+    """The sum of every sample of `name` whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total += float(m.group(3))
+    return total
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class KeepAliveLoad:
+    """Threads sending keep-alive GETs until stopped; counts the responses each received."""
+
+    def __init__(self, server, connections=4, paths=("/small.txt", "/index.html", "/missing")):
+        self.server = server
+        self.paths = paths
+        self.stop_flag = threading.Event()
+        self.counts = [0] * connections
+        self.errors = []
+        self.threads = [threading.Thread(target=self._run, args=(i,)) for i in range(connections)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, i):
+        n = 0
+        s = None
+        try:
+            while not self.stop_flag.is_set():
+                if s is None:
+                    s = self.server.connect()
+                    r = Reader(s)
+                path = self.paths[n % len(self.paths)]
+                s.sendall(b"GET %s HTTP/1.1\r\nHost: t\r\nUser-Agent: load/%d\r\n\r\n" % (path.encode(), i))
+                resp = r.read_response()
+                n += 1
+                self.counts[i] = n
+                if resp.header("connection") == "close":  # --max-requests-per-connection
+                    s.close()
+                    s = None
+        except Exception as e:  # reported by stop()
+            self.errors.append(repr(e))
+        finally:
+            if s is not None:
+                s.close()
+
+    def stop(self):
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join(30)
+        if self.errors:
+            raise AssertionError("load failed: %s" % self.errors)
+        return sum(self.counts)
+
+
+def count_lines(*paths):
+    n = 0
+    for p in paths:
+        if os.path.exists(p):
+            with open(p, "rb") as f:
+                n += f.read().count(b"\n")
+    return n
+
+
+class ObservabilityTest(BackendTestCase):
+    def setUp(self):
+        self.root, self.files = make_docroot()
+        self.tmp = tempfile.mkdtemp(prefix="ringd-obs-")
+        self.log = os.path.join(self.tmp, "access.log")
+        self.servers = []
+
+    def tearDown(self):
+        for s in self.servers:
+            if s.proc.poll() is None:
+                s.proc.kill()
+                s.proc.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start(self, *flags):
+        s = Server(self.root, *flags)
+        self.servers.append(s)
+        return s
+
+    # --- the access log ---------------------------------------------------------------------
+
+    def make_mixed_requests(self, server):
+        """Requests of every kind; returns [(method, target, status, body bytes)]."""
+        made = []
+
+        def one(method, target, headers=None, expect=None):
+            r = request(server, method, target, headers)
+            if expect is not None:
+                self.assertEqual(r.status, expect, target)
+            made.append((method, target, r.status, len(r.body)))
+            return r
+
+        one("GET", "/index.html", {"User-Agent": 'Mozilla/5.0 (X11; "quoted")', "Referer": "http://example.com/a"}, 200)
+        one("GET", "/small.txt", None, 200)
+        one("GET", "/medium.bin", None, 200)
+        one("GET", "/large.bin", {"Range": "bytes=0-99"}, 206)
+        one("HEAD", "/large.bin", None, 200)
+        one("GET", "/missing", None, 404)
+        one("GET", "/dir", None, 301)
+        one("GET", "/app.js", {"Accept-Encoding": "gzip"}, 200)
+        etag = one("GET", "/small.txt").header("etag")
+        one("GET", "/small.txt", {"If-None-Match": etag}, 304)
+        one("GET", "/%C3%A9t%C3%A9?q=a%22b", None, 404)
+        one("DELETE", "/index.html", None, 405)
+        for _ in range(20):
+            one("GET", "/index.html", {"User-Agent": "curl/7.88.1"}, 200)
+        return made
+
+    def test_combined_log_is_nginx_combined_and_goaccess_counts_every_request(self):
+        goaccess = require_binary("goaccess", "goaccess")
+        server = self.start("--access-log", self.log)
+        made = self.make_mixed_requests(server)
+        # A request the parser rejects is logged too, with the line as sent.
+        with server.connect() as s:
+            s.sendall(b"BAD\x01REQUEST / HTTP/1.1\r\nHost: t\r\n\r\n")
+            self.assertEqual(Reader(s).read_response().status, 400)
+        made.append(("BAD\x01REQUEST", "/", 400, None))
+        self.assertEqual(server.stop(), 0)  # the writer flushes everything before exit
+        with open(self.log, "rb") as f:
+            lines = f.read().decode("ascii").splitlines()
+        self.assertEqual(len(lines), len(made), "\n".join(lines))
+        # Each shard's lines are in order; the two shards' batches interleave in the file.
+        logged = []
+        for line in lines:
+            m = COMBINED.match(line)
+            self.assertIsNotNone(m, line)
+            addr, when, req, st, sent, referer, agent = m.groups()
+            self.assertEqual(addr, REMOTE_ADDR)
+            logged.append((req, int(st), int(sent)))
+        expected = [(("%s %s HTTP/1.1" % (method, target)).replace("\x01", "\\x01"), status,
+                     0 if method == "HEAD" else body) for method, target, status, body in made]
+        self.assertEqual(sorted(x[:2] for x in logged), sorted(x[:2] for x in expected))
+        self.assertEqual(sorted(x for x in logged if x[1] != 400),
+                         sorted(x for x in expected if x[1] != 400))
+        self.assertIn(REMOTE_ADDR + ' - - [', lines[0])
+        self.assertTrue(any(l.endswith('"GET /index.html HTTP/1.1" 200 611 "http://example.com/a" '
+                                       '"Mozilla/5.0 (X11; \\x22quoted\\x22)"') for l in lines), lines)
+        self.assertTrue(any(l.endswith('"HEAD /large.bin HTTP/1.1" 200 0 "-" "-"') for l in lines), lines)
+        self.assertTrue(any(re.search(r'"BAD\\x01REQUEST / HTTP/1.1" 400 \d+ "-" "-"$', l)
+                            for l in lines), lines)
+        # GoAccess with the stock COMBINED format parses every line and counts every request.
+        if REMOTE_ADDR == "-":
+            self.skipTest("bypass tier: no client address to log (a direct descriptor has no fd "
+                          "for getpeername), and GoAccess rejects a line without one")
+        report = os.path.join(self.tmp, "report.json")
+        env = dict(os.environ, HOME=self.tmp)
+        out = subprocess.run([goaccess, self.log, "--log-format=COMBINED", "--no-global-config",
+                              "-o", report], capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        with open(report) as f:
+            general = json.load(f)["general"]
+        self.assertEqual(general["total_requests"], len(made), general)
+        self.assertEqual(general["valid_requests"], len(made), general)
+        self.assertEqual(general["failed_requests"], 0, general)
+
+    def test_json_log_has_the_fields_and_more(self):
+        server = self.start("--access-log", self.log, "--access-log-format", "json")
+        made = self.make_mixed_requests(server)
+        self.assertEqual(server.stop(), 0)
+        with open(self.log, "rb") as f:
+            raw = f.read()
+        records = [json.loads(l) for l in raw.decode("utf-8").splitlines()]
+        self.assertEqual(len(records), len(made))
+        # Each shard's lines are in order; the two shards' batches interleave in the file.
+        key = lambda r: (r["request"], r["status"], r["body_bytes_sent"], r["http_user_agent"])
+        records.sort(key=key)
+        made.sort(key=lambda m: ("%s %s HTTP/1.1" % (m[0], m[1]), m[2], 0 if m[0] == "HEAD" else m[3]))
+        shards = set()
+        for rec, (method, target, status, body) in zip(records, made):
+            self.assertEqual(rec["request"], "%s %s HTTP/1.1" % (method, target))
+            self.assertEqual(rec["status"], status)
+            self.assertEqual(rec["remote_addr"], REMOTE_ADDR)
+            self.assertEqual(rec["io"], BACKEND if BACKEND != "auto" else rec["io"])
+            self.assertIn(rec["shard"], (0, 1))
+            shards.add(rec["shard"])
+            self.assertGreaterEqual(rec["bytes_sent"], rec["body_bytes_sent"])
+            self.assertGreaterEqual(rec["request_time_us"], 0)
+            self.assertRegex(rec["time"], r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}[+-]\d{2}:\d{2}$")
+            if method != "HEAD":
+                self.assertEqual(rec["body_bytes_sent"], body)
+        first = [r for r in records if r["http_referer"]]
+        self.assertEqual(len(first), 1)
+        self.assertEqual(first[0]["http_user_agent"], 'Mozilla/5.0 (X11; "quoted")')
+        self.assertEqual(first[0]["http_referer"], "http://example.com/a")
+        self.assertEqual(first[0]["request"], "GET /index.html HTTP/1.1")
+
+    def test_rotation_under_load_loses_nothing_uncounted(self):
+        server = self.start("--access-log", self.log, "--admin-listen", "127.0.0.1:0")
+        port = admin_port(server)
+        load = KeepAliveLoad(server)
+        rotated = []
+        for i in (1, 2):
+            time.sleep(0.4)
+            dest = "%s.%d" % (self.log, i)
+            os.rename(self.log, dest)  # logrotate's default: rename, then signal
+            rotated.append(dest)
+            server.proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.4)
+        made = load.stop()
+        status, text = admin_get(port, "/metrics")
+        self.assertEqual(status, 200)
+        dropped = metric_sum(text, "ringd_access_log_dropped_lines_total")
+        queued = metric_sum(text, "ringd_access_log_lines_total")
+        self.assertEqual(server.stop(), 0)
+        self.assertGreater(made, 300)
+        self.assertEqual(queued + dropped, made)
+        for path in rotated + [self.log]:
+            self.assertGreater(count_lines(path), 0, "%s is empty: no rotation happened" % path)
+        self.assertEqual(count_lines(self.log, *rotated) + dropped, made)
+        for path in rotated + [self.log]:
+            with open(path) as f:
+                for line in f:
+                    self.assertRegex(line.rstrip("\n"), COMBINED)
+
+    def test_a_log_that_cannot_keep_up_drops_and_counts_but_never_stalls_serving(self):
+        # A FIFO that nobody reads stands in for a disk that stopped: the writer blocks in write(2).
+        fifo = os.path.join(self.tmp, "fifo")
+        os.mkfifo(fifo)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            server = self.start("--access-log", fifo, "--access-log-buffer-bytes", "65536",
+                                "--admin-listen", "127.0.0.1:0")
+            port = admin_port(server)
+            load = KeepAliveLoad(server, connections=2)
+            deadline = time.time() + 20
+            dropped = 0
+            while time.time() < deadline and dropped == 0:
+                time.sleep(0.2)
+                dropped = metric_sum(admin_get(port, "/metrics")[1], "ringd_access_log_dropped_lines_total")
+            made = load.stop()  # every request was answered while the log was stuck
+            self.assertGreater(dropped, 0, "no line was dropped after %d requests" % made)
+            text = admin_get(port, "/metrics")[1]
+            dropped = metric_sum(text, "ringd_access_log_dropped_lines_total")
+            # Now drain the FIFO; stopping flushes what is still queued.
+            os.set_blocking(reader, True)
+            got = bytearray()
+            done = threading.Event()
+
+            def drain():
+                while True:
+                    chunk = os.read(reader, 1 << 16)
+                    if not chunk:
+                        break
+                    got.extend(chunk)
+                done.set()
+
+            t = threading.Thread(target=drain)
+            t.start()
+            self.assertEqual(server.stop(), 0)
+            t.join(30)
+            self.assertTrue(done.is_set())
+            self.assertEqual(got.count(b"\n") + dropped, made)
+            # One line on stderr says so (at most one a minute while it lasts).
+            notes = [l for l in server.log if "lines dropped" in l]
+            self.assertEqual(len(notes), 1, server.log)
+        finally:
+            os.close(reader)
+
+    def test_the_shipped_logrotate_snippet_rotates_without_losing_a_line(self):
+        logrotate = require_binary("logrotate", "logrotate")
+        server = self.start("--access-log", self.log)
+        for _ in range(10):
+            self.assertEqual(request(server, "GET", "/small.txt").status, 200)
+        deadline = time.time() + 5  # the writer flushes every 100 ms (notifempty skips an empty log)
+        while count_lines(self.log) < 10 and time.time() < deadline:
+            time.sleep(0.02)
+        snippet = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
+                               "logrotate", "ringd")
+        with open(snippet) as f:
+            conf = f.read()
+        self.assertIn("/var/log/ringd/access.log {", conf)
+        self.assertIn("$(pidof ringd)", conf)
+        # This server only: other ringd processes on the machine are none of this test's business.
+        conf = conf.replace("/var/log/ringd/access.log", self.log).replace(
+            "$(pidof ringd)", "%d" % server.proc.pid)
+        conf_path = os.path.join(self.tmp, "logrotate.conf")
+        with open(conf_path, "w") as f:
+            f.write(conf)
+        out = subprocess.run([logrotate, "--force", "--state", os.path.join(self.tmp, "state"), conf_path],
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertTrue(os.path.exists(self.log + ".1"), os.listdir(self.tmp))
+        deadline = time.time() + 5  # the writer reopens after its next flush
+        while not os.path.exists(self.log) and time.time() < deadline:
+            request(server, "GET", "/index.html")
+            time.sleep(0.05)
+        for _ in range(10):
+            self.assertEqual(request(server, "GET", "/index.html").status, 200)
+        self.assertEqual(server.stop(), 0)
+        with open(self.log + ".1") as f:
+            old = f.read()
+        with open(self.log) as f:
+            new = f.read()
+        self.assertEqual(old.count('"GET /small.txt HTTP/1.1" 200'), 10)
+        self.assertEqual(new.count('"GET /small.txt'), 0)
+        self.assertGreaterEqual(new.count('"GET /index.html HTTP/1.1" 200'), 10)
+        self.assertEqual((old + new).count("\n"), 10 + (old + new).count("/index.html"))
+
+    # --- the admin listener -----------------------------------------------------------------
+
+    def test_metrics_pass_promtool_and_count_what_was_served(self):
+        promtool = require_binary("promtool", "prometheus")
+        server = self.start("--admin-listen", "127.0.0.1:0")
+        port = admin_port(server)
+        made = self.make_mixed_requests(server)
+        idle = server.connect()  # one idle keep-alive connection, held open
+        idle.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        Reader(idle).read_response()
+        # The server notices the clients' closes asynchronously: wait until only `idle` is open.
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            status, text = admin_get(port, "/metrics")
+            self.assertEqual(status, 200)
+            if metric_sum(text, "ringd_connections_open") == 1:
+                break
+            time.sleep(0.05)
+        check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                               text=True, timeout=60)
+        self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
+        self.assertEqual(check.stdout + check.stderr, "")  # not even a lint warning
+        self.assertEqual(metric_sum(text, "ringd_requests_total"), len(made) + 1)
+        self.assertEqual(metric_sum(text, "ringd_requests_total", code="2xx", body="cached"), 25)
+        self.assertEqual(metric_sum(text, "ringd_requests_total", code="4xx", body="inline"), 3)
+        self.assertEqual(metric_sum(text, "ringd_requests_total", code="3xx"), 2)
+        self.assertGreaterEqual(metric_sum(text, "ringd_requests_total", code="2xx", body="file"), 2)
+        self.assertEqual(metric_sum(text, "ringd_request_duration_seconds_count"), len(made) + 1)
+        self.assertEqual(metric_sum(text, "ringd_connections_open"), 1)
+        self.assertEqual(metric_sum(text, "ringd_connections_idle"), 1)
+        self.assertEqual(metric_sum(text, "ringd_connections_accepted_total"), len(made) + 1)
+        self.assertGreater(metric_sum(text, "ringd_response_bytes_total"), 100 * 1024)
+        self.assertGreater(metric_sum(text, "ringd_file_cache_hits_total"), 0)
+        self.assertEqual(metric_sum(text, "ringd_shard_up"), 2)
+        self.assertEqual(metric_sum(text, "ringd_info", backend=BACKEND if BACKEND != "auto" else "epoll"), 1)
+        idle.close()
+        # The same numbers as JSON, per shard.
+        status, body = admin_get(port, "/debug/shards")
+        self.assertEqual(status, 200)
+        debug = json.loads(body)
+        self.assertEqual(len(debug["shards"]), 2)
+        self.assertEqual(sum(s["requests"] for s in debug["shards"]), len(made) + 1)
+        for s in debug["shards"]:
+            self.assertTrue(s["up"])
+            self.assertEqual(set(s["connections"]), {"reading", "waiting_file", "sending", "lingering",
+                                                     "closing", "idle", "open"})
+            self.assertEqual(set(s["pools"]), {"connections", "exchanges", "input_buffers",
+                                               "content_buffers", "pipes"})
+            self.assertGreater(s["pools"]["connections"]["capacity"], 0)
+        self.assertGreater(sum(s["cache_entries"] for s in debug["shards"]), 0)
+        # Anything else is 404, and the admin port serves no files.
+        self.assertEqual(admin_get(port, "/index.html")[0], 404)
+        self.assertEqual(server.stop(), 0)
+
+    def test_readyz_turns_503_when_the_drain_begins_while_healthz_stays_200(self):
+        server = self.start("--admin-listen", "127.0.0.1:0", "--shutdown-timeout-ms", "5000")
+        port = admin_port(server)
+        self.assertEqual(admin_get(port, "/healthz"), (200, "ok\n"))
+        self.assertEqual(admin_get(port, "/readyz"), (200, "ready\n"))
+        # A response in flight that the client does not read keeps the drain going.
+        slow = server.connect()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.sendall(b"GET /large.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        slow.recv(100)
+        server.proc.send_signal(signal.SIGTERM)
+        deadline = time.time() + 3
+        status = None
+        while time.time() < deadline:
+            status, body = admin_get(port, "/readyz")
+            if status == 503:
+                break
+            time.sleep(0.05)
+        self.assertEqual((status, body), (503, "draining\n"))
+        self.assertEqual(admin_get(port, "/healthz"), (200, "ok\n"))  # it still serves
+        self.assertEqual(metric_sum(admin_get(port, "/metrics")[1], "ringd_draining"), 1)
+        self.assertIsNone(server.proc.poll())
+        slow.close()
+        self.assertEqual(server.stop(), 0)
+
+    def test_a_real_prometheus_scrapes_ringd_requests_total(self):
+        prometheus = require_binary("prometheus", "prometheus")
+        server = self.start("--admin-listen", "127.0.0.1:0")
+        port = admin_port(server)
+        made = self.make_mixed_requests(server)
+        data = os.path.join(self.tmp, "prometheus-data")
+        config = os.path.join(self.tmp, "prometheus.yml")
+        with open(config, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                    "scrape_configs:\n  - job_name: ringd\n    static_configs:\n"
+                    "      - targets: ['127.0.0.1:%d']\n" % port)
+        web = free_port()
+        prom_log = open(os.path.join(self.tmp, "prometheus.log"), "w")
+        prom = subprocess.Popen([prometheus, "--config.file", config, "--storage.tsdb.path", data,
+                                 "--web.listen-address", "127.0.0.1:%d" % web],
+                                stdout=prom_log, stderr=subprocess.STDOUT)
+        try:
+            query = "http://127.0.0.1:%d/api/v1/query?query=sum(ringd_requests_total)" % web
+            deadline = time.time() + 60
+            value = None
+            while time.time() < deadline and value != len(made):
+                time.sleep(0.5)
+                try:
+                    with urllib.request.urlopen(query, timeout=5) as r:
+                        result = json.load(r)["data"]["result"]
+                except (OSError, ValueError):
+                    continue
+                if result:
+                    value = float(result[0]["value"][1])
+            if value != len(made):
+                with open(os.path.join(self.tmp, "prometheus.log")) as f:
+                    self.fail("Prometheus saw %s, not %d; its log:\n%s" % (value, len(made), f.read()[-3000:]))
+            with urllib.request.urlopen("http://127.0.0.1:%d/api/v1/targets" % web, timeout=5) as r:
+                targets = json.load(r)["data"]["activeTargets"]
+            self.assertEqual([t["health"] for t in targets], ["up"])
+        finally:
+            prom.terminate()
+            try:
+                prom.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                prom.kill()
+                prom.wait()
+            prom_log.close()
+        self.assertEqual(server.stop(), 0)
+
+    # --- start-up errors --------------------------------------------------------------------
+
+    def run_ringd(self, *flags):
+        return subprocess.run([RINGD, "--root", self.root, "--listen", "127.0.0.1:0", "--io", BACKEND]
+                              + list(flags), capture_output=True, text=True, timeout=20)
+
+    def test_an_admin_port_in_use_is_one_line_and_a_non_zero_exit(self):
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+            out = self.run_ringd("--admin-listen", "127.0.0.1:%d" % port)
+        self.assertEqual(out.returncode, 1)
+        errors = [l for l in out.stderr.splitlines() if "admin" in l]
+        self.assertEqual(errors, ["ringd: --admin-listen: cannot listen on 127.0.0.1:%d: Address already in use" % port])
+
+    def test_a_bad_access_log_path_is_one_line_and_a_non_zero_exit(self):
+        out = self.run_ringd("--access-log", os.path.join(self.tmp, "no/such/dir/access.log"))
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("ringd: --access-log: cannot open '%s/no/such/dir/access.log' for appending: "
+                      "No such file or directory" % self.tmp, out.stderr.splitlines())
+
+
+if __name__ == "__main__":
+    unittest.main()
