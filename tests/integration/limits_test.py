@@ -143,11 +143,14 @@ class FileCacheLimitsTest(BackendTestCase):
             first.sendall(get("small.txt"))
             reader = Reader(first)
             self.assertEqual(reader.read_response().status, 200)
+            # A request in progress (a partial head), so this connection is not idle: idle ones
+            # give their descriptors to newcomers when accepting runs out of them.
+            first.sendall(b"GET /medium.bin HTTP/1.1\r\n")
             for _ in range(80):  # every descriptor the server has left goes to a connection
                 socks.append(server.connect())
             time.sleep(0.5)
             first.settimeout(5)
-            first.sendall(get("medium.bin"))  # not cached: its open fails with EMFILE
+            first.sendall(b"Host: t\r\n\r\n")  # not cached: its open fails with EMFILE
             r = reader.read_response()
             self.assertEqual(r.status, 503)
             for s in socks:
