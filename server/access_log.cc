@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "io/assert.h"
+#include "server/http/range.h"
 
 namespace ringd {
 namespace {
@@ -52,17 +53,14 @@ class Out {
     *p_++ = c;
   }
   void Uint(uint64_t v) {
-    char tmp[20];
-    size_t n = 0;
-    do {
-      tmp[n++] = static_cast<char>('0' + v % 10);
-      v /= 10;
-    } while (v != 0);
+    char digits[20];
+    const size_t n = http::FormatUint(v, digits);
     if (p_ == nullptr || static_cast<size_t>(end_ - p_) < n) {
       p_ = nullptr;
       return;
     }
-    while (n > 0) *p_++ = tmp[--n];
+    std::memcpy(p_, digits, n);
+    p_ += n;
   }
   void Int(int64_t v) {
     if (v < 0) {

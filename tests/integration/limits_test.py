@@ -17,6 +17,19 @@ def get(name, extra=b""):
     return b"GET /" + name.encode() + b" HTTP/1.1\r\nHost: t\r\n" + extra + b"\r\n"
 
 
+class DocrootTestCase(BackendTestCase):
+    """One document root (make_docroot) for the class, its servers started by each test."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root, cls.files = make_docroot()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+
 class BurstTest(BackendTestCase):
     """More input at once than one input buffer holds: every request answered, in order."""
 
@@ -98,15 +111,7 @@ class SmallInputBufferTest(BackendTestCase):
             shutil.rmtree(root, ignore_errors=True)
 
 
-class FileCacheLimitsTest(BackendTestCase):
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.root, cls.files = make_docroot()
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.root, ignore_errors=True)
+class FileCacheLimitsTest(DocrootTestCase):
 
     def test_open_file_cache_valid_ms_0_revalidates_every_request(self):
         server = Server(self.root, "--open-file-cache-valid-ms", "0", "--shards", "1")
@@ -164,15 +169,7 @@ class FileCacheLimitsTest(BackendTestCase):
             self.assertEqual(server.stop(), 0)
 
 
-class ConnectionLimitsTest(BackendTestCase):
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.root, cls.files = make_docroot()
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.root, ignore_errors=True)
+class ConnectionLimitsTest(DocrootTestCase):
 
     def test_idle_keepalive_connections_give_way_at_the_limit(self):
         server = Server(self.root, "--max-connections", "20", "--shards", "1")
@@ -280,15 +277,7 @@ class ShortConnectionsTest(BackendTestCase):
             shutil.rmtree(root, ignore_errors=True)
 
 
-class DrainTest(BackendTestCase):
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.root, cls.files = make_docroot()
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.root, ignore_errors=True)
+class DrainTest(DocrootTestCase):
 
     def test_draining_server_refuses_newcomers_at_once(self):
         server = Server(self.root, "--shutdown-timeout-ms", "5000")
