@@ -135,6 +135,12 @@ int Main(int argc, char** argv) {
                           ") is below the registered file table a shard needs (" +
                           std::to_string(table) + " slots for --max-connections)";
   }
+  // A bypass connection has no descriptor to ask for the client's address, so its access log
+  // lines say "-": with the log on, --io=auto prefers the uring tier, whose lines name the client.
+  if (probe.bypass_usable && !config.access_log.empty() && config.io == io::IoMode::kAuto) {
+    probe.bypass_usable = false;
+    probe.bypass_reason = "the access log is on, and bypass connections cannot name the client";
+  }
   if (config.probe_only) {
     for (const std::string& line : probe.lines) std::printf("%s\n", line.c_str());
     std::printf("bypass tier: %s (%s)\n", probe.bypass_usable ? "usable" : "unusable",
@@ -153,6 +159,9 @@ int Main(int argc, char** argv) {
     Die(1, "--sqpoll: SQPOLL rings cannot be created here");
   std::fprintf(stderr, "ringd: io backend %s%s\n", selection.reason.c_str(),
                config.sqpoll ? "; SQPOLL" : "");
+  if (selection.backend == "bypass" && !config.access_log.empty()) {
+    std::fprintf(stderr, "ringd: --io=bypass: access log lines name no client address (\"-\")\n");
+  }
   const io::LoopFactory make_loop = io::FactoryFor(selection.backend);
 
   const int root_fd = ::open(config.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);

@@ -42,6 +42,15 @@ class TierSelectionTest(BackendTestCase):
             self.assertIn("io backend uring:", line, feature)
             self.assertIn("not bypass: missing %s (masked)" % feature, line)
 
+    def test_with_the_access_log_on_auto_takes_uring_which_names_clients(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            line = self.serve_and_check("--access-log", d + "/access.log")
+            self.assertIn("io backend uring:", line)
+            self.assertIn("not bypass: the access log is on", line)
+            with open(d + "/access.log") as f:
+                self.assertTrue(f.readline().startswith("127.0.0.1 - - ["))
+
     def test_a_missing_uring_feature_falls_back_to_epoll(self):
         for feature in ["IORING_OP_SPLICE", "provided buffer ring", "io_uring"]:
             line = self.serve_and_check("--io-mask", feature)
