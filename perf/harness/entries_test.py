@@ -51,6 +51,20 @@ class PeerTest(unittest.TestCase):
         self.assertFalse(PEERS["h2o"].runs_in("cold"))
         self.assertTrue(PEERS["ringd-uring"].runs_in("cold"))
 
+    def test_loopback(self):
+        self.assertEqual([s for s in SCENARIOS if PEERS["loopback"].runs_in(s)], ["large"])
+        self.assertTrue(PEERS[SCENARIOS["large"].reference].runs_in("large"))
+        root = tempfile.mkdtemp()
+        try:
+            os.mkdir(os.path.join(root, "4mb"))
+            for f in ("file-1.bin", "file-0.bin"):
+                open(os.path.join(root, "4mb", f), "w").close()
+            ctx = Ctx({"loopback": "/b/loopback"}, root, 8080, 1, root)
+            self.assertEqual(PEERS["loopback"].command(ctx),
+                             ["/b/loopback", "--port", "8080", "--root", root, "--file", "4mb/file-0.bin"])
+        finally:
+            shutil.rmtree(root)
+
     def test_configs(self):
         d = tempfile.mkdtemp()
         try:

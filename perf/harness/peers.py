@@ -80,7 +80,7 @@ mimetype.assign = (".html" => "text/html", ".css" => "text/css", ".js" => "text/
 @dataclass
 class Ctx:
     """Where and how one server runs."""
-    bins: Dict[str, str]   # our binaries: ringd, ceiling
+    bins: Dict[str, str]   # our binaries: ringd, ceiling, loopback
     root: str              # document root
     port: int
     shards: int            # ringd shards = nginx workers = h2o threads = lighttpd workers
@@ -156,10 +156,17 @@ def _ceiling(peer, ctx):
     return [ctx.bins["ceiling"], "--port", str(ctx.port)]
 
 
+def _loopback(peer, ctx):
+    """perf/loopback answers every request with the first 4 MiB file of the data set, from memory."""
+    first = sorted(os.listdir(os.path.join(ctx.root, "4mb")))[0]
+    return [ctx.bins["loopback"], "--port", str(ctx.port), "--root", ctx.root, "--file", "4mb/" + first]
+
+
 # Where peers take part: the ceiling answers one fixed response and cannot serve files; nginx's
 # aio variant matters where the disk does; h2o and lighttpd sit out the slow-disk scenario. The
 # observability variants (access log on, metrics on) run in small-keepalive, where a per-request
-# cost shows most.
+# cost shows most. The loopback row (large only) is raw loopback TCP: a plain send(2) loop of the
+# same bytes from memory into the same MSG_TRUNC client, the reference of "fraction of loopback".
 _OBSERVED = frozenset({"small-keepalive"})
 _ENTRIES = [
     # bypass: its registered file table per shard must fit RLIMIT_NOFILE (20,000 here), so fewer
@@ -186,6 +193,7 @@ _ENTRIES = [
          config_name="lighttpd.conf"),
     Peer("ceiling", _ceiling,
          scenarios=frozenset({"small-keepalive", "small-close", "idle-10k", "latency-at-rate"})),
+    Peer("loopback", _loopback, scenarios=frozenset({"large"})),
 ]
 
 PEERS = {p.name: p for p in _ENTRIES}

@@ -64,9 +64,11 @@ def _cell(summary, column):
 def _table(scenario, per_server, summary):
     metric = scenario.metric
     nginx = summary.get("nginx", {}).get(metric.key)
+    reference = summary.get(scenario.reference, {}).get(metric.key) if scenario.reference else None
     extra = list(scenario.columns) + [c for c in OPTIONAL_COLUMNS
                                       if any(s.get(c.key) for s in summary.values())]
-    cols = ["server", metric.label, "x nginx", "CPU us/request", "server CPU %", "p50 ms", "p99 ms", "errors"]
+    cols = ["server", metric.label, "x nginx"] + (["fraction of %s" % scenario.reference] if reference else []) + [
+        "CPU us/request", "server CPU %", "p50 ms", "p99 ms", "errors"]
     lines = ["| " + " | ".join(cols + [c.header for c in extra]) + " |",
              "|" + " --- |" * (len(cols) + len(extra))]
     for server, s in summary.items():
@@ -78,7 +80,8 @@ def _table(scenario, per_server, summary):
         cpu = s.get("cpu_us_per_request")
         busy = s.get("server_cpu_percent")
         p50, p99 = s.get("p50_us"), s.get("p99_us")
-        row = [server, main, shown,
+        fraction = ratio(m, reference)
+        row = [server, main, shown] + (["%.2f" % fraction if fraction is not None else ""] if reference else []) + [
                ("%.2f" % cpu["median"] if cpu else "") if scenario.cpu_column else "-",
                "%.0f" % busy["median"] if busy else "",
                "%.2f" % (p50["median"] / 1000) if p50 else "", "%.2f" % (p99["median"] / 1000) if p99 else "",
@@ -110,6 +113,8 @@ def render(meta, results):
         if first.cold_command:
             lines.append("%s: `%s`" % (scenario.background_label, scrub(first.cold_command)))
         lines += list(scenario.notes)
+        if scenario.reference in per_server and scenario.reference_note:
+            lines.append(scenario.reference_note)
         lines.append("")
     lines += ["## Commands", "", "Servers (configs in `servers/`):", ""]
     for server, cmd in meta["server_commands"].items():

@@ -27,6 +27,17 @@ class ReportTest(unittest.TestCase):
         self.maxDiff = None
         self.assertEqual(got, want)
 
+    def test_fraction_of_loopback_only_with_a_loopback_row(self):
+        meta, results = report.load_raw(self.dir)
+        self.assertIn("| x nginx | fraction of loopback |", report.render(meta, results))
+        # The large table gives each server's throughput over loopback's median (3000 MB/s).
+        self.assertIn("| nginx | 1900.0 [1800.0-2000.0] | 1 | 0.63 |", report.render(meta, results))
+        del results["large"]["loopback"]
+        text = report.render(meta, results)
+        self.assertIn("## large", text)
+        self.assertNotIn("fraction of loopback", text)
+        self.assertNotIn("perf/loopback", text)
+
     def test_check_accepts_what_write_produces(self):
         report.write(self.dir)
         self.assertEqual(report.check(self.dir), [])

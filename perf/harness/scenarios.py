@@ -170,6 +170,10 @@ class Scenario:
     background: Optional[Load] = None  # a second load run at the same time
     background_label: str = ""
     notes: Tuple[str, ...] = ()   # lines under the table
+    # A reference row (a peer): where it ran, every server also gets "fraction of <reference>", its
+    # main figure over the reference's median in the same run, and reference_note goes under the table.
+    reference: Optional[str] = None
+    reference_note: str = ""
     hooks: type = Hooks
 
     def loads(self, quick):
@@ -187,7 +191,10 @@ _ENTRIES = [
              Load(1000, paths=("/index.html",), close=True), columns=(PACKETS,), wrk=True),
     Scenario("large", "4 MiB files, 10 keep-alive connections, bodies discarded by the client (MSG_TRUNC)",
              "000 (4 MB files, sendfile)", Load(10, paths_glob="4mb", bulk=True),
-             metric=THROUGHPUT, wrk=True),
+             metric=THROUGHPUT, wrk=True, reference="loopback",
+             reference_note="loopback is raw loopback TCP: perf/loopback sends the same 4 MiB response from memory"
+                            " with plain send(2) loops (no file, no parsing) into the same client, in the same run;"
+                            " fraction of loopback is a server's throughput over loopback's median."),
     Scenario("mixed", "the data set's size mix (612 B page, 4-100 KiB assets, 4 MiB files), 100 connections",
              "000 and 004 (a site rather than one file)",
              Load(100, paths_file="paths-mixed.txt", bulk=True), metric=THROUGHPUT,

@@ -1,0 +1,157 @@
+// The harness's loopback row for large files: what loopback TCP itself moves when the sender does
+// nothing but send(2) the same bytes from memory. It answers every request (each blank line it
+// sees) on a keep-alive connection with one fixed response whose body is a file of the data set,
+// read into memory once at start; one thread, epoll (edge-triggered), non-blocking send(2) loops.
+// No parsing, no files, no sendfile: a server's throughput over this one's, measured in the same
+// run against the same MSG_TRUNC client, is its fraction of raw loopback.
+//   loopback --port P --root DATA --file 4mb/file-0.bin     (--file is relative to --root)
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+
+namespace {
+
+struct Conn {
+  uint32_t tail = 0;  // the last bytes seen, to find "\r\n\r\n" across reads
+  long pending = 0;   // responses owed, the one being sent included
+  size_t offset = 0;  // bytes of the current response already sent
+};
+
+bool ReadFile(const char* path, std::string* out) {
+  const int fd = open(path, O_RDONLY);
+  if (fd < 0) return false;
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return false;
+  }
+  out->resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < out->size()) {
+    const ssize_t n = read(fd, out->data() + got, out->size() - got);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  return got == out->size();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int port = 0;
+  std::string root = ".", file;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--port")) port = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--root")) root = argv[i + 1];
+    if (!std::strcmp(argv[i], "--file")) file = argv[i + 1];
+  }
+  std::string body;
+  if (port <= 0 || file.empty()) {
+    std::fprintf(stderr, "usage: loopback --port P [--root DIR] --file F\n");
+    return 2;
+  }
+  const std::string path = root + "/" + file;
+  if (!ReadFile(path.c_str(), &body)) {
+    std::fprintf(stderr, "loopback: cannot read %s\n", path.c_str());
+    return 1;
+  }
+  const std::string response = "HTTP/1.1 200 OK\r\nServer: loopback\r\n"
+                               "Content-Type: application/octet-stream\r\nContent-Length: " +
+                               std::to_string(body.size()) + "\r\n\r\n" + body;
+  body.clear();
+  body.shrink_to_fit();
+
+  std::signal(SIGPIPE, SIG_IGN);
+  const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  const int one = 1;
+  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(lfd, 4096) != 0) {
+    std::perror("loopback: bind");
+    return 1;
+  }
+  const int ep = epoll_create1(0);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = lfd;
+  epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+  std::unordered_map<int, Conn> conns;
+  std::fprintf(stderr, "loopback: %zu-byte responses on 127.0.0.1:%d\n", response.size(), port);
+
+  auto drop = [&](int fd) {
+    epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+    close(fd);
+    conns.erase(fd);
+  };
+  // Sends what is owed until the socket is full; false if the connection is gone.
+  auto send_owed = [&](int fd, Conn& c) {
+    while (c.pending > 0) {
+      const ssize_t n =
+          send(fd, response.data() + c.offset, response.size() - c.offset, MSG_NOSIGNAL);
+      if (n < 0) return errno == EAGAIN || errno == EINTR;
+      c.offset += static_cast<size_t>(n);
+      if (c.offset == response.size()) {
+        c.offset = 0;
+        --c.pending;
+      }
+    }
+    return true;
+  };
+  epoll_event events[256];
+  char buf[4096];
+  while (true) {
+    const int n = epoll_wait(ep, events, 256, -1);
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == lfd) {
+        int cfd;
+        while ((cfd = accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK)) >= 0) {
+          setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+          conns[cfd] = Conn{};
+          epoll_event cev{};
+          cev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+          cev.data.fd = cfd;
+          epoll_ctl(ep, EPOLL_CTL_ADD, cfd, &cev);
+        }
+        continue;
+      }
+      auto it = conns.find(fd);
+      if (it == conns.end()) continue;
+      Conn& c = it->second;
+      bool alive = true;
+      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+        while (true) {
+          const ssize_t got = recv(fd, buf, sizeof buf, 0);
+          if (got > 0) {
+            for (ssize_t j = 0; j < got; ++j) {
+              c.tail = (c.tail << 8) | static_cast<unsigned char>(buf[j]);
+              if (c.tail == 0x0d0a0d0a) ++c.pending;
+            }
+            continue;
+          }
+          if (got == 0 || (errno != EAGAIN && errno != EINTR)) alive = false;
+          if (got < 0 && errno == EINTR) continue;
+          break;
+        }
+      }
+      if (alive) alive = send_owed(fd, c);
+      if (!alive) drop(fd);
+    }
+  }
+}
