@@ -325,11 +325,14 @@ class UringLoop final : public Loop {
 
   void Poll(int timeout_ms) override {
     ++turn_;
-    if (!ready_.empty() || !resume_.empty()) timeout_ms = 0;
+    // Work already waiting (finished inside a call, resumed, parked, or reaped by a busy submit)
+    // runs now: do not sleep first.
+    if (!ready_.empty() || !resume_.empty() || !rearm_.empty() || !deferred_.empty()) {
+      timeout_ms = 0;
+    }
     __kernel_timespec ts{};
     ts.tv_sec = timeout_ms / 1000;
     ts.tv_nsec = (timeout_ms % 1000) * 1000000L;
-    if (!deferred_.empty()) timeout_ms = 0;
     io_uring_cqe* cqe = nullptr;
     const int rc =
         io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, timeout_ms >= 0 ? &ts : nullptr, nullptr);
@@ -337,16 +340,17 @@ class UringLoop final : public Loop {
     // the reaping below empties; anything else cannot happen.
     RINGD_ASSERT_MSG(rc >= 0 || rc == -ETIME || rc == -EINTR || rc == -EBUSY || rc == -EAGAIN,
                      "io_uring_submit_and_wait: %s", strerror(-rc));
-    // Completions reaped while a submit found the ring busy come first: they are older.
-    for (size_t i = 0; i < deferred_.size(); ++i) {
-      const Event e = deferred_[i];
-      Dispatch(e.user_data, e.res, e.flags);
-    }
-    deferred_.clear();
     while (true) {
+      // Completions reaped while a submit found the ring busy come first: they are older than
+      // anything still in the completion queue (a multishot receive's bytes stay in order).
+      for (size_t i = 0; i < deferred_.size(); ++i) {
+        const Event e = deferred_[i];
+        Dispatch(e.user_data, e.res, e.flags);
+      }
+      deferred_.clear();
       io_uring_cqe* cqes[kBatch];
       const unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, kBatch);
-      if (n == 0) break;
+      if (n == 0 && deferred_.empty()) break;
       // Copy out and advance first: callbacks may submit, and must not see a half-consumed CQ.
       Event events[kBatch];
       for (unsigned i = 0; i < n; ++i)
@@ -354,7 +358,7 @@ class UringLoop final : public Loop {
       io_uring_cq_advance(&ring_, n);
       for (unsigned i = 0; i < n; ++i)
         Dispatch(events[i].user_data, events[i].res, events[i].flags);
-      if (n < static_cast<unsigned>(kBatch)) break;
+      if (n < static_cast<unsigned>(kBatch) && deferred_.empty()) break;
     }
     RunReady();
     // Resumed receives: the bytes kept while paused, in order, then the end that came while

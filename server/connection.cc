@@ -82,7 +82,8 @@ void Shard::OnRecv(io::Completion* c) {
   // Closing already (Abort cancelled this receive, and it ended with the cancellation, or with the
   // reset that raced it): this was the callback the connection waited for.
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
-  // Cancelled for backpressure while the input buffer was full: the state machine re-arms.
+  // Otherwise the receive ended with the cancellation of a pause (the loop keeps those to
+  // itself) or with end of stream while a response is in flight: nothing more to do here.
 }
 
 void Shard::Received(Connection* conn, const char* data, size_t n) {
@@ -115,8 +116,13 @@ void Shard::Received(Connection* conn, const char* data, size_t n) {
     return ProcessDirect(conn, data, n);
   if (conn->in == nullptr && !Stash(conn)) return;
   // Always room: while reading, the buffer holds at most a partial head (no more than
-  // max_request_head, or the parser has answered 431) and is sized for that plus one delivery;
-  // while busy, UpdateRecv paused the receive before another delivery could overflow it.
+  // max_request_head plus the empty lines before it, or the parser has answered 431) and is
+  // sized for that plus one delivery; while busy, UpdateRecv paused the receive before another
+  // delivery could overflow it. A reading connection that finds no room all the same is
+  // answered 431 (it sent a head too large) rather than trusted further.
+  if (conn->state == ConnState::kReading && n > input_pool_->buffer_size() - conn->in_len) {
+    return RespondError(conn, 431);
+  }
   RINGD_ASSERT(n <= input_pool_->buffer_size() - conn->in_len);
   std::memcpy(conn->in + conn->in_len, data, n);
   conn->in_len += static_cast<uint32_t>(n);

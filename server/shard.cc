@@ -66,8 +66,11 @@ bool Shard::Setup() {
   // An input buffer holds a partial head (at most max_request_head bytes, or the parser has
   // answered 431) plus one delivery from the loop (at most recv_buffer_size): whatever arrives
   // always fits, and pipelined bytes are never clipped.
-  const size_t input_size =
-      RoundUp(static_cast<size_t>(config_.max_request_head) + config_.recv_buffer_size, 4096);
+  // (Plus the empty lines the parser skips before a request line: found by review, where a head
+  // of exactly max_request_head behind 8 bytes of CRLFs left 8 bytes too few for a delivery.)
+  const size_t input_size = RoundUp(static_cast<size_t>(config_.max_request_head) +
+                                        http::kMaxLeadingEmptyBytes + config_.recv_buffer_size,
+                                    4096);
   const size_t content_size = RoundUp(std::max<uint32_t>(config_.small_file_max, 1), 4096);
   const uint32_t content_count = static_cast<uint32_t>(std::min<uint64_t>(
       config_.small_file_max == 0 ? 0 : config_.small_file_cache_bytes / content_size, 16384));
@@ -277,7 +280,9 @@ void Shard::OnAccept(io::Completion* c) {
     // longest-idle keep-alive connection give its descriptor to the newcomer.
     if (!c->more && self->accept_retry_ms_ == 0)
       self->accept_retry_ms_ = self->now_ms_ + kAcceptRetryMs;
-    self->ReclaimOldestIdle();
+    // (EMFILE only: on the bypass tier ENFILE means its file table is full, which an idle
+    // connection giving way would not help, since the pool is smaller than the table.)
+    if (c->result == -EMFILE) self->ReclaimOldestIdle();
   }
   if (c->more) return;
   --self->accepts_active_;

@@ -133,7 +133,9 @@ ParseResult ParseRequest(std::string_view buf, size_t prev_len, const ParserLimi
           (buf[start] == '\r' && start + 1 < buf.size() && buf[start + 1] == '\n'))) {
     start += buf[start] == '\r' ? 2 : 1;
   }
-  if (start > 8) return Error(400, "too many empty lines before the request line");
+  if (start > kMaxLeadingEmptyBytes) {
+    return Error(400, "too many empty lines before the request line");
+  }
 
   size_t from = prev_len >= 3 ? prev_len - 3 : 0;
   if (from < start) from = start;

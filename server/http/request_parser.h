@@ -59,6 +59,10 @@ struct Request {
   std::string_view Find(std::string_view name) const;
 };
 
+// Empty lines before a request line are skipped (RFC 9112 section 2.2), up to this many bytes;
+// more is 400. A buffer holding a partial head may hold these too, beyond max_head_bytes.
+constexpr size_t kMaxLeadingEmptyBytes = 8;
+
 struct ParserLimits {
   size_t max_request_line = 8192;  // longer: 414
   size_t max_head_bytes = 16384;   // request line + header section; larger: 431

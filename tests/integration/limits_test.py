@@ -82,6 +82,24 @@ class BurstTest(BackendTestCase):
         status, _ = raw(self.server, data)
         self.assertEqual(status, 431)
 
+    def test_empty_lines_then_a_head_at_the_limit_is_431_not_a_crash(self):
+        # Found by review: 8 bytes of empty lines (which the parser skips) before a partial head
+        # of exactly --max-request-head left the input buffer 8 bytes short of one more delivery,
+        # and the next one tripped an assertion that took the whole server down.
+        head = b"GET / HTTP/1.1\r\n"
+        while len(head) < 16384 - 80:
+            head += b"X-Pad: " + b"a" * 60 + b"\r\n"
+        head += b"X-L: " + b"b" * (16384 - len(head) - 7) + b"\r\n"
+        self.assertEqual(len(head), 16384)
+        with self.server.connect() as s:
+            s.sendall(b"\r\n" * 4 + head)
+            time.sleep(0.3)
+            s.sendall(b"c" * 8192)
+            status = Reader(s).read_response().status
+        self.assertEqual(status, 431)
+        self.assertIsNone(self.server.proc.poll(), "the server died")
+        self.assertEqual(request(self.server, "GET", "/small.txt").status, 200)
+
     def test_oversized_body_gets_413_before_the_close(self):
         data = b"PUT /small.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n" + b"x" * 100000
         status, out = raw(self.server, data)
