@@ -31,7 +31,9 @@ TEST(FieldSyntax, TokensAndValues) {
   EXPECT_FALSE(IsToken(""));
   EXPECT_FALSE(IsToken("Bad Name"));
   EXPECT_FALSE(IsToken("Bad:Name"));
-  EXPECT_FALSE(IsToken("B\xc3\xa4" "d"));
+  EXPECT_FALSE(
+      IsToken("B\xc3\xa4"
+              "d"));
   EXPECT_TRUE(IsFieldValue("public, max-age=60"));
   EXPECT_TRUE(IsFieldValue("a\tb"));
   EXPECT_FALSE(IsFieldValue(""));
