@@ -1,7 +1,9 @@
 #include "server/config.h"
 
 #include <arpa/inet.h>
+#include <grp.h>
 #include <netdb.h>
+#include <pwd.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -12,6 +14,8 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+
+#include "server/http/text.h"
 
 namespace ringd {
 namespace {
@@ -300,6 +304,69 @@ const std::vector<Flag>& Flags() {
              c->has_admin_listen = true;
              return true;
            }},
+      Flag{"cache-control",
+           "GLOB=VALUE: Cache-Control for files whose path matches GLOB ('*.css', '/assets/*'); "
+           "repeatable, the first match wins; sent on 200, 206 and 304",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             const size_t eq = v.find('=');
+             if (eq == std::string::npos) {
+               *error = "--cache-control: expected GLOB=VALUE, got '" + v + "'";
+               return false;
+             }
+             return c->origin.AddCacheRule(std::string_view(v).substr(0, eq),
+                                           std::string_view(v).substr(eq + 1), error);
+           }},
+      Flag{"default-cache-control",
+           "Cache-Control for files no --cache-control glob matches (default: none)", false,
+           [](Config* c, const std::string& v, std::string* error) {
+             return c->origin.SetDefaultCacheControl(v, error);
+           }},
+      Flag{"add-header",
+           "'Name: value' added to every 200, 206 and 304 response; repeatable (security "
+           "headers, CORS)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             const size_t colon = v.find(':');
+             if (colon == std::string::npos) {
+               *error = "--add-header: expected 'Name: value', got '" + v + "'";
+               return false;
+             }
+             const std::string_view text(v);
+             return c->origin.AddHeader(text.substr(0, colon),
+                                        http::TrimOws(text.substr(colon + 1)), error);
+           }},
+      Flag{"error-page",
+           "STATUS=/PATH: serve that file (beneath --root) with the error status, e.g. "
+           "404=/404.html; repeatable; a missing file falls back to the built-in page",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             const size_t eq = v.find('=');
+             uint64_t status = 0;
+             if (eq == std::string::npos || !ParseUint(v.substr(0, eq), 999, &status) ||
+                 v.size() < eq + 3 || v[eq + 1] != '/') {
+               *error = "--error-page: expected STATUS=/PATH (e.g. 404=/404.html), got '" + v + "'";
+               return false;
+             }
+             return c->origin.SetErrorPage(static_cast<int>(status), v.substr(eq + 2), error);
+           }},
+      Flag{"user",
+           "NAME[:GROUP]: as root, become this user (and group) once the sockets are bound, the "
+           "root opened and the rings created",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             const size_t colon = v.find(':');
+             c->user = v.substr(0, colon);
+             c->group = colon == std::string::npos ? "" : v.substr(colon + 1);
+             if (c->user.empty() || (colon != std::string::npos && c->group.empty())) {
+               *error = "--user: expected NAME or NAME:GROUP, got '" + v + "'";
+               return false;
+             }
+             c->has_user = true;
+             return true;
+           }},
+      BoolFlag("allow-root", "serve as root without --user (refused otherwise; default false)",
+               &Config::allow_root),
       BoolFlag("probe", "print what the io_uring probe finds on this machine, then exit",
                &Config::probe_only),
   };
@@ -460,6 +527,33 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
     *error = "--access-log-buffer-bytes: must be a power of two, got " +
              std::to_string(config->access_log_buffer_bytes);
     return false;
+  }
+  if (config->has_user) {
+    const passwd* pw = ::getpwnam(config->user.c_str());
+    if (pw == nullptr) {
+      *error = "--user: no such user '" + config->user + "'";
+      return false;
+    }
+    config->uid = pw->pw_uid;
+    config->gid = pw->pw_gid;
+    if (!config->group.empty()) {
+      const group* gr = ::getgrnam(config->group.c_str());
+      if (gr == nullptr) {
+        *error = "--user: no such group '" + config->group + "'";
+        return false;
+      }
+      config->gid = gr->gr_gid;
+    }
+    if (config->uid == 0) {
+      *error = "--user: '" + config->user + "' is root; name an unprivileged user";
+      return false;
+    }
+    if (config->sqpoll) {
+      // The kernel's SQ thread submits with the credentials the ring was created with (root),
+      // so with --sqpoll every open would still run as root after the switch.
+      *error = "--user cannot be combined with --sqpoll: the SQ thread keeps root's credentials";
+      return false;
+    }
   }
   if (config->has_admin_listen) {
     // The admin listener answers on its own address only: never one that serves files.

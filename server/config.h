@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "io/probe.h"
+#include "server/http/origin_headers.h"
 
 namespace ringd {
 
@@ -86,6 +87,18 @@ struct Config {
   uint32_t access_log_buffer_bytes = 1 << 20;  // per shard: lines waiting for the writer
   bool has_admin_listen = false;               // --admin-listen: /metrics, /healthz, ...
   ListenAddress admin_listen;
+
+  // What the caches in front read (docs/OPERATIONS.md): --cache-control, --default-cache-control,
+  // --add-header, --error-page. Written out once here; shards only point at it.
+  http::OriginHeaders origin;
+
+  // Privileges. Root with --user: after binding, opening the root and creating the rings, ringd
+  // becomes this user (and group: the user's own unless NAME:GROUP says otherwise). Root without
+  // --user refuses to serve unless --allow-root.
+  bool has_user = false;
+  std::string user, group;  // as given
+  uint32_t uid = 0, gid = 0;
+  bool allow_root = false;
 
   bool probe_only = false;  // --probe: print what io_uring offers here, and exit
 };

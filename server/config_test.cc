@@ -140,5 +140,67 @@ TEST(Config, ObservabilityErrors) {
   EXPECT_TRUE(Parse({"--root", "/tmp", "--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0"}).ok);
 }
 
+TEST(Config, OriginHeaders) {
+  Parsed p = Parse(
+      {"--root", "/tmp", "--cache-control", "*.css=public, max-age=31536000, immutable",
+       "--cache-control=/assets/*=public, max-age=60", "--default-cache-control", "no-cache",
+       "--add-header", "X-Frame-Options:   DENY  ", "--add-header=Access-Control-Allow-Origin: *",
+       "--error-page", "404=/404.html", "--error-page=503=/errors/busy.html"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.origin.CacheControlFor("a/site.css"),
+            "Cache-Control: public, max-age=31536000, immutable\r\n");
+  EXPECT_EQ(p.config.origin.CacheControlFor("assets/x.js"),
+            "Cache-Control: public, max-age=60\r\n");
+  EXPECT_EQ(p.config.origin.CacheControlFor("x.js"), "Cache-Control: no-cache\r\n");
+  EXPECT_EQ(p.config.origin.added(), "X-Frame-Options: DENY\r\nAccess-Control-Allow-Origin: *\r\n");
+  EXPECT_EQ(p.config.origin.ErrorPage(404), "404.html");
+  EXPECT_EQ(p.config.origin.ErrorPage(503), "errors/busy.html");
+}
+
+TEST(Config, OriginHeaderErrorsAreOneLine) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--cache-control", "no-cache"}, "--cache-control: expected GLOB=VALUE, got 'no-cache'"},
+      {{"--cache-control", "*.css="}, "--cache-control: '' is not a header value"},
+      {{"--add-header", "X-Frame-Options DENY"}, "--add-header: expected 'Name: value'"},
+      {{"--add-header", "X Frame: DENY"}, "--add-header: 'X Frame' is not a header name"},
+      {{"--add-header", "X-A: b\r\nSet-Cookie: c"}, "--add-header: the value of X-A is not"},
+      {{"--add-header", "Content-Length: 0"}, "--add-header: ringd writes Content-Length itself"},
+      {{"--error-page", "404"}, "--error-page: expected STATUS=/PATH"},
+      {{"--error-page", "404=404.html"}, "--error-page: expected STATUS=/PATH"},
+      {{"--error-page", "200=/ok.html"}, "--error-page: ringd cannot serve a page"},
+      {{"--error-page", "404=/../x.html"}, "--error-page: '/../x.html' is not a plain path"},
+      {{"--default-cache-control", "a\nb"}, "--default-cache-control: 'a\nb' is not"},
+  };
+  for (const auto& [flags, want] : cases) {
+    std::vector<std::string> args = {"--root", "/tmp"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const Parsed p = Parse(args);
+    EXPECT_FALSE(p.ok) << flags[1];
+    EXPECT_EQ(p.error.rfind(want, 0), 0u) << p.error;
+  }
+}
+
+TEST(Config, User) {
+  Parsed p = Parse({"--root", "/tmp", "--user", "nobody"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_TRUE(p.config.has_user);
+  EXPECT_EQ(p.config.user, "nobody");
+  EXPECT_NE(p.config.uid, 0u);
+  p = Parse({"--root", "/tmp", "--user=nobody:root"});  // any group, even root's
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.gid, 0u);
+  EXPECT_EQ(Parse({"--root", "/tmp", "--user", "no-such-user-xyz"}).error,
+            "--user: no such user 'no-such-user-xyz'");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--user", "nobody:no-such-group-xyz"}).error,
+            "--user: no such group 'no-such-group-xyz'");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--user", "nobody:"}).error,
+            "--user: expected NAME or NAME:GROUP, got 'nobody:'");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--user", "root"}).error,
+            "--user: 'root' is root; name an unprivileged user");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--io=bypass", "--sqpoll", "--user", "nobody"}).error,
+            "--user cannot be combined with --sqpoll: the SQ thread keeps root's credentials");
+  EXPECT_TRUE(Parse({"--root", "/tmp", "--allow-root"}).config.allow_root);
+}
+
 }  // namespace
 }  // namespace ringd

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -25,13 +26,28 @@
 #include "server/config.h"
 #include "server/http/mime_types.h"
 #include "server/observability.h"
+#include "server/privileges.h"
 #include "server/shard.h"
+#include "server/systemd.h"
 
 namespace ringd {
 namespace {
 
+// One line on stderr, always: a control byte from a flag's value (a CR or LF in --add-header)
+// is written as \xHH.
 [[noreturn]] void Die(int code, const std::string& message) {
-  std::fprintf(stderr, "ringd: %s\n", message.c_str());
+  std::string line;
+  for (const char ch : message) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      line += hex;
+    } else {
+      line += ch;
+    }
+  }
+  std::fprintf(stderr, "ringd: %s\n", line.c_str());
   std::exit(code);
 }
 
@@ -100,6 +116,59 @@ int Listen(ListenAddress& a, std::string* error) {
   return fd;
 }
 
+// Sockets systemd passed, grouped by the address they are bound to (ListenStream= given once, or
+// several times with ReusePort=yes: one SO_REUSEPORT socket each).
+std::vector<std::vector<int>> GroupByAddress(const std::vector<int>& fds) {
+  std::vector<std::vector<int>> groups;
+  std::vector<std::string> keys;
+  for (const int fd : fds) {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    const std::string key(reinterpret_cast<const char*>(&a), len);
+    size_t g = 0;
+    while (g < keys.size() && keys[g] != key) ++g;
+    if (g == keys.size()) {
+      keys.push_back(key);
+      groups.emplace_back();
+    }
+    groups[g].push_back(fd);
+  }
+  return groups;
+}
+
+// Which passed sockets each shard accepts on, as descriptors of its own (dups: a shard closes
+// its own, and the originals are closed once every shard has its copies). Per address: with at
+// least as many sockets as shards (ListenStream= repeated with ReusePort=yes), the sockets are
+// dealt out and each shard accepts on its own, so the kernel spreads connections across shards as
+// with --listen; with fewer, shards share them. Every socket is accepted on by some shard.
+std::vector<std::vector<int>> AssignInheritedSockets(const std::vector<int>& fds, uint32_t shards,
+                                                     std::string* error) {
+  std::vector<std::vector<int>> by_shard(shards);
+  for (const std::vector<int>& group : GroupByAddress(fds)) {
+    const size_t k = group.size();
+    for (size_t j = 0; j < std::max<size_t>(k, shards); ++j) {
+      const int fd = ::fcntl(group[j % k], F_DUPFD_CLOEXEC, 3);
+      if (fd < 0) {
+        *error = std::string("LISTEN_FDS: dup: ") + strerror(errno);
+        return {};
+      }
+      by_shard[j % shards].push_back(fd);
+    }
+  }
+  return by_shard;
+}
+
+std::string InheritedSharing(const std::vector<int>& fds, uint32_t shards) {
+  const std::vector<std::vector<int>> groups = GroupByAddress(fds);
+  bool own = true;
+  for (const auto& g : groups) own = own && g.size() >= shards;
+  if (shards == 1) return "one shard";
+  if (own) return "each shard accepting on its own (SO_REUSEPORT spreads connections)";
+  return "shared by the shards (fewer sockets than shards per address; repeat ListenStream= with "
+         "ReusePort=yes to give each shard its own)";
+}
+
 std::vector<int> UsableCpus() {
   std::vector<int> cpus;
   cpu_set_t set;
@@ -118,6 +187,7 @@ int Main(int argc, char** argv) {
   bool exit_now = false;
   if (!ParseFlags(argc, argv, &config, &error, &exit_now)) Die(2, error);
   if (exit_now) return 0;
+  if (!config.probe_only && !RootAllowed(config, &error)) Die(1, error);
 
   // Like nginx's worker_rlimit_nofile: use every descriptor the hard limit allows. The bypass
   // tier's registered file table is held to it as well.
@@ -180,32 +250,53 @@ int Main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  for (const ListenAddress& a : config.listen) {
-    if (!AddressFree(a, &error)) Die(1, error);
+  // Socket activation: systemd bound the sockets (ringd.socket) and passed them, and a drain
+  // leaves them open for the next process. Otherwise each shard binds its own SO_REUSEPORT socket
+  // per --listen address and the kernel spreads connections across shards.
+  std::vector<int> inherited;
+  if (!TakeListenSockets(&inherited, &error)) Die(1, error);
+  const std::vector<std::vector<int>> inherited_by_shard =
+      AssignInheritedSockets(inherited, shards, &error);
+  if (!error.empty()) Die(1, error);
+  if (inherited.empty()) {
+    for (const ListenAddress& a : config.listen) {
+      if (!AddressFree(a, &error)) Die(1, error);
+    }
   }
   Observability observability;  // the access log and the admin listener (before the shards)
   if (!observability.Open(config, shards, &error)) Die(1, error);
+  ServiceNotifier notifier;  // systemd's Type=notify; nothing without NOTIFY_SOCKET
   std::vector<std::unique_ptr<Shard>> shard_list;
   for (uint32_t i = 0; i < shards; ++i) {
     std::vector<int> fds;
-    for (ListenAddress& a : config.listen) {
-      const int fd = Listen(a, &error);
-      if (fd < 0) Die(1, error);
-      fds.push_back(fd);
+    if (!inherited.empty()) {
+      fds = inherited_by_shard[i];
+    } else {
+      for (ListenAddress& a : config.listen) {
+        const int fd = Listen(a, &error);
+        if (fd < 0) Die(1, error);
+        fds.push_back(fd);
+      }
     }
     shard_list.push_back(std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds),
                                                  root_fd, &mime, make_loop, cpus[i % cpus.size()]));
+    shard_list.back()->SetListenersShared(!inherited.empty());
+    shard_list.back()->SetHeartbeat(notifier.watchdog_interval_ms() > 0);
     observability.Attach(shard_list.back().get(), static_cast<int>(i));
   }
 
+  // Each shard creates its ring (and pools) on its own thread, then waits for `go`: ringd drops
+  // root (--user) between the two, so that nothing is served, and no file opened, as root.
   std::vector<std::thread> threads;
   std::vector<std::promise<bool>> started(shards);
+  std::promise<bool> go;
+  std::shared_future<bool> go_future = go.get_future().share();
   for (uint32_t i = 0; i < shards; ++i) {
-    threads.emplace_back([&, i] {
+    threads.emplace_back([&, i, go_future] {
       Shard& s = *shard_list[i];
       const bool ok = s.Setup();
       started[i].set_value(ok);
-      if (ok) s.Serve();
+      if (ok && go_future.get()) s.Serve();
     });
   }
   bool all_ok = true;
@@ -216,10 +307,16 @@ int Main(int argc, char** argv) {
       if (first_error.empty()) first_error = shard_list[i]->error();
     }
   }
+  if (all_ok && !DropPrivileges(config, &first_error)) all_ok = false;
+  go.set_value(all_ok);
   if (!all_ok) {
     for (auto& s : shard_list) s->RequestStop();
     for (auto& t : threads) t.join();
     Die(1, first_error);
+  }
+  if (config.has_user) {
+    std::fprintf(stderr, "ringd: running as %s (uid %u, gid %u)\n", config.user.c_str(),
+                 static_cast<unsigned>(::getuid()), static_cast<unsigned>(::getgid()));
   }
   std::vector<Shard*> serving;
   for (auto& s : shard_list) serving.push_back(s.get());
@@ -227,24 +324,61 @@ int Main(int argc, char** argv) {
   if (observability.has_admin())
     std::fprintf(stderr, "ringd: admin listener on %s\n", observability.admin_address().c_str());
   std::string where;
-  for (const ListenAddress& a : config.listen)
-    where += (where.empty() ? "" : ", ") + AddressText(a.addr);
-  std::fprintf(stderr, "ringd: serving %s on %s with %u shard%s\n", config.root.c_str(),
-               where.c_str(), shards, shards == 1 ? "" : "s");
+  if (!inherited.empty()) {
+    for (const int fd : inherited) {
+      ListenAddress a;
+      a.len = sizeof a.addr;
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a.addr), &a.len);
+      where +=
+          (where.empty() ? "" : ", ") + (a.addr.ss_family == AF_INET || a.addr.ss_family == AF_INET6
+                                             ? AddressText(a.addr)
+                                             : std::string("fd ") + std::to_string(fd));
+    }
+    std::fprintf(stderr,
+                 "ringd: listening on %zu socket%s passed by systemd (LISTEN_FDS), %s; "
+                 "--listen is not used\n",
+                 inherited.size(), inherited.size() == 1 ? "" : "s",
+                 InheritedSharing(inherited, shards).c_str());
+    for (const int fd : inherited) ::close(fd);  // the shards hold duplicates
+  } else {
+    for (const ListenAddress& a : config.listen)
+      where += (where.empty() ? "" : ", ") + AddressText(a.addr);
+  }
+  const std::string serving_line = "serving " + config.root + " on " + where + " with " +
+                                   std::to_string(shards) + " shard" + (shards == 1 ? "" : "s");
+  std::fprintf(stderr, "ringd: %s\n", serving_line.c_str());
+  notifier.Ready(serving_line);  // every shard's accept is armed
 
+  // The main loop: signals, the once-a-second ticks, and the watchdog. Each watchdog period it
+  // sends WATCHDOG=1 if every shard answered the question asked one period before (its loop
+  // turned), then asks again.
+  const int64_t watchdog_ms = static_cast<int64_t>(notifier.watchdog_interval_ms());
+  const int64_t tick_ms = watchdog_ms > 0 && watchdog_ms < 1000 ? watchdog_ms : 1000;
   int sig = 0;
   for (;;) {
-    const timespec second{1, 0};
-    sig = sigtimedwait(&signals, nullptr, &second);
+    const timespec wait{tick_ms / 1000, (tick_ms % 1000) * 1000000};
+    sig = sigtimedwait(&signals, nullptr, &wait);
     if (sig == SIGUSR1) {
       observability.ReopenLog();
     } else if (sig == SIGINT || sig == SIGTERM) {
       break;
     } else {
-      observability.Tick();  // a second passed (or EINTR)
+      observability.Tick();  // a tick passed (or EINTR)
+    }
+    if (watchdog_ms > 0 && sig != SIGUSR1) {
+      bool all_turned = true;
+      for (auto& s : shard_list) all_turned = all_turned && s->heartbeat().Answered();
+      if (all_turned) notifier.Watchdog();
+      for (auto& s : shard_list) {
+        if (s->heartbeat().Answered()) {
+          s->heartbeat().Ask();
+          s->loop()->Wake();
+        }
+      }
     }
   }
   observability.BeginDrain();  // /readyz answers 503 from here on
+  notifier.Stopping("draining");
   std::fprintf(stderr, "ringd: %s: finishing responses in flight (up to %u ms)\n",
                sig == SIGINT ? "SIGINT" : "SIGTERM", config.shutdown_timeout_ms);
   for (auto& s : shard_list) s->RequestStop();

@@ -114,6 +114,10 @@ bool Shard::Setup() {
     return false;
   }
   if (log_ != nullptr) log_->set_io(loop_->Name());
+  // "top -H" and /proc/PID/task/*/comm name the shard (at most 15 bytes); named after the loop
+  // is made, so that the epoll backend's workers do not inherit the name.
+  const std::string name = "ringd-shard-" + std::to_string(index_);
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
 
   conns_ = std::make_unique<mem::SlabPool<Connection>>(capacity());
   exchanges_ = std::make_unique<mem::SlabPool<Exchange>>(capacity());
@@ -137,6 +141,7 @@ bool Shard::Setup() {
   planner_.precompressed = config_.precompressed;
   planner_.max_discarded_body = config_.max_discarded_body;
   planner_.multipart_boundary = boundary_;
+  planner_.origin = config_.origin.empty() ? nullptr : &config_.origin;
   limits_.max_request_line = config_.max_request_line;
   limits_.max_head_bytes = config_.max_request_head;
   limits_.max_headers = config_.max_headers;
@@ -179,6 +184,7 @@ bool Shard::Step() {
   loop_->Poll(static_cast<int>(wait));
   files_->RunWakeups();                     // connections whose file lookups finished in that Poll
   if (snapshot_.Pending()) FillSnapshot();  // the admin thread asked (shard_observe.cc)
+  if (heartbeat_on_ && heartbeat_.Pending()) heartbeat_.Answer();  // the watchdog asked
   return true;
 }
 
@@ -250,8 +256,12 @@ void Shard::BeginDrain() {
   for (io::Completion& c : accepts_) loop_->Cancel(&c);
   // Stop listening at once: newcomers are refused (or, with SO_REUSEPORT, go to a listener that
   // is still open, such as a new process's) instead of waiting in a backlog nobody accepts
-  // from. Shutting a listening socket down also resets what is queued in its backlog.
-  for (int fd : listen_fds_) loop_->Shutdown(fd, SHUT_RDWR);
+  // from. Shutting a listening socket down also resets what is queued in its backlog. A socket
+  // systemd passed stays open: systemd keeps it, and what waits in its backlog is the next
+  // process's to accept (a restart refuses nobody).
+  if (!listeners_shared_) {
+    for (int fd : listen_fds_) loop_->Shutdown(fd, SHUT_RDWR);
+  }
   // Connections between requests (or still sending a head) have nothing in flight: end them now.
   // Those with a response in flight finish it and close (FinishResponse checks draining_).
   auto conn_of = [](TimerNode* t) {

@@ -52,6 +52,10 @@ struct Exchange {
   char head[4096];  // the response head, then multipart part heads (and the closing tail)
   static_assert(http::MultipartLayout::kMaxPartHead <= 4096);
   static_assert(http::MultipartLayout::kMaxBoundary + 8 <= 4096);
+  // The operator's header lines (bounded when the flags are parsed) leave room for everything
+  // else a 200/206/304 head carries (no Location there); a head that still does not fit (an
+  // absurd Content-Type from mime.types) is answered 500 (StartResponse).
+  static_assert(http::OriginHeaders::kMaxBytes + 1024 <= 4096);
   // For the access log and metrics (shard_observe.cc).
   int64_t started_ns = 0;   // the request head parsed (CLOCK_MONOTONIC; 0 when not timing)
   uint64_t bytes_sent = 0;  // head and body bytes the kernel took
@@ -124,6 +128,14 @@ class Shard {
   void SetTiming(bool on) { timing_ = on; }
   // The admin thread's way in: Request() on the slot, then loop()->Wake().
   SnapshotSlot& snapshot_slot() { return snapshot_; }
+  // The watchdog's way in (systemd WATCHDOG=1): before Setup, turn it on; then Ask() and
+  // loop()->Wake(), and see later whether it was answered.
+  void SetHeartbeat(bool on) { heartbeat_on_ = on; }
+  Heartbeat& heartbeat() { return heartbeat_; }
+  // Before Setup: the listening sockets are shared with another owner (systemd's socket unit, or
+  // the other shards through dup): a drain stops accepting on them but does not shut them down,
+  // so connections wait in the backlog for the next process instead of being refused.
+  void SetListenersShared(bool shared) { listeners_shared_ = shared; }
 
  private:
   void Tick();
@@ -212,6 +224,9 @@ class Shard {
   AccessLogShard* log_ = nullptr;
   bool timing_ = false;
   SnapshotSlot snapshot_;
+  bool heartbeat_on_ = false;
+  Heartbeat heartbeat_;
+  bool listeners_shared_ = false;
 };
 
 }  // namespace ringd

@@ -135,4 +135,27 @@ class alignas(64) SnapshotSlot {
   ShardSnapshot data_;
 };
 
+// The watchdog's question to a shard (systemd's WatchdogSec=): has your loop turned since I
+// asked? The main thread asks and wakes the loop; the shard answers after its next Poll. A shard
+// stuck in a callback never answers, and the main thread stops telling systemd all is well.
+// Costs the shard one relaxed load per loop turn, only while a watchdog is on.
+class alignas(64) Heartbeat {
+ public:
+  void Ask() { asked_.fetch_add(1, std::memory_order_release); }
+  bool Pending() const {
+    return asked_.load(std::memory_order_relaxed) != answered_.load(std::memory_order_relaxed);
+  }
+  void Answer() {
+    answered_.store(asked_.load(std::memory_order_acquire), std::memory_order_release);
+  }
+  // Whether the last question was answered (true before any was asked).
+  bool Answered() const {
+    return answered_.load(std::memory_order_acquire) == asked_.load(std::memory_order_acquire);
+  }
+
+ private:
+  std::atomic<uint64_t> asked_{0};
+  std::atomic<uint64_t> answered_{0};
+};
+
 }  // namespace ringd

@@ -11,6 +11,10 @@ fixed link line. Nothing is downloaded and no source is copied.
 # target name -> (pkg-config modules, fixed link options)
 _LIBRARIES = {
     "liburing": (["liburing"], []),
+    # sd_listen_fds and sd_notify: socket activation and Type=notify (Debian's libsystemd-dev).
+    "libsystemd": (["libsystemd"], []),
+    # tests: systemd's SystemCallFilter= rebuilt as a seccomp allow-list (Debian's libseccomp-dev).
+    "libseccomp": (["libseccomp"], []),
     "absl_base": (["absl_base"], []),
     "absl_flags": (["absl_flags", "absl_flags_parse", "absl_flags_usage"], []),
     "absl_strings": (["absl_strings", "absl_str_format"], []),

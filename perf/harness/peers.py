@@ -124,11 +124,16 @@ class Peer:
         return path
 
 
+# ringd refuses to serve as root without --user or --allow-root; the harness runs every peer as
+# the user it runs as (root on the perf machines), so ringd is told that this is on purpose.
+_ROOT_FLAGS = ["--allow-root"] if os.geteuid() == 0 else []
+
+
 def ringd(io, *flags):
     def argv(peer, ctx):
         return [ctx.bins["ringd"], "--root", ctx.root, "--listen", "127.0.0.1:%d" % ctx.port,
                 "--shards", str(ctx.shards), "--io", io, "--max-connections", "30000",
-                "--max-requests-per-connection", "100000000"] + list(flags)
+                "--max-requests-per-connection", "100000000"] + _ROOT_FLAGS + list(flags)
     return argv
 
 

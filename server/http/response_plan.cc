@@ -82,14 +82,41 @@ std::string_view Join(char* buf, size_t cap, std::string_view a, std::string_vie
   return std::string_view(buf, a.size() + b.size() + c.size());
 }
 
+// An error for a parsed request: the operator's page for its status when there is one
+// (--error-page: a file beneath the root, served whole with the error status, without validators
+// or ranges), else the built-in page. A page file that is missing, or not a regular file, falls
+// back to the built-in page.
+PlanStep Error(int status, const char* reason, const Request& req, const PlannerConfig& config,
+               FileMetaSource& source, ResponsePlan* out) {
+  Page(status, reason, req, out);
+  const std::string_view page =
+      config.origin != nullptr ? config.origin->ErrorPage(status) : std::string_view();
+  if (page.empty()) return PlanStep{};
+  const std::optional<FileMeta> meta = source.Lookup(page);
+  if (!meta) return NeedLookup(page);
+  if (meta->kind != FileMeta::Kind::kRegular) return PlanStep{};
+  out->inline_body = {};
+  out->file_path = page;  // the configuration's string: lives as long as the process
+  out->file = *meta;
+  out->content_type = config.mime != nullptr ? config.mime->ForPath(page)
+                                             : std::string_view("application/octet-stream");
+  out->content_length = meta->size;
+  out->ranges.count = 0;
+  out->multipart = false;
+  return PlanStep{};
+}
+
 // An error decided after a file was selected: the page replaces the file, but whether the
 // response varies on Accept-Encoding still holds.
-PlanStep PageAfterSelect(int status, const char* reason, const Request& req, ResponsePlan* out) {
+PlanStep ErrorAfterSelect(int status, const char* reason, const Request& req,
+                          const PlannerConfig& config, FileMetaSource& source, ResponsePlan* out) {
   out->file_path = {};
   out->content_encoding = {};
   out->etag = {};
   out->has_last_modified = false;
-  return Page(status, reason, req, out);
+  out->cache_control = {};
+  out->added_headers = {};
+  return Error(status, reason, req, config, source, out);
 }
 
 size_t Put(char* out, size_t n, size_t cap, std::string_view s) {
@@ -137,6 +164,8 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
   out->has_last_modified = false;
   out->allow_header = false;
   out->location = {};
+  out->cache_control = {};
+  out->added_headers = {};
   out->ranges.count = 0;
   out->multipart = false;
   out->unsatisfied_length = 0;
@@ -147,7 +176,7 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
     out->keep_alive = false;
   } else if (req.content_length > config.max_discarded_body) {
     out->keep_alive = false;
-    return Page(413, "request body too large", req, out);
+    return Error(413, "request body too large", req, config, source, out);
   } else {
     out->discard_body = req.content_length;
   }
@@ -162,18 +191,20 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
       out->content_length = 0;
       out->send_body = false;
       out->reason = "options";
+      if (config.origin != nullptr) out->added_headers = config.origin->added();
       return PlanStep{};
     case Method::kUnknown:
-      return Page(501, "unknown method", req, out);
+      return Error(501, "unknown method", req, config, source, out);
     default:
       out->allow_header = true;
-      return Page(405, "method not allowed", req, out);
+      return Error(405, "method not allowed", req, config, source, out);
   }
 
   const TargetResult target =
       NormalizeTarget(req.target, config.target, scratch.target, sizeof scratch.target);
-  if (target.status != 0) return Page(target.status, target.reason, req, out);
-  if (target.is_asterisk) return Page(400, "asterisk-form outside OPTIONS", req, out);
+  if (target.status != 0) return Error(target.status, target.reason, req, config, source, out);
+  if (target.is_asterisk)
+    return Error(400, "asterisk-form outside OPTIONS", req, config, source, out);
 
   // Resolve the path: "dir" -> 301 to "dir/", "dir/" -> "dir/index.html".
   std::string_view rel = target.Relative();
@@ -182,17 +213,18 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
   auto meta = source.Lookup(path);
   if (!meta) return NeedLookup(path);
   if (meta->kind == FileMeta::Kind::kUnavailable)
-    return Page(503, "file lookup failed for now", req, out);
+    return Error(503, "file lookup failed for now", req, config, source, out);
   if (meta->kind == FileMeta::Kind::kDirectory) {
     if (!target.HasTrailingSlash()) {
       size_t n = EncodePath(target.path, scratch.location, sizeof scratch.location - 2);
-      if (n == 0) return Page(414, "redirect target too long", req, out);
+      if (n == 0) return Error(414, "redirect target too long", req, config, source, out);
       scratch.location[n++] = '/';
       if (!target.query.empty()) {
         const std::string_view loc(scratch.location, n);
         std::string_view with_query =
             Join(scratch.location + n, sizeof scratch.location - n, "?", target.query);
-        if (with_query.empty()) return Page(414, "redirect target too long", req, out);
+        if (with_query.empty())
+          return Error(414, "redirect target too long", req, config, source, out);
         n = loc.size() + with_query.size();
       }
       out->location = std::string_view(scratch.location, n);
@@ -200,15 +232,16 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
     }
     path = rel.empty() ? Join(scratch.file, sizeof scratch.file, config.index_file, "")
                        : Join(scratch.file, sizeof scratch.file, rel, "/", config.index_file);
-    if (path.empty()) return Page(414, "path too long", req, out);
+    if (path.empty()) return Error(414, "path too long", req, config, source, out);
     meta = source.Lookup(path);
     if (!meta) return NeedLookup(path);
     if (meta->kind == FileMeta::Kind::kMissing) {
-      return Page(403, "directory without an index", req, out);  // as nginx without autoindex
+      return Error(403, "directory without an index", req, config, source,
+                   out);  // as nginx without autoindex
     }
   } else {
     if (target.HasTrailingSlash() && meta->kind == FileMeta::Kind::kRegular) {
-      return Page(404, "trailing slash on a file", req, out);
+      return Error(404, "trailing slash on a file", req, config, source, out);
     }
     path = Join(scratch.file, sizeof scratch.file, path, "");
   }
@@ -216,13 +249,13 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
     case FileMeta::Kind::kRegular:
       break;
     case FileMeta::Kind::kForbidden:
-      return Page(403, "permission denied", req, out);
+      return Error(403, "permission denied", req, config, source, out);
     case FileMeta::Kind::kUnavailable:
-      return Page(503, "file lookup failed for now", req, out);
+      return Error(503, "file lookup failed for now", req, config, source, out);
     case FileMeta::Kind::kDirectory:  // "dir/index.html" is itself a directory
     case FileMeta::Kind::kMissing:
     case FileMeta::Kind::kOther:
-      return Page(404, "no such file", req, out);
+      return Error(404, "no such file", req, config, source, out);
   }
 
   out->content_type = config.mime != nullptr ? config.mime->ForPath(path)
@@ -267,6 +300,12 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
       std::string_view(scratch.etag, FormatETag(selected.mtime_sec, selected.size, scratch.etag));
   out->has_last_modified = true;
   out->content_length = selected.size;
+  // Chosen by the path asked for (app.js), not the encoding served (app.js.gz); written out at
+  // start-up, and kept for 304 (RFC 9110 section 15.4.5) as for 200 and 206.
+  if (config.origin != nullptr) {
+    out->cache_control = config.origin->CacheControlFor(path);
+    out->added_headers = config.origin->added();
+  }
   out->send_body = req.method != Method::kHead;
   const Validators validators{out->etag, selected.mtime_sec};
 
@@ -281,7 +320,7 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
       out->reason = "not modified";
       return PlanStep{};
     case Precondition::kFailed:
-      return PageAfterSelect(412, "precondition failed", req, out);
+      return ErrorAfterSelect(412, "precondition failed", req, config, source, out);
   }
 
   out->status = 200;
@@ -294,7 +333,7 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
         break;
       case RangeOutcome::kUnsatisfiable:
         out->unsatisfied_length = selected.size;
-        return PageAfterSelect(416, "range not satisfiable", req, out);
+        return ErrorAfterSelect(416, "range not satisfiable", req, config, source, out);
       case RangeOutcome::kSatisfiable:
         out->status = 206;
         out->reason = "partial";
@@ -384,6 +423,8 @@ size_t WriteResponseHead(const ResponsePlan& plan, std::string_view date,
     n = Put(out, n, cap, "\r\n");
   }
   if (plan.allow_header) n = Put(out, n, cap, "Allow: GET, HEAD, OPTIONS\r\n");
+  n = Put(out, n, cap, plan.cache_control);
+  n = Put(out, n, cap, plan.added_headers);
   // RFC 9112 section 9.6: "close" when this is the last response; an HTTP/1.0 client persists
   // only when told "keep-alive" (RFC 9112 Appendix C.2.2).
   if (!plan.keep_alive) {

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "server/http/mime_types.h"
+#include "server/http/origin_headers.h"
 #include "server/http/range.h"
 #include "server/http/request_parser.h"
 #include "server/http/request_target.h"
@@ -46,6 +47,9 @@ struct PlannerConfig {
   bool precompressed = true;            // look for file.br and file.gz siblings
   uint64_t max_discarded_body = 65536;  // a larger request body is refused with 413
   std::string_view multipart_boundary = "ringd-byteranges-0123456789";  // per process
+  // Cache-Control, added headers and error pages (--cache-control, --add-header, --error-page);
+  // null: none.
+  const OriginHeaders* origin = nullptr;
 };
 
 // Caller-owned working space; the plan's string_views point into it.
@@ -78,6 +82,10 @@ struct ResponsePlan {
   uint64_t content_length = 0;  // what Content-Length says (also for HEAD)
   bool allow_header = false;    // 405 and OPTIONS: Allow: GET, HEAD, OPTIONS
   std::string_view location;    // 301
+  // Precomputed header lines (OriginHeaders), written as they are: a "Cache-Control: ...\r\n"
+  // line for a file's 200, 206 or 304, and the added headers of any 200, 206 or 304.
+  std::string_view cache_control;
+  std::string_view added_headers;
 
   // Ranges: count 0 means the whole file. One range is a plain 206; several, multipart.
   RangeSet ranges;

@@ -1,5 +1,6 @@
 #include "server/http/response_plan.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -331,6 +332,128 @@ TEST_F(ResponsePlanTest, ErrorsAnsweringHeadHaveNoBody) {
   req.method = Method::kGet;
   PlanError(503, req, &plan);
   EXPECT_TRUE(plan.send_body);
+}
+
+// --cache-control, --default-cache-control and --add-header: precomputed lines on 200, 206 and
+// 304 (as nginx's add_header without `always`); never on errors or redirects.
+class OriginPlanTest : public ResponsePlanTest {
+ protected:
+  OriginPlanTest() {
+    std::string error;
+    EXPECT_TRUE(origin_.AddCacheRule("*.css", "public, max-age=31536000, immutable", &error));
+    EXPECT_TRUE(origin_.AddCacheRule("*.js", "public, max-age=3600", &error));
+    EXPECT_TRUE(origin_.SetDefaultCacheControl("no-cache", &error));
+    EXPECT_TRUE(origin_.AddHeader("X-Content-Type-Options", "nosniff", &error));
+    EXPECT_TRUE(origin_.AddHeader("Access-Control-Allow-Origin", "*", &error));
+    config_.origin = &origin_;
+  }
+  static bool Has(const Planned& p, const std::string& line) {
+    return p.head.find("\r\n" + line + "\r\n") != std::string::npos;
+  }
+  OriginHeaders origin_;
+};
+
+TEST_F(OriginPlanTest, AddsCacheControlAndHeadersToAFile) {
+  Planned css = Get("/style.css");
+  EXPECT_EQ(css.plan.status, 200);
+  EXPECT_TRUE(Has(css, "Cache-Control: public, max-age=31536000, immutable")) << css.head;
+  EXPECT_TRUE(Has(css, "X-Content-Type-Options: nosniff")) << css.head;
+  EXPECT_TRUE(Has(css, "Access-Control-Allow-Origin: *")) << css.head;
+  Planned html = Get("/docs/");  // a directory's index: matched by the file it serves
+  EXPECT_TRUE(Has(html, "Cache-Control: no-cache")) << html.head;
+  Planned bin = Get("/data.bin");
+  EXPECT_TRUE(Has(bin, "Cache-Control: no-cache")) << bin.head;
+  EXPECT_EQ(bin.head.find("Cache-Control", bin.head.find("Cache-Control") + 1), std::string::npos);
+}
+
+TEST_F(OriginPlanTest, ChosenByThePathNotTheEncodingServed) {
+  Planned gz = Get("/app.js", "Accept-Encoding: gzip\r\n");
+  EXPECT_EQ(gz.plan.content_encoding, "gzip");
+  EXPECT_TRUE(Has(gz, "Cache-Control: public, max-age=3600")) << gz.head;
+}
+
+TEST_F(OriginPlanTest, RangesAndNotModifiedCarryThemToo) {
+  Planned range = Get("/data.bin", "Range: bytes=0-9\r\n");
+  EXPECT_EQ(range.plan.status, 206);
+  EXPECT_TRUE(Has(range, "Cache-Control: no-cache")) << range.head;
+  EXPECT_TRUE(Has(range, "X-Content-Type-Options: nosniff")) << range.head;
+  Planned multi = Get("/data.bin", "Range: bytes=0-9,20-29\r\n");
+  EXPECT_TRUE(multi.plan.multipart);
+  EXPECT_TRUE(Has(multi, "Cache-Control: no-cache")) << multi.head;
+  const std::string etag(Get("/style.css").plan.etag);
+  Planned not_modified = Get("/style.css", "If-None-Match: " + etag + "\r\n");
+  EXPECT_EQ(not_modified.plan.status, 304);
+  // RFC 9110 section 15.4.5: a 304 sends the Cache-Control a 200 would have.
+  EXPECT_TRUE(Has(not_modified, "Cache-Control: public, max-age=31536000, immutable"))
+      << not_modified.head;
+  EXPECT_TRUE(Has(not_modified, "X-Content-Type-Options: nosniff")) << not_modified.head;
+}
+
+TEST_F(OriginPlanTest, ErrorsAndRedirectsCarryNeither) {
+  for (const Planned& p : {Get("/nope.css"), Get("/docs"), Get("/secret.txt"),
+                           Get("/style.css", "If-Match: \"other\"\r\n"),
+                           Get("/data.bin", "Range: bytes=99999-\r\n")}) {
+    EXPECT_GE(p.plan.status, 300);
+    EXPECT_EQ(p.head.find("Cache-Control"), std::string::npos) << p.head;
+    EXPECT_EQ(p.head.find("X-Content-Type-Options"), std::string::npos) << p.head;
+  }
+  // OPTIONS answers 200 with no file: the added headers (a CORS preflight), no Cache-Control.
+  Planned options = Plan("OPTIONS * HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_EQ(options.plan.status, 200);
+  EXPECT_TRUE(Has(options, "Access-Control-Allow-Origin: *")) << options.head;
+  EXPECT_EQ(options.head.find("Cache-Control"), std::string::npos) << options.head;
+}
+
+// --error-page: the file beneath the root, whole, with the error status.
+TEST_F(OriginPlanTest, ServesTheConfiguredErrorPage) {
+  std::string error;
+  ASSERT_TRUE(origin_.SetErrorPage(404, "errors/404.html", &error)) << error;
+  ASSERT_TRUE(origin_.SetErrorPage(403, "missing-403.html", &error)) << error;
+  tree_.File("errors/404.html", 321);
+  Planned p = Get("/nope", "Range: bytes=0-9\r\n");
+  EXPECT_EQ(p.plan.status, 404);
+  EXPECT_EQ(p.plan.file_path, "errors/404.html");
+  EXPECT_EQ(p.plan.content_length, 321u);
+  EXPECT_TRUE(p.plan.inline_body.empty());
+  EXPECT_TRUE(p.plan.send_body);
+  EXPECT_EQ(p.plan.ranges.count, 0u);  // an error page is sent whole
+  EXPECT_TRUE(Has(p, "Content-Type: text/html; charset=utf-8")) << p.head;
+  EXPECT_TRUE(Has(p, "Content-Length: 321")) << p.head;
+  EXPECT_EQ(p.head.find("ETag"), std::string::npos) << p.head;
+  EXPECT_EQ(p.head.find("Last-Modified"), std::string::npos) << p.head;
+  EXPECT_EQ(p.head.find("Accept-Ranges"), std::string::npos) << p.head;
+  EXPECT_EQ(p.head.find("Cache-Control"), std::string::npos) << p.head;
+  EXPECT_NE(std::find(tree_.fetched.begin(), tree_.fetched.end(), "errors/404.html"),
+            tree_.fetched.end());
+  Planned head = Plan("HEAD /nope HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_EQ(head.plan.status, 404);
+  EXPECT_FALSE(head.plan.send_body);
+  EXPECT_TRUE(Has(head, "Content-Length: 321")) << head.head;
+  // A trailing slash on a file is a 404 too.
+  EXPECT_EQ(Get("/style.css/").plan.file_path, "errors/404.html");
+  // The page for 403 is missing: the built-in page.
+  Planned forbidden = Get("/secret.txt");
+  EXPECT_EQ(forbidden.plan.status, 403);
+  EXPECT_TRUE(forbidden.plan.file_path.empty());
+  EXPECT_FALSE(forbidden.plan.inline_body.empty());
+  // A 404 page that is a directory is not served either.
+  ASSERT_TRUE(origin_.SetErrorPage(404, "docs", &error)) << error;
+  Planned dir = Get("/nope2");
+  EXPECT_EQ(dir.plan.status, 404);
+  EXPECT_TRUE(dir.plan.file_path.empty());
+}
+
+TEST_F(OriginPlanTest, ErrorPageAfterAFileWasSelected) {
+  std::string error;
+  ASSERT_TRUE(origin_.SetErrorPage(416, "416.html", &error)) << error;
+  tree_.File("416.html", 50);
+  Planned p = Get("/data.bin", "Range: bytes=99999-\r\n");
+  EXPECT_EQ(p.plan.status, 416);
+  EXPECT_EQ(p.plan.file_path, "416.html");
+  EXPECT_TRUE(Has(p, "Content-Range: bytes */10000")) << p.head;
+  EXPECT_TRUE(Has(p, "Content-Length: 50")) << p.head;
+  EXPECT_EQ(p.head.find("ETag"), std::string::npos) << p.head;
+  EXPECT_EQ(p.head.find("Cache-Control"), std::string::npos) << p.head;
 }
 
 }  // namespace

@@ -4,7 +4,7 @@ import shutil
 import subprocess
 import unittest
 
-from ringd_harness import RINGD, WRAP, BackendTestCase, Server, make_docroot, request
+from ringd_harness import RINGD, ROOT_FLAGS, WRAP, BackendTestCase, Server, make_docroot, request
 
 
 class FallbackTest(BackendTestCase):
@@ -21,7 +21,7 @@ class FallbackTest(BackendTestCase):
             shutil.rmtree(root, ignore_errors=True)
 
     def test_forced_uring_is_a_clear_error(self):
-        out = subprocess.run(WRAP + [RINGD, "--root", "/tmp", "--io=uring", "--listen", "127.0.0.1:0"],
+        out = subprocess.run(WRAP + [RINGD, "--root", "/tmp", "--io=uring", "--listen", "127.0.0.1:0"] + ROOT_FLAGS,
                              capture_output=True, text=True, timeout=10)
         self.assertEqual(out.returncode, 1)
         lines = out.stderr.strip().splitlines()

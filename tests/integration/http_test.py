@@ -12,7 +12,7 @@ import threading
 import time
 import unittest
 
-from ringd_harness import (BACKEND, BackendTestCase, Reader, Server, make_docroot, raw, request)
+from ringd_harness import (BACKEND, ROOT_FLAGS, BackendTestCase, Reader, Server, make_docroot, raw, request)
 
 
 class ServingTest(BackendTestCase):
@@ -385,7 +385,7 @@ class LifecycleTest(BackendTestCase):
         server = Server(self.root)
         try:
             out = subprocess.run([os.environ["RINGD_BINARY"], "--root", self.root, "--listen",
-                                  "127.0.0.1:%d" % server.port, "--io", os.environ.get("RINGD_IO", "auto")],
+                                  "127.0.0.1:%d" % server.port, "--io", os.environ.get("RINGD_IO", "auto")] + ROOT_FLAGS,
                                  capture_output=True, text=True, timeout=10)
             self.assertEqual(out.returncode, 1)
             self.assertIn("cannot listen on 127.0.0.1:%d: Address already in use" % server.port, out.stderr)

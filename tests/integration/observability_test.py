@@ -16,7 +16,7 @@ import time
 import unittest
 import urllib.request
 
-from ringd_harness import RINGD, BACKEND, BackendTestCase, Reader, Server, make_docroot, request
+from ringd_harness import RINGD, ROOT_FLAGS, BACKEND, BackendTestCase, Reader, Server, make_docroot, request
 
 # nginx's combined format: $remote_addr - $remote_user [$time_local] "$request" $status
 # $body_bytes_sent "$http_referer" "$http_user_agent"
@@ -505,7 +505,7 @@ class ObservabilityTest(BackendTestCase):
 
     def run_ringd(self, *flags):
         return subprocess.run([RINGD, "--root", self.root, "--listen", "127.0.0.1:0", "--io", BACKEND]
-                              + list(flags), capture_output=True, text=True, timeout=20)
+                              + ROOT_FLAGS + list(flags), capture_output=True, text=True, timeout=20)
 
     def test_an_admin_port_in_use_is_one_line_and_a_non_zero_exit(self):
         with socket.socket() as busy:

@@ -19,6 +19,9 @@ BACKEND = os.environ.get("RINGD_IO", "uring")  # uring, epoll, or auto
 WRAP = [w for w in os.environ.get("RINGD_WRAP", "").split(" ") if w]
 # Extra flags for every server a test starts (a variant of the suite, e.g. --send-zc).
 EXTRA_FLAGS = [f for f in os.environ.get("RINGD_FLAGS", "").split(" ") if f]
+# ringd refuses to serve as root without --user or --allow-root; the tests run as root here
+# and in CI. Every ringd a test starts gets these flags (tests of the refusal itself leave them out).
+ROOT_FLAGS = ["--allow-root"] if os.geteuid() == 0 else []
 _probe_cache = {}
 
 
@@ -38,7 +41,7 @@ class Server:
     def __init__(self, root, *flags, backend=None, env=None, wrap=None, preexec_fn=None):
         self.root = root
         args = list(WRAP if wrap is None else wrap) + [RINGD, "--root", root, "--listen", "127.0.0.1:0", "--shards", "2",
-                             "--io", backend or BACKEND] + EXTRA_FLAGS + list(flags)
+                             "--io", backend or BACKEND] + ROOT_FLAGS + EXTRA_FLAGS + list(flags)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=env, text=True, preexec_fn=preexec_fn)
         self.log = []

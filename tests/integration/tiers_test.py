@@ -5,7 +5,7 @@ import shutil
 import subprocess
 import unittest
 
-from ringd_harness import RINGD, BackendTestCase, Server, make_docroot, request, uring_usable
+from ringd_harness import RINGD, ROOT_FLAGS, BackendTestCase, Server, make_docroot, request, uring_usable
 
 BYPASS_FEATURES = ["registered file table", "accept direct", "IORING_OP_SHUTDOWN"]
 
@@ -62,8 +62,8 @@ class TierSelectionTest(BackendTestCase):
                                  ("uring", "IORING_OP_SPLICE", "--io=uring, but io_uring is "
                                   "unusable: missing IORING_OP_SPLICE")]:
             out = subprocess.run([RINGD, "--root", self.root, "--io", tier, "--io-mask", mask,
-                                  "--listen", "127.0.0.1:0"], capture_output=True, text=True,
-                                 timeout=10)
+                                  "--listen", "127.0.0.1:0"] + ROOT_FLAGS, capture_output=True,
+                                 text=True, timeout=10)
             self.assertEqual(out.returncode, 1, out.stderr)
             lines = out.stderr.strip().splitlines()
             self.assertEqual(len(lines), 1, out.stderr)

@@ -1,0 +1,63 @@
+#include "server/systemd.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace ringd {
+
+bool TakeListenSockets(std::vector<int>* fds, std::string* error) {
+  fds->clear();
+  const int n = sd_listen_fds(/*unset_environment=*/1);
+  if (n < 0) {
+    *error = std::string("LISTEN_FDS: cannot take the sockets systemd passed: ") + strerror(-n);
+    return false;
+  }
+  for (int fd = SD_LISTEN_FDS_START; fd < SD_LISTEN_FDS_START + n; ++fd) {
+    if (sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, /*listening=*/1) <= 0) {
+      *error = "LISTEN_FDS: descriptor " + std::to_string(fd) +
+               " is not a listening stream socket (the socket unit needs ListenStream=)";
+      return false;
+    }
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+      *error = "LISTEN_FDS: descriptor " + std::to_string(fd) + ": " + strerror(errno);
+      return false;
+    }
+    if (sd_is_socket_inet(fd, AF_UNSPEC, SOCK_STREAM, 1, 0) > 0) {
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    fds->push_back(fd);
+  }
+  return true;
+}
+
+ServiceNotifier::ServiceNotifier() {
+  const char* socket = std::getenv("NOTIFY_SOCKET");
+  enabled_ = socket != nullptr && socket[0] != '\0';
+  uint64_t usec = 0;
+  if (enabled_ && sd_watchdog_enabled(/*unset_environment=*/0, &usec) > 0 && usec > 0)
+    watchdog_interval_ms_ = usec / 2000 > 0 ? usec / 2000 : 1;
+}
+
+void ServiceNotifier::Ready(const std::string& status) {
+  if (enabled_) sd_notifyf(0, "READY=1\nSTATUS=%s\nMAINPID=%d", status.c_str(), ::getpid());
+}
+
+void ServiceNotifier::Stopping(const std::string& status) {
+  if (enabled_) sd_notifyf(0, "STOPPING=1\nSTATUS=%s", status.c_str());
+}
+
+void ServiceNotifier::Watchdog() {
+  if (watchdog_interval_ms_ > 0) sd_notify(0, "WATCHDOG=1");
+}
+
+}  // namespace ringd

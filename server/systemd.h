@@ -1,0 +1,42 @@
+// systemd integration through libsystemd: listening sockets passed by socket activation
+// (LISTEN_FDS / LISTEN_PID) and the notify protocol (READY=1, STOPPING=1, WATCHDOG=1 on
+// NOTIFY_SOCKET). Outside systemd every call here does nothing.
+//
+//   std::vector<int> fds;
+//   if (!TakeListenSockets(&fds, &error)) Die(1, error);   // empty: not socket-activated
+//   ServiceNotifier notify;
+//   notify.Ready("serving ...");                           // once every shard serves
+//   if (notify.watchdog_interval_ms() > 0) ...             // ping with Watchdog() that often
+//   notify.Stopping();                                     // a drain begins
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ringd {
+
+// Takes the sockets systemd passed to this process (and unsets LISTEN_FDS and friends, so no
+// child inherits them). Each must be a listening stream socket; it is made non-blocking (and,
+// for TCP, TCP_NODELAY, inherited by accepted connections). Returns false with one line when a
+// passed descriptor cannot serve; true with `fds` empty when nothing was passed.
+bool TakeListenSockets(std::vector<int>* fds, std::string* error);
+
+class ServiceNotifier {
+ public:
+  ServiceNotifier();
+  // Whether NOTIFY_SOCKET names a socket to tell.
+  bool enabled() const { return enabled_; }
+  void Ready(const std::string& status);
+  void Stopping(const std::string& status);
+  // How often to send WATCHDOG=1: half of WATCHDOG_USEC, as systemd advises; 0 when systemd
+  // does not watch this process.
+  uint64_t watchdog_interval_ms() const { return watchdog_interval_ms_; }
+  void Watchdog();
+
+ private:
+  bool enabled_ = false;
+  uint64_t watchdog_interval_ms_ = 0;
+};
+
+}  // namespace ringd
