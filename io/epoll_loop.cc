@@ -423,6 +423,7 @@ class EpollLoop final : public Loop {
       } else {
         c->offset += static_cast<uint64_t>(n);
         c->turn_bytes += static_cast<uint64_t>(n);
+        stats_.sendfile_bytes += static_cast<uint64_t>(n);
         // Crossed into a part of the file that may not be cached: warm it on a worker first.
         if (c->remaining > 0 && (c->done % kWarmChunk) < static_cast<uint64_t>(n) &&
             !internal::PagesCached(c->file_fd, c->offset,

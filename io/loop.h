@@ -130,6 +130,9 @@ struct LoopStats {
   uint64_t completed = 0;    // callbacks run
   uint64_t recv_nobufs = 0;  // times the receive buffers ran out (multishot recv re-armed)
   uint64_t pipes_in_use = 0;
+  uint64_t sendfile_bytes = 0;  // file body bytes sent with sendfile(2) (page-cache hits)
+  uint64_t splice_bytes = 0;    // file body bytes spliced through the ring (uring tiers)
+  uint64_t send_zc = 0;         // zero-copy sends issued (--send-zc)
 };
 
 class Loop {

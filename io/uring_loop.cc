@@ -575,6 +575,7 @@ class UringLoop final : public Loop {
     // send_zc pays for large buffers only: below the threshold the notification costs more than
     // the copy it saves.
     const bool zc = options_.send_zc && c->remaining >= options_.send_zc_min_bytes;
+    if (zc) ++stats_.send_zc;
     if (c->iovcnt == 1) {
       if (zc) {
         io_uring_prep_send_zc(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, c->send_flags, 0);
@@ -615,6 +616,7 @@ class UringLoop final : public Loop {
         c->done += static_cast<uint64_t>(n);
         c->remaining -= static_cast<uint64_t>(n);
         c->turn_bytes += static_cast<uint64_t>(n);
+        stats_.sendfile_bytes += static_cast<uint64_t>(n);
         continue;
       }
       if (n == 0) break;  // the file ended early: truncated
@@ -865,6 +867,7 @@ class UringLoop final : public Loop {
     }
     c->in_pipe -= static_cast<uint32_t>(res);
     c->done += static_cast<uint64_t>(res);
+    stats_.splice_bytes += static_cast<uint64_t>(res);
     c->remaining -= static_cast<uint64_t>(res);
     if (c->in_pipe > 0) return SpliceOut(c);
     if (c->remaining > 0) return SpliceIn(c);

@@ -230,6 +230,15 @@ std::string FormatPrometheus(const std::vector<ShardView>& shards, const Process
            [](const ShardSnapshot& s) { return s.loop.submitted; });
   PerShard(w, shards, "ringd_io_completions_total", "counter", "Completion callbacks run",
            [](const ShardSnapshot& s) { return s.loop.completed; });
+  PerShard(w, shards, "ringd_body_sendfile_bytes_total", "counter",
+           "File body bytes sent with sendfile(2): pages already in the page cache (uring, epoll)",
+           [](const ShardSnapshot& s) { return s.loop.sendfile_bytes; });
+  PerShard(w, shards, "ringd_body_splice_bytes_total", "counter",
+           "File body bytes spliced file -> pipe -> socket through the ring (bypass, uring)",
+           [](const ShardSnapshot& s) { return s.loop.splice_bytes; });
+  PerShard(w, shards, "ringd_send_zc_total", "counter",
+           "Zero-copy sends issued (--send-zc, uring tiers)",
+           [](const ShardSnapshot& s) { return s.loop.send_zc; });
   PerShard(w, shards, "ringd_splice_pipes_in_use", "gauge",
            "Splice pipes lent to transfers now (uring)",
            [](const ShardSnapshot& s) { return s.loop.pipes_in_use; });

@@ -15,6 +15,7 @@ namespace {
 constexpr int64_t kLingerMs = 5000;      // after the last response, wait this long for EOF
 constexpr int64_t kAcceptRetryMs = 100;  // after EMFILE/ENFILE, try accepting again after this
 constexpr int kDrainGraceMs = 1000;      // after the drain deadline's aborts, for their callbacks
+constexpr int kReclaimOnEmfile = 16;     // idle connections closed when accepting hits EMFILE
 
 size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
@@ -287,12 +288,16 @@ void Shard::OnAccept(io::Completion* c) {
   } else if (c->result == -EMFILE || c->result == -ENFILE || c->result == -ENOBUFS ||
              c->result == -ENOMEM) {
     // Out of descriptors or memory: retry later rather than spin on the same error, and let the
-    // longest-idle keep-alive connection give its descriptor to the newcomer.
+    // longest-idle keep-alive connections give their descriptors to the newcomers.
     if (!c->more && self->accept_retry_ms_ == 0)
       self->accept_retry_ms_ = self->now_ms_ + kAcceptRetryMs;
     // (EMFILE only: on the bypass tier ENFILE means its file table is full, which an idle
     // connection giving way would not help, since the pool is smaller than the table.)
-    if (c->result == -EMFILE) self->ReclaimOldestIdle();
+    // A batch, as nginx drains reusable connections 32 at a time: the backlog may hold many
+    // newcomers, and accepting retries only every kAcceptRetryMs.
+    if (c->result == -EMFILE) {
+      for (int i = 0; i < kReclaimOnEmfile; ++i) self->ReclaimOldestIdle();
+    }
   }
   if (c->more) return;
   --self->accepts_active_;

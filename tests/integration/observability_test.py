@@ -409,6 +409,15 @@ class ObservabilityTest(BackendTestCase):
         self.assertEqual(metric_sum(text, "ringd_connections_idle"), 1)
         self.assertEqual(metric_sum(text, "ringd_connections_accepted_total"), len(made) + 1)
         self.assertGreater(metric_sum(text, "ringd_response_bytes_total"), 100 * 1024)
+        # File bodies (medium.bin and up) went out by sendfile or splice: the bypass tier
+        # always splices (no fd for sendfile), epoll never does.
+        body_bytes = (metric_sum(text, "ringd_body_sendfile_bytes_total") +
+                      metric_sum(text, "ringd_body_splice_bytes_total"))
+        self.assertGreaterEqual(body_bytes, 100 * 1024)
+        if BACKEND == "bypass":
+            self.assertEqual(metric_sum(text, "ringd_body_sendfile_bytes_total"), 0)
+        if BACKEND == "epoll":
+            self.assertEqual(metric_sum(text, "ringd_body_splice_bytes_total"), 0)
         self.assertGreater(metric_sum(text, "ringd_file_cache_hits_total"), 0)
         self.assertEqual(metric_sum(text, "ringd_shard_up"), 2)
         self.assertEqual(metric_sum(text, "ringd_info", backend=BACKEND if BACKEND != "auto" else "epoll"), 1)
