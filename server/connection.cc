@@ -477,6 +477,7 @@ void Shard::CloseGracefully(Connection* conn) {
 //   kReading -> kWaitingFile -> kReading        (a file lookup, then planning again)
 //   kReading -> kSending -> kReading            (a response, then the next request)
 //   kSending -> kLingering                      (the last response sent; reading until EOF)
+//   kReading -> kLingering                      (an idle connection giving way to a newcomer)
 //   any but kClosing -> kClosing                (Abort; freed once nothing is in flight)
 void Shard::SetState(Connection* conn, ConnState next) {
   const ConnState from = conn->state;
@@ -491,8 +492,8 @@ void Shard::SetState(Connection* conn, ConnState next) {
     case ConnState::kSending:
       ok = from == ConnState::kReading;
       break;
-    case ConnState::kLingering:
-      ok = from == ConnState::kSending;
+    case ConnState::kLingering:  // after the last response, or an idle one giving way
+      ok = from == ConnState::kSending || from == ConnState::kReading;
       break;
     case ConnState::kClosing:
       ok = from != ConnState::kClosing;

@@ -342,7 +342,11 @@ void SimLoop::Shutdown(int fd, int how) {
   }
   SimSocket* s = SocketOf(fd);
   if (how == SHUT_RD || how == SHUT_RDWR) s->server_shut_rd = true;
-  if (how == SHUT_WR || how == SHUT_RDWR) s->server_shut_wr = true;
+  if (how == SHUT_WR || how == SHUT_RDWR) {
+    s->server_shut_wr = true;
+    // Nothing read after the FIN is answered: what the server had read by now is what counts.
+    if (s->received_before_abort == UINT64_MAX) s->received_before_abort = s->received;
+  }
   w_->Trace("shutdown fd %d how %d", fd, how);
 }
 

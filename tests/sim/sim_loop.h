@@ -61,7 +61,8 @@ struct SimSocket {
   // Client -> server.
   std::string to_server;  // written by the client, not yet received by the server
   uint64_t received = 0;  // bytes the server's receive has delivered
-  uint64_t received_before_abort = UINT64_MAX;  // `received` when the server cancelled/closed
+  uint64_t received_before_abort = UINT64_MAX;  // `received` when the server cancelled, closed,
+                                                // or shut its side down (FIN)
   bool client_fin = false;                      // the client shut its sending side
   bool client_reset = false;                    // the client reset the connection
   bool client_closed = false;                   // the client closed (sends to it now fail)
