@@ -356,7 +356,11 @@ uint32_t Shard::capacity() const { return config_.max_connections + kReclaimRese
 // in the client's buffer, and a request already on its way would turn a plain close into a reset
 // that destroys that response (found by the shard simulator, seed 3019190617733769618).
 void Shard::ReclaimOldestIdle() {
-  if (TimerNode* t = idle_timers_.PopOldest()) {
+  // Idle keep-alive connections first; then those whose response is done and that only wait for
+  // the rest of a body we skip (idle too, as far as serving goes).
+  TimerNode* t = idle_timers_.PopOldest();
+  if (t == nullptr) t = discard_timers_.PopOldest();
+  if (t != nullptr) {
     ++stats_.idle_reclaimed;
     Connection* conn =
         reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer));
@@ -366,7 +370,8 @@ void Shard::ReclaimOldestIdle() {
 }
 
 bool Shard::AtLimit() const {
-  return live_ >= capacity() || (live_ >= config_.max_connections && idle_timers_.Empty());
+  return live_ >= capacity() ||
+         (live_ >= config_.max_connections && idle_timers_.Empty() && discard_timers_.Empty());
 }
 
 void Shard::ResumeAcceptIfRoom() {

@@ -897,7 +897,10 @@ void Sim::CheckBacklog() {
   for (const auto& cp : clients_) {
     const Client& c = *cp;
     const SimSocket& s = world_.sockets[c.sock];
-    if (c.ended || !s.accepted || s.server_closed || c.idle_since_ms > now - kBacklogWaitMs)
+    // A connection the server has already shut down is giving way (lingering until the client
+    // closes); it cannot give way twice.
+    if (c.ended || !s.accepted || s.server_closed || s.server_shut_wr ||
+        c.idle_since_ms > now - kBacklogWaitMs)
       continue;
     return Fail(
         "a newcomer has waited %lld ms to be accepted while client %u has been idle "
