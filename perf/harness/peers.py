@@ -181,6 +181,9 @@ _ENTRIES = [
     # so it runs where that is the question, small keep-alive requests.
     Peer("ringd-bypass-sqpoll", ringd("bypass", "--max-connections", "15000", "--sqpoll"),
          scenarios=frozenset({"small-keepalive"})),
+    # io-wq bounded (--io-wq-max-workers): where blocking file work spawns kernel workers.
+    Peer("ringd-bypass-iowq4", ringd("bypass", "--max-connections", "15000", "--io-wq-max-workers", "4"),
+         scenarios=frozenset({"large", "cold"})),
     Peer("ringd-uring", ringd("uring")),
     Peer("ringd-epoll", ringd("epoll")),
     Peer("ringd-bypass-log", ringd_logged("bypass", "--max-connections", "15000"), scenarios=_OBSERVED),
