@@ -68,9 +68,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "loopback: cannot read %s\n", path.c_str());
     return 1;
   }
-  const std::string response = "HTTP/1.1 200 OK\r\nServer: loopback\r\n"
-                               "Content-Type: application/octet-stream\r\nContent-Length: " +
-                               std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string response =
+      "HTTP/1.1 200 OK\r\nServer: loopback\r\n"
+      "Content-Type: application/octet-stream\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   body.clear();
   body.shrink_to_fit();
 
