@@ -108,6 +108,9 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
     return done();
   }
 
+  // Arms `r` on `ours`; "one" arrives and pauses it; then "two" is written behind the pause.
+  bool PausedAfterOneThenTwo(int ours, int theirs, struct PausingReceiver* r);
+
   LoopOptions options_;
   std::unique_ptr<Loop> loop_;
   std::vector<int> fds_;
@@ -233,6 +236,16 @@ TEST_P(LoopTest, SendFileTakesTurnsAndArrivesWhole) {
   }
 }
 
+bool LoopTest::PausedAfterOneThenTwo(int ours, int theirs, PausingReceiver* r) {
+  r->loop = loop_.get();
+  loop_->Recv(ours, &r->c);
+  loop_->Poll(0);
+  if (::write(theirs, "one", 3) != 3 || !PollUntil([&] { return r->deliveries == 1; })) {
+    return false;
+  }
+  return ::write(theirs, "two", 3) == 3;
+}
+
 // A paused receive delivers nothing, however much arrives (the uring backend keeps what the
 // kernel had already received); resumed, everything arrives in order, one delivery at a time
 // while the callback keeps pausing. Before PauseRecv existed, backpressure cancelled the
@@ -267,12 +280,7 @@ TEST_P(LoopTest, PausedReceiveDeliversNothingThenEverythingInOrder) {
 TEST_P(LoopTest, EndOfStreamWhilePausedComesAfterTheBytes) {
   auto [ours, theirs] = Pair();
   PausingReceiver r;
-  r.loop = loop_.get();
-  loop_->Recv(ours, &r.c);
-  loop_->Poll(0);
-  ASSERT_EQ(::write(theirs, "one", 3), 3);
-  ASSERT_TRUE(PollUntil([&] { return r.deliveries == 1; }));
-  ASSERT_EQ(::write(theirs, "two", 3), 3);
+  ASSERT_TRUE(PausedAfterOneThenTwo(ours, theirs, &r));
   ::shutdown(theirs, SHUT_WR);
   for (int i = 0; i < 5; ++i) loop_->Poll(10);
   EXPECT_EQ(r.ends, 0);
@@ -290,12 +298,7 @@ TEST_P(LoopTest, EndOfStreamWhilePausedComesAfterTheBytes) {
 TEST_P(LoopTest, CancelEndsAPausedReceiveOnce) {
   auto [ours, theirs] = Pair();
   PausingReceiver r;
-  r.loop = loop_.get();
-  loop_->Recv(ours, &r.c);
-  loop_->Poll(0);
-  ASSERT_EQ(::write(theirs, "one", 3), 3);
-  ASSERT_TRUE(PollUntil([&] { return r.deliveries == 1; }));
-  ASSERT_EQ(::write(theirs, "two", 3), 3);
+  ASSERT_TRUE(PausedAfterOneThenTwo(ours, theirs, &r));
   for (int i = 0; i < 3; ++i) loop_->Poll(10);
   loop_->Cancel(&r.c);
   ASSERT_TRUE(PollUntil([&] { return r.ends == 1; }));
