@@ -367,6 +367,11 @@ const std::vector<Flag>& Flags() {
            }},
       BoolFlag("allow-root", "serve as root without --user (refused otherwise; default false)",
                &Config::allow_root),
+      BoolFlag("takeover",
+               "share the --listen addresses with a ringd already serving them (SO_REUSEPORT), "
+               "for a restart without refused connections: start the new one, then SIGTERM the "
+               "old (default false)",
+               &Config::takeover),
       BoolFlag("probe", "print what the io_uring probe finds on this machine, then exit",
                &Config::probe_only),
   };

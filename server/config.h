@@ -99,6 +99,9 @@ struct Config {
   std::string user, group;  // as given
   uint32_t uid = 0, gid = 0;
   bool allow_root = false;
+  // Join listeners already bound to the --listen addresses (another ringd, as the same user)
+  // instead of refusing: the new half of a zero-downtime restart.
+  bool takeover = false;
 
   bool probe_only = false;  // --probe: print what io_uring offers here, and exit
 };

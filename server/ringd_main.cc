@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <string>
@@ -258,10 +259,21 @@ int Main(int argc, char** argv) {
   const std::vector<std::vector<int>> inherited_by_shard =
       AssignInheritedSockets(inherited, shards, &error);
   if (!error.empty()) Die(1, error);
-  if (inherited.empty()) {
+  if (inherited.empty() && !config.takeover) {
     for (const ListenAddress& a : config.listen) {
       if (!AddressFree(a, &error)) Die(1, error);
     }
+  }
+  if (inherited.empty() && config.takeover) {
+    // The old process shuts its listeners down when it drains; connections already queued on
+    // them move to ours only with tcp_migrate_req (Linux 5.14), else they are reset.
+    std::ifstream f("/proc/sys/net/ipv4/tcp_migrate_req");
+    int migrate = 0;
+    f >> migrate;
+    std::fprintf(stderr, "ringd: --takeover: sharing the listening addresses (SO_REUSEPORT)%s\n",
+                 migrate == 1 ? "; net.ipv4.tcp_migrate_req=1 moves the old listeners' queues here"
+                              : "; net.ipv4.tcp_migrate_req=0: connections still queued on the "
+                                "old process's listeners when it stops are reset (set it to 1)");
   }
   Observability observability;  // the access log and the admin listener (before the shards)
   if (!observability.Open(config, shards, &error)) Die(1, error);

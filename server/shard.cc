@@ -257,20 +257,24 @@ void Shard::BeginDrain() {
   for (io::Completion& c : accepts_) loop_->Cancel(&c);
   // Stop listening at once: newcomers are refused (or, with SO_REUSEPORT, go to a listener that
   // is still open, such as a new process's) instead of waiting in a backlog nobody accepts
-  // from. Shutting a listening socket down also resets what is queued in its backlog. A socket
+  // from. Shutting a listening socket down also resets what is queued in its backlog (with
+  // net.ipv4.tcp_migrate_req=1 the kernel moves it to another listener of the same SO_REUSEPORT
+  // group instead: a new process started with --takeover). A socket
   // systemd passed stays open: systemd keeps it, and what waits in its backlog is the next
   // process's to accept (a restart refuses nobody).
   if (!listeners_shared_) {
     for (int fd : listen_fds_) loop_->Shutdown(fd, SHUT_RDWR);
   }
-  // Connections between requests (or still sending a head) have nothing in flight: end them now.
-  // Those with a response in flight finish it and close (FinishResponse checks draining_).
+  // Connections between requests have nothing in flight: end them now. Those with a response in
+  // flight finish it and close (FinishResponse checks draining_).
   auto conn_of = [](TimerNode* t) {
     return reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer));
   };
   idle_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(conn_of(t)); });
-  header_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(conn_of(t)); });
   discard_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(conn_of(t)); });
+  // Connections still receiving a request head are not cut: one accepted a moment ago has a
+  // request on its way (a restart under load would lose it). They are answered with
+  // `Connection: close`, within the header timeout and the drain deadline.
 }
 
 void Shard::ArmAccept() {

@@ -38,9 +38,10 @@ def uring_usable(tier="uring"):
 class Server:
     """A ringd process serving `root`; stop() sends SIGTERM and returns the exit status."""
 
-    def __init__(self, root, *flags, backend=None, env=None, wrap=None, preexec_fn=None):
+    def __init__(self, root, *flags, backend=None, env=None, wrap=None, preexec_fn=None,
+                 listen="127.0.0.1:0"):
         self.root = root
-        args = list(WRAP if wrap is None else wrap) + [RINGD, "--root", root, "--listen", "127.0.0.1:0", "--shards", "2",
+        args = list(WRAP if wrap is None else wrap) + [RINGD, "--root", root, "--listen", listen, "--shards", "2",
                              "--io", backend or BACKEND] + ROOT_FLAGS + EXTRA_FLAGS + list(flags)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=env, text=True, preexec_fn=preexec_fn)
