@@ -32,9 +32,15 @@ class ZeroAllocationTest(BackendTestCase):
         env = dict(os.environ, LD_PRELOAD=SHIM, RINGD_ALLOC_COUNT_FILE=count_file)
         flags = ["--open-file-cache-valid-ms", "600000"]
         log = None
-        if OBSERVE:  # every request also formats and queues an access log line
+        if OBSERVE:  # every request also formats and queues an access log line, and carries
+            # the origin headers of three rules and two added headers (precomputed at start-up)
             log = tempfile.mktemp(prefix="ringd-alloc-access-")
-            flags += ["--access-log", log, "--admin-listen", "127.0.0.1:0"]
+            flags += ["--access-log", log, "--admin-listen", "127.0.0.1:0",
+                      "--cache-control", "*.txt=public, max-age=60",
+                      "--cache-control", "*.html=no-cache",
+                      "--default-cache-control", "max-age=10",
+                      "--add-header", "X-Content-Type-Options: nosniff",
+                      "--add-header", "Access-Control-Allow-Origin: *"]
         server = Server(root, *flags, env=env)
         try:
             paths = ["/index.html", "/small.txt", "/medium.bin", "/dir/", "/missing", "/app.js"]
@@ -52,6 +58,11 @@ class ZeroAllocationTest(BackendTestCase):
                             r.read_response(head_request=h.startswith(b"HEAD"))
 
             batch(5)  # warm-up: caches fill, pools touch their first slots
+            if OBSERVE:  # the origin headers are really on
+                conns[0].sendall(heads[1])  # /small.txt
+                r = readers[0].read_response()
+                self.assertEqual(r.header("cache-control"), "public, max-age=60")
+                self.assertEqual(r.header("access-control-allow-origin"), "*")
             before = self.read_count(server, count_file)
             # The shim is really counting: start-up and cache misses did allocate.
             self.assertGreater(before, 100)
