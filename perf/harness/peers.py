@@ -181,6 +181,15 @@ _ENTRIES = [
     # so it runs where that is the question, small keep-alive requests.
     Peer("ringd-bypass-sqpoll", ringd("bypass", "--max-connections", "15000", "--sqpoll"),
          scenarios=frozenset({"small-keepalive"})),
+    # Origin headers (three Cache-Control rules, two added headers), precomputed at start-up.
+    Peer("ringd-bypass-headers",
+         ringd("bypass", "--max-connections", "15000",
+               "--cache-control", "*.css=public, max-age=31536000, immutable",
+               "--cache-control", "*.js=public, max-age=31536000, immutable",
+               "--cache-control", "*.html=public, max-age=60",
+               "--add-header", "X-Content-Type-Options: nosniff",
+               "--add-header", "Access-Control-Allow-Origin: *"),
+         scenarios=frozenset({"small-keepalive"})),
     # io-wq bounded (--io-wq-max-workers): where blocking file work spawns kernel workers.
     Peer("ringd-bypass-iowq4", ringd("bypass", "--max-connections", "15000", "--io-wq-max-workers", "4"),
          scenarios=frozenset({"large", "cold"})),
