@@ -62,7 +62,7 @@ class Server:
                     raw_line, pending = pending.split(b"\n", 1)
                     line = raw_line.decode(errors="replace")
                     self.log.append(line)
-                    m = re.search(r"serving .* on 127\.0\.0\.1:(\d+)", line)
+                    m = re.search(r"serving .* on 127\.[0-9.]+:(\d+)", line)
                     if m:
                         self.port = int(m.group(1))
                         if pending:

@@ -1,0 +1,177 @@
+"""A fleet behind HAProxy, with the shipped deploy/haproxy/ringd-fleet.cfg: three ringd nodes on
+their own loopback addresses, consistent hashing of the URI, health from /readyz. Every path lands
+on one node; a node killed under load costs no request; a node draining leaves the pool (readyz)
+before its connections close."""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+from ringd_harness import BackendTestCase, Reader, Server, make_docroot
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHIPPED = None
+for candidate in [os.path.join(HERE, "../../deploy/haproxy/ringd-fleet.cfg"),
+                  os.path.join(os.environ.get("TEST_SRCDIR", ""), "ringd/deploy/haproxy/ringd-fleet.cfg")]:
+    if os.path.exists(candidate):
+        SHIPPED = candidate
+        break
+NODES = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+
+
+def free_port(host):
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def get(port, target, timeout=5):
+    """(status, X-Node, body) of one request through the frontend on a fresh connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(b"GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n" % target.encode())
+        r = Reader(s).read_response()
+        return r.status, r.header("x-node"), r.body
+
+
+class FleetTest(BackendTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        # (/usr/sbin is not on the PATH Bazel gives tests.) tools/setup installs it: missing is
+        # a failure, not a skip.
+        cls.haproxy_bin = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
+        if cls.haproxy_bin is None:
+            raise RuntimeError("haproxy is not installed: run tools/setup")
+        if SHIPPED is None:
+            raise unittest.SkipTest("deploy/haproxy/ringd-fleet.cfg not found")
+        cls.root, cls.files = make_docroot()
+        # Larger than every buffer between the node and a client that does not read (the
+        # node's and HAProxy's sockets, HAProxy's buffers): a node serving it keeps draining.
+        cls.huge = bytes(range(256)) * (48 << 12)  # 48 MiB
+        with open(os.path.join(cls.root, "huge.bin"), "wb") as f:
+            f.write(cls.huge)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def setUp(self):
+        # One port for every node (each on its own address), one for their admin listeners.
+        self.port = free_port(NODES[0])
+        self.admin = free_port(NODES[0])
+        self.nodes = []
+        for i, host in enumerate(NODES):
+            self.nodes.append(Server(self.root, "--shards", "1", "--shutdown-timeout-ms", "5000",
+                                     "--admin-listen", "%s:%d" % (host, self.admin),
+                                     "--add-header", "X-Node: node%d" % (i + 1),
+                                     listen="%s:%d" % (host, self.port)))
+        self.front = free_port("127.0.0.1")
+        with open(SHIPPED) as f:
+            cfg = f.read()
+        cfg = cfg.replace("0.0.0.0:80", "127.0.0.1:%d" % self.front)
+        cfg = cfg.replace("check port 9090", "check port %d" % self.admin)
+        for i, host in enumerate(NODES):
+            cfg = cfg.replace("10.0.0.1%d:8080" % (i + 1), "%s:%d" % (host, self.port))
+        self.dir = tempfile.mkdtemp(prefix="ringd-fleet-")
+        path = os.path.join(self.dir, "haproxy.cfg")
+        with open(path, "w") as f:
+            f.write(cfg)
+        self.haproxy = subprocess.Popen([self.haproxy_bin, "-db", "-f", path], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 10  # every node seen up: each answers for some path
+        seen = set()
+        while time.time() < deadline and len(seen) < 3:
+            for k in range(30):
+                try:
+                    status, node, _ = get(self.front, "/small.txt?k=%d" % k, timeout=2)
+                    if status == 200:
+                        seen.add(node)
+                except OSError:
+                    pass
+            time.sleep(0.1)
+        self.assertEqual(len(seen), 3, "HAProxy did not reach all three nodes")
+
+    def tearDown(self):
+        self.haproxy.terminate()
+        try:
+            self.haproxy.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.haproxy.kill()
+        for n in self.nodes:
+            if n.proc.poll() is None:
+                n.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_every_path_lands_on_one_node(self):
+        where = {}
+        for _ in range(3):
+            for k in range(40):
+                status, node, body = get(self.front, "/small.txt?k=%d" % k)
+                self.assertEqual((status, body), (200, self.files["small.txt"]))
+                self.assertEqual(where.setdefault(k, node), node, "path %d moved" % k)
+        self.assertEqual(len(set(where.values())), 3, "the hash uses every node")
+
+    def test_a_node_killed_under_load_costs_no_request(self):
+        failures, ok = [], [0]
+        stop = threading.Event()
+
+        def client(t):
+            k = t
+            while not stop.is_set():
+                k += 4
+                try:
+                    status, _, body = get(self.front, "/small.txt?k=%d" % (k % 60))
+                    if (status, body) != (200, self.files["small.txt"]):
+                        failures.append(status)
+                    else:
+                        ok[0] += 1
+                except OSError as e:
+                    failures.append(repr(e))
+
+        threads = [threading.Thread(target=client, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        self.nodes[1].proc.kill()  # no drain: connections refused from here on
+        self.nodes[1].proc.wait()
+        time.sleep(1.0)
+        stop.set()
+        for t in threads:
+            t.join()
+        self.assertEqual(failures, [], "%d of %d requests failed" % (len(failures), len(failures) + ok[0]))
+        self.assertGreater(ok[0], 50)
+
+    def test_a_draining_node_leaves_the_pool_before_its_connections_close(self):
+        # A download the client does not read yet, from the node that serves huge.bin, then
+        # SIGTERM to that node: its /readyz turns 503 at once, HAProxy moves that path to another
+        # node while this one still drains, and the download in progress still completes.
+        with socket.create_connection(("127.0.0.1", self.front), timeout=10) as slow:
+            slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            slow.sendall(b"GET /huge.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            reader = Reader(slow)
+            status, _, headers = reader.read_head()
+            self.assertEqual(status, 200)
+            owner = int(headers["x-node"][len("node"):]) - 1
+            self.nodes[owner].proc.send_signal(signal.SIGTERM)
+            moved = None
+            deadline = time.time() + 3
+            while time.time() < deadline:
+                _, node, _ = get(self.front, "/huge.bin")
+                if node != headers["x-node"]:
+                    moved = node
+                    break
+                time.sleep(0.05)
+            self.assertIsNotNone(moved, "the draining node still got new requests after 3 s")
+            self.assertIsNone(self.nodes[owner].proc.poll(), "the node exited before its download ended")
+            body = reader.read_exact(int(headers["content-length"]))
+            self.assertTrue(body == self.huge, "the download in progress came out wrong")
+        self.assertEqual(self.nodes[owner].proc.wait(timeout=10), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
