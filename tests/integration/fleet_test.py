@@ -30,11 +30,12 @@ def free_port(host):
         return s.getsockname()[1]
 
 
-def get(port, target, timeout=5):
+def get(port, target, timeout=5, method="GET"):
     """(status, X-Node, body) of one request through the frontend on a fresh connection."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(b"GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n" % target.encode())
-        r = Reader(s).read_response()
+        s.sendall(b"%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n" %
+                  (method.encode(), target.encode()))
+        r = Reader(s).read_response(head_request=(method == "HEAD"))
         return r.status, r.header("x-node"), r.body
 
 
@@ -66,7 +67,8 @@ class FleetTest(BackendTestCase):
         self.admin = free_port(NODES[0])
         self.nodes = []
         for i, host in enumerate(NODES):
-            self.nodes.append(Server(self.root, "--shards", "1", "--shutdown-timeout-ms", "5000",
+            # A drain long enough for the slow download on a loaded machine.
+            self.nodes.append(Server(self.root, "--shards", "1", "--shutdown-timeout-ms", "30000",
                                      "--admin-listen", "%s:%d" % (host, self.admin),
                                      "--add-header", "X-Node: node%d" % (i + 1),
                                      listen="%s:%d" % (host, self.port)))
@@ -161,7 +163,7 @@ class FleetTest(BackendTestCase):
             moved = None
             deadline = time.time() + 3
             while time.time() < deadline:
-                _, node, _ = get(self.front, "/huge.bin")
+                _, node, _ = get(self.front, "/huge.bin", method="HEAD")
                 if node != headers["x-node"]:
                     moved = node
                     break
