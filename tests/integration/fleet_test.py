@@ -72,6 +72,8 @@ class FleetTest(BackendTestCase):
                                      "--admin-listen", "%s:%d" % (host, self.admin),
                                      "--add-header", "X-Node: node%d" % (i + 1),
                                      listen="%s:%d" % (host, self.port)))
+            # Stopped even when setUp fails below (tearDown then does not run).
+            self.addCleanup(self.stop_node, self.nodes[-1])
         self.front = free_port("127.0.0.1")
         with open(SHIPPED) as f:
             cfg = f.read()
@@ -84,7 +86,8 @@ class FleetTest(BackendTestCase):
         with open(path, "w") as f:
             f.write(cfg)
         self.haproxy = subprocess.Popen([self.haproxy_bin, "-db", "-f", path], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True)
+                                        stderr=subprocess.DEVNULL)
+        self.addCleanup(self.stop_haproxy)
         deadline = time.time() + 10  # every node seen up: each answers for some path
         seen = set()
         while time.time() < deadline and len(seen) < 3:
@@ -98,16 +101,18 @@ class FleetTest(BackendTestCase):
             time.sleep(0.1)
         self.assertEqual(len(seen), 3, "HAProxy did not reach all three nodes")
 
-    def tearDown(self):
+    def stop_haproxy(self):
         self.haproxy.terminate()
         try:
             self.haproxy.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.haproxy.kill()
-        for n in self.nodes:
-            if n.proc.poll() is None:
-                n.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    @staticmethod
+    def stop_node(node):
+        if node.proc.poll() is None:
+            node.stop()
 
     def test_every_path_lands_on_one_node(self):
         where = {}
