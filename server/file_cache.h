@@ -86,7 +86,6 @@ class FileCache : public http::FileMetaSource {
   // Runs the wake-ups of waiters whose entries became ready (queued by the cache, never run
   // from inside its own completion).
   void RunWakeups();
-  bool HasWakeups() const { return woken_head_ != nullptr; }
 
   // The ready entry for `path`, pinned for a response; nullptr if it is not cached.
   CacheEntry* Pin(std::string_view path);

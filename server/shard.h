@@ -112,7 +112,6 @@ class Shard {
   bool Step();
   void RequestStop();
   io::Loop* loop() const { return loop_.get(); }
-  uint32_t live_connections() const { return live_; }
   const std::string& error() const { return error_; }
   // Connection slots beyond --max-connections (newcomers while idle ones give way), plus the
   // accepts that may land before accepting pauses: the bypass tier's file table has this many
