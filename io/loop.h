@@ -45,39 +45,44 @@ struct Completion {
 
   // Set by the backend before the callback runs.
   int64_t result = 0;          // >= 0: bytes, or a file descriptor; < 0: -errno
-  bool more = false;           // multishot: more callbacks will follow
   const char* data = nullptr;  // Recv: the bytes received, valid only during the callback
   FileStat stat;               // Open: the opened file
   // Send/SendFile: bytes sent so far by the operation in flight (0 when it starts). Owners may
   // read it as progress: a slow reader that keeps taking bytes is not a stalled one.
   uint64_t done = 0;
+  bool more = false;  // multishot: more callbacks will follow
 
-  // Backend state; callers leave it alone.
+  // Backend state; callers leave it alone. (Every connection holds a Completion for its
+  // receive, idle or not: fields are ordered to leave no padding.)
   Op op = Op::kNone;
   bool in_flight = false;
+  bool cancelled = false;  // Cancel was called: no transparent re-arm
+  bool paused = false;     // Recv: PauseRecv was called; no data callbacks until ResumeRecv
+  bool armed = false;      // Recv (uring): a multishot receive is in the kernel
+  bool polling = false;    // SendFile (uring): waiting for the socket to take more
   int fd = -1;
   int file_fd = -1;
   uint64_t offset = 0;
   uint64_t remaining = 0;  // SendFile: bytes still to send; Send: bytes of iov left
-  iovec* iov = nullptr;    // Send: advanced in place on partial sends
-  int iovcnt = 0;
-  int send_flags = 0;          // Send: MSG_NOSIGNAL, plus MSG_MORE when asked
-  uint64_t turn = 0;           // SendFile: the Poll call it last sent file bytes in,
-  uint64_t turn_bytes = 0;     // and how many (kept across operations on this Completion)
-  msghdr msg{};                // Send (uring): the sendmsg header, alive while in flight
-  char* buf = nullptr;         // Read
-  const char* path = nullptr;  // Open
-  int dir_fd = -1;             // Open
-  uint32_t in_pipe = 0;        // SendFile (uring): bytes spliced into the pipe, not yet out
-  int pipe_index = -1;         // SendFile (uring): the pipe borrowed from the pool
-  int slot = -1;               // Open (uring): the statx buffer borrowed for the call
-  bool cancelled = false;      // Cancel was called: no transparent re-arm
-  bool paused = false;         // Recv: PauseRecv was called; no data callbacks until ResumeRecv
-  bool armed = false;          // Recv (uring): a multishot receive is in the kernel
-  int held_head = -1;          // Recv (uring): buffers received while paused, oldest first
+  // What the operation in flight works on (each operation sets its own before it starts).
+  union {
+    iovec* iov = nullptr;  // Send: advanced in place on partial sends
+    char* buf;             // Read
+    const char* path;      // Open
+  };
+  union {
+    int iovcnt = 0;  // Send
+    int dir_fd;      // Open
+  };
+  int send_flags = 0;       // Send: MSG_NOSIGNAL, plus MSG_MORE when asked
+  uint64_t turn = 0;        // SendFile: the Poll call it last sent file bytes in,
+  uint64_t turn_bytes = 0;  // and how many (kept across operations on this Completion)
+  uint32_t in_pipe = 0;     // SendFile (uring): bytes spliced into the pipe, not yet out
+  int pipe_index = -1;      // SendFile (uring): the pipe borrowed from the pool
+  int slot = -1;       // Open, Send of several buffers (uring): the backend's per-operation memory
+  int held_head = -1;  // Recv (uring): copies of bytes received while paused, oldest
   int held_tail = -1;
-  int64_t held_end = 1;        // Recv (uring): a final result that arrived while paused (<= 0)
-  bool polling = false;        // SendFile (uring): waiting for the socket to take more
+  int32_t held_end = 1;        // Recv (uring): a final result that arrived while paused (<= 0)
   int64_t pending_result = 0;  // the result a completion queued inside its starting call reports
   Completion* next_ready = nullptr;  // a backend's queue of finished operations
 };
@@ -94,6 +99,12 @@ struct LoopOptions {
   uint32_t ring_entries = 4096;       // submission queue size (uring)
   uint32_t recv_buffer_count = 1024;  // provided buffers for receiving (a power of two)
   uint32_t recv_buffer_size = 8192;
+  // uring tiers: the kernel consumes provided buffers incrementally (IOU_PBUF_RING_INC): a
+  // receive takes only the bytes it fills, so the pool can be a few large buffers. Each
+  // receive then delivers at most recv_max_bytes (0: recv_buffer_size, which is the cap without
+  // incremental consumption).
+  bool recv_incremental = false;
+  uint32_t recv_max_bytes = 0;
   uint32_t pipe_pool_size = 64;  // uring: reusable pipes for splice
   uint32_t pipe_size = 1 << 20;  // uring: F_SETPIPE_SZ for each pipe
   uint32_t worker_threads = 4;   // epoll: blocking file work
@@ -114,6 +125,12 @@ struct LoopOptions {
   bool sqpoll = false;             // a kernel thread submits: no io_uring_enter to submit
   int sqpoll_cpu = -1;             // pin the SQ thread (IORING_SETUP_SQ_AFF)
   uint32_t sqpoll_idle_ms = 1000;  // the SQ thread sleeps after this long without work
+  // Another loop's ring (Loop::RingFd) whose SQ thread and io-wq this ring shares
+  // (IORING_SETUP_ATTACH_WQ): with SQPOLL, one kernel thread polls every shard's ring. -1: none.
+  int attach_ring_fd = -1;
+  // NAPI busy polling (IORING_REGISTER_NAPI, 6.9): while waiting for completions, poll the
+  // receive queues of the NICs the ring's sockets arrived on for this long. 0: off.
+  uint32_t busy_poll_us = 0;
   // io-wq workers per ring, for bounded (file) and unbounded (socket, splice) work; 0 leaves the
   // kernel's default (a worker per blocked request, up to RLIMIT_NPROC).
   uint32_t iowq_max_workers = 0;
@@ -129,10 +146,12 @@ struct LoopStats {
   uint64_t submitted = 0;    // operations handed to the kernel (or started, for epoll)
   uint64_t completed = 0;    // callbacks run
   uint64_t recv_nobufs = 0;  // times the receive buffers ran out (multishot recv re-armed)
+  uint64_t recv_held = 0;    // receives copied aside because their connection was paused
   uint64_t pipes_in_use = 0;
   uint64_t sendfile_bytes = 0;  // file body bytes sent with sendfile(2) (page-cache hits)
   uint64_t splice_bytes = 0;    // file body bytes spliced through the ring (uring tiers)
   uint64_t send_zc = 0;         // zero-copy sends issued (--send-zc)
+  uint64_t send_zc_fixed = 0;   // of which from registered buffers (IORING_RECVSEND_FIXED_BUF)
 };
 
 class Loop {
@@ -142,7 +161,8 @@ class Loop {
 
   // Multishot accept on a listening socket: result is each new connection's fd.
   virtual void Accept(int listen_fd, Completion* c) = 0;
-  // Multishot receive: each callback carries bytes in `data`/`result`; result 0 is end of stream.
+  // Multishot receive: each callback carries bytes in `data`/`result` (at most the options'
+  // recv_max_bytes, else recv_buffer_size); result 0 is end of stream.
   // An idle connection holds no receive buffer: the bytes live in a shared pool until the callback
   // returns.
   virtual void Recv(int fd, Completion* c) = 0;
@@ -196,6 +216,8 @@ class Loop {
   virtual void Quiesce() {}
 
   virtual LoopStats Stats() const = 0;
+  // The kernel object another loop may share (io_uring's ring fd, for ATTACH_WQ); -1: none.
+  virtual int RingFd() const { return -1; }
 };
 
 // Creates the loop for a shard; `error` gets one line on failure (nullptr returned).

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "io/uring_uapi.h"
+
 namespace ringd::io {
 namespace {
 
@@ -62,7 +64,8 @@ constexpr const char* kBypassFeatures[] = {
     "accept direct",          // multishot accept into the table (IORING_FILE_INDEX_ALLOC), 5.19
     "IORING_OP_SHUTDOWN",     // 5.11: shutdown(2) for a descriptor without an fd number
 };
-constexpr const char* kOptionalFeatures[] = {"SQPOLL", "SINGLE_ISSUER + DEFER_TASKRUN"};
+constexpr const char* kOptionalFeatures[] = {"SQPOLL", "SINGLE_ISSUER + DEFER_TASKRUN",
+                                             "incremental receive", "NAPI busy poll"};
 
 bool Masked(const std::vector<std::string>& masked, const std::string& name) {
   return std::find(masked.begin(), masked.end(), name) != masked.end();
@@ -140,6 +143,89 @@ void ProbeBypass(const std::vector<std::string>& masked, bool shutdown_op, Probe
                          ? "direct descriptors: accept, receive, send and close through the "
                            "ring's registered file table"
                          : "missing " + missing;
+}
+
+// Incremental buffer consumption (IOU_PBUF_RING_INC, 6.12) with a capped multishot receive (a
+// length on IORING_OP_RECV multishot, 6.15): 100 bytes into a socket, a receive capped at 16
+// must complete with 16 bytes and say that the kernel keeps filling the same buffer.
+std::string ProbeIncrementalReceive() {
+  io_uring ring;
+  if (io_uring_queue_init(8, &ring, 0) < 0) return "no ring";
+  constexpr unsigned kEntries = 2;
+  constexpr size_t kBuf = 4096;
+  void* mem = ::mmap(nullptr, 4096 + kEntries * kBuf, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  std::string why;
+  int sv[2] = {-1, -1};
+  if (mem == MAP_FAILED) {
+    why = "mmap failed";
+  } else {
+    auto* br = static_cast<io_uring_buf_ring*>(mem);
+    char* bufs = static_cast<char*>(mem) + 4096;
+    io_uring_buf_reg reg{};
+    reg.ring_addr = reinterpret_cast<uint64_t>(br);
+    reg.ring_entries = kEntries;
+    reg.bgid = 3;
+    reg.pad = uapi::kPbufRingInc;
+    int rc = io_uring_register_buf_ring(&ring, &reg, 0);
+    if (rc != 0) {
+      why = ErrnoName(-rc) + ": incremental buffers need kernel 6.12";
+    } else {
+      io_uring_buf_ring_init(br);
+      for (unsigned i = 0; i < kEntries; ++i)
+        io_uring_buf_ring_add(br, bufs + i * kBuf, kBuf, static_cast<uint16_t>(i),
+                              io_uring_buf_ring_mask(kEntries), static_cast<int>(i));
+      io_uring_buf_ring_advance(br, kEntries);
+      char data[100] = {};
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
+          ::write(sv[1], data, sizeof data) != static_cast<ssize_t>(sizeof data)) {
+        why = "no socket pair to try it on";
+      } else {
+        io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+        io_uring_prep_recv_multishot(sqe, sv[0], nullptr, 16, 0);
+        sqe->flags |= IOSQE_BUFFER_SELECT;
+        sqe->buf_group = 3;
+        io_uring_submit(&ring);
+        __kernel_timespec ts{1, 0};
+        io_uring_cqe* cqe = nullptr;
+        if (io_uring_wait_cqe_timeout(&ring, &cqe, &ts) != 0) {
+          why = "no completion";
+        } else {
+          if (cqe->res < 0) {
+            why = ErrnoName(-cqe->res) + ": a capped multishot receive needs kernel 6.15";
+          } else if (cqe->res != 16) {
+            why = "the receive was not capped (" + std::to_string(cqe->res) +
+                  " bytes): needs kernel 6.15";
+          } else if ((cqe->flags & uapi::kCqeBufMore) == 0) {
+            why = "no IORING_CQE_F_BUF_MORE: needs kernel 6.12";
+          }
+          io_uring_cqe_seen(&ring, cqe);
+        }
+      }
+    }
+  }
+  io_uring_queue_exit(&ring);  // ends the receive before its buffers go
+  if (sv[0] >= 0) ::close(sv[0]);
+  if (sv[1] >= 0) ::close(sv[1]);
+  if (mem != MAP_FAILED) ::munmap(mem, 4096 + kEntries * kBuf);
+  return why;
+}
+
+// IORING_REGISTER_NAPI (6.9): registering and unregistering on a ring of its own.
+std::string ProbeNapi() {
+  io_uring ring;
+  if (io_uring_queue_init(8, &ring, 0) < 0) return "no ring";
+  uapi::Napi napi;
+  napi.busy_poll_to = 10;
+  int rc = io_uring_register(ring.ring_fd, uapi::kRegisterNapi, &napi, 1);
+  std::string why;
+  if (rc < 0) {
+    why = ErrnoName(-rc) + ": needs kernel 6.9";
+  } else {
+    io_uring_register(ring.ring_fd, uapi::kUnregisterNapi, &napi, 1);
+  }
+  io_uring_queue_exit(&ring);
+  return why;
 }
 
 }  // namespace
@@ -259,6 +345,17 @@ ProbeReport ProbeUring(const std::vector<std::string>& masked) {
   r.lines.push_back(std::string("SQPOLL: ") +
                     (rc == 0 ? "ok (optional, --sqpoll)" : ErrnoName(-rc) + " (optional)"));
   if (rc == 0) io_uring_queue_exit(&ring);
+
+  // Optional features of the uring tiers, each lost alone where the kernel lacks it.
+  auto optional = [&](const char* name, std::string (*probe)(), const char* use, bool* ok) {
+    const std::string why = Masked(masked, name) ? "masked" : probe();
+    *ok = why.empty();
+    r.lines.push_back(std::string(name) + ": " +
+                      (*ok ? std::string("ok (") + use + ")" : why + " (optional)"));
+  };
+  optional("incremental receive", &ProbeIncrementalReceive,
+           "uring tiers: a small receive pool, --recv-pool-kib", &r.recv_incremental);
+  optional("NAPI busy poll", &ProbeNapi, "--busy-poll-us", &r.napi);
   return r;
 }
 

@@ -21,7 +21,10 @@ struct ProbeReport {
   std::string reason;          // why not, in one line ("io_uring_setup: EPERM (...)")
   bool bypass_usable = false;  // and what the bypass tier adds (direct descriptors)
   std::string bypass_reason;
-  bool sqpoll_usable = false;      // SQPOLL rings can be made (optional, for --sqpoll)
+  bool sqpoll_usable = false;  // SQPOLL rings can be made (optional, for --sqpoll)
+  // Optional features of the uring tiers: missing, they are not used and the tier stays.
+  bool recv_incremental = false;   // incremental buffer consumption with capped multishot recv
+  bool napi = false;               // IORING_REGISTER_NAPI (for --busy-poll-us)
   std::vector<std::string> lines;  // what was checked, for `ringd --probe`
 };
 

@@ -17,10 +17,12 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "io/backend_util.h"
 #include "io/loop.h"
+#include "io/uring_uapi.h"
 
 namespace ringd::io {
 namespace {
@@ -57,6 +59,10 @@ class UringLoop final : public Loop {
         p.flags |= IORING_SETUP_SQ_AFF;
         p.sq_thread_cpu = static_cast<uint32_t>(o.sqpoll_cpu);
       }
+      if (o.attach_ring_fd >= 0) {  // share the first shard's SQ thread (and io-wq)
+        p.flags |= IORING_SETUP_ATTACH_WQ;
+        p.wq_fd = static_cast<uint32_t>(o.attach_ring_fd);
+      }
     } else {
       p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_CQSIZE |
                 IORING_SETUP_SUBMIT_ALL;
@@ -75,6 +81,15 @@ class UringLoop final : public Loop {
     }
     ring_ready_ = true;
     sqpoll_ = o.sqpoll;
+    if (o.busy_poll_us != 0) {
+      uapi::Napi napi;
+      napi.busy_poll_to = o.busy_poll_us;
+      rc = io_uring_register(ring_.ring_fd, uapi::kRegisterNapi, &napi, 1);
+      if (rc < 0) {
+        *error = std::string("IORING_REGISTER_NAPI: ") + strerror(-rc);
+        return false;
+      }
+    }
 
     if (direct_) {
       // The registered file table that accepted connections go into. The kernel holds its size
@@ -128,6 +143,16 @@ class UringLoop final : public Loop {
     reg.ring_addr = reinterpret_cast<uint64_t>(buf_ring_);
     reg.ring_entries = n;
     reg.bgid = kRecvGroup;
+    // Incremental consumption: each receive takes only the bytes it fills from the current
+    // buffer (capped at recv_max_bytes by the SQE's length), so a few large buffers serve as
+    // many small receives as a pool many times their size. liburing 2.3 names the flags `pad`.
+    incremental_ = o.recv_incremental;
+    recv_max_ = o.recv_max_bytes != 0 ? o.recv_max_bytes : o.recv_buffer_size;
+    if (recv_max_ > o.recv_buffer_size || (!incremental_ && recv_max_ != o.recv_buffer_size)) {
+      *error = "receive cap " + std::to_string(recv_max_) + " does not fit the receive buffers";
+      return false;
+    }
+    if (incremental_) reg.pad = uapi::kPbufRingInc;
     rc = io_uring_register_buf_ring(&ring_, &reg, 0);
     if (rc < 0) {
       *error = std::string("io_uring_register_buf_ring: ") + strerror(-rc);
@@ -164,8 +189,7 @@ class UringLoop final : public Loop {
     pipes_.resize(o.pipe_pool_size);
     rearm_.reserve(o.recv_buffer_count);  // cleared every Poll: no allocation in steady state
     resume_.reserve(o.recv_buffer_count);
-    held_next_.assign(n, -1);
-    held_len_.assign(n, 0);
+    if (incremental_) consumed_.assign(n, 0);
 
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) {
@@ -178,6 +202,7 @@ class UringLoop final : public Loop {
   }
 
   const char* Name() const override { return direct_ ? "bypass" : "uring"; }
+  int RingFd() const override { return ring_.ring_fd; }
 
   void Accept(int listen_fd, Completion* c) override {
     internal::BeginOp(c, Op::kAccept, listen_fd);
@@ -232,12 +257,7 @@ class UringLoop final : public Loop {
     // The open's slot holds its open_how (read by the kernel whenever the SQE is submitted, so
     // it must outlive this call), then its statx buffer. More opens in flight than SQ entries
     // (a cold burst) add slots; a deque never moves the ones in use.
-    if (free_slots_.empty()) {
-      slots_.emplace_back();
-      free_slots_.push_back(static_cast<int>(slots_.size() - 1));
-    }
-    c->slot = free_slots_.back();
-    free_slots_.pop_back();
+    c->slot = TakeSlot();
     OpSlot& slot = slots_[static_cast<size_t>(c->slot)];
     slot.how = open_how{};
     slot.how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;  // a FIFO must not block
@@ -420,6 +440,24 @@ class UringLoop final : public Loop {
     return sqe;
   }
 
+  // Per-operation memory the kernel reads through an SQE's pointers (see OpSlot). More
+  // operations in flight than ever before add slots; a deque never moves the ones in use.
+  int TakeSlot() {
+    if (free_slots_.empty()) {
+      slots_.emplace_back();
+      free_slots_.push_back(static_cast<int>(slots_.size() - 1));
+    }
+    const int slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+
+  void GiveSlot(Completion* c) {
+    if (c->slot < 0) return;
+    free_slots_.push_back(c->slot);
+    c->slot = -1;
+  }
+
   bool IsDirect(int handle) const { return direct_ && (handle & kDirectHandle) != 0; }
 
   // user_data of a direct shutdown: the slot, tagged odd (Completions are aligned: never odd).
@@ -491,7 +529,9 @@ class UringLoop final : public Loop {
     RINGD_ASSERT(!c->armed && !c->paused && c->held_head < 0);
     c->armed = true;
     io_uring_sqe* sqe = Sqe();
-    io_uring_prep_recv_multishot(sqe, c->fd, nullptr, 0, 0);
+    // With incremental consumption the length caps each completion (a buffer is larger than
+    // one delivery may be); otherwise it must be 0 and a completion fills at most a buffer.
+    io_uring_prep_recv_multishot(sqe, c->fd, nullptr, incremental_ ? recv_max_ : 0, 0);
     Target(sqe, c->fd);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = kRecvGroup;
@@ -514,44 +554,81 @@ class UringLoop final : public Loop {
     io_uring_buf_ring_advance(buf_ring_, 1);
   }
 
-  // Keeps a received buffer for a paused receive (or behind ones kept earlier: order matters).
-  void HoldBuffer(Completion* c, uint16_t bid, int32_t len) {
-    RINGD_ASSERT(bid < held_next_.size());
-    held_next_[bid] = -1;
-    held_len_[bid] = len;
-    if (c->held_tail >= 0) {
-      held_next_[static_cast<size_t>(c->held_tail)] = bid;
-    } else {
-      c->held_head = bid;
+  // Where a receive's bytes start: a whole buffer, or with incremental consumption the part of
+  // it after what earlier receives took (the kernel fills each buffer front to back).
+  const char* Received(uint16_t bid) const {
+    return RecvBuffer(bid) + (incremental_ ? consumed_[bid] : 0);
+  }
+
+  // Once a receive's bytes have been delivered or copied: the buffer goes back to the kernel,
+  // unless (incremental) the kernel is still filling it.
+  void Consumed(uint16_t bid, int32_t len, uint32_t flags) {
+    if (incremental_) {
+      RINGD_ASSERT(bid < consumed_.size() &&
+                   consumed_[bid] + static_cast<uint32_t>(len) <= options_.recv_buffer_size);
+      if (flags & uapi::kCqeBufMore) {
+        consumed_[bid] += static_cast<uint32_t>(len);
+        return;
+      }
+      consumed_[bid] = 0;
     }
-    c->held_tail = bid;
+    RecycleBuffer(bid);
+  }
+
+  // Keeps a copy of bytes received for a paused receive (or behind ones kept earlier: order
+  // matters), so that the receive buffer goes straight back: a paused connection never holds
+  // the shard's receive pool. Copies come from a pool of chunks that grows only while paused
+  // receives keep more bytes than ever before, and is reused after.
+  void Hold(Completion* c, const char* data, int32_t len) {
+    RINGD_ASSERT(len > 0 && static_cast<uint32_t>(len) <= recv_max_);
+    if (held_free_.empty()) {
+      held_mem_.push_back(std::make_unique<char[]>(recv_max_));
+      held_next_.push_back(-1);
+      held_len_.push_back(0);
+      held_free_.push_back(static_cast<int32_t>(held_mem_.size() - 1));
+    }
+    const int32_t chunk = held_free_.back();
+    held_free_.pop_back();
+    std::memcpy(held_mem_[static_cast<size_t>(chunk)].get(), data, static_cast<size_t>(len));
+    held_next_[static_cast<size_t>(chunk)] = -1;
+    held_len_[static_cast<size_t>(chunk)] = len;
+    if (c->held_tail >= 0) {
+      held_next_[static_cast<size_t>(c->held_tail)] = chunk;
+    } else {
+      c->held_head = chunk;
+    }
+    c->held_tail = chunk;
+    ++stats_.recv_held;
+  }
+
+  // Takes the oldest kept chunk off a receive's list; the caller frees it.
+  int32_t PopHeld(Completion* c) {
+    const int32_t chunk = c->held_head;
+    c->held_head = held_next_[static_cast<size_t>(chunk)];
+    if (c->held_head < 0) c->held_tail = -1;
+    return chunk;
   }
 
   void ReleaseHeld(Completion* c) {
-    while (c->held_head >= 0) {
-      const uint16_t bid = static_cast<uint16_t>(c->held_head);
-      c->held_head = held_next_[bid];
-      RecycleBuffer(bid);
-    }
-    c->held_tail = -1;
+    while (c->held_head >= 0) held_free_.push_back(PopHeld(c));
   }
 
-  void Deliver(Completion* c, uint16_t bid, int32_t len) {
-    c->data = RecvBuffer(bid);
+  // Hands bytes to the receive's owner; they are consumed during the callback.
+  void Deliver(Completion* c, const char* data, int32_t len) {
+    RINGD_ASSERT(len > 0 && static_cast<uint32_t>(len) <= recv_max_);
+    c->data = data;
     c->result = len;
     ++stats_.completed;
     c->callback(c);
-    // The bytes were consumed during the callback: the buffer goes straight back.
-    RecycleBuffer(bid);
   }
 
   void Redeliver(Completion* c) {
     while (c->in_flight && !c->cancelled && !c->paused && c->held_head >= 0) {
-      const uint16_t bid = static_cast<uint16_t>(c->held_head);
-      c->held_head = held_next_[bid];
-      if (c->held_head < 0) c->held_tail = -1;
+      const int32_t chunk = PopHeld(c);
       c->more = true;
-      Deliver(c, bid, held_len_[bid]);
+      Deliver(c, held_mem_[static_cast<size_t>(chunk)].get(),
+              held_len_[static_cast<size_t>(chunk)]);
+      held_free_.push_back(chunk);
     }
     if (!c->in_flight || c->cancelled || c->paused || c->held_head >= 0) return;
     if (c->held_end <= 0) {  // end of stream or an error came while paused: deliver it last
@@ -577,19 +654,30 @@ class UringLoop final : public Loop {
     const bool zc = options_.send_zc && c->remaining >= options_.send_zc_min_bytes;
     if (zc) ++stats_.send_zc;
     if (c->iovcnt == 1) {
-      if (zc) {
+      // A buffer inside the registered region (the small-file cache) goes zero-copy from the
+      // registered buffer (IORING_RECVSEND_FIXED_BUF): the kernel skips pinning its pages.
+      const int fixed =
+          zc ? FixedIndex(static_cast<const char*>(c->iov[0].iov_base), c->iov[0].iov_len) : -1;
+      if (fixed >= 0) {
+        ++stats_.send_zc_fixed;
+        io_uring_prep_send_zc_fixed(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len,
+                                    c->send_flags, 0, static_cast<unsigned>(fixed));
+      } else if (zc) {
         io_uring_prep_send_zc(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, c->send_flags, 0);
       } else {
         io_uring_prep_send(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, c->send_flags);
       }
     } else {
-      c->msg = msghdr{};
-      c->msg.msg_iov = c->iov;
-      c->msg.msg_iovlen = static_cast<size_t>(c->iovcnt);
+      // The msghdr lives in a slot until the send completes (an SQ thread may read it late).
+      if (c->slot < 0) c->slot = TakeSlot();
+      msghdr& msg = slots_[static_cast<size_t>(c->slot)].msg;
+      msg = msghdr{};
+      msg.msg_iov = c->iov;
+      msg.msg_iovlen = static_cast<size_t>(c->iovcnt);
       if (zc) {
-        io_uring_prep_sendmsg_zc(sqe, c->fd, &c->msg, c->send_flags);
+        io_uring_prep_sendmsg_zc(sqe, c->fd, &msg, c->send_flags);
       } else {
-        io_uring_prep_sendmsg(sqe, c->fd, &c->msg, c->send_flags);
+        io_uring_prep_sendmsg(sqe, c->fd, &msg, c->send_flags);
       }
     }
     Target(sqe, c->fd);
@@ -777,7 +865,8 @@ class UringLoop final : public Loop {
     if (res > 0) {
       const uint16_t bid = static_cast<uint16_t>(flags >> IORING_CQE_BUFFER_SHIFT);
       if (hold) {
-        HoldBuffer(c, bid, res);
+        Hold(c, Received(bid), res);
+        Consumed(bid, res, flags);
         if (!kernel_more && !c->paused) rearm_.push_back(c);  // re-armed once redelivered
         return;
       }
@@ -785,7 +874,8 @@ class UringLoop final : public Loop {
       if (!kernel_more && !c->cancelled) rearm_.push_back(c);
       c->more = kernel_more || !c->cancelled;
       if (!c->more) c->in_flight = false;
-      Deliver(c, bid, res);
+      Deliver(c, Received(bid), res);
+      Consumed(bid, res, flags);
       return;
     }
     if (res == -ENOBUFS && !c->cancelled) {  // every buffer was in use: re-arm after this batch
@@ -817,11 +907,11 @@ class UringLoop final : public Loop {
       c->pending_result = res;
       return;
     }
-    if (res < 0) return Finish(c, res);
-    if (res == 0 && c->remaining > 0) return Finish(c, -EPIPE);
+    if (res < 0) return GiveSlot(c), Finish(c, res);
+    if (res == 0 && c->remaining > 0) return GiveSlot(c), Finish(c, -EPIPE);
     c->done += static_cast<uint64_t>(res);
     c->remaining -= static_cast<uint64_t>(res);
-    if (c->remaining == 0) return Finish(c, static_cast<int64_t>(c->done));
+    if (c->remaining == 0) return GiveSlot(c), Finish(c, static_cast<int64_t>(c->done));
     // A partial send: advance the iovecs and send the rest.
     internal::AdvanceIov(c, static_cast<size_t>(res));
     SubmitSend(c);
@@ -878,8 +968,7 @@ class UringLoop final : public Loop {
   void OnOpen(Completion* c, int32_t res) {
     if (c->file_fd < 0) {  // openat2 finished
       if (res < 0) {
-        free_slots_.push_back(c->slot);
-        c->slot = -1;
+        GiveSlot(c);
         return Finish(c, res);
       }
       c->file_fd = res;
@@ -890,8 +979,7 @@ class UringLoop final : public Loop {
       return;
     }
     const struct statx stx = slots_[static_cast<size_t>(c->slot)].stx;
-    free_slots_.push_back(c->slot);
-    c->slot = -1;
+    GiveSlot(c);
     if (res < 0) {
       ::close(c->file_fd);
       return Finish(c, res);
@@ -921,10 +1009,12 @@ class UringLoop final : public Loop {
   const char* fixed_base_ = nullptr;
   size_t fixed_size_ = 0;
   uint32_t fixed_count_ = 0;
-  // Per Open in flight: what the kernel reads or writes through pointers in its SQEs.
+  // Per Open, or Send of several buffers, in flight: what the kernel reads or writes through
+  // pointers in its SQEs.
   struct OpSlot {
     open_how how;
     struct statx stx;
+    msghdr msg;
   };
   std::deque<OpSlot> slots_;
   std::vector<Event> deferred_;  // completions reaped by Submit, dispatched by the next Poll
@@ -934,9 +1024,16 @@ class UringLoop final : public Loop {
   internal::CompletionQueue pipe_wait_;  // SendFiles waiting for a free pipe
   std::vector<Completion*> rearm_;
   std::vector<Completion*> resume_;  // resumed receives with kept bytes to hand over
-  std::vector<int32_t> held_next_;   // per receive buffer: the next one kept for the same receive
-  std::vector<int32_t> held_len_;    // per receive buffer: the bytes in it
-  uint64_t turn_ = 0;                // Poll calls so far: SendFile's per-turn budget
+  bool incremental_ = false;         // the kernel consumes receive buffers incrementally
+  uint32_t recv_max_ = 0;            // bytes per receive completion at most
+  std::vector<uint32_t> consumed_;   // incremental: per buffer, the bytes receives took so far
+  // Copies of bytes received for paused receives: per chunk, its memory (recv_max_ bytes), the
+  // next chunk kept for the same receive, and the bytes in it; free chunks.
+  std::vector<std::unique_ptr<char[]>> held_mem_;
+  std::vector<int32_t> held_next_;
+  std::vector<int32_t> held_len_;
+  std::vector<int32_t> held_free_;
+  uint64_t turn_ = 0;  // Poll calls so far: SendFile's per-turn budget
   int wake_fd_ = -1;
   uint64_t wake_value_ = 0;
   Completion wake_;
