@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -194,8 +195,16 @@ const std::vector<Flag>& Flags() {
              return true;
            }},
       BoolFlag("sqpoll",
-               "bypass: a kernel thread per shard submits for it (spends a core; default false)",
+               "bypass: a kernel thread submits for the shards (spends a core; default false)",
                &Config::sqpoll),
+      BoolFlag("sqpoll-per-shard",
+               "with --sqpoll: one SQ thread per shard instead of one shared by all (default "
+               "false)",
+               &Config::sqpoll_per_shard),
+      UintFlag("busy-poll-us",
+               "uring tiers: busy-poll the NIC's queues (NAPI) this long while waiting for "
+               "completions; spends CPU for latency (default 0: off)",
+               &Config::busy_poll_us, 0, 1000000),
       UintFlag("sqpoll-cpu", "pin the SQ threads to this CPU (default: unpinned)",
                &Config::sqpoll_cpu, 0, 4095),
       UintFlag("sqpoll-idle-ms", "the SQ thread sleeps after this long without work (default 1000)",
@@ -255,6 +264,10 @@ const std::vector<Flag>& Flags() {
                &Config::recv_buffers, 16, io::kMaxRecvBuffers),
       UintFlag("recv-buffer-size", "bytes per receive buffer (default 8192)",
                &Config::recv_buffer_size, 1024, kMaxRecvBufferSize),
+      UintFlag("recv-pool-kib",
+               "uring tiers with incremental receive buffers (ringd --probe): receive memory per "
+               "shard, a power of two; replaces --recv-buffers there (default 1024)",
+               &Config::recv_pool_kib, 128, 1 << 20),
       UintFlag("pipes", "splice pipes per shard (default 64)", &Config::pipes, 1, 4096),
       BoolFlag("send-zc",
                "uring: zero-copy sends (IORING_OP_SEND_ZC) for large buffers (default false)",
@@ -513,6 +526,26 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
   }
   if ((config->recv_buffers & (config->recv_buffers - 1)) != 0) {
     *error = "--recv-buffers: must be a power of two, got " + std::to_string(config->recv_buffers);
+    return false;
+  }
+  if ((config->recv_pool_kib & (config->recv_pool_kib - 1)) != 0) {
+    *error =
+        "--recv-pool-kib: must be a power of two, got " + std::to_string(config->recv_pool_kib);
+    return false;
+  }
+  const uint32_t inc_buffer =
+      std::bit_ceil(std::max(kIncrementalRecvBuffer, config->recv_buffer_size));
+  if (uint64_t{config->recv_pool_kib} * 1024 < 2 * uint64_t{inc_buffer}) {
+    *error = "--recv-pool-kib: must hold two receive buffers of " +
+             std::to_string(inc_buffer / 1024) + " KiB";
+    return false;
+  }
+  if (config->sqpoll_per_shard && !config->sqpoll) {
+    *error = "--sqpoll-per-shard needs --sqpoll";
+    return false;
+  }
+  if (config->busy_poll_us != 0 && config->io == io::IoMode::kEpoll) {
+    *error = "--busy-poll-us needs a uring tier (--io=bypass or --io=uring)";
     return false;
   }
   if (config->sqpoll && config->io != io::IoMode::kBypass) {

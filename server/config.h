@@ -29,6 +29,7 @@ constexpr uint32_t kMaxHeaderFields = 256;     // --max-headers: Shard's header 
 constexpr uint32_t kMaxRangesPerRequest = 64;  // --max-ranges: http::RangeSet
 constexpr uint32_t kMaxRequestHead = 65536;    // --max-request-head
 constexpr uint32_t kMaxRecvBufferSize = 1 << 20;
+constexpr uint32_t kIncrementalRecvBuffer = 64 << 10;  // one buffer of --recv-pool-kib
 
 struct Config {
   std::string root;
@@ -37,6 +38,8 @@ struct Config {
   io::IoMode io = io::IoMode::kAuto;
   std::vector<std::string> io_mask;  // --io-mask: features the probe reports missing (tests)
   bool sqpoll = false;               // bypass only
+  bool sqpoll_per_shard = false;     // one SQ thread per shard instead of one shared
+  uint32_t busy_poll_us = 0;         // uring tiers: NAPI busy polling while waiting (0: off)
   int32_t sqpoll_cpu = -1;
   uint32_t sqpoll_idle_ms = 1000;
   uint32_t iowq_max_workers = 0;  // 0: the kernel's default
@@ -74,6 +77,9 @@ struct Config {
   // io.
   uint32_t recv_buffers = 1024;  // per shard, a power of two
   uint32_t recv_buffer_size = 8192;
+  // uring tiers with incremental receive buffers (the probe's "incremental receive"): the shard's
+  // receive memory, in buffers of kIncrementalRecvBuffer bytes; receives take only what they fill.
+  uint32_t recv_pool_kib = 1024;
   uint32_t pipes = 64;   // per shard, for splice
   bool send_zc = false;  // uring: IORING_OP_SEND_ZC for sends of at least send_zc_min_bytes
   uint32_t send_zc_min_bytes = 8192;

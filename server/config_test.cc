@@ -84,6 +84,13 @@ TEST(Config, RejectsBadInputWithOneLine) {
       {{"--root=/tmp", "--sqpoll"}, "--sqpoll needs --io=bypass"},
       {{"--root=/tmp", "--io-mask=warp drive"}, "--io-mask: unknown feature 'warp drive'"},
       {{"--root=/tmp", "--discard-body-timeout-ms=0"}, "--discard-body-timeout-ms: expected"},
+      {{"--root=/tmp", "--recv-pool-kib=200"}, "--recv-pool-kib: must be a power of two, got 200"},
+      {{"--root=/tmp", "--recv-pool-kib=64"}, "--recv-pool-kib: expected an integer from 128"},
+      {{"--root=/tmp", "--recv-pool-kib=256", "--recv-buffer-size=262144"},
+       "--recv-pool-kib: must hold two receive buffers of 256 KiB"},
+      {{"--root=/tmp", "--io=bypass", "--sqpoll-per-shard"}, "--sqpoll-per-shard needs --sqpoll"},
+      {{"--root=/tmp", "--io=epoll", "--busy-poll-us=50"},
+       "--busy-poll-us needs a uring tier (--io=bypass or --io=uring)"},
   };
   for (const auto& [args, message] : cases) {
     Parsed p = Parse(args);

@@ -239,6 +239,12 @@ std::string FormatPrometheus(const std::vector<ShardView>& shards, const Process
   PerShard(w, shards, "ringd_send_zc_total", "counter",
            "Zero-copy sends issued (--send-zc, uring tiers)",
            [](const ShardSnapshot& s) { return s.loop.send_zc; });
+  PerShard(w, shards, "ringd_send_zc_fixed_total", "counter",
+           "Zero-copy sends from registered buffers (the small-file cache), of ringd_send_zc_total",
+           [](const ShardSnapshot& s) { return s.loop.send_zc_fixed; });
+  PerShard(w, shards, "ringd_recv_held_total", "counter",
+           "Receives copied aside because their connection had paused reading (uring)",
+           [](const ShardSnapshot& s) { return s.loop.recv_held; });
   PerShard(w, shards, "ringd_splice_pipes_in_use", "gauge",
            "Splice pipes lent to transfers now (uring)",
            [](const ShardSnapshot& s) { return s.loop.pipes_in_use; });

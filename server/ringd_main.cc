@@ -228,8 +228,23 @@ int Main(int argc, char** argv) {
   if (select_error) Die(1, selection.reason);
   if (config.sqpoll && !probe.sqpoll_usable)
     Die(1, "--sqpoll: SQPOLL rings cannot be created here");
-  std::fprintf(stderr, "ringd: io backend %s%s\n", selection.reason.c_str(),
-               config.sqpoll ? "; SQPOLL" : "");
+  if (config.busy_poll_us != 0 && !probe.napi)
+    Die(1,
+        "--busy-poll-us: this kernel cannot busy-poll for io_uring (IORING_REGISTER_NAPI needs "
+        "Linux 6.9; ringd --probe says more)");
+  // Optional features of the chosen tier, each used only where the probe found it.
+  const bool recv_incremental = selection.backend != "epoll" && probe.recv_incremental;
+  std::string extras;
+  if (config.sqpoll)
+    extras += config.sqpoll_per_shard ? "; SQPOLL, a thread per shard" : "; SQPOLL, one thread";
+  if (selection.backend != "epoll") {
+    extras += recv_incremental ? "; incremental receive buffers (" +
+                                     std::to_string(config.recv_pool_kib) + " KiB per shard)"
+                               : "; whole receive buffers (incremental receive: unavailable)";
+  }
+  if (config.busy_poll_us != 0)
+    extras += "; NAPI busy poll " + std::to_string(config.busy_poll_us) + " us";
+  std::fprintf(stderr, "ringd: io backend %s%s\n", selection.reason.c_str(), extras.c_str());
   if (selection.backend == "bypass" && !config.access_log.empty()) {
     std::fprintf(stderr, "ringd: --io=bypass: access log lines name no client address (\"-\")\n");
   }
@@ -293,6 +308,7 @@ int Main(int argc, char** argv) {
     shard_list.push_back(std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds),
                                                  root_fd, &mime, make_loop, cpus[i % cpus.size()]));
     shard_list.back()->SetListenersShared(!inherited.empty());
+    shard_list.back()->SetRecvIncremental(recv_incremental);
     shard_list.back()->SetHeartbeat(notifier.watchdog_interval_ms() > 0);
     observability.Attach(shard_list.back().get(), static_cast<int>(i));
   }
@@ -303,10 +319,20 @@ int Main(int argc, char** argv) {
   std::vector<std::promise<bool>> started(shards);
   std::promise<bool> go;
   std::shared_future<bool> go_future = go.get_future().share();
+  // With one shared SQ thread (--sqpoll without --sqpoll-per-shard) the first shard's ring owns
+  // it and the others attach to that ring (IORING_SETUP_ATTACH_WQ): it must exist first.
+  const bool share_sq = config.sqpoll && !config.sqpoll_per_shard;
+  std::promise<int> first_ring;
+  std::future<int> first_ring_fd = first_ring.get_future();
   for (uint32_t i = 0; i < shards; ++i) {
+    if (i == 1 && share_sq) {
+      const int fd = first_ring_fd.get();
+      for (uint32_t k = 1; k < shards; ++k) shard_list[k]->SetAttachRing(fd);
+    }
     threads.emplace_back([&, i, go_future] {
       Shard& s = *shard_list[i];
       const bool ok = s.Setup();
+      if (i == 0) first_ring.set_value(ok ? s.loop()->RingFd() : -1);
       started[i].set_value(ok);
       if (ok && go_future.get()) s.Serve();
     });

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 
 namespace ringd {
@@ -75,7 +76,16 @@ bool Shard::Setup() {
   const size_t content_size = RoundUp(std::max<uint32_t>(config_.small_file_max, 1), 4096);
   const uint32_t content_count = static_cast<uint32_t>(std::min<uint64_t>(
       config_.small_file_max == 0 ? 0 : config_.small_file_cache_bytes / content_size, 16384));
-  const size_t recv_bytes = static_cast<size_t>(config_.recv_buffers) * config_.recv_buffer_size;
+  // The receive pool: --recv-buffers of --recv-buffer-size, or with incremental consumption
+  // --recv-pool-kib in large buffers that many receives share (each still at most
+  // --recv-buffer-size, which the input buffer above is sized for).
+  const uint32_t inc_buffer =
+      std::bit_ceil(std::max(kIncrementalRecvBuffer, config_.recv_buffer_size));
+  const uint32_t recv_count =
+      recv_incremental_ ? static_cast<uint32_t>(uint64_t{config_.recv_pool_kib} * 1024 / inc_buffer)
+                        : config_.recv_buffers;
+  const uint32_t recv_size = recv_incremental_ ? inc_buffer : config_.recv_buffer_size;
+  const size_t recv_bytes = static_cast<size_t>(recv_count) * recv_size;
   memory_ = std::make_unique<mem::ShardMemory>(std::initializer_list<size_t>{
       input_size * capacity(), content_size * content_count, recv_bytes});
   if (!memory_->ok()) {
@@ -89,8 +99,12 @@ bool Shard::Setup() {
   }
 
   io::LoopOptions lo;
-  lo.recv_buffer_count = config_.recv_buffers;
-  lo.recv_buffer_size = config_.recv_buffer_size;
+  lo.recv_buffer_count = recv_count;
+  lo.recv_buffer_size = recv_size;
+  lo.recv_incremental = recv_incremental_;
+  lo.recv_max_bytes = config_.recv_buffer_size;
+  lo.busy_poll_us = config_.busy_poll_us;
+  lo.attach_ring_fd = attach_ring_fd_;
   lo.recv_region = memory_->Region(2);
   lo.pipe_pool_size = config_.pipes;
   lo.send_zc = config_.send_zc;

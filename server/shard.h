@@ -80,6 +80,8 @@ struct Connection {
   bool peer_closed = false;
   bool wants_close = false;          // close after the current response
   bool more_input_expected = false;  // a framing error or an unread body: the client may still send
+  bool client_keep_alive = false;    // the last request asked to keep the connection
+  bool head_request = false;         // the last request was a HEAD
   char* in = nullptr;                // pending input, from the shard's input pool; null when empty
   uint32_t in_len = 0;
   uint32_t parsed_len = 0;  // how much of `in` the parser has already seen
@@ -88,8 +90,6 @@ struct Connection {
   uint32_t lookups = 0;        // file lookups the current request has waited for
   uint64_t plan_since = 0;     // the file cache's validations() when the request began planning
   uint64_t send_progress = 0;  // the send's progress (Completion::done) when its timer was armed
-  bool client_keep_alive = false;  // the last request asked to keep the connection
-  bool head_request = false;       // the last request was a HEAD
   Exchange* ex = nullptr;
   io::Completion recv;
   TimerNode timer;
@@ -135,6 +135,11 @@ class Shard {
   // the other shards through dup): a drain stops accepting on them but does not shut them down,
   // so connections wait in the backlog for the next process instead of being refused.
   void SetListenersShared(bool shared) { listeners_shared_ = shared; }
+  // Before Setup, what the io probe found and main chose for this shard's loop: incremental
+  // receive buffers (a --recv-pool-kib pool instead of --recv-buffers), and an SQ thread to
+  // share (another shard's ring, io::Loop::RingFd; -1 for a thread of its own).
+  void SetRecvIncremental(bool on) { recv_incremental_ = on; }
+  void SetAttachRing(int ring_fd) { attach_ring_fd_ = ring_fd; }
 
  private:
   void Tick();
@@ -226,6 +231,8 @@ class Shard {
   bool heartbeat_on_ = false;
   Heartbeat heartbeat_;
   bool listeners_shared_ = false;
+  bool recv_incremental_ = false;
+  int attach_ring_fd_ = -1;
 };
 
 }  // namespace ringd

@@ -4,6 +4,7 @@ Every test class here runs once per io backend: the backend comes from RINGD_IO 
 A backend this kernel cannot run is a skip that says why, never a silent pass.
 """
 import os
+import shlex
 import re
 import select
 import signal
@@ -18,7 +19,8 @@ BACKEND = os.environ.get("RINGD_IO", "uring")  # uring, epoll, or auto
 # A command to run ringd under, e.g. the seccomp wrapper that blocks io_uring.
 WRAP = [w for w in os.environ.get("RINGD_WRAP", "").split(" ") if w]
 # Extra flags for every server a test starts (a variant of the suite, e.g. --send-zc).
-EXTRA_FLAGS = [f for f in os.environ.get("RINGD_FLAGS", "").split(" ") if f]
+# Shell-quoted: a feature name for --io-mask has spaces ("--io-mask='incremental receive'").
+EXTRA_FLAGS = shlex.split(os.environ.get("RINGD_FLAGS", ""))
 # ringd refuses to serve as root without --user or --allow-root; the tests run as root here
 # and in CI. Every ringd a test starts gets these flags (tests of the refusal itself leave them out).
 ROOT_FLAGS = ["--allow-root"] if os.geteuid() == 0 else []
@@ -62,7 +64,7 @@ class Server:
                     raw_line, pending = pending.split(b"\n", 1)
                     line = raw_line.decode(errors="replace")
                     self.log.append(line)
-                    m = re.search(r"serving .* on 127\.[0-9.]+:(\d+)", line)
+                    m = re.search(r"serving .* on [0-9.]+:(\d+)", line)
                     if m:
                         self.port = int(m.group(1))
                         if pending:

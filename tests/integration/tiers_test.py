@@ -1,6 +1,7 @@
 """Choosing the io tier: --io=auto takes the best tier whose features the probe finds, a kernel
 that lacks one feature loses that feature's tier only, and forcing a tier the probe refuses is
 one clear line and exit 1. `--io-mask` makes the probe report features as missing."""
+import glob
 import shutil
 import subprocess
 import unittest
@@ -55,6 +56,36 @@ class TierSelectionTest(BackendTestCase):
         for feature in ["IORING_OP_SPLICE", "provided buffer ring", "io_uring"]:
             line = self.serve_and_check("--io-mask", feature)
             self.assertIn("io backend epoll:", line, feature)
+
+    def test_a_missing_optional_feature_loses_the_feature_not_the_tier(self):
+        line = self.serve_and_check()
+        if "incremental receive buffers" not in line:
+            self.skipTest("no incremental receive here: " + line)
+        self.assertIn("incremental receive buffers (1024 KiB per shard)", line)
+        line = self.serve_and_check("--io-mask", "incremental receive")
+        self.assertIn("io backend bypass: direct descriptors", line)
+        self.assertIn("whole receive buffers (incremental receive: unavailable)", line)
+
+    def sq_threads(self, *flags):
+        """Serves with --sqpoll and the flags; the SQ threads (iou-sqp-PID) the process has."""
+        server = Server(self.root, "--sqpoll", *flags, backend="bypass")
+        try:
+            self.assertEqual(request(server, "GET", "/small.txt").body, self.files["small.txt"])
+            names = []
+            for comm in glob.glob("/proc/%d/task/*/comm" % server.proc.pid):
+                try:
+                    with open(comm) as f:
+                        names.append(f.read().strip())
+                except OSError:
+                    pass
+            return [n for n in names if n.startswith("iou-sqp")]
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_shards_share_one_sq_thread_unless_asked_for_one_each(self):
+        # Server() starts two shards: their rings attach to one SQ thread (IORING_SETUP_ATTACH_WQ).
+        self.assertEqual(len(self.sq_threads()), 1)
+        self.assertEqual(len(self.sq_threads("--sqpoll-per-shard")), 2)
 
     def test_forcing_a_refused_tier_is_one_line_and_exit_1(self):
         for tier, mask, says in [("bypass", "accept direct", "--io=bypass, but the bypass tier is "
