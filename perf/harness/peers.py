@@ -191,6 +191,10 @@ _ENTRIES = [
                "--add-header", "Access-Control-Allow-Origin: *"),
          scenarios=frozenset({"small-keepalive"})),
     # io-wq bounded (--io-wq-max-workers): where blocking file work spawns kernel workers.
+    # Whole receive buffers (incremental consumption masked): the receive pool before 6.12.
+    Peer("ringd-bypass-wholebufs",
+         ringd("bypass", "--max-connections", "15000", "--io-mask", "incremental receive"),
+         scenarios=frozenset({"small-keepalive", "idle-10k"})),
     Peer("ringd-bypass-iowq4", ringd("bypass", "--max-connections", "15000", "--io-wq-max-workers", "4"),
          scenarios=frozenset({"large", "cold"})),
     Peer("ringd-uring", ringd("uring")),
