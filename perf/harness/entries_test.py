@@ -21,6 +21,13 @@ class ScenarioTest(unittest.TestCase):
         self.assertEqual(SCENARIOS["idle-10k"].loads(quick=True)[0].idle, 1000)
         self.assertEqual(SCENARIOS["idle-10k"].loads(quick=False)[0].idle, 10000)
 
+    def test_idle_fresh_measures_from_a_cold_start(self):
+        fresh, warmed = SCENARIOS["idle-fresh"], SCENARIOS["idle-10k"]
+        self.assertFalse(fresh.warm)
+        self.assertTrue(warmed.warm)
+        self.assertTrue(fresh.fresh_server)
+        self.assertEqual(fresh.loads(quick=False)[0].idle, 9000)
+
     def test_paths_glob_and_wrk(self):
         root = tempfile.mkdtemp()
         try:

@@ -194,7 +194,7 @@ _ENTRIES = [
     # Whole receive buffers (incremental consumption masked): the receive pool before 6.12.
     Peer("ringd-bypass-wholebufs",
          ringd("bypass", "--max-connections", "15000", "--io-mask", "incremental receive"),
-         scenarios=frozenset({"small-keepalive", "idle-10k"})),
+         scenarios=frozenset({"small-keepalive", "idle-10k", "idle-fresh"})),
     Peer("ringd-bypass-iowq4", ringd("bypass", "--max-connections", "15000", "--io-wq-max-workers", "4"),
          scenarios=frozenset({"large", "cold"})),
     Peer("ringd-uring", ringd("uring")),

@@ -165,6 +165,7 @@ class Scenario:
     quick: Dict[str, int] = field(default_factory=dict)  # --quick: load field -> divisor
     wrk: bool = False             # wrk can drive it (closed loop, one path)
     fresh_server: bool = False    # every repeat on a freshly started server
+    warm: bool = True             # an unmeasured warm-up before measuring (off: from a cold start)
     cpu_column: bool = True       # CPU per request means something here
     packets: bool = True          # count loopback packets per request
     background: Optional[Load] = None  # a second load run at the same time
@@ -206,6 +207,14 @@ _ENTRIES = [
              "002 (20,000 keep-alive connections on images.rambler.ru)",
              Load(100, paths=("/index.html",), idle=10000), quick={"idle": 10}, fresh_server=True,
              packets=False, columns=(Column("bytes per idle connection", "idle_bytes_per_connection", "%.0f"),)),
+    Scenario("idle-fresh",
+             "9,000 idle keep-alive connections (one request done on each, set up 100 at a time) held while"
+             " small-keepalive runs, on a freshly started server with no warm-up: what a burst of new"
+             " connections costs a server that has served nothing yet",
+             "002 (20,000 keep-alive connections on images.rambler.ru)",
+             Load(100, paths=("/index.html",), idle=9000), quick={"idle": 10}, fresh_server=True,
+             warm=False, packets=False,
+             columns=(Column("bytes per idle connection", "idle_bytes_per_connection", "%.0f"),)),
     Scenario("cold",
              "hot 612-byte requests at a fixed rate while other clients read 4 MiB files that are not in the"
              " page cache, from a slow disk",
