@@ -1,0 +1,245 @@
+// The io_uring backend's class, shared by its three source files: uring_loop.cc (the ring, its
+// set-up, submission, completion dispatch, opens and closes), uring_recv.cc (multishot receives,
+// the provided buffer ring, bytes kept for paused receives) and uring_send.cc (sends and file
+// bodies: inline sendfile, splice through the pipe pool). Nothing outside the backend includes it.
+#pragma once
+
+#include <liburing.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/assert.h"
+#include "io/backend_util.h"
+#include "io/loop.h"
+
+namespace ringd::io::uring {
+
+constexpr uint16_t kRecvGroup = 0;
+constexpr uint64_t kInlineChunk = 1 << 20;  // sendfile per call on the inline path
+constexpr int kBatch = 256;
+
+class UringLoop final : public Loop {
+ public:
+  ~UringLoop() override;
+
+  bool Init(const LoopOptions& o, std::string* error);
+
+  const char* Name() const override { return direct_ ? "bypass" : "uring"; }
+  int RingFd() const override { return ring_.ring_fd; }
+
+  void Accept(int listen_fd, Completion* c) override;
+
+  void Recv(int fd, Completion* c) override;
+
+  void Send(int fd, iovec* iov, int iovcnt, Completion* c, bool more) override;
+
+  void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, Completion* c) override;
+
+  void Open(int dir_fd, const char* path, Completion* c) override;
+
+  void Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) override;
+
+  void Cancel(Completion* c) override;
+
+  void PauseRecv(Completion* c) override;
+
+  void ResumeRecv(Completion* c) override;
+
+  void Shutdown(int fd, int how) override;
+
+  void Close(int fd) override;
+
+  void Poll(int timeout_ms) override;
+
+  void Wake() override {
+    const uint64_t one = 1;
+    ssize_t r = ::write(wake_fd_, &one, sizeof one);
+    (void)r;
+  }
+
+  LoopStats Stats() const override;
+
+ private:
+  struct Pipe {
+    int r = -1, w = -1;
+    bool busy = false;
+  };
+
+  struct Event {
+    uint64_t user_data;
+    int32_t res;
+    uint32_t flags;
+  };
+
+  io_uring_sqe* Sqe();
+
+  int TakeSlot();
+
+  void GiveSlot(Completion* c) {
+    if (c->slot < 0) return;
+    free_slots_.push_back(c->slot);
+    c->slot = -1;
+  }
+
+  bool IsDirect(int handle) const { return direct_ && (handle & kDirectHandle) != 0; }
+
+  // user_data of a direct shutdown: the slot, tagged odd (Completions are aligned: never odd).
+  static constexpr uint64_t kShutdownTag = 1;
+
+  void CloseSlot(uint32_t slot) {
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_close_direct(sqe, slot);
+    io_uring_sqe_set_data(sqe, nullptr);
+  }
+
+  void ShutdownDone(uint32_t slot);
+
+  void Target(io_uring_sqe* sqe, int handle) const;
+
+  void Submit();
+
+  // Operations that finished inside the call that started them: their callbacks run from Poll
+  // (never from inside the starting call, which may itself be in a callback).
+  void Ready(Completion* c, int64_t result) {
+    c->pending_result = result;
+    ready_.Push(c);
+  }
+
+  void RunReady() {
+    while (Completion* c = ready_.Pop()) Finish(c, c->pending_result);
+  }
+
+  void Finish(Completion* c, int64_t result);
+
+  void ArmRecv(Completion* c);
+
+  void CancelInKernel(Completion* c) {
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_cancel64(sqe, reinterpret_cast<uint64_t>(c), 0);
+    io_uring_sqe_set_data(sqe, nullptr);
+  }
+
+  char* RecvBuffer(uint16_t bid) const {
+    return recv_bufs_ + static_cast<size_t>(bid) * options_.recv_buffer_size;
+  }
+
+  void RecycleBuffer(uint16_t bid) {
+    io_uring_buf_ring_add(buf_ring_, RecvBuffer(bid), options_.recv_buffer_size, bid,
+                          io_uring_buf_ring_mask(options_.recv_buffer_count), 0);
+    io_uring_buf_ring_advance(buf_ring_, 1);
+  }
+
+  // Where a receive's bytes start: a whole buffer, or with incremental consumption the part of
+  // it after what earlier receives took (the kernel fills each buffer front to back).
+  const char* Received(uint16_t bid) const {
+    return RecvBuffer(bid) + (incremental_ ? consumed_[bid] : 0);
+  }
+
+  void Consumed(uint16_t bid, int32_t len, uint32_t flags);
+
+  void Hold(Completion* c, const char* data, int32_t len);
+
+  int32_t PopHeld(Completion* c);
+
+  void ReleaseHeld(Completion* c) {
+    while (c->held_head >= 0) held_free_.push_back(PopHeld(c));
+  }
+
+  void Deliver(Completion* c, const char* data, int32_t len);
+
+  void Redeliver(Completion* c);
+
+  void ArmWake() {
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_read(sqe, wake_fd_, &wake_value_, sizeof wake_value_, 0);
+    io_uring_sqe_set_data(sqe, &wake_);
+  }
+
+  void SubmitSend(Completion* c);
+
+  bool SendCached(Completion* c);
+
+  void WaitWritable(Completion* c);
+
+  void Splice(Completion* c);
+
+  static constexpr int kNoPipeFree = -1;
+
+  int TakePipe();
+
+  void GivePipe(int index, bool dirty);
+
+  void SpliceIn(Completion* c);
+
+  void SpliceOut(Completion* c);
+
+  int FixedIndex(const char* buf, uint64_t length) const;
+
+  void Dispatch(uint64_t user_data, int32_t res, uint32_t flags);
+
+  void OnRecv(Completion* c, int32_t res, uint32_t flags);
+
+  void OnSend(Completion* c, int32_t res, uint32_t flags);
+
+  void OnSendFile(Completion* c, int32_t res);
+
+  void OnOpen(Completion* c, int32_t res);
+
+  LoopOptions options_;
+  io_uring ring_{};
+  bool ring_ready_ = false;
+  bool direct_ = false;  // bypass tier: connections are registered file table slots
+  bool sqpoll_ = false;
+  uint32_t direct_slots_ = 0;
+  struct SlotState {
+    uint16_t shutdowns = 0;      // IORING_OP_SHUTDOWNs in flight on the slot
+    bool close_pending = false;  // Close was called: close once they are done
+  };
+  std::vector<SlotState> slot_state_;  // per registered file table slot (bypass)
+  io_uring_buf_ring* buf_ring_ = nullptr;
+  size_t buf_ring_bytes_ = 0;
+  char* recv_bufs_ = nullptr;
+  size_t recv_bufs_bytes_ = 0;
+  const char* fixed_base_ = nullptr;
+  size_t fixed_size_ = 0;
+  uint32_t fixed_count_ = 0;
+  // Per Open, or Send of several buffers, in flight: what the kernel reads or writes through
+  // pointers in its SQEs.
+  struct OpSlot {
+    open_how how;
+    struct statx stx;
+    msghdr msg;
+  };
+  std::deque<OpSlot> slots_;
+  std::vector<Event> deferred_;  // completions reaped by Submit, dispatched by the next Poll
+  std::vector<int> free_slots_;
+  std::vector<Pipe> pipes_;
+  internal::CompletionQueue ready_;      // finished inside the call that started them
+  internal::CompletionQueue pipe_wait_;  // SendFiles waiting for a free pipe
+  std::vector<Completion*> rearm_;
+  std::vector<Completion*> resume_;  // resumed receives with kept bytes to hand over
+  bool incremental_ = false;         // the kernel consumes receive buffers incrementally
+  uint32_t recv_max_ = 0;            // bytes per receive completion at most
+  std::vector<uint32_t> consumed_;   // incremental: per buffer, the bytes receives took so far
+  // Copies of bytes received for paused receives: per chunk, its memory (recv_max_ bytes), the
+  // next chunk kept for the same receive, and the bytes in it; free chunks.
+  std::vector<std::unique_ptr<char[]>> held_mem_;
+  std::vector<int32_t> held_next_;
+  std::vector<int32_t> held_len_;
+  std::vector<int32_t> held_free_;
+  uint64_t turn_ = 0;  // Poll calls so far: SendFile's per-turn budget
+  int wake_fd_ = -1;
+  uint64_t wake_value_ = 0;
+  Completion wake_;
+  LoopStats stats_;
+};
+
+}  // namespace ringd::io::uring

@@ -1,0 +1,286 @@
+// The io_uring backend's sends (uring_loop.h): buffers (send, sendmsg, their zero-copy forms, from
+// registered buffers where they lie in one) and file bodies: pages already cached go out with an
+// inline sendfile(2) on real fds; the rest, and every body on the bypass tier, splices file ->
+// pipe -> socket through the ring, with a pool of pipes.
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/sendfile.h>
+
+#include <algorithm>
+
+#include "io/uring_loop.h"
+
+namespace ringd::io::uring {
+
+void UringLoop::Send(int fd, iovec* iov, int iovcnt, Completion* c, bool more) {
+  internal::BeginOp(c, Op::kSend, fd);
+  c->send_flags = MSG_NOSIGNAL | (more ? MSG_MORE : 0);
+  c->iov = iov;
+  c->iovcnt = iovcnt;
+  c->remaining = 0;
+  for (int i = 0; i < iovcnt; ++i) c->remaining += iov[i].iov_len;
+  SubmitSend(c);
+}
+
+void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
+                         Completion* c) {
+  internal::BeginOp(c, Op::kSendFile, sock_fd);
+  c->file_fd = file_fd;
+  c->offset = offset;
+  c->remaining = length;
+  c->in_pipe = 0;
+  c->pipe_index = -1;
+  c->polling = false;
+  // Pages already in the page cache go out with sendfile on the (non-blocking) socket right
+  // here: no kernel worker hop, and it cannot block on the disk. Anything else is spliced
+  // through the ring, where a cold read blocks an io-wq worker, never this thread.
+  if (!SendCached(c)) Splice(c);
+}
+
+void UringLoop::SubmitSend(Completion* c) {
+  io_uring_sqe* sqe = Sqe();
+  // send_zc pays for large buffers only: below the threshold the notification costs more than
+  // the copy it saves.
+  const bool zc = options_.send_zc && c->remaining >= options_.send_zc_min_bytes;
+  if (zc) ++stats_.send_zc;
+  if (c->iovcnt == 1) {
+    // A buffer inside the registered region (the small-file cache) goes zero-copy from the
+    // registered buffer (IORING_RECVSEND_FIXED_BUF): the kernel skips pinning its pages.
+    const int fixed =
+        zc ? FixedIndex(static_cast<const char*>(c->iov[0].iov_base), c->iov[0].iov_len) : -1;
+    if (fixed >= 0) {
+      ++stats_.send_zc_fixed;
+      io_uring_prep_send_zc_fixed(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, c->send_flags,
+                                  0, static_cast<unsigned>(fixed));
+    } else if (zc) {
+      io_uring_prep_send_zc(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, c->send_flags, 0);
+    } else {
+      io_uring_prep_send(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, c->send_flags);
+    }
+  } else {
+    // The msghdr lives in a slot until the send completes (an SQ thread may read it late).
+    if (c->slot < 0) c->slot = TakeSlot();
+    msghdr& msg = slots_[static_cast<size_t>(c->slot)].msg;
+    msg = msghdr{};
+    msg.msg_iov = c->iov;
+    msg.msg_iovlen = static_cast<size_t>(c->iovcnt);
+    if (zc) {
+      io_uring_prep_sendmsg_zc(sqe, c->fd, &msg, c->send_flags);
+    } else {
+      io_uring_prep_sendmsg(sqe, c->fd, &msg, c->send_flags);
+    }
+  }
+  Target(sqe, c->fd);
+  io_uring_sqe_set_data(sqe, c);
+}
+
+// Tries the inline path; true if the operation is finished or waiting for socket space.
+bool UringLoop::SendCached(Completion* c) {
+  // sendfile(2) needs the socket's fd number, which a direct descriptor does not have.
+  if (IsDirect(c->fd)) return false;
+  while (c->remaining > 0) {
+    const uint64_t budget = internal::TurnBudget(c, turn_, options_.send_turn_bytes);
+    if (budget == 0) {  // this connection had its turn: wait for the next Poll's
+      WaitWritable(c);
+      return true;
+    }
+    const uint64_t chunk = std::min({c->remaining, kInlineChunk, budget});
+    if (!internal::PagesCached(c->file_fd, c->offset, chunk))
+      return c->done > 0 ? (Splice(c), true) : false;
+    off_t off = static_cast<off_t>(c->offset);
+    const ssize_t n = ::sendfile(c->fd, c->file_fd, &off, chunk);
+    if (n > 0) {
+      c->offset += static_cast<uint64_t>(n);
+      c->done += static_cast<uint64_t>(n);
+      c->remaining -= static_cast<uint64_t>(n);
+      c->turn_bytes += static_cast<uint64_t>(n);
+      stats_.sendfile_bytes += static_cast<uint64_t>(n);
+      continue;
+    }
+    if (n == 0) break;  // the file ended early: truncated
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) {  // the socket is full: poll, then come back here
+      WaitWritable(c);
+      return true;
+    }
+    Ready(c, -errno);
+    return true;
+  }
+  Ready(c, static_cast<int64_t>(c->done));
+  return true;
+}
+
+// The inline path continues when the socket takes more (at once, if it already does: the CQE
+// then waits in the ring behind everything else that is ready).
+void UringLoop::WaitWritable(Completion* c) {
+  c->polling = true;
+  c->in_pipe = 0;
+  io_uring_sqe* sqe = Sqe();
+  io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
+  Target(sqe, c->fd);
+  io_uring_sqe_set_data(sqe, c);
+}
+
+// The splice path for what is left of a SendFile.
+void UringLoop::Splice(Completion* c) {
+  const int pipe = TakePipe();
+  if (pipe >= 0) {
+    c->pipe_index = pipe;
+    return SpliceIn(c);
+  }
+  // Every pipe busy: wait (intrusively) until one comes back. No pipe busy and none to be
+  // made (out of descriptors): nothing would ever wake a waiter, so fail it now.
+  if (pipe == kNoPipeFree) return pipe_wait_.Push(c);
+  Ready(c, pipe);
+}
+
+// A free pipe's index; kNoPipeFree when every pipe is busy; -errno when a pipe was needed and
+// could not be created (EMFILE, ENFILE) while none is busy.
+int UringLoop::TakePipe() {
+  int error = 0;
+  bool any_busy = false;
+  for (size_t i = 0; i < pipes_.size(); ++i) {
+    Pipe& p = pipes_[i];
+    if (p.busy) {
+      any_busy = true;
+      continue;
+    }
+    if (p.r < 0) {
+      int fds[2];
+      if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+        error = -errno;
+        continue;
+      }
+      ::fcntl(fds[1], F_SETPIPE_SZ, static_cast<int>(options_.pipe_size));  // best effort
+      p.r = fds[0];
+      p.w = fds[1];
+    }
+    p.busy = true;
+    return static_cast<int>(i);
+  }
+  return any_busy || error == 0 ? kNoPipeFree : error;
+}
+
+// A pipe comes back empty, or (after an error with bytes stuck in it) is closed and replaced.
+void UringLoop::GivePipe(int index, bool dirty) {
+  RINGD_ASSERT(index >= 0 && static_cast<size_t>(index) < pipes_.size() &&
+               pipes_[static_cast<size_t>(index)].busy);
+  Pipe& p = pipes_[static_cast<size_t>(index)];
+  if (dirty) {
+    ::close(p.r);
+    ::close(p.w);
+    p.r = p.w = -1;
+  }
+  p.busy = false;
+  // The pipe just freed serves the next waiter; if it was dirty and cannot be replaced, a
+  // waiter fails now rather than wait for a pipe that may never come.
+  while (Completion* c = pipe_wait_.Pop()) {
+    const int pipe = TakePipe();
+    if (pipe >= 0) {
+      c->pipe_index = pipe;
+      return SpliceIn(c);
+    }
+    RINGD_ASSERT(pipe != kNoPipeFree);  // this pipe is not busy
+    Ready(c, pipe);
+  }
+}
+
+void UringLoop::SpliceIn(Completion* c) {
+  RINGD_ASSERT(c->pipe_index >= 0 && static_cast<size_t>(c->pipe_index) < pipes_.size());
+  const Pipe& p = pipes_[static_cast<size_t>(c->pipe_index)];
+  const uint64_t chunk = c->remaining < options_.pipe_size ? c->remaining : options_.pipe_size;
+  io_uring_sqe* sqe = Sqe();
+  io_uring_prep_splice(sqe, c->file_fd, static_cast<int64_t>(c->offset), p.w, -1,
+                       static_cast<unsigned>(chunk), SPLICE_F_MOVE);
+  io_uring_sqe_set_data(sqe, c);
+}
+
+void UringLoop::SpliceOut(Completion* c) {
+  RINGD_ASSERT(c->pipe_index >= 0 && static_cast<size_t>(c->pipe_index) < pipes_.size());
+  const Pipe& p = pipes_[static_cast<size_t>(c->pipe_index)];
+  io_uring_sqe* sqe = Sqe();
+  // SPLICE_F_MORE (MSG_MORE) only while more of the body follows: on the last piece it would
+  // hold the final partial segment back until the client's delayed ACK (40 ms) pushed it.
+  const unsigned more = c->remaining > c->in_pipe ? SPLICE_F_MORE : 0;
+  io_uring_prep_splice(sqe, p.r, -1, c->fd, -1, c->in_pipe, SPLICE_F_MOVE | more);
+  Target(sqe, c->fd);  // the socket is splice's output, the SQE's own fd
+  io_uring_sqe_set_data(sqe, c);
+}
+
+int UringLoop::FixedIndex(const char* buf, uint64_t length) const {
+  if (fixed_base_ == nullptr || buf < fixed_base_) return -1;
+  const size_t off = static_cast<size_t>(buf - fixed_base_);
+  const size_t index = off / fixed_size_;
+  if (index >= fixed_count_ || off + length > (index + 1) * fixed_size_) return -1;
+  return static_cast<int>(index);
+}
+
+void UringLoop::OnSend(Completion* c, int32_t res, uint32_t flags) {
+  // Zero-copy sends complete twice: the result (with F_MORE), then a notification once the
+  // kernel no longer reads our buffer. Only then may the caller reuse or release it.
+  if (flags & IORING_CQE_F_NOTIF) {
+    res = static_cast<int32_t>(c->pending_result);
+  } else if (flags & IORING_CQE_F_MORE) {
+    c->pending_result = res;
+    return;
+  }
+  if (res < 0) return GiveSlot(c), Finish(c, res);
+  if (res == 0 && c->remaining > 0) return GiveSlot(c), Finish(c, -EPIPE);
+  c->done += static_cast<uint64_t>(res);
+  c->remaining -= static_cast<uint64_t>(res);
+  if (c->remaining == 0) return GiveSlot(c), Finish(c, static_cast<int64_t>(c->done));
+  // A partial send: advance the iovecs and send the rest.
+  internal::AdvanceIov(c, static_cast<size_t>(res));
+  SubmitSend(c);
+}
+
+void UringLoop::OnSendFile(Completion* c, int32_t res) {
+  if (c->polling) {  // the socket became writable (or failed)
+    c->polling = false;
+    if (c->pipe_index < 0) {  // the inline sendfile path: carry on there
+      if (res < 0) return Finish(c, res);
+      if (!SendCached(c)) Splice(c);
+      return RunReady();
+    }
+    if (res < 0) {
+      GivePipe(c->pipe_index, true);
+      return Finish(c, res);
+    }
+    return SpliceOut(c);
+  }
+  if (c->in_pipe == 0) {  // file -> pipe finished
+    if (res <= 0) {
+      GivePipe(c->pipe_index, false);
+      // 0: the file ended before `length` bytes: it was truncated under us.
+      return Finish(c, res < 0 ? res : static_cast<int64_t>(c->done));
+    }
+    c->in_pipe = static_cast<uint32_t>(res);
+    c->offset += static_cast<uint64_t>(res);
+    return SpliceOut(c);
+  }
+  if (res == -EAGAIN) {
+    // Splice runs on an io-wq worker and the socket is non-blocking: its buffer is full.
+    // Wait for room with a poll rather than block a kernel worker per slow client.
+    c->polling = true;
+    io_uring_sqe* sqe = Sqe();
+    io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
+    Target(sqe, c->fd);
+    io_uring_sqe_set_data(sqe, c);
+    return;
+  }
+  if (res <= 0) {  // pipe -> socket failed: the pipe still holds bytes, so it is replaced
+    GivePipe(c->pipe_index, true);
+    return Finish(c, res < 0 ? res : -EPIPE);
+  }
+  c->in_pipe -= static_cast<uint32_t>(res);
+  c->done += static_cast<uint64_t>(res);
+  stats_.splice_bytes += static_cast<uint64_t>(res);
+  c->remaining -= static_cast<uint64_t>(res);
+  if (c->in_pipe > 0) return SpliceOut(c);
+  if (c->remaining > 0) return SpliceIn(c);
+  GivePipe(c->pipe_index, false);
+  Finish(c, static_cast<int64_t>(c->done));
+}
+
+}  // namespace ringd::io::uring
