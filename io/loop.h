@@ -137,6 +137,11 @@ struct LoopOptions {
   // Memory for the receive buffers (recv_buffer_count x recv_buffer_size), carved by the shard
   // from its own mapping; the loop maps its own when null.
   char* recv_region = nullptr;
+  // bypass: file bodies are read into registered buffers (IORING_OP_READ_FIXED) and sent from
+  // there, `body_buffers` of `body_buffer_size` per loop (the loop maps and registers them); a
+  // SendFile that finds none free splices through a pipe as before. 0: always splice.
+  uint32_t body_buffers = 0;
+  uint32_t body_buffer_size = 128 << 10;
   const char* registered_region = nullptr;  // memory to register as fixed buffers (uring)
   size_t registered_buffer_size = 0;
   uint32_t registered_buffer_count = 0;
@@ -150,6 +155,7 @@ struct LoopStats {
   uint64_t pipes_in_use = 0;
   uint64_t sendfile_bytes = 0;  // file body bytes sent with sendfile(2) (page-cache hits)
   uint64_t splice_bytes = 0;    // file body bytes spliced through the ring (uring tiers)
+  uint64_t read_send_bytes = 0;  // file body bytes read into registered buffers, then sent (bypass)
   uint64_t send_zc = 0;         // zero-copy sends issued (--send-zc)
   uint64_t send_zc_fixed = 0;   // of which from registered buffers (IORING_RECVSEND_FIXED_BUF)
 };

@@ -28,6 +28,7 @@ UringLoop::~UringLoop() {
   if (recv_bufs_ != nullptr && options_.recv_region == nullptr)
     ::munmap(recv_bufs_, recv_bufs_bytes_);
   if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (body_base_ != nullptr) ::munmap(body_base_, body_bytes_);
 }
 
 bool UringLoop::Init(const LoopOptions& o, std::string* error) {
@@ -150,21 +151,39 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
   }
   io_uring_buf_ring_advance(buf_ring_, static_cast<int>(n));
 
-  // Fixed buffers: the shard's I/O buffer pool, so file reads into it skip page pinning.
+  // Fixed buffers: the shard's small-file pool, so file reads into it skip page pinning, then
+  // (bypass) the body buffers that file bodies pass through, registered after them.
+  std::vector<iovec> iovs;
   if (o.registered_region != nullptr && o.registered_buffer_count > 0) {
-    std::vector<iovec> iovs(o.registered_buffer_count);
     for (uint32_t i = 0; i < o.registered_buffer_count; ++i) {
-      iovs[i].iov_base = const_cast<char*>(o.registered_region) + i * o.registered_buffer_size;
-      iovs[i].iov_len = o.registered_buffer_size;
+      iovs.push_back(iovec{const_cast<char*>(o.registered_region) + i * o.registered_buffer_size,
+                           o.registered_buffer_size});
     }
+    fixed_base_ = o.registered_region;
+    fixed_size_ = o.registered_buffer_size;
+    fixed_count_ = o.registered_buffer_count;
+  }
+  if (direct_ && o.body_buffers > 0) {
+    body_bytes_ = static_cast<size_t>(o.body_buffers) * o.body_buffer_size;
+    void* m = ::mmap(nullptr, body_bytes_, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+      *error = "mmap for the body buffers failed";
+      return false;
+    }
+    body_base_ = static_cast<char*>(m);
+    for (uint32_t i = 0; i < o.body_buffers; ++i) {
+      iovs.push_back(iovec{body_base_ + static_cast<size_t>(i) * o.body_buffer_size,
+                           o.body_buffer_size});
+      body_free_.push_back(static_cast<int>(o.body_buffers - 1 - i));
+    }
+  }
+  if (!iovs.empty()) {
     rc = io_uring_register_buffers(&ring_, iovs.data(), static_cast<unsigned>(iovs.size()));
     if (rc < 0) {
       *error = std::string("io_uring_register_buffers: ") + strerror(-rc);
       return false;
     }
-    fixed_base_ = o.registered_region;
-    fixed_size_ = o.registered_buffer_size;
-    fixed_count_ = o.registered_buffer_count;
   }
 
   slots_.resize(o.ring_entries);

@@ -178,6 +178,12 @@ class UringLoop final : public Loop {
   void GivePipe(int index, bool dirty);
 
   void SpliceIn(Completion* c);
+  void ReadBody(Completion* c);
+  void SendBody(Completion* c);
+  void OnBody(Completion* c, int32_t res);
+  char* BodyBuffer(int index) const {
+    return body_base_ + static_cast<size_t>(index) * options_.body_buffer_size;
+  }
 
   void SpliceOut(Completion* c);
 
@@ -208,6 +214,11 @@ class UringLoop final : public Loop {
   size_t buf_ring_bytes_ = 0;
   char* recv_bufs_ = nullptr;
   size_t recv_bufs_bytes_ = 0;
+  // bypass: registered buffers file bodies are read into and sent from (fixed indices after the
+  // small-file pool's); free ones by index.
+  char* body_base_ = nullptr;
+  size_t body_bytes_ = 0;
+  std::vector<int> body_free_;
   const char* fixed_base_ = nullptr;
   size_t fixed_size_ = 0;
   uint32_t fixed_count_ = 0;

@@ -80,6 +80,11 @@ struct Config {
   // uring tiers with incremental receive buffers (the probe's "incremental receive"): the shard's
   // receive memory, in buffers of kIncrementalRecvBuffer bytes; receives take only what they fill.
   uint32_t recv_pool_kib = 1024;
+  // bypass: registered buffers file bodies are read into and sent from (then splice, when all
+  // are busy); per shard. Registered memory is pinned: body_buffers x body_buffer_kib KiB. Off by
+  // default: measured, splicing costs half the CPU per 4 MiB body (docs/PERFORMANCE.md).
+  uint32_t body_buffers = 0;
+  uint32_t body_buffer_kib = 128;
   uint32_t pipes = 64;   // per shard, for splice
   bool send_zc = false;  // uring: IORING_OP_SEND_ZC for sends of at least send_zc_min_bytes
   uint32_t send_zc_min_bytes = 8192;

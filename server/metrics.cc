@@ -236,6 +236,9 @@ std::string FormatPrometheus(const std::vector<ShardView>& shards, const Process
   PerShard(w, shards, "ringd_body_splice_bytes_total", "counter",
            "File body bytes spliced file -> pipe -> socket through the ring (bypass, uring)",
            [](const ShardSnapshot& s) { return s.loop.splice_bytes; });
+  PerShard(w, shards, "ringd_body_read_send_bytes_total", "counter",
+           "File body bytes read into registered body buffers and sent from there (bypass)",
+           [](const ShardSnapshot& s) { return s.loop.read_send_bytes; });
   PerShard(w, shards, "ringd_send_zc_total", "counter",
            "Zero-copy sends issued (--send-zc, uring tiers)",
            [](const ShardSnapshot& s) { return s.loop.send_zc; });

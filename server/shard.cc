@@ -107,6 +107,8 @@ bool Shard::Setup() {
   lo.attach_ring_fd = attach_ring_fd_;
   lo.recv_region = memory_->Region(2);
   lo.pipe_pool_size = config_.pipes;
+  lo.body_buffers = config_.body_buffers;
+  lo.body_buffer_size = config_.body_buffer_kib * 1024;
   lo.send_zc = config_.send_zc;
   lo.send_zc_min_bytes = config_.send_zc_min_bytes;
   lo.send_turn_bytes = config_.send_turn_bytes;

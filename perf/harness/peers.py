@@ -191,6 +191,10 @@ _ENTRIES = [
                "--add-header", "Access-Control-Allow-Origin: *"),
          scenarios=frozenset({"small-keepalive"})),
     # io-wq bounded (--io-wq-max-workers): where blocking file work spawns kernel workers.
+    # File bodies read into registered buffers and sent from there, instead of spliced: a body
+    # path candidate (docs/PERFORMANCE.md, "Body paths").
+    Peer("ringd-bypass-read", ringd("bypass", "--max-connections", "15000", "--body-buffers", "16"),
+         scenarios=frozenset({"large", "mixed", "cold"})),
     # Whole receive buffers (incremental consumption masked): the receive pool before 6.12.
     Peer("ringd-bypass-wholebufs",
          ringd("bypass", "--max-connections", "15000", "--io-mask", "incremental receive"),
