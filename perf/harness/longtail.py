@@ -105,7 +105,7 @@ def build_image(ds, image, log):
         if os.path.exists(p):
             os.remove(p)
     with open(image, "wb") as f:
-        f.truncate(int(total * 1.2) + 512 * MIB)
+        f.truncate((int(total * 1.2) // MIB + 512) * MIB)  # whole MiBs: losetup warns otherwise
     subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", image], check=True)
     undo = Undo()
     try:
