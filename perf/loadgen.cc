@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <queue>
 #include <string>
 #include <thread>
@@ -35,6 +36,7 @@
 
 #include "perf/histogram.h"
 #include "perf/loadgen_options.h"
+#include "perf/zipf.h"
 
 namespace ringd::perf {
 namespace {
@@ -56,6 +58,7 @@ constexpr uint64_t kSmallBody = 1 << 20;
 struct Result {
   LatencyHistogram latency;
   LatencyHistogram latency_small;
+  std::vector<LatencyHistogram> by_size;  // one per --size-classes class, and one above the last
   uint64_t requests = 0, bytes = 0;
   Errors errors;
   std::map<int, uint64_t> status;
@@ -85,8 +88,11 @@ struct Conn {
 
 class Worker {
  public:
-  Worker(const Options& o, int connections, int first_index, uint64_t start_us, uint64_t end_us)
+  Worker(const Options& o, int connections, int first_index, uint64_t start_us, uint64_t end_us,
+         const ZipfSampler* zipf = nullptr)
       : o_(o),
+        zipf_(zipf),
+        rng_(o.seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(first_index)),
         conns_(static_cast<size_t>(connections)),
         first_index_(first_index),
         start_us_(start_us),
@@ -106,6 +112,7 @@ class Worker {
     inet_pton(AF_INET, o.host.c_str(), &addr_.sin_addr);
     epfd_ = epoll_create1(EPOLL_CLOEXEC);
     scratch_.resize(1 << 20);
+    if (!o.size_classes.empty()) result.by_size.resize(o.size_classes.size() + 1);
   }
   ~Worker() {
     for (Conn& c : conns_) {
@@ -318,7 +325,7 @@ class Worker {
   }
 
   void StartRequest(Conn& c, uint64_t now) {
-    const std::string& req = requests_[c.path_index];
+    const std::string& req = requests_[zipf_ ? zipf_->Sample(rng_.Next()) : c.path_index];
     c.path_index = (c.path_index + 1) % requests_.size();
     c.out = req;
     c.out_off = 0;
@@ -498,6 +505,12 @@ class Worker {
       ++result.requests;
       result.latency.Record(now - c.sent_at[c.sent_head]);
       if (c.body_length < kSmallBody) result.latency_small.Record(now - c.sent_at[c.sent_head]);
+      if (!result.by_size.empty()) {
+        const auto& bounds = o_.size_classes;
+        const size_t k = static_cast<size_t>(
+            std::upper_bound(bounds.begin(), bounds.end(), c.body_length) - bounds.begin());
+        result.by_size[k].Record(now - c.sent_at[c.sent_head]);
+      }
     }
     c.sent_head = (c.sent_head + 1) % 64;
     --c.outstanding;
@@ -512,6 +525,8 @@ class Worker {
   }
 
   const Options& o_;
+  const ZipfSampler* zipf_;  // null: paths in turn
+  SplitMix64 rng_;
   std::vector<Conn> conns_;
   int first_index_;
   uint64_t start_us_, end_us_;
@@ -553,11 +568,14 @@ int Main(int argc, char** argv) {
   const uint64_t start = NowUs();
   const uint64_t end = start + static_cast<uint64_t>(o.duration_s * 1e6);
   std::vector<std::unique_ptr<Worker>> workers;
+  std::unique_ptr<ZipfSampler> zipf;
+  if (o.zipf > 0) zipf = std::make_unique<ZipfSampler>(o.paths.size(), o.zipf);
+  if (!o.size_classes.empty()) total.by_size.resize(o.size_classes.size() + 1);
   if (o.connections > 0) {
     int first = 0;
     for (int t = 0; t < o.threads; ++t) {
       const int n = o.connections / o.threads + (t < o.connections % o.threads ? 1 : 0);
-      workers.push_back(std::make_unique<Worker>(o, n, first, start, end));
+      workers.push_back(std::make_unique<Worker>(o, n, first, start, end, zipf.get()));
       first += n;
     }
     std::vector<std::thread> threads;
@@ -568,6 +586,7 @@ int Main(int argc, char** argv) {
   for (auto& w : workers) {
     total.latency.Merge(w->result.latency);
     total.latency_small.Merge(w->result.latency_small);
+    for (size_t k = 0; k < total.by_size.size(); ++k) total.by_size[k].Merge(w->result.by_size[k]);
     total.requests += w->result.requests;
     total.bytes += w->result.bytes;
     total.errors.connect += w->result.errors.connect;
@@ -599,6 +618,20 @@ int Main(int argc, char** argv) {
               static_cast<unsigned long long>(s.count()),
               static_cast<unsigned long long>(s.Percentile(50)),
               static_cast<unsigned long long>(s.Percentile(99)));
+  if (!total.by_size.empty()) {
+    // Class k holds bodies of at least bound k-1 and below bound k ("below": 0 for the last).
+    std::printf("\"latency_by_size_us\": [");
+    for (size_t k = 0; k < total.by_size.size(); ++k) {
+      const LatencyHistogram& c = total.by_size[k];
+      std::printf(
+          "%s{\"below\": %llu, \"count\": %llu, \"p50\": %llu, \"p99\": %llu}", k ? ", " : "",
+          static_cast<unsigned long long>(k < o.size_classes.size() ? o.size_classes[k] : 0),
+          static_cast<unsigned long long>(c.count()),
+          static_cast<unsigned long long>(c.Percentile(50)),
+          static_cast<unsigned long long>(c.Percentile(99)));
+    }
+    std::printf("], ");
+  }
   std::printf(
       "\"errors\": {\"connect\": %llu, \"reset\": %llu, \"timeout\": %llu, \"parse\": %llu, "
       "\"eof\": %llu}, \"status\": {",

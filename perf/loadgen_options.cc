@@ -1,5 +1,6 @@
 #include "perf/loadgen_options.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -11,7 +12,8 @@ void Usage() {
                "usage: ringd-load --port P [--host 127.0.0.1] [--connections N] [--threads T]\n"
                "  [--duration-s S | --requests R] --path /x [--path /y ...] [--paths-file F]\n"
                "  [--close] [--pipeline K] [--rate RPS] [--bulk] [--idle K] [--idle-hold-s S]\n"
-               "  [--header 'Name: value'] [--timeout-ms MS]\n");
+               "  [--header 'Name: value'] [--timeout-ms MS]\n"
+               "  [--zipf S [--seed N]] [--size-classes BYTES,BYTES,...]\n");
 }
 
 bool ParseArgs(int argc, char** argv, Options* o) {
@@ -57,7 +59,22 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       o->idle_hold_s = std::atof(value().c_str());
     else if (a == "--header")
       o->headers.push_back(value());
-    else if (a == "--timeout-ms")
+    else if (a == "--zipf")
+      o->zipf = std::atof(value().c_str());
+    else if (a == "--seed")
+      o->seed = std::strtoull(value().c_str(), nullptr, 10);
+    else if (a == "--size-classes") {
+      const std::string v = value();
+      for (size_t pos = 0; pos < v.size();) {
+        const size_t comma = std::min(v.find(',', pos), v.size());
+        o->size_classes.push_back(std::strtoull(v.substr(pos, comma - pos).c_str(), nullptr, 10));
+        pos = comma + 1;
+      }
+      if (!std::is_sorted(o->size_classes.begin(), o->size_classes.end())) {
+        std::fprintf(stderr, "ringd-load: --size-classes must be ascending\n");
+        return false;
+      }
+    } else if (a == "--timeout-ms")
       o->timeout_us = std::strtoull(value().c_str(), nullptr, 10) * 1000;
     else {
       std::fprintf(stderr, "ringd-load: unknown argument %s\n", a.c_str());
@@ -65,7 +82,7 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     }
   }
   if (o->paths.empty() || o->port <= 0 || o->connections < 0 || o->threads < 1 || o->pipeline < 1 ||
-      o->pipeline > 64 || o->connections < o->threads * (o->connections > 0)) {
+      o->pipeline > 64 || o->zipf < 0 || o->connections < o->threads * (o->connections > 0)) {
     return false;
   }
   return true;

@@ -54,12 +54,13 @@ class Servers:
     def __init__(self, args, bins, outdir):
         self.args, self.bins, self.confdir = args, bins, os.path.join(outdir, "servers")
         self.running = {}
+        self.prefix = []  # before taskset: the scenario's hooks may run servers inside cgroups
 
     def start(self, peer, root):
         port = free_port()
         os.makedirs(self.confdir, exist_ok=True)
         cmd = peer.command(Ctx(self.bins, root, port, self.args.shards, self.confdir))
-        full = ["taskset", "-c", self.args.server_cpus] + cmd
+        full = self.prefix + ["taskset", "-c", self.args.server_cpus] + cmd
         with open(os.path.join(self.confdir, "%s.log" % peer.name), "a") as logf:
             proc = subprocess.Popen(full, stdout=logf, stderr=logf, start_new_session=True)
         if not wait_port(port, proc):

@@ -208,7 +208,7 @@ _ENTRIES = [
          scenarios=_OBSERVED),
     Peer("nginx", _nginx, needs="nginx", template=NGINX_CONF, config_name="nginx.conf",
          extra={"aio": "", "access_log": "off"}),
-    Peer("nginx-aio", _nginx, needs="nginx", scenarios=frozenset({"large", "mixed", "cold"}),
+    Peer("nginx-aio", _nginx, needs="nginx", scenarios=frozenset({"large", "mixed", "cold", "longtail-nvme", "longtail-hdd"}),
          template=NGINX_CONF, config_name="nginx-aio.conf", extra={"aio": "aio threads;", "access_log": "off"}),
     Peer("nginx-log", _nginx, needs="nginx", scenarios=_OBSERVED, template=NGINX_CONF,
          config_name="nginx-log.conf",

@@ -22,7 +22,7 @@ from .stats import ratio, summarize_runs
 MACHINE_KEYS = ("machine", "cpus", "kernel", "server_cpus", "client_cpus", "shards", "generator", "ringd",
                 "nginx", "h2o", "lighttpd", "cold_disk")
 # Shown only where a run recorded them (older raw.json files did not).
-OPTIONAL_MACHINE_KEYS = ("client_threads", "syscalls")
+OPTIONAL_MACHINE_KEYS = ("client_threads", "syscalls", "skipped")
 OPTIONAL_COLUMNS = (
     Column("syscalls/request", "syscalls_per_request", "%.2f"),
     Column("context switches/request", "ctx_switches_per_request", "%.3f"),
@@ -58,6 +58,10 @@ def summaries(results):
 
 def _cell(summary, column):
     v = summary.get(column.key)
+    if column.key2:
+        v2 = summary.get(column.key2)
+        return "%s / %s" % (column.fmt % (v["median"] / column.per) if v else "-",
+                            column.fmt % (v2["median"] / column.per) if v2 else "-") if v or v2 else ""
     return column.fmt % (v["median"] / column.per) if v else ""
 
 
@@ -102,7 +106,8 @@ def render(meta, results):
         lines.append("| %s | %s |" % (k, meta.get(k, "")))
     for k in OPTIONAL_MACHINE_KEYS:
         if k in meta:
-            lines.append("| %s | %s |" % (k, meta[k]))
+            v = meta[k]
+            lines.append("| %s | %s |" % (k, "; ".join("%s: %s" % i for i in v.items()) if isinstance(v, dict) else v))
     lines.append("")
     for name, per_server in results.items():
         scenario = SCENARIOS[name]
@@ -112,6 +117,8 @@ def render(meta, results):
         lines += ["", "Load: `%s`" % scrub(first.command or "")]
         if first.cold_command:
             lines.append("%s: `%s`" % (scenario.background_label, scrub(first.cold_command)))
+        if name in meta.get("slow_disk", {}):
+            lines.append("Disk: " + meta["slow_disk"][name] + ".")
         lines += list(scenario.notes)
         if scenario.reference in per_server and scenario.reference_note:
             lines.append(scenario.reference_note)

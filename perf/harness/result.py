@@ -69,6 +69,14 @@ class Result:
     # A second load run at the same time (the cold scenario's cold readers).
     cold: Optional["Result"] = None
     cold_command: Optional[str] = None
+    # Latency per body-size class (ringd-load --size-classes): [{"below", "count", "p50", "p99"}],
+    # "below" 0 for the last class (no upper bound).
+    latency_by_size_us: Optional[list] = None
+    # The slow disk's side of the run (longtail): what the loop device read while it ran, and the
+    # file pages charged to the server's memory cgroup at its end.
+    disk_read_bytes: Optional[int] = None
+    disk_read_ios: Optional[int] = None
+    page_cache_mib: Optional[float] = None
 
     @property
     def non_2xx(self):
@@ -94,7 +102,27 @@ class Result:
             "syscalls_per_request": self.syscalls_per_request,
             "ctx_switches_per_request": self.ctx_switches_per_request,
             "threads": self.threads, "peak_rss_kib": self.peak_rss_kib,
+            "mean_us": lat.mean, "page_cache_mib": self.page_cache_mib,
+            **self._disk_figures(), **self._size_class_figures(),
         }
+
+    def _disk_figures(self):
+        """Read amplification is disk bytes read over bytes served; the page-cache hit ratio (by
+        bytes) is one minus it, floored at 0: read-ahead that nobody asked for counts as a miss."""
+        if self.disk_read_bytes is None or not self.bytes:
+            return {}
+        amplification = self.disk_read_bytes / self.bytes
+        return {"read_amplification": amplification, "page_cache_hit_ratio": max(0.0, 1 - amplification),
+                "disk_bytes_per_s": self.disk_read_bytes / self.seconds if self.seconds else None}
+
+    def _size_class_figures(self):
+        out = {}
+        for k, c in enumerate(self.latency_by_size_us or []):
+            counted = c.get("count")
+            out["p50_class%d_us" % k] = c.get("p50") if counted else None
+            out["p99_class%d_us" % k] = c.get("p99") if counted else None
+            out["share_class%d" % k] = counted / self.requests if counted and self.requests else None
+        return out
 
     def to_dict(self):
         """As raw.json stores it: fields that are None are left out."""
@@ -171,7 +199,15 @@ def parse_ringd_load(text, generator="ringd-load"):
         latency_us=Latency(**{k: _number(lat, k, None) for k in ("mean", "p50", "p90", "p99", "p999", "max")}),
         latency_small_us=SmallLatency(int(_number(small, "count")), _number(small, "p50", None),
                                       _number(small, "p99", None)) if small is not None else None,
-        errors=errors, status=status)
+        errors=errors, status=status, latency_by_size_us=_size_classes(d.get("latency_by_size_us")))
+
+
+def _size_classes(v):
+    if v is None:
+        return None
+    if not isinstance(v, list) or not all(isinstance(c, dict) for c in v):
+        raise ParseError("latency_by_size_us is not a list of objects: %r" % (v,))
+    return [{k: _number(c, k, None) for k in ("below", "count", "p50", "p99")} for c in v]
 
 
 _UNIT_US = {"us": 1, "ms": 1e3, "s": 1e6, "m": 60e6, "h": 3600e6}

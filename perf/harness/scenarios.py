@@ -9,7 +9,10 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Dict, Optional, Tuple
+
+from . import longtail
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,8 @@ class Load:
     bulk: bool = False                 # discard bodies in the kernel (MSG_TRUNC)
     rate: int = 0                      # open loop: requests/s over all connections
     idle: int = 0                      # idle keep-alive connections held during the run
+    zipf: float = 0                    # > 0: paths drawn Zipf-distributed, the first the most popular
+    size_classes: Tuple[int, ...] = () # body-size bounds: latency per size class
 
     def scaled(self, divisors):
         """The --quick version: rate and idle divided as the scenario says."""
@@ -52,6 +57,10 @@ class Load:
             cmd += ["--path", p]
         if self.paths_file:
             cmd += ["--paths-file", os.path.join(root, self.paths_file)]
+        if self.zipf:
+            cmd += ["--zipf", "%g" % self.zipf]
+        if self.size_classes:
+            cmd += ["--size-classes", ",".join(str(b) for b in self.size_classes)]
         return cmd
 
     def wrk_command(self, port, root, duration_s, client_cpus, threads=1):
@@ -83,6 +92,7 @@ class Column:
     key: str          # a key of Result.figures()
     fmt: str = "%.2f"
     per: float = 1    # shown as value / per
+    key2: Optional[str] = None  # a second figure in the same cell: "value / value2"
 
 
 RPS = Metric("rps", "requests/s", 1, True)
@@ -97,8 +107,15 @@ class Hooks:
         """Before any server starts; returns the document root the servers serve."""
         return ctx.data
 
+    def server_prefix(self):
+        """An argv prefix for every server command (the longtail scenario's cgroups)."""
+        return []
+
     def before_run(self, ctx, serve_root):
         """Before each measured run."""
+
+    def after_run(self, ctx, result):
+        """After each measured run: may add figures to its Result."""
 
     def teardown(self, ctx):
         """After the last run (also when a run raised)."""
@@ -176,6 +193,7 @@ class Scenario:
     reference: Optional[str] = None
     reference_note: str = ""
     hooks: type = Hooks
+    opt_in: bool = False          # not in perf/run's default list: only where --scenarios names it
 
     def loads(self, quick):
         """The main and background loads, scaled for --quick."""
@@ -230,5 +248,30 @@ _ENTRIES = [
              "004 (latency figures under load)", Load(100, paths=("/index.html",), rate=20000),
              quick={"rate": 4}, metric=Metric("p99_us", "p99 latency (ms)", 1e-3, False)),
 ]
+
+
+def _longtail(profile):
+    classes = longtail.SIZE_CLASSES
+    bounds = ["< 16 KiB", "16-128 KiB", "128 KiB-1 MiB", ">= 1 MiB"]
+    assert len(bounds) == len(classes) + 1
+    return Scenario(
+        "longtail-" + profile,
+        "many files with a site's size mix, several times the page cache, requested Zipf-distributed over"
+        " 128 connections, from ext4 on a loop device behind a read-throttled blkio cgroup (%s profile)"
+        " with every server in a memory cgroup" % profile,
+        "000 (an origin's long tail: what a CDN does not hold comes from disk)",
+        Load(128, paths_file=longtail.PATHS_FILE, bulk=True, zipf=longtail.ZIPF_S, size_classes=classes),
+        metric=THROUGHPUT, packets=False, opt_in=True, hooks=partial(longtail.LongtailDisk, profile),
+        columns=(Column("requests/s", "rps", "%.0f"), Column("mean ms", "mean_us", "%.2f", 1000),
+                 Column("page-cache hit ratio", "page_cache_hit_ratio", "%.2f"),
+                 Column("disk MB/s", "disk_bytes_per_s", "%.1f", 1e6),
+                 Column("disk read / served", "read_amplification", "%.2f"))
+        + tuple(Column("p50 / p99 ms, %s" % b, "p50_class%d_us" % k, "%.1f", 1000, key2="p99_class%d_us" % k)
+                for k, b in enumerate(bounds)),
+        notes=("Hit ratio is by bytes: 1 - disk bytes read / bytes served, so read-ahead nobody asked for"
+               " counts as a miss; disk figures come from the loop device's /sys/block/loopN/stat.",))
+
+
+_ENTRIES += [_longtail("nvme"), _longtail("hdd")]
 
 SCENARIOS = {s.name: s for s in _ENTRIES}
