@@ -124,6 +124,21 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
     return done();
   }
 
+  // A listening TCP socket on 127.0.0.1 (closed at TearDown), its address in `a`; -1 on failure.
+  int Listener(sockaddr_in* a) {
+    const int l = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l < 0) return -1;
+    fds_.push_back(l);
+    *a = sockaddr_in{};
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof *a;
+    if (::bind(l, reinterpret_cast<sockaddr*>(a), sizeof *a) != 0 || ::listen(l, 8) != 0 ||
+        ::getsockname(l, reinterpret_cast<sockaddr*>(a), &len) != 0)
+      return -1;
+    return l;
+  }
+
   // Arms `r` on `ours`; "one" arrives and pauses it; then "two" is written behind the pause.
   bool PausedAfterOneThenTwo(int ours, int theirs, struct PausingReceiver* r);
 
@@ -368,16 +383,9 @@ TEST_P(LoopTest, SpliceWithoutDescriptorsForAPipeFails) {
 TEST_P(LoopTest, BypassConnectionsLiveInTheFileTable) {
   if (GetParam().rfind("bypass", 0) != 0)
     GTEST_SKIP() << "only the bypass tier uses direct descriptors";
-  const int l = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  ASSERT_GE(l, 0);
-  fds_.push_back(l);
   sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(l, 8), 0);
-  ASSERT_EQ(::getsockname(l, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int l = Listener(&a);
+  ASSERT_GE(l, 0);
   struct Acceptor {
     Completion c;
     int handle = -1;
@@ -440,16 +448,9 @@ TEST_P(LoopTest, BypassBodiesGoThroughBodyBuffersThenSplice) {
   options_.body_buffer_size = 64 << 10;
   SetUp();
   if (IsSkipped()) return;
-  const int l = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  ASSERT_GE(l, 0);
-  fds_.push_back(l);
   sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(l, 8), 0);
-  ASSERT_EQ(::getsockname(l, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int l = Listener(&a);
+  ASSERT_GE(l, 0);
   struct Acceptor {
     Completion c;
     std::vector<int> handles;
