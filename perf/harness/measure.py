@@ -6,6 +6,7 @@ server's CPU time, memory, threads, context switches and packets sampled around 
     r = run_one(ctx, s, scenario, serve_root)      # a Result
 """
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -130,6 +131,12 @@ def _parse(generator, text):
     return parse_wrk(text) if generator == "wrk" else parse_ringd_load(text)
 
 
+def _children_cpu_s():
+    """User + system CPU time of this process's children that have been waited for."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def run_one(ctx, server, scenario, serve_root):
     """One measured run of one server; returns a Result."""
     args = ctx.args
@@ -143,6 +150,7 @@ def run_one(ctx, server, scenario, serve_root):
         extra = subprocess.Popen(extra_cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     rss_before = procfs.rss_kib(pids)
     t0, c0, p0 = procfs.cpu_ticks(pids), procfs.ctx_switches(pids), procfs.lo_packets()
+    by0, client0 = procfs.cpu_ticks_by_name(pids), _children_cpu_s()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     rss_idle, idle_held, out_lines = None, 0, []
     # A load generator that does not finish in time is stopped, and the run is recorded as failed
@@ -157,9 +165,11 @@ def run_one(ctx, server, scenario, serve_root):
         else:
             out_lines.append(line)
     proc.wait()
+    client_s = _children_cpu_s() - client0  # the load generator, reaped just now
     killer.cancel()
     pids = server.pids()
     t1, c1, p1 = procfs.cpu_ticks(pids), procfs.ctx_switches(pids), procfs.lo_packets()
+    by1 = procfs.cpu_ticks_by_name(pids)
     try:
         result = _parse(generator, "".join(out_lines))
     except ParseError as e:
@@ -181,6 +191,10 @@ def run_one(ctx, server, scenario, serve_root):
     requests = max(result.requests, 1)
     result.cpu_s = (t1 - t0) / procfs.TICKS
     result.cpu_us_per_request = 1e6 * result.cpu_s / requests
+    result.client_cpu_us_per_request = 1e6 * client_s / requests
+    if len(by1) > 1:  # a server made of several programs (the fleet): each one's share
+        result.cpu_us_per_request_by = {name: 1e6 * (t - by0.get(name, 0)) / procfs.TICKS / requests
+                                        for name, t in sorted(by1.items())}
     # How busy the server's core was: near 100% the server is the limit; well below it, the load
     # generator is, and requests/s says more about the client than the server.
     result.server_cpu_percent = 100 * result.cpu_s / max(result.seconds or args.duration, 1e-9)

@@ -100,7 +100,8 @@ class Peer:
     extra: Optional[Dict[str, str]] = None    # more template variables
 
     def available(self):
-        return self.needs is None or shutil.which(self.needs) is not None
+        return self.needs is None or shutil.which(self.needs) is not None or \
+            shutil.which(self.needs, path="/usr/sbin:/usr/local/sbin:/sbin") is not None
 
     def runs_in(self, scenario):
         if self.scenarios is not None:
@@ -220,5 +221,19 @@ _ENTRIES = [
          scenarios=frozenset({"small-keepalive", "small-close", "idle-10k", "latency-at-rate"})),
     Peer("loopback", _loopback, scenarios=frozenset({"large"})),
 ]
+
+def _fleet(nodes):
+    """HAProxy and `nodes` ringd nodes (bypass tier, one process each), started by
+    perf/harness/fleet.py as one process tree."""
+    def argv(peer, ctx):
+        return [os.path.join(os.path.dirname(os.path.abspath(__file__)), "fleet.py"),
+                "--nodes", str(nodes), "--ringd", ctx.bins["ringd"], "--root", ctx.root, "--port", str(ctx.port),
+                "--shards", str(ctx.shards), "--confdir", ctx.confdir, "--", "--io", "bypass",
+                "--max-connections", "15000", "--max-requests-per-connection", "100000000"] + _ROOT_FLAGS
+    return argv
+
+
+# The fleet scenario's servers (haproxy is in /usr/sbin, which PATH may lack).
+_ENTRIES += [Peer("fleet-%d" % n, _fleet(n), needs="haproxy", scenarios=frozenset({"fleet"})) for n in (1, 2)]
 
 PEERS = {p.name: p for p in _ENTRIES}

@@ -48,6 +48,20 @@ def cpu_ticks(pids):
     return total
 
 
+def cpu_ticks_by_name(pids):
+    """cpu_ticks per process name (/proc/PID/comm up to its first '-': a process whose main
+    thread is a shard is `ringd-shard-0`): what each component of a process tree spent (the
+    fleet scenario's HAProxy and ringd nodes)."""
+    out = {}
+    for p in pids:
+        try:
+            name = _read("/proc/%d/comm" % p).strip().split("-", 1)[0]
+        except OSError:
+            continue
+        out[name] = out.get(name, 0) + cpu_ticks([p])
+    return out
+
+
 def _status_kib(pids, key):
     total = 0
     for p in pids:

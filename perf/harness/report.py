@@ -40,6 +40,8 @@ def scrub(cmd):
     cmd = re.sub(r"--port \d+", "--port PORT", cmd)
     cmd = re.sub(r"--paths-file \S*/", "--paths-file DATA/", cmd)
     cmd = re.sub(r"--root \S+", "--root DATA", cmd)
+    cmd = re.sub(r"\S*/perf/harness/", "perf/harness/", cmd)  # the fleet launcher
+    cmd = re.sub(r"--confdir \S+", "--confdir servers", cmd)
     return re.sub(r"(?<!\S)/\S*/servers(?=/|\s|$)", "servers", cmd)
 
 
@@ -135,7 +137,8 @@ def write_charts(outdir, results):
     scenario's hot-request latency."""
     summary = summaries(results)
     order = list(PEERS)
-    groups = [s for s in results if s not in ("latency-at-rate", "cold")]
+    # Scenarios without nginx (the fleet) have no ratio to show here.
+    groups = [s for s in results if s not in ("latency-at-rate", "cold") and "nginx" in summary[s]]
     servers = sorted({srv for s in groups for srv in summary[s]},
                      key=lambda n: order.index(n) if n in order else len(order))
     vals = {}

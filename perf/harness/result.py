@@ -58,6 +58,9 @@ class Result:
     command: Optional[str] = None
     cpu_s: Optional[float] = None
     cpu_us_per_request: Optional[float] = None
+    # A server made of several programs (the fleet: haproxy, ringd): CPU us/request of each.
+    cpu_us_per_request_by: Optional[Dict[str, float]] = None
+    client_cpu_us_per_request: Optional[float] = None  # the load generator's
     server_cpu_percent: Optional[float] = None
     packets_per_request: Optional[float] = None
     rss_kib: Optional[int] = None
@@ -104,6 +107,8 @@ class Result:
             "threads": self.threads, "peak_rss_kib": self.peak_rss_kib,
             "mean_us": lat.mean, "page_cache_mib": self.page_cache_mib,
             **self._disk_figures(), **self._size_class_figures(),
+            "client_cpu_us_per_request": self.client_cpu_us_per_request,
+            **{"cpu_us_per_request_%s" % k: v for k, v in (self.cpu_us_per_request_by or {}).items()},
         }
 
     def _disk_figures(self):

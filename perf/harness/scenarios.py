@@ -10,7 +10,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Dict, Optional, Tuple
+from typing import Dict, FrozenSet, Optional, Tuple
 
 from . import longtail
 
@@ -171,6 +171,16 @@ class ColdDisk(Hooks):
             self.mount = None
 
 
+class AssetPaths(Hooks):
+    """Writes paths-assets.txt into the data root, every file of assets/ once: a load spread over
+    many paths, which the fleet's URI hash spreads over its nodes."""
+
+    def setup(self, ctx):
+        with open(os.path.join(ctx.data, "paths-assets.txt"), "w") as f:
+            f.writelines("/assets/%s\n" % n for n in sorted(os.listdir(os.path.join(ctx.data, "assets"))))
+        return ctx.data
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -194,6 +204,10 @@ class Scenario:
     reference_note: str = ""
     hooks: type = Hooks
     opt_in: bool = False          # not in perf/run's default list: only where --scenarios names it
+    servers: Optional[FrozenSet[str]] = None  # only these peers take part (None: every one that runs in it)
+
+    def takes(self, peer):
+        return self.servers is None or peer in self.servers
 
     def loads(self, quick):
         """The main and background loads, scaled for --quick."""
@@ -244,6 +258,22 @@ _ENTRIES = [
              background=Load(16, paths_glob="cold", bulk=True), background_label="Cold load, at the same time",
              notes=("(CPU per request is not shown here: the server's CPU goes mostly to the cold transfers.)",),
              hooks=ColdDisk),
+    Scenario("fleet",
+             "the data set's assets (4-100 KiB) over 100 keep-alive connections through HAProxy"
+             " (deploy/haproxy/ringd-fleet.cfg: consistent hashing of the URI, /readyz checks) to 1 and to 2"
+             " ringd nodes on loopback addresses of their own; ringd-bypass takes the same load directly."
+             " HAProxy and the nodes share the server CPUs",
+             "issue 14 (an origin tier grows past one machine)",
+             Load(100, paths_file="paths-assets.txt", bulk=True), hooks=AssetPaths,
+             columns=(Column("HAProxy CPU us/request", "cpu_us_per_request_haproxy"),
+                      Column("ringd CPU us/request", "cpu_us_per_request_ringd"),
+                      Column("client CPU us/request", "client_cpu_us_per_request")),
+             servers=frozenset({"ringd-bypass", "fleet-1", "fleet-2"}), reference="ringd-bypass",
+             reference_note="fraction of ringd-bypass: requests/s through HAProxy over one ringd's without it, same"
+                            " run. CPU us/request is HAProxy and every node together (the launcher's share is"
+                            " nil); on one server core two nodes cannot serve more than one: HAProxy's cost per"
+                            " request bounds the rate, and a second node only splits ringd's share."
+                            " See docs/PERFORMANCE.md (fleet)."),
     Scenario("latency-at-rate", "612-byte index.html at a fixed 20,000 requests/s over 100 connections (open loop)",
              "004 (latency figures under load)", Load(100, paths=("/index.html",), rate=20000),
              quick={"rate": 4}, metric=Metric("p99_us", "p99 latency (ms)", 1e-3, False)),

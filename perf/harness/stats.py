@@ -17,7 +17,8 @@ def summarize(values):
 def summarize_runs(results):
     """One summary per figure over the repeated runs (Result objects) of one server."""
     figs = [r.figures() for r in results]
-    return {k: summarize([f.get(k) for f in figs]) for k in (figs[0] if figs else {})}
+    keys = dict.fromkeys(k for f in figs for k in f)  # a failed run may lack some
+    return {k: summarize([f.get(k) for f in figs]) for k in keys}
 
 
 def ratio(value, base):
