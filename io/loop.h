@@ -52,7 +52,8 @@ struct Completion {
   uint64_t done = 0;
   bool more = false;  // multishot: more callbacks will follow
 
-  // Backend state; callers leave it alone. (Every connection holds a Completion for its
+  // Backend state: callers neither read nor write it (server code keeps its own record of
+  // what it started and what has ended). (Every connection holds a Completion for its
   // receive, idle or not: fields are ordered to leave no padding.)
   Op op = Op::kNone;
   bool in_flight = false;
@@ -153,11 +154,11 @@ struct LoopStats {
   uint64_t recv_nobufs = 0;  // times the receive buffers ran out (multishot recv re-armed)
   uint64_t recv_held = 0;    // receives copied aside because their connection was paused
   uint64_t pipes_in_use = 0;
-  uint64_t sendfile_bytes = 0;  // file body bytes sent with sendfile(2) (page-cache hits)
-  uint64_t splice_bytes = 0;    // file body bytes spliced through the ring (uring tiers)
+  uint64_t sendfile_bytes = 0;   // file body bytes sent with sendfile(2) (page-cache hits)
+  uint64_t splice_bytes = 0;     // file body bytes spliced through the ring (uring tiers)
   uint64_t read_send_bytes = 0;  // file body bytes read into registered buffers, then sent (bypass)
-  uint64_t send_zc = 0;         // zero-copy sends issued (--send-zc)
-  uint64_t send_zc_fixed = 0;   // of which from registered buffers (IORING_RECVSEND_FIXED_BUF)
+  uint64_t send_zc = 0;          // zero-copy sends issued (--send-zc)
+  uint64_t send_zc_fixed = 0;    // of which from registered buffers (IORING_RECVSEND_FIXED_BUF)
 };
 
 class Loop {

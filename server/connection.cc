@@ -365,20 +365,36 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
   // The whole response in one send, and the connection ends after it: the response and the FIN
   // (CloseGracefully's shutdown) leave in one segment instead of two, which costs both ends less.
   const bool fin_follows = ex->phase == Exchange::Phase::kDone && conn->wants_close;
-  loop_->Send(conn->fd, ex->iov, iovcnt, &ex->send, fin_follows);
+  SendBuffers(conn, iovcnt, fin_follows);
+}
+
+void Shard::SendBuffers(Connection* conn, int iovcnt, bool more) {
+  Exchange* ex = conn->ex;
+  RINGD_ASSERT(ex->sending == Exchange::Sending::kNone);
+  ex->sending = Exchange::Sending::kBuffers;
+  loop_->Send(conn->fd, ex->iov, iovcnt, &ex->send, more);
+}
+
+void Shard::SendFileChunk(Connection* conn, uint64_t offset, uint64_t length) {
+  Exchange* ex = conn->ex;
+  RINGD_ASSERT(ex->sending == Exchange::Sending::kNone);
+  ex->sending = Exchange::Sending::kFile;
+  loop_->SendFile(conn->fd, ex->file->fd, offset, length, &ex->send);
 }
 
 void Shard::OnSend(io::Completion* c) {
   Connection* conn = static_cast<Connection*>(c->owner);
   Shard* self = conn->shard;
   Exchange* ex = conn->ex;
+  const Exchange::Sending sent = ex->sending;  // the send that ended
+  ex->sending = Exchange::Sending::kNone;
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
   if (c->result < 0) {  // reset by the peer, or an error of the socket or the file
     ++self->stats_.send_errors;
     return self->Abort(conn);
   }
   ex->bytes_sent += static_cast<uint64_t>(c->result);
-  if (c->op == io::Op::kSendFile) {
+  if (sent == Exchange::Sending::kFile) {
     const uint64_t asked = ex->body_left < kFileChunk ? ex->body_left : kFileChunk;
     if (static_cast<uint64_t>(c->result) < asked) {
       // The file is shorter than when we planned: it was truncated. Content-Length cannot be
@@ -403,10 +419,10 @@ void Shard::SendNext(Connection* conn) {
         if (ex->file->content != nullptr) {
           ex->iov[0] = iovec{ex->file->content + ex->body_offset, ex->body_left};
           ex->body_left = 0;
-          return loop_->Send(conn->fd, ex->iov, 1, &ex->send);
+          return SendBuffers(conn, 1);
         }
         const uint64_t chunk = ex->body_left < kFileChunk ? ex->body_left : kFileChunk;
-        return loop_->SendFile(conn->fd, ex->file->fd, ex->body_offset, chunk, &ex->send);
+        return SendFileChunk(conn, ex->body_offset, chunk);
       }
       if (!plan.multipart) break;
       ++ex->part;
@@ -421,14 +437,14 @@ void Shard::SendNext(Connection* conn) {
       ex->phase = Exchange::Phase::kSlice;
       ex->body_offset = plan.ranges.ranges[ex->part].first;
       ex->body_left = plan.ranges.ranges[ex->part].Length();
-      return loop_->Send(conn->fd, ex->iov, 1, &ex->send);
+      return SendBuffers(conn, 1);
     }
     case Exchange::Phase::kTail: {
       http::MultipartLayout layout(plan.ranges, plan.content_type, plan.file.size,
                                    plan.multipart_boundary);
       ex->iov[0] = iovec{ex->head, layout.Tail(ex->head)};
       ex->phase = Exchange::Phase::kDone;
-      return loop_->Send(conn->fd, ex->iov, 1, &ex->send);
+      return SendBuffers(conn, 1);
     }
     case Exchange::Phase::kDone:
       break;
@@ -531,7 +547,8 @@ void Shard::Abort(Connection* conn) {
   if (conn->timer.list != nullptr) conn->timer.list->Disarm(&conn->timer);
   // A send in flight may wait on a slow client: shutdown ends it now. The receive is cancelled
   // through the loop. Their last callbacks then free the connection (MaybeFree).
-  if (conn->ex != nullptr && conn->ex->send.in_flight) loop_->Shutdown(conn->fd, SHUT_RDWR);
+  if (conn->ex != nullptr && conn->ex->sending != Exchange::Sending::kNone)
+    loop_->Shutdown(conn->fd, SHUT_RDWR);
   if (conn->recv_active) loop_->Cancel(&conn->recv);
   MaybeFree(conn);
 }

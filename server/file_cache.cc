@@ -99,6 +99,7 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
     map_[e->path] = e;
     ++stats_.entries;
     ++stats_.opens;
+    e->reading = false;
     loop_->Open(root_fd_, e->path.c_str(), &e->op);
   }
   // `e` is loading here: the planner only asks to fetch paths Lookup did not know, and a ready,
@@ -155,7 +156,8 @@ void FileCache::Unpin(CacheEntry* e) {
 void FileCache::OnOp(io::Completion* c) {
   CacheEntry* e = static_cast<CacheEntry*>(c->owner);
   FileCache* self = e->cache;
-  if (c->op == io::Op::kOpen) return self->Opened(e, c->result);
+  if (!e->reading) return self->Opened(e, c->result);
+  e->reading = false;
   // The content read finished.
   if (c->result != static_cast<int64_t>(e->meta.size)) {
     // Short read: the file changed while we read it. Serve it from the fd instead, where a
@@ -203,6 +205,7 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
       e->content = buf;
       ++stats_.content_buffers;
       ++stats_.content_reads;
+      e->reading = true;
       loop_->Read(fd, buf, st.size, 0, &e->op);
       return;
     }

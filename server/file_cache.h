@@ -50,7 +50,8 @@ struct CacheEntry {
   FileWaiter* waiters = nullptr;
   CacheEntry* lru_prev = nullptr;  // most recent at the head
   CacheEntry* lru_next = nullptr;
-  io::Completion op;  // the open, then the content read
+  io::Completion op;     // the open, then the content read
+  bool reading = false;  // `op` is the content read (the cache's own record, not the loop's)
   class FileCache* cache = nullptr;
 };
 

@@ -164,6 +164,7 @@ bool Shard::Setup() {
   limits_.max_headers = config_.max_headers;
 
   accepts_.resize(listen_fds_.size());
+  accept_armed_.assign(listen_fds_.size(), false);
   for (io::Completion& c : accepts_) {
     c.owner = this;
     c.callback = &Shard::OnAccept;
@@ -235,9 +236,10 @@ void Shard::Tick() {
   });
   send_timers_.Expire(now_ms_, [&](TimerNode* t) {
     Connection* conn = conn_of(t);
-    const io::Completion* send = conn->ex != nullptr ? &conn->ex->send : nullptr;
-    if (send != nullptr && send->in_flight && send->done > conn->send_progress) {
-      conn->send_progress = send->done;  // slow, but moving: another period
+    const Exchange* ex = conn->ex;
+    if (ex != nullptr && ex->sending != Exchange::Sending::kNone &&
+        ex->send.done > conn->send_progress) {
+      conn->send_progress = ex->send.done;  // slow, but moving: another period
       return send_timers_.Arm(t, now_ms_);
     }
     ++stats_.send_timeouts;
@@ -295,7 +297,8 @@ void Shard::BeginDrain() {
 
 void Shard::ArmAccept() {
   for (size_t i = 0; i < accepts_.size(); ++i) {
-    if (accepts_[i].in_flight) continue;
+    if (accept_armed_[i]) continue;
+    accept_armed_[i] = true;
     loop_->Accept(listen_fds_[i], &accepts_[i]);
   }
   accepts_active_ = static_cast<uint32_t>(accepts_.size());
@@ -320,6 +323,7 @@ void Shard::OnAccept(io::Completion* c) {
     }
   }
   if (c->more) return;
+  self->accept_armed_[static_cast<size_t>(c - self->accepts_.data())] = false;
   --self->accepts_active_;
   if (self->draining_) return;
   if (self->accept_paused_) {
@@ -403,7 +407,7 @@ void Shard::ResumeAcceptIfRoom() {
 
 void Shard::MaybeFree(Connection* conn) {
   if (conn->state != ConnState::kClosing || conn->recv_active ||
-      (conn->ex != nullptr && conn->ex->send.in_flight)) {
+      (conn->ex != nullptr && conn->ex->sending != Exchange::Sending::kNone)) {
     return;
   }
   ReleaseExchange(conn);

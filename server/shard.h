@@ -48,6 +48,9 @@ struct Exchange {
   uint64_t body_left = 0;      // bytes of the current slice not yet sent
   uint32_t part = 0;           // multipart: the part being sent
   enum class Phase : uint8_t { kSlice, kPartHead, kTail, kDone } phase = Phase::kDone;
+  // What `send` is doing, as the shard started it (never read from the Completion, which is the
+  // backend's): nothing, buffers (Send) or a file's bytes (SendFile).
+  enum class Sending : uint8_t { kNone, kBuffers, kFile } sending = Sending::kNone;
   uint32_t head_len = 0;
   char head[4096];  // the response head, then multipart part heads (and the closing tail)
   static_assert(http::MultipartLayout::kMaxPartHead <= 4096);
@@ -163,6 +166,9 @@ class Shard {
   void FinishResponse(Connection* conn);
   void ReleaseExchange(Connection* conn);
   void SetState(Connection* conn, ConnState next);
+  // Starts the exchange's send of its iov (StartBuffers) or of a chunk of its file.
+  void SendBuffers(Connection* conn, int iovcnt, bool more = false);
+  void SendFileChunk(Connection* conn, uint64_t offset, uint64_t length);
   void UpdateRecv(Connection* conn);
   void WaitForRequest(Connection* conn);
   void ArmSendTimer(Connection* conn);
@@ -208,6 +214,7 @@ class Shard {
   std::string boundary_;
 
   std::vector<io::Completion> accepts_;  // one per listening socket
+  std::vector<bool> accept_armed_;       // accepts_[i] is in the loop (until its last callback)
   uint32_t accepts_active_ = 0;
   bool accept_paused_ = false;
   int64_t accept_retry_ms_ = 0;
