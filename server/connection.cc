@@ -371,11 +371,20 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
 void Shard::OnSend(io::Completion* c) {
   Connection* conn = static_cast<Connection*>(c->owner);
   Shard* self = conn->shard;
+  // A body chunk that held a send slot gives it back; once this connection has had its turn
+  // (its next chunk queued or started, or the response over), the queue starts whoever is next.
+  const bool held_slot = conn->ticket.holds_slot;
+  self->sends_->Done(&conn->ticket);
+  self->Sent(conn, c);
+  if (held_slot) self->PumpSends();
+}
+
+void Shard::Sent(Connection* conn, io::Completion* c) {
   Exchange* ex = conn->ex;
-  if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
+  if (conn->state == ConnState::kClosing) return MaybeFree(conn);
   if (c->result < 0) {  // reset by the peer, or an error of the socket or the file
-    ++self->stats_.send_errors;
-    return self->Abort(conn);
+    ++stats_.send_errors;
+    return Abort(conn);
   }
   ex->bytes_sent += static_cast<uint64_t>(c->result);
   if (c->op == io::Op::kSendFile) {
@@ -383,14 +392,32 @@ void Shard::OnSend(io::Completion* c) {
     if (static_cast<uint64_t>(c->result) < asked) {
       // The file is shorter than when we planned: it was truncated. Content-Length cannot be
       // kept, so the connection ends here.
-      ++self->stats_.truncated;
-      return self->Abort(conn);
+      ++stats_.truncated;
+      return Abort(conn);
     }
     ex->body_offset += asked;
     ex->body_left -= asked;
   }
-  self->ArmSendTimer(conn);  // progress
-  self->SendNext(conn);
+  ArmSendTimer(conn);  // progress
+  SendNext(conn);
+}
+
+// The next chunk of a file body, once the send queue has let it go.
+void Shard::StartBodyChunk(Connection* conn) {
+  Exchange* ex = conn->ex;
+  RINGD_ASSERT(conn->state == ConnState::kSending && ex != nullptr &&
+               ex->phase == Exchange::Phase::kSlice && ex->body_left > 0 && !ex->send.in_flight);
+  const uint64_t chunk = ex->body_left < kFileChunk ? ex->body_left : kFileChunk;
+  loop_->SendFile(conn->fd, ex->file->fd, ex->body_offset, chunk, &ex->send);
+}
+
+// Starts every queued body chunk the send queue lets go now: a freed slot's next holder, and
+// any that reached the aging bound. Never runs a callback (starting a send only submits it).
+void Shard::PumpSends() {
+  while (SendTicket* t = sends_->Next(now_ms_)) {
+    StartBodyChunk(
+        reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, ticket)));
+  }
 }
 
 // Sends the next piece of a response whose body is not a single in-memory send.
@@ -405,8 +432,16 @@ void Shard::SendNext(Connection* conn) {
           ex->body_left = 0;
           return loop_->Send(conn->fd, ex->iov, 1, &ex->send);
         }
-        const uint64_t chunk = ex->body_left < kFileChunk ? ex->body_left : kFileChunk;
-        return loop_->SendFile(conn->fd, ex->file->fd, ex->body_offset, chunk, &ex->send);
+        // A file body goes through the send queue: it starts now, or waits (least remaining
+        // response bytes first) for a slot or the aging bound.
+        const uint64_t total = ex->head_len + (plan.send_body ? plan.content_length : 0);
+        const uint64_t remaining = total > ex->bytes_sent ? total - ex->bytes_sent : 0;
+        // (The loop's clock, not the turn's: a Poll that slept has made now_ms_ stale, and a
+        // stale queueing time would age this send early.)
+        if (sends_->Admit(&conn->ticket, remaining, loop_->MonotonicMs())) {
+          return StartBodyChunk(conn);
+        }
+        return PumpSends();  // the slot this connection just gave back may be its own again
       }
       if (!plan.multipart) break;
       ++ex->part;
@@ -527,6 +562,7 @@ void Shard::ArmSendTimer(Connection* conn) {
 void Shard::Abort(Connection* conn) {
   if (conn->state == ConnState::kClosing) return;
   files_->Forget(&conn->waiter);  // waiting for a file, or woken and not yet run
+  sends_->Remove(&conn->ticket);  // waiting for a send slot
   SetState(conn, ConnState::kClosing);
   if (conn->timer.list != nullptr) conn->timer.list->Disarm(&conn->timer);
   // A send in flight may wait on a slow client: shutdown ends it now. The receive is cancelled

@@ -26,6 +26,7 @@
 #include "server/http/http_date.h"
 #include "server/http/request_parser.h"
 #include "server/http/response_plan.h"
+#include "server/send_queue.h"
 #include "server/shard_snapshot.h"
 #include "server/timer_list.h"
 
@@ -94,7 +95,8 @@ struct Connection {
   io::Completion recv;
   TimerNode timer;
   FileWaiter waiter;
-  PeerAddress peer;  // the client, while the access log is on
+  SendTicket ticket;  // its place in the shard's send queue (a body chunk waiting for a slot)
+  PeerAddress peer;   // the client, while the access log is on
 };
 
 class Shard {
@@ -119,6 +121,7 @@ class Shard {
   static constexpr uint32_t kReclaimReserve = 32;
   static constexpr uint32_t kSpareSlots = kReclaimReserve + 64;
   const ShardStats& Stats() const { return stats_; }
+  const SendQueue& send_queue() const { return *sends_; }
   ShardUsage Usage() const;
 
   // Observability (shard_observe.cc). Before Setup: the shard's side of the access log (null:
@@ -154,7 +157,10 @@ class Shard {
   bool Stash(Connection* conn);
   void StartResponse(Connection* conn, Exchange* ex);
   void RespondError(Connection* conn, int status, std::string_view raw = {});
+  void Sent(Connection* conn, io::Completion* c);
   void SendNext(Connection* conn);
+  void StartBodyChunk(Connection* conn);
+  void PumpSends();
   void FinishResponse(Connection* conn);
   void ReleaseExchange(Connection* conn);
   void SetState(Connection* conn, ConnState next);
@@ -196,6 +202,7 @@ class Shard {
   std::unique_ptr<mem::SlabPool<Connection>> conns_;
   std::unique_ptr<mem::SlabPool<Exchange>> exchanges_;
   std::unique_ptr<FileCache> files_;
+  std::unique_ptr<SendQueue> sends_;  // which long bodies send now (send_queue.h)
   std::unique_ptr<http::PlanScratch> scratch_;
   http::PlannerConfig planner_;
   http::ParserLimits limits_;

@@ -1,0 +1,96 @@
+// Which response bodies a shard sends now: shortest remaining response first (SRPT), with a
+// bound on waiting. Sans-IO: it orders tickets and counts slots; the shard starts the sends.
+//
+// Without it every connection with a body sends its next chunk as soon as the last one is out,
+// and the kernel shares the shard's bandwidth equally between them (processor sharing): a page
+// waits behind every download in progress. With it, at most `slots` long body sends are in
+// flight per shard; the others wait here, least remaining bytes first, so short responses finish
+// first and a long one, once it is the shortest left, keeps its place to the end. Two bounds:
+//   - a send whose response has at most `short_bytes` left never waits (it needs no slot);
+//   - a send that has waited `max_wait_ms` goes at once, over the slot budget (the aging bound:
+//     no transfer starves, and a slot held by a slow client delays others by at most that).
+//
+//   SendQueue q({.slots = 4, .short_bytes = 256 << 10, .max_wait_ms = 500, .capacity = n});
+//   if (q.Admit(&conn->ticket, remaining, now_ms)) StartChunk(conn);   // else it waits here
+//   ...  q.Done(&conn->ticket);                                        // its chunk ended
+//   while (SendTicket* t = q.Next(now_ms)) StartChunk(ConnOf(t));      // after Admit/Done/ticks
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ringd {
+
+// One connection's place in the queue (intrusive: it lives in the Connection).
+struct SendTicket {
+  static constexpr uint32_t kNotQueued = UINT32_MAX;
+  uint64_t remaining = 0;  // response bytes left when queued: the order
+  uint64_t seq = 0;        // queueing order: breaks ties, and orders the age list
+  int64_t queued_ms = 0;
+  uint32_t heap_index = kNotQueued;
+  bool holds_slot = false;      // a send started with a slot and has not ended
+  SendTicket* older = nullptr;  // the age list, oldest first
+  SendTicket* newer = nullptr;
+  bool queued() const { return heap_index != kNotQueued; }
+};
+
+struct SendQueueOptions {
+  bool srpt = true;  // false: every send starts at once (processor sharing, the old policy)
+  uint32_t slots = 4;
+  uint64_t short_bytes = 256 << 10;
+  int64_t max_wait_ms = 500;
+  uint32_t capacity = 0;  // tickets at most (one per connection)
+};
+
+struct SendQueueStats {
+  uint64_t queued = 0;      // sends that waited here
+  uint64_t aged = 0;        // sends started over the budget by the aging bound
+  int64_t max_wait_ms = 0;  // the longest any send waited here
+};
+
+class SendQueue {
+ public:
+  explicit SendQueue(const SendQueueOptions& options);
+
+  // A body send with `remaining` response bytes left wants to start. True: start it now (its
+  // slot, if it needs one, is taken). False: it waits here until Next returns it.
+  bool Admit(SendTicket* t, uint64_t remaining, int64_t now_ms);
+  // The send Admit or Next started has ended: its slot comes back. Call Next afterwards.
+  void Done(SendTicket* t);
+  // The next waiting send to start now, its slot taken: first any that has waited max_wait_ms
+  // (oldest first, even over the budget), then the least remaining while a slot is free.
+  SendTicket* Next(int64_t now_ms);
+  // A waiting connection ends.
+  void Remove(SendTicket* t);
+  // When the oldest waiting send reaches the aging bound (INT64_MAX when none waits): the shard
+  // polls no longer than this.
+  int64_t NextDeadlineMs() const;
+
+  uint32_t in_flight() const { return in_flight_; }
+  size_t waiting() const { return heap_.size(); }
+  const SendQueueStats& stats() const { return stats_; }
+  const SendQueueOptions& options() const { return options_; }
+
+ private:
+  static bool Before(const SendTicket* a, const SendTicket* b) {
+    return a->remaining != b->remaining ? a->remaining < b->remaining : a->seq < b->seq;
+  }
+  SendTicket* Take(SendTicket* t, int64_t now_ms);
+  void SiftUp(uint32_t i);
+  void SiftDown(uint32_t i);
+  void Place(uint32_t i, SendTicket* t) {
+    heap_[i] = t;
+    t->heap_index = i;
+  }
+
+  SendQueueOptions options_;
+  std::vector<SendTicket*> heap_;  // a binary min-heap by (remaining, seq); capacity reserved
+  SendTicket* oldest_ = nullptr;   // the age list: queueing order, which is age order
+  SendTicket* newest_ = nullptr;
+  uint64_t next_seq_ = 0;
+  uint32_t in_flight_ = 0;  // sends holding a slot (may exceed `slots` after aging)
+  SendQueueStats stats_;
+};
+
+}  // namespace ringd
