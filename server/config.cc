@@ -290,6 +290,10 @@ const std::vector<Flag>& Flags() {
                "srpt: a body that has waited this long for a slot goes at once (the aging "
                "bound; default 500)",
                &Config::send_max_wait_ms, 1, 3600000),
+      UintFlag("send-slot-hold-ms",
+               "srpt: a body chunk still sending after this long stops counting against "
+               "--send-slots (its client is slow, the shard is not busy; default 10)",
+               &Config::send_slot_hold_ms, 1, 3600000),
       UintFlag("workers", "epoll backend: threads per shard for blocking file work (default 4)",
                &Config::workers, 1, 256),
       UintFlag("worker-queue", "epoll backend: queued file jobs per shard (default 1024)",

@@ -86,7 +86,8 @@ struct Config {
   uint32_t send_slots = 4;
   uint64_t send_short_bytes = 256 << 10;
   uint32_t send_max_wait_ms = 500;
-  uint32_t workers = 4;  // epoll: blocking file work per shard
+  uint32_t send_slot_hold_ms = 10;  // a slot held this long stops counting (a slow client)
+  uint32_t workers = 4;             // epoll: blocking file work per shard
   uint32_t worker_queue = 1024;
 
   // Observability (docs/OPERATIONS.md).

@@ -4,6 +4,7 @@
 //   -> next pipelined request, or idle (no buffer held), or graceful close.
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,8 +20,11 @@ Connection* ConnOf(FileWaiter* w) {
 }
 
 // The send budget per SendFile call: each completion is progress, which re-arms the send
-// timer, and a slow client cannot hold a pipe for long.
+// timer, and a slow client cannot hold a pipe for long. With --send-order=srpt a chunk holds a
+// send slot, and the queue chooses again after each: a quarter of that, so that a shorter
+// response waits for less (one loop turn's worth at the default --send-turn-bytes).
 constexpr uint64_t kFileChunk = 1 << 20;
+constexpr uint64_t kSlotChunk = 256 << 10;
 
 // File lookups one request may wait for (the path, its index file, a precompressed sibling, ...)
 // before it is answered 503: a bound on re-planning, whatever the cache does.
@@ -388,7 +392,7 @@ void Shard::Sent(Connection* conn, io::Completion* c) {
   }
   ex->bytes_sent += static_cast<uint64_t>(c->result);
   if (c->op == io::Op::kSendFile) {
-    const uint64_t asked = ex->body_left < kFileChunk ? ex->body_left : kFileChunk;
+    const uint64_t asked = std::min(ex->body_left, ChunkBytes());
     if (static_cast<uint64_t>(c->result) < asked) {
       // The file is shorter than when we planned: it was truncated. Content-Length cannot be
       // kept, so the connection ends here.
@@ -402,19 +406,22 @@ void Shard::Sent(Connection* conn, io::Completion* c) {
   SendNext(conn);
 }
 
+uint64_t Shard::ChunkBytes() const { return config_.send_srpt ? kSlotChunk : kFileChunk; }
+
 // The next chunk of a file body, once the send queue has let it go.
 void Shard::StartBodyChunk(Connection* conn) {
   Exchange* ex = conn->ex;
   RINGD_ASSERT(conn->state == ConnState::kSending && ex != nullptr &&
                ex->phase == Exchange::Phase::kSlice && ex->body_left > 0 && !ex->send.in_flight);
-  const uint64_t chunk = ex->body_left < kFileChunk ? ex->body_left : kFileChunk;
+  const uint64_t chunk = std::min(ex->body_left, ChunkBytes());
   loop_->SendFile(conn->fd, ex->file->fd, ex->body_offset, chunk, &ex->send);
 }
 
 // Starts every queued body chunk the send queue lets go now: a freed slot's next holder, and
 // any that reached the aging bound. Never runs a callback (starting a send only submits it).
 void Shard::PumpSends() {
-  while (SendTicket* t = sends_->Next(now_ms_)) {
+  const int64_t now_ms = loop_->MonotonicMs();  // now_ms_ is stale after a Poll that slept
+  while (SendTicket* t = sends_->Next(now_ms)) {
     StartBodyChunk(
         reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, ticket)));
   }

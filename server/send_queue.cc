@@ -4,6 +4,19 @@
 
 namespace ringd {
 
+void SendQueue::List::Append(SendTicket* t) {
+  t->older = newest;
+  t->newer = nullptr;
+  (newest != nullptr ? newest->newer : oldest) = t;
+  newest = t;
+}
+
+void SendQueue::List::Unlink(SendTicket* t) {
+  (t->older != nullptr ? t->older->newer : oldest) = t->newer;
+  (t->newer != nullptr ? t->newer->older : newest) = t->older;
+  t->older = t->newer = nullptr;
+}
+
 SendQueue::SendQueue(const SendQueueOptions& options) : options_(options) {
   heap_.reserve(options.capacity);  // the only allocation: Admit never grows it
 }
@@ -12,8 +25,7 @@ bool SendQueue::Admit(SendTicket* t, uint64_t remaining, int64_t now_ms) {
   RINGD_ASSERT(!t->queued() && !t->holds_slot);
   if (!options_.srpt || remaining <= options_.short_bytes) return true;  // needs no slot
   if (in_flight_ < options_.slots && heap_.empty()) {
-    t->holds_slot = true;
-    ++in_flight_;
+    Hold(t, now_ms);
     return true;
   }
   RINGD_ASSERT_MSG(heap_.size() < options_.capacity, "send queue over capacity %u",
@@ -24,36 +36,52 @@ bool SendQueue::Admit(SendTicket* t, uint64_t remaining, int64_t now_ms) {
   heap_.push_back(t);
   Place(static_cast<uint32_t>(heap_.size() - 1), t);
   SiftUp(t->heap_index);
-  t->older = newest_;
-  t->newer = nullptr;
-  (newest_ != nullptr ? newest_->newer : oldest_) = t;
-  newest_ = t;
+  waiting_.Append(t);
   ++stats_.queued;
   return false;
 }
 
+void SendQueue::Hold(SendTicket* t, int64_t now_ms) {
+  t->holds_slot = true;
+  t->counted = true;
+  t->started_ms = now_ms;
+  holders_.Append(t);
+  ++in_flight_;
+}
+
 void SendQueue::Done(SendTicket* t) {
   if (!t->holds_slot) return;
-  RINGD_ASSERT(in_flight_ > 0);
   t->holds_slot = false;
+  if (!t->counted) return;  // its slot stopped counting after hold_ms
+  t->counted = false;
+  holders_.Unlink(t);
+  RINGD_ASSERT(in_flight_ > 0);
   --in_flight_;
 }
 
 SendTicket* SendQueue::Next(int64_t now_ms) {
-  if (oldest_ != nullptr && now_ms - oldest_->queued_ms >= options_.max_wait_ms) {
-    ++stats_.aged;
-    return Take(oldest_, now_ms);
+  if (heap_.empty()) return nullptr;
+  // Slots held too long stop counting: their clients are slow, and the shard is not busy.
+  while (holders_.oldest != nullptr && now_ms - holders_.oldest->started_ms >= options_.hold_ms) {
+    SendTicket* h = holders_.oldest;
+    holders_.Unlink(h);
+    h->counted = false;
+    --in_flight_;
+    ++stats_.slow;
   }
-  if (heap_.empty() || in_flight_ >= options_.slots) return nullptr;
-  return Take(heap_[0], now_ms);
-}
-
-SendTicket* SendQueue::Take(SendTicket* t, int64_t now_ms) {
+  SendTicket* t = nullptr;
+  if (now_ms - waiting_.oldest->queued_ms >= options_.max_wait_ms) {
+    t = waiting_.oldest;
+    ++stats_.aged;
+  } else if (in_flight_ < options_.slots) {
+    t = heap_[0];
+  } else {
+    return nullptr;
+  }
   const int64_t waited = now_ms - t->queued_ms;
   if (waited > stats_.max_wait_ms) stats_.max_wait_ms = waited;
   Remove(t);
-  t->holds_slot = true;
-  ++in_flight_;
+  Hold(t, now_ms);
   return t;
 }
 
@@ -69,13 +97,16 @@ void SendQueue::Remove(SendTicket* t) {
     SiftDown(last->heap_index);
   }
   t->heap_index = SendTicket::kNotQueued;
-  (t->older != nullptr ? t->older->newer : oldest_) = t->newer;
-  (t->newer != nullptr ? t->newer->older : newest_) = t->older;
-  t->older = t->newer = nullptr;
+  waiting_.Unlink(t);
 }
 
 int64_t SendQueue::NextDeadlineMs() const {
-  return oldest_ != nullptr ? oldest_->queued_ms + options_.max_wait_ms : INT64_MAX;
+  if (heap_.empty()) return INT64_MAX;
+  int64_t at = waiting_.oldest->queued_ms + options_.max_wait_ms;
+  if (holders_.oldest != nullptr && holders_.oldest->started_ms + options_.hold_ms < at) {
+    at = holders_.oldest->started_ms + options_.hold_ms;
+  }
+  return at;
 }
 
 void SendQueue::SiftUp(uint32_t i) {

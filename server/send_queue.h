@@ -5,10 +5,13 @@
 // and the kernel shares the shard's bandwidth equally between them (processor sharing): a page
 // waits behind every download in progress. With it, at most `slots` long body sends are in
 // flight per shard; the others wait here, least remaining bytes first, so short responses finish
-// first and a long one, once it is the shortest left, keeps its place to the end. Two bounds:
+// first and a long one, once it is the shortest left, keeps its place to the end. Bounds:
 //   - a send whose response has at most `short_bytes` left never waits (it needs no slot);
 //   - a send that has waited `max_wait_ms` goes at once, over the slot budget (the aging bound:
-//     no transfer starves, and a slot held by a slow client delays others by at most that).
+//     no transfer starves);
+//   - a send that has held its slot for `hold_ms` without ending stops counting against the
+//     budget: its client, not the shard, is what limits it, and the shard has bandwidth to spare
+//     for the next one (so the queue stays work-conserving when clients are slow).
 //
 //   SendQueue q({.slots = 4, .short_bytes = 256 << 10, .max_wait_ms = 500, .capacity = n});
 //   if (q.Admit(&conn->ticket, remaining, now_ms)) StartChunk(conn);   // else it waits here
@@ -26,11 +29,14 @@ namespace ringd {
 struct SendTicket {
   static constexpr uint32_t kNotQueued = UINT32_MAX;
   uint64_t remaining = 0;  // response bytes left when queued: the order
-  uint64_t seq = 0;        // queueing order: breaks ties, and orders the age list
-  int64_t queued_ms = 0;
+  uint64_t seq = 0;        // queueing order: breaks ties
+  int64_t queued_ms = 0;   // when it began to wait
+  int64_t started_ms = 0;  // when its send started with a slot
   uint32_t heap_index = kNotQueued;
-  bool holds_slot = false;      // a send started with a slot and has not ended
-  SendTicket* older = nullptr;  // the age list, oldest first
+  bool holds_slot = false;  // a send started with a slot and has not ended
+  bool counted = false;     // and that slot still counts against the budget (within hold_ms)
+  // The waiting list, or the counted holders' list: each oldest first.
+  SendTicket* older = nullptr;
   SendTicket* newer = nullptr;
   bool queued() const { return heap_index != kNotQueued; }
 };
@@ -40,12 +46,14 @@ struct SendQueueOptions {
   uint32_t slots = 4;
   uint64_t short_bytes = 256 << 10;
   int64_t max_wait_ms = 500;
+  int64_t hold_ms = 10;
   uint32_t capacity = 0;  // tickets at most (one per connection)
 };
 
 struct SendQueueStats {
   uint64_t queued = 0;      // sends that waited here
   uint64_t aged = 0;        // sends started over the budget by the aging bound
+  uint64_t slow = 0;        // slots that stopped counting after hold_ms
   int64_t max_wait_ms = 0;  // the longest any send waited here
 };
 
@@ -59,24 +67,31 @@ class SendQueue {
   // The send Admit or Next started has ended: its slot comes back. Call Next afterwards.
   void Done(SendTicket* t);
   // The next waiting send to start now, its slot taken: first any that has waited max_wait_ms
-  // (oldest first, even over the budget), then the least remaining while a slot is free.
+  // (oldest first, even over the budget), then the least remaining while a slot is free (a slot
+  // held for hold_ms is free).
   SendTicket* Next(int64_t now_ms);
   // A waiting connection ends.
   void Remove(SendTicket* t);
-  // When the oldest waiting send reaches the aging bound (INT64_MAX when none waits): the shard
-  // polls no longer than this.
+  // While sends wait: when the oldest reaches the aging bound, or the oldest counted slot its
+  // hold_ms, whichever is first (INT64_MAX when none waits). The shard polls no longer.
   int64_t NextDeadlineMs() const;
 
-  uint32_t in_flight() const { return in_flight_; }
+  uint32_t in_flight() const { return in_flight_; }  // slots counting against the budget
   size_t waiting() const { return heap_.size(); }
   const SendQueueStats& stats() const { return stats_; }
   const SendQueueOptions& options() const { return options_; }
 
  private:
+  struct List {  // intrusive, oldest first
+    SendTicket* oldest = nullptr;
+    SendTicket* newest = nullptr;
+    void Append(SendTicket* t);
+    void Unlink(SendTicket* t);
+  };
   static bool Before(const SendTicket* a, const SendTicket* b) {
     return a->remaining != b->remaining ? a->remaining < b->remaining : a->seq < b->seq;
   }
-  SendTicket* Take(SendTicket* t, int64_t now_ms);
+  void Hold(SendTicket* t, int64_t now_ms);
   void SiftUp(uint32_t i);
   void SiftDown(uint32_t i);
   void Place(uint32_t i, SendTicket* t) {
@@ -86,10 +101,10 @@ class SendQueue {
 
   SendQueueOptions options_;
   std::vector<SendTicket*> heap_;  // a binary min-heap by (remaining, seq); capacity reserved
-  SendTicket* oldest_ = nullptr;   // the age list: queueing order, which is age order
-  SendTicket* newest_ = nullptr;
+  List waiting_;                   // queueing order, which is age order
+  List holders_;                   // counted slot holders, in start order
   uint64_t next_seq_ = 0;
-  uint32_t in_flight_ = 0;  // sends holding a slot (may exceed `slots` after aging)
+  uint32_t in_flight_ = 0;  // counted slot holders (more than `slots` after aging)
   SendQueueStats stats_;
 };
 

@@ -8,11 +8,13 @@
 namespace ringd {
 namespace {
 
-SendQueueOptions Opts(uint32_t slots, uint64_t short_bytes = 0, int64_t max_wait_ms = 1000) {
+SendQueueOptions Opts(uint32_t slots, uint64_t short_bytes = 0, int64_t max_wait_ms = 1000,
+                      int64_t hold_ms = int64_t{1} << 40) {
   SendQueueOptions o;
   o.slots = slots;
   o.short_bytes = short_bytes;
   o.max_wait_ms = max_wait_ms;
+  o.hold_ms = hold_ms;
   o.capacity = 64;
   return o;
 }
@@ -79,6 +81,29 @@ TEST(SendQueue, AgingBoundStartsTheOldestOverBudget) {
   EXPECT_EQ(q.NextDeadlineMs(), INT64_MAX);
 }
 
+// A slot held for hold_ms (a slow client) stops counting: the next waiting send starts, and the
+// slow one's end gives back nothing more.
+TEST(SendQueue, SlotHeldTooLongStopsCounting) {
+  SendQueue q(Opts(1, 0, 1000, 10));
+  SendTicket slow, a, b;
+  ASSERT_TRUE(q.Admit(&slow, 1000, 0));
+  EXPECT_FALSE(q.Admit(&a, 500, 2));
+  EXPECT_FALSE(q.Admit(&b, 600, 3));
+  EXPECT_EQ(q.NextDeadlineMs(), 10);
+  EXPECT_EQ(q.Next(9), nullptr);
+  EXPECT_EQ(q.Next(10), &a);  // slow's slot no longer counts
+  EXPECT_EQ(q.Next(10), nullptr);
+  EXPECT_EQ(q.in_flight(), 1u);
+  EXPECT_EQ(q.stats().slow, 1u);
+  EXPECT_EQ(q.NextDeadlineMs(), 20);  // a's hold
+  q.Done(&slow);
+  EXPECT_EQ(q.in_flight(), 1u);
+  EXPECT_EQ(q.Next(11), nullptr);
+  q.Done(&a);
+  EXPECT_EQ(q.Next(12), &b);
+  EXPECT_EQ(q.NextDeadlineMs(), INT64_MAX);
+}
+
 TEST(SendQueue, RemoveKeepsHeapAndAgeListConsistent) {
   SendQueue q(Opts(1, 0, 1000));
   SendTicket running, t[6];
@@ -110,7 +135,8 @@ TEST(SendQueue, RandomizedInvariants) {
   for (int round = 0; round < 50; ++round) {
     const uint32_t slots = 1 + rng() % 4;
     const int64_t max_wait = 1 + rng() % 50;
-    SendQueue q(Opts(slots, rng() % 3 == 0 ? 100 : 0, max_wait));
+    const int64_t hold = 1 + rng() % 50;
+    SendQueue q(Opts(slots, rng() % 3 == 0 ? 100 : 0, max_wait, hold));
     std::vector<SendTicket> t(64);
     std::vector<bool> sending(64, false);
     int64_t now = 0;
@@ -145,9 +171,12 @@ TEST(SendQueue, RandomizedInvariants) {
         sending[s - t.data()] = true;
       }
       EXPECT_GT(q.NextDeadlineMs(), now);
-      uint32_t holding = 0;
-      for (const SendTicket& o : t) holding += o.holds_slot;
-      EXPECT_EQ(holding, q.in_flight());
+      uint32_t counted = 0;
+      for (const SendTicket& o : t) {
+        EXPECT_TRUE(!o.counted || o.holds_slot);
+        counted += o.counted;
+      }
+      EXPECT_EQ(counted, q.in_flight());
       EXPECT_LE(q.stats().max_wait_ms, max_wait + 9);
     }
   }

@@ -132,6 +132,7 @@ bool Shard::Setup() {
   so.slots = config_.send_slots;
   so.short_bytes = config_.send_short_bytes;
   so.max_wait_ms = config_.send_max_wait_ms;
+  so.hold_ms = config_.send_slot_hold_ms;
   so.capacity = capacity();
   sends_ = std::make_unique<SendQueue>(so);
   scratch_ = std::make_unique<http::PlanScratch>();

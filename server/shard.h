@@ -161,6 +161,7 @@ class Shard {
   void SendNext(Connection* conn);
   void StartBodyChunk(Connection* conn);
   void PumpSends();
+  uint64_t ChunkBytes() const;
   void FinishResponse(Connection* conn);
   void ReleaseExchange(Connection* conn);
   void SetState(Connection* conn, ConnState next);

@@ -288,6 +288,7 @@ void Sim::BuildConfig() {
   static const uint64_t kShort[] = {0, 0, 1024, 16 << 10, 256 << 10};
   c.send_short_bytes = kShort[rng_.Below(5)];
   c.send_max_wait_ms = static_cast<uint32_t>(rng_.Range(1, c.send_timeout_ms / 2));
+  c.send_slot_hold_ms = static_cast<uint32_t>(rng_.Range(1, c.send_timeout_ms / 2));
 
   SimFaults& f = world_.faults;
   f.deliver = static_cast<uint32_t>(rng_.Range(300, 1000));
