@@ -280,7 +280,7 @@ const std::vector<Flag>& Flags() {
            }},
       UintFlag("send-slots",
                "srpt: long response bodies in flight per shard; the rest wait, least remaining "
-               "first (default 4)",
+               "first (default 2)",
                &Config::send_slots, 1, 65536),
       UintFlag("send-short-bytes",
                "srpt: a response with at most this many bytes left never waits for a slot "

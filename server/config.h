@@ -83,7 +83,7 @@ struct Config {
   // never wait; a body that waited send_max_wait_ms goes at once. false: every body sends at
   // once and the kernel shares the bandwidth (processor sharing, --send-order=fair).
   bool send_srpt = true;
-  uint32_t send_slots = 4;
+  uint32_t send_slots = 2;
   uint64_t send_short_bytes = 256 << 10;
   uint32_t send_max_wait_ms = 500;
   uint32_t send_slot_hold_ms = 10;  // a slot held this long stops counting (a slow client)

@@ -13,7 +13,7 @@
 //     budget: its client, not the shard, is what limits it, and the shard has bandwidth to spare
 //     for the next one (so the queue stays work-conserving when clients are slow).
 //
-//   SendQueue q({.slots = 4, .short_bytes = 256 << 10, .max_wait_ms = 500, .capacity = n});
+//   SendQueue q({.slots = 2, .short_bytes = 256 << 10, .max_wait_ms = 500, .capacity = n});
 //   if (q.Admit(&conn->ticket, remaining, now_ms)) StartChunk(conn);   // else it waits here
 //   ...  q.Done(&conn->ticket);                                        // its chunk ended
 //   while (SendTicket* t = q.Next(now_ms)) StartChunk(ConnOf(t));      // after Admit/Done/ticks
@@ -43,7 +43,7 @@ struct SendTicket {
 
 struct SendQueueOptions {
   bool srpt = true;  // false: every send starts at once (processor sharing, the old policy)
-  uint32_t slots = 4;
+  uint32_t slots = 2;
   uint64_t short_bytes = 256 << 10;
   int64_t max_wait_ms = 500;
   int64_t hold_ms = 10;

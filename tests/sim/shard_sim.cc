@@ -1129,6 +1129,7 @@ void Sim::CollectShardStats() {
   cov["shard.send_errors"] += st.send_errors;
   cov["shard.sends_queued"] += shard_->send_queue().stats().queued;
   cov["shard.sends_aged"] += shard_->send_queue().stats().aged;
+  cov["shard.sends_slow"] += shard_->send_queue().stats().slow;
 }
 
 SeedResult Sim::Run() {
