@@ -32,7 +32,7 @@ bool SendQueue::Admit(SendTicket* t, uint64_t remaining, int64_t now_ms) {
                    options_.capacity);
   t->remaining = remaining;
   t->seq = next_seq_++;
-  t->queued_ms = now_ms;
+  t->since_ms = now_ms;
   heap_.push_back(t);
   Place(static_cast<uint32_t>(heap_.size() - 1), t);
   SiftUp(t->heap_index);
@@ -44,7 +44,7 @@ bool SendQueue::Admit(SendTicket* t, uint64_t remaining, int64_t now_ms) {
 void SendQueue::Hold(SendTicket* t, int64_t now_ms) {
   t->holds_slot = true;
   t->counted = true;
-  t->started_ms = now_ms;
+  t->since_ms = now_ms;
   holders_.Append(t);
   ++in_flight_;
 }
@@ -62,7 +62,7 @@ void SendQueue::Done(SendTicket* t) {
 SendTicket* SendQueue::Next(int64_t now_ms) {
   if (heap_.empty()) return nullptr;
   // Slots held too long stop counting: their clients are slow, and the shard is not busy.
-  while (holders_.oldest != nullptr && now_ms - holders_.oldest->started_ms >= options_.hold_ms) {
+  while (holders_.oldest != nullptr && now_ms - holders_.oldest->since_ms >= options_.hold_ms) {
     SendTicket* h = holders_.oldest;
     holders_.Unlink(h);
     h->counted = false;
@@ -70,7 +70,7 @@ SendTicket* SendQueue::Next(int64_t now_ms) {
     ++stats_.slow;
   }
   SendTicket* t = nullptr;
-  if (now_ms - waiting_.oldest->queued_ms >= options_.max_wait_ms) {
+  if (now_ms - waiting_.oldest->since_ms >= options_.max_wait_ms) {
     t = waiting_.oldest;
     ++stats_.aged;
   } else if (in_flight_ < options_.slots) {
@@ -78,7 +78,7 @@ SendTicket* SendQueue::Next(int64_t now_ms) {
   } else {
     return nullptr;
   }
-  const int64_t waited = now_ms - t->queued_ms;
+  const int64_t waited = now_ms - t->since_ms;
   if (waited > stats_.max_wait_ms) stats_.max_wait_ms = waited;
   Remove(t);
   Hold(t, now_ms);
@@ -102,9 +102,9 @@ void SendQueue::Remove(SendTicket* t) {
 
 int64_t SendQueue::NextDeadlineMs() const {
   if (heap_.empty()) return INT64_MAX;
-  int64_t at = waiting_.oldest->queued_ms + options_.max_wait_ms;
-  if (holders_.oldest != nullptr && holders_.oldest->started_ms + options_.hold_ms < at) {
-    at = holders_.oldest->started_ms + options_.hold_ms;
+  int64_t at = waiting_.oldest->since_ms + options_.max_wait_ms;
+  if (holders_.oldest != nullptr && holders_.oldest->since_ms + options_.hold_ms < at) {
+    at = holders_.oldest->since_ms + options_.hold_ms;
   }
   return at;
 }

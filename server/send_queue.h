@@ -30,8 +30,8 @@ struct SendTicket {
   static constexpr uint32_t kNotQueued = UINT32_MAX;
   uint64_t remaining = 0;  // response bytes left when queued: the order
   uint64_t seq = 0;        // queueing order: breaks ties
-  int64_t queued_ms = 0;   // when it began to wait
-  int64_t started_ms = 0;  // when its send started with a slot
+  // When it began to wait (while queued), or its send started with a slot (while counted).
+  int64_t since_ms = 0;
   uint32_t heap_index = kNotQueued;
   bool holds_slot = false;  // a send started with a slot and has not ended
   bool counted = false;     // and that slot still counts against the budget (within hold_ms)
