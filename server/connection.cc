@@ -378,7 +378,7 @@ void Shard::OnSend(io::Completion* c) {
   // A body chunk that held a send slot gives it back; once this connection has had its turn
   // (its next chunk queued or started, or the response over), the queue starts whoever is next.
   const bool held_slot = conn->ticket.holds_slot;
-  self->sends_->Done(&conn->ticket);
+  self->sends_->Done(&conn->ticket, self->loop_->MonotonicMs());
   self->Sent(conn, c);
   if (held_slot) self->PumpSends();
 }

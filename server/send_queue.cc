@@ -24,6 +24,11 @@ SendQueue::SendQueue(const SendQueueOptions& options) : options_(options) {
 bool SendQueue::Admit(SendTicket* t, uint64_t remaining, int64_t now_ms) {
   RINGD_ASSERT(!t->queued() && !t->holds_slot);
   if (!options_.srpt || remaining <= options_.short_bytes) return true;  // needs no slot
+  if (t->slow) {  // limited by its client or the disk, not by the shard: no slot either
+    t->holds_slot = true;
+    t->since_ms = now_ms;
+    return true;
+  }
   if (in_flight_ < options_.slots && heap_.empty()) {
     Hold(t, now_ms);
     return true;
@@ -49,10 +54,12 @@ void SendQueue::Hold(SendTicket* t, int64_t now_ms) {
   ++in_flight_;
 }
 
-void SendQueue::Done(SendTicket* t) {
+void SendQueue::Done(SendTicket* t, int64_t now_ms) {
   if (!t->holds_slot) return;
   t->holds_slot = false;
-  if (!t->counted) return;  // its slot stopped counting after hold_ms
+  t->slow = now_ms - t->since_ms >= options_.hold_ms;
+  if (t->slow) ++stats_.slow;
+  if (!t->counted) return;  // it never counted, or stopped counting after hold_ms
   t->counted = false;
   holders_.Unlink(t);
   RINGD_ASSERT(in_flight_ > 0);
@@ -67,7 +74,6 @@ SendTicket* SendQueue::Next(int64_t now_ms) {
     holders_.Unlink(h);
     h->counted = false;
     --in_flight_;
-    ++stats_.slow;
   }
   SendTicket* t = nullptr;
   if (now_ms - waiting_.oldest->since_ms >= options_.max_wait_ms) {

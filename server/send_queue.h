@@ -10,12 +10,14 @@
 //   - a send that has waited `max_wait_ms` goes at once, over the slot budget (the aging bound:
 //     no transfer starves);
 //   - a send that has held its slot for `hold_ms` without ending stops counting against the
-//     budget: its client, not the shard, is what limits it, and the shard has bandwidth to spare
-//     for the next one (so the queue stays work-conserving when clients are slow).
+//     budget: its client or the disk, not the shard, is what limits it, and the shard has
+//     bandwidth to spare for the next one. Its connection's next chunk then starts at once,
+//     without a slot, for as long as its chunks keep taking that long (so the queue stays
+//     work-conserving with slow clients and cold files).
 //
 //   SendQueue q({.slots = 2, .short_bytes = 256 << 10, .max_wait_ms = 500, .capacity = n});
 //   if (q.Admit(&conn->ticket, remaining, now_ms)) StartChunk(conn);   // else it waits here
-//   ...  q.Done(&conn->ticket);                                        // its chunk ended
+//   ...  q.Done(&conn->ticket, now_ms);                                // its chunk ended
 //   while (SendTicket* t = q.Next(now_ms)) StartChunk(ConnOf(t));      // after Admit/Done/ticks
 #pragma once
 
@@ -35,6 +37,7 @@ struct SendTicket {
   uint32_t heap_index = kNotQueued;
   bool holds_slot = false;  // a send started with a slot and has not ended
   bool counted = false;     // and that slot still counts against the budget (within hold_ms)
+  bool slow = false;        // its last chunk took hold_ms or more: the next needs no slot
   // The waiting list, or the counted holders' list: each oldest first.
   SendTicket* older = nullptr;
   SendTicket* newer = nullptr;
@@ -53,7 +56,7 @@ struct SendQueueOptions {
 struct SendQueueStats {
   uint64_t queued = 0;      // sends that waited here
   uint64_t aged = 0;        // sends started over the budget by the aging bound
-  uint64_t slow = 0;        // slots that stopped counting after hold_ms
+  uint64_t slow = 0;        // chunks that took hold_ms or more (the next goes without a slot)
   int64_t max_wait_ms = 0;  // the longest any send waited here
 };
 
@@ -65,7 +68,7 @@ class SendQueue {
   // slot, if it needs one, is taken). False: it waits here until Next returns it.
   bool Admit(SendTicket* t, uint64_t remaining, int64_t now_ms);
   // The send Admit or Next started has ended: its slot comes back. Call Next afterwards.
-  void Done(SendTicket* t);
+  void Done(SendTicket* t, int64_t now_ms);
   // The next waiting send to start now, its slot taken: first any that has waited max_wait_ms
   // (oldest first, even over the budget), then the least remaining while a slot is free (a slot
   // held for hold_ms is free).

@@ -36,7 +36,7 @@ TEST(SendQueue, ShortSendsNeedNoSlot) {
   EXPECT_TRUE(big.holds_slot);
   EXPECT_TRUE(q.Admit(&small, 1000, 0));  // the only slot is taken; a short send goes anyway
   EXPECT_FALSE(small.holds_slot);
-  q.Done(&small);
+  q.Done(&small, 0);
   EXPECT_EQ(q.in_flight(), 1u);
 }
 
@@ -52,7 +52,7 @@ TEST(SendQueue, ShortestRemainingFirstThenQueueOrder) {
   std::vector<SendTicket*> order;
   SendTicket* holder = &running;
   for (int i = 0; i < 4; ++i) {
-    q.Done(holder);
+    q.Done(holder, 0);
     holder = q.Next(5);
     ASSERT_NE(holder, nullptr);
     EXPECT_EQ(q.Next(5), nullptr);  // one slot: one at a time
@@ -75,14 +75,15 @@ TEST(SendQueue, AgingBoundStartsTheOldestOverBudget) {
   EXPECT_EQ(q.NextDeadlineMs(), 120);
   EXPECT_EQ(q.stats().aged, 1u);
   EXPECT_EQ(q.stats().max_wait_ms, 100);
-  q.Done(&running);
-  q.Done(&big);
+  q.Done(&running, 0);
+  q.Done(&big, 0);
   EXPECT_EQ(q.Next(111), &small);
   EXPECT_EQ(q.NextDeadlineMs(), INT64_MAX);
 }
 
-// A slot held for hold_ms (a slow client) stops counting: the next waiting send starts, and the
-// slow one's end gives back nothing more.
+// A slot held for hold_ms (a slow client, a cold file) stops counting: the next waiting send
+// starts, the slow one's end gives back nothing more, and its next chunk needs no slot for as
+// long as its chunks stay slow.
 TEST(SendQueue, SlotHeldTooLongStopsCounting) {
   SendQueue q(Opts(1, 0, 1000, 10));
   SendTicket slow, a, b;
@@ -94,13 +95,23 @@ TEST(SendQueue, SlotHeldTooLongStopsCounting) {
   EXPECT_EQ(q.Next(10), &a);  // slow's slot no longer counts
   EXPECT_EQ(q.Next(10), nullptr);
   EXPECT_EQ(q.in_flight(), 1u);
-  EXPECT_EQ(q.stats().slow, 1u);
   EXPECT_EQ(q.NextDeadlineMs(), 20);  // a's hold
-  q.Done(&slow);
+  q.Done(&slow, 30);
+  EXPECT_TRUE(slow.slow);
+  EXPECT_EQ(q.stats().slow, 1u);
   EXPECT_EQ(q.in_flight(), 1u);
-  EXPECT_EQ(q.Next(11), nullptr);
-  q.Done(&a);
-  EXPECT_EQ(q.Next(12), &b);
+  // Its next chunk starts at once, without a slot, although b waits and the slot is a's.
+  ASSERT_TRUE(q.Admit(&slow, 900, 30));
+  EXPECT_TRUE(slow.holds_slot);
+  EXPECT_FALSE(slow.counted);
+  q.Done(&slow, 31);  // fast this time: the next one counts again
+  EXPECT_FALSE(slow.slow);
+  EXPECT_FALSE(q.Admit(&slow, 800, 31));
+  q.Done(&a, 12);
+  EXPECT_FALSE(a.slow);
+  EXPECT_EQ(q.Next(32), &b);
+  EXPECT_EQ(q.Next(32), nullptr);
+  q.Remove(&slow);
   EXPECT_EQ(q.NextDeadlineMs(), INT64_MAX);
 }
 
@@ -119,7 +130,7 @@ TEST(SendQueue, RemoveKeepsHeapAndAgeListConsistent) {
   std::vector<uint64_t> got;
   SendTicket* holder = &running;
   while (true) {
-    q.Done(holder);
+    q.Done(holder, 0);
     holder = q.Next(10);
     if (holder == nullptr) break;
     got.push_back(holder->remaining);
@@ -152,7 +163,7 @@ TEST(SendQueue, RandomizedInvariants) {
           break;
         case 1:
           if (sending[i]) {
-            q.Done(&t[i]);
+            q.Done(&t[i], now);
             sending[i] = false;
           }
           break;
