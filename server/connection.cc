@@ -20,8 +20,8 @@ Connection* ConnOf(FileWaiter* w) {
 }
 
 // The send budget per SendFile call: each completion is progress, which re-arms the send
-// timer, and a slow client cannot hold a pipe for long. With --send-order=srpt a chunk holds a
-// send slot, and the queue chooses again after each: a quarter of that, so that a shorter
+// timer, and a slow client cannot hold a pipe for long. With --send-order=srpt a chunk that holds
+// a send slot is a quarter of that, and the queue chooses again after each, so that a shorter
 // response waits for less (one loop turn's worth at the default --send-turn-bytes).
 constexpr uint64_t kFileChunk = 1 << 20;
 constexpr uint64_t kSlotChunk = 256 << 10;
@@ -392,7 +392,7 @@ void Shard::Sent(Connection* conn, io::Completion* c) {
   }
   ex->bytes_sent += static_cast<uint64_t>(c->result);
   if (c->op == io::Op::kSendFile) {
-    const uint64_t asked = std::min(ex->body_left, ChunkBytes());
+    const uint64_t asked = ex->chunk;
     if (static_cast<uint64_t>(c->result) < asked) {
       // The file is shorter than when we planned: it was truncated. Content-Length cannot be
       // kept, so the connection ends here.
@@ -406,15 +406,19 @@ void Shard::Sent(Connection* conn, io::Completion* c) {
   SendNext(conn);
 }
 
-uint64_t Shard::ChunkBytes() const { return config_.send_srpt ? kSlotChunk : kFileChunk; }
+// A chunk that holds a slot is short, so that the queue chooses again soon; one that needs no
+// slot (its client or the disk is slow) is long, so that fewer, larger reads are in flight.
+uint64_t Shard::ChunkBytes(const Connection* conn) const {
+  return config_.send_srpt && !conn->ticket.slow ? kSlotChunk : kFileChunk;
+}
 
 // The next chunk of a file body, once the send queue has let it go.
 void Shard::StartBodyChunk(Connection* conn) {
   Exchange* ex = conn->ex;
   RINGD_ASSERT(conn->state == ConnState::kSending && ex != nullptr &&
                ex->phase == Exchange::Phase::kSlice && ex->body_left > 0 && !ex->send.in_flight);
-  const uint64_t chunk = std::min(ex->body_left, ChunkBytes());
-  loop_->SendFile(conn->fd, ex->file->fd, ex->body_offset, chunk, &ex->send);
+  ex->chunk = std::min(ex->body_left, ChunkBytes(conn));
+  loop_->SendFile(conn->fd, ex->file->fd, ex->body_offset, ex->chunk, &ex->send);
 }
 
 // Starts every queued body chunk the send queue lets go now: a freed slot's next holder, and

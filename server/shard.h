@@ -47,6 +47,7 @@ struct Exchange {
   CacheEntry* file = nullptr;  // pinned for the response
   uint64_t body_offset = 0;    // next byte of the current slice (file offsets)
   uint64_t body_left = 0;      // bytes of the current slice not yet sent
+  uint64_t chunk = 0;          // bytes the SendFile in flight was asked for
   uint32_t part = 0;           // multipart: the part being sent
   enum class Phase : uint8_t { kSlice, kPartHead, kTail, kDone } phase = Phase::kDone;
   uint32_t head_len = 0;
@@ -161,7 +162,7 @@ class Shard {
   void SendNext(Connection* conn);
   void StartBodyChunk(Connection* conn);
   void PumpSends();
-  uint64_t ChunkBytes() const;
+  uint64_t ChunkBytes(const Connection* conn) const;
   void FinishResponse(Connection* conn);
   void ReleaseExchange(Connection* conn);
   void SetState(Connection* conn, ConnState next);
