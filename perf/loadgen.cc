@@ -51,14 +51,16 @@ struct Errors {
   uint64_t connect = 0, reset = 0, timeout = 0, parse = 0, eof = 0;
 };
 
-// Responses with bodies below this also go into Result::latency_small: in a size mix, the
-// percentiles of all requests are set by the few multi-MiB downloads, these by pages and assets.
+// Responses with bodies below this also go into Result::latency_small, the others into
+// latency_large: in a size mix, the percentiles of all requests are set by the few multi-MiB
+// downloads, the small ones' by pages and assets (and a send scheduler trades one for the other).
 constexpr uint64_t kSmallBody = 1 << 20;
 
 struct Result {
   LatencyHistogram latency;
   LatencyHistogram latency_small;
   std::vector<LatencyHistogram> by_size;  // one per --size-classes class, and one above the last
+  LatencyHistogram latency_large;
   uint64_t requests = 0, bytes = 0;
   Errors errors;
   std::map<int, uint64_t> status;
@@ -504,7 +506,8 @@ class Worker {
     if (now <= end_us_) {
       ++result.requests;
       result.latency.Record(now - c.sent_at[c.sent_head]);
-      if (c.body_length < kSmallBody) result.latency_small.Record(now - c.sent_at[c.sent_head]);
+      (c.body_length < kSmallBody ? result.latency_small : result.latency_large)
+          .Record(now - c.sent_at[c.sent_head]);
       if (!result.by_size.empty()) {
         const auto& bounds = o_.size_classes;
         const size_t k = static_cast<size_t>(
@@ -587,6 +590,7 @@ int Main(int argc, char** argv) {
     total.latency.Merge(w->result.latency);
     total.latency_small.Merge(w->result.latency_small);
     for (size_t k = 0; k < total.by_size.size(); ++k) total.by_size[k].Merge(w->result.by_size[k]);
+    total.latency_large.Merge(w->result.latency_large);
     total.requests += w->result.requests;
     total.bytes += w->result.bytes;
     total.errors.connect += w->result.errors.connect;
@@ -613,11 +617,16 @@ int Main(int argc, char** argv) {
       static_cast<unsigned long long>(h.Percentile(99)),
       static_cast<unsigned long long>(h.Percentile(99.9)),
       static_cast<unsigned long long>(h.max()));
-  const LatencyHistogram& s = total.latency_small;
-  std::printf("\"latency_small_us\": {\"count\": %llu, \"p50\": %llu, \"p99\": %llu}, ",
-              static_cast<unsigned long long>(s.count()),
-              static_cast<unsigned long long>(s.Percentile(50)),
-              static_cast<unsigned long long>(s.Percentile(99)));
+  for (const auto& [name, s] : {std::pair{"latency_small_us", &total.latency_small},
+                                std::pair{"latency_large_us", &total.latency_large}}) {
+    std::printf(
+        "\"%s\": {\"count\": %llu, \"mean\": %.1f, \"p50\": %llu, \"p99\": %llu, "
+        "\"max\": %llu}, ",
+        name, static_cast<unsigned long long>(s->count()), s->mean(),
+        static_cast<unsigned long long>(s->Percentile(50)),
+        static_cast<unsigned long long>(s->Percentile(99)),
+        static_cast<unsigned long long>(s->max()));
+  }
   if (!total.by_size.empty()) {
     // Class k holds bodies of at least bound k-1 and below bound k ("below": 0 for the last).
     std::printf("\"latency_by_size_us\": [");

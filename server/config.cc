@@ -285,6 +285,34 @@ const std::vector<Flag>& Flags() {
                "file bytes one connection sends per turn of its shard's loop before the others "
                "get theirs, like nginx's sendfile_max_chunk (default 262144)",
                &Config::send_turn_bytes, 16384, 1 << 30),
+      Flag{"send-order",
+           "srpt (shortest remaining response first, with --send-slots and an aging bound) or "
+           "fair (every body at once: the kernel shares the bandwidth) (default srpt)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v != "srpt" && v != "fair") {
+               *error = "--send-order: expected srpt or fair, got '" + v + "'";
+               return false;
+             }
+             c->send_srpt = v == "srpt";
+             return true;
+           }},
+      UintFlag("send-slots",
+               "srpt: long response bodies in flight per shard; the rest wait, least remaining "
+               "first (default 2)",
+               &Config::send_slots, 1, 65536),
+      UintFlag("send-short-bytes",
+               "srpt: a response with at most this many bytes left never waits for a slot "
+               "(default 262144)",
+               &Config::send_short_bytes, 0, uint64_t{1} << 40),
+      UintFlag("send-max-wait-ms",
+               "srpt: a body that has waited this long for a slot goes at once (the aging "
+               "bound; default 500)",
+               &Config::send_max_wait_ms, 1, 3600000),
+      UintFlag("send-slot-hold-ms",
+               "srpt: a body chunk still sending after this long stops counting against "
+               "--send-slots (its client is slow, the shard is not busy; default 10)",
+               &Config::send_slot_hold_ms, 1, 3600000),
       UintFlag("workers", "epoll backend: threads per shard for blocking file work (default 4)",
                &Config::workers, 1, 256),
       UintFlag("worker-queue", "epoll backend: queued file jobs per shard (default 1024)",

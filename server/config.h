@@ -89,7 +89,16 @@ struct Config {
   bool send_zc = false;  // uring: IORING_OP_SEND_ZC for sends of at least send_zc_min_bytes
   uint32_t send_zc_min_bytes = 8192;
   uint32_t send_turn_bytes = 256 << 10;  // file bytes per connection per loop turn
-  uint32_t workers = 4;                  // epoll: blocking file work per shard
+  // Send scheduling (server/send_queue.h): shortest remaining response first, at most
+  // send_slots long bodies in flight per shard; responses with at most send_short_bytes left
+  // never wait; a body that waited send_max_wait_ms goes at once. false: every body sends at
+  // once and the kernel shares the bandwidth (processor sharing, --send-order=fair).
+  bool send_srpt = true;
+  uint32_t send_slots = 2;
+  uint64_t send_short_bytes = 256 << 10;
+  uint32_t send_max_wait_ms = 500;
+  uint32_t send_slot_hold_ms = 10;  // a slot held this long stops counting (a slow client)
+  uint32_t workers = 4;             // epoll: blocking file work per shard
   uint32_t worker_queue = 1024;
 
   // Observability (docs/OPERATIONS.md).

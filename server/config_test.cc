@@ -91,6 +91,9 @@ TEST(Config, RejectsBadInputWithOneLine) {
       {{"--root=/tmp", "--io=bypass", "--sqpoll-per-shard"}, "--sqpoll-per-shard needs --sqpoll"},
       {{"--root=/tmp", "--io=epoll", "--busy-poll-us=50"},
        "--busy-poll-us needs a uring tier (--io=bypass or --io=uring)"},
+      {{"--root=/tmp", "--send-order=sjf"}, "--send-order: expected srpt or fair, got 'sjf'"},
+      {{"--root=/tmp", "--send-slots=0"}, "--send-slots: expected an integer from 1"},
+      {{"--root=/tmp", "--send-max-wait-ms=0"}, "--send-max-wait-ms: expected an integer from 1"},
   };
   for (const auto& [args, message] : cases) {
     Parsed p = Parse(args);
@@ -98,6 +101,19 @@ TEST(Config, RejectsBadInputWithOneLine) {
     EXPECT_NE(p.error.find(message), std::string::npos) << p.error;
     EXPECT_EQ(p.error.find('\n'), std::string::npos) << p.error;
   }
+}
+
+TEST(Config, SendOrder) {
+  Parsed p = Parse({"--root=/tmp"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_TRUE(p.config.send_srpt);
+  p = Parse({"--root=/tmp", "--send-order=fair", "--send-slots=2", "--send-short-bytes=0",
+             "--send-max-wait-ms=50"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_FALSE(p.config.send_srpt);
+  EXPECT_EQ(p.config.send_slots, 2u);
+  EXPECT_EQ(p.config.send_short_bytes, 0u);
+  EXPECT_EQ(p.config.send_max_wait_ms, 50u);
 }
 
 TEST(Config, UsageListsEveryFlag) {

@@ -18,10 +18,6 @@ Connection* ConnOf(FileWaiter* w) {
   return reinterpret_cast<Connection*>(reinterpret_cast<char*>(w) - offsetof(Connection, waiter));
 }
 
-// The send budget per SendFile call: each completion is progress, which re-arms the send
-// timer, and a slow client cannot hold a pipe for long.
-constexpr uint64_t kFileChunk = 1 << 20;
-
 // File lookups one request may wait for (the path, its index file, a precompressed sibling, ...)
 // before it is answered 503: a bound on re-planning, whatever the cache does.
 constexpr uint32_t kMaxLookupsPerRequest = 8;
@@ -382,76 +378,6 @@ void Shard::SendFileChunk(Connection* conn, uint64_t offset, uint64_t length) {
   loop_->SendFile(conn->fd, ex->file->fd, offset, length, &ex->send);
 }
 
-void Shard::OnSend(io::Completion* c) {
-  Connection* conn = static_cast<Connection*>(c->owner);
-  Shard* self = conn->shard;
-  Exchange* ex = conn->ex;
-  const Exchange::Sending sent = ex->sending;  // the send that ended
-  ex->sending = Exchange::Sending::kNone;
-  if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
-  if (c->result < 0) {  // reset by the peer, or an error of the socket or the file
-    ++self->stats_.send_errors;
-    return self->Abort(conn);
-  }
-  ex->bytes_sent += static_cast<uint64_t>(c->result);
-  if (sent == Exchange::Sending::kFile) {
-    const uint64_t asked = ex->body_left < kFileChunk ? ex->body_left : kFileChunk;
-    if (static_cast<uint64_t>(c->result) < asked) {
-      // The file is shorter than when we planned: it was truncated. Content-Length cannot be
-      // kept, so the connection ends here.
-      ++self->stats_.truncated;
-      return self->Abort(conn);
-    }
-    ex->body_offset += asked;
-    ex->body_left -= asked;
-  }
-  self->ArmSendTimer(conn);  // progress
-  self->SendNext(conn);
-}
-
-// Sends the next piece of a response whose body is not a single in-memory send.
-void Shard::SendNext(Connection* conn) {
-  Exchange* ex = conn->ex;
-  const http::ResponsePlan& plan = ex->plan;
-  switch (ex->phase) {
-    case Exchange::Phase::kSlice:
-      if (ex->body_left > 0) {
-        if (ex->file->content != nullptr) {
-          ex->iov[0] = iovec{ex->file->content + ex->body_offset, ex->body_left};
-          ex->body_left = 0;
-          return SendBuffers(conn, 1);
-        }
-        const uint64_t chunk = ex->body_left < kFileChunk ? ex->body_left : kFileChunk;
-        return SendFileChunk(conn, ex->body_offset, chunk);
-      }
-      if (!plan.multipart) break;
-      ++ex->part;
-      ex->phase =
-          ex->part < plan.ranges.count ? Exchange::Phase::kPartHead : Exchange::Phase::kTail;
-      return SendNext(conn);
-    case Exchange::Phase::kPartHead: {
-      http::MultipartLayout layout(plan.ranges, plan.content_type, plan.file.size,
-                                   plan.multipart_boundary);
-      const size_t n = layout.PartHead(ex->part, ex->head);
-      ex->iov[0] = iovec{ex->head, n};
-      ex->phase = Exchange::Phase::kSlice;
-      ex->body_offset = plan.ranges.ranges[ex->part].first;
-      ex->body_left = plan.ranges.ranges[ex->part].Length();
-      return SendBuffers(conn, 1);
-    }
-    case Exchange::Phase::kTail: {
-      http::MultipartLayout layout(plan.ranges, plan.content_type, plan.file.size,
-                                   plan.multipart_boundary);
-      ex->iov[0] = iovec{ex->head, layout.Tail(ex->head)};
-      ex->phase = Exchange::Phase::kDone;
-      return SendBuffers(conn, 1);
-    }
-    case Exchange::Phase::kDone:
-      break;
-  }
-  FinishResponse(conn);
-}
-
 void Shard::FinishResponse(Connection* conn) {
   ReleaseExchange(conn);
   if (conn->wants_close || draining_) return CloseGracefully(conn);
@@ -543,6 +469,7 @@ void Shard::ArmSendTimer(Connection* conn) {
 void Shard::Abort(Connection* conn) {
   if (conn->state == ConnState::kClosing) return;
   files_->Forget(&conn->waiter);  // waiting for a file, or woken and not yet run
+  sends_->Remove(&conn->ticket);  // waiting for a send slot
   SetState(conn, ConnState::kClosing);
   if (conn->timer.list != nullptr) conn->timer.list->Disarm(&conn->timer);
   // A send in flight may wait on a slow client: shutdown ends it now. The receive is cancelled

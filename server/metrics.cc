@@ -192,6 +192,12 @@ std::string FormatPrometheus(const std::vector<ShardView>& shards, const Process
            "Requests answered 503 because the open-file cache was full or the request needed too "
            "many lookups",
            [](const ShardSnapshot& s) { return s.stats.lookup_refused; });
+  PerShard(w, shards, "ringd_sends_queued_total", "counter",
+           "File body chunks that waited for a send slot (--send-order=srpt)",
+           [](const ShardSnapshot& s) { return s.stats.sends_queued; });
+  PerShard(w, shards, "ringd_sends_aged_total", "counter",
+           "Queued body chunks started over the slot budget after --send-max-wait-ms",
+           [](const ShardSnapshot& s) { return s.stats.sends_aged; });
 
   // File cache.
   PerShard(w, shards, "ringd_file_cache_hits_total", "counter",

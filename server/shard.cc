@@ -143,6 +143,14 @@ bool Shard::Setup() {
   fo.valid_ms = config_.open_file_cache_valid_ms;
   fo.small_file_max = config_.small_file_max;
   files_ = std::make_unique<FileCache>(loop_.get(), root_fd_, content_pool_.get(), fo);
+  SendQueueOptions so;
+  so.srpt = config_.send_srpt;
+  so.slots = config_.send_slots;
+  so.short_bytes = config_.send_short_bytes;
+  so.max_wait_ms = config_.send_max_wait_ms;
+  so.hold_ms = config_.send_slot_hold_ms;
+  so.capacity = capacity();
+  sends_ = std::make_unique<SendQueue>(so);
   scratch_ = std::make_unique<http::PlanScratch>();
 
   uint64_t random = 0;
@@ -198,6 +206,7 @@ bool Shard::Step() {
                                                        : drain_deadline_ms_ + kDrainGraceMs);
   }
   next = std::min(next, discard_timers_.NextDeadline());
+  next = std::min(next, sends_->NextDeadlineMs());  // a queued body reaching the aging bound
   const int64_t wait = std::clamp<int64_t>(next - now_ms_, 0, 1000);
   loop_->Poll(static_cast<int>(wait));
   files_->RunWakeups();                     // connections whose file lookups finished in that Poll
@@ -242,6 +251,9 @@ void Shard::Tick() {
       conn->send_progress = ex->send.done;  // slow, but moving: another period
       return send_timers_.Arm(t, now_ms_);
     }
+    // Waiting for a send slot is the shard's doing, not the client's (and bounded by
+    // --send-max-wait-ms): another period.
+    if (conn->ticket.queued()) return send_timers_.Arm(t, now_ms_);
     ++stats_.send_timeouts;
     Abort(conn);
   });
@@ -251,6 +263,7 @@ void Shard::Tick() {
     Abort(conn_of(t));
   });
 
+  if (sends_->NextDeadlineMs() <= now_ms_) PumpSends();  // the aging bound
   if (!draining_ && stop_requested_.load(std::memory_order_acquire)) BeginDrain();
   if (accept_retry_ms_ != 0 && now_ms_ >= accept_retry_ms_) {
     accept_retry_ms_ = 0;

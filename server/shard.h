@@ -26,6 +26,7 @@
 #include "server/http/http_date.h"
 #include "server/http/request_parser.h"
 #include "server/http/response_plan.h"
+#include "server/send_queue.h"
 #include "server/shard_snapshot.h"
 #include "server/timer_list.h"
 
@@ -46,6 +47,7 @@ struct Exchange {
   CacheEntry* file = nullptr;  // pinned for the response
   uint64_t body_offset = 0;    // next byte of the current slice (file offsets)
   uint64_t body_left = 0;      // bytes of the current slice not yet sent
+  uint64_t chunk = 0;          // bytes the SendFile in flight was asked for
   uint32_t part = 0;           // multipart: the part being sent
   enum class Phase : uint8_t { kSlice, kPartHead, kTail, kDone } phase = Phase::kDone;
   // What `send` is doing, as the shard started it (never read from the Completion, which is the
@@ -97,7 +99,8 @@ struct Connection {
   io::Completion recv;
   TimerNode timer;
   FileWaiter waiter;
-  PeerAddress peer;  // the client, while the access log is on
+  SendTicket ticket;  // its place in the shard's send queue (a body chunk waiting for a slot)
+  PeerAddress peer;   // the client, while the access log is on
 };
 
 class Shard {
@@ -122,6 +125,7 @@ class Shard {
   static constexpr uint32_t kReclaimReserve = 32;
   static constexpr uint32_t kSpareSlots = kReclaimReserve + 64;
   const ShardStats& Stats() const { return stats_; }
+  const SendQueue& send_queue() const { return *sends_; }
   ShardUsage Usage() const;
 
   // Observability (shard_observe.cc). Before Setup: the shard's side of the access log (null:
@@ -162,7 +166,11 @@ class Shard {
   bool Stash(Connection* conn);
   void StartResponse(Connection* conn, Exchange* ex);
   void RespondError(Connection* conn, int status, std::string_view raw = {});
+  void Sent(Connection* conn, io::Completion* c);
   void SendNext(Connection* conn);
+  void StartBodyChunk(Connection* conn);
+  void PumpSends();
+  uint64_t ChunkBytes(const Connection* conn) const;
   void FinishResponse(Connection* conn);
   void ReleaseExchange(Connection* conn);
   void SetState(Connection* conn, ConnState next);
@@ -207,6 +215,7 @@ class Shard {
   std::unique_ptr<mem::SlabPool<Connection>> conns_;
   std::unique_ptr<mem::SlabPool<Exchange>> exchanges_;
   std::unique_ptr<FileCache> files_;
+  std::unique_ptr<SendQueue> sends_;  // which long bodies send now (send_queue.h)
   std::unique_ptr<http::PlanScratch> scratch_;
   http::PlannerConfig planner_;
   http::ParserLimits limits_;

@@ -101,6 +101,8 @@ void Shard::FillSnapshot() {
   s.draining = draining_;
   s.accept_paused = accept_paused_;
   s.stats = stats_;
+  s.stats.sends_queued = sends_->stats().queued;
+  s.stats.sends_aged = sends_->stats().aged;
   s.requests = metrics_;
   s.loop = loop_->Stats();
   s.cache = files_->Stats();

@@ -27,6 +27,8 @@ struct ShardStats {
   uint64_t idle_reclaimed = 0;    // idle keep-alive connections closed for newcomers at the limit
   uint64_t lookup_refused = 0;    // 503: the file cache was full, or too many lookups
   uint64_t recv_errors = 0, send_errors = 0;  // a connection ended by an error of its socket
+  uint64_t sends_queued = 0;  // body chunks that waited for a send slot (--send-order=srpt)
+  uint64_t sends_aged = 0;    // of those, started over the slot budget by --send-max-wait-ms
 };
 
 // What a shard holds right now, for checks that nothing leaks (tests, the simulator).

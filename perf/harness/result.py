@@ -34,10 +34,13 @@ class Latency:
 
 @dataclass
 class SmallLatency:
-    """Latency of the responses with bodies under 1 MiB (ringd-load only)."""
+    """Latency of one size class (ringd-load only): the responses with bodies under 1 MiB
+    (latency_small_us), or the rest (latency_large_us)."""
     count: int = 0
     p50: Optional[float] = None
     p99: Optional[float] = None
+    mean: Optional[float] = None
+    max: Optional[float] = None
 
 
 @dataclass
@@ -51,6 +54,7 @@ class Result:
     idle_held: int = 0
     latency_us: Latency = field(default_factory=Latency)
     latency_small_us: Optional[SmallLatency] = None
+    latency_large_us: Optional[SmallLatency] = None
     errors: Dict[str, int] = field(default_factory=lambda: {k: 0 for k in ERROR_KINDS})
     status: Dict[str, int] = field(default_factory=dict)
     failed: Optional[str] = None
@@ -91,7 +95,7 @@ class Result:
 
     def figures(self):
         """The per-run figures the report takes medians of; None where not measured."""
-        lat, small = self.latency_us, self.latency_small_us
+        lat, small, large = self.latency_us, self.latency_small_us, self.latency_large_us
         return {
             "rps": self.rps, "bytes_per_s": self.bytes_per_s,
             "cpu_us_per_request": self.cpu_us_per_request,
@@ -100,6 +104,9 @@ class Result:
             "server_cpu_percent": self.server_cpu_percent,
             "packets_per_request": self.packets_per_request,
             "p99_small_us": small.p99 if small and small.count else None,
+            "mean_us": lat.mean,
+            "p99_large_us": large.p99 if large and large.count else None,
+            "mean_large_us": large.mean if large and large.count else None,
             "idle_bytes_per_connection": self.idle_bytes_per_connection,
             "cold_bytes_per_s": self.cold.bytes_per_s if self.cold else None,
             "syscalls_per_request": self.syscalls_per_request,
@@ -145,8 +152,9 @@ class Result:
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         kw["latency_us"] = _dataclass(Latency, d.get("latency_us") or {})
-        if d.get("latency_small_us") is not None:
-            kw["latency_small_us"] = _dataclass(SmallLatency, d["latency_small_us"])
+        for key in ("latency_small_us", "latency_large_us"):
+            if d.get(key) is not None:
+                kw[key] = _dataclass(SmallLatency, d[key])
         if d.get("cold") is not None:
             kw["cold"] = cls.from_dict(d["cold"])
         errors = {k: 0 for k in ERROR_KINDS}
@@ -192,7 +200,12 @@ def parse_ringd_load(text, generator="ringd-load"):
     else:
         raise ParseError("no JSON result line in the output (%d bytes)" % len(text or ""))
     lat = d.get("latency_us") if isinstance(d.get("latency_us"), dict) else {}
-    small = d.get("latency_small_us") if isinstance(d.get("latency_small_us"), dict) else None
+    def size_class(key):
+        c = d.get(key) if isinstance(d.get(key), dict) else None
+        if c is None:
+            return None
+        return SmallLatency(int(_number(c, "count")), _number(c, "p50", None), _number(c, "p99", None),
+                            _number(c, "mean", None), _number(c, "max", None))
     errors = {k: 0 for k in ERROR_KINDS}
     for k, v in (d.get("errors") or {}).items():
         errors[str(k)] = int(v)
@@ -202,8 +215,7 @@ def parse_ringd_load(text, generator="ringd-load"):
         rps=_number(d, "rps"), bytes=_number(d, "bytes"), bytes_per_s=_number(d, "bytes_per_s"),
         idle_held=int(_number(d, "idle_held")),
         latency_us=Latency(**{k: _number(lat, k, None) for k in ("mean", "p50", "p90", "p99", "p999", "max")}),
-        latency_small_us=SmallLatency(int(_number(small, "count")), _number(small, "p50", None),
-                                      _number(small, "p99", None)) if small is not None else None,
+        latency_small_us=size_class("latency_small_us"), latency_large_us=size_class("latency_large_us"),
         errors=errors, status=status, latency_by_size_us=_size_classes(d.get("latency_by_size_us")))
 
 

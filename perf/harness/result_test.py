@@ -69,6 +69,24 @@ class RingdLoadTest(unittest.TestCase):
         self.assertEqual(r.non_2xx, 2)
         self.assertEqual(r.error_count, 3)
 
+    def test_size_classes(self):
+        line = ('{"requests": 10, "seconds": 1.0, "rps": 10.0, "bytes": 0, "bytes_per_s": 0, "idle_held": 0, '
+                '"latency_us": {"mean": 50.0, "p50": 7, "p90": 9, "p99": 400, "p999": 400, "max": 400}, '
+                '"latency_small_us": {"count": 9, "mean": 6.5, "p50": 7, "p99": 9, "max": 9}, '
+                '"latency_large_us": {"count": 1, "mean": 400.0, "p50": 400, "p99": 400, "max": 400}}')
+        r = parse_ringd_load(line)
+        self.assertEqual((r.latency_small_us.mean, r.latency_small_us.max), (6.5, 9))
+        self.assertEqual((r.latency_large_us.count, r.latency_large_us.p99), (1, 400))
+        f = r.figures()
+        self.assertEqual((f["mean_us"], f["p99_large_us"], f["mean_large_us"]), (50.0, 400, 400.0))
+        back = Result.from_dict(r.to_dict())
+        self.assertEqual(back.latency_large_us, r.latency_large_us)
+        # Older output (no large class, no small mean) still parses; the missing figures are None.
+        old = parse_ringd_load(testdata("ringd-load.txt"))
+        self.assertIsNone(old.latency_large_us)
+        self.assertIsNone(old.latency_small_us.mean)
+        self.assertIsNone(old.figures()["p99_large_us"])
+
     def test_takes_the_last_json_line(self):
         text = testdata("ringd-load.txt") + "ringd-load: a warning after the result\n\n"
         self.assertEqual(parse_ringd_load(text).requests, 1000)

@@ -231,7 +231,9 @@ _ENTRIES = [
     Scenario("mixed", "the data set's size mix (612 B page, 4-100 KiB assets, 4 MiB files), 100 connections",
              "000 and 004 (a site rather than one file)",
              Load(100, paths_file="paths-mixed.txt", bulk=True), metric=THROUGHPUT,
-             columns=(Column("p99 ms, responses < 1 MiB", "p99_small_us", "%.2f", 1000),)),
+             columns=(Column("p99 ms, responses < 1 MiB", "p99_small_us", "%.2f", 1000),
+                      Column("mean ms", "mean_us", "%.2f", 1000),
+                      Column("p99 ms, responses >= 1 MiB", "p99_large_us", "%.1f", 1000))),
     Scenario("idle-10k",
              "10,000 idle keep-alive connections (one request done on each, set up 100 at a time) held while"
              " small-keepalive runs; each run on a freshly started server, so memory growth is measured"

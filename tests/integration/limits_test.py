@@ -239,6 +239,131 @@ class ConnectionLimitsTest(DocrootTestCase):
             self.assertEqual(server.stop(), 0)
 
 
+class SendQueueTest(DocrootTestCase):
+    """--send-order=srpt: long bodies wait for a send slot, least remaining first, and never
+    without bound (docs/ARCHITECTURE.md, the send queue)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        # 8 MiB: more than the socket buffers of a client with an 8 KiB window hold.
+        cls.huge = bytes(range(256)) * (32 * 1024)
+        with open(cls.root + "/huge.bin", "wb") as f:
+            f.write(cls.huge)
+
+    def stalled_downloads(self, server, n):
+        """n connections that ask for huge.bin and read nothing: each holds a send slot."""
+        socks = []
+        for _ in range(n):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)  # a small window
+            s.settimeout(10)
+            s.connect(("127.0.0.1", server.port))
+            s.sendall(get("huge.bin"))
+            socks.append(s)
+        time.sleep(0.3)
+        return socks
+
+    def finish(self, socks):
+        # All at once: with one slot and no hold or aging bound to speak of, the download that
+        # has the slot finishes before the next starts, whichever the client reads first.
+        import threading
+        results = [None] * len(socks)
+
+        def read(i):
+            s = socks[i]
+            try:
+                s.settimeout(60)  # a download may wait for the one ahead of it to finish
+                data = bytearray()
+                while b"\r\n\r\n" not in data or len(data) < data.index(b"\r\n\r\n") + 4 + len(self.huge):
+                    chunk = s.recv(1 << 20)
+                    if not chunk:
+                        break
+                    data += chunk
+                head, _, body = bytes(data).partition(b"\r\n\r\n")
+                results[i] = (int(head.split(b" ")[1]), body == self.huge)
+            except Exception as e:  # reported below, on the test's thread
+                results[i] = e
+            s.close()
+        threads = [threading.Thread(target=read, args=(i,)) for i in range(len(socks))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(results, [(200, True)] * len(socks))
+
+    def timed_get(self, server, name):
+        start = time.time()
+        with server.connect(timeout=10) as s:
+            s.sendall(get(name))
+            r = Reader(s).read_response()
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.body, self.files[name])
+        return time.time() - start
+
+    def test_a_slot_held_by_a_slow_client_stops_counting(self):
+        # One slot, taken by clients that read nothing: the next body still goes, after
+        # --send-slot-hold-ms, long before the aging bound (a minute here) would let it.
+        server = Server(self.root, "--shards", "1", "--send-slots", "1", "--send-short-bytes", "0",
+                        "--send-slot-hold-ms", "20", "--send-max-wait-ms", "60000")
+        try:
+            stalled = self.stalled_downloads(server, 3)
+            self.assertLess(self.timed_get(server, "medium.bin"), 5)
+            self.assertLess(self.timed_get(server, "large.bin"), 5)
+            self.finish(stalled)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_the_aging_bound_lets_a_waiting_body_go(self):
+        # Slots held by clients that read nothing, and never given up (--send-slot-hold-ms of a
+        # minute): a waiting body goes after --send-max-wait-ms, over the slot budget.
+        server = Server(self.root, "--shards", "1", "--send-slots", "2", "--send-short-bytes", "0",
+                        "--send-slot-hold-ms", "60000", "--send-max-wait-ms", "300")
+        try:
+            stalled = self.stalled_downloads(server, 2)
+            took = self.timed_get(server, "medium.bin")
+            self.assertGreaterEqual(took, 0.25)  # it did wait for the bound
+            self.assertLess(took, 5)
+            self.finish(stalled)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_short_responses_never_wait(self):
+        server = Server(self.root, "--shards", "1", "--send-slots", "1",
+                        "--send-slot-hold-ms", "60000", "--send-max-wait-ms", "60000")
+        try:
+            stalled = self.stalled_downloads(server, 2)
+            self.assertLess(self.timed_get(server, "medium.bin"), 5)  # 100 KiB < 256 KiB
+            self.assertLess(self.timed_get(server, "small.txt"), 5)
+            self.finish(stalled)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_many_downloads_through_one_slot_all_whole(self):
+        # Ranges and whole files, pipelined on a few connections, through one slot: every body
+        # byte for byte, in order.
+        server = Server(self.root, "--shards", "1", "--send-slots", "1", "--send-short-bytes", "0")
+        try:
+            socks = [server.connect() for _ in range(6)]
+            reqs = [get("large.bin"), get("medium.bin"), get("large.bin", b"Range: bytes=1000-2999999\r\n"),
+                    get("medium.bin", b"Range: bytes=0-9,500-599\r\n")]
+            for s in socks:
+                s.sendall(b"".join(reqs))
+            large = self.files["large.bin"]
+            for s in socks:
+                reader = Reader(s)
+                self.assertEqual(reader.read_response().body, large)
+                self.assertEqual(reader.read_response().body, self.files["medium.bin"])
+                r = reader.read_response()
+                self.assertEqual((r.status, r.body), (206, large[1000:3000000]))
+                r = reader.read_response()
+                self.assertEqual(r.status, 206)
+                self.assertIn(b"multipart/byteranges", r.headers["content-type"].encode())
+                s.close()
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
 class ShortConnectionsTest(BackendTestCase):
     def test_thousands_of_close_requests_all_answered_whole(self):
         # Many connections each sending one `Connection: close` request, 500 at a time: every

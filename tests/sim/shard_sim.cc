@@ -208,6 +208,7 @@ class Sim {
   void EndConnection(Client& c, const char* how);
   void CheckStall(Client& c);
   void CheckBacklog();
+  void CheckSendQueue();
   void EndPhase();
   int64_t NextClientDeadline() const;
   uint64_t Refused() const { return shard_->Stats().lookup_refused; }
@@ -280,6 +281,14 @@ void Sim::BuildConfig() {
   c.max_ranges = kRanges[rng_.Below(3)];
   c.precompressed = rng_.Chance(700);
   c.send_turn_bytes = static_cast<uint32_t>(rng_.Range(16 << 10, 256 << 10));
+  // The send queue: mostly SRPT with few slots and a low short-response bar, so that file bodies
+  // queue, overtake each other, age past the bound, and end (resets, timeouts) while waiting.
+  c.send_srpt = rng_.Chance(800);
+  c.send_slots = static_cast<uint32_t>(rng_.Range(1, 4));
+  static const uint64_t kShort[] = {0, 0, 1024, 16 << 10, 256 << 10};
+  c.send_short_bytes = kShort[rng_.Below(5)];
+  c.send_max_wait_ms = static_cast<uint32_t>(rng_.Range(1, c.send_timeout_ms / 2));
+  c.send_slot_hold_ms = static_cast<uint32_t>(rng_.Range(1, c.send_timeout_ms / 2));
 
   SimFaults& f = world_.faults;
   f.deliver = static_cast<uint32_t>(rng_.Range(300, 1000));
@@ -889,6 +898,26 @@ void Sim::EndConnection(Client& c, const char* how) {
 
 // At the connection limit an idle keep-alive connection gives way to a newcomer: nobody waits
 // in the backlog for long while some connection has sat idle all that time.
+// The aging bound: no body waits for a send slot longer than --send-max-wait-ms (plus the
+// millisecond the simulation may add between two steps), whatever the slots' holders do.
+void Sim::CheckSendQueue() {
+  const SendQueue& q = shard_->send_queue();
+  const int64_t bound = static_cast<int64_t>(config_.send_max_wait_ms) + 1;
+  if (q.stats().max_wait_ms > bound) {
+    return Fail("a body waited %lld ms for a send slot (bound %lld ms)",
+                static_cast<long long>(q.stats().max_wait_ms), static_cast<long long>(bound));
+  }
+  if (q.NextDeadlineMs() != INT64_MAX && world_.now_ms - q.NextDeadlineMs() > 1) {
+    return Fail(
+        "a body has waited %lld ms for a send slot and is still waiting (bound %lld ms)",
+        static_cast<long long>(world_.now_ms - q.NextDeadlineMs() + config_.send_max_wait_ms),
+        static_cast<long long>(bound));
+  }
+  if (!config_.send_srpt && (q.waiting() > 0 || q.in_flight() > 0)) {
+    return Fail("--send-order=fair queued a send");
+  }
+}
+
 void Sim::CheckBacklog() {
   if (world_.backlog.empty()) return;
   const int64_t now = world_.now_ms;
@@ -1098,6 +1127,9 @@ void Sim::CollectShardStats() {
   cov["shard.lookup_refused"] += st.lookup_refused;
   cov["shard.recv_errors"] += st.recv_errors;
   cov["shard.send_errors"] += st.send_errors;
+  cov["shard.sends_queued"] += shard_->send_queue().stats().queued;
+  cov["shard.sends_aged"] += shard_->send_queue().stats().aged;
+  cov["shard.sends_slow"] += shard_->send_queue().stats().slow;
 }
 
 SeedResult Sim::Run() {
@@ -1153,6 +1185,7 @@ SeedResult Sim::Run() {
     ++result_.steps;
     for (auto& c : clients_) CheckStall(*c);
     CheckBacklog();
+    CheckSendQueue();
     if (rng_.Chance(300)) ++world_.now_ms;
   }
   if (result_.ok) EndPhase();

@@ -1,0 +1,138 @@
+// Sending a response after its head: the file body chunk by chunk through the shard's send
+// queue (send_queue.h), multipart part heads and tail, and the completion that drives the next
+// piece. The request side of the state machine is connection.cc.
+//
+//   StartResponse (connection.cc) -> OnSend -> SendNext -> Admit: StartBodyChunk, or wait
+//   -> PumpSends (a slot came back, or the aging bound) -> ... -> FinishResponse
+#include <algorithm>
+#include <cstddef>
+
+#include "io/assert.h"
+#include "server/shard.h"
+
+namespace ringd {
+namespace {
+
+// The send budget per SendFile call: each completion is progress, which re-arms the send
+// timer, and a slow client cannot hold a pipe for long. With --send-order=srpt a chunk that holds
+// a send slot is a quarter of that, and the queue chooses again after each, so that a shorter
+// response waits for less (one loop turn's worth at the default --send-turn-bytes).
+constexpr uint64_t kFileChunk = 1 << 20;
+constexpr uint64_t kSlotChunk = 256 << 10;
+
+}  // namespace
+
+void Shard::OnSend(io::Completion* c) {
+  Connection* conn = static_cast<Connection*>(c->owner);
+  Shard* self = conn->shard;
+  // A body chunk that held a send slot gives it back; once this connection has had its turn
+  // (its next chunk queued or started, or the response over), the queue starts whoever is next.
+  const bool held_slot = conn->ticket.holds_slot;
+  self->sends_->Done(&conn->ticket, self->loop_->MonotonicMs());
+  self->Sent(conn, c);
+  if (held_slot) self->PumpSends();
+}
+
+void Shard::Sent(Connection* conn, io::Completion* c) {
+  Exchange* ex = conn->ex;
+  const Exchange::Sending sent = ex->sending;  // the send that ended
+  ex->sending = Exchange::Sending::kNone;
+  if (conn->state == ConnState::kClosing) return MaybeFree(conn);
+  if (c->result < 0) {  // reset by the peer, or an error of the socket or the file
+    ++stats_.send_errors;
+    return Abort(conn);
+  }
+  ex->bytes_sent += static_cast<uint64_t>(c->result);
+  if (sent == Exchange::Sending::kFile) {
+    const uint64_t asked = ex->chunk;
+    if (static_cast<uint64_t>(c->result) < asked) {
+      // The file is shorter than when we planned: it was truncated. Content-Length cannot be
+      // kept, so the connection ends here.
+      ++stats_.truncated;
+      return Abort(conn);
+    }
+    ex->body_offset += asked;
+    ex->body_left -= asked;
+  }
+  ArmSendTimer(conn);  // progress
+  SendNext(conn);
+}
+
+// A chunk that holds a slot is short, so that the queue chooses again soon; one that needs no
+// slot (its client or the disk is slow) is long, so that fewer, larger reads are in flight.
+uint64_t Shard::ChunkBytes(const Connection* conn) const {
+  return config_.send_srpt && !conn->ticket.slow ? kSlotChunk : kFileChunk;
+}
+
+// The next chunk of a file body, once the send queue has let it go.
+void Shard::StartBodyChunk(Connection* conn) {
+  Exchange* ex = conn->ex;
+  RINGD_ASSERT(conn->state == ConnState::kSending && ex != nullptr &&
+               ex->phase == Exchange::Phase::kSlice && ex->body_left > 0 &&
+               ex->sending == Exchange::Sending::kNone);
+  ex->chunk = std::min(ex->body_left, ChunkBytes(conn));
+  SendFileChunk(conn, ex->body_offset, ex->chunk);
+}
+
+// Starts every queued body chunk the send queue lets go now: a freed slot's next holder, and
+// any that reached the aging bound. Never runs a callback (starting a send only submits it).
+void Shard::PumpSends() {
+  const int64_t now_ms = loop_->MonotonicMs();  // now_ms_ is stale after a Poll that slept
+  while (SendTicket* t = sends_->Next(now_ms)) {
+    StartBodyChunk(
+        reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, ticket)));
+  }
+}
+
+// Sends the next piece of a response whose body is not a single in-memory send.
+void Shard::SendNext(Connection* conn) {
+  Exchange* ex = conn->ex;
+  const http::ResponsePlan& plan = ex->plan;
+  switch (ex->phase) {
+    case Exchange::Phase::kSlice:
+      if (ex->body_left > 0) {
+        if (ex->file->content != nullptr) {
+          ex->iov[0] = iovec{ex->file->content + ex->body_offset, ex->body_left};
+          ex->body_left = 0;
+          return SendBuffers(conn, 1);
+        }
+        // A file body goes through the send queue: it starts now, or waits (least remaining
+        // response bytes first) for a slot or the aging bound.
+        const uint64_t total = ex->head_len + (plan.send_body ? plan.content_length : 0);
+        const uint64_t remaining = total > ex->bytes_sent ? total - ex->bytes_sent : 0;
+        // (The loop's clock, not the turn's: a Poll that slept has made now_ms_ stale, and a
+        // stale queueing time would age this send early.)
+        if (sends_->Admit(&conn->ticket, remaining, loop_->MonotonicMs())) {
+          return StartBodyChunk(conn);
+        }
+        return PumpSends();  // the slot this connection just gave back may be its own again
+      }
+      if (!plan.multipart) break;
+      ++ex->part;
+      ex->phase =
+          ex->part < plan.ranges.count ? Exchange::Phase::kPartHead : Exchange::Phase::kTail;
+      return SendNext(conn);
+    case Exchange::Phase::kPartHead: {
+      http::MultipartLayout layout(plan.ranges, plan.content_type, plan.file.size,
+                                   plan.multipart_boundary);
+      const size_t n = layout.PartHead(ex->part, ex->head);
+      ex->iov[0] = iovec{ex->head, n};
+      ex->phase = Exchange::Phase::kSlice;
+      ex->body_offset = plan.ranges.ranges[ex->part].first;
+      ex->body_left = plan.ranges.ranges[ex->part].Length();
+      return SendBuffers(conn, 1);
+    }
+    case Exchange::Phase::kTail: {
+      http::MultipartLayout layout(plan.ranges, plan.content_type, plan.file.size,
+                                   plan.multipart_boundary);
+      ex->iov[0] = iovec{ex->head, layout.Tail(ex->head)};
+      ex->phase = Exchange::Phase::kDone;
+      return SendBuffers(conn, 1);
+    }
+    case Exchange::Phase::kDone:
+      break;
+  }
+  FinishResponse(conn);
+}
+
+}  // namespace ringd
