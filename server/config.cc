@@ -287,7 +287,7 @@ const std::vector<Flag>& Flags() {
                &Config::send_turn_bytes, 16384, 1 << 30),
       Flag{"send-order",
            "srpt (shortest remaining response first, with --send-slots and an aging bound) or "
-           "fair (every body at once: the kernel shares the bandwidth) (default srpt)",
+           "fair (every body at once: the kernel shares the bandwidth) (default fair)",
            false,
            [](Config* c, const std::string& v, std::string* error) {
              if (v != "srpt" && v != "fair") {

@@ -93,7 +93,8 @@ struct Config {
   // send_slots long bodies in flight per shard; responses with at most send_short_bytes left
   // never wait; a body that waited send_max_wait_ms goes at once. false: every body sends at
   // once and the kernel shares the bandwidth (processor sharing, --send-order=fair).
-  bool send_srpt = true;
+  // Off by default: in `large` it cost 5-11% more CPU per 4 MiB body (docs/PERFORMANCE.md).
+  bool send_srpt = false;
   uint32_t send_slots = 2;
   uint64_t send_short_bytes = 256 << 10;
   uint32_t send_max_wait_ms = 500;

@@ -106,11 +106,11 @@ TEST(Config, RejectsBadInputWithOneLine) {
 TEST(Config, SendOrder) {
   Parsed p = Parse({"--root=/tmp"});
   ASSERT_TRUE(p.ok) << p.error;
-  EXPECT_TRUE(p.config.send_srpt);
-  p = Parse({"--root=/tmp", "--send-order=fair", "--send-slots=2", "--send-short-bytes=0",
+  EXPECT_FALSE(p.config.send_srpt);
+  p = Parse({"--root=/tmp", "--send-order=srpt", "--send-slots=2", "--send-short-bytes=0",
              "--send-max-wait-ms=50"});
   ASSERT_TRUE(p.ok) << p.error;
-  EXPECT_FALSE(p.config.send_srpt);
+  EXPECT_TRUE(p.config.send_srpt);
   EXPECT_EQ(p.config.send_slots, 2u);
   EXPECT_EQ(p.config.send_short_bytes, 0u);
   EXPECT_EQ(p.config.send_max_wait_ms, 50u);

@@ -203,11 +203,11 @@ _ENTRIES = [
     Peer("ringd-bypass-iowq4", ringd("bypass", "--max-connections", "15000", "--io-wq-max-workers", "4"),
          scenarios=frozenset({"large", "cold"})),
     Peer("ringd-uring", ringd("uring")),
-    # The old send policy (every body at once: processor sharing), beside the default SRPT, on the
-    # default tier and on uring (whose inline sendfile of cached chunks reacts differently).
-    Peer("ringd-uring-fair", ringd("uring", "--send-order=fair"), scenarios=frozenset({"mixed", "cold"})),
-    Peer("ringd-bypass-fair", ringd("bypass", "--max-connections", "15000", "--send-order=fair"),
-         scenarios=frozenset({"mixed", "cold"})),
+    # Shortest remaining response first (--send-order=srpt), beside the default (every body at once:
+    # processor sharing), on the default tier and on uring (whose inline sendfile reacts differently).
+    Peer("ringd-uring-srpt", ringd("uring", "--send-order=srpt"), scenarios=frozenset({"mixed", "cold", "large"})),
+    Peer("ringd-bypass-srpt", ringd("bypass", "--max-connections", "15000", "--send-order=srpt"),
+         scenarios=frozenset({"mixed", "cold", "large"})),
     Peer("ringd-epoll", ringd("epoll")),
     Peer("ringd-bypass-log", ringd_logged("bypass", "--max-connections", "15000"), scenarios=_OBSERVED),
     Peer("ringd-bypass-metrics", ringd("bypass", "--max-connections", "15000", "--admin-listen", "127.0.0.1:0"),

@@ -304,7 +304,7 @@ class SendQueueTest(DocrootTestCase):
     def test_a_slot_held_by_a_slow_client_stops_counting(self):
         # One slot, taken by clients that read nothing: the next body still goes, after
         # --send-slot-hold-ms, long before the aging bound (a minute here) would let it.
-        server = Server(self.root, "--shards", "1", "--send-slots", "1", "--send-short-bytes", "0",
+        server = Server(self.root, "--send-order", "srpt", "--shards", "1", "--send-slots", "1", "--send-short-bytes", "0",
                         "--send-slot-hold-ms", "20", "--send-max-wait-ms", "60000")
         try:
             stalled = self.stalled_downloads(server, 3)
@@ -317,7 +317,7 @@ class SendQueueTest(DocrootTestCase):
     def test_the_aging_bound_lets_a_waiting_body_go(self):
         # Slots held by clients that read nothing, and never given up (--send-slot-hold-ms of a
         # minute): a waiting body goes after --send-max-wait-ms, over the slot budget.
-        server = Server(self.root, "--shards", "1", "--send-slots", "2", "--send-short-bytes", "0",
+        server = Server(self.root, "--send-order", "srpt", "--shards", "1", "--send-slots", "2", "--send-short-bytes", "0",
                         "--send-slot-hold-ms", "60000", "--send-max-wait-ms", "300")
         try:
             stalled = self.stalled_downloads(server, 2)
@@ -329,7 +329,7 @@ class SendQueueTest(DocrootTestCase):
             self.assertEqual(server.stop(), 0)
 
     def test_short_responses_never_wait(self):
-        server = Server(self.root, "--shards", "1", "--send-slots", "1",
+        server = Server(self.root, "--send-order", "srpt", "--shards", "1", "--send-slots", "1",
                         "--send-slot-hold-ms", "60000", "--send-max-wait-ms", "60000")
         try:
             stalled = self.stalled_downloads(server, 2)
@@ -342,7 +342,7 @@ class SendQueueTest(DocrootTestCase):
     def test_many_downloads_through_one_slot_all_whole(self):
         # Ranges and whole files, pipelined on a few connections, through one slot: every body
         # byte for byte, in order.
-        server = Server(self.root, "--shards", "1", "--send-slots", "1", "--send-short-bytes", "0")
+        server = Server(self.root, "--send-order", "srpt", "--shards", "1", "--send-slots", "1", "--send-short-bytes", "0")
         try:
             socks = [server.connect() for _ in range(6)]
             reqs = [get("large.bin"), get("medium.bin"), get("large.bin", b"Range: bytes=1000-2999999\r\n"),
