@@ -124,6 +124,27 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
     return done();
   }
 
+  // An unlinked file holding `content` (closed at TearDown), in `dir` (default /tmp); -1 on
+  // failure.
+  int TempFile(const std::string& content, const char* dir = "/tmp") {
+    std::string path = std::string(dir) + "/ringd-loop-test-XXXXXX";
+    const int file = ::mkstemp(path.data());
+    if (file < 0) return -1;
+    ::unlink(path.c_str());
+    fds_.push_back(file);
+    if (::write(file, content.data(), content.size()) != static_cast<ssize_t>(content.size()))
+      return -1;
+    return file;
+  }
+
+  // Bytes 'a'..'z' in a pattern that repeats only after `period` blocks (a reordering shows).
+  static std::string Pattern(size_t size, size_t mul, size_t period) {
+    std::string content(size, '\0');
+    for (size_t i = 0; i < size; ++i)
+      content[i] = static_cast<char>('a' + (i * mul + i / period) % 26);
+    return content;
+  }
+
   // A listening TCP socket on 127.0.0.1 (closed at TearDown), its address in `a`; -1 on failure.
   int Listener(sockaddr_in* a) {
     const int l = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -199,12 +220,8 @@ TEST_P(LoopTest, CancelWhileParkedForBuffersStillEnds) {
 
   // A file whose bytes are in the page cache: SendFile finishes inline, and its callback runs
   // after the next batch of completions.
-  char path[] = "/tmp/ringd-loop-test-XXXXXX";
-  const int file = ::mkstemp(path);
+  const int file = TempFile("0123456789");
   ASSERT_GE(file, 0);
-  ::unlink(path);
-  fds_.push_back(file);
-  ASSERT_EQ(::write(file, "0123456789", 10), 10);
   CancelOnDone sender;
   sender.loop = loop_.get();
   sender.target = &ra.c;
@@ -224,14 +241,9 @@ TEST_P(LoopTest, SendFileTakesTurnsAndArrivesWhole) {
   SetUp();
   if (IsSkipped()) return;
   constexpr size_t kSize = 1 << 20;
-  std::string content(kSize, '\0');
-  for (size_t i = 0; i < kSize; ++i) content[i] = static_cast<char>('a' + (i * 7 + i / 4096) % 26);
-  char path[] = "/tmp/ringd-loop-test-XXXXXX";
-  const int file = ::mkstemp(path);
+  const std::string content = Pattern(kSize, 7, 4096);
+  const int file = TempFile(content);
   ASSERT_GE(file, 0);
-  ::unlink(path);
-  fds_.push_back(file);
-  ASSERT_EQ(::write(file, content.data(), kSize), static_cast<ssize_t>(kSize));
   auto [ours, theirs] = Pair();
   // With room for the whole file in the socket, only the budget can make SendFile wait for the
   // next Poll. Raising the buffer past net.core.wmem_max needs CAP_NET_ADMIN; without it the
@@ -344,14 +356,9 @@ TEST_P(LoopTest, CancelEndsAPausedReceiveOnce) {
 // no one would ever return, and its connection was never freed.
 TEST_P(LoopTest, SpliceWithoutDescriptorsForAPipeFails) {
   if (GetParam() != "uring") GTEST_SKIP() << "only the uring backend splices through pipes";
-  const char* dir = std::getenv("TEST_TMPDIR");
-  std::string path = std::string(dir != nullptr ? dir : "/var/tmp") + "/ringd-splice-XXXXXX";
-  const int file = ::mkstemp(path.data());
+  const char* dir = std::getenv("TEST_TMPDIR");  // not tmpfs: its pages can be evicted
+  const int file = TempFile(std::string(1 << 20, 'z'), dir != nullptr ? dir : "/var/tmp");
   ASSERT_GE(file, 0);
-  ::unlink(path.c_str());
-  fds_.push_back(file);
-  const std::string content(1 << 20, 'z');
-  ASSERT_EQ(::write(file, content.data(), content.size()), static_cast<ssize_t>(content.size()));
   ::fsync(file);
   ::posix_fadvise(file, 0, 0, POSIX_FADV_DONTNEED);
   char probe;
@@ -371,7 +378,7 @@ TEST_P(LoopTest, SpliceWithoutDescriptorsForAPipeFails) {
   tight.rlim_cur = static_cast<rlim_t>(next);
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
   Receiver done;
-  loop_->SendFile(ours, file, 0, content.size(), &done.c);
+  loop_->SendFile(ours, file, 0, 1 << 20, &done.c);
   const bool ended = PollUntil([&] { return done.ends > 0; });
   ::setrlimit(RLIMIT_NOFILE, &saved);
   ASSERT_TRUE(ended) << "the SendFile waits for a pipe forever";
@@ -473,14 +480,9 @@ TEST_P(LoopTest, BypassBodiesGoThroughBodyBuffersThenSplice) {
   ASSERT_TRUE(PollUntil([&] { return acceptor.handles.size() == kConns; }));
 
   constexpr size_t kSize = (1 << 20) + 123;
-  std::string content(kSize, '\0');
-  for (size_t i = 0; i < kSize; ++i) content[i] = static_cast<char>('a' + (i * 13 + i / 999) % 26);
-  char path[] = "/tmp/ringd-loop-test-XXXXXX";
-  const int file = ::mkstemp(path);
+  const std::string content = Pattern(kSize, 13, 999);
+  const int file = TempFile(content);
   ASSERT_GE(file, 0);
-  ::unlink(path);
-  fds_.push_back(file);
-  ASSERT_EQ(::write(file, content.data(), kSize), static_cast<ssize_t>(kSize));
   // The third asks for more than the file has: it ends early, with the whole file sent.
   const size_t want[kConns] = {kSize, kSize, kSize + 5000};
   std::string got[kConns];
