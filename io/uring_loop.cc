@@ -173,8 +173,8 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
     }
     body_base_ = static_cast<char*>(m);
     for (uint32_t i = 0; i < o.body_buffers; ++i) {
-      iovs.push_back(iovec{body_base_ + static_cast<size_t>(i) * o.body_buffer_size,
-                           o.body_buffer_size});
+      iovs.push_back(
+          iovec{body_base_ + static_cast<size_t>(i) * o.body_buffer_size, o.body_buffer_size});
       body_free_.push_back(static_cast<int>(o.body_buffers - 1 - i));
     }
   }

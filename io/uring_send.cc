@@ -298,7 +298,7 @@ void UringLoop::OnSend(Completion* c, int32_t res, uint32_t flags) {
 
 void UringLoop::OnSendFile(Completion* c, int32_t res) {
   if (c->slot >= 0) return OnBody(c, res);  // through a body buffer (bypass)
-  if (c->polling) {  // the socket became writable (or failed)
+  if (c->polling) {                         // the socket became writable (or failed)
     c->polling = false;
     if (c->pipe_index < 0) {  // the inline sendfile path: carry on there
       if (res < 0) return Finish(c, res);
