@@ -6,7 +6,7 @@ the size classes' latencies (ringd-load's latency_small_us / latency_large_us) a
 
     bazel build --config=opt //server:ringd //perf:ringd-load && tools/gen-dataset --out /tmp/ringd-perf-data
     perf/send_order_ab.py --rounds 3 --seconds 4 \\
-        'fair=--send-order=fair' 'srpt=--send-order=srpt' 'srpt4=--send-slots=4'
+        'fair=--send-order=fair' 'srpt=--send-order=srpt' 'srpt4=--send-order=srpt --send-slots=4'
     perf/send_order_ab.py ... --load='--connections 100 --rate 4000'    # open loop
 """
 import argparse
