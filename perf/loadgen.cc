@@ -36,6 +36,7 @@
 
 #include "perf/histogram.h"
 #include "perf/loadgen_options.h"
+#include "perf/loadgen_report.h"
 #include "perf/zipf.h"
 
 namespace ringd::perf {
@@ -46,25 +47,6 @@ uint64_t NowUs() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
 }
-
-struct Errors {
-  uint64_t connect = 0, reset = 0, timeout = 0, parse = 0, eof = 0;
-};
-
-// Responses with bodies below this also go into Result::latency_small, the others into
-// latency_large: in a size mix, the percentiles of all requests are set by the few multi-MiB
-// downloads, the small ones' by pages and assets (and a send scheduler trades one for the other).
-constexpr uint64_t kSmallBody = 1 << 20;
-
-struct Result {
-  LatencyHistogram latency;
-  LatencyHistogram latency_small;
-  std::vector<LatencyHistogram> by_size;  // one per --size-classes class, and one above the last
-  LatencyHistogram latency_large;
-  uint64_t requests = 0, bytes = 0;
-  Errors errors;
-  std::map<int, uint64_t> status;
-};
 
 struct Conn {
   int fd = -1;
@@ -586,75 +568,9 @@ int Main(int argc, char** argv) {
     for (auto& t : threads) t.join();
   }
   const double elapsed = static_cast<double>(NowUs() - start) / 1e6;
-  for (auto& w : workers) {
-    total.latency.Merge(w->result.latency);
-    total.latency_small.Merge(w->result.latency_small);
-    for (size_t k = 0; k < total.by_size.size(); ++k) total.by_size[k].Merge(w->result.by_size[k]);
-    total.latency_large.Merge(w->result.latency_large);
-    total.requests += w->result.requests;
-    total.bytes += w->result.bytes;
-    total.errors.connect += w->result.errors.connect;
-    total.errors.reset += w->result.errors.reset;
-    total.errors.timeout += w->result.errors.timeout;
-    total.errors.parse += w->result.errors.parse;
-    total.errors.eof += w->result.errors.eof;
-    for (auto& [code, n] : w->result.status) total.status[code] += n;
-  }
+  for (auto& w : workers) total.Merge(w->result);
   const double seconds = o.connections > 0 ? std::min(elapsed, o.duration_s) : elapsed;
-  std::printf(
-      "{\"requests\": %llu, \"seconds\": %.3f, \"rps\": %.1f, \"bytes\": %llu, "
-      "\"bytes_per_s\": %.0f, \"idle_held\": %d, ",
-      static_cast<unsigned long long>(total.requests), seconds,
-      seconds > 0 ? static_cast<double>(total.requests) / seconds : 0.0,
-      static_cast<unsigned long long>(total.bytes),
-      seconds > 0 ? static_cast<double>(total.bytes) / seconds : 0.0, idle_held);
-  const LatencyHistogram& h = total.latency;
-  std::printf(
-      "\"latency_us\": {\"mean\": %.1f, \"p50\": %llu, \"p90\": %llu, \"p99\": %llu, "
-      "\"p999\": %llu, \"max\": %llu}, ",
-      h.mean(), static_cast<unsigned long long>(h.Percentile(50)),
-      static_cast<unsigned long long>(h.Percentile(90)),
-      static_cast<unsigned long long>(h.Percentile(99)),
-      static_cast<unsigned long long>(h.Percentile(99.9)),
-      static_cast<unsigned long long>(h.max()));
-  for (const auto& [name, s] : {std::pair{"latency_small_us", &total.latency_small},
-                                std::pair{"latency_large_us", &total.latency_large}}) {
-    std::printf(
-        "\"%s\": {\"count\": %llu, \"mean\": %.1f, \"p50\": %llu, \"p99\": %llu, "
-        "\"max\": %llu}, ",
-        name, static_cast<unsigned long long>(s->count()), s->mean(),
-        static_cast<unsigned long long>(s->Percentile(50)),
-        static_cast<unsigned long long>(s->Percentile(99)),
-        static_cast<unsigned long long>(s->max()));
-  }
-  if (!total.by_size.empty()) {
-    // Class k holds bodies of at least bound k-1 and below bound k ("below": 0 for the last).
-    std::printf("\"latency_by_size_us\": [");
-    for (size_t k = 0; k < total.by_size.size(); ++k) {
-      const LatencyHistogram& c = total.by_size[k];
-      std::printf(
-          "%s{\"below\": %llu, \"count\": %llu, \"p50\": %llu, \"p99\": %llu}", k ? ", " : "",
-          static_cast<unsigned long long>(k < o.size_classes.size() ? o.size_classes[k] : 0),
-          static_cast<unsigned long long>(c.count()),
-          static_cast<unsigned long long>(c.Percentile(50)),
-          static_cast<unsigned long long>(c.Percentile(99)));
-    }
-    std::printf("], ");
-  }
-  std::printf(
-      "\"errors\": {\"connect\": %llu, \"reset\": %llu, \"timeout\": %llu, \"parse\": %llu, "
-      "\"eof\": %llu}, \"status\": {",
-      static_cast<unsigned long long>(total.errors.connect),
-      static_cast<unsigned long long>(total.errors.reset),
-      static_cast<unsigned long long>(total.errors.timeout),
-      static_cast<unsigned long long>(total.errors.parse),
-      static_cast<unsigned long long>(total.errors.eof));
-  bool first = true;
-  for (auto& [code, n] : total.status) {
-    std::printf("%s\"%d\": %llu", first ? "" : ", ", code, static_cast<unsigned long long>(n));
-    first = false;
-  }
-  std::printf("}}\n");
+  PrintReport(total, seconds, idle_held, o.size_classes);
   return 0;
 }
 
