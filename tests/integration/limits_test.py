@@ -10,24 +10,11 @@ import socket
 import time
 import unittest
 
-from ringd_harness import BACKEND, BackendTestCase, Reader, Server, make_docroot, raw, request
+from ringd_harness import BACKEND, BackendTestCase, DocrootTestCase, Reader, Server, make_docroot, raw, request
 
 
 def get(name, extra=b""):
     return b"GET /" + name.encode() + b" HTTP/1.1\r\nHost: t\r\n" + extra + b"\r\n"
-
-
-class DocrootTestCase(BackendTestCase):
-    """One document root (make_docroot) for the class, its servers started by each test."""
-
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.root, cls.files = make_docroot()
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.root, ignore_errors=True)
 
 
 class BurstTest(BackendTestCase):

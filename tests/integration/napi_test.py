@@ -8,7 +8,7 @@ import subprocess
 import sys
 import unittest
 
-from ringd_harness import BACKEND, RINGD, ROOT_FLAGS, BackendTestCase, Server, make_docroot
+from ringd_harness import BACKEND, RINGD, ROOT_FLAGS, DocrootTestCase, Server
 
 IP = shutil.which("ip") or "/usr/sbin/ip"
 SERVER_ADDR = "10.231.0.1"
@@ -40,16 +40,7 @@ def ip(*args):
     subprocess.run([IP] + list(args), check=True, capture_output=True, timeout=10)
 
 
-class NapiTest(BackendTestCase):
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.root, cls.files = make_docroot()
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.root, ignore_errors=True)
-
+class NapiTest(DocrootTestCase):
     def test_epoll_refuses_busy_poll(self):
         if BACKEND != "epoll":
             self.skipTest("the uring tiers accept --busy-poll-us")

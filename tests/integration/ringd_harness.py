@@ -4,8 +4,9 @@ Every test class here runs once per io backend: the backend comes from RINGD_IO 
 A backend this kernel cannot run is a skip that says why, never a silent pass.
 """
 import os
-import shlex
 import re
+import shlex
+import shutil
 import select
 import signal
 import socket
@@ -235,3 +236,16 @@ class BackendTestCase(unittest.TestCase):
             ok, why = uring_usable(BACKEND)
             if not ok:
                 raise unittest.SkipTest("%s tier unusable on this machine: %s" % (BACKEND, why))
+
+
+class DocrootTestCase(BackendTestCase):
+    """One document root (make_docroot) for the class, its servers started by each test."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root, cls.files = make_docroot()
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
