@@ -540,6 +540,10 @@ std::string Usage() {
   return out;
 }
 
+uint32_t IncrementalRecvBufferBytes(const Config& config) {
+  return std::bit_ceil(std::max(kIncrementalRecvBuffer, config.recv_buffer_size));
+}
+
 bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool* exit_now) {
   *exit_now = false;
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -567,8 +571,7 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
         "--recv-pool-kib: must be a power of two, got " + std::to_string(config->recv_pool_kib);
     return false;
   }
-  const uint32_t inc_buffer =
-      std::bit_ceil(std::max(kIncrementalRecvBuffer, config->recv_buffer_size));
+  const uint32_t inc_buffer = IncrementalRecvBufferBytes(*config);
   if (uint64_t{config->recv_pool_kib} * 1024 < 2 * uint64_t{inc_buffer}) {
     *error = "--recv-pool-kib: must hold two receive buffers of " +
              std::to_string(inc_buffer / 1024) + " KiB";

@@ -133,4 +133,8 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
 
 std::string Usage();
 
+// The size of one buffer of --recv-pool-kib: 64 KiB, or the power of two that holds one receive
+// of --recv-buffer-size.
+uint32_t IncrementalRecvBufferBytes(const Config& config);
+
 }  // namespace ringd

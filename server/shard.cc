@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstdio>
 
 namespace ringd {
@@ -79,8 +78,7 @@ bool Shard::Setup() {
   // The receive pool: --recv-buffers of --recv-buffer-size, or with incremental consumption
   // --recv-pool-kib in large buffers that many receives share (each still at most
   // --recv-buffer-size, which the input buffer above is sized for).
-  const uint32_t inc_buffer =
-      std::bit_ceil(std::max(kIncrementalRecvBuffer, config_.recv_buffer_size));
+  const uint32_t inc_buffer = IncrementalRecvBufferBytes(config_);
   const uint32_t recv_count =
       recv_incremental_ ? static_cast<uint32_t>(uint64_t{config_.recv_pool_kib} * 1024 / inc_buffer)
                         : config_.recv_buffers;
