@@ -77,10 +77,12 @@ struct CompletionQueue {
   }
 };
 
-// Whether [offset, offset+length) is in the page cache: cachestat(2) where the kernel has it and
-// lets us ask (6.5; it also answers on FUSE, which refuses RWF_NOWAIT), else a preadv2 with
-// RWF_NOWAIT of the range's start (up to 64 KiB) and its last byte. Any failure counts as "not
-// cached": reading inline a file that is not could block the loop on a slow disk.
+// Whether [offset, offset+length) is in the page cache and readable without waiting: cachestat(2)
+// where the kernel has it and lets us ask (6.5; it also answers on FUSE, which refuses
+// RWF_NOWAIT), then one-byte RWF_NOWAIT reads every 256 KiB and at the end (a page can be in the
+// cache with its read still in flight); else a preadv2 with RWF_NOWAIT of the range's start (up
+// to 64 KiB) and its last byte. Any failure counts as "not cached": reading inline a file that is
+// not could block the loop on a slow disk.
 bool PagesCached(int fd, uint64_t offset, uint64_t length);
 // The fallback alone (where cachestat is refused), for tests.
 bool PagesCachedByReading(int fd, uint64_t offset, uint64_t length);

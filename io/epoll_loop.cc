@@ -161,10 +161,8 @@ class EpollLoop final : public Loop {
     c->offset = offset;
     c->remaining = length;
     if (length == 0) return Complete(c, 0);
-    if (!internal::PagesCached(file_fd, offset, length < kWarmChunk ? length : kWarmChunk))
-      return Offload(c);
     fds_[sock_fd].writer = c;
-    DoWrite(c);
+    DoWrite(c);  // warms the file on a worker first where it is not cached
   }
 
   void Open(int dir_fd, const char* path, Completion* c) override {
@@ -403,8 +401,18 @@ class EpollLoop final : public Loop {
           UpdateInterest(fd);
           return;
         }
+        // Ask the page cache before every sendfile, over exactly what it may read: pages warmed
+        // on a worker may since have been reclaimed, and read-ahead puts pages in the cache
+        // before their read ends; sendfile meeting either waits for the disk on this thread.
+        const uint64_t len = std::min({c->remaining, budget, uint64_t{kWarmChunk}});
+        if (!internal::PagesCached(c->file_fd, c->offset, len)) {
+          c->more = false;
+          fds_[fd].writer = nullptr;
+          UpdateInterest(fd);
+          return Offload(c);
+        }
         off_t off = static_cast<off_t>(c->offset);
-        n = ::sendfile(fd, c->file_fd, &off, std::min(c->remaining, budget));
+        n = ::sendfile(fd, c->file_fd, &off, len);
         if (n == 0) break;  // the file ended early: truncated; the short result says so
       }
       if (n < 0) {
@@ -424,15 +432,6 @@ class EpollLoop final : public Loop {
         c->offset += static_cast<uint64_t>(n);
         c->turn_bytes += static_cast<uint64_t>(n);
         stats_.sendfile_bytes += static_cast<uint64_t>(n);
-        // Crossed into a part of the file that may not be cached: warm it on a worker first.
-        if (c->remaining > 0 && (c->done % kWarmChunk) < static_cast<uint64_t>(n) &&
-            !internal::PagesCached(c->file_fd, c->offset,
-                                   c->remaining < kWarmChunk ? c->remaining : kWarmChunk)) {
-          c->more = false;
-          fds_[fd].writer = nullptr;
-          UpdateInterest(fd);
-          return Offload(c);
-        }
       }
     }
     FinishWrite(c, static_cast<int64_t>(c->done));

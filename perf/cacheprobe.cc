@@ -1,17 +1,22 @@
 // cacheprobe: asks the page cache, three ways, how much of a file it holds, so that a server can
 // tell a hot file from a cold one where RWF_NOWAIT is refused (FUSE, some network file systems).
 //
-//   cacheprobe [--evict] [--read] [--time N] [--range BYTES] FILE...
+//   cacheprobe [--evict] [--read] [--willneed] [--time N] [--range BYTES] FILE...
 //
-// For each file, on one open descriptor (and --evict / --read applied first, through it):
+// For each file, on one open descriptor (and --evict / --read / --willneed applied first, through
+// it; --willneed is posix_fadvise(WILLNEED) over the range, which puts its pages in the cache at
+// once and reads them in the background):
 //   nowait    preadv2(RWF_NOWAIT) of the first 64 KiB: bytes, or the errno (EAGAIN: not cached,
 //             EOPNOTSUPP: the file system refuses the flag)
 //   cachestat cachestat(2) over the whole file (or its first --range bytes) (Linux 6.5+, syscall
 //   451 on x86_64): pages cached mincore   mincore(2) over a shared read-only mapping of the file
 //   (or of its first --range
 //             bytes): pages resident
-// One line per file: `path size=N nowait=... cachestat=... mincore=...`; with --time N, a second
-// line with each probe's cost in nanoseconds per call (mean of N calls on the same descriptor).
+//   ringd     what the servers' inline send path decides (io/backend_util.h PagesCached): yes
+//             (cached and readable now) or no
+// One line per file: `path size=N nowait=... cachestat=... mincore=... ringd=...`; with --time N, a
+// second line with each probe's cost in nanoseconds per call (mean of N calls on the same
+// descriptor).
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -28,6 +33,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "io/backend_util.h"
 
 namespace {
 
@@ -95,7 +102,7 @@ double NsPerCall(int n, F f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool evict = false, read_all = false;
+  bool evict = false, read_all = false, willneed = false;
   int repeat = 0;
   uint64_t range = 0;  // 0: the whole file
   int i = 1;
@@ -104,18 +111,21 @@ int main(int argc, char** argv) {
       evict = true;
     } else if (std::strcmp(argv[i], "--read") == 0) {
       read_all = true;
+    } else if (std::strcmp(argv[i], "--willneed") == 0) {
+      willneed = true;
     } else if (std::strcmp(argv[i], "--time") == 0 && i + 1 < argc) {
       repeat = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--range") == 0 && i + 1 < argc) {
       range = std::strtoull(argv[++i], nullptr, 10);
     } else {
       std::fprintf(stderr,
-                   "usage: cacheprobe [--evict] [--read] [--time N] [--range BYTES] FILE...\n");
+                   "usage: cacheprobe [--evict] [--read] [--willneed] [--time N] [--range BYTES] "
+                   "FILE...\n");
       return 2;
     }
   }
   if (i == argc) {
-    std::fprintf(stderr, "usage: cacheprobe [--evict] [--read] FILE...\n");
+    std::fprintf(stderr, "usage: cacheprobe [--evict] [--read] [--willneed] FILE...\n");
     return 2;
   }
   for (; i < argc; ++i) {
@@ -135,11 +145,16 @@ int main(int argc, char** argv) {
     }
     const uint64_t len = range ? std::min(range, size) : size;
     const uint64_t pages = (len + 4095) / 4096;
+    if (willneed) posix_fadvise(fd, 0, static_cast<off_t>(len), POSIX_FADV_WILLNEED);
     // cachestat and mincore first: a successful RWF_NOWAIT read would not change residency, but a
     // refused one must not be mistaken for a read that brought pages in.
-    const std::string cs = CacheStat(fd, len, pages), mc = MinCore(fd, len), nw = NoWait(fd);
-    std::printf("%s size=%llu nowait=%s cachestat=%s mincore=%s\n", argv[i],
-                static_cast<unsigned long long>(size), nw.c_str(), cs.c_str(), mc.c_str());
+    // ringd's verdict next: its one-byte RWF_NOWAIT reads touch only pages already in the cache.
+    const std::string cs = CacheStat(fd, len, pages), mc = MinCore(fd, len);
+    const bool cached = ringd::io::internal::PagesCached(fd, 0, len);
+    const std::string nw = NoWait(fd);
+    std::printf("%s size=%llu nowait=%s cachestat=%s mincore=%s ringd=%s\n", argv[i],
+                static_cast<unsigned long long>(size), nw.c_str(), cs.c_str(), mc.c_str(),
+                cached ? "yes" : "no");
     if (repeat > 0) {
       std::printf("%s ns/call: nowait=%.0f cachestat=%.0f mincore(mmap+mincore+munmap)=%.0f\n",
                   argv[i], NsPerCall(repeat, [&] { NoWait(fd); }),
