@@ -49,6 +49,14 @@ FileCache::~FileCache() {
   // after its loop has drained, so everything here is idle.
   woken_head_ = woken_tail_ = nullptr;
   for (auto& [path, e] : map_) {
+    if (CacheEntry* s = e->successor) {  // a revalidation the loop never finished
+      e->successor = nullptr;
+      s->replaces = nullptr;
+      s->revalidating = false;
+      s->waiters = nullptr;
+      s->ready = true;
+      MaybeFree(s);
+    }
     e->in_map = false;
     e->pins = 0;
     e->waiters = nullptr;
@@ -69,13 +77,51 @@ std::optional<http::FileMeta> FileCache::LookupSince(std::string_view path, uint
     return std::nullopt;
   }
   CacheEntry* e = it->second;
-  if (!e->ready || (e->expires_ms <= now_ms_ && e->validation <= since)) {
+  if (!e->ready) {
     ++stats_.misses;
     return std::nullopt;
+  }
+  if (e->expires_ms <= now_ms_ && e->validation <= since) {
+    if (!RevalidateBeside(e)) {
+      ++stats_.misses;
+      return std::nullopt;
+    }
+    ++stats_.stale_hits;
   }
   ++stats_.hits;
   Touch(e);
   return e->meta;
+}
+
+bool FileCache::RevalidateBeside(CacheEntry* e) {
+  if (options_.valid_ms == 0 || e->meta.kind == http::FileMeta::Kind::kUnavailable ||
+      now_ms_ >= e->expires_ms + static_cast<int64_t>(options_.valid_ms)) {
+    return false;
+  }
+  if (e->successor != nullptr) return true;  // already under way
+  if (entries_.Empty()) return false;        // no eviction for it: that could pick `e` itself
+  CacheEntry* s = StartOpen(e->path);
+  if (s == nullptr) return false;
+  s->revalidating = true;
+  s->replaces = e;
+  e->successor = s;
+  return true;
+}
+
+// A new entry, out of the map, its open started.
+CacheEntry* FileCache::StartOpen(std::string_view path) {
+  CacheEntry* e = entries_.Get();
+  if (e == nullptr) return nullptr;
+  e->path.assign(path.data(), path.size());
+  e->cache = this;
+  e->op.owner = e;
+  e->op.callback = &FileCache::OnOp;
+  e->in_map = false;
+  ++stats_.entries;
+  ++stats_.opens;
+  e->reading = false;
+  loop_->Open(root_fd_, e->path.c_str(), &e->op);
+  return e;
 }
 
 bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
@@ -84,23 +130,24 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
   if (it != map_.end()) {
     e = it->second;
     if (e->ready && e->expires_ms <= now_ms_) {
-      Retire(e);  // stale: a fresh entry replaces it; in-flight responses keep the old one
-      e = nullptr;
+      // Stale: a fresh entry replaces it (the revalidation already under way, if there is one);
+      // in-flight responses keep the old one.
+      CacheEntry* s = e->successor;
+      Retire(e);
+      e = s;
+      if (e != nullptr) {
+        e->revalidating = false;
+        e->in_map = true;
+        map_[e->path] = e;
+      }
     }
   }
   if (e == nullptr) {
     if (entries_.Empty() && !EvictOne()) return false;
-    e = entries_.Get();
+    e = StartOpen(path);
     if (e == nullptr) return false;
-    e->path.assign(path.data(), path.size());
-    e->cache = this;
-    e->op.owner = e;
-    e->op.callback = &FileCache::OnOp;
+    e->in_map = true;
     map_[e->path] = e;
-    ++stats_.entries;
-    ++stats_.opens;
-    e->reading = false;
-    loop_->Open(root_fd_, e->path.c_str(), &e->op);
   }
   // `e` is loading here: the planner only asks to fetch paths Lookup did not know, and a ready,
   // expired entry was replaced above. So the waiter is always woken later, never from inside
@@ -215,6 +262,22 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
 
 void FileCache::Ready(CacheEntry* e) {
   e->ready = true;
+  if (e->revalidating) {
+    // A revalidation beside requests: it takes the old entry's place, unless it failed for now
+    // (the old one stays, and the next request past its expiry tries again) or the path has a
+    // different entry by now (this one is dropped).
+    e->revalidating = false;
+    CacheEntry* old = e->replaces;
+    e->replaces = nullptr;
+    if (old != nullptr) old->successor = nullptr;
+    auto it = map_.find(Key(e->path));
+    const bool failed = e->meta.kind == http::FileMeta::Kind::kUnavailable;
+    if (!failed && (it == map_.end() || it->second == old)) {
+      if (old != nullptr) Retire(old);
+      e->in_map = true;
+      map_[e->path] = e;
+    }
+  }
   if (e->in_map) Touch(e);
   // Queue everyone waiting; RunWakeups wakes them after this callback has returned, so a
   // waiter never re-plans inside the cache's own code.
@@ -286,6 +349,10 @@ bool FileCache::EvictOne() {
 void FileCache::Retire(CacheEntry* e) {
   if (!e->in_map) return;
   e->in_map = false;
+  if (e->successor != nullptr) {  // it carries on alone, and takes the path if it is free then
+    e->successor->replaces = nullptr;
+    e->successor = nullptr;
+  }
   map_.erase(Key(e->path));
   Unlink(e);
   MaybeFree(e);

@@ -13,6 +13,13 @@
 // A request that waited for a lookup plans again with RequestLookup: an entry validated since
 // the request began counts as fresh for it however short `valid_ms` is, so
 // --open-file-cache-valid-ms=0 and passing failures (EMFILE: 503) cannot send it round again.
+//
+// Revalidation does not make requests wait while the entry is less than one more `valid_ms`
+// past its expiry: the request is answered from the entry, and a revalidation (a successor
+// entry, out of the map) runs beside it and takes the entry's place when it is ready. So a hot
+// file's requests never queue behind an open that waits for a saturated disk (its statx shares
+// io-wq with the cold files' opens), and a change is seen at most 2 x valid_ms after it happened
+// (immediately with --open-file-cache-valid-ms=0, which has no such grace).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +59,11 @@ struct CacheEntry {
   CacheEntry* lru_next = nullptr;
   io::Completion op;     // the open, then the content read
   bool reading = false;  // `op` is the content read (the cache's own record, not the loop's)
+  // Revalidation beside requests (see the top): the old entry's successor while it loads, and
+  // the successor's link back (null once the old one has left the map).
+  bool revalidating = false;  // this entry is a successor, not in the map yet
+  CacheEntry* successor = nullptr;
+  CacheEntry* replaces = nullptr;
   class FileCache* cache = nullptr;
 };
 
@@ -63,6 +75,7 @@ struct FileCacheOptions {
 
 struct FileCacheStats {
   uint64_t hits = 0, misses = 0, opens = 0, evictions = 0, content_reads = 0;
+  uint64_t stale_hits = 0;  // hits on an expired entry while its revalidation runs (in `hits` too)
   uint64_t entries = 0, content_buffers = 0;
 };
 
@@ -100,6 +113,10 @@ class FileCache : public http::FileMetaSource {
   static void OnOp(io::Completion* c);
   void Opened(CacheEntry* e, int64_t result);
   void Ready(CacheEntry* e);
+  // Starts revalidating an expired entry beside the requests that use it; false when it may not
+  // (no grace left, a failure entry, or no free entry for the successor).
+  bool RevalidateBeside(CacheEntry* e);
+  CacheEntry* StartOpen(std::string_view path);
   void Touch(CacheEntry* e);
   void Unlink(CacheEntry* e);
   bool EvictOne();

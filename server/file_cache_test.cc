@@ -1,0 +1,180 @@
+// FileCache's revalidation beside requests: an expired entry keeps answering (for one more
+// valid_ms) while its successor opens, and the successor takes its place when ready; past that
+// grace, with valid_ms 0, or for a passing failure, requests wait as before.
+#include "server/file_cache.h"
+
+#include <sys/stat.h>
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ringd {
+namespace {
+
+// A loop whose opens finish when the test says so; nothing else is used by the cache here
+// (no content pool: no content reads).
+class ScriptedLoop final : public io::Loop {
+ public:
+  const char* Name() const override { return "scripted"; }
+  void Accept(int, io::Completion*) override { ADD_FAILURE(); }
+  void Recv(int, io::Completion*) override { ADD_FAILURE(); }
+  void Send(int, iovec*, int, io::Completion*, bool) override { ADD_FAILURE(); }
+  void SendFile(int, int, uint64_t, uint64_t, io::Completion*) override { ADD_FAILURE(); }
+  void Open(int, const char* path, io::Completion* c) override {
+    opens.push_back(c);
+    paths.push_back(path);
+  }
+  void Read(int, char*, uint64_t, uint64_t, io::Completion*) override { ADD_FAILURE(); }
+  void Cancel(io::Completion*) override { ADD_FAILURE(); }
+  void PauseRecv(io::Completion*) override { ADD_FAILURE(); }
+  void ResumeRecv(io::Completion*) override { ADD_FAILURE(); }
+  void Shutdown(int, int) override { ADD_FAILURE(); }
+  void Close(int fd) override { closed.push_back(fd); }
+  void Poll(int) override {}
+  void Wake() override {}
+  io::LoopStats Stats() const override { return {}; }
+
+  // Finishes open number i: a regular file (fd, size) or an error (-errno).
+  void Finish(size_t i, int64_t result, uint64_t size = 0) {
+    io::Completion* c = opens.at(i);
+    c->result = result;
+    c->stat = io::FileStat{size, 1, 1000 + i, S_IFREG | 0644};
+    c->callback(c);
+  }
+
+  std::vector<io::Completion*> opens;
+  std::vector<std::string> paths;
+  std::vector<int> closed;
+};
+
+class FileCacheTest : public ::testing::Test {
+ protected:
+  void Make(uint32_t valid_ms, uint32_t entries = 8) {
+    FileCacheOptions o;
+    o.valid_ms = valid_ms_ = valid_ms;
+    o.max_entries = entries;
+    cache_ = std::make_unique<FileCache>(&loop_, -1, nullptr, o);
+  }
+  // A waited-for first lookup: the entry is ready and fresh at time `now`.
+  void Load(const char* path, int fd, uint64_t size, int64_t now) {
+    cache_->set_now(now);
+    ASSERT_FALSE(cache_->Lookup(path));
+    FileWaiter w;
+    w.wake = [](FileWaiter*) {};
+    ASSERT_TRUE(cache_->Fetch(path, &w));
+    loop_.Finish(loop_.opens.size() - 1, fd, size);
+    cache_->RunWakeups();
+    if (valid_ms_ > 0) {
+      ASSERT_TRUE(cache_->Lookup(path));
+    }
+  }
+
+  ScriptedLoop loop_;
+  uint32_t valid_ms_ = 0;
+  std::unique_ptr<FileCache> cache_;
+};
+
+TEST_F(FileCacheTest, AnExpiredEntryAnswersWhileItsRevalidationRuns) {
+  Make(1000);
+  Load("a.css", 10, 100, 0);
+  cache_->set_now(1500);  // expired, within one more valid_ms
+  auto meta = cache_->Lookup("a.css");
+  ASSERT_TRUE(meta) << "the request waits for the revalidation";
+  EXPECT_EQ(meta->size, 100u);
+  ASSERT_EQ(loop_.opens.size(), 2u) << "a revalidation started";
+  EXPECT_EQ(loop_.paths[1], "a.css");
+  EXPECT_TRUE(cache_->Lookup("a.css"));
+  EXPECT_EQ(loop_.opens.size(), 2u) << "one revalidation at a time";
+  EXPECT_EQ(cache_->Stats().stale_hits, 2u);
+
+  loop_.Finish(1, 11, 200);  // the file grew: the successor takes the entry's place
+  meta = cache_->Lookup("a.css");
+  ASSERT_TRUE(meta);
+  EXPECT_EQ(meta->size, 200u);
+  EXPECT_EQ(loop_.closed, std::vector<int>{10}) << "the old entry's fd goes";
+  EXPECT_EQ(cache_->Stats().entries, 1u);
+  cache_->set_now(2400);
+  EXPECT_TRUE(cache_->Lookup("a.css"));
+  EXPECT_EQ(cache_->Stats().stale_hits, 2u) << "fresh again from 1500 for valid_ms";
+}
+
+TEST_F(FileCacheTest, PastTheGraceARequestWaitsAndJoinsTheRevalidation) {
+  Make(1000);
+  Load("a.css", 10, 100, 0);
+  cache_->set_now(1500);
+  ASSERT_TRUE(cache_->Lookup("a.css"));
+  ASSERT_EQ(loop_.opens.size(), 2u);
+  cache_->set_now(2000);  // 2 x valid_ms since it was read: no longer answered from it
+  EXPECT_FALSE(cache_->Lookup("a.css"));
+  FileWaiter w;
+  bool woken = false;
+  static bool* flag;
+  flag = &woken;
+  w.wake = [](FileWaiter*) { *flag = true; };
+  ASSERT_TRUE(cache_->Fetch("a.css", &w));
+  EXPECT_EQ(loop_.opens.size(), 2u) << "it joins the revalidation under way";
+  loop_.Finish(1, 11, 300);
+  cache_->RunWakeups();
+  EXPECT_TRUE(woken);
+  auto meta = cache_->Lookup("a.css");
+  ASSERT_TRUE(meta);
+  EXPECT_EQ(meta->size, 300u);
+  EXPECT_EQ(cache_->Stats().entries, 1u);
+}
+
+TEST_F(FileCacheTest, ZeroValidMsHasNoGrace) {
+  Make(0);
+  Load("a.css", 10, 100, 0);
+  cache_->set_now(1);
+  EXPECT_FALSE(cache_->Lookup("a.css"));
+  EXPECT_EQ(loop_.opens.size(), 1u);
+}
+
+TEST_F(FileCacheTest, APassingFailureKeepsTheOldEntry) {
+  Make(1000);
+  Load("a.css", 10, 100, 0);
+  cache_->set_now(1200);
+  ASSERT_TRUE(cache_->Lookup("a.css"));
+  loop_.Finish(1, -EMFILE);
+  auto meta = cache_->Lookup("a.css");
+  ASSERT_TRUE(meta) << "EMFILE on a revalidation does not turn a served file into a 503";
+  EXPECT_EQ(meta->size, 100u);
+  EXPECT_EQ(loop_.opens.size(), 3u) << "and the next request past expiry tries again";
+  loop_.Finish(2, -ENOENT);  // the file is gone: that is the answer from now on
+  meta = cache_->Lookup("a.css");
+  ASSERT_TRUE(meta);
+  EXPECT_EQ(meta->kind, http::FileMeta::Kind::kMissing);
+  EXPECT_EQ(loop_.closed, std::vector<int>{10});
+}
+
+TEST_F(FileCacheTest, AnEntryEvictedDuringItsRevalidationLeavesThePathToTheSuccessor) {
+  Make(1000, 2);
+  Load("a.css", 10, 100, 0);
+  cache_->set_now(1200);
+  ASSERT_TRUE(cache_->Lookup("a.css"));  // successor: the second of two entries
+  ASSERT_EQ(loop_.opens.size(), 2u);
+  // A new path needs an entry: the old a.css (unpinned, ready) is evicted.
+  FileWaiter w;
+  w.wake = [](FileWaiter*) {};
+  ASSERT_TRUE(cache_->Fetch("b.css", &w));
+  EXPECT_EQ(loop_.closed, std::vector<int>{10});
+  loop_.Finish(2, 12, 50);
+  loop_.Finish(1, 11, 200);
+  cache_->RunWakeups();
+  auto meta = cache_->Lookup("a.css");
+  ASSERT_TRUE(meta) << "the successor took the free path";
+  EXPECT_EQ(meta->size, 200u);
+  EXPECT_TRUE(cache_->Lookup("b.css"));
+}
+
+TEST_F(FileCacheTest, NoFreeEntryMeansTheRequestWaits) {
+  Make(1000, 1);
+  Load("a.css", 10, 100, 0);
+  cache_->set_now(1200);
+  EXPECT_FALSE(cache_->Lookup("a.css")) << "no entry for a successor: the old way";
+  EXPECT_EQ(loop_.opens.size(), 1u);
+}
+
+}  // namespace
+}  // namespace ringd
