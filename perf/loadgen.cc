@@ -554,7 +554,8 @@ int Main(int argc, char** argv) {
   const uint64_t end = start + static_cast<uint64_t>(o.duration_s * 1e6);
   std::vector<std::unique_ptr<Worker>> workers;
   std::unique_ptr<ZipfSampler> zipf;
-  if (o.zipf > 0) zipf = std::make_unique<ZipfSampler>(o.paths.size(), o.zipf);
+  if (o.zipf > 0 || o.uniform)  // s = 0 is the uniform distribution
+    zipf = std::make_unique<ZipfSampler>(o.paths.size(), o.uniform ? 0.0 : o.zipf);
   if (!o.size_classes.empty()) total.by_size.resize(o.size_classes.size() + 1);
   if (o.connections > 0) {
     int first = 0;

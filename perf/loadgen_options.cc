@@ -13,7 +13,7 @@ void Usage() {
                "  [--duration-s S | --requests R] --path /x [--path /y ...] [--paths-file F]\n"
                "  [--close] [--pipeline K] [--rate RPS] [--bulk] [--idle K] [--idle-hold-s S]\n"
                "  [--header 'Name: value'] [--timeout-ms MS]\n"
-               "  [--zipf S [--seed N]] [--size-classes BYTES,BYTES,...]\n");
+               "  [--zipf S | --uniform] [--seed N] [--size-classes BYTES,BYTES,...]\n");
 }
 
 bool ParseArgs(int argc, char** argv, Options* o) {
@@ -61,6 +61,8 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       o->headers.push_back(value());
     else if (a == "--zipf")
       o->zipf = std::atof(value().c_str());
+    else if (a == "--uniform")
+      o->uniform = true;
     else if (a == "--seed")
       o->seed = std::strtoull(value().c_str(), nullptr, 10);
     else if (a == "--size-classes") {
@@ -82,7 +84,8 @@ bool ParseArgs(int argc, char** argv, Options* o) {
     }
   }
   if (o->paths.empty() || o->port <= 0 || o->connections < 0 || o->threads < 1 || o->pipeline < 1 ||
-      o->pipeline > 64 || o->zipf < 0 || o->connections < o->threads * (o->connections > 0)) {
+      o->pipeline > 64 || o->zipf < 0 || (o->uniform && o->zipf > 0) ||
+      o->connections < o->threads * (o->connections > 0)) {
     return false;
   }
   return true;

@@ -23,9 +23,12 @@ struct Options {
   double idle_hold_s = 0;  // with no active connections: hold the idle ones this long
   uint64_t timeout_us = 10000000;
   std::vector<std::string> headers;
-  double zipf = 0;    // > 0: each request picks a path at random, Zipf with this exponent over
-                      // the paths in the order given (the first the most popular); 0: round robin
-  uint64_t seed = 1;  // of the Zipf picks
+  double zipf = 0;  // > 0: each request picks a path at random, Zipf with this exponent over
+                    // the paths in the order given (the first the most popular); 0: round robin
+  // Each request picks a path uniformly at random: clients that do not walk the same list in
+  // step (round robin has connection i read path k right after connection i + 1 did).
+  bool uniform = false;
+  uint64_t seed = 1;                   // of the random picks
   std::vector<uint64_t> size_classes;  // ascending body-size bounds: latency per size class
 };
 

@@ -3,6 +3,7 @@ import os
 import shutil
 import tempfile
 import unittest
+from dataclasses import replace
 
 from harness.peers import PEERS, Ctx
 from harness.scenarios import SCENARIOS, Load
@@ -43,6 +44,26 @@ class ScenarioTest(unittest.TestCase):
 
     def test_warm_up_is_closed_loop(self):
         self.assertEqual(Load(10, rate=5, idle=7).warm(), Load(10, rate=0, idle=0, bulk=True))
+
+    def test_cold_on_the_slow_disks_is_the_cold_load(self):
+        cold = SCENARIOS["cold"]
+        for profile in ("nvme", "hdd"):
+            s = SCENARIOS["cold-" + profile]
+            self.assertTrue(s.opt_in)
+            self.assertEqual((s.load, s.metric), (cold.load, cold.metric))
+            self.assertEqual(s.background, replace(cold.background, uniform=True))
+            root = tempfile.mkdtemp()
+            try:
+                os.mkdir(os.path.join(root, "cold"))
+                open(os.path.join(root, "cold", "file-0.bin"), "w").close()
+                self.assertIn("--uniform", s.background.command("ringd-load", 9, root, 5, "0"))
+            finally:
+                shutil.rmtree(root)
+            self.assertIn("disk_bytes_per_s", [c.key for c in s.columns])
+            self.assertEqual(s.hooks().profile.name, profile)
+            for peer in ("nginx-aio", "ringd-uring", "ringd-bypass", "ringd-epoll"):
+                self.assertTrue(PEERS[peer].runs_in(s.name), peer)
+            self.assertFalse(PEERS["h2o"].runs_in(s.name))
 
     def test_every_entry_is_consistent(self):
         for s in SCENARIOS.values():

@@ -92,15 +92,15 @@ def _fill(path, size, block):
             off = 0
 
 
-def build_image(ds, image, log):
-    """ext4 image holding the data set; kept beside the perf data set and rebuilt only when the
-    DataSet changes (a marker file records which one it holds)."""
+def build_image(image, key, files, log, finish=None, seed=1):
+    """ext4 image holding files ([(url path, size)], filled with seeded random bytes); kept beside
+    the perf data set and rebuilt only when key changes (a marker file records the key it was
+    built for). finish(mountpoint), if given, adds what else the image holds."""
     marker = image + ".dataset"
-    if os.path.exists(image) and os.path.exists(marker) and open(marker).read() == repr(ds):
+    if os.path.exists(image) and os.path.exists(marker) and open(marker).read() == key:
         return
-    files = plan(ds)
     total = sum(z for _, z in files)
-    log("perf: longtail: building %s (%d files, %.2f GiB)" % (image, len(files), total / (1 << 30)))
+    log("perf: building %s (%d files, %.2f GiB)" % (image, len(files), total / (1 << 30)))
     for p in (marker, image):
         if os.path.exists(p):
             os.remove(p)
@@ -109,23 +109,33 @@ def build_image(ds, image, log):
     subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", image], check=True)
     undo = Undo()
     try:
-        mnt = tempfile.mkdtemp(prefix="ringd-longtail-build-")
+        mnt = tempfile.mkdtemp(prefix="ringd-disk-build-")
         undo.push("rmdir " + mnt, lambda: os.rmdir(mnt))
         disk = LoopDisk.attach(image, mnt, undo)
-        block = random.Random(ds.seed).randbytes(16 * MIB)
+        block = random.Random(seed).randbytes(16 * MIB)
         for path, size in files:
             full = disk.mountpoint + path
             os.makedirs(os.path.dirname(full), exist_ok=True)
             _fill(full, size, block)
-        with open(os.path.join(disk.mountpoint, PATHS_FILE), "w") as f:
-            f.write("".join(p + "\n" for p, _ in files))
+        if finish:
+            finish(disk.mountpoint)
         os.chmod(disk.mountpoint, 0o755)
     finally:
         problems = undo.run()
     if problems:
-        raise RuntimeError("longtail: building the image: " + "; ".join(problems))
+        raise RuntimeError("building %s: %s" % (image, "; ".join(problems)))
     with open(marker, "w") as f:
-        f.write(repr(ds))
+        f.write(key)
+
+
+def build_longtail_image(ds, image, log):
+    """The longtail data set's image, with its paths file (hottest first) in the root."""
+    files = plan(ds)
+
+    def paths_file(mnt):
+        with open(os.path.join(mnt, PATHS_FILE), "w") as f:
+            f.write("".join(p + "\n" for p, _ in files))
+    build_image(image, repr(ds), files, log, paths_file, ds.seed)
 
 
 def backing_copy(image, undo, shm="/dev/shm"):
@@ -177,7 +187,7 @@ class LongtailDisk:
             raise Unavailable("needs root (losetup, mount, cgroups)")
         self.ds = DATASETS["quick" if ctx.args.quick else "full"]
         image = "%s-longtail-%s.img" % (ctx.args.data.rstrip("/"), "quick" if ctx.args.quick else "full")
-        build_image(self.ds, image, lambda m: print(m, flush=True))
+        build_longtail_image(self.ds, image, lambda m: print(m, flush=True))
         mnt = tempfile.mkdtemp(prefix="ringd-longtail-")
         self.undo.push("rmdir " + mnt, lambda: os.rmdir(mnt))
         backing, backing_what = backing_copy(image, self.undo)

@@ -174,6 +174,8 @@ def _loopback(peer, ctx):
 # cost shows most. The loopback row (large only) is raw loopback TCP: a plain send(2) loop of the
 # same bytes from memory into the same MSG_TRUNC client, the reference of "fraction of loopback".
 _OBSERVED = frozenset({"small-keepalive"})
+# The cold scenario, on the FUSE model and on the two slow disks (perf/harness/colddisk.py).
+_COLD = frozenset({"cold", "cold-nvme", "cold-hdd"})
 _ENTRIES = [
     # bypass: its registered file table per shard must fit RLIMIT_NOFILE (20,000 here), so fewer
     # connection slots than the other tiers' 30,000 (still above idle-10k's 10,000).
@@ -195,32 +197,32 @@ _ENTRIES = [
     # File bodies read into registered buffers and sent from there, instead of spliced: a body
     # path candidate (docs/PERFORMANCE.md, "Body paths").
     Peer("ringd-bypass-read", ringd("bypass", "--max-connections", "15000", "--body-buffers", "16"),
-         scenarios=frozenset({"large", "mixed", "cold"})),
+         scenarios=frozenset({"large", "mixed"}) | _COLD),
     # Whole receive buffers (incremental consumption masked): the receive pool before 6.12.
     Peer("ringd-bypass-wholebufs",
          ringd("bypass", "--max-connections", "15000", "--io-mask", "incremental receive"),
          scenarios=frozenset({"small-keepalive", "idle-10k", "idle-fresh"})),
     Peer("ringd-bypass-iowq4", ringd("bypass", "--max-connections", "15000", "--io-wq-max-workers", "4"),
-         scenarios=frozenset({"large", "cold"})),
+         scenarios=frozenset({"large"}) | _COLD),
     Peer("ringd-uring", ringd("uring")),
     # Shortest remaining response first (--send-order=srpt), beside the default (every body at once:
     # processor sharing), on the default tier and on uring (whose inline sendfile reacts differently).
-    Peer("ringd-uring-srpt", ringd("uring", "--send-order=srpt"), scenarios=frozenset({"mixed", "cold", "large"})),
+    Peer("ringd-uring-srpt", ringd("uring", "--send-order=srpt"), scenarios=frozenset({"mixed", "large"}) | _COLD),
     Peer("ringd-bypass-srpt", ringd("bypass", "--max-connections", "15000", "--send-order=srpt"),
-         scenarios=frozenset({"mixed", "cold", "large"})),
+         scenarios=frozenset({"mixed", "large"}) | _COLD),
     Peer("ringd-epoll", ringd("epoll")),
     Peer("ringd-bypass-log", ringd_logged("bypass", "--max-connections", "15000"), scenarios=_OBSERVED),
     Peer("ringd-bypass-metrics", ringd("bypass", "--max-connections", "15000", "--admin-listen", "127.0.0.1:0"),
          scenarios=_OBSERVED),
     Peer("nginx", _nginx, needs="nginx", template=NGINX_CONF, config_name="nginx.conf",
          extra={"aio": "", "access_log": "off"}),
-    Peer("nginx-aio", _nginx, needs="nginx", scenarios=frozenset({"large", "mixed", "cold", "longtail-nvme", "longtail-hdd"}),
+    Peer("nginx-aio", _nginx, needs="nginx", scenarios=frozenset({"large", "mixed", "longtail-nvme", "longtail-hdd"}) | _COLD,
          template=NGINX_CONF, config_name="nginx-aio.conf", extra={"aio": "aio threads;", "access_log": "off"}),
     Peer("nginx-log", _nginx, needs="nginx", scenarios=_OBSERVED, template=NGINX_CONF,
          config_name="nginx-log.conf",
          extra={"aio": "", "access_log": "%(dir)s/nginx-log-access.log combined"}),
-    Peer("h2o", _h2o, needs="h2o", skip=frozenset({"cold"}), template=H2O_CONF, config_name="h2o.yaml"),
-    Peer("lighttpd", _lighttpd, needs="lighttpd", skip=frozenset({"cold"}), template=LIGHTTPD_CONF,
+    Peer("h2o", _h2o, needs="h2o", skip=_COLD, template=H2O_CONF, config_name="h2o.yaml"),
+    Peer("lighttpd", _lighttpd, needs="lighttpd", skip=_COLD, template=LIGHTTPD_CONF,
          config_name="lighttpd.conf"),
     Peer("ceiling", _ceiling,
          scenarios=frozenset({"small-keepalive", "small-close", "idle-10k", "latency-at-rate"})),

@@ -121,9 +121,10 @@ class Result:
     def _disk_figures(self):
         """Read amplification is disk bytes read over bytes served; the page-cache hit ratio (by
         bytes) is one minus it, floored at 0: read-ahead that nobody asked for counts as a miss."""
-        if self.disk_read_bytes is None or not self.bytes:
+        served = self.bytes + (self.cold.bytes if self.cold else 0)  # the cold readers' bytes too
+        if self.disk_read_bytes is None or not served:
             return {}
-        amplification = self.disk_read_bytes / self.bytes
+        amplification = self.disk_read_bytes / served
         return {"read_amplification": amplification, "page_cache_hit_ratio": max(0.0, 1 - amplification),
                 "disk_bytes_per_s": self.disk_read_bytes / self.seconds if self.seconds else None}
 

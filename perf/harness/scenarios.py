@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Dict, FrozenSet, Optional, Tuple
 
-from . import longtail
+from . import colddisk, longtail
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class Load:
     rate: int = 0                      # open loop: requests/s over all connections
     idle: int = 0                      # idle keep-alive connections held during the run
     zipf: float = 0                    # > 0: paths drawn Zipf-distributed, the first the most popular
+    uniform: bool = False              # paths drawn uniformly at random (not in turn)
     size_classes: Tuple[int, ...] = () # body-size bounds: latency per size class
 
     def scaled(self, divisors):
@@ -59,6 +60,8 @@ class Load:
             cmd += ["--paths-file", os.path.join(root, self.paths_file)]
         if self.zipf:
             cmd += ["--zipf", "%g" % self.zipf]
+        if self.uniform:
+            cmd.append("--uniform")
         if self.size_classes:
             cmd += ["--size-classes", ",".join(str(b) for b in self.size_classes)]
         return cmd
@@ -304,6 +307,22 @@ def _longtail(profile):
                " counts as a miss; disk figures come from the loop device's /sys/block/loopN/stat.",))
 
 
-_ENTRIES += [_longtail("nvme"), _longtail("hdd")]
+def _cold_on(profile):
+    cold = next(s for s in _ENTRIES if s.name == "cold")
+    return replace(
+        cold, name="cold-" + profile, opt_in=True, hooks=partial(colddisk.ColdSlowDisk, profile),
+        # Each cold request picks a file at random: in turn, connection i would ask for a file right
+        # after connection i + 1 had read it, and 15 of 16 reads would find it cached.
+        background=replace(cold.background, uniform=True),
+        what="hot 612-byte requests at a fixed rate while other clients read 4 MiB files from ext4 on a loop"
+             " device behind a read-throttled blkio cgroup (%s profile), every server in a memory cgroup whose"
+             " page cache holds a few percent of the cold files" % profile,
+        columns=cold.columns + (Column("disk MB/s", "disk_bytes_per_s", "%.1f", 1e6),
+                                Column("disk read / served", "read_amplification", "%.2f")),
+        notes=cold.notes + ("disk figures come from the loop device's /sys/block/loopN/stat; served bytes are the"
+                            " hot and the cold loads' together.",))
+
+
+_ENTRIES += [_longtail("nvme"), _longtail("hdd"), _cold_on("nvme"), _cold_on("hdd")]
 
 SCENARIOS = {s.name: s for s in _ENTRIES}
