@@ -207,8 +207,7 @@ void Shard::ProcessDirect(Connection* conn, const char* data, size_t n) {
 // metadata (the caller keeps the request's bytes); false once a response is under way (the
 // caller then drops the head and `conn->discard` body bytes).
 bool Shard::Plan(Connection* conn, const http::Request& req) {
-  if (conn->ex == nullptr) conn->ex = exchanges_->Get();
-  if (conn->ex == nullptr) {
+  if (conn->ex == nullptr && !TakeExchange(conn)) {
     // Impossible by construction (the pool holds one exchange per connection): a broken
     // invariant after start-up stops the process loudly rather than serving on.
     std::fprintf(stderr, "ringd: internal error: exchange pool exhausted\n");
@@ -300,8 +299,7 @@ void Shard::ReleaseInputIfEmpty(Connection* conn) {
 }
 
 void Shard::RespondError(Connection* conn, int status, std::string_view raw) {
-  if (conn->ex == nullptr) conn->ex = exchanges_->Get();
-  if (conn->ex == nullptr) return Abort(conn);
+  if (conn->ex == nullptr && !TakeExchange(conn)) return Abort(conn);
   BeginExchange(conn, raw, nullptr);
   http::PlanError(status, false, &conn->ex->plan);
   conn->more_input_expected = true;
@@ -447,10 +445,25 @@ void Shard::SetState(Connection* conn, ConnState next) {
   conn->state = next;
 }
 
+// A response begins (or waits for file metadata): its exchange, from the shard's pool, which
+// holds one per connection. False if it ran dry all the same.
+bool Shard::TakeExchange(Connection* conn) {
+  Exchange* ex = exchanges_->Get();
+  if (ex == nullptr) return false;
+  ex->conn = conn;
+  ex->ticket.slow = conn->send_slow;
+  conn->ex = ex;
+  return true;
+}
+
 // The one release path for what a response holds: the file pin and the exchange.
 void Shard::ReleaseExchange(Connection* conn) {
   Exchange* ex = conn->ex;
   if (ex == nullptr) return;
+  // Out of the send queue (Abort), and no slot held: a slot goes back when its send ends
+  // (OnSend), and no exchange is released while a send is in flight.
+  RINGD_ASSERT(!ex->ticket.queued() && !ex->ticket.holds_slot);
+  conn->send_slow = ex->ticket.slow;
   EndExchange(conn, ex);  // metrics and the access log line
   if (ex->file != nullptr) files_->Unpin(ex->file);
   ex->file = nullptr;
@@ -469,7 +482,7 @@ void Shard::ArmSendTimer(Connection* conn) {
 void Shard::Abort(Connection* conn) {
   if (conn->state == ConnState::kClosing) return;
   files_->Forget(&conn->waiter);  // waiting for a file, or woken and not yet run
-  sends_->Remove(&conn->ticket);  // waiting for a send slot
+  if (conn->ex != nullptr) sends_->Remove(&conn->ex->ticket);  // waiting for a send slot
   SetState(conn, ConnState::kClosing);
   if (conn->timer.list != nullptr) conn->timer.list->Disarm(&conn->timer);
   // A send in flight may wait on a slow client: shutdown ends it now. The receive is cancelled

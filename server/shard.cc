@@ -251,7 +251,7 @@ void Shard::Tick() {
     }
     // Waiting for a send slot is the shard's doing, not the client's (and bounded by
     // --send-max-wait-ms): another period.
-    if (conn->ticket.queued()) return send_timers_.Arm(t, now_ms_);
+    if (ex != nullptr && ex->ticket.queued()) return send_timers_.Arm(t, now_ms_);
     ++stats_.send_timeouts;
     Abort(conn);
   });

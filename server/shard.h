@@ -33,16 +33,21 @@
 namespace ringd {
 
 class Shard;
+struct Connection;
 
-// One response in flight: its plan, the head bytes, and where the body has got to.
+// One response in flight: its plan, the head bytes, and where the body has got to. It exists
+// from the moment a request is planned (file waits included) until its response has gone out,
+// so what only a request in flight needs lives here rather than in every (idle) Connection.
 // Flags bounded in config.h size arrays here and in the HTTP core.
 static_assert(http::RangeSet::kCapacity >= kMaxRangesPerRequest);
 // An input buffer (a head plus one delivery) stays well within 32-bit lengths.
 static_assert(uint64_t{kMaxRequestHead} + kMaxRecvBufferSize + 4096 < UINT32_MAX);
 
 struct Exchange {
+  Connection* conn = nullptr;  // whose response this is
   http::ResponsePlan plan;
   io::Completion send;
+  SendTicket ticket;  // its place in the shard's send queue (a body chunk waiting for a slot)
   iovec iov[2];
   CacheEntry* file = nullptr;  // pinned for the response
   uint64_t body_offset = 0;    // next byte of the current slice (file offsets)
@@ -87,7 +92,11 @@ struct Connection {
   bool more_input_expected = false;  // a framing error or an unread body: the client may still send
   bool client_keep_alive = false;    // the last request asked to keep the connection
   bool head_request = false;         // the last request was a HEAD
-  char* in = nullptr;                // pending input, from the shard's input pool; null when empty
+  // The last body chunk of its last response took --send-slot-hold-ms or more (SendTicket::slow):
+  // its client (or the disk) is slow, so the next response's ticket starts out slow and its
+  // first chunk needs no slot either.
+  bool send_slow = false;
+  char* in = nullptr;  // pending input, from the shard's input pool; null when empty
   uint32_t in_len = 0;
   uint32_t parsed_len = 0;  // how much of `in` the parser has already seen
   uint64_t discard = 0;     // request body bytes still to skip
@@ -99,8 +108,7 @@ struct Connection {
   io::Completion recv;
   TimerNode timer;
   FileWaiter waiter;
-  SendTicket ticket;  // its place in the shard's send queue (a body chunk waiting for a slot)
-  PeerAddress peer;   // the client, while the access log is on
+  PeerAddress peer;  // the client, while the access log is on
 };
 
 class Shard {
@@ -172,6 +180,7 @@ class Shard {
   void PumpSends();
   uint64_t ChunkBytes(const Connection* conn) const;
   void FinishResponse(Connection* conn);
+  bool TakeExchange(Connection* conn);
   void ReleaseExchange(Connection* conn);
   void SetState(Connection* conn, ConnState next);
   // Starts the exchange's send of its iov (StartBuffers) or of a chunk of its file.
