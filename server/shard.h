@@ -45,8 +45,14 @@ static_assert(uint64_t{kMaxRequestHead} + kMaxRecvBufferSize + 4096 < UINT32_MAX
 
 struct Exchange {
   Connection* conn = nullptr;  // whose response this is
+  // While the request is planned: the file lookups it waits for (at most 8: connection.cc).
+  FileWaiter waiter;          // on the file cache while a lookup is under way (kWaitingFile)
+  uint32_t lookups = 0;       // file lookups the request has waited for
+  bool head_request = false;  // the request is a HEAD
+  uint64_t plan_since = 0;    // the file cache's validations() when the request began planning
   http::ResponsePlan plan;
   io::Completion send;
+  uint64_t send_progress = 0;  // the send's progress (Completion::done) when its timer was armed
   SendTicket ticket;  // its place in the shard's send queue (a body chunk waiting for a slot)
   iovec iov[2];
   CacheEntry* file = nullptr;  // pinned for the response
@@ -91,23 +97,18 @@ struct Connection {
   bool wants_close = false;          // close after the current response
   bool more_input_expected = false;  // a framing error or an unread body: the client may still send
   bool client_keep_alive = false;    // the last request asked to keep the connection
-  bool head_request = false;         // the last request was a HEAD
   // The last body chunk of its last response took --send-slot-hold-ms or more (SendTicket::slow):
   // its client (or the disk) is slow, so the next response's ticket starts out slow and its
   // first chunk needs no slot either.
   bool send_slow = false;
+  uint32_t requests = 0;
   char* in = nullptr;  // pending input, from the shard's input pool; null when empty
   uint32_t in_len = 0;
   uint32_t parsed_len = 0;  // how much of `in` the parser has already seen
   uint64_t discard = 0;     // request body bytes still to skip
-  uint32_t requests = 0;
-  uint32_t lookups = 0;        // file lookups the current request has waited for
-  uint64_t plan_since = 0;     // the file cache's validations() when the request began planning
-  uint64_t send_progress = 0;  // the send's progress (Completion::done) when its timer was armed
   Exchange* ex = nullptr;
   io::Completion recv;
   TimerNode timer;
-  FileWaiter waiter;
   PeerAddress peer;  // the client, while the access log is on
 };
 
