@@ -136,6 +136,7 @@ bool Shard::Setup() {
 
   conns_ = std::make_unique<mem::SlabPool<Connection>>(capacity());
   exchanges_ = std::make_unique<mem::SlabPool<Exchange>>(capacity());
+  if (log_ != nullptr) peers_ = std::make_unique<PeerAddress[]>(capacity());
   FileCacheOptions fo;
   fo.max_entries = config_.open_file_cache_entries;
   fo.valid_ms = config_.open_file_cache_valid_ms;

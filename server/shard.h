@@ -109,7 +109,6 @@ struct Connection {
   Exchange* ex = nullptr;
   io::Completion recv;
   TimerNode timer;
-  PeerAddress peer;  // the client, while the access log is on
 };
 
 class Shard {
@@ -224,6 +223,8 @@ class Shard {
   std::unique_ptr<mem::BufferPool> content_pool_;
   std::unique_ptr<mem::SlabPool<Connection>> conns_;
   std::unique_ptr<mem::SlabPool<Exchange>> exchanges_;
+  // With the access log only: each connection slot's client (conns_->IndexOf), taken at accept.
+  std::unique_ptr<PeerAddress[]> peers_;
   std::unique_ptr<FileCache> files_;
   std::unique_ptr<SendQueue> sends_;  // which long bodies send now (send_queue.h)
   std::unique_ptr<http::PlanScratch> scratch_;
