@@ -100,7 +100,7 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
     ++stats_.entries;
     ++stats_.opens;
     e->reading = false;
-    loop_->Open(root_fd_, e->path.c_str(), &e->op);
+    loop_->Open(root_fd_, e->path.c_str(), &e->stat, &e->op);
   }
   // `e` is loading here: the planner only asks to fetch paths Lookup did not know, and a ready,
   // expired entry was replaced above. So the waiter is always woken later, never from inside
@@ -184,7 +184,7 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
     return Ready(e);
   }
   const int fd = static_cast<int>(result);
-  const io::FileStat& st = e->op.stat;
+  const io::FileStat& st = e->stat;
   e->meta.size = st.size;
   e->meta.mtime_sec = st.mtime_sec;
   e->meta.inode = st.inode;
