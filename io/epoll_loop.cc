@@ -50,7 +50,7 @@ void RunJob(Completion* c, char* scratch, size_t scratch_size) {
         return;
       }
       if (S_ISREG(st.st_mode)) ::fcntl(fd, F_SETFL, 0);  // regular files: plain blocking reads
-      c->stat =
+      *c->stat =
           FileStat{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec, st.st_ino, st.st_mode};
       c->result = fd;
       return;
@@ -165,10 +165,11 @@ class EpollLoop final : public Loop {
     DoWrite(c);  // warms the file on a worker first where it is not cached
   }
 
-  void Open(int dir_fd, const char* path, Completion* c) override {
+  void Open(int dir_fd, const char* path, FileStat* stat, Completion* c) override {
     Begin(c, Op::kOpen, -1);
     c->dir_fd = dir_fd;
     c->path = path;
+    c->stat = stat;
     Offload(c);
   }
 

@@ -27,7 +27,8 @@ namespace ringd::io {
 
 enum class Op : uint8_t { kNone, kAccept, kRecv, kSend, kSendFile, kOpen, kRead, kWake };
 
-// What Open reports about the file it opened.
+// What Open reports about the file it opened, written where the caller says (not into the
+// Completion: every connection holds one for its receive, which would carry it unused).
 struct FileStat {
   uint64_t size = 0;
   int64_t mtime_sec = 0;
@@ -46,7 +47,6 @@ struct Completion {
   // Set by the backend before the callback runs.
   int64_t result = 0;          // >= 0: bytes, or a file descriptor; < 0: -errno
   const char* data = nullptr;  // Recv: the bytes received, valid only during the callback
-  FileStat stat;               // Open: the opened file
   // Send/SendFile: bytes sent so far by the operation in flight (0 when it starts). Owners may
   // read it as progress: a slow reader that keeps taking bytes is not a stalled one.
   uint64_t done = 0;
@@ -63,9 +63,12 @@ struct Completion {
   bool polling = false;    // SendFile (uring): waiting for the socket to take more
   int fd = -1;
   int file_fd = -1;
-  uint64_t offset = 0;
-  uint64_t remaining = 0;  // SendFile: bytes still to send; Send: bytes of iov left
   // What the operation in flight works on (each operation sets its own before it starts).
+  union {
+    uint64_t offset = 0;  // SendFile, Read: the file offset
+    FileStat* stat;       // Open: where the opened file's metadata goes
+  };
+  uint64_t remaining = 0;  // SendFile: bytes still to send; Send: bytes of iov left
   union {
     iovec* iov = nullptr;  // Send: advanced in place on partial sends
     char* buf;             // Read
@@ -182,9 +185,10 @@ class Loop {
   // result is the bytes sent; fewer than `length` means the file ended early (it was truncated).
   virtual void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
                         Completion* c) = 0;
-  // Opens `path` read-only beneath dir_fd (symlinks may not leave it) and stats it.
-  // result is the fd, or -errno. `path` must stay valid until the callback.
-  virtual void Open(int dir_fd, const char* path, Completion* c) = 0;
+  // Opens `path` read-only beneath dir_fd (symlinks may not leave it) and stats it into `*stat`.
+  // result is the fd, or -errno (then `*stat` is unspecified). `path` and `stat` must stay valid
+  // until the callback.
+  virtual void Open(int dir_fd, const char* path, FileStat* stat, Completion* c) = 0;
   // Reads up to `length` bytes at `offset` into `buf`; result is the bytes read.
   virtual void Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) = 0;
   // Ends a multishot operation; its last callback arrives with more == false.

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -551,6 +552,59 @@ TEST_P(LoopTest, ManySmallReceivesShareASmallPool) {
       if (r->ends == 0) return false;
     return true;
   }));
+}
+
+// Open stats the file it opened into the FileStat its caller passed (the Completion carries
+// none), and fails with -errno, never reaching outside the directory it opens beneath.
+TEST_P(LoopTest, OpenStatsIntoTheCallersFileStat) {
+  char dir[] = "/tmp/ringd-loop-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/file";
+  const std::string sub = std::string(dir) + "/sub";
+  const int w = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(w, 0);
+  ASSERT_EQ(::write(w, "12345", 5), 5);
+  ::close(w);
+  ASSERT_EQ(::mkdir(sub.c_str(), 0755), 0);
+  const int dir_fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dir_fd, 0);
+  fds_.push_back(dir_fd);
+  struct stat want;
+  ASSERT_EQ(::stat(file.c_str(), &want), 0);
+
+  struct Opener {
+    Completion c;
+    bool done = false;
+    static void On(Completion* c) { static_cast<Opener*>(c->owner)->done = true; }
+  };
+  auto open = [&](const char* path, FileStat* st) {
+    Opener o;
+    o.c.owner = &o;
+    o.c.callback = &Opener::On;
+    loop_->Open(dir_fd, path, st, &o.c);
+    EXPECT_TRUE(PollUntil([&] { return o.done; })) << path;
+    return o.c.result;
+  };
+  FileStat st;
+  const int64_t fd = open("file", &st);
+  ASSERT_GE(fd, 0);
+  fds_.push_back(static_cast<int>(fd));
+  EXPECT_EQ(st.size, 5u);
+  EXPECT_EQ(st.inode, want.st_ino);
+  EXPECT_EQ(st.mtime_sec, want.st_mtim.tv_sec);
+  EXPECT_TRUE(S_ISREG(st.mode));
+  FileStat dst;
+  const int64_t dfd = open("sub", &dst);
+  ASSERT_GE(dfd, 0);
+  fds_.push_back(static_cast<int>(dfd));
+  EXPECT_TRUE(S_ISDIR(dst.mode));
+  FileStat unused;
+  EXPECT_EQ(open("missing", &unused), -ENOENT);
+  EXPECT_EQ(open("../etc", &unused), -EXDEV);  // RESOLVE_BENEATH
+
+  ::unlink(file.c_str());
+  ::rmdir(sub.c_str());
+  ::rmdir(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, LoopTest,

@@ -215,10 +215,11 @@ void UringLoop::Accept(int listen_fd, Completion* c) {
   io_uring_sqe_set_data(sqe, c);
 }
 
-void UringLoop::Open(int dir_fd, const char* path, Completion* c) {
+void UringLoop::Open(int dir_fd, const char* path, FileStat* stat, Completion* c) {
   internal::BeginOp(c, Op::kOpen, -1);
   c->dir_fd = dir_fd;
   c->path = path;
+  c->stat = stat;
   c->file_fd = -1;
   // The open's slot holds its open_how (read by the kernel whenever the SQE is submitted, so
   // it must outlive this call), then its statx buffer. More opens in flight than SQ entries
@@ -476,7 +477,7 @@ void UringLoop::OnOpen(Completion* c, int32_t res) {
     ::close(c->file_fd);
     return Finish(c, res);
   }
-  c->stat = FileStat{stx.stx_size, stx.stx_mtime.tv_sec, stx.stx_ino, stx.stx_mode};
+  *c->stat = FileStat{stx.stx_size, stx.stx_mtime.tv_sec, stx.stx_ino, stx.stx_mode};
   // io_uring returns EAGAIN instead of waiting for the disk on an O_NONBLOCK regular file, and
   // only the open needed it: drop the flag (a non-blocking fcntl on an open descriptor).
   if (S_ISREG(stx.stx_mode)) ::fcntl(c->file_fd, F_SETFL, 0);

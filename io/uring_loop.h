@@ -43,7 +43,7 @@ class UringLoop final : public Loop {
 
   void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, Completion* c) override;
 
-  void Open(int dir_fd, const char* path, Completion* c) override;
+  void Open(int dir_fd, const char* path, FileStat* stat, Completion* c) override;
 
   void Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) override;
 

@@ -27,8 +27,8 @@ void Shard::OnSend(io::Completion* c) {
   Shard* self = conn->shard;
   // A body chunk that held a send slot gives it back; once this connection has had its turn
   // (its next chunk queued or started, or the response over), the queue starts whoever is next.
-  const bool held_slot = conn->ticket.holds_slot;
-  self->sends_->Done(&conn->ticket, self->loop_->MonotonicMs());
+  const bool held_slot = conn->ex->ticket.holds_slot;
+  self->sends_->Done(&conn->ex->ticket, self->loop_->MonotonicMs());
   self->Sent(conn, c);
   if (held_slot) self->PumpSends();
 }
@@ -61,7 +61,7 @@ void Shard::Sent(Connection* conn, io::Completion* c) {
 // A chunk that holds a slot is short, so that the queue chooses again soon; one that needs no
 // slot (its client or the disk is slow) is long, so that fewer, larger reads are in flight.
 uint64_t Shard::ChunkBytes(const Connection* conn) const {
-  return config_.send_srpt && !conn->ticket.slow ? kSlotChunk : kFileChunk;
+  return config_.send_srpt && !conn->ex->ticket.slow ? kSlotChunk : kFileChunk;
 }
 
 // The next chunk of a file body, once the send queue has let it go.
@@ -80,7 +80,7 @@ void Shard::PumpSends() {
   const int64_t now_ms = loop_->MonotonicMs();  // now_ms_ is stale after a Poll that slept
   while (SendTicket* t = sends_->Next(now_ms)) {
     StartBodyChunk(
-        reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, ticket)));
+        reinterpret_cast<Exchange*>(reinterpret_cast<char*>(t) - offsetof(Exchange, ticket))->conn);
   }
 }
 
@@ -102,7 +102,7 @@ void Shard::SendNext(Connection* conn) {
         const uint64_t remaining = total > ex->bytes_sent ? total - ex->bytes_sent : 0;
         // (The loop's clock, not the turn's: a Poll that slept has made now_ms_ stale, and a
         // stale queueing time would age this send early.)
-        if (sends_->Admit(&conn->ticket, remaining, loop_->MonotonicMs())) {
+        if (sends_->Admit(&ex->ticket, remaining, loop_->MonotonicMs())) {
           return StartBodyChunk(conn);
         }
         return PumpSends();  // the slot this connection just gave back may be its own again

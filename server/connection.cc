@@ -15,7 +15,7 @@ namespace ringd {
 namespace {
 
 Connection* ConnOf(FileWaiter* w) {
-  return reinterpret_cast<Connection*>(reinterpret_cast<char*>(w) - offsetof(Connection, waiter));
+  return reinterpret_cast<Exchange*>(reinterpret_cast<char*>(w) - offsetof(Exchange, waiter))->conn;
 }
 
 // File lookups one request may wait for (the path, its index file, a precompressed sibling, ...)
@@ -207,37 +207,36 @@ void Shard::ProcessDirect(Connection* conn, const char* data, size_t n) {
 // metadata (the caller keeps the request's bytes); false once a response is under way (the
 // caller then drops the head and `conn->discard` body bytes).
 bool Shard::Plan(Connection* conn, const http::Request& req) {
-  if (conn->ex == nullptr) conn->ex = exchanges_->Get();
-  if (conn->ex == nullptr) {
+  if (conn->ex == nullptr && !TakeExchange(conn)) {
     // Impossible by construction (the pool holds one exchange per connection): a broken
     // invariant after start-up stops the process loudly rather than serving on.
     std::fprintf(stderr, "ringd: internal error: exchange pool exhausted\n");
     std::abort();
   }
   Exchange* ex = conn->ex;
-  if (conn->lookups == 0) {  // a new request
-    conn->plan_since = files_->validations();
+  if (ex->lookups == 0) {  // a new request
+    ex->plan_since = files_->validations();
     BeginExchange(conn, {}, &req);
   }
   conn->client_keep_alive = req.keep_alive;
-  conn->head_request = req.method == http::Method::kHead;
-  RequestLookup source(files_.get(), conn->plan_since);
+  ex->head_request = req.method == http::Method::kHead;
+  RequestLookup source(files_.get(), ex->plan_since);
   const http::PlanStep step = http::PlanResponse(req, planner_, source, *scratch_, &ex->plan);
   if (step.status == http::PlanStatus::kNeedLookup) {
     SetState(conn, ConnState::kWaitingFile);
     send_timers_.Arm(&conn->timer, now_ms_);
-    if (++conn->lookups <= kMaxLookupsPerRequest && files_->Fetch(step.lookup_path, &conn->waiter))
+    if (++ex->lookups <= kMaxLookupsPerRequest && files_->Fetch(step.lookup_path, &ex->waiter))
       return true;
     // The cache cannot take another entry now (all pinned or loading), or this request keeps
     // needing lookups: answer 503 rather than wait without bound.
     ++stats_.lookup_refused;
     SetState(conn, ConnState::kReading);
     http::PlanError(503, req, &ex->plan);
-    conn->lookups = 0;
+    ex->lookups = 0;
     StartResponse(conn, ex);
     return false;
   }
-  conn->lookups = 0;
+  ex->lookups = 0;
   if (!ex->plan.file_path.empty()) {
     ex->file = files_->Pin(ex->plan.file_path);
     if (ex->file == nullptr) {  // planned from a cached entry that must still be there
@@ -300,8 +299,7 @@ void Shard::ReleaseInputIfEmpty(Connection* conn) {
 }
 
 void Shard::RespondError(Connection* conn, int status, std::string_view raw) {
-  if (conn->ex == nullptr) conn->ex = exchanges_->Get();
-  if (conn->ex == nullptr) return Abort(conn);
+  if (conn->ex == nullptr && !TakeExchange(conn)) return Abort(conn);
   BeginExchange(conn, raw, nullptr);
   http::PlanError(status, false, &conn->ex->plan);
   conn->more_input_expected = true;
@@ -322,7 +320,7 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
     if (ex->file != nullptr) files_->Unpin(ex->file);
     ex->file = nullptr;
     http::PlanError(500, plan.keep_alive, &plan);
-    if (conn->head_request) plan.send_body = false;  // a HEAD's answer has no body
+    if (ex->head_request) plan.send_body = false;  // a HEAD's answer has no body
     n = http::WriteResponseHead(plan, std::string_view(date_, http::kHttpDateLen), "ringd",
                                 ex->head, sizeof ex->head);
   }
@@ -447,10 +445,27 @@ void Shard::SetState(Connection* conn, ConnState next) {
   conn->state = next;
 }
 
+// A response begins (or waits for file metadata): its exchange, from the shard's pool, which
+// holds one per connection. False if it ran dry all the same.
+bool Shard::TakeExchange(Connection* conn) {
+  Exchange* ex = exchanges_->Get();
+  if (ex == nullptr) return false;
+  ex->conn = conn;
+  ex->waiter.wake = &Shard::OnFileReady;
+  ex->ticket.slow = conn->send_slow;
+  conn->ex = ex;
+  return true;
+}
+
 // The one release path for what a response holds: the file pin and the exchange.
 void Shard::ReleaseExchange(Connection* conn) {
   Exchange* ex = conn->ex;
   if (ex == nullptr) return;
+  // Not waiting for a file (Abort forgets the waiter), out of the send queue (Abort), and no
+  // slot held: a slot goes back when its send ends (OnSend), and no exchange is released while
+  // a send is in flight.
+  RINGD_ASSERT(ex->waiter.entry == nullptr && !ex->ticket.queued() && !ex->ticket.holds_slot);
+  conn->send_slow = ex->ticket.slow;
   EndExchange(conn, ex);  // metrics and the access log line
   if (ex->file != nullptr) files_->Unpin(ex->file);
   ex->file = nullptr;
@@ -462,14 +477,16 @@ void Shard::ReleaseExchange(Connection* conn) {
 // (Tick checks the in-flight operation's progress), so only a client that takes nothing for
 // --send-timeout-ms is cut, however slowly it reads (nginx's send_timeout).
 void Shard::ArmSendTimer(Connection* conn) {
-  conn->send_progress = 0;  // the operation about to start has sent nothing yet
+  conn->ex->send_progress = 0;  // the operation about to start has sent nothing yet
   send_timers_.Arm(&conn->timer, now_ms_);
 }
 
 void Shard::Abort(Connection* conn) {
   if (conn->state == ConnState::kClosing) return;
-  files_->Forget(&conn->waiter);  // waiting for a file, or woken and not yet run
-  sends_->Remove(&conn->ticket);  // waiting for a send slot
+  if (conn->ex != nullptr) {
+    files_->Forget(&conn->ex->waiter);  // waiting for a file, or woken and not yet run
+    sends_->Remove(&conn->ex->ticket);  // waiting for a send slot
+  }
   SetState(conn, ConnState::kClosing);
   if (conn->timer.list != nullptr) conn->timer.list->Disarm(&conn->timer);
   // A send in flight may wait on a slow client: shutdown ends it now. The receive is cancelled

@@ -120,7 +120,7 @@ CacheEntry* FileCache::StartOpen(std::string_view path) {
   ++stats_.entries;
   ++stats_.opens;
   e->reading = false;
-  loop_->Open(root_fd_, e->path.c_str(), &e->op);
+  loop_->Open(root_fd_, e->path.c_str(), &e->stat, &e->op);
   return e;
 }
 
@@ -231,7 +231,7 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
     return Ready(e);
   }
   const int fd = static_cast<int>(result);
-  const io::FileStat& st = e->op.stat;
+  const io::FileStat& st = e->stat;
   e->meta.size = st.size;
   e->meta.mtime_sec = st.mtime_sec;
   e->meta.inode = st.inode;

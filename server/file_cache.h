@@ -58,6 +58,7 @@ struct CacheEntry {
   CacheEntry* lru_prev = nullptr;  // most recent at the head
   CacheEntry* lru_next = nullptr;
   io::Completion op;     // the open, then the content read
+  io::FileStat stat;     // what the open found
   bool reading = false;  // `op` is the content read (the cache's own record, not the loop's)
   // Revalidation beside requests (see the top): the old entry's successor while it loads, and
   // the successor's link back (null once the old one has left the map).

@@ -21,8 +21,9 @@ class ScriptedLoop final : public io::Loop {
   void Recv(int, io::Completion*) override { ADD_FAILURE(); }
   void Send(int, iovec*, int, io::Completion*, bool) override { ADD_FAILURE(); }
   void SendFile(int, int, uint64_t, uint64_t, io::Completion*) override { ADD_FAILURE(); }
-  void Open(int, const char* path, io::Completion* c) override {
+  void Open(int, const char* path, io::FileStat* stat, io::Completion* c) override {
     opens.push_back(c);
+    stats.push_back(stat);
     paths.push_back(path);
   }
   void Read(int, char*, uint64_t, uint64_t, io::Completion*) override { ADD_FAILURE(); }
@@ -39,11 +40,12 @@ class ScriptedLoop final : public io::Loop {
   void Finish(size_t i, int64_t result, uint64_t size = 0) {
     io::Completion* c = opens.at(i);
     c->result = result;
-    c->stat = io::FileStat{size, 1, 1000 + i, S_IFREG | 0644};
+    *stats.at(i) = io::FileStat{size, 1, 1000 + i, S_IFREG | 0644};
     c->callback(c);
   }
 
   std::vector<io::Completion*> opens;
+  std::vector<io::FileStat*> stats;
   std::vector<std::string> paths;
   std::vector<int> closed;
 };

@@ -136,6 +136,7 @@ bool Shard::Setup() {
 
   conns_ = std::make_unique<mem::SlabPool<Connection>>(capacity());
   exchanges_ = std::make_unique<mem::SlabPool<Exchange>>(capacity());
+  if (log_ != nullptr) peers_ = std::make_unique<PeerAddress[]>(capacity());
   FileCacheOptions fo;
   fo.max_entries = config_.open_file_cache_entries;
   fo.valid_ms = config_.open_file_cache_valid_ms;
@@ -243,15 +244,15 @@ void Shard::Tick() {
   });
   send_timers_.Expire(now_ms_, [&](TimerNode* t) {
     Connection* conn = conn_of(t);
-    const Exchange* ex = conn->ex;
+    Exchange* ex = conn->ex;
     if (ex != nullptr && ex->sending != Exchange::Sending::kNone &&
-        ex->send.done > conn->send_progress) {
-      conn->send_progress = ex->send.done;  // slow, but moving: another period
+        ex->send.done > ex->send_progress) {
+      ex->send_progress = ex->send.done;  // slow, but moving: another period
       return send_timers_.Arm(t, now_ms_);
     }
     // Waiting for a send slot is the shard's doing, not the client's (and bounded by
     // --send-max-wait-ms): another period.
-    if (conn->ticket.queued()) return send_timers_.Arm(t, now_ms_);
+    if (ex != nullptr && ex->ticket.queued()) return send_timers_.Arm(t, now_ms_);
     ++stats_.send_timeouts;
     Abort(conn);
   });
@@ -368,7 +369,6 @@ void Shard::Accepted(int fd) {
   NotePeer(conn);
   conn->recv.owner = conn;
   conn->recv.callback = &Shard::OnRecv;
-  conn->waiter.wake = &Shard::OnFileReady;
   header_timers_.Arm(&conn->timer, now_ms_);
   ArmRecv(conn);
   // Over the limit: the idle keep-alive connection that has waited longest gives way to this

@@ -33,16 +33,27 @@
 namespace ringd {
 
 class Shard;
+struct Connection;
 
-// One response in flight: its plan, the head bytes, and where the body has got to.
+// One response in flight: its plan, the head bytes, and where the body has got to. It exists
+// from the moment a request is planned (file waits included) until its response has gone out,
+// so what only a request in flight needs lives here rather than in every (idle) Connection.
 // Flags bounded in config.h size arrays here and in the HTTP core.
 static_assert(http::RangeSet::kCapacity >= kMaxRangesPerRequest);
 // An input buffer (a head plus one delivery) stays well within 32-bit lengths.
 static_assert(uint64_t{kMaxRequestHead} + kMaxRecvBufferSize + 4096 < UINT32_MAX);
 
 struct Exchange {
+  Connection* conn = nullptr;  // whose response this is
+  // While the request is planned: the file lookups it waits for (at most 8: connection.cc).
+  FileWaiter waiter;          // on the file cache while a lookup is under way (kWaitingFile)
+  uint32_t lookups = 0;       // file lookups the request has waited for
+  bool head_request = false;  // the request is a HEAD
+  uint64_t plan_since = 0;    // the file cache's validations() when the request began planning
   http::ResponsePlan plan;
   io::Completion send;
+  uint64_t send_progress = 0;  // the send's progress (Completion::done) when its timer was armed
+  SendTicket ticket;  // its place in the shard's send queue (a body chunk waiting for a slot)
   iovec iov[2];
   CacheEntry* file = nullptr;  // pinned for the response
   uint64_t body_offset = 0;    // next byte of the current slice (file offsets)
@@ -86,22 +97,24 @@ struct Connection {
   bool wants_close = false;          // close after the current response
   bool more_input_expected = false;  // a framing error or an unread body: the client may still send
   bool client_keep_alive = false;    // the last request asked to keep the connection
-  bool head_request = false;         // the last request was a HEAD
-  char* in = nullptr;                // pending input, from the shard's input pool; null when empty
+  // The last body chunk of its last response took --send-slot-hold-ms or more (SendTicket::slow):
+  // its client (or the disk) is slow, so the next response's ticket starts out slow and its
+  // first chunk needs no slot either.
+  bool send_slow = false;
+  uint32_t requests = 0;
+  char* in = nullptr;  // pending input, from the shard's input pool; null when empty
   uint32_t in_len = 0;
   uint32_t parsed_len = 0;  // how much of `in` the parser has already seen
   uint64_t discard = 0;     // request body bytes still to skip
-  uint32_t requests = 0;
-  uint32_t lookups = 0;        // file lookups the current request has waited for
-  uint64_t plan_since = 0;     // the file cache's validations() when the request began planning
-  uint64_t send_progress = 0;  // the send's progress (Completion::done) when its timer was armed
   Exchange* ex = nullptr;
   io::Completion recv;
   TimerNode timer;
-  FileWaiter waiter;
-  SendTicket ticket;  // its place in the shard's send queue (a body chunk waiting for a slot)
-  PeerAddress peer;   // the client, while the access log is on
 };
+// Every connection holds one of these, idle or not, so it is most of what an idle keep-alive
+// connection costs (issue #12: RSS per idle connection below nginx's). What only a request in
+// flight needs goes in the Exchange, and the access log's peer address in Shard::peers_; a field
+// added here costs every idle connection, so the bound moves only on purpose.
+static_assert(sizeof(Connection) <= 232);
 
 class Shard {
  public:
@@ -172,6 +185,7 @@ class Shard {
   void PumpSends();
   uint64_t ChunkBytes(const Connection* conn) const;
   void FinishResponse(Connection* conn);
+  bool TakeExchange(Connection* conn);
   void ReleaseExchange(Connection* conn);
   void SetState(Connection* conn, ConnState next);
   // Starts the exchange's send of its iov (StartBuffers) or of a chunk of its file.
@@ -214,6 +228,8 @@ class Shard {
   std::unique_ptr<mem::BufferPool> content_pool_;
   std::unique_ptr<mem::SlabPool<Connection>> conns_;
   std::unique_ptr<mem::SlabPool<Exchange>> exchanges_;
+  // With the access log only: each connection slot's client (conns_->IndexOf), taken at accept.
+  std::unique_ptr<PeerAddress[]> peers_;
   std::unique_ptr<FileCache> files_;
   std::unique_ptr<SendQueue> sends_;  // which long bodies send now (send_queue.h)
   std::unique_ptr<http::PlanScratch> scratch_;

@@ -38,12 +38,17 @@ std::string_view RequestLine(const http::Request& req) {
 
 }  // namespace
 
+// The client's address, for the access log: kept beside the connection (in peers_, by slot)
+// rather than in it, so that without the log no connection carries one.
 void Shard::NotePeer(Connection* conn) {
+  if (log_ == nullptr) return;
+  PeerAddress& peer = peers_[conns_->IndexOf(conn)];
+  peer = PeerAddress{};  // unknown until found: the slot's last connection was another client
   // A direct descriptor (the bypass tier) has no process fd to ask: its peer stays unknown ("-").
-  if (log_ == nullptr || conn->fd >= io::kDirectHandle) return;
+  if (conn->fd >= io::kDirectHandle) return;
   sockaddr_storage ss;
   socklen_t len = sizeof ss;
-  if (::getpeername(conn->fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) conn->peer.Set(ss);
+  if (::getpeername(conn->fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) peer.Set(ss);
 }
 
 void Shard::BeginExchange(Connection* conn, std::string_view raw, const http::Request* req) {
@@ -83,7 +88,8 @@ void Shard::EndExchange(Connection* conn, Exchange* ex) {
   if (log_ == nullptr || !ex->logged) return;
   char addr[INET6_ADDRSTRLEN];
   LogLine line;
-  line.remote_addr = std::string_view(addr, conn->peer.Format(addr, sizeof addr));
+  const PeerAddress& peer = peers_[conns_->IndexOf(conn)];
+  line.remote_addr = std::string_view(addr, peer.Format(addr, sizeof addr));
   line.request = ex->capture.request();
   line.status = status;
   line.bytes_sent = ex->bytes_sent;

@@ -279,11 +279,12 @@ void SimLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t lengt
   ++w_->counters.sendfiles;
 }
 
-void SimLoop::Open(int dir_fd, const char* path, io::Completion* c) {
+void SimLoop::Open(int dir_fd, const char* path, io::FileStat* stat, io::Completion* c) {
   (void)dir_fd;
   const uint64_t seq = Begin(c, io::Op::kOpen, -1);
   c->dir_fd = dir_fd;
   c->path = path;
+  c->stat = stat;
   OpState& op = ops_[seq];
   op.ready_at_ms = w_->now_ms;
   if (w_->rng.Chance(w_->faults.open_slow)) {
@@ -595,8 +596,8 @@ void SimLoop::ProgressOpen(uint64_t seq) {
     } else {
       const int fd = w_->AllocFd();
       w_->file_fds[fd] = it->second;
-      c->stat = io::FileStat{inode.content->size(), inode.mtime_sec, inode.ino,
-                             inode.dir ? (S_IFDIR | 0755u) : (S_IFREG | 0644u)};
+      *c->stat = io::FileStat{inode.content->size(), inode.mtime_sec, inode.ino,
+                              inode.dir ? (S_IFDIR | 0755u) : (S_IFREG | 0644u)};
       result = fd;
     }
   } else {

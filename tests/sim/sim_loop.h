@@ -150,7 +150,7 @@ class SimLoop final : public io::Loop {
   void Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more) override;
   void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
                 io::Completion* c) override;
-  void Open(int dir_fd, const char* path, io::Completion* c) override;
+  void Open(int dir_fd, const char* path, io::FileStat* stat, io::Completion* c) override;
   void Read(int fd, char* buf, uint64_t length, uint64_t offset, io::Completion* c) override;
   void Cancel(io::Completion* c) override;
   void PauseRecv(io::Completion* c) override;
