@@ -258,7 +258,8 @@ const std::vector<Flag>& Flags() {
       UintFlag("open-file-cache-entries", "open-file cache entries per shard (default 10000)",
                &Config::open_file_cache_entries, 16, 1000000),
       UintFlag("open-file-cache-valid-ms",
-               "revalidate a cached file after this long (default 1000)",
+               "revalidate a cached file after this long, in the background for one more such "
+               "period (default 1000; 0: every request)",
                &Config::open_file_cache_valid_ms, 0, 3600000),
       UintFlag("recv-buffers", "receive buffers per shard, a power of two (default 1024)",
                &Config::recv_buffers, 16, io::kMaxRecvBuffers),

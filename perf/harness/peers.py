@@ -207,9 +207,10 @@ _ENTRIES = [
     Peer("ringd-uring", ringd("uring")),
     # Shortest remaining response first (--send-order=srpt), beside the default (every body at once:
     # processor sharing), on the default tier and on uring (whose inline sendfile reacts differently).
-    Peer("ringd-uring-srpt", ringd("uring", "--send-order=srpt"), scenarios=frozenset({"mixed", "large"}) | _COLD),
+    Peer("ringd-uring-srpt", ringd("uring", "--send-order=srpt"),
+         scenarios=frozenset({"mixed", "mixed-at-rate", "large"}) | _COLD),
     Peer("ringd-bypass-srpt", ringd("bypass", "--max-connections", "15000", "--send-order=srpt"),
-         scenarios=frozenset({"mixed", "large"}) | _COLD),
+         scenarios=frozenset({"mixed", "mixed-at-rate", "large"}) | _COLD),
     Peer("ringd-epoll", ringd("epoll")),
     Peer("ringd-bypass-log", ringd_logged("bypass", "--max-connections", "15000"), scenarios=_OBSERVED),
     Peer("ringd-bypass-metrics", ringd("bypass", "--max-connections", "15000", "--admin-listen", "127.0.0.1:0"),

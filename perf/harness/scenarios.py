@@ -279,6 +279,18 @@ _ENTRIES = [
                             " nil); on one server core two nodes cannot serve more than one: HAProxy's cost per"
                             " request bounds the rate, and a second node only splits ringd's share."
                             " See docs/PERFORMANCE.md (fleet)."),
+    Scenario("mixed-at-rate",
+             "the mixed scenario's requests at a fixed 6,000 requests/s over 100 connections (open loop: about"
+             " half of what the servers sustain closed-loop here), so the order of service can change response"
+             " times without changing the rate",
+             "000 and 004; Harchol-Balter et al., size-based scheduling of a web server (issue 16)",
+             Load(100, paths_file="paths-mixed.txt", bulk=True, rate=6000), quick={"rate": 4},
+             metric=Metric("mean_us", "mean response (ms)", 1e-3, False), opt_in=True,
+             columns=(Column("MB/s", "bytes_per_s", "%.0f", 1e6),
+                      Column("p99 ms, responses < 1 MiB", "p99_small_us", "%.2f", 1000),
+                      Column("p99 ms, all", "p99_us", "%.1f", 1000),
+                      Column("mean ms, responses >= 1 MiB", "mean_large_us", "%.1f", 1000),
+                      Column("p99 ms, responses >= 1 MiB", "p99_large_us", "%.1f", 1000))),
     Scenario("latency-at-rate", "612-byte index.html at a fixed 20,000 requests/s over 100 connections (open loop)",
              "004 (latency figures under load)", Load(100, paths=("/index.html",), rate=20000),
              quick={"rate": 4}, metric=Metric("p99_us", "p99 latency (ms)", 1e-3, False)),
