@@ -87,4 +87,37 @@ bool PagesCached(int fd, uint64_t offset, uint64_t length);
 // The fallback alone (where cachestat is refused), for tests.
 bool PagesCachedByReading(int fd, uint64_t offset, uint64_t length);
 
+// File transfers that needed the disk, by (file fd, the offset their next chunk starts at): such
+// a transfer's next chunks go the cold way too (uring: splice on io-wq; epoll: read ahead on a
+// worker) instead of asking PagesCached and sending inline. The read-ahead the cold chunk started
+// leaves pages ahead of it that the probes find readable while their folio is still partly to be
+// read, and a sendfile that meets one reads the rest on the shard's thread (measured on the
+// throttled HDD: 90-300 ms sendfiles inline, cold-hdd's hot p99 80-270 ms on uring).
+// Lossy and fixed-size (a colliding note overwrites the older one), so no allocation: a note
+// lost only means the next chunk asks PagesCached, as it did before.
+//
+//   cold.Note(fd, next_offset);          // a chunk went the cold way
+//   if (cold.Take(fd, offset)) ...       // the next chunk of that transfer: go cold at once
+class ColdTransfers {
+ public:
+  void Note(int fd, uint64_t next_offset) {
+    slots_[Slot(Key(fd, next_offset))] = Key(fd, next_offset);
+  }
+  bool Take(int fd, uint64_t offset) {
+    uint64_t& slot = slots_[Slot(Key(fd, offset))];
+    if (slot != Key(fd, offset)) return false;
+    slot = 0;
+    return true;
+  }
+
+ private:
+  static constexpr size_t kSlots = 1024;
+  static uint64_t Key(int fd, uint64_t offset) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(fd)) << 44 ^ offset) | 1ull << 63;
+  }
+  static size_t Slot(uint64_t key) { return (key * 0x9e3779b97f4a7c15ull) >> 54; }  // 10 bits
+  uint64_t slots_[kSlots] = {};
+};
+static_assert(uint64_t{1} << 10 == 1024);
+
 }  // namespace ringd::io::internal

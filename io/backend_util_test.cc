@@ -67,3 +67,29 @@ INSTANTIATE_TEST_SUITE_P(Probes, PagesCachedTest, ::testing::Values(false, true)
 
 }  // namespace
 }  // namespace ringd::io::internal
+
+namespace ringd::io::internal {
+namespace {
+
+TEST(ColdTransfers, ANotedTransferIsTakenOnceAtItsNextOffset) {
+  ColdTransfers cold;
+  EXPECT_FALSE(cold.Take(7, 1 << 20));
+  cold.Note(7, 1 << 20);
+  EXPECT_FALSE(cold.Take(7, 2 << 20)) << "another offset of the same file";
+  EXPECT_FALSE(cold.Take(8, 1 << 20)) << "the same offset of another file";
+  EXPECT_TRUE(cold.Take(7, 1 << 20));
+  EXPECT_FALSE(cold.Take(7, 1 << 20)) << "taken once";
+}
+
+TEST(ColdTransfers, ManyTransfersAtOnceMostlyKeepTheirNotes) {
+  ColdTransfers cold;
+  for (int fd = 0; fd < 256; ++fd) cold.Note(fd, uint64_t{3} << 20);
+  int kept = 0;
+  for (int fd = 0; fd < 256; ++fd) kept += cold.Take(fd, uint64_t{3} << 20);
+  // 256 notes in 1,024 slots: a few collide and are lost (the next chunk then asks PagesCached).
+  EXPECT_GT(kept, 200);
+  EXPECT_LE(kept, 256);
+}
+
+}  // namespace
+}  // namespace ringd::io::internal

@@ -31,6 +31,12 @@ constexpr int kMaxEvents = 256;
 constexpr int kAcceptBurst = 64;        // accepts per readiness event, for fairness
 constexpr size_t kWarmChunk = 1 << 20;  // the most one worker job reads ahead
 
+// A sendfile's bytes up to the next kWarmChunk boundary of the file (at most `remaining`): what a
+// worker warms at once, and what one inline sendfile may read, so both meet at the same offsets.
+uint64_t WarmBytes(const Completion* c) {
+  return std::min(c->remaining, uint64_t{kWarmChunk} - c->offset % kWarmChunk);
+}
+
 // What a worker does with a job; runs on a worker thread.
 void RunJob(Completion* c, char* scratch, size_t scratch_size) {
   switch (c->op) {
@@ -62,7 +68,7 @@ void RunJob(Completion* c, char* scratch, size_t scratch_size) {
     }
     case Op::kSendFile: {
       // Bring the next chunk into the page cache so the loop's sendfile will not block on disk.
-      uint64_t want = c->remaining < kWarmChunk ? c->remaining : kWarmChunk;
+      uint64_t want = WarmBytes(c);
       uint64_t off = c->offset;
       while (want > 0) {
         const size_t n = want < scratch_size ? static_cast<size_t>(want) : scratch_size;
@@ -300,6 +306,7 @@ class EpollLoop final : public Loop {
 
   void WorkerDone(Completion* c) {
     if (c->op == Op::kSendFile) {  // the chunk is warm now: send it from the loop
+      cold_.Note(c->file_fd, c->offset + WarmBytes(c));  // and warm the next one first
       fds_[c->fd].writer = c;
       return DoWrite(c);
     }
@@ -404,9 +411,11 @@ class EpollLoop final : public Loop {
         }
         // Ask the page cache before every sendfile, over exactly what it may read: pages warmed
         // on a worker may since have been reclaimed, and read-ahead puts pages in the cache
-        // before their read ends; sendfile meeting either waits for the disk on this thread.
-        const uint64_t len = std::min({c->remaining, budget, uint64_t{kWarmChunk}});
-        if (!internal::PagesCached(c->file_fd, c->offset, len)) {
+        // before their read ends; sendfile meeting either waits for the disk on this thread. A
+        // transfer that needed a worker has its next chunk warmed there first (ColdTransfers).
+        const uint64_t len = std::min(budget, WarmBytes(c));
+        if (cold_.Take(c->file_fd, c->offset) ||
+            !internal::PagesCached(c->file_fd, c->offset, len)) {
           c->more = false;
           fds_[fd].writer = nullptr;
           UpdateInterest(fd);
@@ -456,6 +465,7 @@ class EpollLoop final : public Loop {
   std::unique_ptr<WorkerPool> workers_;
   internal::CompletionQueue ready_;  // finished, callbacks not yet run
   internal::CompletionQueue held_;   // jobs waiting for room in the worker queue
+  internal::ColdTransfers cold_;     // transfers whose next chunk is warmed on a worker at once
   LoopStats stats_;
   uint64_t turn_ = 0;  // Poll calls so far: SendFile's per-turn budget
 };

@@ -235,6 +235,7 @@ class UringLoop final : public Loop {
   std::vector<Pipe> pipes_;
   internal::CompletionQueue ready_;      // finished inside the call that started them
   internal::CompletionQueue pipe_wait_;  // SendFiles waiting for a free pipe
+  internal::ColdTransfers cold_;         // transfers whose next chunk splices at once
   std::vector<Completion*> rearm_;
   std::vector<Completion*> resume_;  // resumed receives with kept bytes to hand over
   bool incremental_ = false;         // the kernel consumes receive buffers incrementally

@@ -43,8 +43,9 @@ void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t len
   }
   // Pages already in the page cache go out with sendfile on the (non-blocking) socket right
   // here: no kernel worker hop, and it cannot block on the disk. Anything else is spliced
-  // through the ring, where a cold read blocks an io-wq worker, never this thread.
-  if (!SendCached(c)) Splice(c);
+  // through the ring, where a cold read blocks an io-wq worker, never this thread; and so is
+  // the rest of a transfer that has needed the disk (internal::ColdTransfers).
+  if (cold_.Take(file_fd, offset) || !SendCached(c)) Splice(c);
 }
 
 // The next piece of the body into the SendFile's body buffer. A read of pages not in the page
@@ -342,6 +343,7 @@ void UringLoop::OnSendFile(Completion* c, int32_t res) {
   if (c->in_pipe > 0) return SpliceOut(c);
   if (c->remaining > 0) return SpliceIn(c);
   GivePipe(c->pipe_index, false);
+  cold_.Note(c->file_fd, c->offset);
   Finish(c, static_cast<int64_t>(c->done));
 }
 
