@@ -168,32 +168,76 @@ def evict_tree(root):
                 os.close(fd)
 
 
-class LongtailDisk:
-    """Hooks of the longtail scenarios (see scenarios.Hooks): the slow disk for one profile."""
+class SlowDiskHooks:
+    """What the slow-disk scenarios' hooks share (see scenarios.Hooks): root, SIGTERM unwinding
+    like Ctrl-C (so the teardown runs either way), the image attached from a tmpfs copy, the
+    cgroups every server runs in, the disk's reads counted per run, and the teardown."""
+
+    name = "slowdisk"  # of the mount point and the cgroups
 
     def __init__(self, profile):
         self.profile = PROFILES[profile]
         self.undo = Undo()
-        self.disk = self.cg = self.ds = None
+        self.disk = self.cg = None
         self.reads_before = None
         self.old_sigterm = None
 
-    def setup(self, ctx):
-        # SIGTERM unwinds like Ctrl-C, so the teardown (umount, losetup -d, rmdir) runs either way.
+    def begin(self):
         def on_term(*_):
             raise KeyboardInterrupt("SIGTERM")
         self.old_sigterm = signal.signal(signal.SIGTERM, on_term)
         if os.geteuid() != 0:
             raise Unavailable("needs root (losetup, mount, cgroups)")
-        self.ds = DATASETS["quick" if ctx.args.quick else "full"]
-        image = "%s-longtail-%s.img" % (ctx.args.data.rstrip("/"), "quick" if ctx.args.quick else "full")
-        build_longtail_image(self.ds, image, lambda m: print(m, flush=True))
-        mnt = tempfile.mkdtemp(prefix="ringd-longtail-")
+
+    def attach(self, image):
+        """Mounts the image (from a tmpfs copy where there is room) and makes the cgroups, with a
+        generous memory limit (before_run sets the real one once the servers run). Returns the
+        mount point and what backs the loop device."""
+        mnt = tempfile.mkdtemp(prefix="ringd-%s-" % self.name)
         self.undo.push("rmdir " + mnt, lambda: os.rmdir(mnt))
         backing, backing_what = backing_copy(image, self.undo)
         self.disk = LoopDisk.attach(backing, mnt, self.undo)
-        # Start with a generous limit; before_run sets the real one once the servers are running.
-        self.cg = Cgroups.create("ringd-longtail", self.disk.dev, self.profile, 8 << 30, self.undo)
+        self.cg = Cgroups.create("ringd-" + self.name, self.disk.dev, self.profile, 8 << 30, self.undo)
+        return mnt, backing_what
+
+    def server_prefix(self):
+        return self.cg.prefix() if self.cg else []
+
+    def limit_page_cache(self, budget):
+        """The memory limit: the servers' own memory (usage minus file pages) plus `budget`."""
+        own = self.cg.memory_usage() - (self.cg.page_cache_bytes() or 0)
+        self.cg.set_memory_limit(own + budget)
+
+    def after_run(self, ctx, result):
+        ios, read = self.disk.reads()
+        result.disk_read_ios = ios - self.reads_before[0]
+        result.disk_read_bytes = read - self.reads_before[1]
+        cached = self.cg.page_cache_bytes()
+        result.page_cache_mib = cached / MIB if cached is not None else None
+
+    def teardown(self, ctx):
+        problems = self.undo.run()
+        if self.old_sigterm is not None:
+            signal.signal(signal.SIGTERM, self.old_sigterm)
+        if problems:
+            print("perf: %s teardown: %s" % (self.name, "; ".join(problems)), flush=True)
+
+
+class LongtailDisk(SlowDiskHooks):
+    """Hooks of the longtail scenarios (see scenarios.Hooks): the slow disk for one profile."""
+
+    name = "longtail"
+
+    def __init__(self, profile):
+        super().__init__(profile)
+        self.ds = None
+
+    def setup(self, ctx):
+        self.begin()
+        self.ds = DATASETS["quick" if ctx.args.quick else "full"]
+        image = "%s-longtail-%s.img" % (ctx.args.data.rstrip("/"), "quick" if ctx.args.quick else "full")
+        build_longtail_image(self.ds, image, lambda m: print(m, flush=True))
+        mnt, backing_what = self.attach(image)
         self.files = plan(self.ds)
         total = sum(z for _, z in self.files)
         ctx.meta.setdefault("slow_disk", {})["longtail-" + self.profile.name] = (
@@ -204,16 +248,12 @@ class LongtailDisk:
                 self.ds.cache_mib, expected_hit_ratio([z for _, z in self.files], ZIPF_S, self.ds.cache_mib * MIB)))
         return mnt
 
-    def server_prefix(self):
-        return self.cg.prefix() if self.cg else []
-
     def before_run(self, ctx, serve_root):
         """Every run starts from the same cache: nothing but the hottest files that fill 90% of the
         budget, read (unthrottled) by a process in the memory cgroup, coldest of them first."""
         evict_tree(self.disk.mountpoint)
         budget = self.ds.cache_mib * MIB
-        own = self.cg.memory_usage() - (self.cg.page_cache_bytes() or 0)
-        self.cg.set_memory_limit(own + budget)
+        self.limit_page_cache(budget)
         picked, held = [], 0
         for path, size in self.files:
             if held + size > 0.9 * budget:
@@ -228,17 +268,3 @@ class LongtailDisk:
         finally:
             os.remove(f.name)
         self.reads_before = self.disk.reads()
-
-    def after_run(self, ctx, result):
-        ios, read = self.disk.reads()
-        result.disk_read_ios = ios - self.reads_before[0]
-        result.disk_read_bytes = read - self.reads_before[1]
-        cached = self.cg.page_cache_bytes()
-        result.page_cache_mib = cached / MIB if cached is not None else None
-
-    def teardown(self, ctx):
-        problems = self.undo.run()
-        if self.old_sigterm is not None:
-            signal.signal(signal.SIGTERM, self.old_sigterm)
-        if problems:
-            print("perf: longtail teardown: " + "; ".join(problems), flush=True)
