@@ -308,7 +308,10 @@ class EpollLoop final : public Loop {
     if (c->op == Op::kSendFile) {  // the chunk is warm now: send it from the loop
       cold_.Note(c->file_fd, c->offset + WarmBytes(c));  // and warm the next one first
       fds_[c->fd].writer = c;
-      return DoWrite(c);
+      // Straight to sendfile: the worker has just read these pages, and where it stopped short
+      // (the file was truncated) only sendfile's short count tells the owner so; asking the
+      // page cache first would send the chunk back to a worker for ever.
+      return DoWrite(c, /*warmed=*/true);
     }
     Complete(c, c->result);  // set by the worker
   }
@@ -393,9 +396,9 @@ class EpollLoop final : public Loop {
     c->callback(c);
   }
 
-  void DoWrite(Completion* c) {
+  void DoWrite(Completion* c, bool warmed = false) {
     const int fd = c->fd;
-    while (c->remaining > 0) {
+    for (bool ask = !warmed; c->remaining > 0; ask = true) {
       ssize_t n;
       if (c->op == Op::kSend) {
         msghdr msg{};
@@ -414,8 +417,8 @@ class EpollLoop final : public Loop {
         // before their read ends; sendfile meeting either waits for the disk on this thread. A
         // transfer that needed a worker has its next chunk warmed there first (ColdTransfers).
         const uint64_t len = std::min(budget, WarmBytes(c));
-        if (cold_.Take(c->file_fd, c->offset) ||
-            !internal::PagesCached(c->file_fd, c->offset, len)) {
+        if (ask && (cold_.Take(c->file_fd, c->offset) ||
+                    !internal::PagesCached(c->file_fd, c->offset, len))) {
           c->more = false;
           fds_[fd].writer = nullptr;
           UpdateInterest(fd);

@@ -46,6 +46,18 @@ TEST(SlabPool, HandsOutEverySlotOnceThenRefuses) {
   EXPECT_EQ(pool.Stats().in_use, 0u);
 }
 
+TEST(SlabPool, AbandonedObjectsAreForgottenNotDestroyed) {
+  const int before = Tracked::live;
+  {
+    SlabPool<Tracked> pool(2);
+    ASSERT_NE(pool.Get(), nullptr);
+    pool.Abandon();  // without it, destroying the pool fails its assertion
+    EXPECT_EQ(pool.Stats().in_use, 0u);
+  }
+  EXPECT_EQ(Tracked::live, before + 1) << "the abandoned object's destructor did not run";
+  Tracked::live = before;
+}
+
 TEST(BufferPool, HandsOutDistinctAlignedBuffers) {
   BufferPool pool(4096, 8);
   ASSERT_TRUE(pool.ok()) << pool.error();

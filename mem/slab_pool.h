@@ -70,6 +70,10 @@ class SlabPool {
     return static_cast<size_t>(reinterpret_cast<const Slot*>(object) - slots_.get());
   }
   bool Empty() const { return free_ == nullptr && fresh_ == capacity_; }
+  // For an owner that is going away with objects still out, on purpose (a shard that gave up,
+  // at exit, on connections whose last callback never came): they are forgotten, their
+  // destructors never run, and the pool may be destroyed.
+  void Abandon() { stats_.in_use = 0; }
   size_t InUse() const { return stats_.in_use; }
   const PoolStats& Stats() const { return stats_; }
 

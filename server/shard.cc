@@ -41,6 +41,13 @@ Shard::~Shard() {
   // backend's workers would otherwise still run queued opens into cache entries). The cache then
   // closes its descriptors through the loop, and the loop goes.
   if (loop_ != nullptr) loop_->Quiesce();
+  if (live_ > 0) {
+    // Step gave up on connections whose last callback never came (an epoll worker still
+    // reading a slow disk at the drain deadline): the process is exiting, and after Quiesce
+    // nothing touches them. They are left as they are.
+    exchanges_->Abandon();
+    conns_->Abandon();
+  }
   files_.reset();
   loop_.reset();
   content_pool_.reset();

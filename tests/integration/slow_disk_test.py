@@ -166,7 +166,8 @@ class SlowDiskTest(BackendTestCase):
             for t in threads:  # each closes its connection at its next chunk
                 t.join(timeout=30)
             # A splice the bypass tier has on io-wq ends only when the disk gives it its bytes.
-            self.assertEqual(server.stop(timeout=90), 0)
+            rc = server.stop(timeout=90)
+            self.assertEqual(rc, 0, "\n".join(server.log[-20:]))
 
 
 if __name__ == "__main__":
