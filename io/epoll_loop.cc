@@ -77,7 +77,8 @@ void RunJob(Completion* c, char* scratch, size_t scratch_size) {
         off += static_cast<uint64_t>(r);
         want -= static_cast<uint64_t>(r);
       }
-      c->result = 0;
+      c->result =
+          want == 0;  // 1: all of it is in the cache now; 0: the file ended (or failed) first
       return;
     }
     default:
@@ -308,10 +309,11 @@ class EpollLoop final : public Loop {
     if (c->op == Op::kSendFile) {  // the chunk is warm now: send it from the loop
       cold_.Note(c->file_fd, c->offset + WarmBytes(c));  // and warm the next one first
       fds_[c->fd].writer = c;
-      // Straight to sendfile: the worker has just read these pages, and where it stopped short
-      // (the file was truncated) only sendfile's short count tells the owner so; asking the
-      // page cache first would send the chunk back to a worker for ever.
-      return DoWrite(c, /*warmed=*/true);
+      // Where the worker stopped short (the file was truncated), straight to sendfile: only its
+      // short count tells the owner so, and asking the page cache would send the chunk back to
+      // a worker for ever. Otherwise ask as usual: pages read a moment ago may be gone again
+      // under memory pressure, and sendfile would read them back on this thread.
+      return DoWrite(c, /*ask=*/c->result == 1);
     }
     Complete(c, c->result);  // set by the worker
   }
@@ -396,9 +398,9 @@ class EpollLoop final : public Loop {
     c->callback(c);
   }
 
-  void DoWrite(Completion* c, bool warmed = false) {
+  void DoWrite(Completion* c, bool ask_first = true) {
     const int fd = c->fd;
-    for (bool ask = !warmed; c->remaining > 0; ask = true) {
+    for (bool ask = ask_first; c->remaining > 0; ask = true) {
       ssize_t n;
       if (c->op == Op::kSend) {
         msghdr msg{};

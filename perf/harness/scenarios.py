@@ -280,9 +280,9 @@ _ENTRIES = [
                             " request bounds the rate, and a second node only splits ringd's share."
                             " See docs/PERFORMANCE.md (fleet)."),
     Scenario("mixed-at-rate",
-             "the mixed scenario's requests at a fixed 6,000 requests/s over 100 connections (open loop: about"
-             " half of what the servers sustain closed-loop here), so the order of service can change response"
-             " times without changing the rate",
+             "the mixed scenario's requests at a fixed 6,000 requests/s over 100 connections (open loop: the"
+             " servers ran 20-40% busy here), so the order of service can change response times without"
+             " changing the rate",
              "000 and 004; Harchol-Balter et al., size-based scheduling of a web server (issue 16)",
              Load(100, paths_file="paths-mixed.txt", bulk=True, rate=6000), quick={"rate": 4},
              metric=Metric("mean_us", "mean response (ms)", 1e-3, False), opt_in=True,
