@@ -213,7 +213,9 @@ void FileCache::OnOp(io::Completion* c) {
     self->content_pool_->Put(e->content);
     e->content = nullptr;
     --self->stats_.content_buffers;
-    e->expires_ms = self->now_ms_;
+    // Expired a whole valid_ms ago: no answering from it while it revalidates (RevalidateBeside's
+    // grace is for entries that are merely old, not for one known to be wrong).
+    e->expires_ms = self->now_ms_ - static_cast<int64_t>(self->options_.valid_ms);
   }
   self->Ready(e);
 }
