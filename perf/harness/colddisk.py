@@ -13,7 +13,8 @@ import os
 import shutil
 import zlib
 
-from .longtail import MIB, SlowDiskHooks, build_image, evict_tree
+from .longtail import SlowDiskHooks
+from .slowdisk import MIB, build_image, evict_tree
 
 # Cold files (4 MiB each) and the page-cache budget: the budget holds under a tenth of the cold
 # bytes, so by the time a file comes round again its pages are mostly gone. It must still hold

@@ -25,12 +25,10 @@ import random
 import signal
 import subprocess
 import tempfile
-import zlib
 from dataclasses import dataclass
 
-from .slowdisk import PROFILES, Cgroups, LoopDisk, Undo, Unavailable
+from .slowdisk import MIB, PROFILES, Cgroups, LoopDisk, Undo, Unavailable, build_image, evict_tree
 
-MIB = 1 << 20
 PATHS_FILE = "paths-longtail.txt"  # in the data set's root, hottest first
 ZIPF_S = 0.8
 SIZE_CLASSES = (16 << 10, 128 << 10, 1 << 20)  # p50/p99 per class: < 16 KiB, < 128 KiB, < 1 MiB, more
@@ -82,52 +80,6 @@ def expected_hit_ratio(sizes_by_rank, s, cache_bytes):
     return hit / total if total else 0.0
 
 
-def _fill(path, size, block):
-    with open(path, "wb") as f:
-        off = zlib.crc32(path.encode()) % len(block)
-        while size > 0:
-            n = min(size, len(block) - off)
-            f.write(block[off:off + n])
-            size -= n
-            off = 0
-
-
-def build_image(image, key, files, log, finish=None, seed=1):
-    """ext4 image holding files ([(url path, size)], filled with seeded random bytes); kept beside
-    the perf data set and rebuilt only when key changes (a marker file records the key it was
-    built for). finish(mountpoint), if given, adds what else the image holds."""
-    marker = image + ".dataset"
-    if os.path.exists(image) and os.path.exists(marker) and open(marker).read() == key:
-        return
-    total = sum(z for _, z in files)
-    log("perf: building %s (%d files, %.2f GiB)" % (image, len(files), total / (1 << 30)))
-    for p in (marker, image):
-        if os.path.exists(p):
-            os.remove(p)
-    with open(image, "wb") as f:
-        f.truncate((int(total * 1.2) // MIB + 512) * MIB)  # whole MiBs: losetup warns otherwise
-    subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", image], check=True)
-    undo = Undo()
-    try:
-        mnt = tempfile.mkdtemp(prefix="ringd-disk-build-")
-        undo.push("rmdir " + mnt, lambda: os.rmdir(mnt))
-        disk = LoopDisk.attach(image, mnt, undo)
-        block = random.Random(seed).randbytes(16 * MIB)
-        for path, size in files:
-            full = disk.mountpoint + path
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            _fill(full, size, block)
-        if finish:
-            finish(disk.mountpoint)
-        os.chmod(disk.mountpoint, 0o755)
-    finally:
-        problems = undo.run()
-    if problems:
-        raise RuntimeError("building %s: %s" % (image, "; ".join(problems)))
-    with open(marker, "w") as f:
-        f.write(key)
-
-
 def build_longtail_image(ds, image, log):
     """The longtail data set's image, with its paths file (hottest first) in the root."""
     files = plan(ds)
@@ -155,17 +107,6 @@ def backing_copy(image, undo, shm="/dev/shm"):
             return copy, "a copy of the image in tmpfs: the throttle is the only limit"
     return image, ("the image on the local disk (no room in %s): that disk's own speed adds to the"
                    " throttle" % shm)
-
-
-def evict_tree(root):
-    """Drops every file under root from the page cache, whichever cgroup its pages are charged to."""
-    for d, _, names in os.walk(root):
-        for n in names:
-            fd = os.open(os.path.join(d, n), os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
 
 class SlowDiskHooks:

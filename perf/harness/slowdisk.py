@@ -9,6 +9,9 @@ page cache holds only part of it. The longtail scenario's hooks (longtail.py) dr
     ...
     undo.run()                                                # umount, losetup -d, rmdir, always
 
+    build_image(image, key, [(path, size)], log, finish)      # the ext4 image, rebuilt when key changes
+    evict_tree(mountpoint)                                    # its files out of the page cache
+
 Why the loop device runs with direct-io=on: with it off, the loop driver reads its backing file
 through the host's page cache, which is not charged to the memory cgroup, so the whole data set
 ends up cached a second time outside the limit (measured: reading 200 MiB through the throttled
@@ -23,9 +26,15 @@ both handled; whichever has the files is used, v1 first. Unavailable pieces rais
 with the reason, which the harness reports as a skip.
 """
 import os
+import random
 import subprocess
+import tempfile
 import time
+import zlib
 from dataclasses import dataclass
+
+
+MIB = 1 << 20
 
 
 class Unavailable(RuntimeError):
@@ -249,3 +258,60 @@ def _rmdir_cgroup(path):
         except OSError:
             time.sleep(0.25)
     os.rmdir(path)
+
+
+def _fill(path, size, block):
+    with open(path, "wb") as f:
+        off = zlib.crc32(path.encode()) % len(block)
+        while size > 0:
+            n = min(size, len(block) - off)
+            f.write(block[off:off + n])
+            size -= n
+            off = 0
+
+
+def build_image(image, key, files, log, finish=None, seed=1):
+    """ext4 image holding files ([(url path, size)], filled with seeded random bytes); kept beside
+    the perf data set and rebuilt only when key changes (a marker file records the key it was
+    built for). finish(mountpoint), if given, adds what else the image holds."""
+    marker = image + ".dataset"
+    if os.path.exists(image) and os.path.exists(marker) and open(marker).read() == key:
+        return
+    total = sum(z for _, z in files)
+    log("perf: building %s (%d files, %.2f GiB)" % (image, len(files), total / (1 << 30)))
+    for p in (marker, image):
+        if os.path.exists(p):
+            os.remove(p)
+    with open(image, "wb") as f:
+        f.truncate((int(total * 1.2) // MIB + 512) * MIB)  # whole MiBs: losetup warns otherwise
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", image], check=True)
+    undo = Undo()
+    try:
+        mnt = tempfile.mkdtemp(prefix="ringd-disk-build-")
+        undo.push("rmdir " + mnt, lambda: os.rmdir(mnt))
+        disk = LoopDisk.attach(image, mnt, undo)
+        block = random.Random(seed).randbytes(16 * MIB)
+        for path, size in files:
+            full = disk.mountpoint + path
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            _fill(full, size, block)
+        if finish:
+            finish(disk.mountpoint)
+        os.chmod(disk.mountpoint, 0o755)
+    finally:
+        problems = undo.run()
+    if problems:
+        raise RuntimeError("building %s: %s" % (image, "; ".join(problems)))
+    with open(marker, "w") as f:
+        f.write(key)
+
+
+def evict_tree(root):
+    """Drops every file under root from the page cache, whichever cgroup its pages are charged to."""
+    for d, _, names in os.walk(root):
+        for n in names:
+            fd = os.open(os.path.join(d, n), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)

@@ -26,10 +26,10 @@ from ringd_harness import BACKEND, BackendTestCase, Reader, Server
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUNFILES = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(RUNFILES, "perf"))
-from harness.slowdisk import Cgroups, DiskProfile, LoopDisk, Undo, Unavailable  # noqa: E402
+from harness.slowdisk import (MIB, Cgroups, DiskProfile, LoopDisk, Undo, Unavailable,  # noqa: E402
+                              build_image, evict_tree)
 
 CACHEPROBE = os.path.join(RUNFILES, "perf", "cacheprobe")
-MIB = 1 << 20
 COLD_FILES = 6
 COLD_SIZE = 8 * MIB
 # Slow enough that a read waiting behind the others takes a second or more.
@@ -70,22 +70,15 @@ class SlowDiskTest(BackendTestCase):
         work = tempfile.mkdtemp(prefix="ringd-slowdisk-test-", dir=base)
         cls.undo.push("rm " + work, lambda: shutil.rmtree(work))
         image = os.path.join(work, "disk.img")
-        with open(image, "wb") as f:
-            f.truncate((COLD_FILES * COLD_SIZE) + 64 * MIB)
-        subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", image], check=True)
+
+        def add_index(mnt):
+            with open(os.path.join(mnt, "index.html"), "wb") as f:
+                f.write(b"<html>hot</html>\n" * 40)
+        build_image(image, "slow_disk_test", [("/cold/file-%d.bin" % i, COLD_SIZE) for i in range(COLD_FILES)],
+                    lambda m: None, add_index)
         mnt = os.path.join(work, "mnt")
         os.mkdir(mnt)
         cls.disk = LoopDisk.attach(image, mnt, cls.undo)
-        os.chmod(mnt, 0o755)
-        with open(os.path.join(mnt, "index.html"), "wb") as f:
-            f.write(b"<html>hot</html>\n" * 40)
-        os.mkdir(os.path.join(mnt, "cold"))
-        block = os.urandom(MIB)
-        for i in range(COLD_FILES):
-            with open(os.path.join(mnt, "cold", "file-%d.bin" % i), "wb") as f:
-                for k in range(COLD_SIZE // MIB):
-                    f.write(block[k:] + block[:k])
-        os.sync()
         cls.cg = Cgroups.create("ringd-slowdisk-test-%d" % os.getpid(), cls.disk.dev, PROFILE, 8 << 30, cls.undo)
 
     @classmethod
@@ -93,14 +86,6 @@ class SlowDiskTest(BackendTestCase):
         problems = cls.undo.run()
         if problems:
             raise RuntimeError("teardown: " + "; ".join(problems))
-
-    def evict(self):
-        for i in range(COLD_FILES):
-            fd = os.open(os.path.join(self.disk.mountpoint, "cold", "file-%d.bin" % i), os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
     def test_a_page_still_being_read_is_not_cached(self):
         path = os.path.join(self.disk.mountpoint, "cold", "file-0.bin")
@@ -124,7 +109,7 @@ class SlowDiskTest(BackendTestCase):
         self.assertIn("ringd=yes", out)
 
     def test_hot_requests_do_not_wait_for_cold_reads(self):
-        self.evict()
+        evict_tree(os.path.join(self.disk.mountpoint, "cold"))
         server = Server(self.disk.mountpoint, "--shards", "1", wrap=self.cg.prefix())
         stop = threading.Event()
         cold_bytes = [0]
