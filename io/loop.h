@@ -135,6 +135,13 @@ struct LoopOptions {
   // NAPI busy polling (IORING_REGISTER_NAPI, 6.9): while waiting for completions, poll the
   // receive queues of the NICs the ring's sockets arrived on for this long. 0: off.
   uint32_t busy_poll_us = 0;
+  // uring tiers without SQPOLL: a wait for completions returns once `batch_wait_count` have
+  // arrived, or once `batch_wait_us` have passed with at least one (io_uring_enter's
+  // min_wait_usec, 6.12), and every wait runs the ring's deferred completions: a shard that
+  // keeps up takes several completions a turn instead of one, for fewer system calls and
+  // wake-ups, at up to batch_wait_us of added latency. 0: off.
+  uint32_t batch_wait_us = 0;
+  uint32_t batch_wait_count = 32;
   // io-wq workers per ring, for bounded (file) and unbounded (socket, splice) work; 0 leaves the
   // kernel's default (a worker per blocked request, up to RLIMIT_NPROC).
   uint32_t iowq_max_workers = 0;

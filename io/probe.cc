@@ -6,9 +6,11 @@
 #include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -65,7 +67,8 @@ constexpr const char* kBypassFeatures[] = {
     "IORING_OP_SHUTDOWN",     // 5.11: shutdown(2) for a descriptor without an fd number
 };
 constexpr const char* kOptionalFeatures[] = {"SQPOLL", "SINGLE_ISSUER + DEFER_TASKRUN",
-                                             "incremental receive", "NAPI busy poll"};
+                                             "incremental receive", "NAPI busy poll",
+                                             "batched waits"};
 
 bool Masked(const std::vector<std::string>& masked, const std::string& name) {
   return std::find(masked.begin(), masked.end(), name) != masked.end();
@@ -228,6 +231,34 @@ std::string ProbeNapi() {
   return why;
 }
 
+// io_uring_enter's min_wait_usec (IORING_FEAT_MIN_TIMEOUT, 6.12): a wait with it on an empty
+// ring of its own ends at its 1 ms timeout (ETIME); a kernel that reads the field as padding
+// refuses it (EINVAL).
+std::string ProbeBatchWait() {
+  io_uring ring;
+  io_uring_params p{};
+  if (io_uring_queue_init_params(8, &ring, &p) < 0) return "no ring";
+  std::string why;
+  if ((p.features & uapi::kFeatMinTimeout) == 0) {
+    why = "no IORING_FEAT_MIN_TIMEOUT: needs kernel 6.12";
+  } else {
+    __kernel_timespec ts{0, 1000000};
+    io_uring_getevents_arg arg{};
+    arg.sigmask_sz = _NSIG / 8;
+    arg.pad = 100;  // min_wait_usec
+    arg.ts = reinterpret_cast<uint64_t>(&ts);
+    const long rc = ::syscall(__NR_io_uring_enter, ring.ring_fd, 0, 2,
+                              IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg, sizeof(arg));
+    if (rc >= 0) {
+      why = "io_uring_enter with min_wait_usec returned before its timeout";
+    } else if (errno != ETIME) {
+      why = "io_uring_enter with min_wait_usec: " + ErrnoName(errno) + " (needs kernel 6.12)";
+    }
+  }
+  io_uring_queue_exit(&ring);
+  return why;
+}
+
 }  // namespace
 
 bool KnownFeature(const std::string& name) {
@@ -356,6 +387,7 @@ ProbeReport ProbeUring(const std::vector<std::string>& masked) {
   optional("incremental receive", &ProbeIncrementalReceive,
            "uring tiers: a small receive pool, --recv-pool-kib", &r.recv_incremental);
   optional("NAPI busy poll", &ProbeNapi, "--busy-poll-us", &r.napi);
+  optional("batched waits", &ProbeBatchWait, "--batch-wait-us", &r.batch_wait);
   return r;
 }
 

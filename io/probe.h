@@ -25,6 +25,7 @@ struct ProbeReport {
   // Optional features of the uring tiers: missing, they are not used and the tier stays.
   bool recv_incremental = false;   // incremental buffer consumption with capped multishot recv
   bool napi = false;               // IORING_REGISTER_NAPI (for --busy-poll-us)
+  bool batch_wait = false;         // io_uring_enter's min_wait_usec (for --batch-wait-us)
   std::vector<std::string> lines;  // what was checked, for `ringd --probe`
 };
 

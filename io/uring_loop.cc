@@ -10,7 +10,10 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <cstring>
 
 #include "io/uring_uapi.h"
@@ -66,6 +69,13 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
   }
   ring_ready_ = true;
   sqpoll_ = o.sqpoll;
+  if (o.batch_wait_us != 0 && !o.sqpoll) {
+    if ((p.features & uapi::kFeatMinTimeout) == 0) {
+      *error = "batched waits need IORING_FEAT_MIN_TIMEOUT (Linux 6.12)";
+      return false;
+    }
+    batch_wait_us_ = o.batch_wait_us;
+  }
   if (o.busy_poll_us != 0) {
     uapi::Napi napi;
     napi.busy_poll_to = o.busy_poll_us;
@@ -294,6 +304,30 @@ void UringLoop::Close(int fd) {
   io_uring_sqe_set_data(sqe, nullptr);
 }
 
+int UringLoop::SubmitAndWaitBatch(const __kernel_timespec* ts) {
+  // What io_uring_submit_and_wait_timeout does, with the wait's min_wait_usec set, which
+  // liburing 2.3 cannot: publish the queued SQEs, then one io_uring_enter submits them and waits.
+  io_uring_sq* sq = &ring_.sq;
+  const unsigned tail = sq->sqe_tail;
+  if (sq->sqe_head != tail) {
+    sq->sqe_head = tail;
+    io_uring_smp_store_release(sq->ktail, tail);
+  }
+  const unsigned to_submit = tail - io_uring_smp_load_acquire(sq->khead);
+  // Without a timeout the kernel would end the whole wait at min_wait_usec, empty or not: an
+  // idle shard would wake every batch_wait_us. An hour stands for "no timeout".
+  static constexpr __kernel_timespec kNoTimeout{3600, 0};
+  io_uring_getevents_arg arg{};
+  arg.sigmask = 0;
+  arg.sigmask_sz = _NSIG / 8;
+  arg.pad = batch_wait_us_;  // min_wait_usec (uapi::kFeatMinTimeout)
+  arg.ts = reinterpret_cast<uint64_t>(ts != nullptr ? ts : &kNoTimeout);
+  const long rc =
+      ::syscall(__NR_io_uring_enter, ring_.ring_fd, to_submit, options_.batch_wait_count,
+                IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg, sizeof(arg));
+  return rc < 0 ? -errno : static_cast<int>(rc);
+}
+
 void UringLoop::Poll(int timeout_ms) {
   ++turn_;
   // Work already waiting (finished inside a call, resumed, parked, or reaped by a busy submit)
@@ -304,9 +338,14 @@ void UringLoop::Poll(int timeout_ms) {
   __kernel_timespec ts{};
   ts.tv_sec = timeout_ms / 1000;
   ts.tv_nsec = (timeout_ms % 1000) * 1000000L;
-  io_uring_cqe* cqe = nullptr;
-  const int rc =
-      io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, timeout_ms >= 0 ? &ts : nullptr, nullptr);
+  int rc;
+  if (batch_wait_us_ != 0 && timeout_ms != 0) {
+    rc = SubmitAndWaitBatch(timeout_ms >= 0 ? &ts : nullptr);
+  } else {
+    io_uring_cqe* cqe = nullptr;
+    rc =
+        io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, timeout_ms >= 0 ? &ts : nullptr, nullptr);
+  }
   // -ETIME and -EINTR mean "nothing yet"; -EBUSY and -EAGAIN a full completion queue, which
   // the reaping below empties; anything else cannot happen.
   RINGD_ASSERT_MSG(rc >= 0 || rc == -ETIME || rc == -EINTR || rc == -EBUSY || rc == -EAGAIN,

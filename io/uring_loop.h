@@ -68,6 +68,9 @@ class UringLoop final : public Loop {
   LoopStats Stats() const override;
 
  private:
+  // One io_uring_enter that submits and waits with LoopOptions::batch_wait_us; returns its result
+  // or -errno.
+  int SubmitAndWaitBatch(const __kernel_timespec* ts);
   struct Pipe {
     int r = -1, w = -1;
     bool busy = false;
@@ -204,6 +207,7 @@ class UringLoop final : public Loop {
   bool ring_ready_ = false;
   bool direct_ = false;  // bypass tier: connections are registered file table slots
   bool sqpoll_ = false;
+  uint32_t batch_wait_us_ = 0;  // LoopOptions::batch_wait_us, where the kernel has it
   uint32_t direct_slots_ = 0;
   struct SlotState {
     uint16_t shutdowns = 0;      // IORING_OP_SHUTDOWNs in flight on the slot

@@ -35,4 +35,8 @@ struct Napi {
 };
 static_assert(sizeof(Napi) == 16, "struct io_uring_napi is 16 bytes");
 
+// io_uring_params.features: io_uring_getevents_arg's `pad` is min_wait_usec, a first timeout
+// after which a wait for several completions returns with any it has. Linux 6.12.
+constexpr uint32_t kFeatMinTimeout = 1U << 15;  // IORING_FEAT_MIN_TIMEOUT
+
 }  // namespace ringd::io::uapi

@@ -201,6 +201,11 @@ const std::vector<Flag>& Flags() {
                "with --sqpoll: one SQ thread per shard instead of one shared by all (default "
                "false)",
                &Config::sqpoll_per_shard),
+      UintFlag("batch-wait-us",
+               "uring tiers without --sqpoll: a shard waiting for completions waits up to this "
+               "long for a batch of them once one has come; fewer system calls and wake-ups for "
+               "up to this much latency (Linux 6.12; default 0: off)",
+               &Config::batch_wait_us, 0, 10000),
       UintFlag("busy-poll-us",
                "uring tiers: busy-poll the NIC's queues (NAPI) this long while waiting for "
                "completions; spends CPU for latency (default 0: off)",
@@ -584,6 +589,15 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
   }
   if (config->busy_poll_us != 0 && config->io == io::IoMode::kEpoll) {
     *error = "--busy-poll-us needs a uring tier (--io=bypass or --io=uring)";
+    return false;
+  }
+  if (config->batch_wait_us != 0 && config->io == io::IoMode::kEpoll) {
+    *error = "--batch-wait-us needs a uring tier (--io=bypass or --io=uring)";
+    return false;
+  }
+  if (config->batch_wait_us != 0 && config->sqpoll) {
+    *error =
+        "--batch-wait-us does not apply with --sqpoll (the SQ thread submits; the shard waits)";
     return false;
   }
   if (config->sqpoll && config->io != io::IoMode::kBypass) {

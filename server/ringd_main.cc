@@ -232,6 +232,10 @@ int Main(int argc, char** argv) {
     Die(1,
         "--busy-poll-us: this kernel cannot busy-poll for io_uring (IORING_REGISTER_NAPI needs "
         "Linux 6.9; ringd --probe says more)");
+  if (config.batch_wait_us != 0 && !probe.batch_wait)
+    Die(1,
+        "--batch-wait-us: this kernel cannot bound a wait for completions (io_uring_enter's "
+        "min_wait_usec needs Linux 6.12; ringd --probe says more)");
   // Optional features of the chosen tier, each used only where the probe found it.
   const bool recv_incremental = selection.backend != "epoll" && probe.recv_incremental;
   std::string extras;
@@ -242,6 +246,8 @@ int Main(int argc, char** argv) {
                                      std::to_string(config.recv_pool_kib) + " KiB per shard)"
                                : "; whole receive buffers (incremental receive: unavailable)";
   }
+  if (config.batch_wait_us != 0)
+    extras += "; batched waits " + std::to_string(config.batch_wait_us) + " us";
   if (config.busy_poll_us != 0)
     extras += "; NAPI busy poll " + std::to_string(config.busy_poll_us) + " us";
   std::fprintf(stderr, "ringd: io backend %s%s\n", selection.reason.c_str(), extras.c_str());

@@ -211,6 +211,9 @@ _ENTRIES = [
          scenarios=frozenset({"mixed", "mixed-at-rate", "large"}) | _COLD),
     Peer("ringd-bypass-srpt", ringd("bypass", "--max-connections", "15000", "--send-order=srpt"),
          scenarios=frozenset({"mixed", "mixed-at-rate", "large"}) | _COLD),
+    # Batched waits (--batch-wait-us, off by default): see docs/PERFORMANCE.md.
+    Peer("ringd-bypass-batch", ringd("bypass", "--max-connections", "15000", "--batch-wait-us", "20"),
+         scenarios=frozenset({"small-keepalive", "small-close", "latency-at-rate", "mixed"})),
     Peer("ringd-epoll", ringd("epoll")),
     Peer("ringd-bypass-log", ringd_logged("bypass", "--max-connections", "15000"), scenarios=_OBSERVED),
     Peer("ringd-bypass-metrics", ringd("bypass", "--max-connections", "15000", "--admin-listen", "127.0.0.1:0"),

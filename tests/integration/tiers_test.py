@@ -25,8 +25,8 @@ class TierSelectionTest(BackendTestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.root, ignore_errors=True)
 
-    def serve_and_check(self, *flags):
-        server = Server(self.root, *flags, backend="auto")
+    def serve_and_check(self, *flags, backend="auto"):
+        server = Server(self.root, *flags, backend=backend)
         try:
             line = [l for l in server.log if "io backend" in l][0]
             self.assertEqual(request(server, "GET", "/large.bin").body, self.files["large.bin"])
@@ -66,6 +66,34 @@ class TierSelectionTest(BackendTestCase):
         line = self.serve_and_check("--io-mask", "incremental receive")
         self.assertIn("io backend bypass: direct descriptors", line)
         self.assertIn("whole receive buffers (incremental receive: unavailable)", line)
+
+    def test_batched_waits_serve_where_the_kernel_has_them_and_are_refused_elsewhere(self):
+        probe = subprocess.run([RINGD, "--probe"], capture_output=True, text=True,
+                               timeout=10).stdout
+        if "batched waits: ok" not in probe:
+            self.skipTest("no batched waits here: " + probe)
+        for tier in ["bypass", "uring"]:
+            line = self.serve_and_check("--batch-wait-us", "50", backend=tier)
+            self.assertIn("io backend %s" % tier, line)
+            self.assertIn("; batched waits 50 us", line)
+        # A kernel without min_wait_usec (masked): one line, exit 1, like any missing feature.
+        out = subprocess.run([RINGD, "--root", self.root, "--io-mask", "batched waits",
+                              "--batch-wait-us", "50", "--listen", "127.0.0.1:0"] + ROOT_FLAGS,
+                             capture_output=True, text=True, timeout=10)
+        self.assertEqual(out.returncode, 1, out.stderr)
+        self.assertEqual(out.stderr.strip().splitlines(),
+                         ["ringd: --batch-wait-us: this kernel cannot bound a wait for "
+                          "completions (io_uring_enter's min_wait_usec needs Linux 6.12; "
+                          "ringd --probe says more)"])
+        # Where it cannot apply: a bad flag, one line and exit 2.
+        for flags, says in [(["--io", "epoll"], "needs a uring tier"),
+                            (["--io", "bypass", "--sqpoll"], "does not apply with --sqpoll")]:
+            out = subprocess.run([RINGD, "--root", self.root, "--batch-wait-us", "50",
+                                  "--listen", "127.0.0.1:0"] + flags + ROOT_FLAGS,
+                                 capture_output=True, text=True, timeout=10)
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
+            self.assertIn(says, out.stderr)
 
     def sq_threads(self, expected, *flags):
         """Serves with --sqpoll and the flags; how many SQ threads (iou-sqp-PID) the process has
