@@ -126,6 +126,13 @@ struct LoopOptions {
   // marked with kDirectHandle, opaque to the caller like any handle.
   bool direct_descriptors = false;
   uint32_t direct_files = 0;
+  // bypass: a connection's first file body installs a process fd for its socket
+  // (IORING_OP_FIXED_FD_INSTALL, 6.8), so that cached pages go out with an inline sendfile(2) as
+  // on the uring tier; false: every body splices through the ring.
+  bool bypass_sendfile = false;
+  // uring tiers: bodies of at least this many bytes splice through the ring even when their pages
+  // are cached (0: never).
+  uint64_t splice_min_bytes = 0;
   bool sqpoll = false;             // a kernel thread submits: no io_uring_enter to submit
   int sqpoll_cpu = -1;             // pin the SQ thread (IORING_SETUP_SQ_AFF)
   uint32_t sqpoll_idle_ms = 1000;  // the SQ thread sleeps after this long without work

@@ -534,6 +534,110 @@ TEST_P(LoopTest, BypassBodiesGoThroughBodyBuffersThenSplice) {
 // Many connections' small receives share a receive pool far smaller than a buffer each: with
 // incremental consumption they pack into the same buffers, which go back to the kernel only once
 // full and delivered. Every byte arrives, in order, on the right connection.
+int OpenFds() {
+  int n = 0;
+  for (int fd = 0; fd < 4096; ++fd) n += ::fcntl(fd, F_GETFD) >= 0 ? 1 : 0;
+  return n;
+}
+
+// bypass with bypass_sendfile: a connection's first body installs a process fd for its socket
+// (once), cached pages go out with sendfile on it, and Close closes it. Bodies from
+// splice_min_bytes splice; a connection whose install is refused (EMFILE) splices too.
+TEST_P(LoopTest, BypassCachedBodiesGoOutWithSendfileOnAnInstalledFd) {
+  if (GetParam().rfind("bypass", 0) != 0)
+    GTEST_SKIP() << "only the bypass tier installs fds for its sockets";
+  static const bool usable = ProbeUring().fd_install;
+  if (!usable) GTEST_SKIP() << "IORING_OP_FIXED_FD_INSTALL is missing here (ringd --probe)";
+  options_.bypass_sendfile = true;
+  options_.splice_min_bytes = 2 << 20;
+  SetUp();
+  if (IsSkipped()) return;
+  sockaddr_in a{};
+  const int l = Listener(&a);
+  ASSERT_GE(l, 0);
+  struct Acceptor {
+    Completion c;
+    std::vector<int> handles;
+    static void On(Completion* c) {
+      if (c->result >= 0)
+        static_cast<Acceptor*>(c->owner)->handles.push_back(static_cast<int>(c->result));
+    }
+  } acceptor;
+  acceptor.c.owner = &acceptor;
+  acceptor.c.callback = &Acceptor::On;
+  loop_->Accept(l, &acceptor.c);
+  constexpr int kConns = 2;
+  int clients[kConns];
+  for (int& client : clients) {
+    client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(client, 0);
+    fds_.push_back(client);
+    ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  }
+  ASSERT_TRUE(PollUntil([&] { return acceptor.handles.size() == kConns; }));
+
+  const std::string small = Pattern((1 << 20) + 123, 7, 991);  // under splice_min_bytes
+  const std::string big = Pattern((3 << 20) + 5, 11, 997);     // over it
+  const int small_fd = TempFile(small);
+  const int big_fd = TempFile(big);
+  ASSERT_GE(small_fd, 0);
+  ASSERT_GE(big_fd, 0);
+  // One body to one connection; true when it arrived whole, in order.
+  const auto send = [&](int conn, int file, const std::string& content) {
+    std::string got;
+    std::thread reader([&] {
+      char buf[65536];
+      while (got.size() < content.size()) {
+        const ssize_t n = ::read(clients[conn], buf, sizeof buf);
+        if (n <= 0) break;
+        got.append(buf, static_cast<size_t>(n));
+      }
+    });
+    Receiver done;
+    loop_->SendFile(acceptor.handles[conn], file, 0, content.size(), &done.c);
+    const bool finished = PollUntil([&] { return done.ends == 1; });
+    reader.join();
+    return finished && done.last_result == static_cast<int64_t>(content.size()) && got == content;
+  };
+
+  const int fds_before = OpenFds();
+  LoopStats st = loop_->Stats();
+  ASSERT_TRUE(send(0, small_fd, small));
+  EXPECT_EQ(loop_->Stats().sendfile_bytes - st.sendfile_bytes, small.size());
+  EXPECT_EQ(loop_->Stats().splice_bytes, st.splice_bytes);
+  EXPECT_EQ(OpenFds(), fds_before + 1) << "no process fd was installed for the socket";
+  // The same connection again: its fd is reused, not installed twice.
+  ASSERT_TRUE(send(0, small_fd, small));
+  EXPECT_EQ(OpenFds(), fds_before + 1);
+  // A body from splice_min_bytes splices, cached or not (and leaves a pipe in the pool).
+  st = loop_->Stats();
+  ASSERT_TRUE(send(0, big_fd, big));
+  EXPECT_EQ(loop_->Stats().splice_bytes - st.splice_bytes, big.size());
+
+  // No fd to spare (RLIMIT_NOFILE at the lowest free fd number): the install is refused, and
+  // the body splices through the pipe the pool already has.
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const int open_now = OpenFds();
+  const int lowest_free = ::dup(0);
+  ASSERT_GE(lowest_free, 0);
+  ::close(lowest_free);
+  rlimit tight = saved;
+  tight.rlim_cur = static_cast<rlim_t>(lowest_free);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  st = loop_->Stats();
+  const bool refused_ok = send(1, small_fd, small);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_TRUE(refused_ok);
+  EXPECT_EQ(loop_->Stats().splice_bytes - st.splice_bytes, small.size());
+  EXPECT_EQ(OpenFds(), open_now);
+
+  // Closing the connections closes the installed fd with them (the pool keeps its pipe).
+  loop_->Cancel(&acceptor.c);
+  for (int h : acceptor.handles) loop_->Close(h);
+  ASSERT_TRUE(PollUntil([&] { return OpenFds() == open_now - 1; }));
+}
+
 TEST_P(LoopTest, ManySmallReceivesShareASmallPool) {
   options_.recv_buffer_size = 1024;
   options_.recv_buffer_count = 128;  // bypass-inc: 2 buffers of 64 KiB for 150 KB of receives

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <liburing.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
@@ -66,9 +67,12 @@ constexpr const char* kBypassFeatures[] = {
     "accept direct",          // multishot accept into the table (IORING_FILE_INDEX_ALLOC), 5.19
     "IORING_OP_SHUTDOWN",     // 5.11: shutdown(2) for a descriptor without an fd number
 };
-constexpr const char* kOptionalFeatures[] = {"SQPOLL", "SINGLE_ISSUER + DEFER_TASKRUN",
-                                             "incremental receive", "NAPI busy poll",
-                                             "batched waits"};
+constexpr const char* kOptionalFeatures[] = {"SQPOLL",
+                                             "SINGLE_ISSUER + DEFER_TASKRUN",
+                                             "incremental receive",
+                                             "NAPI busy poll",
+                                             "batched waits",
+                                             "fd install"};
 
 bool Masked(const std::vector<std::string>& masked, const std::string& name) {
   return std::find(masked.begin(), masked.end(), name) != masked.end();
@@ -259,6 +263,48 @@ std::string ProbeBatchWait() {
   return why;
 }
 
+// IORING_OP_FIXED_FD_INSTALL (6.8): a pipe's read end registered in a table slot of a ring of
+// its own, then a process fd installed for the slot; the new fd must be the same pipe.
+std::string ProbeFdInstall() {
+  io_uring ring;
+  if (io_uring_queue_init(8, &ring, 0) < 0) return "no ring";
+  std::string why = "no pipe to try it on";
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) == 0) {
+    const int rc = io_uring_register_files(&ring, &p[0], 1);
+    if (rc < 0) {
+      why = "registered file table: " + ErrnoName(-rc);
+    } else {
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+      io_uring_prep_rw(uapi::kOpFixedFdInstall, sqe, 0, nullptr, 0, 0);
+      sqe->flags |= IOSQE_FIXED_FILE;
+      io_uring_submit(&ring);
+      io_uring_cqe* cqe = nullptr;
+      __kernel_timespec ts{1, 0};
+      if (io_uring_wait_cqe_timeout(&ring, &cqe, &ts) != 0) {
+        why = "no completion: needs kernel 6.8";
+      } else {
+        const int fd = cqe->res;
+        io_uring_cqe_seen(&ring, cqe);
+        if (fd < 0) {
+          why = ErrnoName(-fd) + ": needs kernel 6.8";
+        } else {
+          // The installed fd reads what the pipe's write end wrote.
+          char c = 0;
+          why = ::write(p[1], "x", 1) == 1 && ::read(fd, &c, 1) == 1 && c == 'x'
+                    ? ""
+                    : "the installed fd is not the registered file";
+          ::close(fd);
+        }
+      }
+    }
+    ::close(p[0]);
+    ::close(p[1]);
+  }
+  io_uring_queue_exit(&ring);
+  return why;
+}
+
 }  // namespace
 
 bool KnownFeature(const std::string& name) {
@@ -388,6 +434,7 @@ ProbeReport ProbeUring(const std::vector<std::string>& masked) {
            "uring tiers: a small receive pool, --recv-pool-kib", &r.recv_incremental);
   optional("NAPI busy poll", &ProbeNapi, "--busy-poll-us", &r.napi);
   optional("batched waits", &ProbeBatchWait, "--batch-wait-us", &r.batch_wait);
+  optional("fd install", &ProbeFdInstall, "bypass: cached bodies with sendfile", &r.fd_install);
   return r;
 }
 

@@ -26,6 +26,7 @@ struct ProbeReport {
   bool recv_incremental = false;   // incremental buffer consumption with capped multishot recv
   bool napi = false;               // IORING_REGISTER_NAPI (for --busy-poll-us)
   bool batch_wait = false;         // io_uring_enter's min_wait_usec (for --batch-wait-us)
+  bool fd_install = false;         // IORING_OP_FIXED_FD_INSTALL (bypass: sendfile for bodies)
   std::vector<std::string> lines;  // what was checked, for `ringd --probe`
 };
 

@@ -103,6 +103,7 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
       return false;
     }
     direct_slots_ = slots;
+    fd_install_ = o.bypass_sendfile;
     slot_state_.assign(slots, SlotState{});
   }
   if (o.iowq_max_workers != 0) {

@@ -96,11 +96,29 @@ class UringLoop final : public Loop {
 
   // user_data of a direct shutdown: the slot, tagged odd (Completions are aligned: never odd).
   static constexpr uint64_t kShutdownTag = 1;
+  // Completion::pipe_index of a SendFile waiting for its socket's process fd (FIXED_FD_INSTALL).
+  static constexpr int kInstallingFd = -2;
 
   void CloseSlot(uint32_t slot) {
     io_uring_sqe* sqe = Sqe();
     io_uring_prep_close_direct(sqe, slot);
     io_uring_sqe_set_data(sqe, nullptr);
+    // The socket's process fd, if a body installed one: the socket goes with the last of the two.
+    SlotState& st = slot_state_[slot];
+    if (st.fd >= 0) {
+      sqe = Sqe();
+      io_uring_prep_close(sqe, st.fd);
+      io_uring_sqe_set_data(sqe, nullptr);
+      st.fd = -1;
+    }
+    st.fd_refused = false;
+  }
+
+  // The process fd that sendfile(2) can use for a connection handle: the handle itself, or for a
+  // direct descriptor the fd installed for it (-1: none).
+  int SocketFd(int handle) const {
+    if (!IsDirect(handle)) return handle;
+    return slot_state_[static_cast<uint32_t>(handle & ~kDirectHandle)].fd;
   }
 
   void ShutdownDone(uint32_t slot);
@@ -207,11 +225,14 @@ class UringLoop final : public Loop {
   bool ring_ready_ = false;
   bool direct_ = false;  // bypass tier: connections are registered file table slots
   bool sqpoll_ = false;
+  bool fd_install_ = false;     // bypass: cached bodies go out with sendfile on an installed fd
   uint32_t batch_wait_us_ = 0;  // LoopOptions::batch_wait_us, where the kernel has it
   uint32_t direct_slots_ = 0;
   struct SlotState {
     uint16_t shutdowns = 0;      // IORING_OP_SHUTDOWNs in flight on the slot
     bool close_pending = false;  // Close was called: close once they are done
+    bool fd_refused = false;     // installing a process fd failed (EMFILE): splice instead
+    int fd = -1;                 // a process fd for the socket (FIXED_FD_INSTALL), for sendfile
   };
   std::vector<SlotState> slot_state_;  // per registered file table slot (bypass)
   io_uring_buf_ring* buf_ring_ = nullptr;

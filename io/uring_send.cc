@@ -1,7 +1,7 @@
 // The io_uring backend's sends (uring_loop.h): buffers (send, sendmsg, their zero-copy forms, from
 // registered buffers where they lie in one) and file bodies: pages already cached go out with an
-// inline sendfile(2) on real fds; the rest, and every body on the bypass tier, splices file ->
-// pipe -> socket through the ring, with a pool of pipes.
+// inline sendfile(2) on real fds (on the bypass tier, an fd installed for the socket at its first
+// body); the rest splices file -> pipe -> socket through the ring, with a pool of pipes.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "io/uring_loop.h"
+#include "io/uring_uapi.h"
 
 namespace ringd::io::uring {
 
@@ -45,6 +46,21 @@ void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t len
   // here: no kernel worker hop, and it cannot block on the disk. Anything else is spliced
   // through the ring, where a cold read blocks an io-wq worker, never this thread; and so is
   // the rest of a transfer that has needed the disk (internal::ColdTransfers).
+  if (options_.splice_min_bytes != 0 && length >= options_.splice_min_bytes) return Splice(c);
+  if (IsDirect(sock_fd) && fd_install_) {
+    SlotState& st = slot_state_[static_cast<uint32_t>(sock_fd & ~kDirectHandle)];
+    if (st.fd < 0 && !st.fd_refused) {
+      // The first body on this connection: give its socket a process fd, once, so that cached
+      // pages can go out with an inline sendfile as on the uring tier (OnSendFile goes on).
+      c->pipe_index = kInstallingFd;
+      io_uring_sqe* sqe = Sqe();
+      io_uring_prep_rw(uapi::kOpFixedFdInstall, sqe, static_cast<int>(sock_fd & ~kDirectHandle),
+                       nullptr, 0, 0);
+      sqe->flags |= IOSQE_FIXED_FILE;
+      io_uring_sqe_set_data(sqe, c);
+      return;
+    }
+  }
   if (cold_.Take(file_fd, offset) || !SendCached(c)) Splice(c);
 }
 
@@ -139,8 +155,10 @@ void UringLoop::SubmitSend(Completion* c) {
 
 // Tries the inline path; true if the operation is finished or waiting for socket space.
 bool UringLoop::SendCached(Completion* c) {
-  // sendfile(2) needs the socket's fd number, which a direct descriptor does not have.
-  if (IsDirect(c->fd)) return false;
+  // sendfile(2) needs the socket's fd number, which a direct descriptor has only once one is
+  // installed for it.
+  const int sock = SocketFd(c->fd);
+  if (sock < 0) return false;
   while (c->remaining > 0) {
     const uint64_t budget = internal::TurnBudget(c, turn_, options_.send_turn_bytes);
     if (budget == 0) {  // this connection had its turn: wait for the next Poll's
@@ -151,7 +169,7 @@ bool UringLoop::SendCached(Completion* c) {
     if (!internal::PagesCached(c->file_fd, c->offset, chunk))
       return c->done > 0 ? (Splice(c), true) : false;
     off_t off = static_cast<off_t>(c->offset);
-    const ssize_t n = ::sendfile(c->fd, c->file_fd, &off, chunk);
+    const ssize_t n = ::sendfile(sock, c->file_fd, &off, chunk);
     if (n > 0) {
       c->offset += static_cast<uint64_t>(n);
       c->done += static_cast<uint64_t>(n);
@@ -299,7 +317,18 @@ void UringLoop::OnSend(Completion* c, int32_t res, uint32_t flags) {
 
 void UringLoop::OnSendFile(Completion* c, int32_t res) {
   if (c->slot >= 0) return OnBody(c, res);  // through a body buffer (bypass)
-  if (c->polling) {                         // the socket became writable (or failed)
+  if (c->pipe_index == kInstallingFd) {     // the socket's process fd, or why not
+    c->pipe_index = -1;
+    SlotState& st = slot_state_[static_cast<uint32_t>(c->fd & ~kDirectHandle)];
+    if (res >= 0) {
+      st.fd = res;
+    } else {
+      st.fd_refused = true;
+    }
+    if (cold_.Take(c->file_fd, c->offset) || !SendCached(c)) Splice(c);
+    return RunReady();
+  }
+  if (c->polling) {  // the socket became writable (or failed)
     c->polling = false;
     if (c->pipe_index < 0) {  // the inline sendfile path: carry on there
       if (res < 0) return Finish(c, res);

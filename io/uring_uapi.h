@@ -39,4 +39,9 @@ static_assert(sizeof(Napi) == 16, "struct io_uring_napi is 16 bytes");
 // after which a wait for several completions returns with any it has. Linux 6.12.
 constexpr uint32_t kFeatMinTimeout = 1U << 15;  // IORING_FEAT_MIN_TIMEOUT
 
+// IORING_OP_FIXED_FD_INSTALL: a process fd for a registered file table slot (sqe->fd, with
+// IOSQE_FIXED_FILE); the result is the new fd, O_CLOEXEC unless install_fd_flags says otherwise.
+// Linux 6.8.
+constexpr uint8_t kOpFixedFdInstall = 54;
+
 }  // namespace ringd::io::uapi

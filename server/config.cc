@@ -201,6 +201,16 @@ const std::vector<Flag>& Flags() {
                "with --sqpoll: one SQ thread per shard instead of one shared by all (default "
                "false)",
                &Config::sqpoll_per_shard),
+      BoolFlag("bypass-sendfile",
+               "bypass: a connection's first file body installs a process fd for its socket, so "
+               "cached pages go out with sendfile, not spliced through io-wq (Linux 6.8; default "
+               "true)",
+               &Config::bypass_sendfile),
+      UintFlag("splice-min-bytes",
+               "uring tiers: file bodies at least this large splice through the ring even when "
+               "cached: faster for a few large downloads, slower in a site's mix (default 0: "
+               "never)",
+               &Config::splice_min_bytes, 0, 1ULL << 40),
       UintFlag("batch-wait-us",
                "uring tiers without --sqpoll: a shard waiting for completions waits up to this "
                "long for a batch of them once one has come; fewer system calls and wake-ups for "

@@ -110,6 +110,8 @@ bool Shard::Setup() {
   lo.recv_max_bytes = config_.recv_buffer_size;
   lo.busy_poll_us = config_.busy_poll_us;
   lo.batch_wait_us = config_.batch_wait_us;
+  lo.bypass_sendfile = config_.bypass_sendfile;
+  lo.splice_min_bytes = config_.splice_min_bytes;
   lo.attach_ring_fd = attach_ring_fd_;
   lo.recv_region = memory_->Region(2);
   lo.pipe_pool_size = config_.pipes;

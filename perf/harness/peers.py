@@ -211,6 +211,12 @@ _ENTRIES = [
          scenarios=frozenset({"mixed", "mixed-at-rate", "large"}) | _COLD),
     Peer("ringd-bypass-srpt", ringd("bypass", "--max-connections", "15000", "--send-order=srpt"),
          scenarios=frozenset({"mixed", "mixed-at-rate", "large"}) | _COLD),
+    # The bypass tier as before IORING_OP_FIXED_FD_INSTALL: every body spliced through io-wq.
+    Peer("ringd-bypass-splice", ringd("bypass", "--max-connections", "15000", "--bypass-sendfile=false"),
+         scenarios=frozenset({"large", "mixed", "mixed-at-rate"})),
+    # Bodies from 1 MiB spliced even when cached (--splice-min-bytes): see docs/PERFORMANCE.md.
+    Peer("ringd-uring-splice-1m", ringd("uring", "--splice-min-bytes", "1048576"),
+         scenarios=frozenset({"large", "mixed"})),
     # Batched waits (--batch-wait-us, off by default): see docs/PERFORMANCE.md.
     Peer("ringd-bypass-batch", ringd("bypass", "--max-connections", "15000", "--batch-wait-us", "20"),
          scenarios=frozenset({"small-keepalive", "small-close", "latency-at-rate", "mixed"})),

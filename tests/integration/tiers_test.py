@@ -67,6 +67,15 @@ class TierSelectionTest(BackendTestCase):
         self.assertIn("io backend bypass: direct descriptors", line)
         self.assertIn("whole receive buffers (incremental receive: unavailable)", line)
 
+    def test_bypass_sends_cached_bodies_with_sendfile_where_the_kernel_installs_fds(self):
+        line = self.serve_and_check(backend="bypass")
+        if "cached bodies with sendfile on an installed fd" not in line:
+            self.skipTest("no IORING_OP_FIXED_FD_INSTALL here: " + line)
+        for flags in [("--io-mask", "fd install"), ("--bypass-sendfile=false",)]:
+            line = self.serve_and_check(*flags, backend="bypass")
+            self.assertIn("io backend bypass: chosen with --io=bypass", line, flags)
+            self.assertIn("; every body spliced", line, flags)
+
     def test_batched_waits_serve_where_the_kernel_has_them_and_are_refused_elsewhere(self):
         probe = subprocess.run([RINGD, "--probe"], capture_output=True, text=True,
                                timeout=10).stdout
