@@ -171,6 +171,43 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
     return l;
   }
 
+  // `n` TCP connections to a listener of the loop's own, accepted through Loop::Accept (so on
+  // bypass they are file table slots); their handles, with the client ends in `clients` (each
+  // with a 5 s receive timeout). `buffers`, when not 0: the clients' receive buffers and the
+  // accepted sockets' send buffers (set on the listener, which they inherit), in bytes. Empty
+  // on failure.
+  std::vector<int> Accepted(int n, std::vector<int>* clients, int buffers = 0) {
+    sockaddr_in a{};
+    const int l = Listener(&a);
+    if (l < 0) return {};
+    if (buffers != 0) ::setsockopt(l, SOL_SOCKET, SO_SNDBUF, &buffers, sizeof buffers);
+    struct Acceptor {
+      Completion c;
+      std::vector<int> handles;
+      static void On(Completion* c) {
+        if (c->result >= 0)
+          static_cast<Acceptor*>(c->owner)->handles.push_back(static_cast<int>(c->result));
+      }
+    } acceptor;
+    acceptor.c.owner = &acceptor;
+    acceptor.c.callback = &Acceptor::On;
+    loop_->Accept(l, &acceptor.c);
+    for (int i = 0; i < n; ++i) {
+      const int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (client < 0) break;
+      fds_.push_back(client);
+      clients->push_back(client);
+      timeval tv{5, 0};
+      ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      if (buffers != 0) ::setsockopt(client, SOL_SOCKET, SO_RCVBUF, &buffers, sizeof buffers);
+      if (::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) break;
+    }
+    const bool all = PollUntil([&] { return acceptor.handles.size() == static_cast<size_t>(n); });
+    loop_->Cancel(&acceptor.c);
+    PollUntil([&] { return !acceptor.c.in_flight; });
+    return all ? acceptor.handles : std::vector<int>{};
+  }
+
   // Arms `r` on `ours`; "one" arrives and pauses it; then "two" is written behind the pause.
   bool PausedAfterOneThenTwo(int ours, int theirs, struct PausingReceiver* r);
 
@@ -531,9 +568,6 @@ TEST_P(LoopTest, BypassBodiesGoThroughBodyBuffersThenSplice) {
   loop_->Poll(10);
 }
 
-// Many connections' small receives share a receive pool far smaller than a buffer each: with
-// incremental consumption they pack into the same buffers, which go back to the kernel only once
-// full and delivered. Every byte arrives, in order, on the right connection.
 int OpenFds() {
   int n = 0;
   for (int fd = 0; fd < 4096; ++fd) n += ::fcntl(fd, F_GETFD) >= 0 ? 1 : 0;
@@ -552,29 +586,9 @@ TEST_P(LoopTest, BypassCachedBodiesGoOutWithSendfileOnAnInstalledFd) {
   options_.splice_min_bytes = 2 << 20;
   SetUp();
   if (IsSkipped()) return;
-  sockaddr_in a{};
-  const int l = Listener(&a);
-  ASSERT_GE(l, 0);
-  struct Acceptor {
-    Completion c;
-    std::vector<int> handles;
-    static void On(Completion* c) {
-      if (c->result >= 0)
-        static_cast<Acceptor*>(c->owner)->handles.push_back(static_cast<int>(c->result));
-    }
-  } acceptor;
-  acceptor.c.owner = &acceptor;
-  acceptor.c.callback = &Acceptor::On;
-  loop_->Accept(l, &acceptor.c);
-  constexpr int kConns = 2;
-  int clients[kConns];
-  for (int& client : clients) {
-    client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_GE(client, 0);
-    fds_.push_back(client);
-    ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  }
-  ASSERT_TRUE(PollUntil([&] { return acceptor.handles.size() == kConns; }));
+  std::vector<int> clients;
+  const std::vector<int> handles = Accepted(2, &clients);
+  ASSERT_EQ(handles.size(), 2u);
 
   const std::string small = Pattern((1 << 20) + 123, 7, 991);  // under splice_min_bytes
   const std::string big = Pattern((3 << 20) + 5, 11, 997);     // over it
@@ -594,7 +608,7 @@ TEST_P(LoopTest, BypassCachedBodiesGoOutWithSendfileOnAnInstalledFd) {
       }
     });
     Receiver done;
-    loop_->SendFile(acceptor.handles[conn], file, 0, content.size(), &done.c);
+    loop_->SendFile(handles[conn], file, 0, content.size(), &done.c);
     const bool finished = PollUntil([&] { return done.ends == 1; });
     reader.join();
     return finished && done.last_result == static_cast<int64_t>(content.size()) && got == content;
@@ -619,7 +633,7 @@ TEST_P(LoopTest, BypassCachedBodiesGoOutWithSendfileOnAnInstalledFd) {
   rlimit saved{};
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
   const int open_now = OpenFds();
-  const int lowest_free = ::dup(0);
+  const int lowest_free = ::fcntl(small_fd, F_DUPFD_CLOEXEC, 0);
   ASSERT_GE(lowest_free, 0);
   ::close(lowest_free);
   rlimit tight = saved;
@@ -633,11 +647,59 @@ TEST_P(LoopTest, BypassCachedBodiesGoOutWithSendfileOnAnInstalledFd) {
   EXPECT_EQ(OpenFds(), open_now);
 
   // Closing the connections closes the installed fd with them (the pool keeps its pipe).
-  loop_->Cancel(&acceptor.c);
-  for (int h : acceptor.handles) loop_->Close(h);
+  for (int h : handles) loop_->Close(h);
   ASSERT_TRUE(PollUntil([&] { return OpenFds() == open_now - 1; }));
 }
 
+// A client that does not read never holds the loop: a body bigger than the socket's buffers
+// waits for room (POLL_ADD), whatever the path (inline sendfile, on bypass through an installed
+// fd; splice; epoll's sendfile), while Poll keeps returning; once the client reads, it all
+// arrives. (A blocking socket would hold the first Poll until the client's reader gives up.)
+TEST_P(LoopTest, SendFileToAClientThatDoesNotReadNeverHoldsTheLoop) {
+  options_.bypass_sendfile = ProbeUring().fd_install;
+  SetUp();
+  if (IsSkipped()) return;
+  std::vector<int> clients;
+  // Send buffers far below a turn's 256 KiB: a send waits for room within every turn.
+  const std::vector<int> handles = Accepted(1, &clients, 16 << 10);
+  ASSERT_EQ(handles.size(), 1u);
+  const std::string content = Pattern(8 << 20, 3, 1013);
+  const int file = TempFile(content);
+  ASSERT_GE(file, 0);
+  std::atomic<bool> drain{false};
+  std::string got;
+  std::thread reader([&] {
+    // Reads only when told to, or after 5 s (so that a loop held by a blocking send fails this
+    // test instead of hanging it).
+    for (int i = 0; i < 500 && !drain; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    char buf[65536];
+    while (got.size() < content.size()) {
+      const ssize_t n = ::read(clients[0], buf, sizeof buf);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  });
+  Receiver done;
+  const auto start = std::chrono::steady_clock::now();
+  loop_->SendFile(handles[0], file, 0, content.size(), &done.c);
+  for (int i = 0; i < 100; ++i) loop_->Poll(1);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, std::chrono::seconds(3)) << "a send waited for the client inside the loop";
+  EXPECT_EQ(done.ends, 0) << "8 MiB cannot have fit in the socket's buffers";
+  drain = true;
+  for (int i = 0; i < 1000 && done.ends == 0; ++i) loop_->Poll(10);
+  reader.join();
+  EXPECT_EQ(done.ends, 1);
+  EXPECT_EQ(done.last_result, static_cast<int64_t>(content.size()));
+  EXPECT_TRUE(got == content) << "the bytes differ from the file";
+  loop_->Close(handles[0]);
+  loop_->Poll(10);
+}
+
+// Many connections' small receives share a receive pool far smaller than a buffer each: with
+// incremental consumption they pack into the same buffers, which go back to the kernel only once
+// full and delivered. Every byte arrives, in order, on the right connection.
 TEST_P(LoopTest, ManySmallReceivesShareASmallPool) {
   options_.recv_buffer_size = 1024;
   options_.recv_buffer_count = 128;  // bypass-inc: 2 buffers of 64 KiB for 150 KB of receives

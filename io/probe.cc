@@ -251,8 +251,11 @@ std::string ProbeBatchWait() {
     arg.sigmask_sz = _NSIG / 8;
     arg.pad = 100;  // min_wait_usec
     arg.ts = reinterpret_cast<uint64_t>(&ts);
-    const long rc = ::syscall(__NR_io_uring_enter, ring.ring_fd, 0, 2,
-                              IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg, sizeof(arg));
+    long rc;
+    do {
+      rc = ::syscall(__NR_io_uring_enter, ring.ring_fd, 0, 2,
+                     IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg, sizeof(arg));
+    } while (rc < 0 && errno == EINTR);
     if (rc >= 0) {
       why = "io_uring_enter with min_wait_usec returned before its timeout";
     } else if (errno != ETIME) {

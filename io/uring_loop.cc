@@ -22,6 +22,9 @@ namespace ringd::io {
 namespace uring {
 
 UringLoop::~UringLoop() {
+  for (const SlotState& st : slot_state_) {  // fds installed for sockets still open (bypass)
+    if (st.fd >= 0) ::close(st.fd);
+  }
   for (Pipe& p : pipes_) {
     if (p.r >= 0) ::close(p.r);
     if (p.w >= 0) ::close(p.w);
@@ -219,7 +222,10 @@ void UringLoop::Accept(int listen_fd, Completion* c) {
   internal::BeginOp(c, Op::kAccept, listen_fd);
   io_uring_sqe* sqe = Sqe();
   if (direct_) {  // straight into a free slot of the registered file table
-    io_uring_prep_multishot_accept_direct(sqe, listen_fd, nullptr, nullptr, 0);
+    // Non-blocking like the uring tier's sockets: a splice that finds the socket full waits in a
+    // POLL_ADD, not in an io-wq worker, and an inline sendfile on the fd a body installs for it
+    // returns EAGAIN instead of holding the shard (CLOEXEC is for process fds only).
+    io_uring_prep_multishot_accept_direct(sqe, listen_fd, nullptr, nullptr, SOCK_NONBLOCK);
   } else {
     io_uring_prep_multishot_accept(sqe, listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
   }

@@ -320,6 +320,8 @@ void UringLoop::OnSendFile(Completion* c, int32_t res) {
   if (c->pipe_index == kInstallingFd) {     // the socket's process fd, or why not
     c->pipe_index = -1;
     SlotState& st = slot_state_[static_cast<uint32_t>(c->fd & ~kDirectHandle)];
+    // One install per connection (its SendFiles run one at a time, and Close waits for them).
+    RINGD_ASSERT(st.fd < 0 && !st.fd_refused);
     if (res >= 0) {
       st.fd = res;
     } else {

@@ -212,9 +212,9 @@ const std::vector<Flag>& Flags() {
                "never)",
                &Config::splice_min_bytes, 0, 1ULL << 40),
       UintFlag("batch-wait-us",
-               "uring tiers without --sqpoll: a shard waiting for completions waits up to this "
-               "long for a batch of them once one has come; fewer system calls and wake-ups for "
-               "up to this much latency (Linux 6.12; default 0: off)",
+               "uring tiers without --sqpoll: a shard's wait for completions lasts until 32 "
+               "have come, or this long from its start once at least one has; fewer system "
+               "calls and wake-ups for up to this much latency (Linux 6.12; default 0: off)",
                &Config::batch_wait_us, 0, 10000),
       UintFlag("busy-poll-us",
                "uring tiers: busy-poll the NIC's queues (NAPI) this long while waiting for "
