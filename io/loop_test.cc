@@ -503,29 +503,10 @@ TEST_P(LoopTest, BypassBodiesGoThroughBodyBuffersThenSplice) {
   options_.body_buffer_size = 64 << 10;
   SetUp();
   if (IsSkipped()) return;
-  sockaddr_in a{};
-  const int l = Listener(&a);
-  ASSERT_GE(l, 0);
-  struct Acceptor {
-    Completion c;
-    std::vector<int> handles;
-    static void On(Completion* c) {
-      if (c->result >= 0)
-        static_cast<Acceptor*>(c->owner)->handles.push_back(static_cast<int>(c->result));
-    }
-  } acceptor;
-  acceptor.c.owner = &acceptor;
-  acceptor.c.callback = &Acceptor::On;
-  loop_->Accept(l, &acceptor.c);
   constexpr int kConns = 3;
-  int clients[kConns];
-  for (int& client : clients) {
-    client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_GE(client, 0);
-    fds_.push_back(client);
-    ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  }
-  ASSERT_TRUE(PollUntil([&] { return acceptor.handles.size() == kConns; }));
+  std::vector<int> clients;
+  const std::vector<int> handles = Accepted(kConns, &clients);
+  ASSERT_EQ(handles.size(), static_cast<size_t>(kConns));
 
   constexpr size_t kSize = (1 << 20) + 123;
   const std::string content = Pattern(kSize, 13, 999);
@@ -546,8 +527,7 @@ TEST_P(LoopTest, BypassBodiesGoThroughBodyBuffersThenSplice) {
     });
   }
   Receiver done[kConns];
-  for (int i = 0; i < kConns; ++i)
-    loop_->SendFile(acceptor.handles[i], file, 0, want[i], &done[i].c);
+  for (int i = 0; i < kConns; ++i) loop_->SendFile(handles[i], file, 0, want[i], &done[i].c);
   EXPECT_TRUE(PollUntil([&] {
     for (const Receiver& d : done)
       if (d.ends == 0) return false;
@@ -563,8 +543,7 @@ TEST_P(LoopTest, BypassBodiesGoThroughBodyBuffersThenSplice) {
   EXPECT_GE(st.read_send_bytes, kSize) << "no body went through the body buffer";
   EXPECT_GE(st.splice_bytes, kSize) << "a body that found the buffer busy did not splice";
   EXPECT_EQ(st.read_send_bytes + st.splice_bytes, 3 * kSize);
-  loop_->Cancel(&acceptor.c);
-  for (int h : acceptor.handles) loop_->Close(h);
+  for (int h : handles) loop_->Close(h);
   loop_->Poll(10);
 }
 

@@ -27,3 +27,16 @@ def ringd_wrapped_test(name, src, backend, wrapper, size = "medium", tags = []):
         data = [src, "ringd_harness.py", "//server:ringd", wrapper],
         tags = tags + ["integration"],
     )
+
+def ringd_flags_test(name, src, backend, flags, size = "large"):
+    """One Python integration test on one backend, with ringd started with `flags` too (the
+    harness adds RINGD_FLAGS to every ringd it starts)."""
+    native.sh_test(
+        name = name,
+        size = size,
+        srcs = ["run_py_test.sh"],
+        args = ["$(location //server:ringd)", backend, "$(location %s)" % src],
+        data = [src, "ringd_harness.py", "//server:ringd"],
+        env = {"RINGD_FLAGS": flags},
+        tags = ["integration"],
+    )
