@@ -213,7 +213,7 @@ _ENTRIES = [
          scenarios=frozenset({"mixed", "mixed-at-rate", "large"}) | _COLD),
     # The bypass tier as before IORING_OP_FIXED_FD_INSTALL: every body spliced through io-wq.
     Peer("ringd-bypass-splice", ringd("bypass", "--max-connections", "15000", "--bypass-sendfile=false"),
-         scenarios=frozenset({"large", "mixed", "mixed-at-rate"})),
+         scenarios=frozenset({"large", "mixed", "mixed-at-rate"}) | _COLD),
     # Bodies from 1 MiB spliced even when cached (--splice-min-bytes): see docs/PERFORMANCE.md.
     Peer("ringd-uring-splice-1m", ringd("uring", "--splice-min-bytes", "1048576"),
          scenarios=frozenset({"large", "mixed"})),
