@@ -34,19 +34,20 @@ void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t len
   c->pipe_index = -1;
   c->polling = false;
   RINGD_ASSERT(c->slot < 0);
-  // bypass: a socket with no fd number cannot take sendfile(2). Read the body into a registered
-  // buffer and send it from there (measured cheaper than an io-wq hop per spliced chunk:
-  // docs/PERFORMANCE.md); with every body buffer busy, splice.
+  // bypass with --body-buffers (off by default): read the body into a registered buffer and
+  // send it from there; with every body buffer busy, on as below.
   if (IsDirect(sock_fd) && !body_free_.empty()) {
     c->slot = body_free_.back();
     body_free_.pop_back();
     return ReadBody(c);
   }
+  // --splice-min-bytes: a large body splices even when cached (a pipe's 1 MiB per send, where
+  // sendfile's internal pipe gives the socket 64 KiB at a time).
+  if (options_.splice_min_bytes != 0 && length >= options_.splice_min_bytes) return Splice(c);
   // Pages already in the page cache go out with sendfile on the (non-blocking) socket right
   // here: no kernel worker hop, and it cannot block on the disk. Anything else is spliced
   // through the ring, where a cold read blocks an io-wq worker, never this thread; and so is
   // the rest of a transfer that has needed the disk (internal::ColdTransfers).
-  if (options_.splice_min_bytes != 0 && length >= options_.splice_min_bytes) return Splice(c);
   if (IsDirect(sock_fd) && fd_install_) {
     SlotState& st = slot_state_[static_cast<uint32_t>(sock_fd & ~kDirectHandle)];
     if (st.fd < 0 && !st.fd_refused) {
