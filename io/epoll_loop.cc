@@ -55,7 +55,13 @@ void RunJob(Completion* c, char* scratch, size_t scratch_size) {
         ::close(fd);
         return;
       }
-      if (S_ISREG(st.st_mode)) ::fcntl(fd, F_SETFL, 0);  // regular files: plain blocking reads
+      if (S_ISREG(st.st_mode)) {
+        ::fcntl(fd, F_SETFL, 0);  // regular files: plain blocking reads
+        // No read-ahead of the kernel's own: the workers read exactly the chunk the shard sends
+        // next (readahead(2) below), so nothing is read that the page-cache budget may drop
+        // before it is sent, to be read again.
+        ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+      }
       *c->stat =
           FileStat{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec, st.st_ino, st.st_mode};
       c->result = fd;
@@ -70,6 +76,8 @@ void RunJob(Completion* c, char* scratch, size_t scratch_size) {
       // Bring the next chunk into the page cache so the loop's sendfile will not block on disk.
       uint64_t want = WarmBytes(c);
       uint64_t off = c->offset;
+      // The whole chunk goes to the disk at once (large IOs), then the reads below wait for it.
+      ::readahead(c->file_fd, static_cast<off64_t>(off), want);
       while (want > 0) {
         const size_t n = want < scratch_size ? static_cast<size_t>(want) : scratch_size;
         const ssize_t r = ::pread(c->file_fd, scratch, n, static_cast<off_t>(off));

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -711,6 +713,77 @@ TEST_P(LoopTest, ManySmallReceivesShareASmallPool) {
 
 // Open stats the file it opened into the FileStat its caller passed (the Completion carries
 // none), and fails with -errno, never reaching outside the directory it opens beneath.
+// epoll: a cold chunk is warmed by a worker that reads exactly that chunk (readahead(2) of it,
+// the kernel's own read-ahead off for files the loop opened), so that nothing past it is read
+// that a tight page cache could drop before it is sent, to be read again.
+TEST_P(LoopTest, EpollWarmsExactlyTheChunkItSends) {
+  if (GetParam() != "epoll") GTEST_SKIP() << "only epoll warms chunks on its workers";
+  char dir[] = "/var/tmp/ringd-loop-test-XXXXXX";  // a disk, not tmpfs: pages can be dropped
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/cold";
+  constexpr size_t kSize = 4 << 20;
+  const std::string content = Pattern(kSize, 5, 4093);
+  const int w = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(w, 0);
+  ASSERT_EQ(::write(w, content.data(), kSize), static_cast<ssize_t>(kSize));
+  ASSERT_EQ(::fdatasync(w), 0);
+  ASSERT_EQ(::posix_fadvise(w, 0, 0, POSIX_FADV_DONTNEED), 0);  // out of the page cache
+  ::close(w);
+  const int dir_fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dir_fd, 0);
+  fds_.push_back(dir_fd);
+  // Pages of [from, to) in the page cache.
+  const auto cached = [&](int fd, size_t from, size_t to) {
+    void* map = ::mmap(nullptr, kSize, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) return size_t{0};
+    std::vector<unsigned char> vec(kSize / 4096);
+    ::mincore(map, kSize, vec.data());
+    ::munmap(map, kSize);
+    size_t n = 0;
+    for (size_t i = from / 4096; i < to / 4096; ++i) n += vec[i] & 1;
+    return n;
+  };
+
+  struct Opener {
+    Completion c;
+    bool done = false;
+    static void On(Completion* c) { static_cast<Opener*>(c->owner)->done = true; }
+  } opener;
+  opener.c.owner = &opener;
+  opener.c.callback = &Opener::On;
+  FileStat st;
+  loop_->Open(dir_fd, "cold", &st, &opener.c);
+  ASSERT_TRUE(PollUntil([&] { return opener.done; }));
+  ASSERT_GE(opener.c.result, 0);
+  const int file = static_cast<int>(opener.c.result);
+  fds_.push_back(file);
+  if (cached(file, 0, kSize) != 0) GTEST_SKIP() << "/var/tmp cannot drop a file's pages here";
+
+  // The first 1 MiB (one warmed chunk) to a client that reads it.
+  auto [ours, theirs] = Pair();
+  std::string got;
+  std::thread reader([&, theirs = theirs] {
+    char buf[65536];
+    while (got.size() < (1u << 20)) {
+      pollfd p{theirs, POLLIN, 0};
+      if (::poll(&p, 1, 5000) <= 0) break;
+      const ssize_t n = ::read(theirs, buf, sizeof buf);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  });
+  Receiver done;
+  loop_->SendFile(ours, file, 0, 1 << 20, &done.c);
+  const bool finished = PollUntil([&] { return done.ends == 1; });
+  reader.join();
+  ASSERT_TRUE(finished);
+  EXPECT_EQ(done.last_result, 1 << 20);
+  EXPECT_TRUE(got == content.substr(0, 1 << 20));
+  EXPECT_EQ(cached(file, 1 << 20, kSize), 0u) << "pages past the chunk were read ahead";
+  ::unlink(path.c_str());
+  ::rmdir(dir);
+}
+
 TEST_P(LoopTest, OpenStatsIntoTheCallersFileStat) {
   char dir[] = "/tmp/ringd-loop-test-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);
