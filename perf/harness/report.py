@@ -22,7 +22,7 @@ from .stats import ratio, summarize_runs
 MACHINE_KEYS = ("machine", "cpus", "kernel", "server_cpus", "client_cpus", "shards", "generator", "ringd",
                 "nginx", "h2o", "lighttpd", "cold_disk")
 # Shown only where a run recorded them (older raw.json files did not).
-OPTIONAL_MACHINE_KEYS = ("client_threads", "syscalls", "skipped")
+OPTIONAL_MACHINE_KEYS = ("client_threads", "congestion_control", "syscalls", "skipped")
 OPTIONAL_COLUMNS = (
     Column("syscalls/request", "syscalls_per_request", "%.2f"),
     Column("context switches/request", "ctx_switches_per_request", "%.3f"),
