@@ -40,32 +40,64 @@ constexpr uint64_t kProbeBytes = 64 << 10;
 // Where RWF_NOWAIT is refused (FUSE) cachestat's answer stands.
 constexpr uint64_t kUptodateStride = 256 << 10;
 
-bool PagesReadable(int fd, uint64_t offset, uint64_t length) {
+// What one-byte RWF_NOWAIT reads say of a range cachestat counted as cached.
+enum class Readable { kYes, kNo, kCannotTell };
+
+Readable PagesReadable(int fd, uint64_t offset, uint64_t length) {
   char byte;
   iovec v{&byte, 1};
   for (uint64_t at = offset;; at = std::min(at + kUptodateStride, offset + length - 1)) {
     const ssize_t n = ::preadv2(fd, &v, 1, static_cast<off_t>(at), RWF_NOWAIT);
-    if (n < 0 && errno == EOPNOTSUPP) return true;
-    if (n != 1) return false;
-    if (at == offset + length - 1) return true;
+    if (n < 0 && errno == EOPNOTSUPP) return Readable::kCannotTell;
+    if (n != 1) return Readable::kNo;
+    if (at == offset + length - 1) return Readable::kYes;
   }
 }
 
 }  // namespace
 
-bool PagesCached(int fd, uint64_t offset, uint64_t length) {
-  if (length == 0) return true;
+PageCacheAnswer AskPageCache(int fd, uint64_t offset, uint64_t length) {
+  if (length == 0) return {true, true};
   if (!cachestat_missing.load(std::memory_order_relaxed)) {
     const uint64_t page = 4096;
     const CachestatRange range{offset / page * page, offset + length - offset / page * page};
     Cachestat cs{};
-    if (::syscall(kSysCachestat, fd, &range, &cs, 0) == 0)
-      return cs.nr_cache >= (range.len + page - 1) / page && PagesReadable(fd, offset, length);
+    if (::syscall(kSysCachestat, fd, &range, &cs, 0) == 0) {
+      if (cs.nr_cache < (range.len + page - 1) / page) return {false, true};
+      const Readable r = PagesReadable(fd, offset, length);
+      return {r != Readable::kNo, r != Readable::kCannotTell};
+    }
     if (errno == ENOSYS) cachestat_missing.store(true, std::memory_order_relaxed);
     // EPERM: cachestat answers only to the file's owner or a writer (a shard running as
     // --user over someone else's files). Ask the page cache by reading instead.
   }
-  return PagesCachedByReading(fd, offset, length);
+  return {PagesCachedByReading(fd, offset, length), true};
+}
+
+bool PagesCached(int fd, uint64_t offset, uint64_t length) {
+  return AskPageCache(fd, offset, length).cached;
+}
+
+bool ResidentFiles::Cached(int fd, uint64_t offset, uint64_t length, int64_t now_ms) {
+  Entry& e = slots_[static_cast<uint32_t>(fd) % kSlots];
+  const uint64_t end = offset + length;
+  const bool live = e.fd == fd && now_ms < e.until_ms;
+  if (live && e.begin <= offset && end <= e.end) return true;
+  ++asks_;
+  const PageCacheAnswer a = ask_(fd, offset, length);
+  if (!a.cached || !a.verified || trust_ms_ <= 0) return a.cached;
+  if (live && offset <= e.end && e.begin <= end) {  // touches what is trusted: one range, the
+    e.begin = std::min(e.begin, offset);            // older answer's deadline
+    e.end = std::max(e.end, end);
+  } else {
+    e = Entry{fd, offset, end, now_ms + trust_ms_};
+  }
+  return true;
+}
+
+void ResidentFiles::Forget(int fd) {
+  Entry& e = slots_[static_cast<uint32_t>(fd) % kSlots];
+  if (e.fd == fd) e = Entry{};
 }
 
 bool PagesCachedByReading(int fd, uint64_t offset, uint64_t length) {

@@ -82,10 +82,51 @@ struct CompletionQueue {
 // RWF_NOWAIT), then one-byte RWF_NOWAIT reads every 256 KiB and at the end (a page can be in the
 // cache with its read still in flight); else a preadv2 with RWF_NOWAIT of the range's start (up
 // to 64 KiB) and its last byte. Any failure counts as "not cached": reading inline a file that is
-// not could block the loop on a slow disk.
+// not could block the loop on a slow disk. `verified` is false for a yes from cachestat alone,
+// where the file system refuses RWF_NOWAIT (FUSE): such a yes may not outlive the moment.
+struct PageCacheAnswer {
+  bool cached;
+  bool verified;
+};
+PageCacheAnswer AskPageCache(int fd, uint64_t offset, uint64_t length);
 bool PagesCached(int fd, uint64_t offset, uint64_t length);
 // The fallback alone (where cachestat is refused), for tests.
 bool PagesCachedByReading(int fd, uint64_t offset, uint64_t length);
+
+// PagesCached with a short memory (--page-cache-trust-ms): a verified yes for a range of a file is
+// trusted for trust_ms, so a hot file's next chunks and next requests send inline without asking
+// again (two to four system calls per 256 KiB chunk otherwise). The price: a page reclaimed within
+// the window is read by sendfile on the shard's thread. A yes is not kept from a file system that
+// cannot say a page is still being read (FUSE drops a file's pages whenever it is opened again),
+// and the owner forgets an fd when it closes it, since the number may name another file next.
+// One range per slot, fds mapped to slots directly (a shard's fds are small and dense), so no
+// allocation: a slot taken by another fd only means the next chunk asks again. trust_ms 0: ask
+// every time.
+//
+//   ResidentFiles resident(100);
+//   if (resident.Cached(file_fd, offset, chunk, loop_now_ms)) sendfile(...);
+//   resident.Forget(file_fd);            // before the fd is closed
+class ResidentFiles {
+ public:
+  using Ask = PageCacheAnswer (*)(int fd, uint64_t offset, uint64_t length);
+  explicit ResidentFiles(int64_t trust_ms, Ask ask = &AskPageCache) : trust_ms_(trust_ms), ask_(ask) {}
+  bool Cached(int fd, uint64_t offset, uint64_t length, int64_t now_ms);
+  void Forget(int fd);
+  uint64_t asks() const { return asks_; }  // answers that were not trusted, but asked for
+
+ private:
+  struct Entry {
+    int fd = -1;
+    uint64_t begin = 0;  // [begin, end) was found cached,
+    uint64_t end = 0;
+    int64_t until_ms = 0;  // and is trusted until then
+  };
+  static constexpr uint32_t kSlots = 256;
+  int64_t trust_ms_;
+  Ask ask_;
+  uint64_t asks_ = 0;
+  Entry slots_[kSlots];
+};
 
 // File transfers that needed the disk, by (file fd, the offset their next chunk starts at): such
 // a transfer's next chunks go the cold way too (uring: splice on io-wq; epoll: read ahead on a

@@ -93,3 +93,82 @@ TEST(ColdTransfers, ManyTransfersAtOnceMostlyKeepTheirNotes) {
 
 }  // namespace
 }  // namespace ringd::io::internal
+
+namespace ringd::io::internal {
+namespace {
+
+// ResidentFiles against a scripted page cache: what it answers, and how often it was asked.
+PageCacheAnswer scripted_answer{true, true};
+int scripted_asks = 0;
+PageCacheAnswer Scripted(int, uint64_t, uint64_t) {
+  ++scripted_asks;
+  return scripted_answer;
+}
+
+class ResidentFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    scripted_answer = {true, true};
+    scripted_asks = 0;
+  }
+  ResidentFiles resident_{100, &Scripted};
+};
+
+TEST_F(ResidentFilesTest, AYesIsTrustedForItsRangeUntilItExpires) {
+  EXPECT_TRUE(resident_.Cached(5, 0, 256 << 10, 1000));
+  EXPECT_EQ(scripted_asks, 1);
+  scripted_answer = {false, true};  // evicted since: the window's price
+  EXPECT_TRUE(resident_.Cached(5, 4096, 8192, 1099));
+  EXPECT_EQ(scripted_asks, 1);
+  EXPECT_FALSE(resident_.Cached(5, 0, 256 << 10, 1100)) << "trusted past its window";
+  EXPECT_EQ(scripted_asks, 2);
+  EXPECT_EQ(resident_.asks(), 2u);
+}
+
+TEST_F(ResidentFilesTest, AdjacentChunksGrowOneRangeUnderTheFirstDeadline) {
+  constexpr uint64_t kChunk = 256 << 10;
+  for (uint64_t i = 0; i < 16; ++i) EXPECT_TRUE(resident_.Cached(5, i * kChunk, kChunk, 1000 + i));
+  EXPECT_EQ(scripted_asks, 16);
+  EXPECT_TRUE(resident_.Cached(5, 0, 16 * kChunk, 1050)) << "the next request of the whole file";
+  EXPECT_EQ(scripted_asks, 16);
+  EXPECT_TRUE(resident_.Cached(5, 0, kChunk, 1100));
+  EXPECT_EQ(scripted_asks, 17) << "the grown range kept the first answer's deadline";
+  EXPECT_TRUE(resident_.Cached(6, 0, kChunk, 1100));
+  EXPECT_EQ(scripted_asks, 18) << "another fd asks for itself";
+}
+
+TEST_F(ResidentFilesTest, ARangeBeyondTheTrustedOneAsks) {
+  EXPECT_TRUE(resident_.Cached(5, 0, 4096, 1000));
+  scripted_answer = {false, true};
+  EXPECT_FALSE(resident_.Cached(5, 0, 8192, 1001));
+  EXPECT_FALSE(resident_.Cached(5, 1 << 20, 4096, 1001));
+  EXPECT_TRUE(resident_.Cached(5, 0, 4096, 1001)) << "a no does not undo the earlier yes";
+  EXPECT_EQ(scripted_asks, 3);
+}
+
+TEST_F(ResidentFilesTest, AForgottenFdAsksAgain) {
+  EXPECT_TRUE(resident_.Cached(5, 0, 4096, 1000));
+  resident_.Forget(5 + 256);  // the same slot, another fd: nothing of 5's is forgotten
+  EXPECT_TRUE(resident_.Cached(5, 0, 4096, 1000));
+  EXPECT_EQ(scripted_asks, 1);
+  resident_.Forget(5);
+  scripted_answer = {false, true};  // the number names another file now
+  EXPECT_FALSE(resident_.Cached(5, 0, 4096, 1000));
+}
+
+TEST_F(ResidentFilesTest, AYesThatCannotTellAPageStillBeingReadIsNotKept) {
+  scripted_answer = {true, false};  // cachestat's yes where RWF_NOWAIT is refused (FUSE)
+  EXPECT_TRUE(resident_.Cached(5, 0, 4096, 1000));
+  EXPECT_TRUE(resident_.Cached(5, 0, 4096, 1000));
+  EXPECT_EQ(scripted_asks, 2);
+}
+
+TEST_F(ResidentFilesTest, NoTrustAsksEveryTime) {
+  ResidentFiles ask_always(0, &Scripted);
+  EXPECT_TRUE(ask_always.Cached(5, 0, 4096, 1000));
+  EXPECT_TRUE(ask_always.Cached(5, 0, 4096, 1000));
+  EXPECT_EQ(scripted_asks, 2);
+}
+
+}  // namespace
+}  // namespace ringd::io::internal

@@ -108,6 +108,7 @@ class EpollLoop final : public Loop {
 
   bool Init(const LoopOptions& o, std::string* error) {
     options_ = o;
+    resident_ = internal::ResidentFiles(o.page_cache_trust_ms);
     epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
     event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (epoll_fd_ < 0 || event_fd_ < 0) {
@@ -227,6 +228,7 @@ class EpollLoop final : public Loop {
     RINGD_ASSERT_MSG(fd >= 0 && static_cast<uint64_t>(fd) < max_fds_, "close of fd %d", fd);
     FdState& st = fds_[fd];
     st = FdState{};  // closing removes it from the epoll set too
+    resident_.Forget(fd);  // the number may name another file next
     ::close(fd);
   }
 
@@ -271,7 +273,11 @@ class EpollLoop final : public Loop {
   // Queued file jobs are dropped; a job a worker is running finishes first.
   void Quiesce() override { workers_->Stop(); }
 
-  LoopStats Stats() const override { return stats_; }
+  LoopStats Stats() const override {
+    LoopStats s = stats_;
+    s.page_cache_asks = resident_.asks();
+    return s;
+  }
 
  private:
   struct FdState {
@@ -422,13 +428,14 @@ class EpollLoop final : public Loop {
           UpdateInterest(fd);
           return;
         }
-        // Ask the page cache before every sendfile, over exactly what it may read: pages warmed
-        // on a worker may since have been reclaimed, and read-ahead puts pages in the cache
-        // before their read ends; sendfile meeting either waits for the disk on this thread. A
-        // transfer that needed a worker has its next chunk warmed there first (ColdTransfers).
+        // Ask the page cache over exactly what sendfile may read (a yes is trusted for
+        // --page-cache-trust-ms): pages warmed on a worker may since have been reclaimed, and
+        // read-ahead puts pages in the cache before their read ends; sendfile meeting either
+        // waits for the disk on this thread. A transfer that needed a worker has its next chunk
+        // warmed there first (ColdTransfers).
         const uint64_t len = std::min(budget, WarmBytes(c));
         if (ask && (cold_.Take(c->file_fd, c->offset) ||
-                    !internal::PagesCached(c->file_fd, c->offset, len))) {
+                    !resident_.Cached(c->file_fd, c->offset, len, MonotonicMs()))) {
           c->more = false;
           fds_[fd].writer = nullptr;
           UpdateInterest(fd);
@@ -479,6 +486,7 @@ class EpollLoop final : public Loop {
   internal::CompletionQueue ready_;  // finished, callbacks not yet run
   internal::CompletionQueue held_;   // jobs waiting for room in the worker queue
   internal::ColdTransfers cold_;     // transfers whose next chunk is warmed on a worker at once
+  internal::ResidentFiles resident_{0};  // page-cache answers trusted for a while
   LoopStats stats_;
   uint64_t turn_ = 0;  // Poll calls so far: SendFile's per-turn budget
 };

@@ -118,6 +118,9 @@ struct LoopOptions {
   // fast large downloads (each next chunk starts from the last one's callback) hold the loop
   // while small requests wait (nginx's sendfile_max_chunk).
   uint64_t send_turn_bytes = 256 << 10;
+  // How long a "these pages are cached" answer is trusted before a file range is asked about
+  // again (internal::ResidentFiles); 0: ask before every inline send.
+  uint32_t page_cache_trust_ms = 100;
   bool send_zc = false;  // uring: IORING_OP_SEND_ZC for large buffers
   uint32_t send_zc_min_bytes = 8192;
   // The bypass tier (uring with direct descriptors): connections live in the ring's registered
@@ -174,6 +177,7 @@ struct LoopStats {
   uint64_t sendfile_bytes = 0;   // file body bytes sent with sendfile(2) (page-cache hits)
   uint64_t splice_bytes = 0;     // file body bytes spliced through the ring (uring tiers)
   uint64_t read_send_bytes = 0;  // file body bytes read into registered buffers, then sent (bypass)
+  uint64_t page_cache_asks = 0;  // times an inline send asked the page cache (not trusted)
   uint64_t send_zc = 0;          // zero-copy sends issued (--send-zc)
   uint64_t send_zc_fixed = 0;    // of which from registered buffers (IORING_RECVSEND_FIXED_BUF)
 };

@@ -784,6 +784,79 @@ TEST_P(LoopTest, EpollWarmsExactlyTheChunkItSends) {
   ::rmdir(dir);
 }
 
+// A file range found in the page cache is trusted (LoopOptions::page_cache_trust_ms) for its
+// next sends, but not past the file's close through the loop: the fd's number may name another
+// file next, one whose pages are not cached, and sending that inline would read the disk on the
+// shard's thread. Every backend that sends inline asks the page cache (LoopStats counts it).
+TEST_P(LoopTest, AFileFoundCachedIsNotTrustedPastItsClose) {
+  options_.bypass_sendfile = ProbeUring().fd_install;
+  if (GetParam().rfind("bypass", 0) == 0 && !options_.bypass_sendfile)
+    GTEST_SKIP() << "bypass sends inline only through an installed fd (IORING_OP_FIXED_FD_INSTALL)";
+  options_.page_cache_trust_ms = 600000;  // never expires within the test
+  SetUp();
+  if (IsSkipped()) return;
+  char dir[] = "/var/tmp/ringd-loop-test-XXXXXX";  // a disk, not tmpfs: pages can be dropped
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string content = Pattern(300 << 10, 3, 4091);
+  // Two files of the same bytes: "hot" stays in the page cache, "cold" is dropped from it.
+  const std::string hot = std::string(dir) + "/hot", cold = std::string(dir) + "/cold";
+  for (const std::string* path : {&hot, &cold}) {
+    const int w = ::open(path->c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(w, 0);
+    ASSERT_EQ(::write(w, content.data(), content.size()), static_cast<ssize_t>(content.size()));
+    ASSERT_EQ(::fdatasync(w), 0);
+    if (path == &cold) ::posix_fadvise(w, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(w);
+  }
+  std::vector<int> clients;
+  const std::vector<int> handles = Accepted(1, &clients);
+  ASSERT_EQ(handles.size(), 1u);
+  const auto send = [&](int file) {
+    std::string got;
+    std::thread reader([&] {
+      char buf[65536];
+      while (got.size() < content.size()) {
+        const ssize_t n = ::read(clients[0], buf, sizeof buf);
+        if (n <= 0) break;
+        got.append(buf, static_cast<size_t>(n));
+      }
+    });
+    Receiver done;
+    loop_->SendFile(handles[0], file, 0, content.size(), &done.c);
+    const bool finished = PollUntil([&] { return done.ends == 1; });
+    reader.join();
+    return finished && done.last_result == static_cast<int64_t>(content.size()) && got == content;
+  };
+
+  const int file = ::open(hot.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(file, 0);
+  const uint64_t asked = loop_->Stats().page_cache_asks;
+  ASSERT_TRUE(send(file));
+  EXPECT_GT(loop_->Stats().page_cache_asks, asked) << "the first send did not ask";
+  EXPECT_GE(loop_->Stats().sendfile_bytes, content.size()) << "a cached file was not sent inline";
+  const uint64_t asked_once = loop_->Stats().page_cache_asks;
+  ASSERT_TRUE(send(file));
+  EXPECT_EQ(loop_->Stats().page_cache_asks, asked_once) << "a trusted range was asked again";
+
+  // Closed through the loop; the cold file opened next most likely gets the same number.
+  loop_->Close(file);
+  for (int i = 0; i < 3; ++i) loop_->Poll(10);  // the uring tiers close through the ring
+  const int again = ::open(cold.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(again, 0);
+  fds_.push_back(again);
+  char byte;
+  iovec v{&byte, 1};
+  const bool dropped = ::preadv2(again, &v, 1, 0, RWF_NOWAIT) != 1;
+  ::unlink(hot.c_str());
+  ::unlink(cold.c_str());
+  ::rmdir(dir);
+  if (!dropped) GTEST_SKIP() << "/var/tmp cannot drop a file's pages here";
+  if (again != file) GTEST_SKIP() << "the fd number was not reused (" << again << ")";
+  ASSERT_TRUE(send(again));
+  EXPECT_GT(loop_->Stats().page_cache_asks, asked_once)
+      << "a closed fd's answer was trusted for the file its number names now";
+}
+
 TEST_P(LoopTest, OpenStatsIntoTheCallersFileStat) {
   char dir[] = "/tmp/ringd-loop-test-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);

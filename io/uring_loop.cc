@@ -39,6 +39,7 @@ UringLoop::~UringLoop() {
 
 bool UringLoop::Init(const LoopOptions& o, std::string* error) {
   options_ = o;
+  resident_ = internal::ResidentFiles(o.page_cache_trust_ms);
   direct_ = o.direct_descriptors;
   io_uring_params p{};
   if (o.sqpoll) {
@@ -306,6 +307,7 @@ void UringLoop::Close(int fd) {
     }
     return CloseSlot(slot);
   }
+  resident_.Forget(fd);  // the number may name another file next
   io_uring_sqe* sqe = Sqe();
   io_uring_prep_close(sqe, fd);
   io_uring_sqe_set_data(sqe, nullptr);
@@ -400,6 +402,7 @@ void UringLoop::Poll(int timeout_ms) {
 
 LoopStats UringLoop::Stats() const {
   LoopStats s = stats_;
+  s.page_cache_asks = resident_.asks();
   s.pipes_in_use = 0;
   for (const Pipe& p : pipes_) s.pipes_in_use += p.busy ? 1 : 0;
   return s;

@@ -167,7 +167,7 @@ bool UringLoop::SendCached(Completion* c) {
       return true;
     }
     const uint64_t chunk = std::min({c->remaining, kInlineChunk, budget});
-    if (!internal::PagesCached(c->file_fd, c->offset, chunk))
+    if (!resident_.Cached(c->file_fd, c->offset, chunk, MonotonicMs()))
       return c->done > 0 ? (Splice(c), true) : false;
     off_t off = static_cast<off_t>(c->offset);
     const ssize_t n = ::sendfile(sock, c->file_fd, &off, chunk);

@@ -301,6 +301,10 @@ const std::vector<Flag>& Flags() {
                "file bytes one connection sends per turn of its shard's loop before the others "
                "get theirs, like nginx's sendfile_max_chunk (default 262144)",
                &Config::send_turn_bytes, 16384, 1 << 30),
+      UintFlag("page-cache-trust-ms",
+               "how long a file range found in the page cache is trusted before a send of it asks "
+               "the page cache again; 0 asks before every send (default 100)",
+               &Config::page_cache_trust_ms, 0, 60000),
       Flag{"send-order",
            "srpt (shortest remaining response first, with --send-slots and an aging bound) or "
            "fair (every body at once: the kernel shares the bandwidth) (default fair)",

@@ -92,6 +92,8 @@ struct Config {
   bool send_zc = false;  // uring: IORING_OP_SEND_ZC for sends of at least send_zc_min_bytes
   uint32_t send_zc_min_bytes = 8192;
   uint32_t send_turn_bytes = 256 << 10;  // file bytes per connection per loop turn
+  // A page-cache hit for a file range is trusted this long before an inline send asks again.
+  uint32_t page_cache_trust_ms = 100;
   // Send scheduling (server/send_queue.h): shortest remaining response first, at most
   // send_slots long bodies in flight per shard; responses with at most send_short_bytes left
   // never wait; a body that waited send_max_wait_ms goes at once. false: every body sends at
