@@ -2,6 +2,9 @@
 // a partial send, and asking whether a file range is in the page cache.
 #pragma once
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <cstddef>
@@ -15,6 +18,7 @@ namespace ringd::io::internal {
 // Resets the backend's view of `c` for a new operation.
 inline void BeginOp(Completion* c, Op op, int fd) {
   RINGD_ASSERT(!c->in_flight);  // one operation per Completion at a time
+  RINGD_ASSERT(!c->corked);     // every SendFile uncorks its socket when it ends
   c->op = op;
   c->fd = fd;
   c->in_flight = true;
@@ -33,6 +37,29 @@ inline uint64_t TurnBudget(Completion* c, uint64_t turn, uint64_t per_turn) {
     c->turn_bytes = 0;
   }
   return c->turn_bytes < per_turn ? per_turn - c->turn_bytes : 0;
+}
+
+// TCP_CORK around a body's inline sendfiles (nginx's tcp_nopush). A sendfile that stops short on
+// a full socket, or whose length ends inside a segment, pushes out a partial segment when it
+// returns; corked, the socket sends only whole segments until the body's last byte is queued,
+// and uncorking pushes the rest at once. Measured on 4 MiB bodies over loopback: 32 -> 24 packets
+// per MiB, +12-14% throughput (docs/PERFORMANCE.md, "Whole segments"). A body that fits in one
+// segment gains nothing, so it skips the two setsockopt calls; a socket that is not TCP (tests'
+// socket pairs) refuses the option and stays as it is.
+constexpr uint64_t kCorkMinBytes = 64 << 10;
+
+inline void CorkBody(Completion* c, int sock) {
+  if (c->corked || c->done + c->remaining < kCorkMinBytes) return;
+  const int on = 1;
+  c->corked = ::setsockopt(sock, IPPROTO_TCP, TCP_CORK, &on, sizeof on) == 0;
+}
+
+// Before a SendFile ends, or leaves the inline path for a splice (which does not cork).
+inline void UncorkBody(Completion* c, int sock) {
+  if (!c->corked) return;
+  const int off = 0;
+  ::setsockopt(sock, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
+  c->corked = false;
 }
 
 // Moves c->iov / c->iovcnt past `sent` bytes that went out.

@@ -302,6 +302,9 @@ class EpollLoop final : public Loop {
   bool RunReady() {
     bool ran = false;
     while (Completion* c = ready_.Pop()) {
+      // A SendFile that ended another way (a worker's error, a cancel) uncorks here, so no
+      // socket stays corked into its next response.
+      if (c->corked) internal::UncorkBody(c, c->fd);
       c->in_flight = false;
       c->paused = false;
       c->result = c->pending_result;
@@ -441,6 +444,7 @@ class EpollLoop final : public Loop {
           UpdateInterest(fd);
           return Offload(c);
         }
+        if (options_.tcp_nopush) internal::CorkBody(c, fd);
         off_t off = static_cast<off_t>(c->offset);
         n = ::sendfile(fd, c->file_fd, &off, len);
         if (n == 0) break;  // the file ended early: truncated; the short result says so
@@ -469,6 +473,7 @@ class EpollLoop final : public Loop {
 
   void FinishWrite(Completion* c, int64_t result) {
     const int fd = c->fd;
+    internal::UncorkBody(c, fd);  // the body's last bytes go out now, not at the callback
     c->more = false;
     fds_[fd].writer = nullptr;
     UpdateInterest(fd);

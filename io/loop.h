@@ -61,6 +61,7 @@ struct Completion {
   bool paused = false;     // Recv: PauseRecv was called; no data callbacks until ResumeRecv
   bool armed = false;      // Recv (uring): a multishot receive is in the kernel
   bool polling = false;    // SendFile (uring): waiting for the socket to take more
+  bool corked = false;     // SendFile: TCP_CORK is on for this body's inline sendfiles
   int fd = -1;
   int file_fd = -1;
   // What the operation in flight works on (each operation sets its own before it starts).
@@ -121,6 +122,8 @@ struct LoopOptions {
   // How long a "these pages are cached" answer is trusted before a file range is asked about
   // again (internal::ResidentFiles); 0: ask before every inline send.
   uint32_t page_cache_trust_ms = 100;
+  // TCP_CORK while a body's inline sendfiles run (internal::CorkBody), as nginx's tcp_nopush.
+  bool tcp_nopush = true;
   bool send_zc = false;  // uring: IORING_OP_SEND_ZC for large buffers
   uint32_t send_zc_min_bytes = 8192;
   // The bypass tier (uring with direct descriptors): connections live in the ring's registered

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <linux/tcp.h>  // tcp_info with tcpi_data_segs_in (glibc's predates it)
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -674,6 +675,67 @@ TEST_P(LoopTest, SendFileToAClientThatDoesNotReadNeverHoldsTheLoop) {
   EXPECT_EQ(done.ends, 1);
   EXPECT_EQ(done.last_result, static_cast<int64_t>(content.size()));
   EXPECT_TRUE(got == content) << "the bytes differ from the file";
+  loop_->Close(handles[0]);
+  loop_->Poll(10);
+}
+
+// A body sent inline goes out in whole segments (TCP_CORK while its sendfiles run): a sendfile
+// that stops short on a full socket would otherwise push its partial last segment, and the
+// client counts every segment it receives. And the cork ends with the body: a small response
+// sent after it (without MSG_MORE) arrives at once, not after the kernel's 200 ms cork timer.
+TEST_P(LoopTest, AnInlineBodyGoesOutInWholeSegments) {
+  options_.bypass_sendfile = ProbeUring().fd_install;
+  if (GetParam().rfind("bypass", 0) == 0 && !options_.bypass_sendfile)
+    GTEST_SKIP() << "bypass sends inline only through an installed fd (IORING_OP_FIXED_FD_INSTALL)";
+  SetUp();
+  if (IsSkipped()) return;
+  std::vector<int> clients;
+  // Buffers far below the body: the socket fills again and again while it goes out.
+  const std::vector<int> handles = Accepted(1, &clients, 64 << 10);
+  ASSERT_EQ(handles.size(), 1u);
+  const std::string content = Pattern(4 << 20, 7, 1021);
+  const int file = TempFile(content);  // just written: in the page cache, so sent inline
+  ASSERT_GE(file, 0);
+  std::string got;
+  std::thread reader([&] {
+    char buf[16384];  // a reader smaller than a segment, as a client often is
+    while (got.size() < content.size() + 5) {
+      const ssize_t n = ::read(clients[0], buf, sizeof buf);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  });
+  const LoopStats before = loop_->Stats();
+  Receiver done;
+  loop_->SendFile(handles[0], file, 0, content.size(), &done.c);
+  ASSERT_TRUE(PollUntil([&] { return done.ends == 1; }));
+  EXPECT_EQ(done.last_result, static_cast<int64_t>(content.size()));
+  EXPECT_EQ(loop_->Stats().sendfile_bytes - before.sendfile_bytes, content.size())
+      << "the body did not go out inline";
+  char tail[] = "tail.";
+  iovec v{tail, 5};
+  struct Sent {
+    Completion c;
+    bool done = false;
+    static void On(Completion* c) { static_cast<Sent*>(c->owner)->done = !c->more; }
+  } sent;
+  sent.c.owner = &sent;
+  sent.c.callback = &Sent::On;
+  const auto start = std::chrono::steady_clock::now();
+  loop_->Send(handles[0], &v, 1, &sent.c);
+  ASSERT_TRUE(PollUntil([&] { return sent.done; }));
+  reader.join();
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(got == content + "tail.") << "the bytes differ";
+  EXPECT_LT(took, std::chrono::milliseconds(150)) << "the socket stayed corked after the body";
+  struct tcp_info info {};
+  socklen_t len = sizeof info;
+  ASSERT_EQ(::getsockopt(clients[0], IPPROTO_TCP, TCP_INFO, &info, &len), 0);
+  // Every segment full but the last of the body and the tail: a few more for the handshake's
+  // and window updates' odd ones.
+  const uint64_t whole = (content.size() + info.tcpi_rcv_mss - 1) / info.tcpi_rcv_mss;
+  EXPECT_LE(info.tcpi_data_segs_in, whole + whole / 20 + 4)
+      << "segments of " << info.tcpi_rcv_mss << " bytes: " << whole << " would do";
   loop_->Close(handles[0]);
   loop_->Poll(10);
 }

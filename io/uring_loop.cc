@@ -470,6 +470,9 @@ void UringLoop::Submit() {
 }
 
 void UringLoop::Finish(Completion* c, int64_t result) {
+  // A SendFile that ended on another path (its poll failed: the connection is going) uncorks
+  // here, so no socket stays corked into its next response.
+  if (c->corked) internal::UncorkBody(c, SocketFd(c->fd));
   c->in_flight = false;
   c->more = false;
   c->result = result;

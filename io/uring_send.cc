@@ -167,8 +167,11 @@ bool UringLoop::SendCached(Completion* c) {
       return true;
     }
     const uint64_t chunk = std::min({c->remaining, kInlineChunk, budget});
-    if (!resident_.Cached(c->file_fd, c->offset, chunk, MonotonicMs()))
+    if (!resident_.Cached(c->file_fd, c->offset, chunk, MonotonicMs())) {
+      internal::UncorkBody(c, sock);
       return c->done > 0 ? (Splice(c), true) : false;
+    }
+    if (options_.tcp_nopush) internal::CorkBody(c, sock);
     off_t off = static_cast<off_t>(c->offset);
     const ssize_t n = ::sendfile(sock, c->file_fd, &off, chunk);
     if (n > 0) {
@@ -185,9 +188,11 @@ bool UringLoop::SendCached(Completion* c) {
       WaitWritable(c);
       return true;
     }
+    internal::UncorkBody(c, sock);
     Ready(c, -errno);
     return true;
   }
+  internal::UncorkBody(c, sock);  // the body's last bytes go out now, not at the callback
   Ready(c, static_cast<int64_t>(c->done));
   return true;
 }

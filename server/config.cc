@@ -201,6 +201,10 @@ const std::vector<Flag>& Flags() {
                "with --sqpoll: one SQ thread per shard instead of one shared by all (default "
                "false)",
                &Config::sqpoll_per_shard),
+      BoolFlag("tcp-nopush",
+               "TCP_CORK while a file body goes out with sendfile, so it leaves in whole "
+               "segments, as nginx's tcp_nopush (default true)",
+               &Config::tcp_nopush),
       BoolFlag("bypass-sendfile",
                "bypass: a connection's first file body installs a process fd for its socket, so "
                "cached pages go out with sendfile, not spliced through io-wq (Linux 6.8; default "

@@ -40,6 +40,7 @@ struct Config {
   bool sqpoll = false;               // bypass only
   bool sqpoll_per_shard = false;     // one SQ thread per shard instead of one shared
   bool bypass_sendfile = true;       // bypass: sendfile cached bodies on an installed fd
+  bool tcp_nopush = true;            // TCP_CORK around a body's inline sendfiles
   uint64_t splice_min_bytes = 0;     // uring tiers: bodies this large always splice (0: never)
   uint32_t batch_wait_us = 0;        // uring tiers: a wait takes a batch (0: off)
   uint32_t busy_poll_us = 0;         // uring tiers: NAPI busy polling while waiting (0: off)

@@ -121,6 +121,7 @@ bool Shard::Setup() {
   lo.send_zc_min_bytes = config_.send_zc_min_bytes;
   lo.send_turn_bytes = config_.send_turn_bytes;
   lo.page_cache_trust_ms = config_.page_cache_trust_ms;
+  lo.tcp_nopush = config_.tcp_nopush;
   lo.worker_threads = config_.workers;
   lo.direct_files = config_.max_connections + kSpareSlots;  // bypass: the file table
   lo.sqpoll = config_.sqpoll;

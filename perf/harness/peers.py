@@ -217,6 +217,9 @@ _ENTRIES = [
     # Bodies from 1 MiB spliced even when cached (--splice-min-bytes): see docs/PERFORMANCE.md.
     Peer("ringd-uring-splice-1m", ringd("uring", "--splice-min-bytes", "1048576"),
          scenarios=frozenset({"large", "mixed"})),
+    # No TCP_CORK around bodies (--tcp-nopush=false): partial segments wherever a sendfile stops.
+    Peer("ringd-bypass-push", ringd("bypass", "--max-connections", "15000", "--tcp-nopush=false"),
+         scenarios=frozenset({"large", "mixed", "mixed-at-rate"})),
     # Every inline send asks the page cache first (--page-cache-trust-ms 0), as before the trust window.
     Peer("ringd-uring-trust0", ringd("uring", "--page-cache-trust-ms", "0"),
          scenarios=frozenset({"large", "mixed", "mixed-at-rate"}) | _COLD),
