@@ -156,6 +156,7 @@ def run_one(ctx, server, scenario, serve_root):
     # A load generator that does not finish in time is stopped, and the run is recorded as failed
     # rather than stalling the whole harness.
     killer = threading.Timer(args.duration + 90, proc.kill)
+    killer.daemon = True  # a run interrupted here (^C, SIGTERM) exits at once, not after the timer
     killer.start()
     for line in proc.stdout:
         if line.startswith("IDLE_READY"):

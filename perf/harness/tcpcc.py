@@ -34,11 +34,14 @@ def _read(path):
         return f.read().strip()
 
 
-def _write(path, value):
+def _write(path, value, durable=False):
+    """durable: the record, which must survive a crash; procfs refuses fsync (EINVAL) after the
+    write has taken effect, so the setting itself is not synced."""
     with open(path, "w") as f:
         f.write(value + "\n")
         f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())
 
 
 class _SignalsHeld:
@@ -128,7 +131,7 @@ class CongestionControl:
                      (want, " ".join(offered) or "none listed"))
         try:
             with _SignalsHeld():
-                _write(self.record, self.machine)
+                _write(self.record, self.machine, durable=True)
                 try:
                     _write(self.setting, want)
                 except OSError:

@@ -81,6 +81,24 @@ class TcpccTest(unittest.TestCase):
             self.assertFalse(os.path.exists(self.record))
         self.assertIn(cc.why_not, cc.describe())
 
+    def test_a_procfs_setting_is_written_and_put_back(self):
+        # procfs refuses fsync after a write has taken effect (EINVAL): the harness once took
+        # that for a refusal, left the machine's setting changed and did not put it back. This
+        # process's own name is a procfs file it may write.
+        os.unlink(self.setting)
+        os.symlink("/proc/self/comm", self.setting)
+        with open(self.setting) as f:
+            name = f.read().strip()
+        try:
+            with self.cc("cubic") as cc:
+                self.assertIsNone(cc.why_not)
+                self.assertEqual(cc.used, "cubic")
+                self.assertEqual(self.current(), "cubic")
+            self.assertEqual(self.current(), name)
+        finally:
+            with open("/proc/self/comm", "w") as f:
+                f.write(name)
+
     def test_a_second_run_is_refused_while_one_holds_it(self):
         with self.cc("cubic"):
             with self.assertRaises(tcpcc.Busy):
