@@ -71,7 +71,9 @@ PageCacheAnswer AskPageCache(int fd, uint64_t offset, uint64_t length) {
     // EPERM: cachestat answers only to the file's owner or a writer (a shard running as
     // --user over someone else's files). Ask the page cache by reading instead.
   }
-  return {PagesCachedByReading(fd, offset, length), true};
+  // The reading fallback looks at the range's start and its last byte only: not to be trusted
+  // beyond this answer.
+  return {PagesCachedByReading(fd, offset, length), false};
 }
 
 bool PagesCached(int fd, uint64_t offset, uint64_t length) {

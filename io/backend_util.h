@@ -110,7 +110,8 @@ struct CompletionQueue {
 // cache with its read still in flight); else a preadv2 with RWF_NOWAIT of the range's start (up
 // to 64 KiB) and its last byte. Any failure counts as "not cached": reading inline a file that is
 // not could block the loop on a slow disk. `verified` is false for a yes from cachestat alone,
-// where the file system refuses RWF_NOWAIT (FUSE): such a yes may not outlive the moment.
+// where the file system refuses RWF_NOWAIT (FUSE), and for the fallback's, which reads only the
+// range's ends: such a yes may not outlive the moment.
 struct PageCacheAnswer {
   bool cached;
   bool verified;

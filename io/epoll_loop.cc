@@ -302,8 +302,9 @@ class EpollLoop final : public Loop {
   bool RunReady() {
     bool ran = false;
     while (Completion* c = ready_.Pop()) {
-      // A SendFile that ended another way (a worker's error, a cancel) uncorks here, so no
-      // socket stays corked into its next response.
+      // Every SendFile ends here, whatever ended it (its last byte, an error, a worker's error,
+      // a cancel), so no socket stays corked into its next response; uncorking pushes the
+      // body's last partial segment out.
       if (c->corked) internal::UncorkBody(c, c->fd);
       c->in_flight = false;
       c->paused = false;
@@ -442,6 +443,7 @@ class EpollLoop final : public Loop {
           c->more = false;
           fds_[fd].writer = nullptr;
           UpdateInterest(fd);
+          internal::UncorkBody(c, fd);  // what is queued goes out while the worker reads
           return Offload(c);
         }
         if (options_.tcp_nopush) internal::CorkBody(c, fd);
@@ -473,7 +475,6 @@ class EpollLoop final : public Loop {
 
   void FinishWrite(Completion* c, int64_t result) {
     const int fd = c->fd;
-    internal::UncorkBody(c, fd);  // the body's last bytes go out now, not at the callback
     c->more = false;
     fds_[fd].writer = nullptr;
     UpdateInterest(fd);

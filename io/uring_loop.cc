@@ -470,8 +470,9 @@ void UringLoop::Submit() {
 }
 
 void UringLoop::Finish(Completion* c, int64_t result) {
-  // A SendFile that ended on another path (its poll failed: the connection is going) uncorks
-  // here, so no socket stays corked into its next response.
+  // Every SendFile ends here, whatever ended it (its last byte, an error, a failed poll, a
+  // cancel), so no socket stays corked into its next response; uncorking pushes the body's
+  // last partial segment out.
   if (c->corked) internal::UncorkBody(c, SocketFd(c->fd));
   c->in_flight = false;
   c->more = false;

@@ -188,11 +188,9 @@ bool UringLoop::SendCached(Completion* c) {
       WaitWritable(c);
       return true;
     }
-    internal::UncorkBody(c, sock);
-    Ready(c, -errno);
+    Ready(c, -errno);  // Finish uncorks
     return true;
   }
-  internal::UncorkBody(c, sock);  // the body's last bytes go out now, not at the callback
   Ready(c, static_cast<int64_t>(c->done));
   return true;
 }

@@ -5,6 +5,7 @@ server's CPU time, memory, threads, context switches and packets sampled around 
     s = servers.start(PEERS["nginx"], root)
     r = run_one(ctx, s, scenario, serve_root)      # a Result
 """
+import glob
 import os
 import resource
 import signal
@@ -101,6 +102,15 @@ class Servers:
                 os.killpg(s.proc.pid, signal.SIGKILL)
                 s.proc.wait()
         self.running = {}
+        remove_access_logs(self.confdir)
+
+
+def remove_access_logs(confdir):
+    """The servers with an access log on write it beside their configs; a full run leaves
+    hundreds of MB there (367 MB once), and the results folder is checked in. Their cost is
+    measured; their lines are not needed."""
+    for name in glob.glob(os.path.join(confdir, "*-access.log*")):
+        os.unlink(name)
 
 
 class RunCtx:

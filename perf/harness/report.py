@@ -214,4 +214,24 @@ def check(outdir):
             xml.dom.minidom.parse(os.path.join(outdir, chart))
         except Exception as e:  # any parse failure is a problem to report, not to raise
             problems.append("%s: %s" % (chart, e))
+    problems += too_large(outdir)
     return problems
+
+
+# A results folder is checked in: a whole run's is about 0.4 MB. A server's access log left in it
+# once made a run 360 MB, past what a submission may carry.
+MAX_RESULTS_BYTES = 8 << 20
+
+
+def too_large(outdir):
+    sizes = []
+    for dirpath, _, files in os.walk(outdir):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            sizes.append((os.path.getsize(path), os.path.relpath(path, outdir)))
+    total = sum(size for size, _ in sizes)
+    if total <= MAX_RESULTS_BYTES:
+        return []
+    size, name = max(sizes)
+    return ["the folder holds %.1f MB, more than %d MB to check in (largest: %s, %.1f MB)" % (
+        total / 1e6, MAX_RESULTS_BYTES >> 20, name, size / 1e6)]

@@ -55,6 +55,14 @@ class ReportTest(unittest.TestCase):
         self.assertIn("names a path of this machine", problems)
         self.assertIn("cold.svg", problems)
 
+    def test_check_finds_a_folder_too_large_to_check_in(self):
+        report.write(self.dir)
+        os.makedirs(os.path.join(self.dir, "servers"))
+        with open(os.path.join(self.dir, "servers", "ringd-access.log"), "wb") as f:
+            f.truncate(report.MAX_RESULTS_BYTES + 1)
+        problems = "\n".join(report.check(self.dir))
+        self.assertIn("more than 8 MB to check in (largest: servers/ringd-access.log", problems)
+
     def test_check_without_raw_json(self):
         os.unlink(os.path.join(self.dir, "raw.json"))
         self.assertTrue(report.check(self.dir)[0].startswith("raw.json"))

@@ -45,11 +45,33 @@ def _write(path, value, durable=False):
 
 
 class _SignalsHeld:
+    """SIGINT, SIGTERM and SIGHUP wait while the setting and its record are written; one that
+    came meanwhile is raised (KeyboardInterrupt) once they agree again. Main thread only."""
+
     def __enter__(self):
-        self.old = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+        self.pending = None
+        self.old = {s: signal.signal(s, self._defer) for s in HELD}
+
+    def _defer(self, signum, frame):
+        self.pending = signum
+
+    def __exit__(self, exc_type, *exc):
+        for s, h in self.old.items():
+            signal.signal(s, h)
+        if self.pending is not None and exc_type is None:
+            raise KeyboardInterrupt("signal %d" % self.pending)
+
+
+class _SignalsIgnored:
+    """While the machine's setting is put back, a second ^C or SIGTERM cannot stop it halfway
+    (CPython drops a signal still pending for a handler that is now SIG_IGN)."""
+
+    def __enter__(self):
+        self.old = {s: signal.signal(s, signal.SIG_IGN) for s in HELD}
 
     def __exit__(self, *exc):
-        signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
+        for s, h in self.old.items():
+            signal.signal(s, h)
 
 
 class CongestionControl:
@@ -84,21 +106,21 @@ class CongestionControl:
             self.machine = self.used = _read(self.setting)
             if self.want not in (MACHINE, self.machine):
                 self._set(self.want)
-        except BaseException:
-            self._unlock()
+        except BaseException:  # a signal held while the setting changed comes out here
+            self.__exit__(None, None, None)
             raise
         return self
 
     def __exit__(self, *exc):
-        try:
-            if self._changed:
-                with _SignalsHeld():
+        with _SignalsIgnored():
+            try:
+                if self._changed:
                     _write(self.setting, self.machine)
                     os.unlink(self.record)
                     self._changed = False
-                self.log("perf: tcp_congestion_control back to %s" % self.machine)
-        finally:
-            self._unlock()
+                    self.log("perf: tcp_congestion_control back to %s" % self.machine)
+            finally:
+                self._unlock()
 
     def describe(self):
         if self.used == self.machine:

@@ -137,6 +137,32 @@ class TcpccTest(unittest.TestCase):
         self.assertEqual(self.current(), "bbr")
         self.assertFalse(os.path.exists(self.record))
 
+    def test_a_signal_while_the_setting_changes_puts_it_back(self):
+        # SIGTERM arrives between the record's write and the setting's: it waits, then unwinds
+        # the run, and the machine's setting comes back.
+        script = textwrap.dedent("""
+            import os, signal, sys
+            sys.path.insert(0, %r)
+            from harness import tcpcc
+            tcpcc.unwind_on_termination()
+            write = tcpcc._write
+            def write_then_signal(path, value, durable=False):
+                write(path, value, durable)
+                if durable:  # the record: the setting is written next
+                    os.kill(os.getpid(), signal.SIGTERM)
+            tcpcc._write = write_then_signal
+            try:
+                with tcpcc.CongestionControl("cubic", print, sysctl_dir=%r, record=%r):
+                    print("ran", flush=True)
+            except KeyboardInterrupt:
+                print("interrupted", flush=True)
+        """ % (os.path.dirname(os.path.dirname(os.path.abspath(tcpcc.__file__))), self.dir, self.record))
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+        self.assertIn("interrupted", out.stdout, out.stderr)
+        self.assertNotIn("ran", out.stdout)
+        self.assertEqual(self.current(), "bbr")
+        self.assertFalse(os.path.exists(self.record))
+
     def test_sigkill_is_mended_by_the_next_run(self):
         p = self.holder(unwind=False)
         p.kill()
