@@ -211,6 +211,25 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
     return all ? acceptor.handles : std::vector<int>{};
   }
 
+  // A whole file (`content`) sent on the connection `handle` while `client` reads it; true when
+  // it arrived whole, in order.
+  bool SendWhole(int handle, int client, int file, const std::string& content) {
+    std::string got;
+    std::thread reader([&] {
+      char buf[65536];
+      while (got.size() < content.size()) {
+        const ssize_t n = ::read(client, buf, sizeof buf);
+        if (n <= 0) break;
+        got.append(buf, static_cast<size_t>(n));
+      }
+    });
+    Receiver done;
+    loop_->SendFile(handle, file, 0, content.size(), &done.c);
+    const bool finished = PollUntil([&] { return done.ends == 1; });
+    reader.join();
+    return finished && done.last_result == static_cast<int64_t>(content.size()) && got == content;
+  }
+
   // Whether this backend sends cached bodies inline with sendfile (bypass only through an fd
   // installed for the socket: then it turns that on for the next SetUp).
   static constexpr const char* kNoInlineSends =
@@ -587,22 +606,8 @@ TEST_P(LoopTest, BypassCachedBodiesGoOutWithSendfileOnAnInstalledFd) {
   const int big_fd = TempFile(big);
   ASSERT_GE(small_fd, 0);
   ASSERT_GE(big_fd, 0);
-  // One body to one connection; true when it arrived whole, in order.
   const auto send = [&](int conn, int file, const std::string& content) {
-    std::string got;
-    std::thread reader([&] {
-      char buf[65536];
-      while (got.size() < content.size()) {
-        const ssize_t n = ::read(clients[conn], buf, sizeof buf);
-        if (n <= 0) break;
-        got.append(buf, static_cast<size_t>(n));
-      }
-    });
-    Receiver done;
-    loop_->SendFile(handles[conn], file, 0, content.size(), &done.c);
-    const bool finished = PollUntil([&] { return done.ends == 1; });
-    reader.join();
-    return finished && done.last_result == static_cast<int64_t>(content.size()) && got == content;
+    return SendWhole(handles[conn], clients[conn], file, content);
   };
 
   const int fds_before = OpenFds();
@@ -881,22 +886,7 @@ TEST_P(LoopTest, AFileFoundCachedIsNotTrustedPastItsClose) {
   std::vector<int> clients;
   const std::vector<int> handles = Accepted(1, &clients);
   ASSERT_EQ(handles.size(), 1u);
-  const auto send = [&](int file) {
-    std::string got;
-    std::thread reader([&] {
-      char buf[65536];
-      while (got.size() < content.size()) {
-        const ssize_t n = ::read(clients[0], buf, sizeof buf);
-        if (n <= 0) break;
-        got.append(buf, static_cast<size_t>(n));
-      }
-    });
-    Receiver done;
-    loop_->SendFile(handles[0], file, 0, content.size(), &done.c);
-    const bool finished = PollUntil([&] { return done.ends == 1; });
-    reader.join();
-    return finished && done.last_result == static_cast<int64_t>(content.size()) && got == content;
-  };
+  const auto send = [&](int file) { return SendWhole(handles[0], clients[0], file, content); };
 
   const int file = ::open(hot.c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(file, 0);

@@ -217,6 +217,11 @@ _ENTRIES = [
     # Bodies from 1 MiB spliced even when cached (--splice-min-bytes): see docs/PERFORMANCE.md.
     Peer("ringd-uring-splice-1m", ringd("uring", "--splice-min-bytes", "1048576"),
          scenarios=frozenset({"large", "mixed"})),
+    # Longer send turns (--send-turn-bytes): bigger bursts per connection, longer loop turns.
+    Peer("ringd-bypass-turn1m", ringd("bypass", "--max-connections", "15000", "--send-turn-bytes", "1048576"),
+         scenarios=frozenset({"large", "mixed", "mixed-at-rate"})),
+    Peer("ringd-bypass-turn2m", ringd("bypass", "--max-connections", "15000", "--send-turn-bytes", "2097152"),
+         scenarios=frozenset({"large", "mixed", "mixed-at-rate"})),
     # No TCP_CORK around bodies (--tcp-nopush=false): partial segments wherever a sendfile stops.
     Peer("ringd-bypass-push", ringd("bypass", "--max-connections", "15000", "--tcp-nopush=false"),
          scenarios=frozenset({"large", "mixed", "mixed-at-rate"})),
