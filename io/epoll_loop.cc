@@ -227,7 +227,7 @@ class EpollLoop final : public Loop {
   void Close(int fd) override {
     RINGD_ASSERT_MSG(fd >= 0 && static_cast<uint64_t>(fd) < max_fds_, "close of fd %d", fd);
     FdState& st = fds_[fd];
-    st = FdState{};  // closing removes it from the epoll set too
+    st = FdState{};        // closing removes it from the epoll set too
     resident_.Forget(fd);  // the number may name another file next
     ::close(fd);
   }
@@ -489,9 +489,9 @@ class EpollLoop final : public Loop {
   uint64_t max_fds_ = 0;
   char* scratch_ = nullptr;
   std::unique_ptr<WorkerPool> workers_;
-  internal::CompletionQueue ready_;  // finished, callbacks not yet run
-  internal::CompletionQueue held_;   // jobs waiting for room in the worker queue
-  internal::ColdTransfers cold_;     // transfers whose next chunk is warmed on a worker at once
+  internal::CompletionQueue ready_;      // finished, callbacks not yet run
+  internal::CompletionQueue held_;       // jobs waiting for room in the worker queue
+  internal::ColdTransfers cold_;         // transfers whose next chunk is warmed on a worker at once
   internal::ResidentFiles resident_{0};  // page-cache answers trusted for a while
   LoopStats stats_;
   uint64_t turn_ = 0;  // Poll calls so far: SendFile's per-turn budget

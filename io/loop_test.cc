@@ -4,8 +4,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <linux/tcp.h>  // tcp_info with tcpi_data_segs_in (glibc's predates it)
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
