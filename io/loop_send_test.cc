@@ -1,0 +1,464 @@
+// The Loop contract for file bodies, on every backend: SendFile takes turns and arrives whole,
+// splices without descriptors fail, bypass's body buffers and installed fds, a client that does
+// not read never holds the loop, inline bodies leave in whole segments, epoll warms exactly the
+// chunk it sends, and a page-cache answer is not trusted past its file's close.
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/tcp.h>  // tcp_info with tcpi_data_segs_in (glibc's predates it)
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "io/loop_test_fixture.h"
+
+namespace ringd::io::loop_test {
+namespace {
+
+int OpenFds() {
+  int n = 0;
+  for (int fd = 0; fd < 4096; ++fd) n += ::fcntl(fd, F_GETFD) >= 0 ? 1 : 0;
+  return n;
+}
+
+// A SendFile larger than a turn's budget goes out in turns, resumed from the loop, and arrives
+// whole and in order.
+TEST_P(LoopTest, SendFileTakesTurnsAndArrivesWhole) {
+  options_.send_turn_bytes = 64 << 10;
+  SetUp();
+  if (IsSkipped()) return;
+  constexpr size_t kSize = 1 << 20;
+  const std::string content = Pattern(kSize, 7, 4096);
+  const int file = TempFile(content);
+  ASSERT_GE(file, 0);
+  auto [ours, theirs] = Pair();
+  // With room for the whole file in the socket, only the budget can make SendFile wait for the
+  // next Poll. Raising the buffer past net.core.wmem_max needs CAP_NET_ADMIN; without it the
+  // socket fills up too, and only the bytes are checked.
+  const int big = 8 << 20;
+  const bool roomy = ::setsockopt(ours, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big) == 0;
+  std::string got;
+  std::thread reader([&, fd = theirs] {
+    char buf[65536];
+    const int flags = ::fcntl(fd, F_GETFL);
+    ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    while (got.size() < kSize) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  });
+  Receiver done;  // reused for its callback: one call with more == false
+  loop_->SendFile(ours, file, 0, kSize, &done.c);
+  int polls = 0;
+  while (done.ends == 0 && polls < 20000) {
+    loop_->Poll(10);
+    ++polls;
+  }
+  reader.join();
+  EXPECT_EQ(done.ends, 1);
+  EXPECT_EQ(done.last_result, static_cast<int64_t>(kSize));
+  EXPECT_TRUE(got == content) << "the bytes that arrived differ from the file";
+  // 16 turns: the first inside SendFile itself, then one per Poll at most.
+  if (roomy) {
+    EXPECT_GE(polls, static_cast<int>(kSize / options_.send_turn_bytes) - 1)
+        << "no more than a turn's budget goes out per Poll";
+  }
+}
+
+// uring: a SendFile that must splice (its pages are not cached) while no pipe can be created
+// (out of descriptors) and none is busy fails with the error. It used to wait for a pipe that
+// no one would ever return, and its connection was never freed.
+TEST_P(LoopTest, SpliceWithoutDescriptorsForAPipeFails) {
+  if (GetParam() != "uring") GTEST_SKIP() << "only the uring backend splices through pipes";
+  const char* dir = std::getenv("TEST_TMPDIR");  // not tmpfs: its pages can be evicted
+  const int file = TempFile(std::string(1 << 20, 'z'), dir != nullptr ? dir : "/var/tmp");
+  ASSERT_GE(file, 0);
+  ::fsync(file);
+  ::posix_fadvise(file, 0, 0, POSIX_FADV_DONTNEED);
+  char probe;
+  iovec v{&probe, 1};
+  if (::preadv2(file, &v, 1, 0, RWF_NOWAIT) == 1) {
+    GTEST_SKIP() << "cannot evict the file from the page cache here";
+  }
+  auto [ours, theirs] = Pair();
+  (void)theirs;
+  // No descriptor can be created from here on.
+  rlimit saved{};
+  ::getrlimit(RLIMIT_NOFILE, &saved);
+  const int next = ::dup(0);
+  ASSERT_GE(next, 0);
+  ::close(next);
+  rlimit tight = saved;
+  tight.rlim_cur = static_cast<rlim_t>(next);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  Receiver done;
+  loop_->SendFile(ours, file, 0, 1 << 20, &done.c);
+  const bool ended = PollUntil([&] { return done.ends > 0; });
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  ASSERT_TRUE(ended) << "the SendFile waits for a pipe forever";
+  EXPECT_EQ(done.last_result, -EMFILE);
+}
+
+// bypass: a file body goes to a direct socket through a registered body buffer (read, then
+// send) while one is free, and splices when none is; both arrive whole, and a file that is
+// shorter than asked (truncated under the sender) ends the transfer early with what it had.
+TEST_P(LoopTest, BypassBodiesGoThroughBodyBuffersThenSplice) {
+  if (GetParam().rfind("bypass", 0) != 0)
+    GTEST_SKIP() << "only the bypass tier reads bodies into body buffers";
+  options_.body_buffers = 1;
+  options_.body_buffer_size = 64 << 10;
+  SetUp();
+  if (IsSkipped()) return;
+  constexpr int kConns = 3;
+  std::vector<int> clients;
+  const std::vector<int> handles = Accepted(kConns, &clients);
+  ASSERT_EQ(handles.size(), static_cast<size_t>(kConns));
+
+  constexpr size_t kSize = (1 << 20) + 123;
+  const std::string content = Pattern(kSize, 13, 999);
+  const int file = TempFile(content);
+  ASSERT_GE(file, 0);
+  // The third asks for more than the file has: it ends early, with the whole file sent.
+  const size_t want[kConns] = {kSize, kSize, kSize + 5000};
+  std::string got[kConns];
+  std::vector<std::thread> readers;
+  for (int i = 0; i < kConns; ++i) {
+    readers.emplace_back([&, i] {
+      char buf[65536];
+      while (got[i].size() < kSize) {
+        const ssize_t n = ::read(clients[i], buf, sizeof buf);
+        if (n <= 0) break;
+        got[i].append(buf, static_cast<size_t>(n));
+      }
+    });
+  }
+  Receiver done[kConns];
+  for (int i = 0; i < kConns; ++i) loop_->SendFile(handles[i], file, 0, want[i], &done[i].c);
+  EXPECT_TRUE(PollUntil([&] {
+    for (const Receiver& d : done)
+      if (d.ends == 0) return false;
+    return true;
+  }));
+  for (std::thread& t : readers) t.join();
+  for (int i = 0; i < kConns; ++i) {
+    EXPECT_EQ(done[i].ends, 1) << i;
+    EXPECT_EQ(done[i].last_result, static_cast<int64_t>(kSize)) << i;
+    EXPECT_TRUE(got[i] == content) << "connection " << i << ": the bytes differ from the file";
+  }
+  const LoopStats st = loop_->Stats();
+  EXPECT_GE(st.read_send_bytes, kSize) << "no body went through the body buffer";
+  EXPECT_GE(st.splice_bytes, kSize) << "a body that found the buffer busy did not splice";
+  EXPECT_EQ(st.read_send_bytes + st.splice_bytes, 3 * kSize);
+  for (int h : handles) loop_->Close(h);
+  loop_->Poll(10);
+}
+
+// bypass with bypass_sendfile: a connection's first body installs a process fd for its socket
+// (once), cached pages go out with sendfile on it, and Close closes it. Bodies from
+// splice_min_bytes splice; a connection whose install is refused (EMFILE) splices too.
+TEST_P(LoopTest, BypassCachedBodiesGoOutWithSendfileOnAnInstalledFd) {
+  if (GetParam().rfind("bypass", 0) != 0)
+    GTEST_SKIP() << "only the bypass tier installs fds for its sockets";
+  static const bool usable = ProbeUring().fd_install;
+  if (!usable) GTEST_SKIP() << "IORING_OP_FIXED_FD_INSTALL is missing here (ringd --probe)";
+  options_.bypass_sendfile = true;
+  options_.splice_min_bytes = 2 << 20;
+  SetUp();
+  if (IsSkipped()) return;
+  std::vector<int> clients;
+  const std::vector<int> handles = Accepted(2, &clients);
+  ASSERT_EQ(handles.size(), 2u);
+
+  const std::string small = Pattern((1 << 20) + 123, 7, 991);  // under splice_min_bytes
+  const std::string big = Pattern((3 << 20) + 5, 11, 997);     // over it
+  const int small_fd = TempFile(small);
+  const int big_fd = TempFile(big);
+  ASSERT_GE(small_fd, 0);
+  ASSERT_GE(big_fd, 0);
+  const auto send = [&](int conn, int file, const std::string& content) {
+    return SendWhole(handles[conn], clients[conn], file, content);
+  };
+
+  const int fds_before = OpenFds();
+  LoopStats st = loop_->Stats();
+  ASSERT_TRUE(send(0, small_fd, small));
+  EXPECT_EQ(loop_->Stats().sendfile_bytes - st.sendfile_bytes, small.size());
+  EXPECT_EQ(loop_->Stats().splice_bytes, st.splice_bytes);
+  EXPECT_EQ(OpenFds(), fds_before + 1) << "no process fd was installed for the socket";
+  // The same connection again: its fd is reused, not installed twice.
+  ASSERT_TRUE(send(0, small_fd, small));
+  EXPECT_EQ(OpenFds(), fds_before + 1);
+  // A body from splice_min_bytes splices, cached or not (and leaves a pipe in the pool).
+  st = loop_->Stats();
+  ASSERT_TRUE(send(0, big_fd, big));
+  EXPECT_EQ(loop_->Stats().splice_bytes - st.splice_bytes, big.size());
+
+  // No fd to spare (RLIMIT_NOFILE at the lowest free fd number): the install is refused, and
+  // the body splices through the pipe the pool already has.
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const int open_now = OpenFds();
+  const int lowest_free = ::fcntl(small_fd, F_DUPFD_CLOEXEC, 0);
+  ASSERT_GE(lowest_free, 0);
+  ::close(lowest_free);
+  rlimit tight = saved;
+  tight.rlim_cur = static_cast<rlim_t>(lowest_free);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  st = loop_->Stats();
+  const bool refused_ok = send(1, small_fd, small);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_TRUE(refused_ok);
+  EXPECT_EQ(loop_->Stats().splice_bytes - st.splice_bytes, small.size());
+  EXPECT_EQ(OpenFds(), open_now);
+
+  // Closing the connections closes the installed fd with them (the pool keeps its pipe).
+  for (int h : handles) loop_->Close(h);
+  ASSERT_TRUE(PollUntil([&] { return OpenFds() == open_now - 1; }));
+}
+
+// A client that does not read never holds the loop: a body bigger than the socket's buffers
+// waits for room (POLL_ADD), whatever the path (inline sendfile, on bypass through an installed
+// fd; splice; epoll's sendfile), while Poll keeps returning; once the client reads, it all
+// arrives. (A blocking socket would hold the first Poll until the client's reader gives up.)
+TEST_P(LoopTest, SendFileToAClientThatDoesNotReadNeverHoldsTheLoop) {
+  options_.bypass_sendfile = ProbeUring().fd_install;
+  SetUp();
+  if (IsSkipped()) return;
+  std::vector<int> clients;
+  // Send buffers far below a turn's 256 KiB: a send waits for room within every turn.
+  const std::vector<int> handles = Accepted(1, &clients, 16 << 10);
+  ASSERT_EQ(handles.size(), 1u);
+  const std::string content = Pattern(8 << 20, 3, 1013);
+  const int file = TempFile(content);
+  ASSERT_GE(file, 0);
+  std::atomic<bool> drain{false};
+  std::string got;
+  std::thread reader([&] {
+    // Reads only when told to, or after 5 s (so that a loop held by a blocking send fails this
+    // test instead of hanging it).
+    for (int i = 0; i < 500 && !drain; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    char buf[65536];
+    while (got.size() < content.size()) {
+      const ssize_t n = ::read(clients[0], buf, sizeof buf);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  });
+  Receiver done;
+  const auto start = std::chrono::steady_clock::now();
+  loop_->SendFile(handles[0], file, 0, content.size(), &done.c);
+  for (int i = 0; i < 100; ++i) loop_->Poll(1);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, std::chrono::seconds(3)) << "a send waited for the client inside the loop";
+  EXPECT_EQ(done.ends, 0) << "8 MiB cannot have fit in the socket's buffers";
+  drain = true;
+  for (int i = 0; i < 1000 && done.ends == 0; ++i) loop_->Poll(10);
+  reader.join();
+  EXPECT_EQ(done.ends, 1);
+  EXPECT_EQ(done.last_result, static_cast<int64_t>(content.size()));
+  EXPECT_TRUE(got == content) << "the bytes differ from the file";
+  loop_->Close(handles[0]);
+  loop_->Poll(10);
+}
+
+// A body sent inline goes out in whole segments (TCP_CORK while its sendfiles run): a sendfile
+// that stops short on a full socket would otherwise push its partial last segment, and the
+// client counts every segment it receives. And the cork ends with the body: the socket is not
+// corked once the SendFile has ended, so a small response sent next leaves at once.
+TEST_P(LoopTest, AnInlineBodyGoesOutInWholeSegments) {
+  if (!SendsInline()) GTEST_SKIP() << kNoInlineSends;
+  SetUp();
+  if (IsSkipped()) return;
+  std::vector<int> clients;
+  // Buffers far below the body: the socket fills again and again while it goes out.
+  const std::vector<int> handles = Accepted(1, &clients, 64 << 10);
+  ASSERT_EQ(handles.size(), 1u);
+  const std::string content = Pattern(4 << 20, 7, 1021);
+  const int file = TempFile(content);  // just written: in the page cache, so sent inline
+  ASSERT_GE(file, 0);
+  std::string got;
+  std::thread reader([&] {
+    char buf[16384];  // a reader smaller than a segment, as a client often is
+    while (got.size() < content.size() + 5) {
+      const ssize_t n = ::read(clients[0], buf, sizeof buf);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  });
+  const LoopStats before = loop_->Stats();
+  Receiver done;
+  loop_->SendFile(handles[0], file, 0, content.size(), &done.c);
+  ASSERT_TRUE(PollUntil([&] { return done.ends == 1; }));
+  EXPECT_EQ(done.last_result, static_cast<int64_t>(content.size()));
+  EXPECT_EQ(loop_->Stats().sendfile_bytes - before.sendfile_bytes, content.size())
+      << "the body did not go out inline";
+  char tail[] = "tail.";
+  iovec v{tail, 5};
+  if ((handles[0] & kDirectHandle) == 0) {  // a direct descriptor has no fd to ask
+    int corked = -1;
+    socklen_t size = sizeof corked;
+    ASSERT_EQ(::getsockopt(handles[0], IPPROTO_TCP, TCP_CORK, &corked, &size), 0);
+    EXPECT_EQ(corked, 0) << "the socket stayed corked after the body";
+  }
+  struct Sent {
+    Completion c;
+    bool done = false;
+    static void On(Completion* c) { static_cast<Sent*>(c->owner)->done = !c->more; }
+  } sent;
+  sent.c.owner = &sent;
+  sent.c.callback = &Sent::On;
+  loop_->Send(handles[0], &v, 1, &sent.c);
+  ASSERT_TRUE(PollUntil([&] { return sent.done; }));
+  reader.join();
+  ASSERT_TRUE(got == content + "tail.") << "the bytes differ";
+  struct tcp_info info {};
+  socklen_t len = sizeof info;
+  ASSERT_EQ(::getsockopt(clients[0], IPPROTO_TCP, TCP_INFO, &info, &len), 0);
+  // Every segment full but the last of the body and the tail: a few more for the handshake's
+  // and window updates' odd ones.
+  const uint64_t whole = (content.size() + info.tcpi_rcv_mss - 1) / info.tcpi_rcv_mss;
+  EXPECT_LE(info.tcpi_data_segs_in, whole + whole / 20 + 4)
+      << "segments of " << info.tcpi_rcv_mss << " bytes: " << whole << " would do";
+  loop_->Close(handles[0]);
+  loop_->Poll(10);
+}
+
+// Open stats the file it opened into the FileStat its caller passed (the Completion carries
+// none), and fails with -errno, never reaching outside the directory it opens beneath.
+// epoll: a cold chunk is warmed by a worker that reads exactly that chunk (readahead(2) of it,
+// the kernel's own read-ahead off for files the loop opened), so that nothing past it is read
+// that a tight page cache could drop before it is sent, to be read again.
+TEST_P(LoopTest, EpollWarmsExactlyTheChunkItSends) {
+  if (GetParam() != "epoll") GTEST_SKIP() << "only epoll warms chunks on its workers";
+  char dir[] = "/var/tmp/ringd-loop-test-XXXXXX";  // a disk, not tmpfs: pages can be dropped
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/cold";
+  constexpr size_t kSize = 4 << 20;
+  const std::string content = Pattern(kSize, 5, 4093);
+  const int w = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(w, 0);
+  ASSERT_EQ(::write(w, content.data(), kSize), static_cast<ssize_t>(kSize));
+  ASSERT_EQ(::fdatasync(w), 0);
+  ASSERT_EQ(::posix_fadvise(w, 0, 0, POSIX_FADV_DONTNEED), 0);  // out of the page cache
+  ::close(w);
+  const int dir_fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dir_fd, 0);
+  fds_.push_back(dir_fd);
+  // Pages of [from, to) in the page cache.
+  const auto cached = [&](int fd, size_t from, size_t to) {
+    void* map = ::mmap(nullptr, kSize, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) return size_t{0};
+    std::vector<unsigned char> vec(kSize / 4096);
+    ::mincore(map, kSize, vec.data());
+    ::munmap(map, kSize);
+    size_t n = 0;
+    for (size_t i = from / 4096; i < to / 4096; ++i) n += vec[i] & 1;
+    return n;
+  };
+
+  struct Opener {
+    Completion c;
+    bool done = false;
+    static void On(Completion* c) { static_cast<Opener*>(c->owner)->done = true; }
+  } opener;
+  opener.c.owner = &opener;
+  opener.c.callback = &Opener::On;
+  FileStat st;
+  loop_->Open(dir_fd, "cold", &st, &opener.c);
+  ASSERT_TRUE(PollUntil([&] { return opener.done; }));
+  ASSERT_GE(opener.c.result, 0);
+  const int file = static_cast<int>(opener.c.result);
+  fds_.push_back(file);
+  if (cached(file, 0, kSize) != 0) GTEST_SKIP() << "/var/tmp cannot drop a file's pages here";
+
+  // The first 1 MiB (one warmed chunk) to a client that reads it.
+  auto [ours, theirs] = Pair();
+  std::string got;
+  std::thread reader([&, theirs = theirs] {
+    char buf[65536];
+    while (got.size() < (1u << 20)) {
+      pollfd p{theirs, POLLIN, 0};
+      if (::poll(&p, 1, 5000) <= 0) break;
+      const ssize_t n = ::read(theirs, buf, sizeof buf);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  });
+  Receiver done;
+  loop_->SendFile(ours, file, 0, 1 << 20, &done.c);
+  const bool finished = PollUntil([&] { return done.ends == 1; });
+  reader.join();
+  ASSERT_TRUE(finished);
+  EXPECT_EQ(done.last_result, 1 << 20);
+  EXPECT_TRUE(got == content.substr(0, 1 << 20));
+  EXPECT_EQ(cached(file, 1 << 20, kSize), 0u) << "pages past the chunk were read ahead";
+  ::unlink(path.c_str());
+  ::rmdir(dir);
+}
+
+// A file range found in the page cache is trusted (LoopOptions::page_cache_trust_ms) for its
+// next sends, but not past the file's close through the loop: the fd's number may name another
+// file next, one whose pages are not cached, and sending that inline would read the disk on the
+// shard's thread. Every backend that sends inline asks the page cache (LoopStats counts it).
+TEST_P(LoopTest, AFileFoundCachedIsNotTrustedPastItsClose) {
+  if (!SendsInline()) GTEST_SKIP() << kNoInlineSends;
+  options_.page_cache_trust_ms = 600000;  // never expires within the test
+  SetUp();
+  if (IsSkipped()) return;
+  char dir[] = "/var/tmp/ringd-loop-test-XXXXXX";  // a disk, not tmpfs: pages can be dropped
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string content = Pattern(300 << 10, 3, 4091);
+  // Two files of the same bytes: "hot" stays in the page cache, "cold" is dropped from it.
+  const std::string hot = std::string(dir) + "/hot", cold = std::string(dir) + "/cold";
+  for (const std::string* path : {&hot, &cold}) {
+    const int w = ::open(path->c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(w, 0);
+    ASSERT_EQ(::write(w, content.data(), content.size()), static_cast<ssize_t>(content.size()));
+    ASSERT_EQ(::fdatasync(w), 0);
+    if (path == &cold) ::posix_fadvise(w, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(w);
+  }
+  std::vector<int> clients;
+  const std::vector<int> handles = Accepted(1, &clients);
+  ASSERT_EQ(handles.size(), 1u);
+  const auto send = [&](int file) { return SendWhole(handles[0], clients[0], file, content); };
+
+  const int file = ::open(hot.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(file, 0);
+  const uint64_t asked = loop_->Stats().page_cache_asks;
+  ASSERT_TRUE(send(file));
+  EXPECT_GT(loop_->Stats().page_cache_asks, asked) << "the first send did not ask";
+  EXPECT_GE(loop_->Stats().sendfile_bytes, content.size()) << "a cached file was not sent inline";
+  const uint64_t asked_once = loop_->Stats().page_cache_asks;
+  ASSERT_TRUE(send(file));
+  EXPECT_EQ(loop_->Stats().page_cache_asks, asked_once) << "a trusted range was asked again";
+
+  // Closed through the loop; the cold file opened next most likely gets the same number.
+  loop_->Close(file);
+  for (int i = 0; i < 3; ++i) loop_->Poll(10);  // the uring tiers close through the ring
+  const int again = ::open(cold.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(again, 0);
+  fds_.push_back(again);
+  ::unlink(hot.c_str());
+  ::unlink(cold.c_str());
+  ::rmdir(dir);
+  if (again != file) GTEST_SKIP() << "the fd number was not reused (" << again << ")";
+  ASSERT_TRUE(send(again));
+  EXPECT_GT(loop_->Stats().page_cache_asks, asked_once)
+      << "a closed fd's answer was trusted for the file its number names now";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LoopTest, ::testing::ValuesIn(kBackends), BackendName);
+
+}  // namespace
+}  // namespace ringd::io::loop_test
