@@ -94,6 +94,9 @@ TEST(Config, RejectsBadInputWithOneLine) {
       {{"--root=/tmp", "--send-order=sjf"}, "--send-order: expected srpt or fair, got 'sjf'"},
       {{"--root=/tmp", "--send-slots=0"}, "--send-slots: expected an integer from 1"},
       {{"--root=/tmp", "--send-max-wait-ms=0"}, "--send-max-wait-ms: expected an integer from 1"},
+      {{"--root=/tmp", "--page-cache-trust-ms=60001"},
+       "--page-cache-trust-ms: expected an integer from 0 to 60000, got '60001'"},
+      {{"--root=/tmp", "--tcp-nopush=sometimes"}, "--tcp-nopush: expected true or false"},
   };
   for (const auto& [args, message] : cases) {
     Parsed p = Parse(args);
@@ -114,6 +117,18 @@ TEST(Config, SendOrder) {
   EXPECT_EQ(p.config.send_slots, 2u);
   EXPECT_EQ(p.config.send_short_bytes, 0u);
   EXPECT_EQ(p.config.send_max_wait_ms, 50u);
+}
+
+// The body path's two defaults from 2026-12-01 (docs/PERFORMANCE.md), and turning them off.
+TEST(Config, PageCacheTrustAndTcpNopush) {
+  Parsed p = Parse({"--root=/tmp"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.page_cache_trust_ms, 100u);
+  EXPECT_TRUE(p.config.tcp_nopush);
+  p = Parse({"--root=/tmp", "--page-cache-trust-ms=0", "--tcp-nopush=false"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.page_cache_trust_ms, 0u);
+  EXPECT_FALSE(p.config.tcp_nopush);
 }
 
 TEST(Config, UsageListsEveryFlag) {
