@@ -34,14 +34,11 @@ def _read(path):
         return f.read().strip()
 
 
-def _write(path, value, durable=False):
-    """durable: the record, which must survive a crash; procfs refuses fsync (EINVAL) after the
-    write has taken effect, so the setting itself is not synced."""
+def _write(path, value):
+    # No fsync: procfs answers it with EINVAL after the write took effect, and the record lives in
+    # /run (tmpfs), which a reboot clears together with the sysctl it restores.
     with open(path, "w") as f:
         f.write(value + "\n")
-        f.flush()
-        if durable:
-            os.fsync(f.fileno())
 
 
 class _SignalsHeld:
@@ -153,7 +150,7 @@ class CongestionControl:
                      (want, " ".join(offered) or "none listed"))
         try:
             with _SignalsHeld():
-                _write(self.record, self.machine, durable=True)
+                _write(self.record, self.machine)
                 try:
                     _write(self.setting, want)
                 except OSError:

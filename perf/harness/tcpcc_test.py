@@ -146,9 +146,9 @@ class TcpccTest(unittest.TestCase):
             from harness import tcpcc
             tcpcc.unwind_on_termination()
             write = tcpcc._write
-            def write_then_signal(path, value, durable=False):
-                write(path, value, durable)
-                if durable:  # the record: the setting is written next
+            def write_then_signal(path, value):
+                write(path, value)
+                if path == %r:  # the record: the setting is written next
                     os.kill(os.getpid(), signal.SIGTERM)
             tcpcc._write = write_then_signal
             try:
@@ -156,7 +156,8 @@ class TcpccTest(unittest.TestCase):
                     print("ran", flush=True)
             except KeyboardInterrupt:
                 print("interrupted", flush=True)
-        """ % (os.path.dirname(os.path.dirname(os.path.abspath(tcpcc.__file__))), self.dir, self.record))
+        """ % (os.path.dirname(os.path.dirname(os.path.abspath(tcpcc.__file__))), self.record, self.dir,
+               self.record))
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
         self.assertIn("interrupted", out.stdout, out.stderr)
         self.assertNotIn("ran", out.stdout)
