@@ -1,9 +1,13 @@
 // PagesCached: cachestat where the kernel lets us ask, else RWF_NOWAIT reads; both must tell a
 // file written (so in the page cache) from one evicted, and a range half in the cache from one
-// wholly in it.
+// wholly in it. Also ColdTransfers, ResidentFiles and the cork's end (EndCork).
 #include "io/backend_util.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -168,6 +172,63 @@ TEST_F(ResidentFilesTest, NoTrustAsksEveryTime) {
   EXPECT_TRUE(ask_always.Cached(5, 0, 4096, 1000));
   EXPECT_TRUE(ask_always.Cached(5, 0, 4096, 1000));
   EXPECT_EQ(scripted_asks, 2);
+}
+
+// EndCork, at a SendFile's end: the cork stays on only for a piece that asked (SendFile's
+// `more`, kept as MSG_MORE in send_flags) and sent every byte; an error, a truncated file and a
+// body's last piece uncork. Checked on a real TCP socket (loopback), where TCP_CORK applies.
+TEST(EndCork, KeepsTheCorkOnlyForAWholePieceWhoseNextPieceFollows) {
+  const int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(l, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof a;
+  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(l, 1), 0);
+  ASSERT_EQ(::getsockname(l, reinterpret_cast<sockaddr*>(&a), &alen), 0);
+  const int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const int sock = ::accept4(l, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(sock, 0);
+  const auto corked = [&] {
+    int on = -1;
+    socklen_t size = sizeof on;
+    EXPECT_EQ(::getsockopt(sock, IPPROTO_TCP, TCP_CORK, &on, &size), 0);
+    return on != 0;
+  };
+  struct Case {
+    const char* what;
+    int send_flags;
+    int64_t result;
+    uint64_t remaining;
+    bool stays;
+  };
+  const Case cases[] = {
+      {"a whole piece, the next follows", MSG_MORE, 1 << 20, 0, true},
+      {"the body's last piece", 0, 1 << 20, 0, false},
+      {"an error", MSG_MORE, -ECONNRESET, 1 << 19, false},
+      {"a truncated file", MSG_MORE, 1 << 19, 1 << 19, false},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    Completion c;
+    BeginOp(&c, Op::kSendFile, sock);
+    c.send_flags = k.send_flags;
+    c.remaining = 1 << 20;
+    CorkBody(&c, sock);
+    ASSERT_TRUE(c.corked && corked());
+    c.remaining = k.remaining;
+    c.in_flight = false;
+    EndCork(&c, sock, k.result);
+    EXPECT_EQ(c.corked, k.stays);
+    EXPECT_EQ(corked(), k.stays);
+    UncorkBody(&c, sock);
+    EXPECT_FALSE(corked());
+  }
+  ::close(sock);
+  ::close(client);
+  ::close(l);
 }
 
 }  // namespace

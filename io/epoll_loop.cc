@@ -169,9 +169,10 @@ class EpollLoop final : public Loop {
     DoWrite(c);  // most sends finish here; the callback still waits for Poll
   }
 
-  void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
-                Completion* c) override {
+  void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, Completion* c,
+                bool more) override {
     Begin(c, Op::kSendFile, sock_fd);
+    c->send_flags = more ? MSG_MORE : 0;  // RunReady leaves the cork on for the next piece
     RINGD_ASSERT_MSG(sock_fd >= 0 && static_cast<uint64_t>(sock_fd) < max_fds_, "fd %d", sock_fd);
     c->file_fd = file_fd;
     c->offset = offset;
@@ -303,9 +304,9 @@ class EpollLoop final : public Loop {
     bool ran = false;
     while (Completion* c = ready_.Pop()) {
       // Every SendFile ends here, whatever ended it (its last byte, an error, a worker's error,
-      // a cancel), so no socket stays corked into its next response; uncorking pushes the
-      // body's last partial segment out.
-      if (c->corked) internal::UncorkBody(c, c->fd);
+      // a cancel), so no socket stays corked into its next response (but for the next piece of
+      // the same body: EndCork); uncorking pushes the body's last partial segment out.
+      if (c->corked) internal::EndCork(c, c->fd, c->pending_result);
       c->in_flight = false;
       c->paused = false;
       c->result = c->pending_result;

@@ -79,7 +79,7 @@ struct Completion {
     int iovcnt = 0;  // Send
     int dir_fd;      // Open
   };
-  int send_flags = 0;       // Send: MSG_NOSIGNAL, plus MSG_MORE when asked
+  int send_flags = 0;       // Send: MSG_NOSIGNAL, plus MSG_MORE when asked; SendFile: MSG_MORE
   uint64_t turn = 0;        // SendFile: the Poll call it last sent file bytes in,
   uint64_t turn_bytes = 0;  // and how many (kept across operations on this Completion)
   uint32_t in_pipe = 0;     // SendFile (uring): bytes spliced into the pipe, not yet out
@@ -204,8 +204,13 @@ class Loop {
   virtual void Send(int fd, iovec* iov, int iovcnt, Completion* c, bool more = false) = 0;
   // Sends `length` bytes of file_fd from `offset` without copying them through user space.
   // result is the bytes sent; fewer than `length` means the file ended early (it was truncated).
-  virtual void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
-                        Completion* c) = 0;
+  // `more`: the same body's next piece follows on this Completion, as another SendFile on the
+  // same socket (perhaps after other connections' turns), or the connection closes: a backend
+  // that corks the socket for a body (LoopOptions::tcp_nopush) may leave it corked when every
+  // byte went out, so that this piece's partly filled last segment fills up with the next
+  // piece's first bytes.
+  virtual void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, Completion* c,
+                        bool more = false) = 0;
   // Opens `path` read-only beneath dir_fd (symlinks may not leave it) and stats it into `*stat`.
   // result is the fd, or -errno (then `*stat` is unspecified). `path` and `stat` must stay valid
   // until the callback.

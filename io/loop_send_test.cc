@@ -1,7 +1,8 @@
 // The Loop contract for file bodies, on every backend: SendFile takes turns and arrives whole,
 // splices without descriptors fail, bypass's body buffers and installed fds, a client that does
-// not read never holds the loop, inline bodies leave in whole segments, epoll warms exactly the
-// chunk it sends, and a page-cache answer is not trusted past its file's close.
+// not read never holds the loop, inline bodies leave in whole segments (across a body's pieces
+// too), epoll warms exactly the chunk it sends, and a page-cache answer is not trusted past its
+// file's close.
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/tcp.h>  // tcp_info with tcpi_data_segs_in (glibc's predates it)
@@ -13,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -331,6 +333,94 @@ TEST_P(LoopTest, AnInlineBodyGoesOutInWholeSegments) {
       << "segments of " << info.tcpi_rcv_mss << " bytes: " << whole << " would do";
   loop_->Close(handles[0]);
   loop_->Poll(10);
+}
+
+// A head sent with `more`, then a body in SendFile pieces that each say the next one follows
+// (as the shard sends a 4 MiB file in 1 MiB chunks): the socket stays corked from piece to
+// piece, so a piece's partly filled last segment waits to be filled by the next piece (the
+// client cannot read a piece's last bytes before the next piece starts), and the body's last
+// piece uncorks. Without `more` every piece arrives whole as soon as it is sent.
+TEST_P(LoopTest, ABodyInPiecesStaysCorkedFromPieceToPiece) {
+  if (!SendsInline()) GTEST_SKIP() << kNoInlineSends;
+  SetUp();
+  if (IsSkipped()) return;
+  constexpr size_t kPiece = 1 << 20;  // not a multiple of loopback's segment
+  constexpr int kPieces = 3;
+  const std::string content = Pattern(kPieces * kPiece, 7, 1021);
+  const int file = TempFile(content);  // just written: in the page cache, so sent inline
+  ASSERT_GE(file, 0);
+  const std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 3145728\r\n\r\n";
+  for (const bool more : {false, true}) {
+    SCOPED_TRACE(more ? "pieces with more" : "pieces without more");
+    std::vector<int> clients;
+    const std::vector<int> handles = Accepted(1, &clients);
+    ASSERT_EQ(handles.size(), 1u);
+    std::mutex mu;
+    std::string got;
+    std::thread reader([&] {
+      char buf[65536];
+      for (;;) {
+        const ssize_t n = ::read(clients[0], buf, sizeof buf);
+        if (n <= 0) break;
+        std::lock_guard<std::mutex> lock(mu);
+        got.append(buf, static_cast<size_t>(n));
+        if (got.size() == head.size() + content.size()) break;
+      }
+    });
+    const auto received = [&] {
+      std::lock_guard<std::mutex> lock(mu);
+      return got.size();
+    };
+    // What the client has once nothing more arrives for 50 ms (well below the 200 ms a cork
+    // holds data at most), or once it has `want`.
+    const auto settled = [&](size_t want) {
+      size_t last = received();
+      for (int quiet = 0; quiet < 5 && last != want; ++quiet) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        const size_t now = received();
+        if (now != last) quiet = 0, last = now;
+      }
+      return last;
+    };
+    struct Sender {
+      Completion c;
+      int ends = 0;
+      int64_t last_result = 0;
+      static void On(Completion* c) {
+        Sender* self = static_cast<Sender*>(c->owner);
+        if (!c->more) ++self->ends, self->last_result = c->result;
+      }
+    } done;
+    done.c.owner = &done;
+    done.c.callback = &Sender::On;
+    std::string head_copy = head;
+    iovec v{head_copy.data(), head_copy.size()};
+    loop_->Send(handles[0], &v, 1, &done.c, more);
+    ASSERT_TRUE(PollUntil([&] { return done.ends == 1; }));
+    for (int i = 0; i < kPieces; ++i) {
+      const bool next_follows = more && i + 1 < kPieces;
+      loop_->SendFile(handles[0], file, i * kPiece, kPiece, &done.c, next_follows);
+      ASSERT_TRUE(PollUntil([&] { return done.ends == i + 2; }));
+      ASSERT_EQ(done.last_result, static_cast<int64_t>(kPiece));
+      const size_t sent = head.size() + (i + 1) * kPiece;
+      const size_t arrived = settled(sent);
+      if (next_follows) {
+        EXPECT_LT(arrived, sent) << "piece " << i << " pushed out its last partial segment";
+      } else {
+        EXPECT_EQ(arrived, sent) << "piece " << i << " did not arrive whole";
+      }
+      if ((handles[0] & kDirectHandle) == 0) {  // a direct descriptor has no fd to ask
+        int corked = -1;
+        socklen_t size = sizeof corked;
+        ASSERT_EQ(::getsockopt(handles[0], IPPROTO_TCP, TCP_CORK, &corked, &size), 0);
+        EXPECT_EQ(corked != 0, next_follows) << "piece " << i;
+      }
+    }
+    reader.join();
+    EXPECT_TRUE(got == head + content) << "the bytes differ";
+    loop_->Close(handles[0]);
+    loop_->Poll(10);
+  }
 }
 
 // Open stats the file it opened into the FileStat its caller passed (the Completion carries

@@ -471,9 +471,9 @@ void UringLoop::Submit() {
 
 void UringLoop::Finish(Completion* c, int64_t result) {
   // Every SendFile ends here, whatever ended it (its last byte, an error, a failed poll, a
-  // cancel), so no socket stays corked into its next response; uncorking pushes the body's
-  // last partial segment out.
-  if (c->corked) internal::UncorkBody(c, SocketFd(c->fd));
+  // cancel), so no socket stays corked into its next response (but for the next piece of the
+  // same body: EndCork); uncorking pushes the body's last partial segment out.
+  if (c->corked) internal::EndCork(c, SocketFd(c->fd), result);
   c->in_flight = false;
   c->more = false;
   c->result = result;

@@ -41,7 +41,8 @@ class UringLoop final : public Loop {
 
   void Send(int fd, iovec* iov, int iovcnt, Completion* c, bool more) override;
 
-  void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, Completion* c) override;
+  void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, Completion* c,
+                bool more) override;
 
   void Open(int dir_fd, const char* path, FileStat* stat, Completion* c) override;
 

@@ -24,9 +24,10 @@ void UringLoop::Send(int fd, iovec* iov, int iovcnt, Completion* c, bool more) {
   SubmitSend(c);
 }
 
-void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
-                         Completion* c) {
+void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, Completion* c,
+                         bool more) {
   internal::BeginOp(c, Op::kSendFile, sock_fd);
+  c->send_flags = more ? MSG_MORE : 0;  // Finish leaves the cork on for the next piece
   c->file_fd = file_fd;
   c->offset = offset;
   c->remaining = length;
@@ -37,6 +38,7 @@ void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t len
   // bypass with --body-buffers (off by default): read the body into a registered buffer and
   // send it from there; with every body buffer busy, on as below.
   if (IsDirect(sock_fd) && !body_free_.empty()) {
+    if (c->corked) internal::UncorkBody(c, SocketFd(sock_fd));  // only inline sends cork
     c->slot = body_free_.back();
     body_free_.pop_back();
     return ReadBody(c);
@@ -168,7 +170,6 @@ bool UringLoop::SendCached(Completion* c) {
     }
     const uint64_t chunk = std::min({c->remaining, kInlineChunk, budget});
     if (!resident_.Cached(c->file_fd, c->offset, chunk, MonotonicMs())) {
-      internal::UncorkBody(c, sock);
       return c->done > 0 ? (Splice(c), true) : false;
     }
     if (options_.tcp_nopush) internal::CorkBody(c, sock);
@@ -208,6 +209,9 @@ void UringLoop::WaitWritable(Completion* c) {
 
 // The splice path for what is left of a SendFile.
 void UringLoop::Splice(Completion* c) {
+  // Splices do not cork: what the inline sends (or the last piece) queued goes out while the
+  // disk reads.
+  if (c->corked) internal::UncorkBody(c, SocketFd(c->fd));
   const int pipe = TakePipe();
   if (pipe >= 0) {
     c->pipe_index = pipe;

@@ -358,8 +358,11 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
   }
   // The whole response in one send, and the connection ends after it: the response and the FIN
   // (CloseGracefully's shutdown) leave in one segment instead of two, which costs both ends less.
+  // Or a body follows from the file: the head waits in the socket (MSG_MORE) to leave in the
+  // body's first segment (nginx's tcp_nopush does the same with TCP_CORK).
   const bool fin_follows = ex->phase == Exchange::Phase::kDone && conn->wants_close;
-  SendBuffers(conn, iovcnt, fin_follows);
+  const bool body_follows = ex->phase != Exchange::Phase::kDone;
+  SendBuffers(conn, iovcnt, fin_follows || body_follows);
 }
 
 void Shard::SendBuffers(Connection* conn, int iovcnt, bool more) {
@@ -373,7 +376,10 @@ void Shard::SendFileChunk(Connection* conn, uint64_t offset, uint64_t length) {
   Exchange* ex = conn->ex;
   RINGD_ASSERT(ex->sending == Exchange::Sending::kNone);
   ex->sending = Exchange::Sending::kFile;
-  loop_->SendFile(conn->fd, ex->file->fd, offset, length, &ex->send);
+  // More of the same slice follows at once (Sent -> SendNext -> the send queue), so the loop
+  // may keep the socket corked across the chunks: one partial segment per body, not per chunk.
+  const bool next_chunk_follows = ex->body_left > length;
+  loop_->SendFile(conn->fd, ex->file->fd, offset, length, &ex->send, next_chunk_follows);
 }
 
 void Shard::FinishResponse(Connection* conn) {

@@ -20,7 +20,7 @@ class ScriptedLoop final : public io::Loop {
   void Accept(int, io::Completion*) override { ADD_FAILURE(); }
   void Recv(int, io::Completion*) override { ADD_FAILURE(); }
   void Send(int, iovec*, int, io::Completion*, bool) override { ADD_FAILURE(); }
-  void SendFile(int, int, uint64_t, uint64_t, io::Completion*) override { ADD_FAILURE(); }
+  void SendFile(int, int, uint64_t, uint64_t, io::Completion*, bool) override { ADD_FAILURE(); }
   void Open(int, const char* path, io::FileStat* stat, io::Completion* c) override {
     opens.push_back(c);
     stats.push_back(stat);

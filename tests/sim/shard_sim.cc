@@ -972,8 +972,8 @@ void Sim::ClientStep(Client& c) {
     s.to_client.clear();  // a reset: whatever was not read yet is lost
     return EndConnection(c, "reset by the server");
   }
-  if (!s.to_client.empty() && now >= c.next_read_ms) {
-    size_t n = s.to_client.size();
+  if (s.Readable() > 0 && now >= c.next_read_ms) {
+    size_t n = s.Readable();
     if (rng_.Chance(300)) n = 1 + rng_.Below(n);
     c.inbox.append(s.to_client, 0, n);
     s.to_client.erase(0, n);
@@ -1035,7 +1035,7 @@ int64_t Sim::NextClientDeadline() const {
     if (c.ended) continue;
     const SimSocket& s = world_.sockets[c.sock];
     if (c.reset_at_ms != INT64_MAX) next = std::min(next, c.reset_at_ms);
-    if (!c.stopped_reading && !s.to_client.empty()) next = std::min(next, c.next_read_ms);
+    if (!c.stopped_reading && s.Readable() > 0) next = std::min(next, c.next_read_ms);
     if (c.close_response) continue;
     if (!c.outbox.empty() || (c.pending.empty() && !c.fin_sent))
       next = std::min(next, c.next_write_ms);
@@ -1204,6 +1204,7 @@ SeedResult Sim::Run() {
   cov["sim.cancels"] += k.cancels;
   cov["sim.data_after_cancel"] += k.data_after_cancel;
   cov["sim.short_sendfiles"] += k.short_sendfiles;
+  cov["sim.corked_pieces"] += k.corked_pieces;
   cov["sim.peer_errors"] += k.peer_errors;
   cov["sim.callbacks"] += k.callbacks;
   shard_.reset();

@@ -17,6 +17,7 @@ namespace {
 
 constexpr size_t kTraceLines = 48;
 constexpr uint64_t kMaxSegment = 64 << 10;  // the most one send progress step moves
+constexpr uint64_t kCorkSegment = 1448;     // the segment a cork fills before it sends
 
 uint64_t SplitMix(uint64_t* x) {
   uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
@@ -236,7 +237,8 @@ void SimLoop::Recv(int fd, io::Completion* c) {
 }
 
 void SimLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more) {
-  SocketOf(fd);
+  RINGD_ASSERT_MSG(!SocketOf(fd)->promised,
+                   "send on fd %d after a SendFile promised the same body's next piece", fd);
   for (const auto& [seq, op] : ops_) {
     RINGD_ASSERT_MSG(
         !((op.kind == io::Op::kSend || op.kind == io::Op::kSendFile) && op.c->fd == fd),
@@ -262,8 +264,8 @@ void SimLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more)
 }
 
 void SimLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
-                       io::Completion* c) {
-  SocketOf(sock_fd);
+                       io::Completion* c, bool more) {
+  SocketOf(sock_fd)->Uncork();  // the next piece: what the cork held leaves with it
   RINGD_ASSERT_MSG(w_->file_fds.count(file_fd) != 0, "sendfile from fd %d, not an open file",
                    file_fd);
   for (const auto& [seq, op] : ops_) {
@@ -276,6 +278,7 @@ void SimLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t lengt
   c->offset = offset;
   c->remaining = length;
   ops_[seq].length = length;
+  ops_[seq].more = more;
   ++w_->counters.sendfiles;
 }
 
@@ -345,6 +348,7 @@ void SimLoop::Shutdown(int fd, int how) {
   if (how == SHUT_RD || how == SHUT_RDWR) s->server_shut_rd = true;
   if (how == SHUT_WR || how == SHUT_RDWR) {
     s->server_shut_wr = true;
+    s->Uncork();  // the FIN pushes out what the cork held
     // Nothing read after the FIN is answered: what the server had read by now is what counts.
     if (s->received_before_abort == UINT64_MAX) s->received_before_abort = s->received;
   }
@@ -361,6 +365,7 @@ void SimLoop::Close(int fd) {
     }
     SimSocket& s = w_->sockets[sit->second];
     s.server_closed = true;
+    s.Uncork();  // the FIN pushes out what the cork held
     if (s.received_before_abort == UINT64_MAX) s.received_before_abort = s.received;
     // Unread input turns the close into a reset (RFC 9293 3.6.1); the peer loses what it had
     // not read yet. That is why the server lingers.
@@ -398,7 +403,7 @@ bool SimLoop::Ready(const OpState& op) const {
         const auto& content = *w_->file_fds.at(c->file_fd)->content;
         if (content.size() <= c->offset + c->done) return true;  // truncated: a short result
       }
-      return s.to_client.size() < s.window;
+      return s.Readable() < s.window;  // what a cork holds is in the sender's queue
     }
     case io::Op::kOpen:
     case io::Op::kRead:
@@ -520,6 +525,7 @@ void SimLoop::ProgressSend(uint64_t seq) {
   SimSocket& s = *SocketOf(c->fd);
   Rng& rng = w_->rng;
   const char* name = OpName(op.kind);
+  if (s.client_reset || s.client_closed || s.server_shut_wr) s.Uncork();  // the piece fails
   if (s.client_reset || s.client_closed) {
     const int64_t err = rng.Chance(500) ? -ECONNRESET : -EPIPE;
     ++w_->counters.peer_errors;
@@ -541,9 +547,11 @@ void SimLoop::ProgressSend(uint64_t seq) {
   if (c->remaining == 0 || file_left == 0) {
     w_->Trace("%s fd %d: done, %llu bytes%s", name, c->fd, static_cast<unsigned long long>(c->done),
               c->remaining > 0 ? " (file short)" : "");
+    EndPiece(op, &s);
     return Finish(seq, static_cast<int64_t>(c->done));
   }
-  const uint64_t space = s.window > s.to_client.size() ? s.window - s.to_client.size() : 0;
+  // The window bounds what the client has yet to read; what a cork holds has not been sent.
+  const uint64_t space = s.window > s.Readable() ? s.window - s.Readable() : 0;
   uint64_t n = std::min({c->remaining, space, file_left, kMaxSegment});
   if (n == 0) return;
   if (rng.Chance(w_->faults.send_partial)) n = 1 + rng.Below(n);
@@ -571,10 +579,27 @@ void SimLoop::ProgressSend(uint64_t seq) {
   c->remaining -= n;
   s.sent_total += n;
   w_->counters.bytes_to_client += n;
+  // A body piece that leaves the socket corked for the next (`more`) holds its partly filled
+  // last segment back from the client.
+  if (op.kind == io::Op::kSendFile && op.more) {
+    s.corked = std::min<uint64_t>(s.to_client.size(), c->done % kCorkSegment);
+  }
   if (c->remaining == 0) {
     w_->Trace("%s fd %d: done, %llu bytes", name, c->fd, static_cast<unsigned long long>(c->done));
+    EndPiece(op, &s);
     Finish(seq, static_cast<int64_t>(c->done));
   }
+}
+
+// A SendFile's end: one that asked to stay corked (`more`) and sent every byte promises the
+// body's next piece and keeps its last partial segment held; any other end uncorks.
+void SimLoop::EndPiece(const OpState& op, SimSocket* s) {
+  if (op.kind != io::Op::kSendFile || !op.more) return;
+  if (op.c->remaining > 0) return s->Uncork();  // the file ended early
+  s->promised = true;
+  ++w_->counters.corked_pieces;
+  w_->Trace("sendfile fd %d: the next piece follows (%llu bytes corked)", op.c->fd,
+            static_cast<unsigned long long>(s->corked));
 }
 
 void SimLoop::ProgressOpen(uint64_t seq) {

@@ -67,12 +67,20 @@ struct SimSocket {
   bool client_reset = false;                    // the client reset the connection
   bool client_closed = false;                   // the client closed (sends to it now fail)
   // Server -> client.
-  std::string to_client;    // sent by the server, not yet read by the client
+  std::string to_client;    // sent by the server, not yet read by the client (or corked)
   uint64_t window = 65536;  // most unread bytes toward the client before sends stall
   uint64_t sent_total = 0;  // bytes the server has sent
   bool server_shut_wr = false, server_shut_rd = false;
   bool server_closed = false;  // Close: a FIN, or
   bool server_reset = false;   // a reset, when it closed with unread input: unread bytes lost
+  // A SendFile that asked to keep the socket corked (`more`) and sent every byte promised the
+  // same body's next piece: until a SendFile starts, a shutdown or a close, the client cannot
+  // read the last `corked` bytes of to_client (the cork's partly filled segment), and a Send
+  // on the socket breaks the promise. A promise the server forgets leaves a response unfinished.
+  bool promised = false;
+  uint64_t corked = 0;
+  uint64_t Readable() const { return to_client.size() - corked; }
+  void Uncork() { promised = false, corked = 0; }
 };
 
 // What kinds of trouble the world makes, per mille unless named otherwise; drawn per seed.
@@ -94,7 +102,8 @@ struct SimCounters {
   uint64_t callbacks = 0, opens = 0, open_transient = 0, reads = 0, sends = 0, sendfiles = 0;
   uint64_t accepts = 0, recv_deliveries = 0, bytes_to_server = 0, bytes_to_client = 0;
   uint64_t pauses = 0, resumes = 0, cancels = 0, data_after_cancel = 0, short_sendfiles = 0;
-  uint64_t peer_errors = 0;  // sends and receives ended by a client's reset or close
+  uint64_t peer_errors = 0;    // sends and receives ended by a client's reset or close
+  uint64_t corked_pieces = 0;  // SendFiles that sent every byte and promised the next piece
 };
 
 // Everything outside the shard: time, the PRNG, files, sockets, descriptors. Outlives the loop.
@@ -148,8 +157,8 @@ class SimLoop final : public io::Loop {
   void Accept(int listen_fd, io::Completion* c) override;
   void Recv(int fd, io::Completion* c) override;
   void Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more) override;
-  void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
-                io::Completion* c) override;
+  void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, io::Completion* c,
+                bool more) override;
   void Open(int dir_fd, const char* path, io::FileStat* stat, io::Completion* c) override;
   void Read(int fd, char* buf, uint64_t length, uint64_t offset, io::Completion* c) override;
   void Cancel(io::Completion* c) override;
@@ -177,6 +186,7 @@ class SimLoop final : public io::Loop {
     io::Op kind = io::Op::kNone;
     int64_t ready_at_ms = 0;  // Open, Read: not before this
     uint64_t length = 0;      // SendFile: asked; Read: asked
+    bool more = false;        // SendFile: the body's next piece follows
     bool data_after_cancel_done = false;
   };
 
@@ -188,6 +198,7 @@ class SimLoop final : public io::Loop {
   void ProgressAccept(uint64_t seq);
   void ProgressRecv(uint64_t seq);
   void ProgressSend(uint64_t seq);
+  void EndPiece(const OpState& op, SimSocket* s);
   void ProgressOpen(uint64_t seq);
   void ProgressRead(uint64_t seq);
   SimSocket* SocketOf(int fd);
