@@ -317,8 +317,12 @@ void Sim::BuildTree() {
   world_.PutFile("a.txt", RandomContent(rng_, size(0, 3000)));
   world_.PutFile("small.txt", RandomContent(rng_, size(1, 512)));
   world_.PutFile("empty.txt", "");
-  world_.PutFile("big.bin",
-                 RandomContent(rng_, quick ? size(8 << 10, 40 << 10) : size(50 << 10, 400 << 10)));
+  // Some quick seeds too get a body of two send-queue chunks (256 KiB each), whose first says
+  // the next follows (SendFile's `more`: the socket stays corked between them).
+  const bool two_chunks = quick && rng_.Chance(100);
+  world_.PutFile("big.bin", RandomContent(rng_, two_chunks ? size(260 << 10, 300 << 10)
+                                                : quick    ? size(8 << 10, 40 << 10)
+                                                           : size(50 << 10, 400 << 10)));
   world_.PutFile("style.css", RandomContent(rng_, size(100, 5000)));
   world_.PutFile("style.css.gz", RandomContent(rng_, size(50, 2000)));
   world_.MakeDir("dir1");
