@@ -125,6 +125,10 @@ void UringLoop::SubmitSend(Completion* c) {
   // the copy it saves.
   const bool zc = options_.send_zc && c->remaining >= options_.send_zc_min_bytes;
   if (zc) ++stats_.send_zc;
+  // A zero-copy send completes only once the kernel lets go of the buffer (its notification):
+  // bytes held back by MSG_MORE would be let go only when the kernel sends them alone, 200 ms
+  // later, while what was to push them (the body, the close) waits for this completion.
+  const int flags = zc ? c->send_flags & ~MSG_MORE : c->send_flags;
   if (c->iovcnt == 1) {
     // A buffer inside the registered region (the small-file cache) goes zero-copy from the
     // registered buffer (IORING_RECVSEND_FIXED_BUF): the kernel skips pinning its pages.
@@ -132,12 +136,12 @@ void UringLoop::SubmitSend(Completion* c) {
         zc ? FixedIndex(static_cast<const char*>(c->iov[0].iov_base), c->iov[0].iov_len) : -1;
     if (fixed >= 0) {
       ++stats_.send_zc_fixed;
-      io_uring_prep_send_zc_fixed(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, c->send_flags,
-                                  0, static_cast<unsigned>(fixed));
+      io_uring_prep_send_zc_fixed(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, flags, 0,
+                                  static_cast<unsigned>(fixed));
     } else if (zc) {
-      io_uring_prep_send_zc(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, c->send_flags, 0);
+      io_uring_prep_send_zc(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, flags, 0);
     } else {
-      io_uring_prep_send(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, c->send_flags);
+      io_uring_prep_send(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, flags);
     }
   } else {
     // The msghdr lives in a slot until the send completes (an SQ thread may read it late).
@@ -147,9 +151,9 @@ void UringLoop::SubmitSend(Completion* c) {
     msg.msg_iov = c->iov;
     msg.msg_iovlen = static_cast<size_t>(c->iovcnt);
     if (zc) {
-      io_uring_prep_sendmsg_zc(sqe, c->fd, &msg, c->send_flags);
+      io_uring_prep_sendmsg_zc(sqe, c->fd, &msg, flags);
     } else {
-      io_uring_prep_sendmsg(sqe, c->fd, &msg, c->send_flags);
+      io_uring_prep_sendmsg(sqe, c->fd, &msg, flags);
     }
   }
   Target(sqe, c->fd);

@@ -151,22 +151,26 @@ class ServingTest(BackendTestCase):
         # goes out in one send (cached small file, error page, HEAD) or in several (a large file).
         cases = [("GET", "/index.html", "index.html"), ("GET", "/large.bin", "large.bin"),
                  ("HEAD", "/small.txt", None), ("GET", "/missing.txt", None)]
+        # (The kernel sends held bytes alone after 200 ms: the fastest of three tries shows it.)
         for method, target, name in cases:
-            with self.server.connect() as s:
-                started = time.monotonic()
-                s.sendall(b"%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-                          % (method.encode(), target.encode()))
-                reader = Reader(s)
-                r = reader.read_response(head_request=(method == "HEAD"))
-                self.assertTrue(reader.at_eof(), target)
-                elapsed = time.monotonic() - started
-            self.assertEqual(r.header("connection"), "close", target)
-            if name is not None:
-                self.assertEqual(r.status, 200, target)
-                self.assertEqual(r.body, self.files[name], target)
-            else:
-                self.assertIn(r.status, (200, 404), target)
-            self.assertLess(elapsed, 2.0, "%s %s took %.2f s" % (method, target, elapsed))
+            took = []
+            for _ in range(3):
+                with self.server.connect() as s:
+                    started = time.monotonic()
+                    s.sendall(b"%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+                              % (method.encode(), target.encode()))
+                    reader = Reader(s)
+                    r = reader.read_response(head_request=(method == "HEAD"))
+                    self.assertTrue(reader.at_eof(), target)
+                    took.append(time.monotonic() - started)
+                self.assertEqual(r.header("connection"), "close", target)
+                if name is not None:
+                    self.assertEqual(r.status, 200, target)
+                    self.assertEqual(r.body, self.files[name], target)
+                else:
+                    self.assertIn(r.status, (200, 404), target)
+            self.assertLess(min(took), 0.15, "%s %s took %.3f s at best" % (method, target, min(took)))
+            self.assertLess(max(took), 2.0, "%s %s took %.2f s" % (method, target, max(took)))
 
     def test_keepalive_responses_are_not_held_back(self):
         # A keep-alive response is never sent with MSG_MORE: nothing follows it to push it out,
@@ -181,6 +185,23 @@ class ServingTest(BackendTestCase):
                 self.assertEqual(reader.read_response().body, self.files["index.html"])
                 took.append(time.monotonic() - started)
         self.assertLess(sorted(took)[2], 0.1, "median response time %.3f s" % sorted(took)[2])
+
+    def test_bodies_in_chunks_are_not_held_back(self):
+        # A file body goes out in chunks with the socket corked from one to the next (its head
+        # waits for it with MSG_MORE); the last chunk uncorks. A cork left on would hold the
+        # body's last partial segment, or the next response, for 200 ms.
+        with self.server.connect() as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            reader = Reader(s)
+            took = {}
+            for _ in range(5):
+                for name in ("large.bin", "index.html", "medium.bin"):
+                    started = time.monotonic()
+                    s.sendall(b"GET /%s HTTP/1.1\r\nHost: t\r\n\r\n" % name.encode())
+                    self.assertEqual(reader.read_response().body, self.files[name], name)
+                    took.setdefault(name, []).append(time.monotonic() - started)
+        for name, times in took.items():
+            self.assertLess(sorted(times)[2], 0.1, "%s: median response time %.3f s" % (name, sorted(times)[2]))
 
     def test_request_body_is_never_a_request(self):
         with self.server.connect() as s:
