@@ -68,7 +68,7 @@ inline void UncorkBody(Completion* c, int sock) {
 // `more`: the response's next SendFile follows) and sent every byte, so that the piece's last
 // partial segment leaves filled by the next piece's first bytes; the body's last piece, an error
 // and a truncated file uncork. Measured on 4 MiB bodies in 1 MiB pieces over loopback: 17.26 ->
-// 16.5 data segments per MiB (nginx: 16.26), docs/PERFORMANCE.md "Whole segments".
+// 16.25 data segments per MiB (nginx: 16.26), docs/PERFORMANCE.md "One cork per body".
 inline void EndCork(Completion* c, int sock, int64_t result) {
   if (!c->corked) return;
   const bool next_piece_follows =

@@ -120,7 +120,7 @@ void Shard::SendNext(Connection* conn) {
       ex->phase = Exchange::Phase::kSlice;
       ex->body_offset = plan.ranges.ranges[ex->part].first;
       ex->body_left = plan.ranges.ranges[ex->part].Length();
-      return SendBuffers(conn, 1, /*more=*/true);  // the part's body follows: one segment
+      return SendBuffers(conn, 1, BodyFollowsAtOnce(conn));  // the part head and its body
     }
     case Exchange::Phase::kTail: {
       http::MultipartLayout layout(plan.ranges, plan.content_type, plan.file.size,

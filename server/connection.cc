@@ -358,11 +358,23 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
   }
   // The whole response in one send, and the connection ends after it: the response and the FIN
   // (CloseGracefully's shutdown) leave in one segment instead of two, which costs both ends less.
-  // Or a body follows from the file: the head waits in the socket (MSG_MORE) to leave in the
-  // body's first segment (nginx's tcp_nopush does the same with TCP_CORK).
+  // Or the body's first bytes follow at once: the head waits in the socket (MSG_MORE) to leave
+  // in their first segment.
   const bool fin_follows = ex->phase == Exchange::Phase::kDone && conn->wants_close;
-  const bool body_follows = ex->phase != Exchange::Phase::kDone;
-  SendBuffers(conn, iovcnt, fin_follows || body_follows);
+  SendBuffers(conn, iovcnt, fin_follows || BodyFollowsAtOnce(conn));
+}
+
+// Whether a head (or a multipart part head) about to go out can wait in the socket for the body
+// (MSG_MORE, as nginx's tcp_nopush holds its header for the file behind it): only with
+// --tcp-nopush, and only when the body starts as soon as the head is sent, not after a wait in
+// the send queue. (A body that must come from the disk still holds its head until its first
+// bytes are read, as nginx's; the kernel sends held bytes alone after about 200 ms.)
+bool Shard::BodyFollowsAtOnce(const Connection* conn) const {
+  const Exchange* ex = conn->ex;
+  if (!config_.tcp_nopush || ex->phase == Exchange::Phase::kDone) return false;
+  if (ex->phase != Exchange::Phase::kSlice) return true;  // a part head or its slice: a Send
+  if (ex->file == nullptr || ex->file->content != nullptr) return true;  // a Send from memory
+  return sends_->WouldAdmit(&ex->ticket, ex->plan.content_length);
 }
 
 void Shard::SendBuffers(Connection* conn, int iovcnt, bool more) {
@@ -376,8 +388,9 @@ void Shard::SendFileChunk(Connection* conn, uint64_t offset, uint64_t length) {
   Exchange* ex = conn->ex;
   RINGD_ASSERT(ex->sending == Exchange::Sending::kNone);
   ex->sending = Exchange::Sending::kFile;
-  // More of the same slice follows at once (Sent -> SendNext -> the send queue), so the loop
-  // may keep the socket corked across the chunks: one partial segment per body, not per chunk.
+  // More of the same slice follows (Sent -> SendNext -> the send queue, which may make it wait
+  // its turn), so the loop may keep the socket corked from chunk to chunk: one partial segment
+  // per body, not one per chunk.
   const bool next_chunk_follows = ex->body_left > length;
   loop_->SendFile(conn->fd, ex->file->fd, offset, length, &ex->send, next_chunk_follows);
 }

@@ -67,6 +67,11 @@ class SendQueue {
   // A body send with `remaining` response bytes left wants to start. True: start it now (its
   // slot, if it needs one, is taken). False: it waits here until Next returns it.
   bool Admit(SendTicket* t, uint64_t remaining, int64_t now_ms);
+  // Whether Admit would start that send now (it changes nothing): the queue as it stands.
+  bool WouldAdmit(const SendTicket* t, uint64_t remaining) const {
+    return !options_.srpt || remaining <= options_.short_bytes || t->slow ||
+           (in_flight_ < options_.slots && heap_.empty());
+  }
   // The send Admit or Next started has ended: its slot comes back. Call Next afterwards.
   void Done(SendTicket* t, int64_t now_ms);
   // The next waiting send to start now, its slot taken: first any that has waited max_wait_ms

@@ -190,6 +190,7 @@ class Shard {
   void SetState(Connection* conn, ConnState next);
   // Starts the exchange's send of its iov (StartBuffers) or of a chunk of its file.
   void SendBuffers(Connection* conn, int iovcnt, bool more = false);
+  bool BodyFollowsAtOnce(const Connection* conn) const;
   void SendFileChunk(Connection* conn, uint64_t offset, uint64_t length);
   void UpdateRecv(Connection* conn);
   void WaitForRequest(Connection* conn);

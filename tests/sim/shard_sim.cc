@@ -209,6 +209,7 @@ class Sim {
   void CheckStall(Client& c);
   void CheckBacklog();
   void CheckSendQueue();
+  void CheckPromises();
   void EndPhase();
   int64_t NextClientDeadline() const;
   uint64_t Refused() const { return shard_->Stats().lookup_refused; }
@@ -317,9 +318,9 @@ void Sim::BuildTree() {
   world_.PutFile("a.txt", RandomContent(rng_, size(0, 3000)));
   world_.PutFile("small.txt", RandomContent(rng_, size(1, 512)));
   world_.PutFile("empty.txt", "");
-  // Some quick seeds too get a body of two send-queue chunks (256 KiB each), whose first says
+  // One quick seed in ten gets a body of two send-queue chunks (256 KiB each), whose first says
   // the next follows (SendFile's `more`: the socket stays corked between them).
-  const bool two_chunks = quick && rng_.Chance(100);
+  const bool two_chunks = quick && rng_.Chance(100);  // per mille
   world_.PutFile("big.bin", RandomContent(rng_, two_chunks ? size(260 << 10, 300 << 10)
                                                 : quick    ? size(8 << 10, 40 << 10)
                                                            : size(50 << 10, 400 << 10)));
@@ -923,6 +924,18 @@ void Sim::CheckSendQueue() {
   }
 }
 
+// A SendFile that promised the body's next piece (`more`) keeps its socket corked: the next
+// piece starts within the send queue's aging bound (plus the simulation's steps), or the socket
+// closes. A promise kept by nothing would hold a response's last bytes back from the client.
+void Sim::CheckPromises() {
+  const int64_t bound = static_cast<int64_t>(config_.send_max_wait_ms) + 2;
+  for (const SimSocket& s : world_.sockets) {
+    if (!s.promised || s.server_closed || world_.now_ms - s.promised_ms <= bound) continue;
+    return Fail("fd %d: a SendFile promised the body's next piece %lld ms ago, and none came", s.fd,
+                static_cast<long long>(world_.now_ms - s.promised_ms));
+  }
+}
+
 void Sim::CheckBacklog() {
   if (world_.backlog.empty()) return;
   const int64_t now = world_.now_ms;
@@ -1191,6 +1204,7 @@ SeedResult Sim::Run() {
     for (auto& c : clients_) CheckStall(*c);
     CheckBacklog();
     CheckSendQueue();
+    CheckPromises();
     if (rng_.Chance(300)) ++world_.now_ms;
   }
   if (result_.ok) EndPhase();

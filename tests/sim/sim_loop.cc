@@ -265,7 +265,13 @@ void SimLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more)
 
 void SimLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
                        io::Completion* c, bool more) {
-  SocketOf(sock_fd)->Uncork();  // the next piece: what the cork held leaves with it
+  SimSocket* s = SocketOf(sock_fd);
+  RINGD_ASSERT_MSG(!s->promised || (file_fd == s->promised_file && offset == s->promised_offset),
+                   "sendfile on fd %d from file fd %d at %llu, but the promised piece is file fd "
+                   "%d at %llu",
+                   sock_fd, file_fd, static_cast<unsigned long long>(offset), s->promised_file,
+                   static_cast<unsigned long long>(s->promised_offset));
+  s->Uncork();  // the next piece: what the cork held leaves with it
   RINGD_ASSERT_MSG(w_->file_fds.count(file_fd) != 0, "sendfile from fd %d, not an open file",
                    file_fd);
   for (const auto& [seq, op] : ops_) {
@@ -597,6 +603,9 @@ void SimLoop::EndPiece(const OpState& op, SimSocket* s) {
   if (op.kind != io::Op::kSendFile || !op.more) return;
   if (op.c->remaining > 0) return s->Uncork();  // the file ended early
   s->promised = true;
+  s->promised_ms = w_->now_ms;
+  s->promised_file = op.c->file_fd;
+  s->promised_offset = op.c->offset + op.c->done;
   ++w_->counters.corked_pieces;
   w_->Trace("sendfile fd %d: the next piece follows (%llu bytes corked)", op.c->fd,
             static_cast<unsigned long long>(s->corked));

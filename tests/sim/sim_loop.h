@@ -79,6 +79,9 @@ struct SimSocket {
   // on the socket breaks the promise. A promise the server forgets leaves a response unfinished.
   bool promised = false;
   uint64_t corked = 0;
+  int64_t promised_ms = 0;  // when, and the piece that must follow: its file and offset
+  int promised_file = -1;
+  uint64_t promised_offset = 0;
   uint64_t Readable() const { return to_client.size() - corked; }
   void Uncork() { promised = false, corked = 0; }
 };
