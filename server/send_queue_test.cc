@@ -157,7 +157,11 @@ TEST(SendQueue, RandomizedInvariants) {
       switch (rng() % 4) {
         case 0:
           if (!t[i].queued() && !sending[i]) {
-            sending[i] = q.Admit(&t[i], rng() % 1000, now);
+            t[i].slow = rng() % 8 == 0;  // limited by its client: needs no slot
+            const uint64_t remaining = rng() % 1000;
+            const bool predicted = q.WouldAdmit(&t[i], remaining);  // as the head's MSG_MORE asks
+            sending[i] = q.Admit(&t[i], remaining, now);
+            EXPECT_EQ(sending[i], predicted) << "WouldAdmit and Admit disagree";
             queued_at[i] = now;
           }
           break;
