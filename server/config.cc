@@ -202,8 +202,9 @@ const std::vector<Flag>& Flags() {
                "false)",
                &Config::sqpoll_per_shard),
       BoolFlag("tcp-nopush",
-               "TCP_CORK while a file body goes out with sendfile, so it leaves in whole "
-               "segments, as nginx's tcp_nopush (default true)",
+               "TCP_CORK while a file body goes out with sendfile, first chunk to last, and "
+               "its head waits for it (MSG_MORE), so it leaves in whole segments, as nginx's "
+               "tcp_nopush (default true)",
                &Config::tcp_nopush),
       BoolFlag("bypass-sendfile",
                "bypass: a connection's first file body installs a process fd for its socket, so "
