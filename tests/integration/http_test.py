@@ -12,7 +12,14 @@ import threading
 import time
 import unittest
 
-from ringd_harness import (BACKEND, ROOT_FLAGS, BackendTestCase, Reader, Server, make_docroot, raw, request)
+from ringd_harness import (BACKEND, EXTRA_FLAGS, ROOT_FLAGS, BackendTestCase, Reader, Server, make_docroot, raw,
+                           request)
+
+
+def data_segments_in(sock):
+    """tcp_info's tcpi_data_segs_in (Linux 4.6): data segments this socket has received."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    return struct.unpack_from("I", info, 152)[0]
 
 
 class ServingTest(BackendTestCase):
@@ -202,6 +209,30 @@ class ServingTest(BackendTestCase):
                     took.setdefault(name, []).append(time.monotonic() - started)
         for name, times in took.items():
             self.assertLess(sorted(times)[2], 0.1, "%s: median response time %.3f s" % (name, sorted(times)[2]))
+
+    def test_a_file_body_s_head_leaves_in_its_first_segment(self):
+        # With --tcp-nopush (the default) the head of a file sent with sendfile waits for the body
+        # (MSG_MORE) and the body is corked: 100 KiB + head is two loopback segments of 64 KiB at
+        # most. A server with --tcp-nopush=false, in the same test, sends the head alone and the
+        # body wherever sendfile stops (4 segments here).
+        if "--send-zc" in " ".join(EXTRA_FLAGS):
+            self.skipTest("zero-copy sends never hold bytes back (their completion would wait)")
+        nopush_off = Server(self.root, "--tcp-nopush=false")
+        try:
+            segments = {}
+            for name, server in (("default", self.server), ("--tcp-nopush=false", nopush_off)):
+                with server.connect() as s:
+                    reader = Reader(s)
+                    s.sendall(b"GET /large.bin HTTP/1.1\r\nHost: t\r\n\r\n")  # opens the window
+                    self.assertEqual(reader.read_response().body, self.files["large.bin"])
+                    before = data_segments_in(s)
+                    s.sendall(b"GET /medium.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+                    self.assertEqual(reader.read_response().body, self.files["medium.bin"])
+                    segments[name] = data_segments_in(s) - before
+        finally:
+            self.assertEqual(nopush_off.stop(), 0)
+        self.assertEqual(segments["default"], 2, segments)
+        self.assertGreater(segments["--tcp-nopush=false"], 2, segments)  # the head, then the body
 
     def test_request_body_is_never_a_request(self):
         with self.server.connect() as s:
