@@ -312,15 +312,9 @@ TEST_P(LoopTest, AnInlineBodyGoesOutInWholeSegments) {
     ASSERT_EQ(::getsockopt(handles[0], IPPROTO_TCP, TCP_CORK, &corked, &size), 0);
     EXPECT_EQ(corked, 0) << "the socket stayed corked after the body";
   }
-  struct Sent {
-    Completion c;
-    bool done = false;
-    static void On(Completion* c) { static_cast<Sent*>(c->owner)->done = !c->more; }
-  } sent;
-  sent.c.owner = &sent;
-  sent.c.callback = &Sent::On;
+  Sender sent;
   loop_->Send(handles[0], &v, 1, &sent.c);
-  ASSERT_TRUE(PollUntil([&] { return sent.done; }));
+  ASSERT_TRUE(PollUntil([&] { return sent.ends == 1; }));
   reader.join();
   ASSERT_TRUE(got == content + "tail.") << "the bytes differ";
   struct tcp_info info {};
@@ -399,17 +393,7 @@ TEST_P(LoopTest, ABodyInPiecesStaysCorkedFromPieceToPiece) {
       }
       return last;
     };
-    struct Sender {
-      Completion c;
-      int ends = 0;
-      int64_t last_result = 0;
-      static void On(Completion* c) {
-        Sender* self = static_cast<Sender*>(c->owner);
-        if (!c->more) ++self->ends, self->last_result = c->result;
-      }
-    } done;
-    done.c.owner = &done;
-    done.c.callback = &Sender::On;
+    Sender done;
     std::string head_copy = head;
     iovec v{head_copy.data(), head_copy.size()};
     loop_->Send(handles[0], &v, 1, &done.c, more);

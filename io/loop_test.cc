@@ -175,20 +175,10 @@ TEST_P(LoopTest, BypassConnectionsLiveInTheFileTable) {
   ASSERT_TRUE(PollUntil([&] { return r.got == "ping"; }));
   char pong[] = "pong";
   iovec v{pong, 4};
-  struct Sender {
-    Completion c;
-    int64_t result = 0;
-    bool done = false;
-    static void On(Completion* c) {
-      static_cast<Sender*>(c->owner)->result = c->result;
-      static_cast<Sender*>(c->owner)->done = true;
-    }
-  } sent;
-  sent.c.owner = &sent;
-  sent.c.callback = &Sender::On;
+  Sender sent;
   loop_->Send(acceptor.handle, &v, 1, &sent.c);
-  ASSERT_TRUE(PollUntil([&] { return sent.done; }));
-  EXPECT_EQ(sent.result, 4);
+  ASSERT_TRUE(PollUntil([&] { return sent.ends == 1; }));
+  EXPECT_EQ(sent.last_result, 4);
   char buf[8] = {};
   ASSERT_EQ(::read(client, buf, sizeof buf), 4);
   EXPECT_STREQ(buf, "pong");

@@ -63,6 +63,22 @@ struct Receiver {
   }
 };
 
+// Records how a send (Send or SendFile) ended; reusable for one operation after another.
+struct Sender {
+  Completion c;
+  int ends = 0;  // callbacks with more == false
+  int64_t last_result = 0;
+
+  static void OnEvent(Completion* c) {
+    Sender* self = static_cast<Sender*>(c->owner);
+    if (!c->more) ++self->ends, self->last_result = c->result;
+  }
+  Sender() {
+    c.callback = &OnEvent;
+    c.owner = this;
+  }
+};
+
 // A receive whose callback pauses it after every delivery, as the server does when its input
 // buffer has no room for another.
 struct PausingReceiver : Receiver {
