@@ -356,6 +356,14 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
       }
     }
   }
+  // A body that fits behind the head in its buffer is copied there: one buffer goes out with a
+  // plain send, where two take a sendmsg (the kernel copies a msghdr and imports an iovec array
+  // for each; measured in docs/PERFORMANCE.md, "One buffer for a small response").
+  if (iovcnt == 2 && n + ex->iov[1].iov_len <= sizeof ex->head) {
+    std::memcpy(ex->head + n, ex->iov[1].iov_base, ex->iov[1].iov_len);
+    ex->iov[0].iov_len = n + ex->iov[1].iov_len;
+    iovcnt = 1;
+  }
   // The whole response in one send, and the connection ends after it: the response and the FIN
   // (CloseGracefully's shutdown) leave in one segment instead of two, which costs both ends less.
   // Or the body's first bytes follow at once: the head waits in the socket (MSG_MORE) to leave

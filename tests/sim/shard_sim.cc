@@ -237,6 +237,7 @@ class Sim {
 Sim::Sim(uint64_t seed, const SimOptions& options, bool trace)
     : seed_(seed), options_(options), world_(seed), rng_(world_.rng) {
   world_.tracing = trace;
+  world_.one_buffer_max = Exchange::kHeadBytes;
 }
 
 void Sim::Fail(const char* fmt, ...) {

@@ -250,6 +250,9 @@ void SimLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more)
   c->iovcnt = iovcnt;
   c->remaining = 0;
   for (int i = 0; i < iovcnt; ++i) c->remaining += iov[i].iov_len;
+  RINGD_ASSERT_MSG(iovcnt < 2 || c->remaining > w_->one_buffer_max,
+                   "fd %d: %d buffers of %llu bytes in all, which fit in one head buffer", fd,
+                   iovcnt, static_cast<unsigned long long>(c->remaining));
   ++w_->counters.sends;
   if (w_->print_trace && iovcnt > 0 && iov[0].iov_len > 12) {
     const char* head = static_cast<const char*>(iov[0].iov_base);

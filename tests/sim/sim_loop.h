@@ -134,6 +134,9 @@ struct SimWorld {
   size_t trace_next = 0;
   bool tracing = true;
   bool print_trace = false;  // every event to stdout as it happens (--verbose)
+  // A head and a body sent as two buffers when both fit in this many bytes: the shard should
+  // have copied the body behind the head (0: not checked).
+  size_t one_buffer_max = 0;
 
   size_t Connect(uint64_t window);  // a new client socket, queued on the listener
   // File tree edits (they record history).
