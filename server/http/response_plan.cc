@@ -113,7 +113,7 @@ PlanStep ErrorAfterSelect(int status, const char* reason, const Request& req,
   out->file_path = {};
   out->content_encoding = {};
   out->etag = {};
-  out->has_last_modified = false;
+  out->last_modified = {};
   out->cache_control = {};
   out->added_headers = {};
   return Error(status, reason, req, config, source, out);
@@ -161,7 +161,7 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
   out->content_encoding = {};
   out->vary_accept_encoding = false;
   out->etag = {};
-  out->has_last_modified = false;
+  out->last_modified = {};
   out->allow_header = false;
   out->location = {};
   out->cache_control = {};
@@ -296,9 +296,19 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
 
   out->file = selected;  // from here on, errors go through PageAfterSelect
   out->file_path = selected_path;
-  out->etag =
-      std::string_view(scratch.etag, FormatETag(selected.mtime_sec, selected.size, scratch.etag));
-  out->has_last_modified = true;
+  if (scratch.etag_len == 0 || scratch.etag_mtime_sec != selected.mtime_sec ||
+      scratch.etag_size != selected.size) {
+    scratch.etag_len = FormatETag(selected.mtime_sec, selected.size, scratch.etag);
+    scratch.etag_mtime_sec = selected.mtime_sec;
+    scratch.etag_size = selected.size;
+  }
+  out->etag = std::string_view(scratch.etag, scratch.etag_len);
+  if (!scratch.has_last_modified || scratch.last_modified_sec != selected.mtime_sec) {
+    FormatHttpDate(selected.mtime_sec, scratch.last_modified);
+    scratch.last_modified_sec = selected.mtime_sec;
+    scratch.has_last_modified = true;
+  }
+  out->last_modified = std::string_view(scratch.last_modified, kHttpDateLen);
   out->content_length = selected.size;
   // Chosen by the path asked for (app.js), not the encoding served (app.js.gz); written out at
   // start-up, and kept for 304 (RFC 9110 section 15.4.5) as for 200 and 206.
@@ -381,11 +391,9 @@ size_t WriteResponseHead(const ResponsePlan& plan, std::string_view date,
     n = PutUint(out, n, cap, plan.content_length);
     n = Put(out, n, cap, "\r\n");
   }
-  if (plan.has_last_modified) {
-    char date_buf[kHttpDateLen];
-    FormatHttpDate(plan.file.mtime_sec, date_buf);
+  if (!plan.last_modified.empty()) {
     n = Put(out, n, cap, "Last-Modified: ");
-    n = Put(out, n, cap, std::string_view(date_buf, kHttpDateLen));
+    n = Put(out, n, cap, plan.last_modified);
     n = Put(out, n, cap, "\r\n");
   }
   if (!plan.etag.empty()) {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string_view>
 
+#include "server/http/http_date.h"
 #include "server/http/mime_types.h"
 #include "server/http/origin_headers.h"
 #include "server/http/range.h"
@@ -59,7 +60,15 @@ struct PlanScratch {
   char file[kMaxPath + 64];     // the selected file's relative path
   char sibling[kMaxPath + 64];  // candidate .br / .gz paths
   char location[3 * kMaxPath + 16];
+  // The selected file's validators as header text, kept for the next plan: most requests ask
+  // for a file whose (mtime, size) the last plan already formatted.
   char etag[40];
+  size_t etag_len = 0;
+  int64_t etag_mtime_sec = 0;
+  uint64_t etag_size = 0;
+  char last_modified[kHttpDateLen];
+  int64_t last_modified_sec = 0;
+  bool has_last_modified = false;
 };
 
 struct ResponsePlan {
@@ -78,10 +87,10 @@ struct ResponsePlan {
   std::string_view content_encoding;  // "gzip", "br" or ""
   bool vary_accept_encoding = false;
   std::string_view etag;
-  bool has_last_modified = false;
-  uint64_t content_length = 0;  // what Content-Length says (also for HEAD)
-  bool allow_header = false;    // 405 and OPTIONS: Allow: GET, HEAD, OPTIONS
-  std::string_view location;    // 301
+  std::string_view last_modified;  // the IMF-fixdate of file.mtime_sec, or empty
+  uint64_t content_length = 0;     // what Content-Length says (also for HEAD)
+  bool allow_header = false;       // 405 and OPTIONS: Allow: GET, HEAD, OPTIONS
+  std::string_view location;       // 301
   // Precomputed header lines (OriginHeaders), written as they are: a "Cache-Control: ...\r\n"
   // line for a file's 200, 206 or 304, and the added headers of any 200, 206 or 304.
   std::string_view cache_control;

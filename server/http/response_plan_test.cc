@@ -71,14 +71,16 @@ class ResponsePlanTest : public ::testing::Test {
   }
 
   // Parses `request`, then plans, fetching metadata whenever the planner asks.
-  Planned Plan(const std::string& request) {
+  // With `shared`, through that scratch (as a shard plans every request through its own).
+  Planned Plan(const std::string& request, PlanScratch* shared = nullptr) {
     Header headers[64];
     Request req;
     ParseResult r = ParseRequest(request, 0, ParserLimits{}, headers, 64, &req);
     EXPECT_EQ(r.status, ParseStatus::kDone) << request;
     Planned p;
+    PlanScratch& scratch = shared != nullptr ? *shared : *p.scratch;
     for (int i = 0; i < 10; ++i) {
-      PlanStep step = PlanResponse(req, config_, tree_, *p.scratch, &p.plan);
+      PlanStep step = PlanResponse(req, config_, tree_, scratch, &p.plan);
       if (step.status == PlanStatus::kReady) break;
       tree_.Fetch(step.lookup_path);
     }
@@ -116,6 +118,33 @@ TEST_F(ResponsePlanTest, ServesAFileWithItsValidators) {
             "ETag: \"56273e80-264\"\r\n"
             "Accept-Ranges: bytes\r\n"
             "\r\n");
+}
+
+// The scratch keeps the last file's ETag and Last-Modified text for the next plan: a file with
+// another mtime or size gets its own.
+TEST_F(ResponsePlanTest, OneScratchFormatsEachFilesValidatorsForIt) {
+  tree_.File("old.txt", 612, kMtime - 86400);  // index.html's size, a day older
+  tree_.File("big.txt", 613);                  // index.html's mtime, one byte more
+  auto validators = [](const std::string& head) {
+    const size_t at = head.find("Last-Modified: ");
+    const size_t end = head.find("Accept-Ranges: ");
+    return at == std::string::npos || end == std::string::npos ? std::string()
+                                                               : head.substr(at, end - at);
+  };
+  PlanScratch* shared = new PlanScratch;
+  for (const char* path : {"/index.html", "/old.txt", "/index.html", "/big.txt", "/big.txt"}) {
+    const std::string alone = validators(Get(path).head);
+    ASSERT_FALSE(alone.empty()) << path;
+    EXPECT_EQ(
+        validators(Plan(std::string("GET ") + path + " HTTP/1.1\r\nHost: t\r\n\r\n", shared).head),
+        alone)
+        << path;
+  }
+  EXPECT_EQ(validators(Get("/old.txt").head),
+            "Last-Modified: Tue, 20 Oct 2015 07:28:00 GMT\r\nETag: \"5625ed00-264\"\r\n");
+  EXPECT_EQ(validators(Get("/big.txt").head),
+            "Last-Modified: Wed, 21 Oct 2015 07:28:00 GMT\r\nETag: \"56273e80-265\"\r\n");
+  delete shared;
 }
 
 // RFC 9110 section 9.3.2: HEAD is GET without the content.
