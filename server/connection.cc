@@ -238,7 +238,7 @@ bool Shard::Plan(Connection* conn, const http::Request& req) {
   }
   ex->lookups = 0;
   if (!ex->plan.file_path.empty()) {
-    ex->file = files_->Pin(ex->plan.file_path);
+    ex->file = source.Pin(ex->plan.file_path);
     if (ex->file == nullptr) {  // planned from a cached entry that must still be there
       std::fprintf(stderr, "ringd: internal error: planned file not in the cache\n");
       std::abort();

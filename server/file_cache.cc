@@ -70,7 +70,9 @@ std::optional<http::FileMeta> FileCache::Lookup(std::string_view path) {
   return LookupSince(path, UINT64_MAX);
 }
 
-std::optional<http::FileMeta> FileCache::LookupSince(std::string_view path, uint64_t since) {
+std::optional<http::FileMeta> FileCache::LookupSince(std::string_view path, uint64_t since,
+                                                     CacheEntry** found) {
+  if (found != nullptr) *found = nullptr;
   auto it = map_.find(Key(path));
   if (it == map_.end()) {
     ++stats_.misses;
@@ -90,6 +92,7 @@ std::optional<http::FileMeta> FileCache::LookupSince(std::string_view path, uint
   }
   ++stats_.hits;
   Touch(e);
+  if (found != nullptr) *found = e;
   return e->meta;
 }
 
@@ -192,6 +195,13 @@ CacheEntry* FileCache::Pin(std::string_view path) {
   if (it == map_.end() || !it->second->ready) return nullptr;
   ++it->second->pins;
   return it->second;
+}
+
+CacheEntry* FileCache::PinFound(CacheEntry* e, uint64_t retired_then, std::string_view path) {
+  if (e == nullptr || retired_then != retirements_ || e->path != path) return Pin(path);
+  RINGD_ASSERT(e->in_map && e->ready);
+  ++e->pins;
+  return e;
 }
 
 void FileCache::Unpin(CacheEntry* e) {
@@ -351,6 +361,7 @@ bool FileCache::EvictOne() {
 void FileCache::Retire(CacheEntry* e) {
   if (!e->in_map) return;
   e->in_map = false;
+  ++retirements_;
   if (e->successor != nullptr) {  // it carries on alone, and takes the path if it is free then
     e->successor->replaces = nullptr;
     e->successor = nullptr;

@@ -89,7 +89,9 @@ class FileCache : public http::FileMetaSource {
   // The planner's view (FileMetaSource): fresh metadata, or nullopt.
   std::optional<http::FileMeta> Lookup(std::string_view path) override;
   // Also counts as fresh an entry validated after validations() was `since` (RequestLookup).
-  std::optional<http::FileMeta> LookupSince(std::string_view path, uint64_t since);
+  // `found`, if given, is set to the entry the answer came from (nullptr without one).
+  std::optional<http::FileMeta> LookupSince(std::string_view path, uint64_t since,
+                                            CacheEntry** found = nullptr);
   // How many times metadata has been read so far: a point in the cache's history.
   uint64_t validations() const { return validations_; }
 
@@ -104,6 +106,11 @@ class FileCache : public http::FileMetaSource {
 
   // The ready entry for `path`, pinned for a response; nullptr if it is not cached.
   CacheEntry* Pin(std::string_view path);
+  // The same, without a second hash lookup when `e` is what LookupSince found for `path` while
+  // retirements() was `retired_then`: no entry has left the map since, so `e` is still there.
+  CacheEntry* PinFound(CacheEntry* e, uint64_t retired_then, std::string_view path);
+  // How many entries have left the map so far.
+  uint64_t retirements() const { return retirements_; }
   void Unpin(CacheEntry* e);
 
   void set_now(int64_t now_ms) { now_ms_ = now_ms; }
@@ -136,6 +143,7 @@ class FileCache : public http::FileMetaSource {
   FileWaiter* woken_tail_ = nullptr;
   int64_t now_ms_ = 0;
   uint64_t validations_ = 0;
+  uint64_t retirements_ = 0;
   FileCacheStats stats_;
 };
 
@@ -146,12 +154,18 @@ class RequestLookup final : public http::FileMetaSource {
  public:
   RequestLookup(FileCache* cache, uint64_t since) : cache_(cache), since_(since) {}
   std::optional<http::FileMeta> Lookup(std::string_view path) override {
-    return cache_->LookupSince(path, since_);
+    std::optional<http::FileMeta> meta = cache_->LookupSince(path, since_, &last_);
+    retired_ = cache_->retirements();
+    return meta;
   }
+  // The planned file, pinned: the entry the last Lookup found when that was `path`.
+  CacheEntry* Pin(std::string_view path) { return cache_->PinFound(last_, retired_, path); }
 
  private:
   FileCache* cache_;
   uint64_t since_;
+  CacheEntry* last_ = nullptr;
+  uint64_t retired_ = 0;
 };
 
 }  // namespace ringd

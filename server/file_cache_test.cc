@@ -178,5 +178,54 @@ TEST_F(FileCacheTest, NoFreeEntryMeansTheRequestWaits) {
   EXPECT_EQ(loop_.opens.size(), 1u);
 }
 
+// The planner's RequestLookup pins the entry its last lookup found without hashing the path
+// again, only while that is the planned path and no entry has left the map since.
+TEST_F(FileCacheTest, PinningWhatTheLookupFoundNeedsThePathAndNoRetirementSince) {
+  Make(1000, 2);
+  Load("a.css", 10, 100, 0);
+  {
+    RequestLookup lookup(cache_.get(), cache_->validations());
+    ASSERT_TRUE(lookup.Lookup("a.css"));
+    CacheEntry* e = lookup.Pin("a.css");
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->fd, 10);
+    EXPECT_EQ(e->pins, 1u);
+    cache_->Unpin(e);
+    EXPECT_EQ(lookup.Pin("b.css"), nullptr) << "another path than the one found: not cached";
+  }
+  RequestLookup lookup(cache_.get(), cache_->validations());
+  ASSERT_TRUE(lookup.Lookup("a.css"));
+  // Two new paths need both entries: a.css (unpinned, ready) is evicted and freed.
+  FileWaiter wb, wc;
+  wb.wake = wc.wake = [](FileWaiter*) {};
+  ASSERT_TRUE(cache_->Fetch("b.css", &wb));
+  ASSERT_TRUE(cache_->Fetch("c.css", &wc));
+  EXPECT_EQ(loop_.closed, std::vector<int>{10});
+  EXPECT_EQ(lookup.Pin("a.css"), nullptr) << "the entry found has left the map since";
+  loop_.Finish(1, 12, 50);
+  loop_.Finish(2, 13, 60);
+  cache_->RunWakeups();
+}
+
+TEST_F(FileCacheTest, PinningWhatTheLookupFoundSkipsAnEntryReplacedSince) {
+  Make(1000, 4);
+  Load("a.css", 10, 100, 0);
+  CacheEntry* held = cache_->Pin("a.css");  // a response in flight keeps the old entry alive
+  ASSERT_NE(held, nullptr);
+  RequestLookup lookup(cache_.get(), cache_->validations());
+  ASSERT_TRUE(lookup.Lookup("a.css"));
+  // Past expiry and its grace, a request replaces the entry: the old one leaves the map (still
+  // pinned, same path) and a new one opens.
+  cache_->set_now(2500);
+  FileWaiter w;
+  w.wake = [](FileWaiter*) {};
+  ASSERT_TRUE(cache_->Fetch("a.css", &w));
+  EXPECT_EQ(lookup.Pin("a.css"), nullptr) << "not the replaced entry: the new one is not ready";
+  loop_.Finish(1, 11, 200);
+  cache_->RunWakeups();
+  cache_->Unpin(held);
+  EXPECT_EQ(loop_.closed, std::vector<int>{10});
+}
+
 }  // namespace
 }  // namespace ringd
