@@ -253,9 +253,20 @@ class EpollLoop final : public Loop {
       if (fds_[fd].reader != nullptr && (ev & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))) {
         DoRead(fds_[fd].reader);
       }
-      if (fds_[fd].writer != nullptr && (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
+      if (fds_[fd].writer != nullptr && fds_[fd].writer->op == Op::kSend &&
+          (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
         DoWrite(fds_[fd].writer);
       }
+    }
+    // The requests received run now (their responses' sends go out inline), and the file bodies
+    // whose sockets took more take their turn after them, not before: so a page or an asset
+    // does not wait behind every download's next turn (as on the uring tiers).
+    RunReady();
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == event_fd_ || (events[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) == 0) continue;
+      Completion* w = fds_[fd].writer;
+      if (w != nullptr && w->op == Op::kSendFile) DoWrite(w);
     }
     // Jobs the workers finished, then jobs held back while their queue was full.
     while (Completion* c = workers_->TakeDone()) WorkerDone(c);

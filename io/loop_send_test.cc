@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <linux/tcp.h>  // tcp_info with tcpi_data_segs_in (glibc's predates it)
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/uio.h>
@@ -74,6 +75,65 @@ TEST_P(LoopTest, SendFileTakesTurnsAndArrivesWhole) {
     EXPECT_GE(polls, static_cast<int>(kSize / options_.send_turn_bytes) - 1)
         << "no more than a turn's budget goes out per Poll";
   }
+}
+
+// A request received in the same Poll as a download's next turn runs first: a page or an asset
+// does not wait behind every download's next 256 KiB. (Before, the completions ran in the order
+// the kernel posted them, and a writable socket's came first.)
+TEST_P(LoopTest, ARequestRunsBeforeADownloadsNextTurn) {
+  options_.send_turn_bytes = 16 << 10;
+  SetUp();
+  if (IsSkipped()) return;
+  constexpr size_t kSize = 1 << 20;
+  const std::string content = Pattern(kSize, 5, 4096);
+  const int file = TempFile(content);
+  ASSERT_GE(file, 0);
+  auto [down, down_client] = Pair();
+  auto [req, req_client] = Pair();
+  // The receive notes how much of the download its client could read when the request ran.
+  struct Noting : Receiver {
+    int watch = -1;
+    int seen = -1;
+    static void OnEvent(Completion* c) {
+      Noting* self = static_cast<Noting*>(c->owner);
+      Receiver::OnEvent(c);
+      if (c->result > 0 && self->seen < 0) ::ioctl(self->watch, FIONREAD, &self->seen);
+    }
+    Noting() { c.callback = &OnEvent; }
+  } r;
+  r.watch = down_client;
+  loop_->Recv(req, &r.c);
+  loop_->Poll(0);
+  Sender dl;
+  loop_->SendFile(down, file, 0, kSize, &dl.c);  // its first turn, inside the call
+  loop_->Poll(0);                                // its second
+  int before = 0;
+  ASSERT_EQ(::ioctl(down_client, FIONREAD, &before), 0);
+  ASSERT_EQ(before, 2 * (16 << 10)) << "one turn per Poll";
+  ASSERT_EQ(::write(req_client, "GET", 3), 3);
+  loop_->Poll(0);  // the download's third turn and the request, both ready
+  ASSERT_EQ(r.got, "GET");
+  EXPECT_EQ(r.seen, before) << "the download took its turn before the request ran";
+  int after = 0;
+  ::ioctl(down_client, FIONREAD, &after);
+  EXPECT_EQ(after, 3 * (16 << 10)) << "and took it in the same Poll";
+  std::string got;
+  std::thread reader([&, fd = down_client] {
+    char buf[65536];
+    const int flags = ::fcntl(fd, F_GETFL);
+    ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    while (got.size() < kSize) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  });
+  EXPECT_TRUE(PollUntil([&] { return dl.ends == 1; }));
+  reader.join();
+  EXPECT_EQ(dl.last_result, static_cast<int64_t>(kSize));
+  EXPECT_TRUE(got == content);
+  loop_->Cancel(&r.c);
+  PollUntil([&] { return r.ends == 1; });
 }
 
 // uring: a SendFile that must splice (its pages are not cached) while no pipe can be created

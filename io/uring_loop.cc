@@ -203,6 +203,7 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
 
   slots_.resize(o.ring_entries);
   deferred_.reserve(o.ring_entries * 4);
+  next_turns_.reserve(o.ring_entries * 4);  // cleared every Poll, as the two below
   for (uint32_t i = 0; i < o.ring_entries; ++i) free_slots_.push_back(static_cast<int>(i));
   pipes_.resize(o.pipe_pool_size);
   rearm_.reserve(o.recv_buffer_count);  // cleared every Poll: no allocation in steady state
@@ -374,9 +375,20 @@ void UringLoop::Poll(int timeout_ms) {
     Event events[kBatch];
     for (unsigned i = 0; i < n; ++i) events[i] = {cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
     io_uring_cq_advance(&ring_, n);
-    for (unsigned i = 0; i < n; ++i) Dispatch(events[i].user_data, events[i].res, events[i].flags);
+    for (unsigned i = 0; i < n; ++i) {
+      if (IsNextTurn(events[i].user_data)) {
+        next_turns_.push_back(events[i]);
+      } else {
+        Dispatch(events[i].user_data, events[i].res, events[i].flags);
+      }
+    }
     if (n < static_cast<unsigned>(kBatch) && deferred_.empty()) break;
   }
+  RunReady();
+  for (size_t i = 0; i < next_turns_.size(); ++i) {
+    Dispatch(next_turns_[i].user_data, next_turns_[i].res, next_turns_[i].flags);
+  }
+  next_turns_.clear();
   RunReady();
   // Resumed receives: the bytes kept while paused, in order, then the end that came while
   // paused, or a fresh multishot receive.
@@ -479,6 +491,12 @@ void UringLoop::Finish(Completion* c, int64_t result) {
   c->result = result;
   ++stats_.completed;
   c->callback(c);
+}
+
+bool UringLoop::IsNextTurn(uint64_t user_data) const {
+  if (user_data == 0 || (user_data & kShutdownTag) != 0) return false;
+  const Completion* c = reinterpret_cast<const Completion*>(user_data);
+  return c->op == Op::kSendFile && c->polling && c->pipe_index < 0 && c->slot < 0;
 }
 
 void UringLoop::Dispatch(uint64_t user_data, int32_t res, uint32_t flags) {

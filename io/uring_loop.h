@@ -212,6 +212,7 @@ class UringLoop final : public Loop {
   int FixedIndex(const char* buf, uint64_t length) const;
 
   void Dispatch(uint64_t user_data, int32_t res, uint32_t flags);
+  bool IsNextTurn(uint64_t user_data) const;  // an inline body's writable poll
 
   void OnRecv(Completion* c, int32_t res, uint32_t flags);
 
@@ -257,6 +258,9 @@ class UringLoop final : public Loop {
   };
   std::deque<OpSlot> slots_;
   std::vector<Event> deferred_;  // completions reaped by Submit, dispatched by the next Poll
+  // Writable sockets of file bodies that had their turn: dispatched after everything else this
+  // Poll reaped, so requests and small responses do not wait behind every download's next turn.
+  std::vector<Event> next_turns_;
   std::vector<int> free_slots_;
   std::vector<Pipe> pipes_;
   internal::CompletionQueue ready_;      // finished inside the call that started them
