@@ -249,7 +249,8 @@ class Loop {
   // Makes a Poll in progress on this loop's thread return soon; safe from any thread.
   virtual void Wake() = 0;
   // Before the owner frees what operations point into (cache entries, buffers): afterwards no
-  // callback runs and no background thread touches caller memory; only Close may be called.
+  // callback runs and no background thread touches caller memory; only Close may be called,
+  // from any thread (the owner's destructor may run on another: Close then closes at once).
   virtual void Quiesce() {}
 
   virtual LoopStats Stats() const = 0;

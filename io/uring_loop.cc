@@ -299,6 +299,16 @@ void UringLoop::Shutdown(int fd, int how) {
 }
 
 void UringLoop::Close(int fd) {
+  if (quiesced_) {
+    // A direct descriptor goes with the ring's file table when the ring does; a file's fd is
+    // closed here and now (through the ring it would wait for a submit that never comes, and a
+    // full queue's submit from the destructor's thread failed: ringd aborted at exit).
+    if (!IsDirect(fd)) {
+      resident_.Forget(fd);
+      ::close(fd);
+    }
+    return;
+  }
   if (IsDirect(fd)) {
     const uint32_t slot = static_cast<uint32_t>(fd & ~kDirectHandle);
     RINGD_ASSERT(slot < direct_slots_ && !slot_state_[slot].close_pending);

@@ -57,6 +57,7 @@ class UringLoop final : public Loop {
   void Shutdown(int fd, int how) override;
 
   void Close(int fd) override;
+  void Quiesce() override { quiesced_ = true; }
 
   void Poll(int timeout_ms) override;
 
@@ -261,6 +262,9 @@ class UringLoop final : public Loop {
   // Writable sockets of file bodies that had their turn: dispatched after everything else this
   // Poll reaped, so requests and small responses do not wait behind every download's next turn.
   std::vector<Event> next_turns_;
+  // After Quiesce: the owner is tearing down, maybe on another thread than the ring's, and a
+  // single-issuer ring refuses any other thread's submit (EEXIST), so Close goes around it.
+  bool quiesced_ = false;
   std::vector<int> free_slots_;
   std::vector<Pipe> pipes_;
   internal::CompletionQueue ready_;      // finished inside the call that started them

@@ -8,6 +8,7 @@ import signal
 import socket
 import struct
 import subprocess
+import tempfile
 import threading
 import time
 import unittest
@@ -412,6 +413,34 @@ class LifecycleTest(BackendTestCase):
         s.close()
         idle.close()
         server.stop()
+
+    def test_stop_with_more_cached_files_than_the_ring_has_entries(self):
+        # At exit the file cache closes every descriptor it holds. On the uring tiers a close
+        # went through the ring from the main thread, and once the 4,096-entry queue was full
+        # the submit failed (a single-issuer ring refuses any other thread): ringd aborted with
+        # "assertion failed" instead of exiting 0.
+        root = tempfile.mkdtemp(prefix="ringd-many-")
+        try:
+            count = 4500
+            for i in range(count):
+                with open(os.path.join(root, "f%05d.txt" % i), "wb") as f:
+                    f.write(b"%d\n" % i)
+            server = Server(root, "--shards", "1", "--open-file-cache-entries", "8000",
+                            "--small-file-max", "0", "--precompressed=false",
+                            "--max-requests-per-connection", "100000")
+            try:
+                with server.connect(timeout=30) as s:
+                    reader = Reader(s)
+                    for i in range(count):
+                        s.sendall(b"GET /f%05d.txt HTTP/1.1\r\nHost: t\r\n\r\n" % i)
+                        r = reader.read_response()
+                        self.assertEqual((r.status, r.body), (200, b"%d\n" % i))
+            finally:
+                rc = server.stop()
+            self.assertEqual(rc, 0, "\n".join(server.log[-5:]))
+            self.assertFalse([line for line in server.log if "assertion failed" in line])
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
 
     def test_connection_limit_pauses_accepting(self):
         server = Server(self.root, "--max-connections", "5", "--shards", "1")
