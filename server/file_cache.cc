@@ -4,6 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <functional>
+
+#include "absl/hash/hash.h"
 #include "io/assert.h"
 
 namespace ringd {
@@ -34,13 +38,84 @@ http::FileMeta MetaFromError(int64_t err) {
 
 }  // namespace
 
+MissingPaths::MissingPaths(uint32_t capacity) {
+  uint64_t n = 8;
+  while (n < capacity) n <<= 1;
+  slots_ = static_cast<Slot*>(std::calloc(n, sizeof(Slot)));
+  RINGD_ASSERT_MSG(slots_ != nullptr, "out of memory for %llu missing-path slots",
+                   static_cast<unsigned long long>(n));
+  mask_ = n - 1;
+}
+
+MissingPaths::~MissingPaths() { std::free(slots_); }
+
+namespace {
+constexpr uint64_t kMissingProbe = 8;
+
+std::pair<uint64_t, uint64_t> PathHashes(std::string_view path) {
+  const uint64_t h1 = absl::Hash<absl::string_view>{}(Key(path));
+  uint64_t h2 = std::hash<std::string_view>{}(path);
+  if (h1 == 0 && h2 == 0) h2 = 1;  // (0, 0) marks an empty slot
+  return {h1, h2};
+}
+}  // namespace
+
+MissingPaths::Slot* MissingPaths::Match(std::string_view path) const {
+  const auto [h1, h2] = PathHashes(path);
+  for (uint64_t i = 0; i < kMissingProbe; ++i) {
+    Slot* s = &slots_[(h1 + i) & mask_];
+    if (s->h1 == h1 && s->h2 == h2) return s;
+  }
+  return nullptr;
+}
+
+void MissingPaths::Note(std::string_view path, int64_t expires_ms, uint64_t validation) {
+  Slot* pick = Match(path);
+  if (pick == nullptr) {  // the window's first empty slot, else the one that expires first
+    const uint64_t h1 = PathHashes(path).first;
+    for (uint64_t i = 0; i < kMissingProbe; ++i) {
+      Slot* s = &slots_[(h1 + i) & mask_];
+      if (s->h1 == 0 && s->h2 == 0) {
+        pick = s;
+        break;
+      }
+      if (pick == nullptr || s->expires_ms < pick->expires_ms) pick = s;
+    }
+    if (pick->h1 == 0 && pick->h2 == 0) ++known_;
+    const auto [h1b, h2] = PathHashes(path);
+    pick->h1 = h1b;
+    pick->h2 = h2;
+  }
+  pick->expires_ms = expires_ms;
+  pick->validation = validation;
+  pick->revalidating = 0;
+}
+
+std::optional<MissingPaths::Known> MissingPaths::Find(std::string_view path) const {
+  const Slot* s = Match(path);
+  if (s == nullptr) return std::nullopt;
+  return Known{s->expires_ms, s->validation, s->revalidating != 0};
+}
+
+void MissingPaths::MarkRevalidating(std::string_view path, bool on) {
+  if (Slot* s = Match(path)) s->revalidating = on ? 1 : 0;
+}
+
+void MissingPaths::Forget(std::string_view path) {
+  if (Slot* s = Match(path)) {
+    *s = Slot{};
+    --known_;
+  }
+}
+
 FileCache::FileCache(io::Loop* loop, int root_fd, mem::BufferPool* content_pool,
                      const FileCacheOptions& o)
     : loop_(loop),
       root_fd_(root_fd),
       content_pool_(content_pool),
       options_(o),
-      entries_(o.max_entries) {
+      entries_(o.max_entries),
+      missing_(2 * o.max_entries) {
   map_.reserve(o.max_entries);
 }
 
@@ -75,6 +150,14 @@ std::optional<http::FileMeta> FileCache::LookupSince(std::string_view path, uint
   if (found != nullptr) *found = nullptr;
   auto it = map_.find(Key(path));
   if (it == map_.end()) {
+    // Known missing: fresh, validated since the request began, or within its grace while an
+    // open of the path runs beside (as for entries, below).
+    if (std::optional<MissingPaths::Known> k = missing_.Find(path)) {
+      if (k->expires_ms > now_ms_ || k->validation > since || RevalidateMissing(path, *k)) {
+        ++stats_.hits;
+        return http::FileMeta{};  // kMissing
+      }
+    }
     ++stats_.misses;
     return std::nullopt;
   }
@@ -108,6 +191,22 @@ bool FileCache::RevalidateBeside(CacheEntry* e) {
   s->revalidating = true;
   s->replaces = e;
   e->successor = s;
+  return true;
+}
+
+bool FileCache::RevalidateMissing(std::string_view path, const MissingPaths::Known& known) {
+  if (options_.valid_ms == 0 ||
+      now_ms_ >= known.expires_ms + static_cast<int64_t>(options_.valid_ms)) {
+    return false;
+  }
+  if (!known.revalidating) {
+    if (entries_.Empty()) return false;  // as RevalidateBeside: no eviction for it
+    CacheEntry* s = StartOpen(path);
+    if (s == nullptr) return false;
+    s->revalidating = true;  // with no entry to replace: Ready puts it in the map
+    missing_.MarkRevalidating(path, true);
+  }
+  ++stats_.stale_hits;
   return true;
 }
 
@@ -288,6 +387,8 @@ void FileCache::Ready(CacheEntry* e) {
       if (old != nullptr) Retire(old);
       e->in_map = true;
       map_[e->path] = e;
+    } else if (failed && old == nullptr) {
+      missing_.MarkRevalidating(e->path, false);  // the next stale hit tries again
     }
   }
   if (e->in_map) Touch(e);
@@ -306,6 +407,19 @@ void FileCache::Ready(CacheEntry* e) {
       woken_head_ = w;
     woken_tail_ = w;
     w = next;
+  }
+  if (e->in_map) {
+    // A missing path is remembered in MissingPaths, not in an entry; anything else it is now
+    // says it is no longer missing.
+    if (e->meta.kind == http::FileMeta::Kind::kMissing) {
+      missing_.Note(e->path, e->expires_ms, e->validation);
+      stats_.missing_known = missing_.known();
+      return Retire(e);
+    }
+    if (e->meta.kind != http::FileMeta::Kind::kUnavailable) {
+      missing_.Forget(e->path);
+      stats_.missing_known = missing_.known();
+    }
   }
   if (!e->in_map) MaybeFree(e);
 }

@@ -1,9 +1,11 @@
 // A shard's open-file cache (like nginx's open_file_cache) with the small-file content cache
 // inside it. Each entry holds a path's metadata, its open fd (regular files), and for small
 // files their bytes in a buffer of the shard's content pool, so a hot small file costs no file
-// syscall. Entries are revalidated by opening and statx-ing again after `valid_ms`; negative
-// results (missing files, absent .gz siblings) are cached the same way. Bounded in entries and in
-// content bytes; least recently used entries go first. Everything runs on the shard thread.
+// syscall. Entries are revalidated by opening and statx-ing again after `valid_ms`. Negative
+// results (missing files, absent .br and .gz siblings) are kept apart, in a fixed table of path
+// hashes (MissingPaths), so that the two siblings every file is asked for do not take two of
+// the entries; they are revalidated the same way. Bounded in entries and in content bytes;
+// least recently used entries go first. Everything runs on the shard thread.
 //
 //   cache.Lookup("css/site.css")        -> metadata, or nullopt: not known yet
 //   cache.Fetch("css/site.css", &w)     -> opens it through the loop; `w` is woken when known
@@ -78,6 +80,43 @@ struct FileCacheStats {
   uint64_t hits = 0, misses = 0, opens = 0, evictions = 0, content_reads = 0;
   uint64_t stale_hits = 0;  // hits on an expired entry while its revalidation runs (in `hits` too)
   uint64_t entries = 0, content_buffers = 0;
+  uint64_t missing_known = 0;  // paths in MissingPaths (not entries)
+};
+
+// Paths known to be missing, each with when that was read (the cache's validation count) and
+// until when it holds: a fixed, open-addressed table of two independent 64-bit hashes of the
+// path (a false match would need both to collide), 8 slots probed per path; a full window
+// overwrites the slot that expires first. Allocated zeroed at start-up (untouched pages cost
+// nothing until used).
+class MissingPaths {
+ public:
+  struct Known {
+    int64_t expires_ms;
+    uint64_t validation;
+    bool revalidating;  // an open of the path runs beside the requests it answers
+  };
+  explicit MissingPaths(uint32_t capacity);  // slots: the power of two at or above it
+  ~MissingPaths();
+  MissingPaths(const MissingPaths&) = delete;
+  MissingPaths& operator=(const MissingPaths&) = delete;
+
+  void Note(std::string_view path, int64_t expires_ms, uint64_t validation);
+  std::optional<Known> Find(std::string_view path) const;
+  void MarkRevalidating(std::string_view path, bool on);
+  void Forget(std::string_view path);
+  uint64_t known() const { return known_; }
+
+ private:
+  struct Slot {
+    uint64_t h1, h2;  // both 0: empty
+    int64_t expires_ms;
+    uint64_t validation : 63;
+    uint64_t revalidating : 1;
+  };
+  Slot* Match(std::string_view path) const;
+  Slot* slots_ = nullptr;
+  uint64_t mask_ = 0;
+  uint64_t known_ = 0;
 };
 
 class FileCache : public http::FileMetaSource {
@@ -124,6 +163,8 @@ class FileCache : public http::FileMetaSource {
   // Starts revalidating an expired entry beside the requests that use it; false when it may not
   // (no grace left, a failure entry, or no free entry for the successor).
   bool RevalidateBeside(CacheEntry* e);
+  // The same for a path known missing: true when `known` may still answer (a stale hit).
+  bool RevalidateMissing(std::string_view path, const MissingPaths::Known& known);
   CacheEntry* StartOpen(std::string_view path);
   void Touch(CacheEntry* e);
   void Unlink(CacheEntry* e);
@@ -144,6 +185,7 @@ class FileCache : public http::FileMetaSource {
   int64_t now_ms_ = 0;
   uint64_t validations_ = 0;
   uint64_t retirements_ = 0;
+  MissingPaths missing_;
   FileCacheStats stats_;
 };
 

@@ -227,5 +227,56 @@ TEST_F(FileCacheTest, PinningWhatTheLookupFoundSkipsAnEntryReplacedSince) {
   EXPECT_EQ(loop_.closed, std::vector<int>{10});
 }
 
+// A missing path (a file's absent .br or .gz sibling, most often) is remembered apart from the
+// entries: it takes none, and the files keep theirs.
+TEST_F(FileCacheTest, AMissingPathTakesNoEntry) {
+  Make(1000, 2);
+  Load("a.css.gz", -ENOENT, 0, 0);
+  auto meta = cache_->Lookup("a.css.gz");
+  ASSERT_TRUE(meta);
+  EXPECT_EQ(meta->kind, http::FileMeta::Kind::kMissing);
+  EXPECT_EQ(cache_->Stats().entries, 0u);
+  EXPECT_EQ(cache_->Stats().missing_known, 1u);
+  Load("a.css", 10, 100, 0);
+  Load("b.css", 11, 100, 0);
+  EXPECT_EQ(cache_->Stats().evictions, 0u) << "two files fill two entries";
+  EXPECT_TRUE(cache_->Lookup("a.css.gz")) << "still known missing";
+  EXPECT_EQ(loop_.opens.size(), 3u);
+}
+
+TEST_F(FileCacheTest, AMissingPathRevalidatesBesideItsRequests) {
+  Make(1000);
+  Load("new.txt", -ENOENT, 0, 0);
+  cache_->set_now(1500);  // expired, within one more valid_ms
+  auto meta = cache_->Lookup("new.txt");
+  ASSERT_TRUE(meta) << "answered while it revalidates";
+  EXPECT_EQ(meta->kind, http::FileMeta::Kind::kMissing);
+  ASSERT_EQ(loop_.opens.size(), 2u) << "a revalidation started";
+  EXPECT_TRUE(cache_->Lookup("new.txt"));
+  EXPECT_EQ(loop_.opens.size(), 2u) << "one revalidation at a time";
+  loop_.Finish(1, 12, 42);  // the file has appeared since
+  meta = cache_->Lookup("new.txt");
+  ASSERT_TRUE(meta);
+  EXPECT_EQ(meta->kind, http::FileMeta::Kind::kRegular);
+  EXPECT_EQ(meta->size, 42u);
+  EXPECT_EQ(cache_->Stats().missing_known, 0u) << "no longer missing";
+  EXPECT_EQ(cache_->Stats().entries, 1u);
+  // Past the grace a request waits for the open, as for an entry.
+  Load("gone.txt", -ENOENT, 0, 1500);
+  cache_->set_now(3500);
+  EXPECT_FALSE(cache_->Lookup("gone.txt"));
+}
+
+TEST_F(FileCacheTest, AMissingPathCountsAsFreshForTheRequestThatWaitedForIt) {
+  Make(0);  // no validity at all: only the request that waited may use the answer
+  const uint64_t since = cache_->validations();
+  Load("x.br", -ENOENT, 0, 0);
+  RequestLookup lookup(cache_.get(), since);
+  auto meta = lookup.Lookup("x.br");
+  ASSERT_TRUE(meta);
+  EXPECT_EQ(meta->kind, http::FileMeta::Kind::kMissing);
+  EXPECT_FALSE(cache_->Lookup("x.br")) << "a later request asks again";
+}
+
 }  // namespace
 }  // namespace ringd

@@ -217,6 +217,9 @@ std::string FormatPrometheus(const std::vector<ShardView>& shards, const Process
            [](const ShardSnapshot& s) { return s.cache.content_reads; });
   PerShard(w, shards, "ringd_file_cache_entries", "gauge", "Entries in the open-file cache",
            [](const ShardSnapshot& s) { return s.cache.entries; });
+  PerShard(w, shards, "ringd_file_cache_missing_paths", "gauge",
+           "Paths known missing (absent .br and .gz siblings, 404s), kept beside the entries",
+           [](const ShardSnapshot& s) { return s.cache.missing_known; });
   PerShard(w, shards, "ringd_file_cache_content_bytes", "gauge",
            "Memory holding small-file contents (buffers in use times their size)",
            [](const ShardSnapshot& s) {
