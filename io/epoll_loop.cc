@@ -37,36 +37,38 @@ uint64_t WarmBytes(const Completion* c) {
   return std::min(c->remaining, uint64_t{kWarmChunk} - c->offset % kWarmChunk);
 }
 
+// Opens `path` beneath `dir_fd` (never outside it, whatever its symlinks say) and stats it: the
+// fd, or -errno. With `cached_only` (RESOLVE_CACHED, Linux 5.12) the path must resolve from the
+// kernel's caches alone, so the call cannot wait for the disk: -EAGAIN otherwise.
+int64_t OpenBeneath(int dir_fd, const char* path, bool cached_only, FileStat* out) {
+  open_how how{};
+  how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;  // a FIFO must not block the open
+  how.resolve = RESOLVE_BENEATH | (cached_only ? RESOLVE_CACHED : 0);
+  const int fd = static_cast<int>(::syscall(SYS_openat2, dir_fd, path, &how, sizeof how));
+  if (fd < 0) return -errno;
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return -err;
+  }
+  if (S_ISREG(st.st_mode)) {
+    ::fcntl(fd, F_SETFL, 0);  // regular files: plain blocking reads
+    // No read-ahead of the kernel's own: the workers read exactly the chunk the shard sends
+    // next (readahead(2) below), so nothing is read that the page-cache budget may drop
+    // before it is sent, to be read again.
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+  }
+  *out = FileStat{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec, st.st_ino, st.st_mode};
+  return fd;
+}
+
 // What a worker does with a job; runs on a worker thread.
 void RunJob(Completion* c, char* scratch, size_t scratch_size) {
   switch (c->op) {
-    case Op::kOpen: {
-      open_how how{};
-      how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;  // a FIFO must not block the open
-      how.resolve = RESOLVE_BENEATH;
-      const int fd = static_cast<int>(::syscall(SYS_openat2, c->dir_fd, c->path, &how, sizeof how));
-      if (fd < 0) {
-        c->result = -errno;
-        return;
-      }
-      struct stat st;
-      if (::fstat(fd, &st) != 0) {
-        c->result = -errno;
-        ::close(fd);
-        return;
-      }
-      if (S_ISREG(st.st_mode)) {
-        ::fcntl(fd, F_SETFL, 0);  // regular files: plain blocking reads
-        // No read-ahead of the kernel's own: the workers read exactly the chunk the shard sends
-        // next (readahead(2) below), so nothing is read that the page-cache budget may drop
-        // before it is sent, to be read again.
-        ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-      }
-      *c->stat =
-          FileStat{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec, st.st_ino, st.st_mode};
-      c->result = fd;
+    case Op::kOpen:
+      c->result = OpenBeneath(c->dir_fd, c->path, false, c->stat);
       return;
-    }
     case Op::kRead: {
       const ssize_t n = ::pread(c->fd, c->buf, c->remaining, static_cast<off_t>(c->offset));
       c->result = n < 0 ? -errno : n;
@@ -187,6 +189,18 @@ class EpollLoop final : public Loop {
     c->dir_fd = dir_fd;
     c->path = path;
     c->stat = stat;
+    // A path the kernel resolves from its caches opens here, as io_uring's opens try first:
+    // a worker and two thread switches per open were most of this tier's cost where a site
+    // has many files. One that needs the disk (EAGAIN), or a kernel before RESOLVE_CACHED
+    // (EINVAL: not tried again), goes to a worker.
+    if (inline_opens_) {
+      const int64_t r = OpenBeneath(dir_fd, path, true, stat);
+      if (r != -EAGAIN && r != -EINVAL) {
+        ++stats_.opens_inline;
+        return Complete(c, r);
+      }
+      if (r == -EINVAL) inline_opens_ = false;
+    }
     Offload(c);
   }
 
@@ -494,6 +508,7 @@ class EpollLoop final : public Loop {
   }
 
   LoopOptions options_;
+  bool inline_opens_ = true;  // RESOLVE_CACHED works here (until an EINVAL says otherwise)
   int epoll_fd_ = -1;
   int event_fd_ = -1;
   FdState* fds_ = nullptr;

@@ -183,6 +183,7 @@ struct LoopStats {
   uint64_t page_cache_asks = 0;  // times an inline send asked the page cache (not trusted)
   uint64_t send_zc = 0;          // zero-copy sends issued (--send-zc)
   uint64_t send_zc_fixed = 0;    // of which from registered buffers (IORING_RECVSEND_FIXED_BUF)
+  uint64_t opens_inline = 0;     // epoll: opens resolved from the kernel's caches, no worker
 };
 
 class Loop {
