@@ -114,8 +114,8 @@ FileCache::FileCache(io::Loop* loop, int root_fd, mem::BufferPool* content_pool,
       root_fd_(root_fd),
       content_pool_(content_pool),
       options_(o),
-      entries_(o.max_entries),
-      missing_(2 * o.max_entries) {
+      entries_(o.max_entries + kMissingChecks),
+      missing_(4 * o.max_entries) {
   map_.reserve(o.max_entries);
 }
 
@@ -185,7 +185,8 @@ bool FileCache::RevalidateBeside(CacheEntry* e) {
     return false;
   }
   if (e->successor != nullptr) return true;  // already under way
-  if (entries_.Empty()) return false;        // no eviction for it: that could pick `e` itself
+  // No eviction for it (that could pick `e` itself), and not one of the spare entries.
+  if (entries_.Empty() || stats_.entries >= options_.max_entries) return false;
   CacheEntry* s = StartOpen(e->path);
   if (s == nullptr) return false;
   s->revalidating = true;
@@ -200,7 +201,7 @@ bool FileCache::RevalidateMissing(std::string_view path, const MissingPaths::Kno
     return false;
   }
   if (!known.revalidating) {
-    if (entries_.Empty()) return false;  // as RevalidateBeside: no eviction for it
+    if (entries_.Empty()) return false;  // no eviction for it: a spare entry or none
     CacheEntry* s = StartOpen(path);
     if (s == nullptr) return false;
     s->revalidating = true;  // with no entry to replace: Ready puts it in the map
@@ -245,7 +246,12 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
     }
   }
   if (e == nullptr) {
-    if (entries_.Empty() && !EvictOne()) return false;
+    // A path known missing, asked again, opens in one of the kMissingChecks spare entries (its
+    // entry lives only until the answer is noted): a file's absent siblings must not evict
+    // files. Anything else takes one of max_entries, evicting the least recently used.
+    const bool recheck = missing_.Find(path).has_value();
+    const bool full = entries_.Empty() || (!recheck && stats_.entries >= options_.max_entries);
+    if (full && !EvictOne()) return false;
     e = StartOpen(path);
     if (e == nullptr) return false;
     e->in_map = true;

@@ -86,7 +86,8 @@ struct FileCacheStats {
 // Paths known to be missing, each with when that was read (the cache's validation count) and
 // until when it holds: a fixed, open-addressed table of two independent 64-bit hashes of the
 // path (a false match would need both to collide), 8 slots probed per path; a full window
-// overwrites the slot that expires first. Allocated zeroed at start-up (untouched pages cost
+// overwrites the slot that expires first. The cache sizes it at 4 x its entries (a file's two
+// siblings, and room). Allocated zeroed at start-up (untouched pages cost
 // nothing until used).
 class MissingPaths {
  public:
@@ -121,6 +122,9 @@ class MissingPaths {
 
 class FileCache : public http::FileMetaSource {
  public:
+  // Entries beyond max_entries for opens of paths known missing, asked again (Fetch).
+  static constexpr uint32_t kMissingChecks = 256;
+
   // `content_pool` may be null (no small-file cache). `root_fd` is the document root.
   FileCache(io::Loop* loop, int root_fd, mem::BufferPool* content_pool, const FileCacheOptions& o);
   ~FileCache() override;
