@@ -49,16 +49,7 @@ TEST_P(LoopTest, SendFileTakesTurnsAndArrivesWhole) {
   const int big = 8 << 20;
   const bool roomy = ::setsockopt(ours, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big) == 0;
   std::string got;
-  std::thread reader([&, fd = theirs] {
-    char buf[65536];
-    const int flags = ::fcntl(fd, F_GETFL);
-    ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-    while (got.size() < kSize) {
-      const ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n <= 0) break;
-      got.append(buf, static_cast<size_t>(n));
-    }
-  });
+  std::thread reader = ReadInThread(theirs, kSize, &got);
   Receiver done;  // reused for its callback: one call with more == false
   loop_->SendFile(ours, file, 0, kSize, &done.c);
   int polls = 0;
@@ -118,16 +109,7 @@ TEST_P(LoopTest, ARequestRunsBeforeADownloadsNextTurn) {
   ::ioctl(down_client, FIONREAD, &after);
   EXPECT_EQ(after, 3 * (16 << 10)) << "and took it in the same Poll";
   std::string got;
-  std::thread reader([&, fd = down_client] {
-    char buf[65536];
-    const int flags = ::fcntl(fd, F_GETFL);
-    ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-    while (got.size() < kSize) {
-      const ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n <= 0) break;
-      got.append(buf, static_cast<size_t>(n));
-    }
-  });
+  std::thread reader = ReadInThread(down_client, kSize, &got);
   EXPECT_TRUE(PollUntil([&] { return dl.ends == 1; }));
   reader.join();
   EXPECT_EQ(dl.last_result, static_cast<int64_t>(kSize));

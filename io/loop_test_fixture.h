@@ -239,6 +239,20 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
     return all ? acceptor.handles : std::vector<int>{};
   }
 
+  // A thread that reads `size` bytes (or to the end) from `fd`, made blocking, into `got`.
+  static std::thread ReadInThread(int fd, size_t size, std::string* got) {
+    return std::thread([fd, size, got] {
+      char buf[65536];
+      const int flags = ::fcntl(fd, F_GETFL);
+      ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+      while (got->size() < size) {
+        const ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n <= 0) break;
+        got->append(buf, static_cast<size_t>(n));
+      }
+    });
+  }
+
   // A whole file (`content`) sent on the connection `handle` while `client` reads it; true when
   // it arrived whole, in order.
   bool SendWhole(int handle, int client, int file, const std::string& content) {
