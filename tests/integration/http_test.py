@@ -218,18 +218,24 @@ class ServingTest(BackendTestCase):
         # body wherever sendfile stops (4 segments here).
         if "--send-zc" in " ".join(EXTRA_FLAGS):
             self.skipTest("zero-copy sends never hold bytes back (their completion would wait)")
+        # The fewest of three tries: on a loaded machine a try can meet a receive window that the
+        # client has not reopened yet, which splits a segment (seen once in CI: 3).
         nopush_off = Server(self.root, "--tcp-nopush=false")
         try:
             segments = {}
             for name, server in (("default", self.server), ("--tcp-nopush=false", nopush_off)):
-                with server.connect() as s:
-                    reader = Reader(s)
-                    s.sendall(b"GET /large.bin HTTP/1.1\r\nHost: t\r\n\r\n")  # opens the window
-                    self.assertEqual(reader.read_response().body, self.files["large.bin"])
-                    before = data_segments_in(s)
-                    s.sendall(b"GET /medium.bin HTTP/1.1\r\nHost: t\r\n\r\n")
-                    self.assertEqual(reader.read_response().body, self.files["medium.bin"])
-                    segments[name] = data_segments_in(s) - before
+                for _ in range(3):
+                    with server.connect() as s:
+                        reader = Reader(s)
+                        s.sendall(b"GET /large.bin HTTP/1.1\r\nHost: t\r\n\r\n")  # opens the window
+                        self.assertEqual(reader.read_response().body, self.files["large.bin"])
+                        before = data_segments_in(s)
+                        s.sendall(b"GET /medium.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+                        self.assertEqual(reader.read_response().body, self.files["medium.bin"])
+                        got = data_segments_in(s) - before
+                    segments[name] = min(segments.get(name, got), got)
+                    if name == "default" and got == 2:
+                        break
         finally:
             self.assertEqual(nopush_off.stop(), 0)
         self.assertEqual(segments["default"], 2, segments)
