@@ -202,8 +202,10 @@ bool FileCache::RevalidateMissing(std::string_view path, const MissingPaths::Kno
   }
   if (!known.revalidating) {
     if (entries_.Empty()) return false;  // no eviction for it: a spare entry or none
+    const bool over = stats_.entries >= options_.max_entries;
     CacheEntry* s = StartOpen(path);
     if (s == nullptr) return false;
+    s->spare = over;
     s->revalidating = true;  // with no entry to replace: Ready puts it in the map
     missing_.MarkRevalidating(path, true);
   }
@@ -223,6 +225,7 @@ CacheEntry* FileCache::StartOpen(std::string_view path) {
   ++stats_.entries;
   ++stats_.opens;
   e->reading = false;
+  e->spare = false;
   loop_->Open(root_fd_, e->path.c_str(), &e->stat, &e->op);
   return e;
 }
@@ -250,10 +253,11 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
     // entry lives only until the answer is noted): a file's absent siblings must not evict
     // files. Anything else takes one of max_entries, evicting the least recently used.
     const bool recheck = missing_.Find(path).has_value();
-    const bool full = entries_.Empty() || (!recheck && stats_.entries >= options_.max_entries);
-    if (full && !EvictOne()) return false;
+    const bool over = stats_.entries >= options_.max_entries;
+    if ((entries_.Empty() || (over && !recheck)) && !EvictOne()) return false;
     e = StartOpen(path);
     if (e == nullptr) return false;
+    e->spare = over && recheck;
     e->in_map = true;
     map_[e->path] = e;
   }
@@ -426,6 +430,9 @@ void FileCache::Ready(CacheEntry* e) {
       missing_.Forget(e->path);
       stats_.missing_known = missing_.known();
     }
+    // The path is there now and keeps a spare entry: give one back, so that the spares stay
+    // spare and the entries within max_entries.
+    if (e->spare && stats_.entries > options_.max_entries && lru_tail_ != e) EvictOne();
   }
   if (!e->in_map) MaybeFree(e);
 }

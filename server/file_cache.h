@@ -62,6 +62,7 @@ struct CacheEntry {
   io::Completion op;     // the open, then the content read
   io::FileStat stat;     // what the open found
   bool reading = false;  // `op` is the content read (the cache's own record, not the loop's)
+  bool spare = false;    // opened in one of the spare entries (a missing path asked again)
   // Revalidation beside requests (see the top): the old entry's successor while it loads, and
   // the successor's link back (null once the old one has left the map).
   bool revalidating = false;  // this entry is a successor, not in the map yet

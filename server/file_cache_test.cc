@@ -300,5 +300,26 @@ TEST_F(FileCacheTest, ARecheckOfAMissingPathEvictsNoFile) {
   EXPECT_TRUE(cache_->Lookup("a.css.gz"));
 }
 
+// A re-check that finds the path there now gives a spare entry back (evicting the least recently
+// used file), so the spares stay spare and the entries within their bound.
+TEST_F(FileCacheTest, ARecheckThatFindsTheFileGivesItsSpareEntryBack) {
+  Make(1000, 2);
+  Load("a.css.gz", -ENOENT, 0, 0);
+  Load("a.css", 10, 100, 2000);
+  Load("b.css", 11, 100, 2000);
+  cache_->set_now(2500);
+  EXPECT_FALSE(cache_->Lookup("a.css.gz"));
+  FileWaiter w;
+  w.wake = [](FileWaiter*) {};
+  ASSERT_TRUE(cache_->Fetch("a.css.gz", &w));
+  loop_.Finish(loop_.opens.size() - 1, 12, 40);  // it exists now
+  cache_->RunWakeups();
+  EXPECT_EQ(cache_->Stats().entries, 2u);
+  EXPECT_EQ(cache_->Stats().evictions, 1u);
+  auto meta = cache_->Lookup("a.css.gz");
+  ASSERT_TRUE(meta);
+  EXPECT_EQ(meta->kind, http::FileMeta::Kind::kRegular);
+}
+
 }  // namespace
 }  // namespace ringd
