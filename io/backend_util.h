@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/statfs.h>
 #include <sys/uio.h>
 
 #include <cstddef>
@@ -203,5 +204,26 @@ class ColdTransfers {
   uint64_t slots_[kSlots] = {};
 };
 static_assert(uint64_t{1} << 10 == 1024);
+
+// Whether `fd` lives on a local file system (ext2-4, XFS, btrfs, F2FS, ZFS, tmpfs, ramfs,
+// overlayfs), where an open whose path resolves from the kernel's caches, and the fstat after
+// it, do not wait: FUSE, NFS and the like may send a request to a daemon or a server for either.
+inline bool LocalFileSystem(int fd) {
+  struct statfs sf;
+  if (::fstatfs(fd, &sf) != 0) return false;
+  switch (static_cast<uint64_t>(sf.f_type)) {
+    case 0xEF53:      // ext2, ext3, ext4
+    case 0x58465342:  // XFS
+    case 0x9123683E:  // btrfs
+    case 0xF2F52010:  // F2FS
+    case 0x2FC12FC1:  // ZFS
+    case 0x01021994:  // tmpfs
+    case 0x858458F6:  // ramfs
+    case 0x794C7630:  // overlayfs
+      return true;
+    default:
+      return false;
+  }
+}
 
 }  // namespace ringd::io::internal
