@@ -60,8 +60,7 @@ std::pair<uint64_t, uint64_t> PathHashes(std::string_view path) {
 }
 }  // namespace
 
-MissingPaths::Slot* MissingPaths::Match(std::string_view path) const {
-  const auto [h1, h2] = PathHashes(path);
+MissingPaths::Slot* MissingPaths::Match(uint64_t h1, uint64_t h2) const {
   for (uint64_t i = 0; i < kMissingProbe; ++i) {
     Slot* s = &slots_[(h1 + i) & mask_];
     if (s->h1 == h1 && s->h2 == h2) return s;
@@ -70,9 +69,9 @@ MissingPaths::Slot* MissingPaths::Match(std::string_view path) const {
 }
 
 void MissingPaths::Note(std::string_view path, int64_t expires_ms, uint64_t validation) {
-  Slot* pick = Match(path);
+  const auto [h1, h2] = PathHashes(path);
+  Slot* pick = Match(h1, h2);
   if (pick == nullptr) {  // the window's first empty slot, else the one that expires first
-    const uint64_t h1 = PathHashes(path).first;
     for (uint64_t i = 0; i < kMissingProbe; ++i) {
       Slot* s = &slots_[(h1 + i) & mask_];
       if (s->h1 == 0 && s->h2 == 0) {
@@ -82,8 +81,7 @@ void MissingPaths::Note(std::string_view path, int64_t expires_ms, uint64_t vali
       if (pick == nullptr || s->expires_ms < pick->expires_ms) pick = s;
     }
     if (pick->h1 == 0 && pick->h2 == 0) ++known_;
-    const auto [h1b, h2] = PathHashes(path);
-    pick->h1 = h1b;
+    pick->h1 = h1;
     pick->h2 = h2;
   }
   pick->expires_ms = expires_ms;
@@ -92,17 +90,20 @@ void MissingPaths::Note(std::string_view path, int64_t expires_ms, uint64_t vali
 }
 
 std::optional<MissingPaths::Known> MissingPaths::Find(std::string_view path) const {
-  const Slot* s = Match(path);
+  const auto [h1, h2] = PathHashes(path);
+  const Slot* s = Match(h1, h2);
   if (s == nullptr) return std::nullopt;
   return Known{s->expires_ms, s->validation, s->revalidating != 0};
 }
 
 void MissingPaths::MarkRevalidating(std::string_view path, bool on) {
-  if (Slot* s = Match(path)) s->revalidating = on ? 1 : 0;
+  const auto [h1, h2] = PathHashes(path);
+  if (Slot* s = Match(h1, h2)) s->revalidating = on ? 1 : 0;
 }
 
 void MissingPaths::Forget(std::string_view path) {
-  if (Slot* s = Match(path)) {
+  const auto [h1, h2] = PathHashes(path);
+  if (Slot* s = Match(h1, h2)) {
     *s = Slot{};
     --known_;
   }

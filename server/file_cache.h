@@ -115,7 +115,7 @@ class MissingPaths {
     uint64_t validation : 63;
     uint64_t revalidating : 1;
   };
-  Slot* Match(std::string_view path) const;
+  Slot* Match(uint64_t h1, uint64_t h2) const;
   Slot* slots_ = nullptr;
   uint64_t mask_ = 0;
   uint64_t known_ = 0;
