@@ -226,4 +226,20 @@ inline bool LocalFileSystem(int fd) {
   }
 }
 
+// LocalFileSystem, asked once per directory fd (a shard opens beneath one root).
+class LocalDirs {
+ public:
+  bool IsLocal(int dir_fd) {
+    if (dir_fd != fd_) {
+      fd_ = dir_fd;
+      local_ = LocalFileSystem(dir_fd);
+    }
+    return local_;
+  }
+
+ private:
+  int fd_ = -1;
+  bool local_ = false;
+};
+
 }  // namespace ringd::io::internal

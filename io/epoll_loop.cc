@@ -194,7 +194,7 @@ class EpollLoop final : public Loop {
     // has many files. One that needs the disk (EAGAIN), or a kernel before RESOLVE_CACHED
     // (EINVAL: not tried again), goes to a worker, and so does every open on a file system that
     // is not local (FUSE, NFS: the open or the fstat may wait for a daemon or a server).
-    if (inline_opens_ && LocalDir(dir_fd)) {
+    if (inline_opens_ && local_dirs_.IsLocal(dir_fd)) {
       const int64_t r = OpenBeneath(dir_fd, path, true, stat);
       if (r != -EAGAIN && r != -EINVAL) {
         ++stats_.opens_inline;
@@ -508,19 +508,9 @@ class EpollLoop final : public Loop {
     Complete(c, result);
   }
 
-  // Whether `dir_fd` is on a local file system, asked once per directory fd (the root's).
-  bool LocalDir(int dir_fd) {
-    if (dir_fd != local_dir_fd_) {
-      local_dir_fd_ = dir_fd;
-      local_dir_ = internal::LocalFileSystem(dir_fd);
-    }
-    return local_dir_;
-  }
-
   LoopOptions options_;
   bool inline_opens_ = true;  // RESOLVE_CACHED works here (until an EINVAL says otherwise)
-  int local_dir_fd_ = -1;
-  bool local_dir_ = false;
+  internal::LocalDirs local_dirs_;
   int epoll_fd_ = -1;
   int event_fd_ = -1;
   FdState* fds_ = nullptr;

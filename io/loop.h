@@ -184,6 +184,7 @@ struct LoopStats {
   uint64_t send_zc = 0;          // zero-copy sends issued (--send-zc)
   uint64_t send_zc_fixed = 0;    // of which from registered buffers (IORING_RECVSEND_FIXED_BUF)
   uint64_t opens_inline = 0;     // epoll: opens resolved from the kernel's caches, no worker
+  uint64_t stats_on_shard = 0;   // uring tiers: opens statx-ed on the shard (local file system)
 };
 
 class Loop {

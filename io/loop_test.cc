@@ -276,6 +276,10 @@ TEST_P(LoopTest, OpenStatsIntoTheCallersFileStat) {
     // loop's thread (RESOLVE_CACHED), not by a worker (on a local file system only).
     EXPECT_GE(loop_->Stats().opens_inline, 2u);
   }
+  if (GetParam() != "epoll" && internal::LocalFileSystem(dir_fd)) {
+    // On a local file system the ring's opens are statx-ed on the shard, not on an io-wq worker.
+    EXPECT_EQ(loop_->Stats().stats_on_shard, 2u);
+  }
 
   ::unlink(file.c_str());
   ::rmdir(sub.c_str());

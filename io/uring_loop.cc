@@ -546,11 +546,19 @@ void UringLoop::OnOpen(Completion* c, int32_t res) {
       return Finish(c, res);
     }
     c->file_fd = res;
-    io_uring_sqe* sqe = Sqe();
-    io_uring_prep_statx(sqe, res, "", AT_EMPTY_PATH, STATX_BASIC_STATS,
-                        &slots_[static_cast<size_t>(c->slot)].stx);
-    io_uring_sqe_set_data(sqe, c);
-    return;
+    struct statx* stx = &slots_[static_cast<size_t>(c->slot)].stx;
+    if (local_dirs_.IsLocal(c->dir_fd)) {
+      // The kernel always runs IORING_OP_STATX on an io-wq worker: a thread switch there and
+      // back for what a local file system answers from the open inode at once. There the shard
+      // asks itself (a FUSE or NFS stat may wait for a daemon or a server: those go the ring).
+      ++stats_.stats_on_shard;
+      res = ::statx(res, "", AT_EMPTY_PATH, STATX_BASIC_STATS, stx) == 0 ? 0 : -errno;
+    } else {
+      io_uring_sqe* sqe = Sqe();
+      io_uring_prep_statx(sqe, res, "", AT_EMPTY_PATH, STATX_BASIC_STATS, stx);
+      io_uring_sqe_set_data(sqe, c);
+      return;
+    }
   }
   const struct statx stx = slots_[static_cast<size_t>(c->slot)].stx;
   GiveSlot(c);
