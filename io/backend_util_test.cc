@@ -150,9 +150,17 @@ TEST_F(ResidentFilesTest, ARangeBeyondTheTrustedOneAsks) {
   EXPECT_EQ(scripted_asks, 3);
 }
 
+TEST_F(ResidentFilesTest, ASiteOfThousandsOfOpenFilesKeepsEveryAnswer) {
+  constexpr int kFiles = 4000;  // a shard's cache holds a few thousand fds, numbered densely
+  for (int fd = 10; fd < 10 + kFiles; ++fd) EXPECT_TRUE(resident_.Cached(fd, 0, 4096, 1000));
+  EXPECT_EQ(scripted_asks, kFiles);
+  for (int fd = 10; fd < 10 + kFiles; ++fd) EXPECT_TRUE(resident_.Cached(fd, 0, 4096, 1050));
+  EXPECT_EQ(scripted_asks, kFiles) << "each file's answer kept its own slot";
+}
+
 TEST_F(ResidentFilesTest, AForgottenFdAsksAgain) {
   EXPECT_TRUE(resident_.Cached(5, 0, 4096, 1000));
-  resident_.Forget(5 + 256);  // the same slot, another fd: nothing of 5's is forgotten
+  resident_.Forget(5 + ResidentFiles::kSlots);  // the same slot, another fd: nothing of 5's is forgotten
   EXPECT_TRUE(resident_.Cached(5, 0, 4096, 1000));
   EXPECT_EQ(scripted_asks, 1);
   resident_.Forget(5);

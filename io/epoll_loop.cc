@@ -110,7 +110,7 @@ class EpollLoop final : public Loop {
 
   bool Init(const LoopOptions& o, std::string* error) {
     options_ = o;
-    resident_ = internal::ResidentFiles(o.page_cache_trust_ms);
+    resident_.set_trust_ms(o.page_cache_trust_ms);
     epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
     event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (epoll_fd_ < 0 || event_fd_ < 0) {

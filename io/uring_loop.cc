@@ -39,7 +39,7 @@ UringLoop::~UringLoop() {
 
 bool UringLoop::Init(const LoopOptions& o, std::string* error) {
   options_ = o;
-  resident_ = internal::ResidentFiles(o.page_cache_trust_ms);
+  resident_.set_trust_ms(o.page_cache_trust_ms);
   direct_ = o.direct_descriptors;
   io_uring_params p{};
   if (o.sqpoll) {
