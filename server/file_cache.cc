@@ -369,7 +369,7 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
   if (content_pool_ != nullptr && st.size > 0 && st.size <= options_.small_file_max &&
       st.size <= content_pool_->buffer_size()) {
     char* buf = content_pool_->Get();
-    if (buf == nullptr && EvictOne()) buf = content_pool_->Get();
+    if (buf == nullptr && TakeContent()) buf = content_pool_->Get();
     if (buf != nullptr) {
       e->content = buf;
       ++stats_.content_buffers;
@@ -433,7 +433,7 @@ void FileCache::Ready(CacheEntry* e) {
     }
     // The path is there now and keeps a spare entry: give one back, so that the spares stay
     // spare and the entries within max_entries.
-    if (e->spare && stats_.entries > options_.max_entries && lru_tail_ != e) EvictOne();
+    if (e->spare && stats_.entries > options_.max_entries && lru_.tail != e) EvictOne();
   }
   if (!e->in_map) MaybeFree(e);
 }
@@ -453,30 +453,63 @@ void FileCache::RunWakeups() {
   }
 }
 
+template <CacheEntry* CacheEntry::*Prev, CacheEntry* CacheEntry::*Next>
+void FileCache::ToFront(Lru* list, CacheEntry* e) {
+  if (list->head == e) return;
+  Remove<Prev, Next>(list, e);
+  e->*Next = list->head;
+  if (list->head != nullptr) list->head->*Prev = e;
+  list->head = e;
+  if (list->tail == nullptr) list->tail = e;
+}
+
+template <CacheEntry* CacheEntry::*Prev, CacheEntry* CacheEntry::*Next>
+void FileCache::Remove(Lru* list, CacheEntry* e) {
+  if (e->*Prev != nullptr)
+    (e->*Prev)->*Next = e->*Next;
+  else if (list->head == e)
+    list->head = e->*Next;
+  if (e->*Next != nullptr)
+    (e->*Next)->*Prev = e->*Prev;
+  else if (list->tail == e)
+    list->tail = e->*Prev;
+  e->*Prev = e->*Next = nullptr;
+}
+
 void FileCache::Touch(CacheEntry* e) {
-  if (lru_head_ == e) return;
-  Unlink(e);
-  e->lru_next = lru_head_;
-  if (lru_head_ != nullptr) lru_head_->lru_prev = e;
-  lru_head_ = e;
-  if (lru_tail_ == nullptr) lru_tail_ = e;
+  ToFront<&CacheEntry::lru_prev, &CacheEntry::lru_next>(&lru_, e);
+  if (e->content != nullptr) {
+    ToFront<&CacheEntry::content_prev, &CacheEntry::content_next>(&content_lru_, e);
+  }
 }
 
 void FileCache::Unlink(CacheEntry* e) {
-  if (e->lru_prev != nullptr)
-    e->lru_prev->lru_next = e->lru_next;
-  else if (lru_head_ == e)
-    lru_head_ = e->lru_next;
-  if (e->lru_next != nullptr)
-    e->lru_next->lru_prev = e->lru_prev;
-  else if (lru_tail_ == e)
-    lru_tail_ = e->lru_prev;
-  e->lru_prev = e->lru_next = nullptr;
+  Remove<&CacheEntry::lru_prev, &CacheEntry::lru_next>(&lru_, e);
+  Remove<&CacheEntry::content_prev, &CacheEntry::content_next>(&content_lru_, e);
+}
+
+bool FileCache::TakeContent() {
+  for (CacheEntry* e = content_lru_.tail; e != nullptr; e = e->content_prev) {
+    if (e->pins == 0) {
+      DropContent(e);
+      return true;
+    }
+  }
+  return false;
+}
+
+void FileCache::DropContent(CacheEntry* e) {
+  RINGD_ASSERT(e->pins == 0 && e->content != nullptr && !e->reading);
+  Remove<&CacheEntry::content_prev, &CacheEntry::content_next>(&content_lru_, e);
+  content_pool_->Put(e->content);
+  e->content = nullptr;
+  --stats_.content_buffers;
+  ++stats_.content_dropped;
 }
 
 bool FileCache::EvictOne() {
   // The least recently used entry that no response holds and that is not loading.
-  for (CacheEntry* e = lru_tail_; e != nullptr; e = e->lru_prev) {
+  for (CacheEntry* e = lru_.tail; e != nullptr; e = e->lru_prev) {
     if (e->pins == 0 && e->ready && e->waiters == nullptr) {
       ++stats_.evictions;
       Retire(e);

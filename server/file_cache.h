@@ -59,6 +59,8 @@ struct CacheEntry {
   FileWaiter* waiters = nullptr;
   CacheEntry* lru_prev = nullptr;  // most recent at the head
   CacheEntry* lru_next = nullptr;
+  CacheEntry* content_prev = nullptr;  // the same order, among entries in the map with content
+  CacheEntry* content_next = nullptr;
   io::Completion op;     // the open, then the content read
   io::FileStat stat;     // what the open found
   bool reading = false;  // `op` is the content read (the cache's own record, not the loop's)
@@ -79,6 +81,7 @@ struct FileCacheOptions {
 
 struct FileCacheStats {
   uint64_t hits = 0, misses = 0, opens = 0, evictions = 0, content_reads = 0;
+  uint64_t content_dropped = 0;  // contents given back for newer ones (their entries stay)
   uint64_t stale_hits = 0;  // hits on an expired entry while its revalidation runs (in `hits` too)
   uint64_t entries = 0, content_buffers = 0;
   uint64_t missing_known = 0;  // paths in MissingPaths (not entries)
@@ -174,6 +177,11 @@ class FileCache : public http::FileMetaSource {
   void Touch(CacheEntry* e);
   void Unlink(CacheEntry* e);
   bool EvictOne();
+  // With every content buffer taken: the least recently used content that no response holds
+  // goes back to the pool; its entry stays (its fd serves it). Evicting the least recently
+  // used entry instead freed a buffer only when that entry had one, and lost a file otherwise.
+  bool TakeContent();
+  void DropContent(CacheEntry* e);
   void Retire(CacheEntry* e);  // out of the map; freed when unpinned and idle
   void MaybeFree(CacheEntry* e);
 
@@ -183,8 +191,17 @@ class FileCache : public http::FileMetaSource {
   FileCacheOptions options_;
   mem::SlabPool<CacheEntry> entries_;
   absl::flat_hash_map<std::string, CacheEntry*> map_;
-  CacheEntry* lru_head_ = nullptr;
-  CacheEntry* lru_tail_ = nullptr;
+  // Entries by last use, most recent first: all of the map's (lru_), and those with content.
+  struct Lru {
+    CacheEntry* head = nullptr;
+    CacheEntry* tail = nullptr;
+  };
+  template <CacheEntry* CacheEntry::*Prev, CacheEntry* CacheEntry::*Next>
+  static void ToFront(Lru* list, CacheEntry* e);
+  template <CacheEntry* CacheEntry::*Prev, CacheEntry* CacheEntry::*Next>
+  static void Remove(Lru* list, CacheEntry* e);  // no-op when e is not on it
+  Lru lru_;
+  Lru content_lru_;
   FileWaiter* woken_head_ = nullptr;  // waiters whose entry is ready, wake-up not yet run
   FileWaiter* woken_tail_ = nullptr;
   int64_t now_ms_ = 0;

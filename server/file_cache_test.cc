@@ -26,7 +26,9 @@ class ScriptedLoop final : public io::Loop {
     stats.push_back(stat);
     paths.push_back(path);
   }
-  void Read(int, char*, uint64_t, uint64_t, io::Completion*) override { ADD_FAILURE(); }
+  void Read(int, char*, uint64_t length, uint64_t, io::Completion* c) override {
+    reads.push_back({c, length});
+  }
   void Cancel(io::Completion*) override { ADD_FAILURE(); }
   void PauseRecv(io::Completion*) override { ADD_FAILURE(); }
   void ResumeRecv(io::Completion*) override { ADD_FAILURE(); }
@@ -44,6 +46,17 @@ class ScriptedLoop final : public io::Loop {
     c->callback(c);
   }
 
+  // Finishes every content read in flight, each with all its bytes.
+  void FinishReads() {
+    std::vector<std::pair<io::Completion*, uint64_t>> now;
+    now.swap(reads);
+    for (auto [c, length] : now) {
+      c->result = static_cast<int64_t>(length);
+      c->callback(c);
+    }
+  }
+
+  std::vector<std::pair<io::Completion*, uint64_t>> reads;
   std::vector<io::Completion*> opens;
   std::vector<io::FileStat*> stats;
   std::vector<std::string> paths;
@@ -52,11 +65,14 @@ class ScriptedLoop final : public io::Loop {
 
 class FileCacheTest : public ::testing::Test {
  protected:
-  void Make(uint32_t valid_ms, uint32_t entries = 8) {
+  // `content_buffers`: a small-file content pool of that many 4 KiB buffers (none: no pool).
+  void Make(uint32_t valid_ms, uint32_t entries = 8, uint32_t content_buffers = 0) {
     FileCacheOptions o;
     o.valid_ms = valid_ms_ = valid_ms;
     o.max_entries = entries;
-    cache_ = std::make_unique<FileCache>(&loop_, -1, nullptr, o);
+    o.small_file_max = 4096;
+    if (content_buffers > 0) pool_ = std::make_unique<mem::BufferPool>(4096, content_buffers);
+    cache_ = std::make_unique<FileCache>(&loop_, -1, pool_.get(), o);
   }
   // A waited-for first lookup: the entry is ready and fresh at time `now`.
   void Load(const char* path, int fd, uint64_t size, int64_t now) {
@@ -66,6 +82,7 @@ class FileCacheTest : public ::testing::Test {
     w.wake = [](FileWaiter*) {};
     ASSERT_TRUE(cache_->Fetch(path, &w));
     loop_.Finish(loop_.opens.size() - 1, fd, size);
+    loop_.FinishReads();
     cache_->RunWakeups();
     if (valid_ms_ > 0) {
       ASSERT_TRUE(cache_->Lookup(path));
@@ -74,6 +91,7 @@ class FileCacheTest : public ::testing::Test {
 
   ScriptedLoop loop_;
   uint32_t valid_ms_ = 0;
+  std::unique_ptr<mem::BufferPool> pool_;
   std::unique_ptr<FileCache> cache_;
 };
 
@@ -319,6 +337,47 @@ TEST_F(FileCacheTest, ARecheckThatFindsTheFileGivesItsSpareEntryBack) {
   auto meta = cache_->Lookup("a.css.gz");
   ASSERT_TRUE(meta);
   EXPECT_EQ(meta->kind, http::FileMeta::Kind::kRegular);
+}
+
+// More small files than content buffers: a newer one takes the least recently used content that
+// no response holds, and every file keeps its entry (evicting the least recently used entry lost
+// a file, and freed no buffer when that entry had none).
+TEST_F(FileCacheTest, AFullContentPoolGivesBackContentNotEntries) {
+  Make(1000, 8, 2);
+  Load("a.css", 10, 100, 0);
+  Load("big.bin", 11, 1 << 20, 0);  // too big for content: the fd serves it
+  Load("b.css", 12, 100, 0);
+  CacheEntry* held = cache_->Pin("b.css");  // a response is sending b.css's content
+  ASSERT_NE(held, nullptr);
+  ASSERT_NE(held->content, nullptr);
+  Load("c.css", 13, 100, 0);  // the pool is full: a.css's content is the oldest not held
+  EXPECT_EQ(cache_->Stats().evictions, 0u);
+  EXPECT_EQ(cache_->Stats().entries, 4u) << "every file keeps its entry";
+  EXPECT_EQ(cache_->Stats().content_dropped, 1u);
+  EXPECT_EQ(cache_->Stats().content_buffers, 2u);
+  CacheEntry* a = cache_->Pin("a.css");
+  CacheEntry* c = cache_->Pin("c.css");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(a->content, nullptr) << "a.css is sent from its fd now";
+  EXPECT_EQ(a->fd, 10);
+  EXPECT_NE(c->content, nullptr);
+  EXPECT_NE(held->content, nullptr) << "content a response holds stays";
+  EXPECT_TRUE(cache_->Lookup("big.bin"));
+  EXPECT_TRUE(loop_.closed.empty()) << "no file was closed";
+  cache_->Unpin(a);
+  cache_->Unpin(c);
+  cache_->Unpin(held);
+  // Use keeps content: b.css, asked for last, keeps its content; c.css's goes for d.css.
+  ASSERT_TRUE(cache_->Lookup("c.css"));
+  ASSERT_TRUE(cache_->Lookup("b.css"));
+  Load("d.css", 14, 100, 0);
+  CacheEntry* b = cache_->Pin("b.css");
+  c = cache_->Pin("c.css");
+  EXPECT_NE(b->content, nullptr);
+  EXPECT_EQ(c->content, nullptr);
+  cache_->Unpin(b);
+  cache_->Unpin(c);
 }
 
 }  // namespace

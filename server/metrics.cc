@@ -215,6 +215,10 @@ std::string FormatPrometheus(const std::vector<ShardView>& shards, const Process
   PerShard(w, shards, "ringd_file_cache_content_reads_total", "counter",
            "Small files read into the content cache",
            [](const ShardSnapshot& s) { return s.cache.content_reads; });
+  PerShard(w, shards, "ringd_file_cache_content_dropped_total", "counter",
+           "Small-file contents given back to make room for newer ones (their entries stay and "
+           "serve from the file)",
+           [](const ShardSnapshot& s) { return s.cache.content_dropped; });
   PerShard(w, shards, "ringd_file_cache_entries", "gauge", "Entries in the open-file cache",
            [](const ShardSnapshot& s) { return s.cache.entries; });
   PerShard(w, shards, "ringd_file_cache_missing_paths", "gauge",
