@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
-from .slowdisk import MIB, PROFILES, Cgroups, LoopDisk, Undo, Unavailable, build_image, evict_tree
+from .slowdisk import MIB, PROFILES, Cgroups, LoopDisk, Undo, Unavailable, build_image, evict_tree, fill_file
 
 PATHS_FILE = "paths-longtail.txt"  # in the data set's root, hottest first
 ZIPF_S = 0.8
@@ -209,3 +209,59 @@ class LongtailDisk(SlowDiskHooks):
         finally:
             os.remove(f.name)
         self.reads_before = self.disk.reads()
+
+
+class ManyFiles:
+    """Hooks of the many-files scenario (see scenarios.Hooks): the quick data set (8,000 files of
+    the same size mix) as plain files in a folder beside the perf data set, every byte in the
+    page cache, no cgroup. What a site of thousands of files costs when nothing waits for a disk:
+    the open-file cache's entries and revalidations, the two precompressed siblings each file is
+    asked for, and the checks of the page cache before inline sends."""
+
+    def __init__(self):
+        self.root = None
+
+    def setup(self, ctx):
+        ds = DATASETS["quick"]
+        self.root = ctx.args.data.rstrip("/") + "-many-files"
+        build_tree(self.root, ds, lambda m: print(m, flush=True))
+        return self.root
+
+    def server_prefix(self):
+        return []
+
+    def before_run(self, ctx, serve_root):
+        """Every file read once, so that every run starts with all of them in the page cache."""
+        for d, _, names in os.walk(serve_root):
+            for n in names:
+                with open(os.path.join(d, n), "rb") as f:
+                    while f.read(1 << 20):
+                        pass
+
+    def after_run(self, ctx, result):
+        pass
+
+    def teardown(self, ctx):
+        pass
+
+
+def build_tree(root, ds, log):
+    """The data set's files and paths file (hottest first) under root; rebuilt only when the data
+    set changes (a marker file beside the folder records the one it holds)."""
+    marker = root + ".dataset"
+    if os.path.isdir(root) and os.path.exists(marker) and open(marker).read() == repr(ds):
+        return
+    files = plan(ds)
+    log("perf: writing %s (%d files, %.2f GiB)" % (root, len(files), sum(z for _, z in files) / (1 << 30)))
+    if os.path.exists(marker):
+        os.remove(marker)
+    block = random.Random(ds.seed).randbytes(16 * MIB)
+    for path, size in files:
+        full = root + path
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        fill_file(full, size, block)
+    with open(os.path.join(root, PATHS_FILE), "w") as f:
+        f.write("".join(p + "\n" for p, _ in files))
+    os.chmod(root, 0o755)
+    with open(marker, "w") as f:
+        f.write(repr(ds))

@@ -1,9 +1,13 @@
 """The longtail scenario's logic that needs no root: the data set plan, the ideal hit ratio, the
 load it drives, and the disk and size-class figures of a Result."""
+import os
+import shutil
+import tempfile
 import unittest
 
 from harness import report
-from harness.longtail import DATASETS, SIZE_CLASSES, SIZE_MIX, DataSet, expected_hit_ratio, plan
+from harness.longtail import (DATASETS, PATHS_FILE, SIZE_CLASSES, SIZE_MIX, DataSet, build_tree, expected_hit_ratio,
+                              plan)
 from harness.result import Result, parse_ringd_load
 from harness.scenarios import SCENARIOS, Column
 
@@ -38,6 +42,32 @@ class PlanTest(unittest.TestCase):
         self.assertAlmostEqual(expected_hit_ratio([10] * 10, 0, 50), 0.5)
         self.assertAlmostEqual(expected_hit_ratio([10] * 10, 1.0, 1000), 1.0)
         self.assertGreater(expected_hit_ratio([10] * 100, 1.0, 100), 0.5)  # 10% of the files
+
+
+class ManyFilesTest(unittest.TestCase):
+    def test_the_tree_holds_the_plan_and_is_written_once_per_data_set(self):
+        tmp = tempfile.mkdtemp()
+        try:
+            root, ds, logged = os.path.join(tmp, "many"), DataSet(files=40, cache_mib=1), []
+            build_tree(root, ds, logged.append)
+            files = plan(ds)
+            for path, size in files:
+                self.assertEqual(os.path.getsize(root + path), size, path)
+            with open(os.path.join(root, PATHS_FILE)) as f:
+                self.assertEqual(f.read().split(), [p for p, _ in files])
+            build_tree(root, ds, logged.append)
+            self.assertEqual(len(logged), 1, "the same data set is not written again")
+            build_tree(root, DataSet(files=40, cache_mib=1, seed=2), logged.append)
+            self.assertEqual(len(logged), 2, "another one is")
+        finally:
+            shutil.rmtree(tmp)
+
+    def test_many_files_is_opt_in_and_drives_zipf_over_the_quick_set(self):
+        s = SCENARIOS["many-files"]
+        self.assertTrue(s.opt_in)
+        cmd = " ".join(s.load.command("ringd-load", 9, "/d", 5, "0"))
+        self.assertIn("--paths-file /d/paths-longtail.txt --zipf 0.8", cmd)
+        self.assertEqual(s.load.connections, 128)
 
 
 class LoadAndFiguresTest(unittest.TestCase):

@@ -260,7 +260,8 @@ def _rmdir_cgroup(path):
     os.rmdir(path)
 
 
-def _fill(path, size, block):
+def fill_file(path, size, block):
+    """A file of `size` bytes from `block` (seeded random bytes), starting where the path's hash says."""
     with open(path, "wb") as f:
         off = zlib.crc32(path.encode()) % len(block)
         while size > 0:
@@ -294,7 +295,7 @@ def build_image(image, key, files, log, finish=None, seed=1):
         for path, size in files:
             full = disk.mountpoint + path
             os.makedirs(os.path.dirname(full), exist_ok=True)
-            _fill(full, size, block)
+            fill_file(full, size, block)
         if finish:
             finish(disk.mountpoint)
         os.chmod(disk.mountpoint, 0o755)
