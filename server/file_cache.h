@@ -4,8 +4,10 @@
 // syscall. Entries are revalidated by opening and statx-ing again after `valid_ms`. Negative
 // results (missing files, absent .br and .gz siblings) are kept apart, in a fixed table of path
 // hashes (MissingPaths), so that the two siblings every file is asked for do not take two of
-// the entries; they are revalidated the same way. Bounded in entries and in content bytes;
-// least recently used entries go first. Everything runs on the shard thread.
+// the entries; they are revalidated the same way. Bounded in entries and in content bytes:
+// least recently used entries go first, and when the content buffers run out, the least recently
+// used content goes back to the pool (its entry stays, served from its fd). Everything runs on the
+// shard thread.
 //
 //   cache.Lookup("css/site.css")        -> metadata, or nullopt: not known yet
 //   cache.Fetch("css/site.css", &w)     -> opens it through the loop; `w` is woken when known

@@ -331,7 +331,7 @@ def _many_files():
         " connections: the open-file cache, its revalidations and the page-cache checks, with no disk",
         "000 (a site of thousands of files, its hot set in memory)",
         Load(128, paths_file=longtail.PATHS_FILE, bulk=True, zipf=longtail.ZIPF_S, size_classes=longtail.SIZE_CLASSES),
-        metric=THROUGHPUT, packets=False, opt_in=True, hooks=longtail.ManyFiles,
+        metric=THROUGHPUT, opt_in=True, hooks=longtail.ManyFiles,
         columns=(Column("requests/s", "rps", "%.0f"), Column("mean ms", "mean_us", "%.2f", 1000))
         + tuple(Column("p50 / p99 ms, %s" % b, "p50_class%d_us" % k, "%.1f", 1000, key2="p99_class%d_us" % k)
                 for k, b in enumerate(bounds)),
