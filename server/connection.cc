@@ -225,8 +225,12 @@ bool Shard::Plan(Connection* conn, const http::Request& req) {
   if (step.status == http::PlanStatus::kNeedLookup) {
     SetState(conn, ConnState::kWaitingFile);
     send_timers_.Arm(&conn->timer, now_ms_);
-    if (++ex->lookups <= kMaxLookupsPerRequest && files_->Fetch(step.lookup_path, &ex->waiter))
+    if (++ex->lookups <= kMaxLookupsPerRequest && files_->Fetch(step.lookup_path, &ex->waiter)) {
+      for (std::string_view p : step.prefetch) {
+        if (!p.empty()) files_->Prefetch(p);
+      }
       return true;
+    }
     // The cache cannot take another entry now (all pinned or loading), or this request keeps
     // needing lookups: answer 503 rather than wait without bound.
     ++stats_.lookup_refused;

@@ -252,8 +252,9 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
   if (e == nullptr) {
     // A path known missing, asked again, opens in one of the kMissingChecks spare entries (its
     // entry lives only until the answer is noted): a file's absent siblings must not evict
-    // files. Anything else takes one of max_entries, evicting the least recently used.
-    const bool recheck = missing_.Find(path).has_value();
+    // files. So does a prefetch (most often of such a sibling, and nobody waits for it). Anything
+    // else takes one of max_entries, evicting the least recently used.
+    const bool recheck = waiter == nullptr || missing_.Find(path).has_value();
     const bool over = stats_.entries >= options_.max_entries;
     if ((entries_.Empty() || (over && !recheck)) && !EvictOne()) return false;
     e = StartOpen(path);
@@ -265,13 +266,20 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
   // `e` is loading here: the planner only asks to fetch paths Lookup did not know, and a ready,
   // expired entry was replaced above. So the waiter is always woken later, never from inside
   // this call.
-  RINGD_ASSERT(!e->ready && waiter->entry == nullptr && !waiter->woken);
+  RINGD_ASSERT(!e->ready);
+  if (waiter == nullptr) return true;  // Prefetch
+  RINGD_ASSERT(waiter->entry == nullptr && !waiter->woken);
   waiter->entry = e;
   waiter->prev = nullptr;
   waiter->next = e->waiters;
   if (e->waiters != nullptr) e->waiters->prev = waiter;
   e->waiters = waiter;
   return true;
+}
+
+void FileCache::Prefetch(std::string_view path) {
+  // Never an eviction for it: with the spare entries all taken, no prefetch.
+  if (!entries_.Empty() && !Lookup(path)) Fetch(path, nullptr);
 }
 
 void FileCache::Forget(FileWaiter* waiter) {
@@ -432,8 +440,9 @@ void FileCache::Ready(CacheEntry* e) {
       stats_.missing_known = missing_.known();
     }
     // The path is there now and keeps a spare entry: give one back, so that the spares stay
-    // spare and the entries within max_entries.
-    if (e->spare && stats_.entries > options_.max_entries && lru_.tail != e) EvictOne();
+    // spare and the entries within max_entries. Never this one: it was just asked for (and,
+    // freed here, it would be used after its free below).
+    if (e->spare && stats_.entries > options_.max_entries) EvictOne(e);
   }
   if (!e->in_map) MaybeFree(e);
 }
@@ -507,10 +516,10 @@ void FileCache::DropContent(CacheEntry* e) {
   ++stats_.content_dropped;
 }
 
-bool FileCache::EvictOne() {
+bool FileCache::EvictOne(const CacheEntry* keep) {
   // The least recently used entry that no response holds and that is not loading.
   for (CacheEntry* e = lru_.tail; e != nullptr; e = e->lru_prev) {
-    if (e->pins == 0 && e->ready && e->waiters == nullptr) {
+    if (e->pins == 0 && e->ready && e->waiters == nullptr && e != keep) {
       ++stats_.evictions;
       Retire(e);
       return true;

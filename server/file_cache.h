@@ -128,7 +128,8 @@ class MissingPaths {
 
 class FileCache : public http::FileMetaSource {
  public:
-  // Entries beyond max_entries for opens of paths known missing, asked again (Fetch).
+  // Entries beyond max_entries for opens of paths known missing, asked again (Fetch), and for
+  // prefetches.
   static constexpr uint32_t kMissingChecks = 256;
 
   // `content_pool` may be null (no small-file cache). `root_fd` is the document root.
@@ -147,6 +148,10 @@ class FileCache : public http::FileMetaSource {
   // Starts (or joins) fetching `path`; `waiter->wake` runs once its metadata is known. Returns
   // false when the cache cannot take another entry right now (all pinned or loading): 503.
   bool Fetch(std::string_view path, FileWaiter* waiter);
+  // Starts fetching `path` unless it is known (fresh, or revalidating beside requests) or
+  // loading, with nobody waiting: a request's next lookup, started beside the one it waits for.
+  // Counts as a lookup.
+  void Prefetch(std::string_view path);
   // Stops waiting (the connection is closing), or drops a wake-up not yet run.
   void Forget(FileWaiter* waiter);
   // Runs the wake-ups of waiters whose entries became ready (queued by the cache, never run
@@ -178,7 +183,7 @@ class FileCache : public http::FileMetaSource {
   CacheEntry* StartOpen(std::string_view path);
   void Touch(CacheEntry* e);
   void Unlink(CacheEntry* e);
-  bool EvictOne();
+  bool EvictOne(const CacheEntry* keep = nullptr);  // any but `keep`
   // With every content buffer taken: the least recently used content that no response holds
   // goes back to the pool; its entry stays (its fd serves it). Evicting the least recently
   // used entry instead freed a buffer only when that entry had one, and lost a file otherwise.

@@ -380,5 +380,57 @@ TEST_F(FileCacheTest, AFullContentPoolGivesBackContentNotEntries) {
   cache_->Unpin(c);
 }
 
+// A prefetch (a request's next lookups, started beside the one it waits for) opens what is not
+// known, once, with nobody waiting; over the bound it takes a spare entry and evicts no file.
+TEST_F(FileCacheTest, APrefetchOpensOnceAndEvictsNoFile) {
+  Make(1000, 2);
+  Load("a.css", 10, 100, 0);
+  Load("b.css", 11, 100, 0);
+  const size_t opens = loop_.opens.size();
+  cache_->Prefetch("a.css");  // known and fresh: nothing to do
+  EXPECT_EQ(loop_.opens.size(), opens);
+  cache_->Prefetch("a.css.br");
+  ASSERT_EQ(loop_.opens.size(), opens + 1);
+  EXPECT_EQ(loop_.paths.back(), "a.css.br");
+  cache_->Prefetch("a.css.br");  // loading: not again
+  EXPECT_EQ(loop_.opens.size(), opens + 1);
+  EXPECT_EQ(cache_->Stats().evictions, 0u);
+  EXPECT_EQ(cache_->Stats().entries, 3u) << "a spare entry";
+  loop_.Finish(opens, -ENOENT);
+  cache_->RunWakeups();  // nobody to wake
+  EXPECT_EQ(cache_->Stats().entries, 2u);
+  auto meta = cache_->Lookup("a.css.br");
+  ASSERT_TRUE(meta) << "the request's next lookup finds the answer";
+  EXPECT_EQ(meta->kind, http::FileMeta::Kind::kMissing);
+  EXPECT_TRUE(cache_->Lookup("a.css"));
+  EXPECT_TRUE(cache_->Lookup("b.css"));
+}
+
+// A re-check (or a prefetch) in a spare entry that finds the file gives an entry back, but never
+// its own: with every other entry held by a response, it was the only one to evict, and was
+// freed inside its own completion, with its waiter still to be woken (found by the simulator).
+TEST_F(FileCacheTest, ASpareEntryThatFindsItsFileNeverEvictsItself) {
+  Make(1000, 1);
+  Load("a.css.gz", -ENOENT, 0, 0);
+  Load("a.css", 10, 100, 2000);
+  CacheEntry* held = cache_->Pin("a.css");
+  ASSERT_NE(held, nullptr);
+  cache_->set_now(2500);
+  EXPECT_FALSE(cache_->Lookup("a.css.gz"));
+  FileWaiter w;
+  static bool woken;
+  woken = false;
+  w.wake = [](FileWaiter*) { woken = true; };
+  ASSERT_TRUE(cache_->Fetch("a.css.gz", &w));
+  loop_.Finish(loop_.opens.size() - 1, 12, 40);  // it exists now
+  cache_->RunWakeups();
+  EXPECT_TRUE(woken);
+  EXPECT_TRUE(loop_.closed.empty()) << "neither file was closed";
+  auto meta = cache_->Lookup("a.css.gz");
+  ASSERT_TRUE(meta);
+  EXPECT_EQ(meta->kind, http::FileMeta::Kind::kRegular);
+  cache_->Unpin(held);
+}
+
 }  // namespace
 }  // namespace ringd

@@ -68,7 +68,7 @@ PlanStep Page(int status, const char* reason, const Request& req, ResponsePlan* 
   return PlanStep{};
 }
 
-PlanStep NeedLookup(std::string_view path) { return PlanStep{PlanStatus::kNeedLookup, path}; }
+PlanStep NeedLookup(std::string_view path) { return PlanStep{PlanStatus::kNeedLookup, path, {}}; }
 
 // Writes a + b + c into buf (capacity cap); returns the joined view, or empty if it does not fit.
 // The parts may already lie in buf (a prefix of it), hence memmove.
@@ -80,6 +80,22 @@ std::string_view Join(char* buf, size_t cap, std::string_view a, std::string_vie
   if (!b.empty()) std::memmove(buf + a.size(), b.data(), b.size());
   if (!c.empty()) std::memmove(buf + a.size() + b.size(), c.data(), c.size());
   return std::string_view(buf, a.size() + b.size() + c.size());
+}
+
+// Whether the plan asks for `path`'s precompressed siblings once it knows `path` is a file.
+bool AsksForSiblings(const PlannerConfig& config, std::string_view path) {
+  return config.precompressed && !path.ends_with(".gz") && !path.ends_with(".br");
+}
+
+// NeedLookup for `path`, with the siblings the plan asks for next if it is a file, to look up
+// beside it.
+PlanStep NeedLookupOfFile(std::string_view path, const PlannerConfig& config,
+                          PlanScratch& scratch) {
+  PlanStep step = NeedLookup(path);
+  if (!AsksForSiblings(config, path)) return step;
+  step.prefetch[0] = Join(scratch.prefetch[0], sizeof scratch.prefetch[0], path, ".br");
+  step.prefetch[1] = Join(scratch.prefetch[1], sizeof scratch.prefetch[1], path, ".gz");
+  return step;
 }
 
 // An error for a parsed request: the operator's page for its status when there is one
@@ -211,7 +227,12 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
   if (!rel.empty() && rel.back() == '/') rel.remove_suffix(1);
   std::string_view path = rel.empty() ? std::string_view(".") : rel;
   auto meta = source.Lookup(path);
-  if (!meta) return NeedLookup(path);
+  if (!meta) {
+    // Most paths name a file: its siblings are looked up beside it. (Not a target that ends in
+    // a slash, or the root: those are directories, or errors.)
+    if (target.HasTrailingSlash() || rel.empty()) return NeedLookup(path);
+    return NeedLookupOfFile(path, config, scratch);
+  }
   if (meta->kind == FileMeta::Kind::kUnavailable)
     return Error(503, "file lookup failed for now", req, config, source, out);
   if (meta->kind == FileMeta::Kind::kDirectory) {
@@ -234,7 +255,7 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
                        : Join(scratch.file, sizeof scratch.file, rel, "/", config.index_file);
     if (path.empty()) return Error(414, "path too long", req, config, source, out);
     meta = source.Lookup(path);
-    if (!meta) return NeedLookup(path);
+    if (!meta) return NeedLookupOfFile(path, config, scratch);
     if (meta->kind == FileMeta::Kind::kMissing) {
       return Error(403, "directory without an index", req, config, source,
                    out);  // as nginx without autoindex
@@ -265,7 +286,7 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
   // makes the response depend on Accept-Encoding, whether or not this client takes it.
   FileMeta selected = *meta;
   std::string_view selected_path = path;
-  if (config.precompressed && !path.ends_with(".gz") && !path.ends_with(".br")) {
+  if (AsksForSiblings(config, path)) {
     const AcceptedCodings accepted = ParseAcceptEncoding(req.accept_encoding);
     int best_q = 0;
     struct Candidate {
@@ -277,7 +298,13 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
           Join(scratch.sibling, sizeof scratch.sibling, path, c.suffix);
       if (sibling_path.empty()) break;
       const auto sibling = source.Lookup(sibling_path);
-      if (!sibling) return NeedLookup(sibling_path);
+      if (!sibling) {
+        PlanStep step = NeedLookup(sibling_path);
+        if (&c == &candidates[0]) {  // the .gz is asked for next
+          step.prefetch[0] = Join(scratch.prefetch[0], sizeof scratch.prefetch[0], path, ".gz");
+        }
+        return step;
+      }
       if (sibling->kind != FileMeta::Kind::kRegular || sibling->mtime_sec < meta->mtime_sec)
         continue;
       out->vary_accept_encoding = true;

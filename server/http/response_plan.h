@@ -59,6 +59,7 @@ struct PlanScratch {
   char target[kMaxPath + 1];
   char file[kMaxPath + 64];     // the selected file's relative path
   char sibling[kMaxPath + 64];  // candidate .br / .gz paths
+  char prefetch[2][kMaxPath + 64];  // PlanStep::prefetch's paths
   char location[3 * kMaxPath + 16];
   // The selected file's validators as header text, kept for the next plan: most requests ask
   // for a file whose (mtime, size) the last plan already formatted.
@@ -112,6 +113,10 @@ enum class PlanStatus : uint8_t { kReady, kNeedLookup };
 struct PlanStep {
   PlanStatus status = PlanStatus::kReady;
   std::string_view lookup_path;  // kNeedLookup: the path the caller must look up first
+  // kNeedLookup: paths the plan asks for next if lookup_path is a file (its .br and .gz
+  // siblings, with --precompressed), which the caller may look up beside it: one wait for the
+  // three instead of three waits in a row. Empty views where there are none.
+  std::string_view prefetch[2];
 };
 
 PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaSource& source,

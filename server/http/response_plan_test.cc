@@ -47,6 +47,7 @@ struct Planned {
   ResponsePlan plan;
   std::string head;
   std::unique_ptr<PlanScratch> scratch = std::make_unique<PlanScratch>();
+  int waits = 0;  // times planning stopped for lookups
 };
 
 class ResponsePlanTest : public ::testing::Test {
@@ -82,7 +83,11 @@ class ResponsePlanTest : public ::testing::Test {
     for (int i = 0; i < 10; ++i) {
       PlanStep step = PlanResponse(req, config_, tree_, scratch, &p.plan);
       if (step.status == PlanStatus::kReady) break;
+      ++p.waits;
       tree_.Fetch(step.lookup_path);
+      for (std::string_view also : step.prefetch) {  // as the cache's Prefetch: unless known
+        if (!also.empty() && !tree_.Lookup(also)) tree_.Fetch(also);
+      }
     }
     char date[kHttpDateLen];
     FormatHttpDate(kMtime + 100, date);
@@ -334,6 +339,35 @@ TEST_F(ResponsePlanTest, AsksForEachPathItNeeds) {
   Get("/docs/");
   EXPECT_EQ(tree_.fetched, (std::vector<std::string>{"docs", "docs/index.html",
                                                      "docs/index.html.br", "docs/index.html.gz"}));
+}
+
+// A path not known yet is most often a file whose .br and .gz siblings are asked for next: the
+// planner names them with the lookup, so the three are looked up in one wait, not three.
+TEST_F(ResponsePlanTest, LooksUpAFilesSiblingsBesideIt) {
+  tree_.fetched.clear();
+  Planned p = Get("/app.js", "Accept-Encoding: gzip\r\n");
+  EXPECT_EQ(p.plan.file_path, "app.js.gz");
+  EXPECT_EQ(p.waits, 1);
+  EXPECT_EQ(tree_.fetched, (std::vector<std::string>{"app.js", "app.js.br", "app.js.gz"}));
+
+  // The file known, its siblings not: the .br is waited for, the .gz looked up beside it.
+  tree_.Fetch("style.css");
+  tree_.fetched.clear();
+  p = Get("/style.css");
+  EXPECT_EQ(p.plan.status, 200);
+  EXPECT_EQ(p.waits, 1);
+  EXPECT_EQ(tree_.fetched, (std::vector<std::string>{"style.css.br", "style.css.gz"}));
+
+  // A directory's own path (a trailing slash) has no siblings to ask for; its index has.
+  tree_.fetched.clear();
+  EXPECT_EQ(Get("/docs/").waits, 2);
+  EXPECT_EQ(tree_.fetched, (std::vector<std::string>{"docs", "docs/index.html",
+                                                     "docs/index.html.br", "docs/index.html.gz"}));
+  // Without --precompressed, nothing beside the file.
+  config_.precompressed = false;
+  tree_.fetched.clear();
+  EXPECT_EQ(Get("/data.bin").waits, 1);
+  EXPECT_EQ(tree_.fetched, std::vector<std::string>{"data.bin"});
 }
 
 TEST_F(ResponsePlanTest, ErrorPlansForParseErrors) {
