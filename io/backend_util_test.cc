@@ -160,7 +160,8 @@ TEST_F(ResidentFilesTest, ASiteOfThousandsOfOpenFilesKeepsEveryAnswer) {
 
 TEST_F(ResidentFilesTest, AForgottenFdAsksAgain) {
   EXPECT_TRUE(resident_.Cached(5, 0, 4096, 1000));
-  resident_.Forget(5 + ResidentFiles::kSlots);  // the same slot, another fd: nothing of 5's is forgotten
+  // The same slot, another fd: nothing of 5's is forgotten.
+  resident_.Forget(5 + ResidentFiles::kSlots);
   EXPECT_TRUE(resident_.Cached(5, 0, 4096, 1000));
   EXPECT_EQ(scripted_asks, 1);
   resident_.Forget(5);

@@ -271,7 +271,7 @@ class UringLoop final : public Loop {
   internal::CompletionQueue pipe_wait_;  // SendFiles waiting for a free pipe
   internal::ColdTransfers cold_;         // transfers whose next chunk splices at once
   internal::ResidentFiles resident_{0};  // page-cache answers trusted for a while
-  internal::LocalDirs local_dirs_;        // where an open's statx runs on the shard
+  internal::LocalDirs local_dirs_;       // where an open's statx runs on the shard
   std::vector<Completion*> rearm_;
   std::vector<Completion*> resume_;  // resumed receives with kept bytes to hand over
   bool incremental_ = false;         // the kernel consumes receive buffers incrementally

@@ -57,8 +57,8 @@ struct PlannerConfig {
 struct PlanScratch {
   static constexpr size_t kMaxPath = 4096;
   char target[kMaxPath + 1];
-  char file[kMaxPath + 64];     // the selected file's relative path
-  char sibling[kMaxPath + 64];  // candidate .br / .gz paths
+  char file[kMaxPath + 64];         // the selected file's relative path
+  char sibling[kMaxPath + 64];      // candidate .br / .gz paths
   char prefetch[2][kMaxPath + 64];  // PlanStep::prefetch's paths
   char location[3 * kMaxPath + 16];
   // The selected file's validators as header text, kept for the next plan: most requests ask
