@@ -39,11 +39,13 @@ uint64_t WarmBytes(const Completion* c) {
 
 // Opens `path` beneath `dir_fd` (never outside it, whatever its symlinks say) and stats it: the
 // fd, or -errno. With `cached_only` (RESOLVE_CACHED, Linux 5.12) the path must resolve from the
-// kernel's caches alone, so the call cannot wait for the disk: -EAGAIN otherwise.
+// kernel's caches alone, so the call cannot wait for the disk: -EAGAIN otherwise; and it may
+// not cross a mount point (RESOLVE_NO_XDEV: -EXDEV), since the root's file system being local
+// says nothing of an NFS or FUSE mount beneath it, whose open or fstat may wait for a server.
 int64_t OpenBeneath(int dir_fd, const char* path, bool cached_only, FileStat* out) {
   open_how how{};
   how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;  // a FIFO must not block the open
-  how.resolve = RESOLVE_BENEATH | (cached_only ? RESOLVE_CACHED : 0);
+  how.resolve = RESOLVE_BENEATH | (cached_only ? RESOLVE_CACHED | RESOLVE_NO_XDEV : 0);
   const int fd = static_cast<int>(::syscall(SYS_openat2, dir_fd, path, &how, sizeof how));
   if (fd < 0) return -errno;
   struct stat st;
@@ -193,10 +195,11 @@ class EpollLoop final : public Loop {
     // a worker and two thread switches per open were most of this tier's cost where a site
     // has many files. One that needs the disk (EAGAIN), or a kernel before RESOLVE_CACHED
     // (EINVAL: not tried again), goes to a worker, and so does every open on a file system that
-    // is not local (FUSE, NFS: the open or the fstat may wait for a daemon or a server).
+    // is not local (FUSE, NFS: the open or the fstat may wait for a daemon or a server), and one
+    // that crosses a mount point (EXDEV; the worker answers it, also where it escapes the root).
     if (inline_opens_ && local_dirs_.IsLocal(dir_fd)) {
       const int64_t r = OpenBeneath(dir_fd, path, true, stat);
-      if (r != -EAGAIN && r != -EINVAL) {
+      if (r != -EAGAIN && r != -EINVAL && r != -EXDEV) {
         ++stats_.opens_inline;
         return Complete(c, r);
       }

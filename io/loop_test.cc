@@ -1,9 +1,11 @@
 // The Loop contract on every backend: multishot receives deliver bytes and end exactly once, a
 // cancelled receive always gets its last callback wherever the backend had it at the time, and
 // pauses, the bypass file table, Open and Poll behave alike. File bodies: loop_send_test.cc.
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -282,6 +284,47 @@ TEST_P(LoopTest, OpenStatsIntoTheCallersFileStat) {
   }
 
   ::unlink(file.c_str());
+  ::rmdir(sub.c_str());
+  ::rmdir(dir);
+}
+
+// A path that crosses a mount point beneath the root is opened by a worker on epoll, not on the
+// loop's thread: the root's file system being local says nothing of the one mounted there (an
+// NFS or FUSE mount's open may wait for a server). A tmpfs stands in for it.
+TEST_P(LoopTest, AnOpenAcrossAMountPointIsNotOpenedInline) {
+  char dir[] = "/tmp/ringd-loop-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string sub = std::string(dir) + "/mnt";
+  ASSERT_EQ(::mkdir(sub.c_str(), 0755), 0);
+  if (::mount("ringd-test", sub.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    const int err = errno;
+    ::rmdir(sub.c_str());
+    ::rmdir(dir);
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(err) << ")";
+  }
+  const std::string file = sub + "/file";
+  // No ASSERT from here to the unmount: a failure must not leave the mount behind.
+  const int w = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  EXPECT_GE(w, 0);
+  if (w >= 0) ::close(w);
+  const int dir_fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  EXPECT_GE(dir_fd, 0);
+  fds_.push_back(dir_fd);
+  struct Opener {
+    Completion c;
+    bool done = false;
+    static void On(Completion* c) { static_cast<Opener*>(c->owner)->done = true; }
+  } o;
+  o.c.owner = &o;
+  o.c.callback = &Opener::On;
+  FileStat st;
+  const uint64_t inline_before = loop_->Stats().opens_inline;
+  loop_->Open(dir_fd, "mnt/file", &st, &o.c);
+  EXPECT_TRUE(PollUntil([&] { return o.done; }));
+  EXPECT_GE(o.c.result, 0) << "opened, by a worker";
+  if (o.c.result >= 0) fds_.push_back(static_cast<int>(o.c.result));
+  EXPECT_EQ(loop_->Stats().opens_inline, inline_before);
+  ::umount2(sub.c_str(), MNT_DETACH);
   ::rmdir(sub.c_str());
   ::rmdir(dir);
 }

@@ -550,9 +550,13 @@ void UringLoop::OnOpen(Completion* c, int32_t res) {
     if (local_dirs_.IsLocal(c->dir_fd)) {
       // The kernel always runs IORING_OP_STATX on an io-wq worker: a thread switch there and
       // back for what a local file system answers from the open inode at once. There the shard
-      // asks itself (a FUSE or NFS stat may wait for a daemon or a server: those go the ring).
+      // asks itself (a FUSE or NFS root's stat may wait for a daemon or a server: those go the
+      // ring). The path may still have crossed into such a mount beneath the root: there
+      // AT_STATX_DONT_SYNC takes the attributes the open just cached instead of asking again.
       ++stats_.stats_on_shard;
-      res = ::statx(res, "", AT_EMPTY_PATH, STATX_BASIC_STATS, stx) == 0 ? 0 : -errno;
+      res = ::statx(res, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_BASIC_STATS, stx) == 0
+                ? 0
+                : -errno;
     } else {
       io_uring_sqe* sqe = Sqe();
       io_uring_prep_statx(sqe, res, "", AT_EMPTY_PATH, STATX_BASIC_STATS, stx);

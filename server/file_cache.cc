@@ -252,8 +252,11 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
   if (e == nullptr) {
     // A path known missing, asked again, opens in one of the kMissingChecks spare entries (its
     // entry lives only until the answer is noted): a file's absent siblings must not evict
-    // files. So does a prefetch (most often of such a sibling, and nobody waits for it). Anything
+    // files. So does a prefetch (most often of such a sibling, and nobody waits for it; one
+    // that finds its file gives an entry back, as a re-check that does). Anything
     // else takes one of max_entries, evicting the least recently used.
+    // A prefetch never evicts to start: with the spare entries all taken, there is none.
+    if (waiter == nullptr && entries_.Empty()) return false;
     const bool recheck = waiter == nullptr || missing_.Find(path).has_value();
     const bool over = stats_.entries >= options_.max_entries;
     if ((entries_.Empty() || (over && !recheck)) && !EvictOne()) return false;
@@ -278,8 +281,7 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
 }
 
 void FileCache::Prefetch(std::string_view path) {
-  // Never an eviction for it: with the spare entries all taken, no prefetch.
-  if (!entries_.Empty() && !Lookup(path)) Fetch(path, nullptr);
+  if (!Lookup(path)) Fetch(path, nullptr);
 }
 
 void FileCache::Forget(FileWaiter* waiter) {

@@ -150,7 +150,8 @@ class FileCache : public http::FileMetaSource {
   bool Fetch(std::string_view path, FileWaiter* waiter);
   // Starts fetching `path` unless it is known (fresh, or revalidating beside requests) or
   // loading, with nobody waiting: a request's next lookup, started beside the one it waits for.
-  // Counts as a lookup.
+  // It takes a spare entry (none left: no prefetch), so starting it evicts no file; one that
+  // finds its file gives an entry back, as a re-check does. Counts as a lookup (hits, misses).
   void Prefetch(std::string_view path);
   // Stops waiting (the connection is closing), or drops a wake-up not yet run.
   void Forget(FileWaiter* waiter);
