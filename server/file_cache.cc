@@ -252,10 +252,10 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
   if (e == nullptr) {
     // A path known missing, asked again, opens in one of the kMissingChecks spare entries (its
     // entry lives only until the answer is noted): a file's absent siblings must not evict
-    // files. So does a prefetch (most often of such a sibling, and nobody waits for it; one
-    // that finds its file gives an entry back, as a re-check that does). Anything
-    // else takes one of max_entries, evicting the least recently used.
-    // A prefetch never evicts to start: with the spare entries all taken, there is none.
+    // files. So does a prefetch (most often of such a sibling, and nobody waits for it), which
+    // never evicts to start: with the spare entries all taken, there is none. One that finds
+    // its file gives an entry back, as a re-check that does (Ready). Anything else takes one of
+    // max_entries, evicting the least recently used.
     if (waiter == nullptr && entries_.Empty()) return false;
     const bool recheck = waiter == nullptr || missing_.Find(path).has_value();
     const bool over = stats_.entries >= options_.max_entries;
