@@ -509,18 +509,10 @@ TEST_P(LoopTest, EpollWarmsExactlyTheChunkItSends) {
     return n;
   };
 
-  struct Opener {
-    Completion c;
-    bool done = false;
-    static void On(Completion* c) { static_cast<Opener*>(c->owner)->done = true; }
-  } opener;
-  opener.c.owner = &opener;
-  opener.c.callback = &Opener::On;
   FileStat st;
-  loop_->Open(dir_fd, "cold", &st, &opener.c);
-  ASSERT_TRUE(PollUntil([&] { return opener.done; }));
-  ASSERT_GE(opener.c.result, 0);
-  const int file = static_cast<int>(opener.c.result);
+  const int64_t opened = OpenAndWait(dir_fd, "cold", &st);
+  ASSERT_GE(opened, 0);
+  const int file = static_cast<int>(opened);
   fds_.push_back(file);
   if (cached(file, 0, kSize) != 0) GTEST_SKIP() << "/var/tmp cannot drop a file's pages here";
 

@@ -244,18 +244,10 @@ TEST_P(LoopTest, OpenStatsIntoTheCallersFileStat) {
   struct stat want;
   ASSERT_EQ(::stat(file.c_str(), &want), 0);
 
-  struct Opener {
-    Completion c;
-    bool done = false;
-    static void On(Completion* c) { static_cast<Opener*>(c->owner)->done = true; }
-  };
   auto open = [&](const char* path, FileStat* st) {
-    Opener o;
-    o.c.owner = &o;
-    o.c.callback = &Opener::On;
-    loop_->Open(dir_fd, path, st, &o.c);
-    EXPECT_TRUE(PollUntil([&] { return o.done; })) << path;
-    return o.c.result;
+    const int64_t r = OpenAndWait(dir_fd, path, st);
+    EXPECT_NE(r, -ETIMEDOUT) << path;
+    return r;
   };
   FileStat st;
   const int64_t fd = open("file", &st);
@@ -310,19 +302,11 @@ TEST_P(LoopTest, AnOpenAcrossAMountPointIsNotOpenedInline) {
   const int dir_fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   EXPECT_GE(dir_fd, 0);
   fds_.push_back(dir_fd);
-  struct Opener {
-    Completion c;
-    bool done = false;
-    static void On(Completion* c) { static_cast<Opener*>(c->owner)->done = true; }
-  } o;
-  o.c.owner = &o;
-  o.c.callback = &Opener::On;
   FileStat st;
   const uint64_t inline_before = loop_->Stats().opens_inline;
-  loop_->Open(dir_fd, "mnt/file", &st, &o.c);
-  EXPECT_TRUE(PollUntil([&] { return o.done; }));
-  EXPECT_GE(o.c.result, 0) << "opened, by a worker";
-  if (o.c.result >= 0) fds_.push_back(static_cast<int>(o.c.result));
+  const int64_t fd = OpenAndWait(dir_fd, "mnt/file", &st);
+  EXPECT_GE(fd, 0) << "opened, by a worker";
+  if (fd >= 0) fds_.push_back(static_cast<int>(fd));
   EXPECT_EQ(loop_->Stats().opens_inline, inline_before);
   ::umount2(sub.c_str(), MNT_DETACH);
   ::rmdir(sub.c_str());

@@ -166,6 +166,21 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
     return done();
   }
 
+  // Opens `path` beneath `dir_fd` through the loop and polls until it is done: its result (an
+  // fd, or -errno; -ETIMEDOUT if it never finished).
+  int64_t OpenAndWait(int dir_fd, const char* path, FileStat* stat) {
+    struct Opener {
+      Completion c;
+      bool done = false;
+      static void On(Completion* c) { static_cast<Opener*>(c->owner)->done = true; }
+    } o;
+    o.c.owner = &o;
+    o.c.callback = &Opener::On;
+    loop_->Open(dir_fd, path, stat, &o.c);
+    if (!PollUntil([&] { return o.done; })) return -ETIMEDOUT;
+    return o.c.result;
+  }
+
   // An unlinked file holding `content` (closed at TearDown), in `dir` (default /tmp); -1 on
   // failure.
   int TempFile(const std::string& content, const char* dir = "/tmp") {
