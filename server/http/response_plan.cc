@@ -87,14 +87,25 @@ bool AsksForSiblings(const PlannerConfig& config, std::string_view path) {
   return config.precompressed && !path.ends_with(".gz") && !path.ends_with(".br");
 }
 
+// The precompressed siblings the planner asks for, in the order it asks (br first: a tie of
+// q-values keeps br).
+constexpr std::string_view kSiblingSuffixes[2] = {".br", ".gz"};
+
+// `path`'s siblings from the `first`-th on, named in `step` to be looked up beside the lookup
+// the plan waits for.
+void PrefetchSiblings(std::string_view path, size_t first, PlanScratch& scratch, PlanStep* step) {
+  for (size_t i = first; i < 2; ++i) {
+    step->prefetch[i - first] =
+        Join(scratch.prefetch[i - first], sizeof scratch.prefetch[0], path, kSiblingSuffixes[i]);
+  }
+}
+
 // NeedLookup for `path`, with the siblings the plan asks for next if it is a file, to look up
 // beside it.
 PlanStep NeedLookupOfFile(std::string_view path, const PlannerConfig& config,
                           PlanScratch& scratch) {
   PlanStep step = NeedLookup(path);
-  if (!AsksForSiblings(config, path)) return step;
-  step.prefetch[0] = Join(scratch.prefetch[0], sizeof scratch.prefetch[0], path, ".br");
-  step.prefetch[1] = Join(scratch.prefetch[1], sizeof scratch.prefetch[1], path, ".gz");
+  if (AsksForSiblings(config, path)) PrefetchSiblings(path, 0, scratch, &step);
   return step;
 }
 
@@ -292,17 +303,17 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
     struct Candidate {
       std::string_view suffix, coding;
       int q;
-    } candidates[] = {{".br", "br", accepted.br}, {".gz", "gzip", accepted.gzip}};
-    for (const Candidate& c : candidates) {
+    } candidates[] = {{kSiblingSuffixes[0], "br", accepted.br},
+                      {kSiblingSuffixes[1], "gzip", accepted.gzip}};
+    for (size_t i = 0; i < 2; ++i) {
+      const Candidate& c = candidates[i];
       const std::string_view sibling_path =
           Join(scratch.sibling, sizeof scratch.sibling, path, c.suffix);
       if (sibling_path.empty()) break;
       const auto sibling = source.Lookup(sibling_path);
       if (!sibling) {
         PlanStep step = NeedLookup(sibling_path);
-        if (&c == &candidates[0]) {  // the .gz is asked for next
-          step.prefetch[0] = Join(scratch.prefetch[0], sizeof scratch.prefetch[0], path, ".gz");
-        }
+        PrefetchSiblings(path, i + 1, scratch, &step);  // those asked for after it
         return step;
       }
       if (sibling->kind != FileMeta::Kind::kRegular || sibling->mtime_sec < meta->mtime_sec)
