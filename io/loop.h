@@ -139,6 +139,12 @@ struct LoopOptions {
   // uring tiers: bodies of at least this many bytes splice through the ring even when their pages
   // are cached (0: never).
   uint64_t splice_min_bytes = 0;
+  // bypass: io_uring_enter names the ring by its index in the shard thread's table of registered
+  // rings (IORING_REGISTER_RING_FDS, 5.18), not by its fd, so no enter looks the ring up in the
+  // process's fd table (fget/fput, atomic in a process of several threads). The loop must be
+  // made, used and destroyed on one thread (the shard's). Where the kernel refuses it (an old
+  // kernel, or a thread with every slot of its table taken) the loop enters by fd as before.
+  bool register_ring_fd = false;
   bool sqpoll = false;             // a kernel thread submits: no io_uring_enter to submit
   int sqpoll_cpu = -1;             // pin the SQ thread (IORING_SETUP_SQ_AFF)
   uint32_t sqpoll_idle_ms = 1000;  // the SQ thread sleeps after this long without work
@@ -185,6 +191,7 @@ struct LoopStats {
   uint64_t send_zc_fixed = 0;    // of which from registered buffers (IORING_RECVSEND_FIXED_BUF)
   uint64_t opens_inline = 0;     // epoll: opens resolved from the kernel's caches, no worker
   uint64_t stats_on_shard = 0;   // uring tiers: opens statx-ed on the shard (local file system)
+  bool ring_fd_registered = false;  // uring tiers: the ring enters by its registered index
 };
 
 class Loop {

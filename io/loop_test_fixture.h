@@ -133,12 +133,16 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
     }
     if (backend == "uring-batch") {
       // Every wait bounded by min_wait_usec (--batch-wait-us), with the ring's deferred
-      // completions run each time.
+      // completions run each time; the wait's own io_uring_enter goes by the ring's registered
+      // index where the kernel has one (as the bypass tier's do).
       static const bool usable = ProbeUring().batch_wait;
       if (!usable) GTEST_SKIP() << "batched waits are missing here (ringd --probe says why)";
       backend = "uring";
       o.batch_wait_us = 50;
+      o.register_ring_fd = true;
     }
+    // The bypass tier as ringd runs it: its ring registered where the kernel can.
+    if (backend == "bypass") o.register_ring_fd = true;
     loop_ = FactoryFor(backend)(o, &error);
     if (loop_ == nullptr && backend != "epoll") {
       GTEST_SKIP() << GetParam() << " is not usable here: " << error;

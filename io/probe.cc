@@ -72,7 +72,8 @@ constexpr const char* kOptionalFeatures[] = {"SQPOLL",
                                              "incremental receive",
                                              "NAPI busy poll",
                                              "batched waits",
-                                             "fd install"};
+                                             "fd install",
+                                             "registered ring fd"};
 
 bool Masked(const std::vector<std::string>& masked, const std::string& name) {
   return std::find(masked.begin(), masked.end(), name) != masked.end();
@@ -266,6 +267,31 @@ std::string ProbeBatchWait() {
   return why;
 }
 
+// IORING_REGISTER_RING_FDS (5.18): the ring registered in this thread's table of rings, then a
+// NOP round trip through it (liburing then enters by the table index,
+// IORING_ENTER_REGISTERED_RING).
+std::string ProbeRegisteredRing() {
+  io_uring ring;
+  if (io_uring_queue_init(8, &ring, 0) < 0) return "no ring";
+  std::string why;
+  const int rc = io_uring_register_ring_fd(&ring);
+  if (rc != 1) {
+    why = "IORING_REGISTER_RING_FDS: " + ErrnoName(rc < 0 ? -rc : EIO) + " (needs kernel 5.18)";
+  } else {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+    io_uring_prep_nop(sqe);
+    io_uring_cqe* cqe = nullptr;
+    if (io_uring_submit_and_wait(&ring, 1) < 0 || io_uring_peek_cqe(&ring, &cqe) != 0 ||
+        cqe->res < 0) {
+      why = "a NOP through the registered ring failed";
+    } else {
+      io_uring_cqe_seen(&ring, cqe);
+    }
+  }
+  io_uring_queue_exit(&ring);  // unregisters it too
+  return why;
+}
+
 // IORING_OP_FIXED_FD_INSTALL (6.8): a pipe's read end registered in a table slot of a ring of
 // its own, then a process fd installed for the slot; the new fd must be the same pipe.
 std::string ProbeFdInstall() {
@@ -438,6 +464,8 @@ ProbeReport ProbeUring(const std::vector<std::string>& masked) {
   optional("NAPI busy poll", &ProbeNapi, "--busy-poll-us", &r.napi);
   optional("batched waits", &ProbeBatchWait, "--batch-wait-us", &r.batch_wait);
   optional("fd install", &ProbeFdInstall, "bypass: cached bodies with sendfile", &r.fd_install);
+  optional("registered ring fd", &ProbeRegisteredRing, "bypass: no fd lookup per io_uring_enter",
+           &r.registered_ring);
   return r;
 }
 

@@ -23,10 +23,11 @@ struct ProbeReport {
   std::string bypass_reason;
   bool sqpoll_usable = false;  // SQPOLL rings can be made (optional, for --sqpoll)
   // Optional features of the uring tiers: missing, they are not used and the tier stays.
-  bool recv_incremental = false;   // incremental buffer consumption with capped multishot recv
-  bool napi = false;               // IORING_REGISTER_NAPI (for --busy-poll-us)
-  bool batch_wait = false;         // io_uring_enter's min_wait_usec (for --batch-wait-us)
-  bool fd_install = false;         // IORING_OP_FIXED_FD_INSTALL (bypass: sendfile for bodies)
+  bool recv_incremental = false;  // incremental buffer consumption with capped multishot recv
+  bool napi = false;              // IORING_REGISTER_NAPI (for --busy-poll-us)
+  bool batch_wait = false;        // io_uring_enter's min_wait_usec (for --batch-wait-us)
+  bool fd_install = false;        // IORING_OP_FIXED_FD_INSTALL (bypass: sendfile for bodies)
+  bool registered_ring = false;  // IORING_REGISTER_RING_FDS (bypass: LoopOptions::register_ring_fd)
   std::vector<std::string> lines;  // what was checked, for `ringd --probe`
 };
 

@@ -73,6 +73,9 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
   }
   ring_ready_ = true;
   sqpoll_ = o.sqpoll;
+  // Registered in this (the shard's) thread's table of rings: liburing then enters by the
+  // index. Not a reason to fail: a ring entered by its fd works the same, one fd lookup dearer.
+  if (o.register_ring_fd) stats_.ring_fd_registered = io_uring_register_ring_fd(&ring_) == 1;
   if (o.batch_wait_us != 0 && !o.sqpoll) {
     if ((p.features & uapi::kFeatMinTimeout) == 0) {
       *error = "batched waits need IORING_FEAT_MIN_TIMEOUT (Linux 6.12)";
@@ -342,9 +345,10 @@ int UringLoop::SubmitAndWaitBatch(const __kernel_timespec* ts) {
   arg.sigmask_sz = _NSIG / 8;
   arg.pad = batch_wait_us_;  // min_wait_usec (uapi::kFeatMinTimeout)
   arg.ts = reinterpret_cast<uint64_t>(ts != nullptr ? ts : &kNoTimeout);
-  const long rc =
-      ::syscall(__NR_io_uring_enter, ring_.ring_fd, to_submit, options_.batch_wait_count,
-                IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg, sizeof(arg));
+  unsigned flags = IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG;
+  if (stats_.ring_fd_registered) flags |= IORING_ENTER_REGISTERED_RING;  // enter_ring_fd: the index
+  const long rc = ::syscall(__NR_io_uring_enter, ring_.enter_ring_fd, to_submit,
+                            options_.batch_wait_count, flags, &arg, sizeof(arg));
   return rc < 0 ? -errno : static_cast<int>(rc);
 }
 

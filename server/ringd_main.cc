@@ -252,6 +252,8 @@ int Main(int argc, char** argv) {
     if (config.bypass_sendfile && !probe.fd_install) config.bypass_sendfile = false;
     extras += config.bypass_sendfile ? "; cached bodies with sendfile on an installed fd"
                                      : "; every body spliced";
+    extras += probe.registered_ring ? "; registered ring fd"
+                                    : "; ring entered by fd (registered ring fd: unavailable)";
   }
   if (config.splice_min_bytes != 0)
     extras += "; bodies from " + std::to_string(config.splice_min_bytes) + " bytes spliced";
@@ -324,6 +326,7 @@ int Main(int argc, char** argv) {
                                                  root_fd, &mime, make_loop, cpus[i % cpus.size()]));
     shard_list.back()->SetListenersShared(!inherited.empty());
     shard_list.back()->SetRecvIncremental(recv_incremental);
+    shard_list.back()->SetRegisteredRing(selection.backend == "bypass" && probe.registered_ring);
     shard_list.back()->SetHeartbeat(notifier.watchdog_interval_ms() > 0);
     observability.Attach(shard_list.back().get(), static_cast<int>(i));
   }

@@ -107,6 +107,7 @@ bool Shard::Setup() {
   lo.recv_buffer_count = recv_count;
   lo.recv_buffer_size = recv_size;
   lo.recv_incremental = recv_incremental_;
+  lo.register_ring_fd = registered_ring_;
   lo.recv_max_bytes = config_.recv_buffer_size;
   lo.busy_poll_us = config_.busy_poll_us;
   lo.batch_wait_us = config_.batch_wait_us;

@@ -162,6 +162,8 @@ class Shard {
   // receive buffers (a --recv-pool-kib pool instead of --recv-buffers), and an SQ thread to
   // share (another shard's ring, io::Loop::RingFd; -1 for a thread of its own).
   void SetRecvIncremental(bool on) { recv_incremental_ = on; }
+  // bypass: the loop enters its ring by a registered index (io::LoopOptions::register_ring_fd).
+  void SetRegisteredRing(bool on) { registered_ring_ = on; }
   void SetAttachRing(int ring_fd) { attach_ring_fd_ = ring_fd; }
 
  private:
@@ -268,6 +270,7 @@ class Shard {
   Heartbeat heartbeat_;
   bool listeners_shared_ = false;
   bool recv_incremental_ = false;
+  bool registered_ring_ = false;
   int attach_ring_fd_ = -1;
 };
 

@@ -76,6 +76,16 @@ class TierSelectionTest(BackendTestCase):
             self.assertIn("io backend bypass: chosen with --io=bypass", line, flags)
             self.assertIn("; every body spliced", line, flags)
 
+    def test_bypass_enters_its_ring_by_a_registered_index_where_the_kernel_has_one(self):
+        line = self.serve_and_check(backend="bypass")
+        if "; registered ring fd" not in line:
+            self.skipTest("no IORING_REGISTER_RING_FDS here: " + line)
+        line = self.serve_and_check("--io-mask", "registered ring fd")
+        self.assertIn("io backend bypass: direct descriptors", line)
+        self.assertIn("; ring entered by fd (registered ring fd: unavailable)", line)
+        for tier in ["uring", "epoll"]:  # the plain tiers say nothing of it
+            self.assertNotIn("registered ring", self.serve_and_check(backend=tier), tier)
+
     def test_batched_waits_serve_where_the_kernel_has_them_and_are_refused_elsewhere(self):
         probe = subprocess.run([RINGD, "--probe"], capture_output=True, text=True,
                                timeout=10).stdout
