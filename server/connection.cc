@@ -39,6 +39,17 @@ void Shard::UpdateRecv(Connection* conn) {
       conn->state == ConnState::kLingering) {
     return;
   }
+  // The last response is in flight, whole, to a client that asked to close and sent nothing
+  // after its request: there is nothing more to read, so the receive ends now, beside the send,
+  // rather than from Abort once the send is done. The send's completion and the receive's last
+  // one then come back in the same turn of the loop and the connection closes a turn sooner (one
+  // io_uring_enter per request fewer in small-close: docs/PERFORMANCE.md, "The receive ends
+  // with the last request").
+  if (conn->state == ConnState::kSending && conn->wants_close &&
+      conn->ex->phase == Exchange::Phase::kDone && !ClientMaySend(conn)) {
+    ++stats_.recv_ended_early;
+    return loop_->Cancel(&conn->recv);
+  }
   const bool busy = conn->state == ConnState::kSending || conn->state == ConnState::kWaitingFile;
   const bool pause = busy && conn->in_len + config_.recv_buffer_size > input_pool_->buffer_size();
   if (pause && !conn->recv_paused) {
@@ -78,6 +89,12 @@ void Shard::OnRecv(io::Completion* c) {
   // Closing already (Abort cancelled this receive, and it ended with the cancellation, or with the
   // reset that raced it): this was the callback the connection waited for.
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
+  // Lingering on a receive that UpdateRecv ended with the last request: a lingering connection
+  // reads until the client closes, so it reads again.
+  if (conn->state == ConnState::kLingering && !c->more && c->result == -ECANCELED) {
+    ++self->stats_.recv_rearmed_to_linger;
+    return self->ArmRecv(conn);
+  }
   // Otherwise the receive ended with the cancellation of a pause (the loop keeps those to
   // itself) or with end of stream while a response is in flight: nothing more to do here.
 }
@@ -200,7 +217,8 @@ void Shard::ProcessDirect(Connection* conn, const char* data, size_t n) {
     if (partial) ProcessInput(conn);  // arms the header timer, or answers 431
     return UpdateRecv(conn);
   }
-  if (conn->state == ConnState::kReading) WaitForRequest(conn);
+  if (conn->state == ConnState::kReading) return WaitForRequest(conn);
+  UpdateRecv(conn);  // a response under way: the receive may end with it
 }
 
 // Plans a parsed request and starts its response. Returns true when planning must wait for file
@@ -415,22 +433,35 @@ void Shard::FinishResponse(Connection* conn) {
   UpdateRecv(conn);    // room again: resume a paused receive
 }
 
+// Whether the client may still send once its last request is answered: bytes already here, a
+// body being skipped, input after a framing error or behind the last response, or a client that
+// asked to keep the connection (it may have pipelined more requests that are still on their way,
+// and closing on them would reset the connection and destroy the response).
+bool Shard::ClientMaySend(const Connection* conn) const {
+  return conn->in_len > 0 || conn->discard > 0 || conn->more_input_expected ||
+         conn->client_keep_alive;
+}
+
 // After the last response. If the client may still be sending (unread input, a body we skip,
 // an error that stopped reading), stop sending (FIN) and read until it closes, so that those
 // bytes cannot turn our close into a reset that destroys the response in flight (nginx's
 // lingering close). Otherwise close at once: a client that asked to close is done sending.
 void Shard::CloseGracefully(Connection* conn) {
-  // A client that asked to keep the connection may have pipelined more requests that are still
-  // on their way: closing on them would reset the connection and destroy the response.
-  const bool unread =
-      conn->in_len > 0 || conn->discard > 0 || conn->more_input_expected || conn->client_keep_alive;
+  const bool unread = ClientMaySend(conn);
   conn->in_len = 0;
   ReleaseInputIfEmpty(conn);
   // Closing now: the close itself sends the FIN, with the last response if it was held back
   // (MSG_MORE), in one segment. A shutdown(SHUT_WR) first measured no fewer packets (9.06 per
   // close request either way) and cost a syscall per close (uring: 1.24 -> 0.27 syscalls per
   // request without it), and an io-wq hop on the bypass tier (13.7 -> 10.5 us CPU per request).
-  if (!unread || conn->peer_closed || !conn->recv_active) return Abort(conn);
+  if (!unread || conn->peer_closed) return Abort(conn);
+  // The receive ended with the last request (UpdateRecv), yet bytes came after it: read again,
+  // and linger as for any client that may still send. (One whose cancellation is still on its
+  // way re-arms from its last callback: OnRecv.)
+  if (!conn->recv_active) {
+    ++stats_.recv_rearmed_to_linger;
+    ArmRecv(conn);
+  }
   // Lingering: FIN now, then read (and drop) until the client closes. (Not linked to the last
   // send through the ring: a linked request resolves its fd when it runs, and by then the number
   // may belong to a new connection.)

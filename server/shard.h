@@ -207,6 +207,7 @@ class Shard {
   void ConsumeInput(Connection* conn, size_t n);
   void DropHead(Connection* conn, size_t head_bytes);
   void ReleaseInputIfEmpty(Connection* conn);
+  bool ClientMaySend(const Connection* conn) const;
   void CloseGracefully(Connection* conn);
   void Abort(Connection* conn);
   void MaybeFree(Connection* conn);

@@ -29,6 +29,9 @@ struct ShardStats {
   uint64_t recv_errors = 0, send_errors = 0;  // a connection ended by an error of its socket
   uint64_t sends_queued = 0;  // body chunks that waited for a send slot (--send-order=srpt)
   uint64_t sends_aged = 0;    // of those, started over the slot budget by --send-max-wait-ms
+  // Receives ended beside the last response (the client asked to close and had sent all), and
+  // of those, re-armed because bytes came after all (the connection then lingers as any other).
+  uint64_t recv_ended_early = 0, recv_rearmed_to_linger = 0;
 };
 
 // What a shard holds right now, for checks that nothing leaks (tests, the simulator).

@@ -45,17 +45,19 @@ struct Route {
 };
 
 enum class Style : uint8_t {
-  kNormal,     // valid requests, pipelined batches, reads everything
-  kSlow,       // dribbles its requests a few bytes at a time (may meet the header timeout)
-  kNoRead,     // stops reading: the server's sends stall until its send timeout
-  kResetter,   // resets the connection mid-transfer
-  kHalfClose,  // sends a batch, then shuts its sending side down; still reads the answers
-  kMalformed,  // ends with a malformed request: 400 and close
-  kBigHead,    // ends with a head over the limit: 431 and close
-  kBigBody,    // ends with a body over max_discarded_body: 413 and close
-  kBodyStall,  // ends with a body it never finishes sending (discard timeout)
-  kChunked,    // ends with a chunked body: answered, then close
-  kIdler,      // connects and says nothing (header timeout), or idles between batches
+  kNormal,           // valid requests, pipelined batches, reads everything
+  kSlow,             // dribbles its requests a few bytes at a time (may meet the header timeout)
+  kNoRead,           // stops reading: the server's sends stall until its send timeout
+  kResetter,         // resets the connection mid-transfer
+  kHalfClose,        // sends a batch, then shuts its sending side down; still reads the answers
+  kMalformed,        // ends with a malformed request: 400 and close
+  kBigHead,          // ends with a head over the limit: 431 and close
+  kBigBody,          // ends with a body over max_discarded_body: 413 and close
+  kBodyStall,        // ends with a body it never finishes sending (discard timeout)
+  kChunked,          // ends with a chunked body: answered, then close
+  kIdler,            // connects and says nothing (header timeout), or idles between batches
+  kTalksAfterClose,  // ends with Connection: close, then sends another request anyway (which
+                     // must go unanswered; the server may linger, or reset once it has closed)
 };
 
 struct Req {
@@ -98,6 +100,7 @@ struct Client {
   bool fin_sent = false;
   bool stopped_reading = false;
   bool close_response = false;
+  std::string after_close;  // kTalksAfterClose: written once its close request is out
   int64_t close_response_ms = 0;
   bool ended = false;
   int64_t last_progress_ms = 0;
@@ -179,7 +182,7 @@ std::string ErrorPage(int status) {
 const char* StyleName(Style s) {
   static const char* names[] = {"normal",    "slow",      "noread",  "resetter",
                                 "halfclose", "malformed", "bighead", "bigbody",
-                                "bodystall", "chunked",   "idler"};
+                                "bodystall", "chunked",   "idler",   "talksafterclose"};
   return names[static_cast<int>(s)];
 }
 
@@ -208,6 +211,7 @@ class Sim {
   void EndConnection(Client& c, const char* how);
   void CheckStall(Client& c);
   void CheckBacklog();
+  void CheckLingering();
   void CheckSendQueue();
   void CheckPromises();
   void EndPhase();
@@ -424,7 +428,7 @@ void Sim::SpawnClient() {
   if (roll < 550) {
     c->style = Style::kNormal;
   } else {
-    c->style = static_cast<Style>(1 + rng_.Below(10));
+    c->style = static_cast<Style>(1 + rng_.Below(11));
   }
   c->batches_left = static_cast<int>(rng_.Range(1, options_.quick ? 3 : 6));
   c->next_write_ms = world_.now_ms + static_cast<int64_t>(rng_.Below(20));
@@ -434,6 +438,7 @@ void Sim::SpawnClient() {
     case Style::kNoRead:
     case Style::kResetter:
     case Style::kBodyStall:
+    case Style::kTalksAfterClose:
       c->misbehaved = true;
       break;
     case Style::kIdler:
@@ -517,6 +522,15 @@ void Sim::StartBatch(Client& c) {
           q.route = &route;
           q.closes = true;
           AddRequest(c, q, text);
+          return;
+        }
+        case Style::kTalksAfterClose: {
+          const Route& route = routes_[rng_.Below(routes_.size())];
+          q.route = &route;
+          q.closes = true;
+          AddRequest(c, q,
+                     "GET " + route.target + " HTTP/1.1\r\nHost: sim\r\nConnection: close\r\n\r\n");
+          c.after_close = "GET /a.txt HTTP/1.1\r\nHost: sim\r\n\r\n";
           return;
         }
         case Style::kBodyStall: {
@@ -937,6 +951,27 @@ void Sim::CheckPromises() {
   }
 }
 
+// A lingering close reads until the client closes: once the client is done sending (FIN, or
+// closed), the server, which has shut its own side down (SHUT_WR) and waits to close, must see
+// the end of stream and close soon, not sit out the linger timeout with nothing reading it.
+void Sim::CheckLingering() {
+  const int64_t now = world_.now_ms;
+  for (SimSocket& s : world_.sockets) {
+    if (!s.accepted || s.server_closed || s.server_reset || !s.server_shut_wr || s.server_shut_rd ||
+        !(s.client_fin || s.client_reset)) {
+      s.fin_while_lingering_ms = -1;
+      continue;
+    }
+    if (s.fin_while_lingering_ms < 0) s.fin_while_lingering_ms = now;
+    if (now - s.fin_while_lingering_ms > kCloseNoticeMs) {
+      return Fail(
+          "server fd %d lingers %lld ms after its client closed: nothing reads the "
+          "connection",
+          s.fd, static_cast<long long>(now - s.fin_while_lingering_ms));
+    }
+  }
+}
+
 void Sim::CheckBacklog() {
   if (world_.backlog.empty()) return;
   const int64_t now = world_.now_ms;
@@ -1018,6 +1053,12 @@ void Sim::ClientStep(Client& c) {
       s.client_fin = true;
       c.fin_sent = true;
       world_.Trace("client %u shuts its sending side", c.id);
+    }
+    if (c.outbox.empty() && !c.after_close.empty()) {  // the next write step, or one soon after
+      c.outbox = std::move(c.after_close);
+      c.after_close.clear();
+      c.next_write_ms = now + static_cast<int64_t>(rng_.Below(3));
+      world_.Trace("client %u talks after its close request", c.id);
     }
     if (c.outbox.empty() && c.style == Style::kNoRead) {
       c.stopped_reading = true;
@@ -1145,6 +1186,8 @@ void Sim::CollectShardStats() {
   cov["shard.idle_reclaimed"] += st.idle_reclaimed;
   cov["shard.lookup_refused"] += st.lookup_refused;
   cov["shard.recv_errors"] += st.recv_errors;
+  cov["shard.recv_ended_early"] += st.recv_ended_early;
+  cov["shard.recv_rearmed_to_linger"] += st.recv_rearmed_to_linger;
   cov["shard.send_errors"] += st.send_errors;
   cov["shard.sends_queued"] += shard_->send_queue().stats().queued;
   cov["shard.sends_aged"] += shard_->send_queue().stats().aged;
@@ -1204,6 +1247,7 @@ SeedResult Sim::Run() {
     ++result_.steps;
     for (auto& c : clients_) CheckStall(*c);
     CheckBacklog();
+    CheckLingering();
     CheckSendQueue();
     CheckPromises();
     if (rng_.Chance(300)) ++world_.now_ms;

@@ -4,6 +4,8 @@
 #include "tests/sim/shard_sim.h"
 
 #include <cstdio>
+#include <map>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -17,9 +19,11 @@ TEST(ShardSim, QuickSeeds) {
   SimOptions options;
   options.quick = true;
   uint64_t requests = 0;
+  std::map<std::string, uint64_t> coverage;
   for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
     const SeedResult r = RunSeed(seed, options);
     requests += r.requests;
+    for (const auto& [what, n] : r.coverage) coverage[what] += n;
     if (!r.ok) {
       std::string trace;
       for (const std::string& line : r.trace) trace += "  " + line + "\n";
@@ -29,6 +33,12 @@ TEST(ShardSim, QuickSeeds) {
   }
   std::printf("%llu seeds, %llu simulated requests\n", static_cast<unsigned long long>(kSeeds),
               static_cast<unsigned long long>(requests));
+  // Paths these seeds must reach for their checks to say anything about them: a receive ended
+  // beside the last response (a client that asked to close), and one re-armed because its
+  // client talked on after all (the connection then lingers, and CheckLingering holds it to
+  // reading until the client closes).
+  EXPECT_GT(coverage["shard.recv_ended_early"], 0u);
+  EXPECT_GT(coverage["shard.recv_rearmed_to_linger"], 0u);
 }
 
 // Seeds that long runs (shard_sim --minutes=M) once failed, replayed as they ran there.

@@ -71,6 +71,9 @@ struct SimSocket {
   uint64_t window = 65536;  // most unread bytes toward the client before sends stall
   uint64_t sent_total = 0;  // bytes the server has sent
   bool server_shut_wr = false, server_shut_rd = false;
+  // The simulator's check of lingering closes (Sim::CheckLingering): when it first saw the client
+  // done sending while the server, its side shut (SHUT_WR), still held the connection.
+  int64_t fin_while_lingering_ms = -1;
   bool server_closed = false;  // Close: a FIN, or
   bool server_reset = false;   // a reset, when it closed with unread input: unread bytes lost
   // A SendFile that asked to keep the socket corked (`more`) and sent every byte promised the
