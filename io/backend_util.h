@@ -108,6 +108,12 @@ struct CompletionQueue {
       head = c;
     tail = c;
   }
+  void PushFront(Completion* c) {  // back to the head of the line it was taken from
+    RINGD_ASSERT(c->next_ready == nullptr && c != tail);
+    c->next_ready = head;
+    head = c;
+    if (tail == nullptr) tail = c;
+  }
   Completion* Pop() {
     Completion* c = head;
     if (c != nullptr) {

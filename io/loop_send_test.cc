@@ -152,6 +152,61 @@ TEST_P(LoopTest, SpliceWithoutDescriptorsForAPipeFails) {
   EXPECT_EQ(done.last_result, -EMFILE);
 }
 
+// A pipe that comes back dirty (its transfer failed with bytes in it) is closed and replaced for
+// the SendFile waiting for one; if no new pipe can be made (out of descriptors) while another pipe
+// is busy, the waiter waits for that one. (Found by review: it asserted "this pipe is not busy",
+// and the process aborted.)
+TEST_P(LoopTest, AWaiterForAPipeThatCannotBeReplacedWaitsForTheNextOne) {
+  if (GetParam() != "uring") GTEST_SKIP() << "only the uring backend splices through pipes";
+  options_.pipe_pool_size = 2;
+  options_.splice_min_bytes = 1;  // every body splices, cached or not
+  SetUp();
+  if (IsSkipped()) return;
+  constexpr size_t kSize = 4 << 20;  // more than a socket and a pipe hold together
+  const std::string content = Pattern(kSize, 7, 97);
+  const int file = TempFile(content);
+  ASSERT_GE(file, 0);
+  // Three transfers to clients that do not read yet: two hold the pipes, the third waits.
+  std::pair<int, int> socks[3] = {Pair(), Pair(), Pair()};
+  Receiver done[3];
+  for (int i = 0; i < 3; ++i) loop_->SendFile(socks[i].first, file, 0, kSize, &done[i].c);
+  for (int i = 0; i < 50; ++i) loop_->Poll(1);
+  ASSERT_EQ(done[0].ends + done[1].ends + done[2].ends, 0);
+  ASSERT_EQ(loop_->Stats().pipes_in_use, 2u);
+  // No descriptor can be made from here on (0, 1 and 2 are taken); then the first client goes
+  // away, so its pipe comes back dirty and cannot be replaced.
+  rlimit saved{};
+  ::getrlimit(RLIMIT_NOFILE, &saved);
+  rlimit tight = saved;
+  tight.rlim_cur = 3;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  ::shutdown(socks[0].second, SHUT_RDWR);
+  const bool first_ended = PollUntil([&] { return done[0].ends > 0; });
+  for (int i = 0; i < 20; ++i) loop_->Poll(1);
+  const int third_ends_while_tight = done[2].ends;
+  ::setrlimit(RLIMIT_NOFILE, &saved);
+  ASSERT_TRUE(first_ended);
+  EXPECT_LT(done[0].last_result, 0);
+  EXPECT_EQ(third_ends_while_tight, 0) << "the third transfer failed rather than wait";
+  // The second client goes away too; its pipe is replaced now, and the third transfer, whose
+  // client reads at last, arrives whole.
+  ::shutdown(socks[1].second, SHUT_RDWR);
+  std::string got;
+  ASSERT_TRUE(PollUntil([&] {
+    char buf[1 << 16];
+    ssize_t n;
+    while ((n = ::read(socks[2].second, buf, sizeof buf)) > 0)
+      got.append(buf, static_cast<size_t>(n));
+    return done[1].ends > 0 && done[2].ends > 0;
+  }));
+  char buf[1 << 16];
+  ssize_t n;
+  while ((n = ::read(socks[2].second, buf, sizeof buf)) > 0)
+    got.append(buf, static_cast<size_t>(n));
+  EXPECT_EQ(done[2].last_result, static_cast<int64_t>(kSize));
+  EXPECT_TRUE(got == content) << "got " << got.size() << " bytes";
+}
+
 // bypass: a file body goes to a direct socket through a registered body buffer (read, then
 // send) while one is free, and splices when none is; both arrive whole, and a file that is
 // shorter than asked (truncated under the sender) ends the transfer early with what it had.

@@ -265,15 +265,16 @@ void UringLoop::GivePipe(int index, bool dirty) {
     p.r = p.w = -1;
   }
   p.busy = false;
-  // The pipe just freed serves the next waiter; if it was dirty and cannot be replaced, a
-  // waiter fails now rather than wait for a pipe that may never come.
+  // The pipe just freed serves the next waiter. If it was dirty and cannot be replaced (out of
+  // descriptors), the waiter waits, first in line, for another pipe that is busy and will come
+  // back; with none busy, no pipe may ever come, so waiters fail now.
   while (Completion* c = pipe_wait_.Pop()) {
     const int pipe = TakePipe();
     if (pipe >= 0) {
       c->pipe_index = pipe;
       return SpliceIn(c);
     }
-    RINGD_ASSERT(pipe != kNoPipeFree);  // this pipe is not busy
+    if (pipe == kNoPipeFree) return pipe_wait_.PushFront(c);
     Ready(c, pipe);
   }
 }
