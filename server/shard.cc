@@ -337,8 +337,6 @@ void Shard::OnAccept(io::Completion* c) {
              c->result == -ENOMEM) {
     // Out of descriptors or memory: retry later rather than spin on the same error, and let the
     // longest-idle keep-alive connections give their descriptors to the newcomers.
-    if (!c->more && self->accept_retry_ms_ == 0)
-      self->accept_retry_ms_ = self->now_ms_ + kAcceptRetryMs;
     // (EMFILE only: on the bypass tier ENFILE means its file table is full, which an idle
     // connection giving way would not help, since the pool is smaller than the table.)
     // A batch, as nginx drains reusable connections 32 at a time: the backlog may hold many
@@ -362,9 +360,17 @@ void Shard::OnAccept(io::Completion* c) {
   }
   if (c->cancelled) return;
   if (c->result >= 0 || c->result == -EINTR || c->result == -ECONNABORTED) {
-    self->loop_->Accept(c->fd, c);  // the kernel ended the multishot: start another
+    // The kernel ended the multishot: start another (armed again, or ArmAccept would start a
+    // second accept on this listener while this one runs: found by review, with two listeners
+    // and another's EMFILE retry; the simulator now runs two).
+    self->accept_armed_[static_cast<size_t>(c - self->accepts_.data())] = true;
+    self->loop_->Accept(c->fd, c);
     ++self->accepts_active_;
+    return;
   }
+  // Out of descriptors or memory (above), or an error no listener should meet: accept again
+  // later (Tick, ArmAccept) rather than spin on it, or leave this listener unserved for good.
+  if (self->accept_retry_ms_ == 0) self->accept_retry_ms_ = self->now_ms_ + kAcceptRetryMs;
 }
 
 void Shard::Accepted(int fd) {

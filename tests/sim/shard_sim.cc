@@ -1199,9 +1199,12 @@ SeedResult Sim::Run() {
   world_.print_trace = options_.verbose;
   BuildConfig();
   BuildTree();
-  world_.listen_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // the shard ::close()s it
+  // One listener, or two (two --listen addresses); the shard ::close()s them.
+  const int listeners = rng_.Chance(250) ? 2 : 1;
+  for (int i = 0; i < listeners; ++i)
+    world_.listen_fds.push_back(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   shard_ = std::make_unique<Shard>(
-      0, config_, std::vector<int>{world_.listen_fd}, /*root_fd=*/7, &mime_,
+      0, config_, world_.listen_fds, /*root_fd=*/7, &mime_,
       [this](const io::LoopOptions& o, std::string*) -> std::unique_ptr<io::Loop> {
         auto loop = std::make_unique<SimLoop>(&world_, o);
         loop_ = loop.get();

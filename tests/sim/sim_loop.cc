@@ -73,6 +73,14 @@ bool Rng::Chance(uint32_t per_mille) { return Below(1000) < per_mille; }
 // ---------------------------------------------------------------------------------------------
 // The world.
 
+bool SimWorld::IsListener(int fd) const {
+  return std::find(listen_fds.begin(), listen_fds.end(), fd) != listen_fds.end();
+}
+
+bool SimWorld::ListenerShut(int fd) const {
+  return std::find(shut_listeners.begin(), shut_listeners.end(), fd) != shut_listeners.end();
+}
+
 size_t SimWorld::Connect(uint64_t window) {
   sockets.emplace_back();
   sockets.back().window = window;
@@ -223,8 +231,11 @@ SimSocket* SimLoop::SocketOf(int fd) {
 }
 
 void SimLoop::Accept(int listen_fd, io::Completion* c) {
-  RINGD_ASSERT_MSG(listen_fd == w_->listen_fd, "accept on fd %d, not the listener", listen_fd);
-  for (const auto& [seq, op] : ops_) RINGD_ASSERT_MSG(op.kind != io::Op::kAccept, "two accepts");
+  RINGD_ASSERT_MSG(w_->IsListener(listen_fd), "accept on fd %d, not a listener", listen_fd);
+  for (const auto& [seq, op] : ops_) {
+    RINGD_ASSERT_MSG(op.kind != io::Op::kAccept || op.c->fd != listen_fd,
+                     "two accepts on listener fd %d", listen_fd);
+  }
   Begin(c, io::Op::kAccept, listen_fd);
 }
 
@@ -346,11 +357,13 @@ void SimLoop::ResumeRecv(io::Completion* c) {
 }
 
 void SimLoop::Shutdown(int fd, int how) {
-  if (fd == w_->listen_fd) {
+  if (w_->IsListener(fd)) {
+    if (!w_->ListenerShut(fd)) w_->shut_listeners.push_back(fd);
+    w_->Trace("shutdown listener fd %d", fd);
+    if (w_->shut_listeners.size() < w_->listen_fds.size()) return;
     w_->listen_shut = true;
     for (size_t i : w_->backlog) w_->sockets[i].refused = true;  // queued connections: reset
     w_->backlog.clear();
-    w_->Trace("shutdown listener");
     return;
   }
   SimSocket* s = SocketOf(fd);
@@ -397,7 +410,7 @@ bool SimLoop::Ready(const OpState& op) const {
   const io::Completion* c = op.c;
   switch (op.kind) {
     case io::Op::kAccept:
-      return c->cancelled || w_->listen_shut || !w_->backlog.empty();
+      return c->cancelled || w_->ListenerShut(c->fd) || !w_->backlog.empty();
     case io::Op::kRecv: {
       if (c->cancelled) return true;
       if (c->paused) return false;
@@ -466,10 +479,11 @@ void SimLoop::ProgressAccept(uint64_t seq) {
   };
   if (c->cancelled) {
     // A connection the kernel had already accepted may still come before the cancellation.
-    if (!w_->backlog.empty() && !w_->listen_shut && rng.Chance(200)) return accept_one(true);
+    if (!w_->backlog.empty() && !w_->ListenerShut(c->fd) && rng.Chance(200))
+      return accept_one(true);
     return Finish(seq, -ECANCELED);
   }
-  if (w_->listen_shut) return Finish(seq, -EINVAL);
+  if (w_->ListenerShut(c->fd)) return Finish(seq, -EINVAL);
   if (rng.Chance(w_->faults.accept_error)) {
     w_->Trace("accept: EMFILE");
     return Finish(seq, rng.Chance(500) ? -EMFILE : -ENFILE);

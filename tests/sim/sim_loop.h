@@ -121,8 +121,13 @@ struct SimWorld {
   int64_t realtime_base_sec = 1700000000;
   SimFaults faults;
   SimCounters counters;
-  int listen_fd = -1;
-  bool listen_shut = false;
+  // The shard's listeners (one, or two as with two --listen addresses), which share one backlog;
+  // a listener shut down takes no more, and once every one is, the backlog is refused.
+  std::vector<int> listen_fds;
+  std::vector<int> shut_listeners;
+  bool listen_shut = false;  // every listener shut down
+  bool IsListener(int fd) const;
+  bool ListenerShut(int fd) const;
   std::deque<size_t> backlog;  // sockets connected, not yet accepted (indices into `sockets`)
   std::vector<SimSocket> sockets;
   // The file tree: path relative to the root ("." is the root) -> inode.
