@@ -485,8 +485,11 @@ void SimLoop::ProgressAccept(uint64_t seq) {
   }
   if (w_->ListenerShut(c->fd)) return Finish(seq, -EINVAL);
   if (rng.Chance(w_->faults.accept_error)) {
-    w_->Trace("accept: EMFILE");
-    return Finish(seq, rng.Chance(500) ? -EMFILE : -ENFILE);
+    // Out of descriptors, mostly; now and then an error no listener should meet (an LSM's
+    // EPERM), after which the server must still accept again.
+    const int err = rng.Chance(100) ? EPERM : rng.Chance(500) ? EMFILE : ENFILE;
+    w_->Trace("accept: %s", err == EPERM ? "EPERM" : err == EMFILE ? "EMFILE" : "ENFILE");
+    return Finish(seq, -err);
   }
   accept_one(!rng.Chance(w_->faults.accept_end));
 }

@@ -96,10 +96,10 @@ struct SimFaults {
   uint32_t send_partial = 500;  // a send moves a random part of what fits
   uint32_t open_slow = 100;     // an open completes open_slow_max_ms later at most
   int64_t open_slow_max_ms = 200;
-  uint32_t open_transient = 10;      // an open fails with EMFILE or ENFILE
-  uint32_t accept_error = 5;         // an accept ends with EMFILE (the server retries later)
-  uint32_t accept_end = 20;          // an accept ends of its own accord (the kernel's multishot)
-  uint32_t cancel_reset = 300;       // a cancelled receive of a reset peer ends with ECONNRESET
+  uint32_t open_transient = 10;  // an open fails with EMFILE or ENFILE
+  uint32_t accept_error = 5;     // an accept ends with ENFILE, EMFILE or EPERM (the server retries)
+  uint32_t accept_end = 20;      // an accept ends of its own accord (the kernel's multishot)
+  uint32_t cancel_reset = 300;   // a cancelled receive of a reset peer ends with ECONNRESET
   uint32_t data_after_cancel = 300;  // a cancelled receive still delivers bytes it had
   uint32_t read_slow = 100;          // a file read completes a little later
 };
