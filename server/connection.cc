@@ -89,9 +89,11 @@ void Shard::OnRecv(io::Completion* c) {
   // Closing already (Abort cancelled this receive, and it ended with the cancellation, or with the
   // reset that raced it): this was the callback the connection waited for.
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
-  // Lingering on a receive that UpdateRecv ended with the last request: a lingering connection
-  // reads until the client closes, so it reads again.
-  if (conn->state == ConnState::kLingering && !c->more && c->result == -ECANCELED) {
+  // Lingering on a receive that UpdateRecv ended with the last request (its last callback the
+  // cancellation, or bytes the kernel had received before it): a lingering connection reads
+  // until the client closes, so it reads again.
+  if (conn->state == ConnState::kLingering && !c->more &&
+      (c->result == -ECANCELED || c->result > 0)) {
     ++self->stats_.recv_rearmed_to_linger;
     return self->ArmRecv(conn);
   }

@@ -13,7 +13,7 @@ namespace ringd {
 namespace {
 
 constexpr int64_t kLingerMs = 5000;      // after the last response, wait this long for EOF
-constexpr int64_t kAcceptRetryMs = 100;  // after EMFILE/ENFILE, try accepting again after this
+constexpr int64_t kAcceptRetryMs = 100;  // after an accept error, try accepting again after this
 constexpr int kDrainGraceMs = 1000;      // after the drain deadline's aborts, for their callbacks
 constexpr int kReclaimOnEmfile = 16;     // idle connections closed when accepting hits EMFILE
 
@@ -358,7 +358,10 @@ void Shard::OnAccept(io::Completion* c) {
     }
     return;
   }
-  if (c->cancelled) return;
+  // The shard cancels accepts only to pause or drain (both above): an accept that ends cancelled
+  // here was ended by the backend itself (epoll cannot watch the listener: ENOMEM), and is
+  // retried like any other error below.
+  if (c->result == -ECANCELED) return;
   if (c->result >= 0 || c->result == -EINTR || c->result == -ECONNABORTED) {
     // The kernel ended the multishot: start another (armed again, or ArmAccept would start a
     // second accept on this listener while this one runs: found by review, with two listeners

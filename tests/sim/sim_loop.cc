@@ -486,7 +486,13 @@ void SimLoop::ProgressAccept(uint64_t seq) {
   if (w_->ListenerShut(c->fd)) return Finish(seq, -EINVAL);
   if (rng.Chance(w_->faults.accept_error)) {
     // Out of descriptors, mostly; now and then an error no listener should meet (an LSM's
-    // EPERM), after which the server must still accept again.
+    // EPERM), or the backend's own failure to watch the listener (epoll_ctl's ENOMEM, which the
+    // epoll backend reports as a cancelled accept): the server must still accept again.
+    if (rng.Chance(100)) {
+      w_->Trace("accept: ENOMEM (the backend cannot watch the listener)");
+      c->cancelled = true;
+      return Finish(seq, -ENOMEM);
+    }
     const int err = rng.Chance(100) ? EPERM : rng.Chance(500) ? EMFILE : ENFILE;
     w_->Trace("accept: %s", err == EPERM ? "EPERM" : err == EMFILE ? "EMFILE" : "ENFILE");
     return Finish(seq, -err);
@@ -511,12 +517,13 @@ void SimLoop::ProgressRecv(uint64_t seq) {
   };
   if (c->cancelled) {
     // As io_uring: bytes the kernel had received may still arrive before the cancellation (even
-    // on the last callback), unless the receive was paused (nothing is delivered then).
-    if (!c->paused && !s.to_server.empty() && !s.client_reset && !op.data_after_cancel_done &&
+    // on the last callback), unless the receive was paused (nothing is delivered then); twice at
+    // most, and a second time as the last callback.
+    if (!c->paused && !s.to_server.empty() && !s.client_reset && op.data_after_cancel < 2 &&
         rng.Chance(w_->faults.data_after_cancel)) {
-      op.data_after_cancel_done = true;
+      ++op.data_after_cancel;
       ++w_->counters.data_after_cancel;
-      const bool last = rng.Chance(300);
+      const bool last = op.data_after_cancel == 2 || rng.Chance(300);
       const int64_t n = chunk();
       w_->Trace("recv fd %d: %lld bytes after cancel%s", c->fd, static_cast<long long>(n),
                 last ? " (last)" : "");

@@ -198,10 +198,10 @@ class SimLoop final : public io::Loop {
   struct OpState {
     io::Completion* c = nullptr;
     io::Op kind = io::Op::kNone;
-    int64_t ready_at_ms = 0;  // Open, Read: not before this
-    uint64_t length = 0;      // SendFile: asked; Read: asked
-    bool more = false;        // SendFile: the body's next piece follows
-    bool data_after_cancel_done = false;
+    int64_t ready_at_ms = 0;        // Open, Read: not before this
+    uint64_t length = 0;            // SendFile: asked; Read: asked
+    bool more = false;              // SendFile: the body's next piece follows
+    uint8_t data_after_cancel = 0;  // deliveries after a cancel
   };
 
   uint64_t Begin(io::Completion* c, io::Op kind, int fd);
