@@ -226,7 +226,10 @@ class Loop {
   virtual void Open(int dir_fd, const char* path, FileStat* stat, Completion* c) = 0;
   // Reads up to `length` bytes at `offset` into `buf`; result is the bytes read.
   virtual void Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) = 0;
-  // Ends a multishot operation; its last callback arrives with more == false.
+  // Ends a multishot operation; its last callback arrives with more == false. A cancelled
+  // receive's last callback is -ECANCELED, bytes received before the cancel took effect, end of
+  // stream (0), or an error of the socket itself (a reset): never the backend's own want of
+  // buffers.
   virtual void Cancel(Completion* c) = 0;
   // Backpressure for a Recv in flight: after PauseRecv returns, no callback with data comes until
   // ResumeRecv (bytes the kernel had already received are kept, in order, by the backend), so a
