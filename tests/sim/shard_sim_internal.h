@@ -1,0 +1,159 @@
+// The shard simulator's driver, inside: what one seed's run holds (its configuration, file tree,
+// clients and their requests) and the Sim that runs it. shard_sim.cc builds and drives a seed;
+// shard_sim_checks.cc holds the oracle (is each response right for what was asked, given the
+// files' history) and the invariants checked after every step. Not for use outside tests/sim.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/config.h"
+#include "server/http/mime_types.h"
+#include "server/shard.h"
+#include "tests/sim/shard_sim.h"
+#include "tests/sim/sim_loop.h"
+
+namespace ringd::sim::internal {
+
+constexpr int64_t kLingerMs = 5000;       // server/shard.cc's lingering close
+constexpr int64_t kCloseNoticeMs = 1000;  // a "Connection: close" response, then EOF within this
+constexpr int64_t kBacklogWaitMs = 1000;  // a newcomer waits no longer while others idle
+
+// What a request target resolves to in the simulated tree (which never changes shape: only
+// the contents of some files, and whether flap.txt exists, change).
+struct Route {
+  std::string target;
+  enum Kind { kFile, kRedirect, kStatus } kind = kFile;
+  std::string path;      // kFile: the file, relative to the root
+  std::string location;  // kRedirect
+  int status = 0;        // kStatus
+  bool has_gz = false;   // kFile: a precompressed sibling path + ".gz" exists
+};
+
+enum class Style : uint8_t {
+  kNormal,           // valid requests, pipelined batches, reads everything
+  kSlow,             // dribbles its requests a few bytes at a time (may meet the header timeout)
+  kNoRead,           // stops reading: the server's sends stall until its send timeout
+  kResetter,         // resets the connection mid-transfer
+  kHalfClose,        // sends a batch, then shuts its sending side down; still reads the answers
+  kMalformed,        // ends with a malformed request: 400 and close
+  kBigHead,          // ends with a head over the limit: 431 and close
+  kBigBody,          // ends with a body over max_discarded_body: 413 and close
+  kBodyStall,        // ends with a body it never finishes sending (discard timeout)
+  kChunked,          // ends with a chunked body: answered, then close
+  kIdler,            // connects and says nothing (header timeout), or idles between batches
+  kTalksAfterClose,  // ends with Connection: close, then sends another request anyway (which
+                     // must go unanswered; the server may linger, or reset once it has closed)
+};
+
+struct Req {
+  const Route* route = nullptr;  // null: not a plain GET/HEAD of a route
+  bool head = false;
+  std::string range;
+  std::string inm;  // If-None-Match
+  bool gzip = false;
+  bool closes = false;        // asked for Connection: close, or its framing ends the connection
+  int expect_status = 0;      // a fixed answer (405, 413, 431, 200 for OPTIONS), or
+  bool expect_error = false;  // any of 400/414/431/501/505, with close
+  bool options = false;
+  uint64_t start_offset = 0, end_offset = 0;  // in the client -> server byte stream
+  int64_t sent_ms = 0;
+  uint64_t transient_at_send = 0, refused_at_send = 0;
+  uint32_t nth = 0;  // its number on the connection, from 1
+};
+
+struct Resp {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+  bool close = false;
+};
+
+struct Client {
+  uint32_t id = 0;
+  size_t sock = 0;
+  Style style = Style::kNormal;
+  std::string outbox;
+  std::deque<Req> pending;
+  std::string inbox;
+  int64_t next_write_ms = 0;
+  int64_t next_read_ms = 0;
+  int64_t reset_at_ms = INT64_MAX;
+  int batches_left = 1;
+  uint64_t stream_offset = 0;
+  uint32_t requests = 0;
+  bool misbehaved = false;
+  bool fin_sent = false;
+  bool stopped_reading = false;
+  bool close_response = false;
+  std::string after_close;  // kTalksAfterClose: written once its close request is out
+  int64_t close_response_ms = 0;
+  bool ended = false;
+  int64_t last_progress_ms = 0;
+  std::map<std::string, std::string> etags;
+  int64_t idle_since_ms = INT64_MAX;  // every answer in, nothing to send: idle keep-alive
+};
+
+std::string Lower(std::string s);
+// Parses one response from the front of `in`. 0: need more; 1: done (`*consumed`); -1: garbage.
+int ParseResponse(const std::string& in, bool head_request, Resp* r, size_t* consumed,
+                  std::string* why);
+std::string ErrorPage(int status);  // the body ringd's error page for `status` has
+
+class Sim {
+ public:
+  Sim(uint64_t seed, const SimOptions& options, bool trace);
+  SeedResult Run();
+
+ private:
+  void Fail(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+  void BuildConfig();
+  void BuildTree();
+  void SpawnClient();
+  void MutateFiles();
+  void ClientStep(Client& c);
+  void StartBatch(Client& c);
+  void AddRequest(Client& c, Req q, const std::string& text);
+  void ReadResponses(Client& c);
+  void CheckResponse(Client& c, const Req& q, const Resp& r);
+  bool MatchVersion(const Req& q, const Resp& r, const PathVersion& v, const Route& route,
+                    const std::string& selected, std::string* why);
+  bool FileChanged(const Req& q, const std::string& path) const;
+  int64_t WindowStart(const Req& q) const;
+  bool AnyFileChanged(const Client& c) const;
+  void CollectShardStats();
+  void EndConnection(Client& c, const char* how);
+  void CheckStall(Client& c);
+  void CheckBacklog();
+  void CheckLingering();
+  void CheckSendQueue();
+  void CheckPromises();
+  void EndPhase();
+  int64_t NextClientDeadline() const;
+  uint64_t Refused() const { return shard_->Stats().lookup_refused; }
+
+  uint64_t seed_;
+  SimOptions options_;
+  SimWorld world_;
+  Rng& rng_;
+  Config config_;
+  http::MimeTypes mime_;
+  std::unique_ptr<Shard> shard_;
+  SimLoop* loop_ = nullptr;
+  std::vector<Route> routes_;
+  std::vector<std::string> mutable_files_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  uint32_t target_clients_ = 1;
+  uint32_t max_clients_ = 1;
+  int64_t stall_limit_ms_ = 0;
+  bool draining_ = false;
+  bool flap_present_ = true;
+  SeedResult result_;
+  bool stats_collected_ = false;
+};
+
+}  // namespace ringd::sim::internal
