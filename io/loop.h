@@ -145,6 +145,10 @@ struct LoopOptions {
   // made, used and destroyed on one thread (the shard's). Where the kernel refuses it (an old
   // kernel, or a thread with every slot of its table taken) the loop enters by fd as before.
   bool register_ring_fd = false;
+  // uring tiers: the operations whose completions nothing reads (closes, cancels) ask the kernel
+  // for none when they succeed (IOSQE_CQE_SKIP_SUCCESS, 5.17), so a close does not wake a waiting
+  // shard for a completion it would drop (one io_uring_enter per Connection: close request).
+  bool skip_unread_cqes = false;
   bool sqpoll = false;             // a kernel thread submits: no io_uring_enter to submit
   int sqpoll_cpu = -1;             // pin the SQ thread (IORING_SETUP_SQ_AFF)
   uint32_t sqpoll_idle_ms = 1000;  // the SQ thread sleeps after this long without work
@@ -192,6 +196,7 @@ struct LoopStats {
   uint64_t opens_inline = 0;     // epoll: opens resolved from the kernel's caches, no worker
   uint64_t stats_on_shard = 0;   // uring tiers: opens statx-ed on the shard (local file system)
   bool ring_fd_registered = false;  // uring tiers: the ring enters by its registered index
+  uint64_t cqes = 0;                // uring tiers: completions reaped from the ring
 };
 
 class Loop {

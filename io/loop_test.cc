@@ -59,6 +59,29 @@ TEST_P(LoopTest, TheBypassRingIsEnteredByItsRegisteredIndex) {
   EXPECT_EQ(r.got, "ping");
 }
 
+// A close, whose completion nothing reads, asks the kernel for none where it can
+// (LoopOptions::skip_unread_cqes): a waiting shard is not woken for it. The descriptor is closed
+// all the same (its peer sees the end of stream).
+TEST_P(LoopTest, AClosePostsNoCompletionWhereTheKernelCanSkipIt) {
+  if (GetParam() == "epoll") GTEST_SKIP() << "epoll closes with close(2)";
+  if (!ProbeUring().cqe_skip) GTEST_SKIP() << "no IOSQE_CQE_SKIP_SUCCESS here (ringd --probe)";
+  options_.skip_unread_cqes = true;
+  SetUp();
+  if (IsSkipped()) return;
+  auto [ours, theirs] = Pair();
+  const int fd = ::dup(ours);  // the loop closes this one; the fixture closes `ours`
+  ASSERT_GE(fd, 0);
+  ::close(ours);
+  fds_.erase(std::find(fds_.begin(), fds_.end(), ours));
+  loop_->Poll(0);
+  const uint64_t before = loop_->Stats().cqes;
+  loop_->Close(fd);
+  for (int i = 0; i < 5; ++i) loop_->Poll(1);
+  EXPECT_EQ(loop_->Stats().cqes, before) << "the close posted a completion";
+  char c;
+  EXPECT_EQ(::read(theirs, &c, 1), 0) << "the descriptor is still open";
+}
+
 TEST_P(LoopTest, CancelEndsAnArmedReceiveOnce) {
   auto [ours, theirs] = Pair();
   (void)theirs;

@@ -73,7 +73,8 @@ constexpr const char* kOptionalFeatures[] = {"SQPOLL",
                                              "NAPI busy poll",
                                              "batched waits",
                                              "fd install",
-                                             "registered ring fd"};
+                                             "registered ring fd",
+                                             "CQE skip"};
 
 bool Masked(const std::vector<std::string>& masked, const std::string& name) {
   return std::find(masked.begin(), masked.end(), name) != masked.end();
@@ -292,6 +293,34 @@ std::string ProbeRegisteredRing() {
   return why;
 }
 
+// IOSQE_CQE_SKIP_SUCCESS (5.17): a NOP that asks for no completion when it succeeds, then one
+// that does; only the second may complete.
+std::string ProbeCqeSkip() {
+  io_uring ring;
+  io_uring_params p{};
+  if (io_uring_queue_init_params(8, &ring, &p) < 0) return "no ring";
+  std::string why;
+  if ((p.features & IORING_FEAT_CQE_SKIP) == 0) {
+    why = "no IORING_FEAT_CQE_SKIP: needs kernel 5.17";
+  } else {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+    io_uring_prep_nop(sqe);
+    sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+    io_uring_sqe_set_data64(sqe, 1);
+    sqe = io_uring_get_sqe(&ring);
+    io_uring_prep_nop(sqe);
+    io_uring_sqe_set_data64(sqe, 2);
+    io_uring_cqe* cqe = nullptr;
+    if (io_uring_submit_and_wait(&ring, 1) < 0 || io_uring_peek_cqe(&ring, &cqe) != 0) {
+      why = "no completion for the second NOP";
+    } else if (cqe->user_data != 2 || io_uring_cq_ready(&ring) != 1) {
+      why = "the skipped NOP completed";
+    }
+  }
+  io_uring_queue_exit(&ring);
+  return why;
+}
+
 // IORING_OP_FIXED_FD_INSTALL (6.8): a pipe's read end registered in a table slot of a ring of
 // its own, then a process fd installed for the slot; the new fd must be the same pipe.
 std::string ProbeFdInstall() {
@@ -466,6 +495,8 @@ ProbeReport ProbeUring(const std::vector<std::string>& masked) {
   optional("fd install", &ProbeFdInstall, "bypass: cached bodies with sendfile", &r.fd_install);
   optional("registered ring fd", &ProbeRegisteredRing, "bypass: no fd lookup per io_uring_enter",
            &r.registered_ring);
+  optional("CQE skip", &ProbeCqeSkip, "uring tiers: closes and cancels post no completion",
+           &r.cqe_skip);
   return r;
 }
 

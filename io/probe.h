@@ -27,6 +27,7 @@ struct ProbeReport {
   bool napi = false;              // IORING_REGISTER_NAPI (for --busy-poll-us)
   bool batch_wait = false;        // io_uring_enter's min_wait_usec (for --batch-wait-us)
   bool fd_install = false;        // IORING_OP_FIXED_FD_INSTALL (bypass: sendfile for bodies)
+  bool cqe_skip = false;  // IOSQE_CQE_SKIP_SUCCESS (uring tiers: LoopOptions::skip_unread_cqes)
   bool registered_ring = false;  // IORING_REGISTER_RING_FDS (bypass: LoopOptions::register_ring_fd)
   std::vector<std::string> lines;  // what was checked, for `ringd --probe`
 };

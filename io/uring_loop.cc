@@ -73,6 +73,7 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
   }
   ring_ready_ = true;
   sqpoll_ = o.sqpoll;
+  if ((p.features & IORING_FEAT_CQE_SKIP) == 0) options_.skip_unread_cqes = false;  // probed
   // Registered in this (the shard's) thread's table of rings: liburing then enters by the
   // index. Not a reason to fail: a ring entered by its fd works the same, one fd lookup dearer.
   if (o.register_ring_fd) stats_.ring_fd_registered = io_uring_register_ring_fd(&ring_) == 1;
@@ -324,7 +325,7 @@ void UringLoop::Close(int fd) {
   resident_.Forget(fd);  // the number may name another file next
   io_uring_sqe* sqe = Sqe();
   io_uring_prep_close(sqe, fd);
-  io_uring_sqe_set_data(sqe, nullptr);
+  Unread(sqe);
 }
 
 int UringLoop::SubmitAndWaitBatch(const __kernel_timespec* ts) {
@@ -389,6 +390,7 @@ void UringLoop::Poll(int timeout_ms) {
     Event events[kBatch];
     for (unsigned i = 0; i < n; ++i) events[i] = {cqes[i]->user_data, cqes[i]->res, cqes[i]->flags};
     io_uring_cq_advance(&ring_, n);
+    stats_.cqes += n;
     for (unsigned i = 0; i < n; ++i) {
       if (IsNextTurn(events[i].user_data)) {
         next_turns_.push_back(events[i]);
@@ -491,6 +493,7 @@ void UringLoop::Submit() {
     while (io_uring_peek_cqe(&ring_, &cqe) == 0 && cqe != nullptr) {
       deferred_.push_back(Event{cqe->user_data, cqe->res, cqe->flags});
       io_uring_cqe_seen(&ring_, cqe);
+      ++stats_.cqes;
     }
   }
 }

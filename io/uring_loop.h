@@ -101,16 +101,23 @@ class UringLoop final : public Loop {
   // Completion::pipe_index of a SendFile waiting for its socket's process fd (FIXED_FD_INSTALL).
   static constexpr int kInstallingFd = -2;
 
+  // An SQE whose completion nothing reads (a close, a cancel): user_data 0, which Dispatch drops,
+  // and where the kernel can, no completion at all when it succeeds.
+  void Unread(io_uring_sqe* sqe) const {
+    io_uring_sqe_set_data(sqe, nullptr);
+    if (options_.skip_unread_cqes) sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+  }
+
   void CloseSlot(uint32_t slot) {
     io_uring_sqe* sqe = Sqe();
     io_uring_prep_close_direct(sqe, slot);
-    io_uring_sqe_set_data(sqe, nullptr);
+    Unread(sqe);
     // The socket's process fd, if a body installed one: the socket goes with the last of the two.
     SlotState& st = slot_state_[slot];
     if (st.fd >= 0) {
       sqe = Sqe();
       io_uring_prep_close(sqe, st.fd);
-      io_uring_sqe_set_data(sqe, nullptr);
+      Unread(sqe);
       st.fd = -1;
     }
     st.fd_refused = false;
@@ -147,7 +154,7 @@ class UringLoop final : public Loop {
   void CancelInKernel(Completion* c) {
     io_uring_sqe* sqe = Sqe();
     io_uring_prep_cancel64(sqe, reinterpret_cast<uint64_t>(c), 0);
-    io_uring_sqe_set_data(sqe, nullptr);
+    Unread(sqe);
   }
 
   char* RecvBuffer(uint16_t bid) const {

@@ -245,6 +245,8 @@ int Main(int argc, char** argv) {
     extras += recv_incremental ? "; incremental receive buffers (" +
                                      std::to_string(config.recv_pool_kib) + " KiB per shard)"
                                : "; whole receive buffers (incremental receive: unavailable)";
+    extras += probe.cqe_skip ? "; closes and cancels post no completion"
+                             : "; closes and cancels complete (CQE skip: unavailable)";
   }
   if (selection.backend == "bypass") {
     // Cached file bodies: sendfile on a process fd installed for the socket (measured faster
@@ -325,8 +327,11 @@ int Main(int argc, char** argv) {
     shard_list.push_back(std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds),
                                                  root_fd, &mime, make_loop, cpus[i % cpus.size()]));
     shard_list.back()->SetListenersShared(!inherited.empty());
-    shard_list.back()->SetRecvIncremental(recv_incremental);
-    shard_list.back()->SetRegisteredRing(selection.backend == "bypass" && probe.registered_ring);
+    Shard::TierFeatures features;
+    features.recv_incremental = recv_incremental;
+    features.register_ring_fd = selection.backend == "bypass" && probe.registered_ring;
+    features.skip_unread_cqes = selection.backend != "epoll" && probe.cqe_skip;
+    shard_list.back()->SetTierFeatures(features);
     shard_list.back()->SetHeartbeat(notifier.watchdog_interval_ms() > 0);
     observability.Attach(shard_list.back().get(), static_cast<int>(i));
   }

@@ -87,9 +87,10 @@ bool Shard::Setup() {
   // --recv-buffer-size, which the input buffer above is sized for).
   const uint32_t inc_buffer = IncrementalRecvBufferBytes(config_);
   const uint32_t recv_count =
-      recv_incremental_ ? static_cast<uint32_t>(uint64_t{config_.recv_pool_kib} * 1024 / inc_buffer)
-                        : config_.recv_buffers;
-  const uint32_t recv_size = recv_incremental_ ? inc_buffer : config_.recv_buffer_size;
+      features_.recv_incremental
+          ? static_cast<uint32_t>(uint64_t{config_.recv_pool_kib} * 1024 / inc_buffer)
+          : config_.recv_buffers;
+  const uint32_t recv_size = features_.recv_incremental ? inc_buffer : config_.recv_buffer_size;
   const size_t recv_bytes = static_cast<size_t>(recv_count) * recv_size;
   memory_ = std::make_unique<mem::ShardMemory>(std::initializer_list<size_t>{
       input_size * capacity(), content_size * content_count, recv_bytes});
@@ -106,8 +107,9 @@ bool Shard::Setup() {
   io::LoopOptions lo;
   lo.recv_buffer_count = recv_count;
   lo.recv_buffer_size = recv_size;
-  lo.recv_incremental = recv_incremental_;
-  lo.register_ring_fd = registered_ring_;
+  lo.recv_incremental = features_.recv_incremental;
+  lo.register_ring_fd = features_.register_ring_fd;
+  lo.skip_unread_cqes = features_.skip_unread_cqes;
   lo.recv_max_bytes = config_.recv_buffer_size;
   lo.busy_poll_us = config_.busy_poll_us;
   lo.batch_wait_us = config_.batch_wait_us;

@@ -158,12 +158,15 @@ class Shard {
   // the other shards through dup): a drain stops accepting on them but does not shut them down,
   // so connections wait in the backlog for the next process instead of being refused.
   void SetListenersShared(bool shared) { listeners_shared_ = shared; }
-  // Before Setup, what the io probe found and main chose for this shard's loop: incremental
-  // receive buffers (a --recv-pool-kib pool instead of --recv-buffers), and an SQ thread to
-  // share (another shard's ring, io::Loop::RingFd; -1 for a thread of its own).
-  void SetRecvIncremental(bool on) { recv_incremental_ = on; }
-  // bypass: the loop enters its ring by a registered index (io::LoopOptions::register_ring_fd).
-  void SetRegisteredRing(bool on) { registered_ring_ = on; }
+  // Before Setup, what the io probe found and main chose for this shard's loop (the optional
+  // features of its tier), and an SQ thread to share (another shard's ring, io::Loop::RingFd;
+  // -1 for a thread of its own).
+  struct TierFeatures {
+    bool recv_incremental = false;  // a --recv-pool-kib pool instead of --recv-buffers
+    bool register_ring_fd = false;  // io::LoopOptions::register_ring_fd (bypass)
+    bool skip_unread_cqes = false;  // io::LoopOptions::skip_unread_cqes (uring tiers)
+  };
+  void SetTierFeatures(const TierFeatures& f) { features_ = f; }
   void SetAttachRing(int ring_fd) { attach_ring_fd_ = ring_fd; }
 
  private:
@@ -270,8 +273,7 @@ class Shard {
   bool heartbeat_on_ = false;
   Heartbeat heartbeat_;
   bool listeners_shared_ = false;
-  bool recv_incremental_ = false;
-  bool registered_ring_ = false;
+  TierFeatures features_;
   int attach_ring_fd_ = -1;
 };
 

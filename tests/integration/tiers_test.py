@@ -86,6 +86,15 @@ class TierSelectionTest(BackendTestCase):
         for tier in ["uring", "epoll"]:  # the plain tiers say nothing of it
             self.assertNotIn("registered ring", self.serve_and_check(backend=tier), tier)
 
+    def test_closes_post_no_completion_where_the_kernel_can_skip_it(self):
+        for tier in ["bypass", "uring"]:
+            line = self.serve_and_check(backend=tier)
+            if "; closes and cancels post no completion" not in line:
+                self.skipTest("no IOSQE_CQE_SKIP_SUCCESS here: " + line)
+            line = self.serve_and_check("--io-mask", "CQE skip", backend=tier)
+            self.assertIn("; closes and cancels complete (CQE skip: unavailable)", line, tier)
+        self.assertNotIn("CQE skip", self.serve_and_check(backend="epoll"))
+
     def test_batched_waits_serve_where_the_kernel_has_them_and_are_refused_elsewhere(self):
         probe = subprocess.run([RINGD, "--probe"], capture_output=True, text=True,
                                timeout=10).stdout
