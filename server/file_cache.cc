@@ -52,6 +52,10 @@ MissingPaths::~MissingPaths() { std::free(slots_); }
 namespace {
 constexpr uint64_t kMissingProbe = 8;
 
+// Two independent hashes of a path: a slot matches only when both do. Its place in the table
+// comes from the second, libstdc++'s std::hash, which is the same in every process; abseil's,
+// the first, is seeded per process (from an address), and a place taken from it made the shard
+// simulator's runs differ from one process to the next wherever two paths met in a window.
 std::pair<uint64_t, uint64_t> PathHashes(std::string_view path) {
   const uint64_t h1 = absl::Hash<absl::string_view>{}(Key(path));
   uint64_t h2 = std::hash<std::string_view>{}(path);
@@ -62,7 +66,7 @@ std::pair<uint64_t, uint64_t> PathHashes(std::string_view path) {
 
 MissingPaths::Slot* MissingPaths::Match(uint64_t h1, uint64_t h2) const {
   for (uint64_t i = 0; i < kMissingProbe; ++i) {
-    Slot* s = &slots_[(h1 + i) & mask_];
+    Slot* s = &slots_[(h2 + i) & mask_];
     if (s->h1 == h1 && s->h2 == h2) return s;
   }
   return nullptr;
@@ -73,7 +77,7 @@ void MissingPaths::Note(std::string_view path, int64_t expires_ms, uint64_t vali
   Slot* pick = Match(h1, h2);
   if (pick == nullptr) {  // the window's first empty slot, else the one that expires first
     for (uint64_t i = 0; i < kMissingProbe; ++i) {
-      Slot* s = &slots_[(h1 + i) & mask_];
+      Slot* s = &slots_[(h2 + i) & mask_];
       if (s->h1 == 0 && s->h2 == 0) {
         pick = s;
         break;
