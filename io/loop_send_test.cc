@@ -192,17 +192,17 @@ TEST_P(LoopTest, AWaiterForAPipeThatCannotBeReplacedWaitsForTheNextOne) {
   // client reads at last, arrives whole.
   ::shutdown(socks[1].second, SHUT_RDWR);
   std::string got;
-  ASSERT_TRUE(PollUntil([&] {
+  auto drain = [&] {
     char buf[1 << 16];
     ssize_t n;
     while ((n = ::read(socks[2].second, buf, sizeof buf)) > 0)
       got.append(buf, static_cast<size_t>(n));
+  };
+  ASSERT_TRUE(PollUntil([&] {
+    drain();
     return done[1].ends > 0 && done[2].ends > 0;
   }));
-  char buf[1 << 16];
-  ssize_t n;
-  while ((n = ::read(socks[2].second, buf, sizeof buf)) > 0)
-    got.append(buf, static_cast<size_t>(n));
+  drain();
   EXPECT_EQ(done[2].last_result, static_cast<int64_t>(kSize));
   EXPECT_TRUE(got == content) << "got " << got.size() << " bytes";
 }

@@ -76,6 +76,19 @@ constexpr const char* kOptionalFeatures[] = {"SQPOLL",
                                              "registered ring fd",
                                              "CQE skip"};
 
+// A NOP submitted and its completion reaped: 0, or the errno that stopped it (EIO for a NOP
+// that completed with an error).
+int NopRoundTrip(io_uring* ring) {
+  io_uring_sqe* sqe = io_uring_get_sqe(ring);
+  io_uring_prep_nop(sqe);
+  io_uring_cqe* cqe = nullptr;
+  const int rc = io_uring_submit_and_wait(ring, 1);
+  if (rc < 0) return -rc;
+  if (io_uring_peek_cqe(ring, &cqe) != 0 || cqe->res < 0) return EIO;
+  io_uring_cqe_seen(ring, cqe);
+  return 0;
+}
+
 bool Masked(const std::vector<std::string>& masked, const std::string& name) {
   return std::find(masked.begin(), masked.end(), name) != masked.end();
 }
@@ -278,16 +291,8 @@ std::string ProbeRegisteredRing() {
   const int rc = io_uring_register_ring_fd(&ring);
   if (rc != 1) {
     why = "IORING_REGISTER_RING_FDS: " + ErrnoName(rc < 0 ? -rc : EIO) + " (needs kernel 5.18)";
-  } else {
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-    io_uring_prep_nop(sqe);
-    io_uring_cqe* cqe = nullptr;
-    if (io_uring_submit_and_wait(&ring, 1) < 0 || io_uring_peek_cqe(&ring, &cqe) != 0 ||
-        cqe->res < 0) {
-      why = "a NOP through the registered ring failed";
-    } else {
-      io_uring_cqe_seen(&ring, cqe);
-    }
+  } else if (NopRoundTrip(&ring) != 0) {
+    why = "a NOP through the registered ring failed";
   }
   io_uring_queue_exit(&ring);  // unregisters it too
   return why;
@@ -406,17 +411,12 @@ ProbeReport ProbeUring(const std::vector<std::string>& masked) {
   }() + ")");
 
   // A NOP round trip: setup can succeed where submission is filtered.
-  io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-  io_uring_prep_nop(sqe);
-  io_uring_cqe* cqe = nullptr;
-  rc = io_uring_submit_and_wait(&ring, 1);
-  if (rc < 0 || io_uring_peek_cqe(&ring, &cqe) != 0 || cqe->res < 0) {
-    r.reason = "io_uring_enter: NOP round trip failed (" + ErrnoName(rc < 0 ? -rc : EIO) + ")";
+  if (const int err = NopRoundTrip(&ring); err != 0) {
+    r.reason = "io_uring_enter: NOP round trip failed (" + ErrnoName(err) + ")";
     r.lines.push_back(r.reason);
     io_uring_queue_exit(&ring);
     return r;
   }
-  io_uring_cqe_seen(&ring, cqe);
   r.lines.push_back("NOP round trip: ok");
 
   std::string missing;

@@ -335,17 +335,13 @@ void Shard::OnAccept(io::Completion* c) {
   Shard* self = static_cast<Shard*>(c->owner);
   if (c->result >= 0) {
     self->Accepted(static_cast<int>(c->result));
-  } else if (c->result == -EMFILE || c->result == -ENFILE || c->result == -ENOBUFS ||
-             c->result == -ENOMEM) {
-    // Out of descriptors or memory: retry later rather than spin on the same error, and let the
-    // longest-idle keep-alive connections give their descriptors to the newcomers.
-    // (EMFILE only: on the bypass tier ENFILE means its file table is full, which an idle
-    // connection giving way would not help, since the pool is smaller than the table.)
-    // A batch, as nginx drains reusable connections 32 at a time: the backlog may hold many
-    // newcomers, and accepting retries only every kAcceptRetryMs.
-    if (c->result == -EMFILE) {
-      for (int i = 0; i < kReclaimOnEmfile; ++i) self->ReclaimOldestIdle();
-    }
+  } else if (c->result == -EMFILE) {
+    // Out of descriptors: the longest-idle keep-alive connections give theirs to the newcomers
+    // (the accept itself is retried below). A batch, as nginx drains reusable connections 32 at
+    // a time: the backlog may hold many newcomers, and accepting retries only every
+    // kAcceptRetryMs. (Not for ENFILE: on the bypass tier it means the ring's file table is
+    // full, which an idle connection giving way would not help, the pool being smaller.)
+    for (int i = 0; i < kReclaimOnEmfile; ++i) self->ReclaimOldestIdle();
   }
   if (c->more) return;
   self->accept_armed_[static_cast<size_t>(c - self->accepts_.data())] = false;
@@ -373,8 +369,9 @@ void Shard::OnAccept(io::Completion* c) {
     ++self->accepts_active_;
     return;
   }
-  // Out of descriptors or memory (above), or an error no listener should meet: accept again
-  // later (Tick, ArmAccept) rather than spin on it, or leave this listener unserved for good.
+  // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM), or an error no listener
+  // should meet: accept again later (Tick, ArmAccept) rather than spin on it, or leave this
+  // listener unserved for good.
   if (self->accept_retry_ms_ == 0) self->accept_retry_ms_ = self->now_ms_ + kAcceptRetryMs;
 }
 
