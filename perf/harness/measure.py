@@ -161,6 +161,8 @@ def run_one(ctx, server, scenario, serve_root):
     rss_before = procfs.rss_kib(pids)
     t0, c0, p0 = procfs.cpu_ticks(pids), procfs.ctx_switches(pids), procfs.lo_packets()
     by0, client0 = procfs.cpu_ticks_by_name(pids), _children_cpu_s()
+    cores = procfs.parse_cpu_list(args.server_cpus)
+    core0 = procfs.core_busy_ticks(cores)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     rss_idle, idle_held, out_lines = None, 0, []
     # A load generator that does not finish in time is stopped, and the run is recorded as failed
@@ -181,6 +183,7 @@ def run_one(ctx, server, scenario, serve_root):
     pids = server.pids()
     t1, c1, p1 = procfs.cpu_ticks(pids), procfs.ctx_switches(pids), procfs.lo_packets()
     by1 = procfs.cpu_ticks_by_name(pids)
+    core1 = procfs.core_busy_ticks(cores)
     try:
         result = _parse(generator, "".join(out_lines))
     except ParseError as e:
@@ -203,6 +206,8 @@ def run_one(ctx, server, scenario, serve_root):
     result.cpu_s = (t1 - t0) / procfs.TICKS
     result.cpu_us_per_request = 1e6 * result.cpu_s / requests
     result.client_cpu_us_per_request = 1e6 * client_s / requests
+    if core0 is not None and core1 is not None:
+        result.core_us_per_request = 1e6 * (core1 - core0) / procfs.TICKS / requests
     if len(by1) > 1:  # a server made of several programs (the fleet): each one's share
         result.cpu_us_per_request_by = {name: 1e6 * (t - by0.get(name, 0)) / procfs.TICKS / requests
                                         for name, t in sorted(by1.items())}

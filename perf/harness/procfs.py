@@ -113,6 +113,32 @@ def ctx_switches(pids):
     return total
 
 
+def parse_cpu_list(text):
+    """The CPUs of a cpu list as taskset takes it ("1", "0-3", "1,3-4"), as a set."""
+    cpus = set()
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def core_busy_ticks(cpus, stat_text=None):
+    """Ticks the CPUs spent on anything but idle, iowait and steal since boot (/proc/stat: user,
+    nice, system, irq and softirq; guest time is inside user). Unlike cpu_ticks it counts what no
+    process is charged for: interrupts, softirqs and the ksoftirqd threads that run a server's TCP
+    work on its cores. None where /proc/stat has no line for one of them."""
+    text = _read("/proc/stat") if stat_text is None else stat_text
+    total, seen = 0, set()
+    for line in text.splitlines():
+        name, _, rest = line.partition(" ")
+        if not name.startswith("cpu") or not name[3:].isdigit() or int(name[3:]) not in cpus:
+            continue
+        user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in rest.split()[:7])
+        total += user + nice + system + irq + softirq
+        seen.add(int(name[3:]))
+    return total if seen == set(cpus) else None
+
+
 def lo_packets():
     """Packets sent over loopback so far (every packet of a run, both directions, is one of them)."""
     try:

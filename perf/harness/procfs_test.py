@@ -31,6 +31,26 @@ class ProcfsTest(unittest.TestCase):
         self.assertEqual(procfs.cpu_ticks([2 ** 22 + 1]), 0)
         self.assertEqual(procfs.threads([2 ** 22 + 1]), 0)
 
+    def test_cpu_list(self):
+        self.assertEqual(procfs.parse_cpu_list("1"), {1})
+        self.assertEqual(procfs.parse_cpu_list("0-3"), {0, 1, 2, 3})
+        self.assertEqual(procfs.parse_cpu_list("1,3-4"), {1, 3, 4})
+
+    def test_core_busy_ticks(self):
+        stat = ("cpu  30 0 30 300 3 0 3 9 0 0\n"
+                "cpu0 10 1 20 100 5 2 3 40 7 0\n"
+                "cpu1 100 0 50 900 8 4 6 70 0 0\n"
+                "intr 12345\n")
+        # user + nice + system + irq + softirq; idle, iowait and steal left out
+        self.assertEqual(procfs.core_busy_ticks({1}, stat), 160)
+        self.assertEqual(procfs.core_busy_ticks({0, 1}, stat), 196)
+        self.assertIsNone(procfs.core_busy_ticks({2}, stat))
+        # the machine's own: it only grows
+        cpus = {0}
+        before = procfs.core_busy_ticks(cpus)
+        self.assertIsNotNone(before)
+        self.assertGreaterEqual(procfs.core_busy_ticks(cpus), before)
+
     def test_parse_perf_stat(self):
         self.assertEqual(procfs.parse_perf_stat(
             "# started on Mon Nov 30 16:42:45 2026\n\n1581,,raw_syscalls:sys_enter,1581122,100.00,,\n"), 1581)

@@ -65,6 +65,9 @@ class Result:
     # A server made of several programs (the fleet: haproxy, ringd): CPU us/request of each.
     cpu_us_per_request_by: Optional[Dict[str, float]] = None
     client_cpu_us_per_request: Optional[float] = None  # the load generator's
+    # Everything the server's cores did per request (procfs.core_busy_ticks): the server's threads
+    # and what no process is charged for (softirqs, ksoftirqd), and anything else that ran there.
+    core_us_per_request: Optional[float] = None
     server_cpu_percent: Optional[float] = None
     packets_per_request: Optional[float] = None
     rss_kib: Optional[int] = None
@@ -115,6 +118,7 @@ class Result:
             "mean_us": lat.mean, "page_cache_mib": self.page_cache_mib,
             **self._disk_figures(), **self._size_class_figures(),
             "client_cpu_us_per_request": self.client_cpu_us_per_request,
+            "core_us_per_request": self.core_us_per_request,
             **{"cpu_us_per_request_%s" % k: v for k, v in (self.cpu_us_per_request_by or {}).items()},
         }
 
