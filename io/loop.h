@@ -18,6 +18,7 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -92,6 +93,12 @@ struct Completion {
   Completion* next_ready = nullptr;  // a backend's queue of finished operations
 };
 
+// The last result of a cancelled receive that ended with bytes waiting in the socket, unread
+// (the kernel had no free buffer for them when the cancel came): -ECANCELED for all else, but its
+// owner knows the client has sent more. (EAGAIN itself never ends a receive: the backends wait
+// for readiness instead.)
+constexpr int64_t kRecvCancelledWithInput = -EAGAIN;
+
 // Marks a connection handle that names a slot of the ring's registered file table (bypass
 // tier), so it can never be taken for a process fd: fds stay below 2^30 (RLIMIT_NOFILE).
 constexpr int kDirectHandle = 1 << 30;
@@ -142,7 +149,8 @@ struct LoopOptions {
   // bypass: io_uring_enter names the ring by its index in the shard thread's table of registered
   // rings (IORING_REGISTER_RING_FDS, 5.18), not by its fd, so no enter looks the ring up in the
   // process's fd table (fget/fput, atomic in a process of several threads). The loop must be
-  // made, used and destroyed on one thread (the shard's). Where the kernel refuses it (an old
+  // made and used on one thread (the shard's); it is destroyed after that thread has exited,
+  // whose exit drops the registration. Where the kernel refuses it (an old
   // kernel, or a thread with every slot of its table taken) the loop enters by fd as before.
   bool register_ring_fd = false;
   // uring tiers: the operations whose completions nothing reads (closes, cancels) ask the kernel
@@ -232,9 +240,10 @@ class Loop {
   // Reads up to `length` bytes at `offset` into `buf`; result is the bytes read.
   virtual void Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) = 0;
   // Ends a multishot operation; its last callback arrives with more == false. A cancelled
-  // receive's last callback is -ECANCELED, bytes received before the cancel took effect, end of
-  // stream (0), or an error of the socket itself (a reset): never the backend's own want of
-  // buffers.
+  // receive's last callback is -ECANCELED, kRecvCancelledWithInput (cancelled, and the socket
+  // had bytes the receive found no buffer for: the client is still sending), bytes received
+  // before the cancel took effect, end of stream (0), or an error of the socket itself (a
+  // reset): never the backend's own want of buffers as an error.
   virtual void Cancel(Completion* c) = 0;
   // Backpressure for a Recv in flight: after PauseRecv returns, no callback with data comes until
   // ResumeRecv (bytes the kernel had already received are kept, in order, by the backend), so a

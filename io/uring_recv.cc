@@ -159,9 +159,10 @@ void UringLoop::OnRecv(Completion* c, int32_t res, uint32_t flags) {
     return;
   }
   c->data = nullptr;
-  // A cancelled receive the kernel ended for lack of buffers ended because of the cancel as far
-  // as its owner knows: it was not to be re-armed anyway, and no socket error happened.
-  if (res == -ENOBUFS) res = -ECANCELED;
+  // A cancelled receive the kernel ended for lack of buffers was not to be re-armed anyway, and no
+  // socket error happened; but the socket had bytes for it: its owner hears that the client is
+  // still sending (a connection closing after its last response lingers then).
+  if (res == -ENOBUFS) res = kRecvCancelledWithInput;
   Finish(c, res);  // 0: end of stream; < 0: error or cancelled
 }
 

@@ -27,6 +27,7 @@ constexpr uint32_t kMaxLookupsPerRequest = 8;
 void Shard::ArmRecv(Connection* conn) {
   conn->recv_active = true;
   conn->recv_paused = false;
+  conn->recv_ending = false;
   loop_->Recv(conn->fd, &conn->recv);
 }
 
@@ -35,7 +36,7 @@ void Shard::ArmRecv(Connection* conn) {
 // socket buffer holds the rest. A paused receive delivers nothing, so no byte is ever dropped
 // (PauseRecv's contract), and reading resumes as soon as there is room again.
 void Shard::UpdateRecv(Connection* conn) {
-  if (!conn->recv_active || conn->state == ConnState::kClosing ||
+  if (!conn->recv_active || conn->recv_ending || conn->state == ConnState::kClosing ||
       conn->state == ConnState::kLingering) {
     return;
   }
@@ -48,6 +49,7 @@ void Shard::UpdateRecv(Connection* conn) {
   if (conn->state == ConnState::kSending && conn->wants_close &&
       conn->ex->phase == Exchange::Phase::kDone && !ClientMaySend(conn)) {
     ++stats_.recv_ended_early;
+    conn->recv_ending = true;
     return loop_->Cancel(&conn->recv);
   }
   const bool busy = conn->state == ConnState::kSending || conn->state == ConnState::kWaitingFile;
@@ -73,27 +75,40 @@ void Shard::OnRecv(io::Completion* c) {
   Connection* conn = static_cast<Connection*>(c->owner);
   Shard* self = conn->shard;
   if (!c->more) conn->recv_active = false;
-  if (c->result > 0) {
-    self->Received(conn, c->data, static_cast<size_t>(c->result));
-  } else if (c->result == 0) {
+  // A cancelled receive that leaves bytes unread in the socket: the client is still sending, so
+  // a connection closing after its last response lingers rather than close on them (a reset).
+  // Otherwise it ended like any cancelled receive.
+  int64_t result = c->result;
+  if (result == io::kRecvCancelledWithInput) {
+    conn->more_input_expected = true;
+    result = -ECANCELED;
+  }
+  if (result > 0) {
+    self->Received(conn, c->data, static_cast<size_t>(result));
+  } else if (result == 0) {
     // The client finished sending. A response in flight (or being planned) still goes out;
     // an incomplete head can never complete.
     conn->peer_closed = true;
     if (conn->state == ConnState::kReading || conn->state == ConnState::kLingering) {
       return self->Abort(conn);
     }
-  } else if (c->result != -ECANCELED && conn->state != ConnState::kClosing) {
+  } else if (result != -ECANCELED && conn->state != ConnState::kClosing) {
     ++self->stats_.recv_errors;
     return self->Abort(conn);  // a reset or other socket error
   }
   // Closing already (Abort cancelled this receive, and it ended with the cancellation, or with the
   // reset that raced it): this was the callback the connection waited for.
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
+  // The last response is out and CloseGracefully waited for this, the receive's last word: it
+  // now knows whether the client sent more after all (more_input_expected) and closes or lingers.
+  if (!c->more && conn->close_when_recv_ends) {
+    conn->close_when_recv_ends = false;
+    return self->CloseGracefully(conn);
+  }
   // Lingering on a receive that UpdateRecv ended with the last request (its last callback the
   // cancellation, or bytes the kernel had received before it): a lingering connection reads
   // until the client closes, so it reads again.
-  if (conn->state == ConnState::kLingering && !c->more &&
-      (c->result == -ECANCELED || c->result > 0)) {
+  if (conn->state == ConnState::kLingering && !c->more && (result == -ECANCELED || result > 0)) {
     ++self->stats_.recv_rearmed_to_linger;
     return self->ArmRecv(conn);
   }
@@ -436,12 +451,13 @@ void Shard::FinishResponse(Connection* conn) {
 }
 
 // Whether the client may still send once its last request is answered: bytes already here, a
-// body being skipped, input after a framing error or behind the last response, or a client that
+// body being skipped, input after a framing error or behind the last response, a client that
 // asked to keep the connection (it may have pipelined more requests that are still on their way,
-// and closing on them would reset the connection and destroy the response).
+// and closing on them would reset the connection and destroy the response), or a paused receive
+// (the loop may hold bytes that came before the pause took effect, unseen here: PauseRecv).
 bool Shard::ClientMaySend(const Connection* conn) const {
   return conn->in_len > 0 || conn->discard > 0 || conn->more_input_expected ||
-         conn->client_keep_alive;
+         conn->client_keep_alive || conn->recv_paused;
 }
 
 // After the last response. If the client may still be sending (unread input, a body we skip,
@@ -452,6 +468,18 @@ void Shard::CloseGracefully(Connection* conn) {
   const bool unread = ClientMaySend(conn);
   conn->in_len = 0;
   ReleaseInputIfEmpty(conn);
+  // The last response is out, and nothing says the client sends more; but its receive has yet to
+  // end (UpdateRecv's cancel on its way, or still running), and its last callback may say that
+  // bytes came after all, or were left unread (kRecvCancelledWithInput). Abort would wait for that
+  // callback before closing anyway, so the choice waits for it too (OnRecv), and costs no turn.
+  if (!unread && !conn->peer_closed && conn->recv_active && conn->state == ConnState::kSending) {
+    conn->close_when_recv_ends = true;
+    if (!conn->recv_ending) {
+      conn->recv_ending = true;
+      loop_->Cancel(&conn->recv);
+    }
+    return;
+  }
   // Closing now: the close itself sends the FIN, with the last response if it was held back
   // (MSG_MORE), in one segment. A shutdown(SHUT_WR) first measured no fewer packets (9.06 per
   // close request either way) and cost a syscall per close (uring: 1.24 -> 0.27 syscalls per

@@ -94,16 +94,23 @@ struct Connection {
   Shard* shard = nullptr;
   int fd = -1;
   ConnState state = ConnState::kReading;
-  bool recv_active = false;
-  bool recv_paused = false;  // recv cancelled because the input buffer is full
-  bool peer_closed = false;
-  bool wants_close = false;          // close after the current response
-  bool more_input_expected = false;  // a framing error or an unread body: the client may still send
-  bool client_keep_alive = false;    // the last request asked to keep the connection
+  // Flags, a bit each (every idle connection holds them: see the bound below).
+  bool recv_active : 1 = false;
+  bool recv_paused : 1 = false;  // recv cancelled because the input buffer is full
+  // The receive is being cancelled to end the connection: UpdateRecv ended it beside the last
+  // response, or CloseGracefully, which then waits for its last callback to choose between
+  // closing and lingering (OnRecv: close_when_recv_ends).
+  bool recv_ending : 1 = false;
+  bool close_when_recv_ends : 1 = false;
+  bool peer_closed : 1 = false;
+  bool wants_close : 1 = false;  // close after the current response
+  bool more_input_expected : 1 =
+      false;  // a framing error or an unread body: the client may still send
+  bool client_keep_alive : 1 = false;  // the last request asked to keep the connection
   // The last body chunk of its last response took --send-slot-hold-ms or more (SendTicket::slow):
   // its client (or the disk) is slow, so the next response's ticket starts out slow and its
   // first chunk needs no slot either.
-  bool send_slow = false;
+  bool send_slow : 1 = false;
   uint32_t requests = 0;
   char* in = nullptr;  // pending input, from the shard's input pool; null when empty
   uint32_t in_len = 0;

@@ -117,6 +117,8 @@ void Sim::BuildConfig() {
   f.accept_end = static_cast<uint32_t>(rng_.Range(0, 100));
   f.cancel_reset = static_cast<uint32_t>(rng_.Range(0, 1000));
   f.data_after_cancel = static_cast<uint32_t>(rng_.Range(0, 1000));
+  f.held_at_pause = static_cast<uint32_t>(rng_.Range(0, 1000));
+  f.cancel_input_left = static_cast<uint32_t>(rng_.Range(0, 1000));
   f.read_slow = static_cast<uint32_t>(rng_.Range(0, 500));
 
   stall_limit_ms_ = static_cast<int64_t>(c.keepalive_timeout_ms) + c.header_timeout_ms +
@@ -270,6 +272,8 @@ void Sim::AddRequest(Client& c, Req q, const std::string& text) {
   q.start_offset = c.stream_offset;
   c.stream_offset += text.size();
   q.end_offset = c.stream_offset;
+  SimSocket& s = world_.sockets[c.sock];
+  if (q.closes && s.close_request_end == UINT64_MAX) s.close_request_end = q.end_offset;
   q.sent_ms = world_.now_ms;
   q.transient_at_send = world_.counters.open_transient;
   q.refused_at_send = Refused();
@@ -336,8 +340,15 @@ void Sim::StartBatch(Client& c) {
           const Route& route = routes_[rng_.Below(routes_.size())];
           q.route = &route;
           q.closes = true;
+          // Sometimes with a body the server skips: behind a response in flight, enough of
+          // them in the input buffer pauses the receive (the loop may then hold what follows).
+          const uint64_t body = config_.max_discarded_body > 0 && rng_.Chance(500)
+                                    ? rng_.Range(1, config_.max_discarded_body)
+                                    : 0;
           AddRequest(c, q,
-                     "GET " + route.target + " HTTP/1.1\r\nHost: sim\r\nConnection: close\r\n\r\n");
+                     "GET " + route.target + " HTTP/1.1\r\nHost: sim\r\nConnection: close\r\n" +
+                         (body > 0 ? "Content-Length: " + std::to_string(body) + "\r\n" : "") +
+                         "\r\n" + std::string(body, 'z'));
           c.after_close = "GET /a.txt HTTP/1.1\r\nHost: sim\r\n\r\n";
           return;
         }
@@ -676,6 +687,9 @@ SeedResult Sim::Run() {
   cov["sim.resumes"] += k.resumes;
   cov["sim.cancels"] += k.cancels;
   cov["sim.data_after_cancel"] += k.data_after_cancel;
+  cov["sim.held_at_pause"] += k.held_at_pause;
+  cov["sim.held_dropped"] += k.held_dropped;
+  cov["sim.cancel_input_left"] += k.cancel_input_left;
   cov["sim.short_sendfiles"] += k.short_sendfiles;
   cov["sim.corked_pieces"] += k.corked_pieces;
   cov["sim.peer_errors"] += k.peer_errors;

@@ -431,6 +431,17 @@ void Sim::CheckPromises() {
 void Sim::CheckLingering() {
   const int64_t now = world_.now_ms;
   for (SimSocket& s : world_.sockets) {
+    // And a client known to be still sending after its close request (bytes past it taken from
+    // the socket before the server ended its receive, or a receive that ended with bytes left)
+    // must see a lingering close, not a close that its next bytes turn into a reset.
+    if (s.closed_on_talker) {
+      s.closed_on_talker = false;
+      return Fail(
+          "server fd %d closed at once on a client still sending after its close request "
+          "(had read %llu bytes, the request ends at %llu; told of bytes left: %s)",
+          s.fd, static_cast<unsigned long long>(s.received_before_abort),
+          static_cast<unsigned long long>(s.close_request_end), s.told_input_left ? "yes" : "no");
+    }
     if (!s.accepted || s.server_closed || s.server_reset || !s.server_shut_wr || s.server_shut_rd ||
         !(s.client_fin || s.client_reset)) {
       s.fin_while_lingering_ms = -1;

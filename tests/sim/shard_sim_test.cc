@@ -39,6 +39,10 @@ TEST(ShardSim, QuickSeeds) {
   // reading until the client closes).
   EXPECT_GT(coverage["shard.recv_ended_early"], 0u);
   EXPECT_GT(coverage["shard.recv_rearmed_to_linger"], 0u);
+  // And the loop's side of them: bytes a pause held (uring), and a cancelled receive that said
+  // bytes were left unread (kRecvCancelledWithInput).
+  EXPECT_GT(coverage["sim.held_at_pause"], 0u);
+  EXPECT_GT(coverage["sim.cancel_input_left"], 0u);
 }
 
 // Seeds that long runs (shard_sim --minutes=M) once failed, replayed as they ran there.

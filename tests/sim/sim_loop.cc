@@ -338,6 +338,17 @@ void SimLoop::Cancel(io::Completion* c) {
   if (c->op == io::Op::kRecv) {
     SimSocket* s = SocketOf(c->fd);
     if (s->received_before_abort == UINT64_MAX) s->received_before_abort = s->received;
+    OpState& op = ops_.at(seq_of_.at(c));
+    if (s->taken_before_cancel == UINT64_MAX) s->taken_before_cancel = s->received + op.held.size();
+    if (!op.held.empty()) {  // as uring: what a pause kept goes with the receive
+      w_->Trace("cancel drops %zu bytes held from a pause", op.held.size());
+      op.held.clear();
+      ++w_->counters.held_dropped;
+    }
+    for (const auto& [seq, other] : ops_) {
+      if ((other.kind == io::Op::kSend || other.kind == io::Op::kSendFile) && other.c->fd == c->fd)
+        op.cancelled_beside_send = true;
+    }
   }
   w_->Trace("cancel %s fd %d", OpName(c->op), c->fd);
 }
@@ -347,6 +358,19 @@ void SimLoop::PauseRecv(io::Completion* c) {
   if (!c->in_flight || c->cancelled || c->paused) return;
   c->paused = true;
   ++w_->counters.pauses;
+  // As io_uring: the multishot receive may have taken bytes from the socket before the pause
+  // took effect; the loop keeps them, in order, for after ResumeRecv (PauseRecv's contract).
+  OpState& op = ops_.at(seq_of_.at(c));
+  SimSocket& s = *SocketOf(c->fd);
+  if (op.held.empty() && !s.to_server.empty() && !s.client_reset &&
+      w_->rng.Chance(w_->faults.held_at_pause)) {
+    const uint64_t n =
+        1 + w_->rng.Below(std::min<uint64_t>(s.to_server.size(), options_.recv_buffer_size));
+    op.held.assign(s.to_server, 0, n);
+    s.to_server.erase(0, n);
+    ++w_->counters.held_at_pause;
+    w_->Trace("pause recv fd %d: %llu bytes held", c->fd, static_cast<unsigned long long>(n));
+  }
 }
 
 void SimLoop::ResumeRecv(io::Completion* c) {
@@ -392,6 +416,15 @@ void SimLoop::Close(int fd) {
     // Unread input turns the close into a reset (RFC 9293 3.6.1); the peer loses what it had
     // not read yet. That is why the server lingers.
     if (!s.to_server.empty() && !s.client_reset) s.server_reset = true;
+    // Closing at once (no SHUT_WR first, no lingering) on a client known to be still sending:
+    // the server's side had taken bytes past its close request from the socket (delivered, or
+    // held by the loop from a pause) before its receive ended, or was told of bytes left.
+    const uint64_t taken =
+        s.taken_before_cancel != UINT64_MAX ? s.taken_before_cancel : s.received_before_abort;
+    if (!quiesced_ && !s.client_reset && !s.client_fin && !s.server_shut_wr && !s.response_cut &&
+        (s.told_input_left || (s.close_request_end != UINT64_MAX && taken > s.close_request_end))) {
+      s.closed_on_talker = true;
+    }
     w_->socket_fds.erase(sit);
     w_->Trace("close socket fd %d%s", fd, s.server_reset ? " (reset: unread input)" : "");
     return;
@@ -414,6 +447,7 @@ bool SimLoop::Ready(const OpState& op) const {
     case io::Op::kRecv: {
       if (c->cancelled) return true;
       if (c->paused) return false;
+      if (!op.held.empty()) return true;
       const SimSocket& s = w_->sockets[w_->socket_fds.at(c->fd)];
       return !s.to_server.empty() || s.client_fin || s.client_reset || s.server_shut_rd;
     }
@@ -534,9 +568,27 @@ void SimLoop::ProgressRecv(uint64_t seq) {
       end = -ECONNRESET;
     } else if (s.client_fin && s.to_server.empty() && !c->paused && rng.Chance(200)) {
       end = 0;
+    } else if (!s.to_server.empty() && !s.client_reset && !c->paused &&
+               rng.Chance(w_->faults.cancel_input_left)) {
+      // As uring: the kernel had no free buffer for the bytes waiting, and says so.
+      end = io::kRecvCancelledWithInput;
+      ++w_->counters.cancel_input_left;
+      // Cancelled beside a response still going out (not by Abort, which shuts the socket down
+      // first when a send is in flight): the server knows, while it can still linger.
+      if (op.cancelled_beside_send) s.told_input_left = true;
     }
     w_->Trace("recv fd %d: ends %lld (cancelled)", c->fd, static_cast<long long>(end));
     return Finish(seq, end);
+  }
+  if (!op.held.empty()) {  // what a pause kept comes first, in order, in one delivery
+    const int64_t n = static_cast<int64_t>(op.held.size());
+    std::memcpy(recv_buf_.data(), op.held.data(), op.held.size());
+    op.held.clear();
+    s.received += static_cast<uint64_t>(n);
+    w_->counters.bytes_to_server += static_cast<uint64_t>(n);
+    ++w_->counters.recv_deliveries;
+    w_->Trace("recv fd %d: %lld bytes held from a pause", c->fd, static_cast<long long>(n));
+    return Deliver(c, n, true, recv_buf_.data());
   }
   if (s.client_reset && (s.to_server.empty() || rng.Chance(700))) {
     ++w_->counters.peer_errors;
@@ -576,7 +628,10 @@ void SimLoop::ProgressSend(uint64_t seq) {
     const uint64_t at = c->offset + c->done;
     file_left = content->size() > at ? content->size() - at : 0;
   }
-  if (c->remaining > 0 && file_left == 0) ++w_->counters.short_sendfiles;
+  if (c->remaining > 0 && file_left == 0) {
+    ++w_->counters.short_sendfiles;
+    s.response_cut = true;  // the server cannot finish this response: it ends the connection
+  }
   if (c->remaining == 0 || file_left == 0) {
     w_->Trace("%s fd %d: done, %llu bytes%s", name, c->fd, static_cast<unsigned long long>(c->done),
               c->remaining > 0 ? " (file short)" : "");

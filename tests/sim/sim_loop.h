@@ -60,7 +60,7 @@ struct SimSocket {
   int64_t connect_ms = 0;
   // Client -> server.
   std::string to_server;  // written by the client, not yet received by the server
-  uint64_t received = 0;  // bytes the server's receive has delivered
+  uint64_t received = 0;  // bytes the server's receive has delivered (not those its loop holds)
   uint64_t received_before_abort = UINT64_MAX;  // `received` when the server cancelled, closed,
                                                 // or shut its side down (FIN)
   bool client_fin = false;                      // the client shut its sending side
@@ -76,6 +76,17 @@ struct SimSocket {
   int64_t fin_while_lingering_ms = -1;
   bool server_closed = false;  // Close: a FIN, or
   bool server_reset = false;   // a reset, when it closed with unread input: unread bytes lost
+  // Where the client's first request that asked to close ends in its stream (UINT64_MAX: none
+  // yet), and whether the server closed the connection at once although it knew the client was
+  // still sending after it: its side had taken bytes past that request from the socket before it
+  // ended its receive, or its receive ended cancelled with bytes left unread
+  // (kRecvCancelledWithInput). Such a client's next bytes reset the connection, and the reset
+  // destroys the last response in flight: the server must linger (Sim::CheckLingering).
+  uint64_t close_request_end = UINT64_MAX;
+  uint64_t taken_before_cancel = UINT64_MAX;  // delivered or held when its receive was cancelled
+  bool told_input_left = false;
+  bool closed_on_talker = false;
+  bool response_cut = false;  // a file shrank under a SendFile: the response cannot be finished
   // A SendFile that asked to keep the socket corked (`more`) and sent every byte promised the
   // same body's next piece: until a SendFile starts, a shutdown or a close, the client cannot
   // read the last `corked` bytes of to_client (the cork's partly filled segment), and a Send
@@ -101,6 +112,10 @@ struct SimFaults {
   uint32_t accept_end = 20;      // an accept ends of its own accord (the kernel's multishot)
   uint32_t cancel_reset = 300;   // a cancelled receive of a reset peer ends with ECONNRESET
   uint32_t data_after_cancel = 300;  // a cancelled receive still delivers bytes it had
+  uint32_t held_at_pause = 300;      // a pause finds bytes the kernel had received: the loop
+                                     // keeps them for ResumeRecv, and Cancel drops them (uring)
+  uint32_t cancel_input_left = 300;  // a cancelled receive with bytes waiting ends with
+                                     // kRecvCancelledWithInput (uring: no buffer was free)
   uint32_t read_slow = 100;          // a file read completes a little later
 };
 
@@ -108,6 +123,7 @@ struct SimCounters {
   uint64_t callbacks = 0, opens = 0, open_transient = 0, reads = 0, sends = 0, sendfiles = 0;
   uint64_t accepts = 0, recv_deliveries = 0, bytes_to_server = 0, bytes_to_client = 0;
   uint64_t pauses = 0, resumes = 0, cancels = 0, data_after_cancel = 0, short_sendfiles = 0;
+  uint64_t held_at_pause = 0, held_dropped = 0, cancel_input_left = 0;
   uint64_t peer_errors = 0;    // sends and receives ended by a client's reset or close
   uint64_t corked_pieces = 0;  // SendFiles that sent every byte and promised the next piece
 };
@@ -198,10 +214,12 @@ class SimLoop final : public io::Loop {
   struct OpState {
     io::Completion* c = nullptr;
     io::Op kind = io::Op::kNone;
-    int64_t ready_at_ms = 0;        // Open, Read: not before this
-    uint64_t length = 0;            // SendFile: asked; Read: asked
-    bool more = false;              // SendFile: the body's next piece follows
-    uint8_t data_after_cancel = 0;  // deliveries after a cancel
+    int64_t ready_at_ms = 0;             // Open, Read: not before this
+    uint64_t length = 0;                 // SendFile: asked; Read: asked
+    bool more = false;                   // SendFile: the body's next piece follows
+    uint8_t data_after_cancel = 0;       // deliveries after a cancel
+    bool cancelled_beside_send = false;  // Recv: cancelled while a send on its socket was in flight
+    std::string held;                    // Recv: bytes taken from the socket as it was paused
   };
 
   uint64_t Begin(io::Completion* c, io::Op kind, int fd);
