@@ -104,8 +104,8 @@ struct Connection {
   bool close_when_recv_ends : 1 = false;
   bool peer_closed : 1 = false;
   bool wants_close : 1 = false;  // close after the current response
-  bool more_input_expected : 1 =
-      false;  // a framing error or an unread body: the client may still send
+  // A framing error or an unread body: the client may still send.
+  bool more_input_expected : 1 = false;
   bool client_keep_alive : 1 = false;  // the last request asked to keep the connection
   // The last body chunk of its last response took --send-slot-hold-ms or more (SendTicket::slow):
   // its client (or the disk) is slow, so the next response's ticket starts out slow and its

@@ -438,8 +438,8 @@ void Sim::CheckLingering() {
       s.closed_on_talker = false;
       return Fail(
           "server fd %d closed at once on a client still sending after its close request "
-          "(had read %llu bytes, the request ends at %llu; told of bytes left: %s)",
-          s.fd, static_cast<unsigned long long>(s.received_before_abort),
+          "(had taken %llu bytes, the request ends at %llu; told of bytes left: %s)",
+          s.fd, static_cast<unsigned long long>(s.TakenBeforeEnd()),
           static_cast<unsigned long long>(s.close_request_end), s.told_input_left ? "yes" : "no");
     }
     if (!s.accepted || s.server_closed || s.server_reset || !s.server_shut_wr || s.server_shut_rd ||

@@ -419,8 +419,7 @@ void SimLoop::Close(int fd) {
     // Closing at once (no SHUT_WR first, no lingering) on a client known to be still sending:
     // the server's side had taken bytes past its close request from the socket (delivered, or
     // held by the loop from a pause) before its receive ended, or was told of bytes left.
-    const uint64_t taken =
-        s.taken_before_cancel != UINT64_MAX ? s.taken_before_cancel : s.received_before_abort;
+    const uint64_t taken = s.TakenBeforeEnd();
     if (!quiesced_ && !s.client_reset && !s.client_fin && !s.server_shut_wr && !s.response_cut &&
         (s.told_input_left || (s.close_request_end != UINT64_MAX && taken > s.close_request_end))) {
       s.closed_on_talker = true;

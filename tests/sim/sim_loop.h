@@ -97,6 +97,11 @@ struct SimSocket {
   int promised_file = -1;
   uint64_t promised_offset = 0;
   uint64_t Readable() const { return to_client.size() - corked; }
+  // What the server's side had taken from the socket (delivered, or held from a pause) when its
+  // receive ended.
+  uint64_t TakenBeforeEnd() const {
+    return taken_before_cancel != UINT64_MAX ? taken_before_cancel : received_before_abort;
+  }
   void Uncork() { promised = false, corked = 0; }
 };
 
