@@ -195,6 +195,7 @@ struct LoopStats {
   uint64_t recv_nobufs = 0;  // times the receive buffers ran out (multishot recv re-armed)
   uint64_t recv_held = 0;    // receives copied aside because their connection was paused
   uint64_t pipes_in_use = 0;
+  uint64_t pipe_capacity = 0;    // pipes for splicing bodies (0: the tier never splices)
   uint64_t sendfile_bytes = 0;   // file body bytes sent with sendfile(2) (page-cache hits)
   uint64_t splice_bytes = 0;     // file body bytes spliced through the ring (uring tiers)
   uint64_t read_send_bytes = 0;  // file body bytes read into registered buffers, then sent (bypass)
@@ -210,7 +211,8 @@ struct LoopStats {
 class Loop {
  public:
   virtual ~Loop() = default;
-  virtual const char* Name() const = 0;  // "uring" or "epoll"
+  // The tier's name, for logs and metrics only: what the loop can do is asked of its io::Tier.
+  virtual const char* Name() const = 0;
 
   // Multishot accept on a listening socket: result is each new connection's fd.
   virtual void Accept(int listen_fd, Completion* c) = 0;

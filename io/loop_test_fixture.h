@@ -146,7 +146,7 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
     if (backend == "bypass") o.register_ring_fd = true;
     static const bool cqe_skip = ProbeUring().cqe_skip;
     if (backend != "epoll") o.skip_unread_cqes = o.skip_unread_cqes || cqe_skip;
-    loop_ = FactoryFor(backend)(o, &error);
+    loop_ = BuiltinTiers().Find(backend)->make(o, &error);
     if (loop_ == nullptr && backend != "epoll") {
       GTEST_SKIP() << GetParam() << " is not usable here: " << error;
     }

@@ -500,47 +500,4 @@ ProbeReport ProbeUring(const std::vector<std::string>& masked) {
   return r;
 }
 
-Selection Select(IoMode mode, const ProbeReport& report, bool* error) {
-  *error = false;
-  Selection s;
-  switch (mode) {
-    case IoMode::kEpoll:
-      s.backend = "epoll";
-      s.reason = "epoll: chosen with --io=epoll";
-      return s;
-    case IoMode::kUring:
-      if (!report.usable) {
-        *error = true;
-        s.reason = "--io=uring, but io_uring is unusable: " + report.reason;
-        return s;
-      }
-      s.backend = "uring";
-      s.reason = "uring: chosen with --io=uring";
-      return s;
-    case IoMode::kBypass:
-      if (!report.bypass_usable) {
-        *error = true;
-        s.reason = "--io=bypass, but the bypass tier is unusable: " + report.bypass_reason;
-        return s;
-      }
-      s.backend = "bypass";
-      s.reason = "bypass: chosen with --io=bypass (" + report.bypass_reason + ")";
-      return s;
-    case IoMode::kAuto:
-      // The best tier that works here without burning a core (SQPOLL is never automatic).
-      if (report.bypass_usable) {
-        s.backend = "bypass";
-        s.reason = "bypass: " + report.bypass_reason;
-      } else if (report.usable) {
-        s.backend = "uring";
-        s.reason = "uring: " + report.reason + "; not bypass: " + report.bypass_reason;
-      } else {
-        s.backend = "epoll";
-        s.reason = "epoll: " + report.reason;
-      }
-      return s;
-  }
-  return s;
-}
-
 }  // namespace ringd::io

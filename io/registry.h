@@ -1,16 +1,16 @@
-// The io backends by name: one registry, so a new tier is one entry here and touches no server
-// code. The names are what `--io` takes and what io::Select chooses.
+// The built-in io tiers, in the order --io=auto prefers them: bypass (io_uring with direct
+// descriptors), uring (io_uring with process descriptors), epoll (readiness and a worker pool,
+// always available). A new tier is one entry here, with its capabilities, and touches no
+// server code.
 //
-//   io::LoopFactory make = io::FactoryFor("bypass");   // null for an unknown name
-//   std::unique_ptr<io::Loop> loop = make(options, &error);
+//   io::TierTable tiers = io::BuiltinTiers();
+//   const io::Tier* epoll = tiers.Find("epoll");
 #pragma once
 
-#include <string>
-
-#include "io/loop.h"
+#include "io/tier.h"
 
 namespace ringd::io {
 
-LoopFactory FactoryFor(const std::string& backend);
+TierTable BuiltinTiers();
 
 }  // namespace ringd::io

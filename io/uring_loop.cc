@@ -432,6 +432,7 @@ LoopStats UringLoop::Stats() const {
   LoopStats s = stats_;
   s.page_cache_asks = resident_.asks();
   s.pipes_in_use = 0;
+  s.pipe_capacity = pipes_.size();
   for (const Pipe& p : pipes_) s.pipes_in_use += p.busy ? 1 : 0;
   return s;
 }

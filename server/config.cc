@@ -16,6 +16,7 @@
 #include <functional>
 #include <sstream>
 
+#include "io/loop.h"
 #include "server/http/text.h"
 
 namespace ringd {
@@ -159,37 +160,17 @@ const std::vector<Flag>& Flags() {
            }},
       UintFlag("shards", "shard threads, each with its own ring (default: one per usable CPU)",
                &Config::shards, 1, 1024),
-      Flag{"io",
-           "io tier: auto, bypass, uring or epoll (default auto: the best tier the probe passes)",
-           false,
-           [](Config* c, const std::string& v, std::string* error) {
-             if (v == "auto")
-               c->io = io::IoMode::kAuto;
-             else if (v == "bypass")
-               c->io = io::IoMode::kBypass;
-             else if (v == "uring")
-               c->io = io::IoMode::kUring;
-             else if (v == "epoll")
-               c->io = io::IoMode::kEpoll;
-             else {
-               *error = "--io: expected auto, bypass, uring or epoll, got '" + v + "'";
-               return false;
-             }
-             return true;
-           }},
+      StringFlag("io",
+                 "io tier by name, or auto: the first tier that works here (ringd --probe lists "
+                 "the tiers and what each needs; default auto)",
+                 &Config::io),
       Flag{"io-mask",
            "features the probe treats as missing, comma-separated (testing the fallbacks)", false,
-           [](Config* c, const std::string& v, std::string* error) {
+           [](Config* c, const std::string& v, std::string*) {
              size_t start = 0;
              while (start <= v.size()) {
                const size_t comma = std::min(v.find(',', start), v.size());
-               const std::string name = v.substr(start, comma - start);
-               if (!io::KnownFeature(name)) {
-                 *error =
-                     "--io-mask: unknown feature '" + name + "' (names as ringd --probe prints)";
-                 return false;
-               }
-               c->io_mask.push_back(name);
+               c->io_mask.push_back(v.substr(start, comma - start));
                start = comma + 1;
              }
              return true;
@@ -606,21 +587,9 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
     *error = "--sqpoll-per-shard needs --sqpoll";
     return false;
   }
-  if (config->busy_poll_us != 0 && config->io == io::IoMode::kEpoll) {
-    *error = "--busy-poll-us needs a uring tier (--io=bypass or --io=uring)";
-    return false;
-  }
-  if (config->batch_wait_us != 0 && config->io == io::IoMode::kEpoll) {
-    *error = "--batch-wait-us needs a uring tier (--io=bypass or --io=uring)";
-    return false;
-  }
   if (config->batch_wait_us != 0 && config->sqpoll) {
     *error =
         "--batch-wait-us does not apply with --sqpoll (the SQ thread submits; the shard waits)";
-    return false;
-  }
-  if (config->sqpoll && config->io != io::IoMode::kBypass) {
-    *error = "--sqpoll needs --io=bypass";
     return false;
   }
   if (config->max_request_line > config->max_request_head) {

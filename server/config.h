@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "io/probe.h"
 #include "server/http/origin_headers.h"
 
 namespace ringd {
@@ -35,15 +34,17 @@ struct Config {
   std::string root;
   std::vector<ListenAddress> listen;
   uint32_t shards = 0;  // 0: one per CPU this process may run on
-  io::IoMode io = io::IoMode::kAuto;
-  std::vector<std::string> io_mask;  // --io-mask: features the probe reports missing (tests)
-  bool sqpoll = false;               // bypass only
-  bool sqpoll_per_shard = false;     // one SQ thread per shard instead of one shared
-  bool bypass_sendfile = true;       // bypass: sendfile cached bodies on an installed fd
-  bool tcp_nopush = true;            // TCP_CORK around a body's inline sendfiles
-  uint64_t splice_min_bytes = 0;     // uring tiers: bodies this large always splice (0: never)
-  uint32_t batch_wait_us = 0;        // uring tiers: a wait takes a batch (0: off)
-  uint32_t busy_poll_us = 0;         // uring tiers: NAPI busy polling while waiting (0: off)
+  // --io: a tier's name or "auto"; the composition root checks it against io's tier table.
+  std::string io = "auto";
+  // --io-mask: features the probe reports missing (tests); names as `ringd --probe` prints them.
+  std::vector<std::string> io_mask;
+  bool sqpoll = false;            // bypass only
+  bool sqpoll_per_shard = false;  // one SQ thread per shard instead of one shared
+  bool bypass_sendfile = true;    // bypass: sendfile cached bodies on an installed fd
+  bool tcp_nopush = true;         // TCP_CORK around a body's inline sendfiles
+  uint64_t splice_min_bytes = 0;  // uring tiers: bodies this large always splice (0: never)
+  uint32_t batch_wait_us = 0;     // uring tiers: a wait takes a batch (0: off)
+  uint32_t busy_poll_us = 0;      // uring tiers: NAPI busy polling while waiting (0: off)
   int32_t sqpoll_cpu = -1;
   uint32_t sqpoll_idle_ms = 1000;
   uint32_t iowq_max_workers = 0;  // 0: the kernel's default

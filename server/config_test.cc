@@ -32,7 +32,7 @@ TEST(Config, Defaults) {
   EXPECT_EQ(p.config.root, "/tmp");
   ASSERT_EQ(p.config.listen.size(), 1u);
   EXPECT_EQ(p.config.listen[0].text, "127.0.0.1:8080");
-  EXPECT_EQ(p.config.io, io::IoMode::kAuto);
+  EXPECT_EQ(p.config.io, "auto");
   EXPECT_TRUE(p.config.pin);
 }
 
@@ -44,7 +44,7 @@ TEST(Config, ParsesEveryForm) {
   EXPECT_EQ(p.config.listen.size(), 2u);
   EXPECT_EQ(p.config.listen[1].addr.ss_family, AF_INET6);
   EXPECT_EQ(p.config.shards, 3u);
-  EXPECT_EQ(p.config.io, io::IoMode::kEpoll);
+  EXPECT_EQ(p.config.io, "epoll");
   EXPECT_FALSE(p.config.pin);
   EXPECT_FALSE(p.config.precompressed);
   EXPECT_TRUE(p.config.serve_dot_files);
@@ -60,7 +60,7 @@ TEST(Config, ReadsAFlagfile) {
   Parsed p = Parse({"--flagfile=" + path, "--shards=4"});
   ASSERT_TRUE(p.ok) << p.error;
   EXPECT_EQ(p.config.shards, 4u);  // later flags win
-  EXPECT_EQ(p.config.io, io::IoMode::kUring);
+  EXPECT_EQ(p.config.io, "uring");
   std::remove(path.c_str());
 }
 
@@ -70,7 +70,6 @@ TEST(Config, RejectsBadInputWithOneLine) {
       {{"--root=/tmp", "--bogus"}, "unknown flag --bogus"},
       {{"--root=/tmp", "--shards=0"}, "--shards: expected an integer from 1 to 1024, got '0'"},
       {{"--root=/tmp", "--shards=-1"}, "--shards"},
-      {{"--root=/tmp", "--io=kqueue"}, "--io: expected auto, bypass, uring or epoll"},
       {{"--root=/tmp", "--listen=localhost"}, "--listen: expected HOST:PORT"},
       {{"--root=/tmp", "--listen=127.0.0.1:99999"}, "--listen: bad port"},
       {{"--root=/tmp", "--pin=maybe"}, "--pin: expected true or false"},
@@ -81,16 +80,12 @@ TEST(Config, RejectsBadInputWithOneLine) {
       {{}, "--root is required"},
       {{"--root=/tmp", "stray"}, "unexpected argument 'stray'"},
       {{"--flagfile=/nonexistent.flags"}, "--flagfile: cannot read"},
-      {{"--root=/tmp", "--sqpoll"}, "--sqpoll needs --io=bypass"},
-      {{"--root=/tmp", "--io-mask=warp drive"}, "--io-mask: unknown feature 'warp drive'"},
       {{"--root=/tmp", "--discard-body-timeout-ms=0"}, "--discard-body-timeout-ms: expected"},
       {{"--root=/tmp", "--recv-pool-kib=200"}, "--recv-pool-kib: must be a power of two, got 200"},
       {{"--root=/tmp", "--recv-pool-kib=64"}, "--recv-pool-kib: expected an integer from 128"},
       {{"--root=/tmp", "--recv-pool-kib=256", "--recv-buffer-size=262144"},
        "--recv-pool-kib: must hold two receive buffers of 256 KiB"},
       {{"--root=/tmp", "--io=bypass", "--sqpoll-per-shard"}, "--sqpoll-per-shard needs --sqpoll"},
-      {{"--root=/tmp", "--io=epoll", "--busy-poll-us=50"},
-       "--busy-poll-us needs a uring tier (--io=bypass or --io=uring)"},
       {{"--root=/tmp", "--send-order=sjf"}, "--send-order: expected srpt or fair, got 'sjf'"},
       {{"--root=/tmp", "--send-slots=0"}, "--send-slots: expected an integer from 1"},
       {{"--root=/tmp", "--send-max-wait-ms=0"}, "--send-max-wait-ms: expected an integer from 1"},

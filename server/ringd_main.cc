@@ -24,8 +24,10 @@
 
 #include "io/probe.h"
 #include "io/registry.h"
+#include "io/tier.h"
 #include "server/config.h"
 #include "server/http/mime_types.h"
+#include "server/io_setup.h"
 #include "server/observability.h"
 #include "server/privileges.h"
 #include "server/shard.h"
@@ -190,84 +192,28 @@ int Main(int argc, char** argv) {
   if (exit_now) return 0;
   if (!config.probe_only && !RootAllowed(config, &error)) Die(1, error);
 
-  // Like nginx's worker_rlimit_nofile: use every descriptor the hard limit allows. The bypass
-  // tier's registered file table is held to it as well.
+  // Like nginx's worker_rlimit_nofile: use every descriptor the hard limit allows (a tier with a
+  // file table per connection is held to it as well).
   rlimit nofile{};
   if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
     nofile.rlim_cur = nofile.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &nofile);
   }
-  io::ProbeReport probe = io::ProbeUring(config.io_mask);
-  // Each bypass shard registers a file table with a slot for every connection it may hold.
-  const uint64_t table = uint64_t{config.max_connections} + Shard::kSpareSlots;
-  if (probe.bypass_usable && nofile.rlim_cur != RLIM_INFINITY && nofile.rlim_cur < table) {
-    probe.bypass_usable = false;
-    probe.bypass_reason = "RLIMIT_NOFILE (" + std::to_string(nofile.rlim_cur) +
-                          ") is below the registered file table a shard needs (" +
-                          std::to_string(table) + " slots for --max-connections)";
-  }
-  // A bypass connection has no descriptor to ask for the client's address, so its access log
-  // lines say "-": with the log on, --io=auto prefers the uring tier, whose lines name the client.
-  if (probe.bypass_usable && !config.access_log.empty() && config.io == io::IoMode::kAuto) {
-    probe.bypass_usable = false;
-    probe.bypass_reason = "the access log is on, and bypass connections cannot name the client";
-  }
+  const io::TierTable tiers = io::BuiltinTiers();
+  if (!CheckIoFlags(config, tiers, &error)) Die(2, error);
+  const io::ProbeReport probe = io::ProbeUring(config.io_mask);
+  const uint64_t descriptor_limit = nofile.rlim_cur == RLIM_INFINITY ? 0 : nofile.rlim_cur;
   if (config.probe_only) {
-    for (const std::string& line : probe.lines) std::printf("%s\n", line.c_str());
-    std::printf("bypass tier: %s (%s)\n", probe.bypass_usable ? "usable" : "unusable",
-                probe.bypass_reason.c_str());
-    std::printf("io_uring backend: %s (%s)\n", probe.usable ? "usable" : "unusable",
-                probe.reason.c_str());
-    bool unused = false;
-    std::printf("--io=auto would choose %s\n",
-                io::Select(io::IoMode::kAuto, probe, &unused).reason.c_str());
+    std::fputs(DescribeProbe(config, tiers, probe, descriptor_limit).c_str(), stdout);
     return 0;
   }
-  bool select_error = false;
-  const io::Selection selection = io::Select(config.io, probe, &select_error);
-  if (select_error) Die(1, selection.reason);
-  if (config.sqpoll && !probe.sqpoll_usable)
-    Die(1, "--sqpoll: SQPOLL rings cannot be created here");
-  if (config.busy_poll_us != 0 && !probe.napi)
-    Die(1,
-        "--busy-poll-us: this kernel cannot busy-poll for io_uring (IORING_REGISTER_NAPI needs "
-        "Linux 6.9; ringd --probe says more)");
-  if (config.batch_wait_us != 0 && !probe.batch_wait)
-    Die(1,
-        "--batch-wait-us: this kernel cannot bound a wait for completions (io_uring_enter's "
-        "min_wait_usec needs Linux 6.12; ringd --probe says more)");
-  // Optional features of the chosen tier, each used only where the probe found it.
-  const bool recv_incremental = selection.backend != "epoll" && probe.recv_incremental;
-  std::string extras;
-  if (config.sqpoll)
-    extras += config.sqpoll_per_shard ? "; SQPOLL, a thread per shard" : "; SQPOLL, one thread";
-  if (selection.backend != "epoll") {
-    extras += recv_incremental ? "; incremental receive buffers (" +
-                                     std::to_string(config.recv_pool_kib) + " KiB per shard)"
-                               : "; whole receive buffers (incremental receive: unavailable)";
-    extras += probe.cqe_skip ? "; closes and cancels post no completion"
-                             : "; closes and cancels complete (CQE skip: unavailable)";
+  IoSetup io;
+  if (!ChooseIo(config, tiers, probe, descriptor_limit, &io, &error)) Die(1, error);
+  std::fprintf(stderr, "ringd: io backend %s\n", io.line.c_str());
+  if (!io.tier->can.names_clients && !config.access_log.empty()) {
+    std::fprintf(stderr, "ringd: --io=%s: access log lines name no client address (\"-\")\n",
+                 io.tier->name.c_str());
   }
-  if (selection.backend == "bypass") {
-    // Cached file bodies: sendfile on a process fd installed for the socket (measured faster
-    // than splicing through io-wq on a site's mix: docs/PERFORMANCE.md), where the kernel can.
-    if (config.bypass_sendfile && !probe.fd_install) config.bypass_sendfile = false;
-    extras += config.bypass_sendfile ? "; cached bodies with sendfile on an installed fd"
-                                     : "; every body spliced";
-    extras += probe.registered_ring ? "; registered ring fd"
-                                    : "; ring entered by fd (registered ring fd: unavailable)";
-  }
-  if (config.splice_min_bytes != 0)
-    extras += "; bodies from " + std::to_string(config.splice_min_bytes) + " bytes spliced";
-  if (config.batch_wait_us != 0)
-    extras += "; batched waits " + std::to_string(config.batch_wait_us) + " us";
-  if (config.busy_poll_us != 0)
-    extras += "; NAPI busy poll " + std::to_string(config.busy_poll_us) + " us";
-  std::fprintf(stderr, "ringd: io backend %s%s\n", selection.reason.c_str(), extras.c_str());
-  if (selection.backend == "bypass" && !config.access_log.empty()) {
-    std::fprintf(stderr, "ringd: --io=bypass: access log lines name no client address (\"-\")\n");
-  }
-  const io::LoopFactory make_loop = io::FactoryFor(selection.backend);
 
   const int root_fd = ::open(config.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (root_fd < 0) Die(1, "--root: cannot open '" + config.root + "': " + strerror(errno));
@@ -325,13 +271,10 @@ int Main(int argc, char** argv) {
       }
     }
     shard_list.push_back(std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds),
-                                                 root_fd, &mime, make_loop, cpus[i % cpus.size()]));
+                                                 root_fd, &mime, io.tier->make,
+                                                 cpus[i % cpus.size()]));
     shard_list.back()->SetListenersShared(!inherited.empty());
-    Shard::TierFeatures features;
-    features.recv_incremental = recv_incremental;
-    features.register_ring_fd = selection.backend == "bypass" && probe.registered_ring;
-    features.skip_unread_cqes = selection.backend != "epoll" && probe.cqe_skip;
-    shard_list.back()->SetTierFeatures(features);
+    shard_list.back()->SetLoopFeatures(io.features);
     shard_list.back()->SetHeartbeat(notifier.watchdog_interval_ms() > 0);
     observability.Attach(shard_list.back().get(), static_cast<int>(i));
   }
@@ -381,7 +324,7 @@ int Main(int argc, char** argv) {
   }
   std::vector<Shard*> serving;
   for (auto& s : shard_list) serving.push_back(s.get());
-  observability.Start(serving, shard_list[0]->loop()->Name(), selection.reason);
+  observability.Start(serving, io.tier->name.c_str(), io.line);
   if (observability.has_admin())
     std::fprintf(stderr, "ringd: admin listener on %s\n", observability.admin_address().c_str());
   std::string where;

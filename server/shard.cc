@@ -85,12 +85,10 @@ bool Shard::Setup() {
   // The receive pool: --recv-buffers of --recv-buffer-size, or with incremental consumption
   // --recv-pool-kib in large buffers that many receives share (each still at most
   // --recv-buffer-size, which the input buffer above is sized for).
-  const uint32_t inc_buffer = IncrementalRecvBufferBytes(config_);
   const uint32_t recv_count =
-      features_.recv_incremental
-          ? static_cast<uint32_t>(uint64_t{config_.recv_pool_kib} * 1024 / inc_buffer)
-          : config_.recv_buffers;
-  const uint32_t recv_size = features_.recv_incremental ? inc_buffer : config_.recv_buffer_size;
+      features_.recv_incremental ? features_.recv_buffer_count : config_.recv_buffers;
+  const uint32_t recv_size =
+      features_.recv_incremental ? features_.recv_buffer_size : config_.recv_buffer_size;
   const size_t recv_bytes = static_cast<size_t>(recv_count) * recv_size;
   memory_ = std::make_unique<mem::ShardMemory>(std::initializer_list<size_t>{
       input_size * capacity(), content_size * content_count, recv_bytes});
@@ -113,7 +111,7 @@ bool Shard::Setup() {
   lo.recv_max_bytes = config_.recv_buffer_size;
   lo.busy_poll_us = config_.busy_poll_us;
   lo.batch_wait_us = config_.batch_wait_us;
-  lo.bypass_sendfile = config_.bypass_sendfile;
+  lo.bypass_sendfile = features_.bypass_sendfile;
   lo.splice_min_bytes = config_.splice_min_bytes;
   lo.attach_ring_fd = attach_ring_fd_;
   lo.recv_region = memory_->Region(2);

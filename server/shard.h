@@ -2,8 +2,8 @@
 // connections, its pools and its caches. Shards share nothing; the only cross-thread call is
 // RequestStop (from the signal-handling main thread).
 //
-//   Shard shard(index, config, listen_fds, root_fd, mime, io::FactoryFor("uring"), cpu);
-//   std::thread t([&] { if (shard.Setup()) shard.Serve(); });   // Serve returns after a stop
+//   Shard shard(index, config, listen_fds, root_fd, mime, io::BuiltinTiers().Find("uring")->make,
+//   cpu); std::thread t([&] { if (shard.Setup()) shard.Serve(); });   // Serve returns after a stop
 //   shard.RequestStop();
 //
 // Everything the shard learns from the world (bytes, files, time) comes through its Loop, so a
@@ -165,15 +165,12 @@ class Shard {
   // the other shards through dup): a drain stops accepting on them but does not shut them down,
   // so connections wait in the backlog for the next process instead of being refused.
   void SetListenersShared(bool shared) { listeners_shared_ = shared; }
-  // Before Setup, what the io probe found and main chose for this shard's loop (the optional
-  // features of its tier), and an SQ thread to share (another shard's ring, io::Loop::RingFd;
-  // -1 for a thread of its own).
-  struct TierFeatures {
-    bool recv_incremental = false;  // a --recv-pool-kib pool instead of --recv-buffers
-    bool register_ring_fd = false;  // io::LoopOptions::register_ring_fd (bypass)
-    bool skip_unread_cqes = false;  // io::LoopOptions::skip_unread_cqes (uring tiers)
-  };
-  void SetTierFeatures(const TierFeatures& f) { features_ = f; }
+  // Before Setup: the optional loop features the chosen tier takes up here (io::Tier::adapt:
+  // recv_incremental, a pool of recv_buffer_count buffers of recv_buffer_size (--recv-pool-kib)
+  // instead of --recv-buffers; register_ring_fd;
+  // skip_unread_cqes; bypass_sendfile), and an SQ thread to share (another shard's ring,
+  // io::Loop::RingFd; -1 for a thread of its own).
+  void SetLoopFeatures(const io::LoopOptions& features) { features_ = features; }
   void SetAttachRing(int ring_fd) { attach_ring_fd_ = ring_fd; }
 
  private:
@@ -280,7 +277,7 @@ class Shard {
   bool heartbeat_on_ = false;
   Heartbeat heartbeat_;
   bool listeners_shared_ = false;
-  TierFeatures features_;
+  io::LoopOptions features_;  // only the feature flags SetLoopFeatures names are read
   int attach_ring_fd_ = -1;
 };
 

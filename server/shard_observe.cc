@@ -125,8 +125,7 @@ void Shard::FillSnapshot() {
     s.content_buffer_capacity = content_pool_->count();
   }
   s.pipes_in_use = static_cast<uint32_t>(s.loop.pipes_in_use);
-  // Splice pipes belong to the io_uring tiers; epoll sends with sendfile alone.
-  s.pipe_capacity = std::strcmp(loop_->Name(), "epoll") != 0 ? config_.pipes : 0;
+  s.pipe_capacity = static_cast<uint32_t>(s.loop.pipe_capacity);
   if (log_ != nullptr) {
     s.log_lines = log_->ring().lines();
     s.log_dropped = log_->ring().dropped();

@@ -13,7 +13,8 @@ class FallbackTest(BackendTestCase):
         try:
             server = Server(root, backend="auto")
             line = [l for l in server.log if "io backend" in l][0]
-            self.assertIn("io backend epoll: io_uring_setup: ENOSYS", line)
+            self.assertIn("io backend epoll: ", line)
+            self.assertIn("; not uring: io_uring_setup: ENOSYS", line)
             self.assertIn("seccomp", line)
             self.assertEqual(request(server, "GET", "/large.bin").body, files["large.bin"])
             self.assertEqual(server.stop(), 0)
@@ -26,12 +27,14 @@ class FallbackTest(BackendTestCase):
         self.assertEqual(out.returncode, 1)
         lines = out.stderr.strip().splitlines()
         self.assertEqual(len(lines), 1, out.stderr)
-        self.assertIn("--io=uring, but io_uring is unusable: io_uring_setup: ENOSYS", lines[0])
+        self.assertIn("--io=uring, but the uring tier is unusable: io_uring_setup: ENOSYS", lines[0])
 
     def test_probe_reports_it(self):
         out = subprocess.run(WRAP + [RINGD, "--probe"], capture_output=True, text=True, timeout=10)
         self.assertEqual(out.returncode, 0)
-        self.assertIn("io_uring backend: unusable (io_uring_setup: ENOSYS", out.stdout)
+        self.assertIn("uring tier: unusable (io_uring_setup: ENOSYS", out.stdout)
+        self.assertIn("epoll tier: usable", out.stdout)
+        self.assertIn("--io=auto would choose epoll", out.stdout)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,8 @@ class NapiTest(DocrootTestCase):
                              text=True, timeout=10)
         self.assertEqual(out.returncode, 2, out.stderr)  # a bad flag, like every other
         self.assertEqual(out.stderr.strip(),
-                         "ringd: --busy-poll-us needs a uring tier (--io=bypass or --io=uring)")
+                         "ringd: --busy-poll-us needs a tier that has it (--io=bypass or "
+                         "--io=uring); the epoll tier does not")
 
     def test_serves_over_veth_with_napi_registered(self):
         if BACKEND == "epoll":

@@ -32,7 +32,7 @@ def uring_usable(tier="uring"):
     """Whether `ringd --probe` says the tier ("uring" or "bypass") works here, and its line."""
     if tier not in _probe_cache:
         out = subprocess.run([RINGD, "--probe"], capture_output=True, text=True, timeout=10).stdout
-        prefix = "bypass tier: " if tier == "bypass" else "io_uring backend: "
+        prefix = tier + " tier: "
         line = next((l for l in out.splitlines() if l.startswith(prefix)), "no probe output")
         _probe_cache[tier] = (line.startswith(prefix + "usable"), line)
     return _probe_cache[tier]

@@ -114,7 +114,7 @@ class TierSelectionTest(BackendTestCase):
                           "completions (io_uring_enter's min_wait_usec needs Linux 6.12; "
                           "ringd --probe says more)"])
         # Where it cannot apply: a bad flag, one line and exit 2.
-        for flags, says in [(["--io", "epoll"], "needs a uring tier"),
+        for flags, says in [(["--io", "epoll"], "needs a tier that has it (--io=bypass or --io=uring)"),
                             (["--io", "bypass", "--sqpoll"], "does not apply with --sqpoll")]:
             out = subprocess.run([RINGD, "--root", self.root, "--batch-wait-us", "50",
                                   "--listen", "127.0.0.1:0"] + flags + ROOT_FLAGS,
@@ -155,8 +155,8 @@ class TierSelectionTest(BackendTestCase):
     def test_forcing_a_refused_tier_is_one_line_and_exit_1(self):
         for tier, mask, says in [("bypass", "accept direct", "--io=bypass, but the bypass tier is "
                                   "unusable: missing accept direct (masked)"),
-                                 ("uring", "IORING_OP_SPLICE", "--io=uring, but io_uring is "
-                                  "unusable: missing IORING_OP_SPLICE")]:
+                                 ("uring", "IORING_OP_SPLICE", "--io=uring, but the uring tier "
+                                  "is unusable: missing IORING_OP_SPLICE")]:
             out = subprocess.run([RINGD, "--root", self.root, "--io", tier, "--io-mask", mask,
                                   "--listen", "127.0.0.1:0"] + ROOT_FLAGS, capture_output=True,
                                  text=True, timeout=10)

@@ -12,6 +12,8 @@
 #include <map>
 #include <memory>
 
+#include "io/assert.h"
+#include "io/tier.h"
 #include "server/config.h"
 #include "server/http/conditional.h"
 #include "server/http/mime_types.h"
@@ -621,14 +623,27 @@ SeedResult Sim::Run() {
   const int listeners = rng_.Chance(250) ? 2 : 1;
   for (int i = 0; i < listeners; ++i)
     world_.listen_fds.push_back(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  shard_ = std::make_unique<Shard>(
-      0, config_, world_.listen_fds, /*root_fd=*/7, &mime_,
-      [this](const io::LoopOptions& o, std::string*) -> std::unique_ptr<io::Loop> {
-        auto loop = std::make_unique<SimLoop>(&world_, o);
-        loop_ = loop.get();
-        return loop;
-      },
-      /*cpu=*/-1);
+  // The simulated loop is an io tier from outside io/, chosen from a tier table by name like
+  // the built-in ones (io/tier.h): the shard serves through whatever the table hands it.
+  io::TierTable tiers;
+  io::Tier sim;
+  sim.name = "sim";
+  sim.summary = "the simulator's loop: sockets, files and time from one seeded PRNG";
+  sim.usable = [](const io::ProbeReport&, std::string* why) {
+    *why = "simulated";
+    return true;
+  };
+  sim.adapt = [](const io::ProbeReport&, io::LoopOptions*, std::string*) {};
+  sim.make = [this](const io::LoopOptions& o, std::string*) -> std::unique_ptr<io::Loop> {
+    auto loop = std::make_unique<SimLoop>(&world_, o);
+    loop_ = loop.get();
+    return loop;
+  };
+  tiers.Register(std::move(sim));
+  const io::TierChoice choice = tiers.Choose("sim", io::ProbeReport{}, io::TierNeeds{});
+  RINGD_ASSERT(choice.tier != nullptr);
+  shard_ = std::make_unique<Shard>(0, config_, world_.listen_fds, /*root_fd=*/7, &mime_,
+                                   choice.tier->make, /*cpu=*/-1);
   if (!shard_->Setup()) {
     Fail("Setup failed: %s", shard_->error().c_str());
     result_.trace = world_.RecentTrace();

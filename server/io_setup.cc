@@ -1,0 +1,137 @@
+#include "server/io_setup.h"
+
+#include "io/probe.h"
+#include "server/shard.h"
+
+namespace ringd {
+namespace {
+
+// The flags that need a capability some tiers lack: which, and whether the config sets it.
+struct CapabilityFlag {
+  const char* flag;
+  bool io::TierCapabilities::*can;
+  bool (*asked)(const Config&);
+};
+
+constexpr CapabilityFlag kCapabilityFlags[] = {
+    {"--sqpoll", &io::TierCapabilities::sqpoll, [](const Config& c) { return c.sqpoll; }},
+    {"--busy-poll-us", &io::TierCapabilities::busy_poll,
+     [](const Config& c) { return c.busy_poll_us != 0; }},
+    {"--batch-wait-us", &io::TierCapabilities::batch_wait,
+     [](const Config& c) { return c.batch_wait_us != 0; }},
+};
+
+// "--io=bypass or --io=uring": the tiers that can do what `f` needs.
+std::string TiersThatCan(const io::TierTable& tiers, const CapabilityFlag& f) {
+  std::string names;
+  for (const io::Tier& t : tiers.tiers()) {
+    if (!(t.can.*f.can)) continue;
+    names += (names.empty() ? "" : " or ") + ("--io=" + t.name);
+  }
+  return names.empty() ? "a tier this build lacks" : names;
+}
+
+// The first flag that needs a capability `tier` lacks, as one line; empty when none.
+std::string MissingCapability(const Config& config, const io::TierTable& tiers,
+                              const io::Tier& tier) {
+  for (const CapabilityFlag& f : kCapabilityFlags) {
+    if (f.asked(config) && !(tier.can.*f.can))
+      return std::string(f.flag) + " needs a tier that has it (" + TiersThatCan(tiers, f) +
+             "); the " + tier.name + " tier does not";
+  }
+  return "";
+}
+
+io::TierNeeds NeedsOf(const Config& config, uint64_t descriptor_limit) {
+  io::TierNeeds needs;
+  needs.names_clients = !config.access_log.empty();
+  needs.file_table_slots = uint64_t{config.max_connections} + Shard::kSpareSlots;
+  needs.descriptor_limit = descriptor_limit;
+  return needs;
+}
+
+}  // namespace
+
+bool CheckIoFlags(const Config& config, const io::TierTable& tiers, std::string* error) {
+  for (const std::string& name : config.io_mask) {
+    if (!io::KnownFeature(name)) {
+      *error = "--io-mask: unknown feature '" + name + "' (names as ringd --probe prints)";
+      return false;
+    }
+  }
+  if (config.io == "auto") return true;
+  const io::Tier* tier = tiers.Find(config.io);
+  if (tier == nullptr) {
+    *error = "--io: expected " + tiers.NamesForHelp() + ", got '" + config.io + "'";
+    return false;
+  }
+  *error = MissingCapability(config, tiers, *tier);
+  return error->empty();
+}
+
+bool ChooseIo(const Config& config, const io::TierTable& tiers, const io::ProbeReport& probe,
+              uint64_t descriptor_limit, IoSetup* out, std::string* error) {
+  const io::TierChoice choice = tiers.Choose(config.io, probe, NeedsOf(config, descriptor_limit));
+  if (choice.tier == nullptr) {
+    *error = choice.reason;
+    return false;
+  }
+  if (std::string missing = MissingCapability(config, tiers, *choice.tier); !missing.empty()) {
+    *error = missing;  // auto chose a tier without what a flag needs
+    return false;
+  }
+  if (config.sqpoll && !probe.sqpoll_usable) {
+    *error = "--sqpoll: SQPOLL rings cannot be created here";
+    return false;
+  }
+  if (config.busy_poll_us != 0 && !probe.napi) {
+    *error =
+        "--busy-poll-us: this kernel cannot busy-poll for io_uring (IORING_REGISTER_NAPI needs "
+        "Linux 6.9; ringd --probe says more)";
+    return false;
+  }
+  if (config.batch_wait_us != 0 && !probe.batch_wait) {
+    *error =
+        "--batch-wait-us: this kernel cannot bound a wait for completions (io_uring_enter's "
+        "min_wait_usec needs Linux 6.12; ringd --probe says more)";
+    return false;
+  }
+  out->tier = choice.tier;
+  out->line = choice.reason;
+  if (config.sqpoll)
+    out->line += config.sqpoll_per_shard ? "; SQPOLL, a thread per shard" : "; SQPOLL, one thread";
+  // What the server would like; the tier keeps what it can use here and says so.
+  io::LoopOptions& f = out->features;
+  // Incremental receives share a --recv-pool-kib pool of large buffers.
+  f.recv_incremental = true;
+  f.recv_buffer_size = IncrementalRecvBufferBytes(config);
+  f.recv_buffer_count =
+      static_cast<uint32_t>(uint64_t{config.recv_pool_kib} * 1024 / f.recv_buffer_size);
+  f.skip_unread_cqes = true;
+  f.register_ring_fd = true;
+  f.bypass_sendfile = config.bypass_sendfile;
+  choice.tier->adapt(probe, &f, &out->line);
+  if (config.splice_min_bytes != 0)
+    out->line += "; bodies from " + std::to_string(config.splice_min_bytes) + " bytes spliced";
+  if (config.batch_wait_us != 0)
+    out->line += "; batched waits " + std::to_string(config.batch_wait_us) + " us";
+  if (config.busy_poll_us != 0)
+    out->line += "; NAPI busy poll " + std::to_string(config.busy_poll_us) + " us";
+  return true;
+}
+
+std::string DescribeProbe(const Config& config, const io::TierTable& tiers,
+                          const io::ProbeReport& probe, uint64_t descriptor_limit) {
+  std::string text;
+  for (const std::string& line : probe.lines) text += line + "\n";
+  const io::TierNeeds needs = NeedsOf(config, descriptor_limit);
+  for (const io::Tier& t : tiers.tiers()) {
+    std::string why;
+    const bool ok = tiers.Usable(t, probe, needs, &why);
+    text += t.name + " tier: " + (ok ? "usable (" : "unusable (") + why + ")\n";
+  }
+  text += "--io=auto would choose " + tiers.Choose("auto", probe, needs).reason + "\n";
+  return text;
+}
+
+}  // namespace ringd

@@ -1,0 +1,44 @@
+// The io tier for this run, from the flags, io's tier table and the probe: which tier, the
+// start-up line that says why, and the optional loop features the tier takes up here. With
+// ringd_main.cc this is the composition root's side of io: flags meet the tier table here, and
+// everything after asks the chosen Tier's capabilities, never its name.
+//
+//   std::string error;
+//   if (!CheckIoFlags(config, tiers, &error)) Die(2, error);         // before probing
+//   io::ProbeReport probe = io::ProbeUring(config.io_mask);
+//   IoSetup io;
+//   if (!ChooseIo(config, tiers, probe, descriptor_limit, &io, &error)) Die(1, error);
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "io/loop.h"
+#include "io/tier.h"
+#include "server/config.h"
+
+namespace ringd {
+
+struct IoSetup {
+  const io::Tier* tier = nullptr;
+  std::string line;  // the start-up line after "io backend ": the choice, why, each feature
+  // The optional loop features the tier decided on (recv_incremental with the pool's
+  // recv_buffer_count and recv_buffer_size, skip_unread_cqes, bypass_sendfile, register_ring_fd);
+  // Shard::SetLoopFeatures takes them.
+  io::LoopOptions features;
+};
+
+// What the flags ask of io that no probe is needed to refuse: an unknown --io or --io-mask name,
+// or a flag that needs a capability the tier named by --io lacks. One line in *error.
+bool CheckIoFlags(const Config& config, const io::TierTable& tiers, std::string* error);
+
+// The tier --io asks for (or auto's choice), checked against what this machine offers and what
+// the other flags need of it. One line in *error when it cannot serve as asked.
+bool ChooseIo(const Config& config, const io::TierTable& tiers, const io::ProbeReport& probe,
+              uint64_t descriptor_limit, IoSetup* out, std::string* error);
+
+// `ringd --probe`'s text: what was checked, each tier's verdict, and what --io=auto would choose.
+std::string DescribeProbe(const Config& config, const io::TierTable& tiers,
+                          const io::ProbeReport& probe, uint64_t descriptor_limit);
+
+}  // namespace ringd

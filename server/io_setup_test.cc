@@ -1,0 +1,163 @@
+// The composition root's io choices on the built-in tiers, from probe reports the test writes:
+// flags checked against the table, auto's choice, the features each tier keeps, and the lines.
+#include "server/io_setup.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "io/probe.h"
+#include "io/registry.h"
+
+namespace ringd {
+namespace {
+
+// A kernel with everything the tiers can use.
+io::ProbeReport FullProbe() {
+  io::ProbeReport p;
+  p.usable = true;
+  p.reason = "every opcode";
+  p.bypass_usable = true;
+  p.bypass_reason = "direct descriptors";
+  p.sqpoll_usable = p.recv_incremental = p.napi = p.batch_wait = true;
+  p.fd_install = p.cqe_skip = p.registered_ring = true;
+  return p;
+}
+
+Config WithIo(const std::string& io) {
+  Config c;
+  c.root = "/tmp";
+  c.io = io;
+  return c;
+}
+
+class IoSetupTest : public testing::Test {
+ protected:
+  io::TierTable tiers_ = io::BuiltinTiers();
+};
+
+TEST_F(IoSetupTest, FlagsAreCheckedAgainstTheTableBeforeAnyProbe) {
+  std::string error;
+  EXPECT_TRUE(CheckIoFlags(WithIo("auto"), tiers_, &error)) << error;
+  EXPECT_FALSE(CheckIoFlags(WithIo("kqueue"), tiers_, &error));
+  EXPECT_EQ(error, "--io: expected auto, bypass, uring or epoll, got 'kqueue'");
+  Config c = WithIo("uring");
+  c.io_mask = {"warp drive"};
+  EXPECT_FALSE(CheckIoFlags(c, tiers_, &error));
+  EXPECT_EQ(error, "--io-mask: unknown feature 'warp drive' (names as ringd --probe prints)");
+  c = WithIo("uring");
+  c.sqpoll = true;
+  EXPECT_FALSE(CheckIoFlags(c, tiers_, &error));
+  EXPECT_EQ(error, "--sqpoll needs a tier that has it (--io=bypass); the uring tier does not");
+  c = WithIo("epoll");
+  c.busy_poll_us = 50;
+  EXPECT_FALSE(CheckIoFlags(c, tiers_, &error));
+  EXPECT_EQ(error,
+            "--busy-poll-us needs a tier that has it (--io=bypass or --io=uring); the epoll "
+            "tier does not");
+  c.busy_poll_us = 0;
+  c.batch_wait_us = 50;
+  EXPECT_FALSE(CheckIoFlags(c, tiers_, &error));
+  c = WithIo("bypass");
+  c.sqpoll = true;
+  EXPECT_TRUE(CheckIoFlags(c, tiers_, &error)) << error;
+}
+
+TEST_F(IoSetupTest, AutoTakesBypassWithEveryFeatureWhereTheKernelHasThem) {
+  IoSetup io;
+  std::string error;
+  ASSERT_TRUE(ChooseIo(WithIo("auto"), tiers_, FullProbe(), 0, &io, &error)) << error;
+  EXPECT_EQ(io.tier->name, "bypass");
+  EXPECT_EQ(io.line,
+            "bypass: direct descriptors; incremental receive buffers (1024 KiB per shard); closes "
+            "and cancels post no "
+            "completion; cached bodies with sendfile on an installed fd; registered ring fd");
+  EXPECT_TRUE(io.features.recv_incremental);
+  EXPECT_TRUE(io.features.skip_unread_cqes);
+  EXPECT_TRUE(io.features.bypass_sendfile);
+  EXPECT_TRUE(io.features.register_ring_fd);
+}
+
+TEST_F(IoSetupTest, EachTierKeepsOnlyTheFeaturesItCanUse) {
+  io::ProbeReport probe = FullProbe();
+  probe.fd_install = false;
+  probe.cqe_skip = false;
+  IoSetup io;
+  std::string error;
+  ASSERT_TRUE(ChooseIo(WithIo("bypass"), tiers_, probe, 0, &io, &error)) << error;
+  EXPECT_FALSE(io.features.bypass_sendfile);
+  EXPECT_FALSE(io.features.skip_unread_cqes);
+  EXPECT_NE(io.line.find("; every body spliced"), std::string::npos) << io.line;
+  EXPECT_NE(io.line.find("; closes and cancels complete (CQE skip: unavailable)"),
+            std::string::npos)
+      << io.line;
+  io = IoSetup{};
+  ASSERT_TRUE(ChooseIo(WithIo("uring"), tiers_, FullProbe(), 0, &io, &error)) << error;
+  EXPECT_TRUE(io.features.recv_incremental);
+  EXPECT_FALSE(io.features.register_ring_fd);  // a process-fd ring gains nothing from it
+  EXPECT_FALSE(io.features.bypass_sendfile);
+  io = IoSetup{};
+  ASSERT_TRUE(ChooseIo(WithIo("epoll"), tiers_, FullProbe(), 0, &io, &error)) << error;
+  EXPECT_EQ(io.line,
+            "epoll: chosen with --io=epoll (readiness and a worker pool, available "
+            "everywhere)");
+  EXPECT_FALSE(io.features.recv_incremental || io.features.skip_unread_cqes ||
+               io.features.register_ring_fd || io.features.bypass_sendfile);
+}
+
+TEST_F(IoSetupTest, WithoutIoUringAutoFallsBackToEpollAndSaysWhy) {
+  io::ProbeReport probe;
+  probe.reason = "io_uring_setup: ENOSYS";
+  probe.bypass_reason = "needs the uring tier";
+  IoSetup io;
+  std::string error;
+  ASSERT_TRUE(ChooseIo(WithIo("auto"), tiers_, probe, 0, &io, &error)) << error;
+  EXPECT_EQ(io.tier->name, "epoll");
+  EXPECT_NE(io.line.find("; not uring: io_uring_setup: ENOSYS"), std::string::npos) << io.line;
+  EXPECT_FALSE(ChooseIo(WithIo("uring"), tiers_, probe, 0, &io, &error));
+  EXPECT_EQ(error, "--io=uring, but the uring tier is unusable: io_uring_setup: ENOSYS");
+}
+
+TEST_F(IoSetupTest, AutoPassesOverTiersThatCannotDoWhatTheFlagsNeed) {
+  IoSetup io;
+  std::string error;
+  // The access log wants client addresses: bypass cannot name them.
+  Config c = WithIo("auto");
+  c.access_log = "/dev/null";
+  ASSERT_TRUE(ChooseIo(c, tiers_, FullProbe(), 0, &io, &error)) << error;
+  EXPECT_EQ(io.tier->name, "uring");
+  // A descriptor limit below bypass's file table.
+  ASSERT_TRUE(ChooseIo(WithIo("auto"), tiers_, FullProbe(), 1024, &io, &error)) << error;
+  EXPECT_EQ(io.tier->name, "uring");
+  // Auto fell back to a tier without what a flag needs: one line.
+  c = WithIo("auto");
+  c.sqpoll = true;
+  c.access_log = "/dev/null";
+  EXPECT_FALSE(ChooseIo(c, tiers_, FullProbe(), 0, &io, &error));
+  EXPECT_EQ(error, "--sqpoll needs a tier that has it (--io=bypass); the uring tier does not");
+  // A flag whose kernel feature is missing.
+  io::ProbeReport probe = FullProbe();
+  probe.batch_wait = false;
+  c = WithIo("uring");
+  c.batch_wait_us = 50;
+  EXPECT_FALSE(ChooseIo(c, tiers_, probe, 0, &io, &error));
+  EXPECT_NE(error.find("--batch-wait-us: this kernel cannot bound a wait"), std::string::npos);
+}
+
+TEST_F(IoSetupTest, TheProbeTextGivesEachTiersVerdict) {
+  io::ProbeReport probe = FullProbe();
+  probe.lines = {"io_uring_setup: ok"};
+  probe.bypass_usable = false;
+  probe.bypass_reason = "missing accept direct (masked)";
+  const std::string text = DescribeProbe(WithIo("auto"), tiers_, probe, 0);
+  EXPECT_EQ(text,
+            "io_uring_setup: ok\n"
+            "bypass tier: unusable (missing accept direct (masked))\n"
+            "uring tier: usable (every opcode)\n"
+            "epoll tier: usable (readiness and a worker pool, available everywhere)\n"
+            "--io=auto would choose uring: every opcode; not bypass: missing accept direct "
+            "(masked)\n");
+}
+
+}  // namespace
+}  // namespace ringd
