@@ -1,7 +1,7 @@
 #include "server/io_setup.h"
 
 #include "io/probe.h"
-#include "server/shard.h"
+#include "server/core/shard.h"
 
 namespace ringd {
 namespace {

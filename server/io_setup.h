@@ -15,7 +15,7 @@
 
 #include "io/loop.h"
 #include "io/tier.h"
-#include "server/config.h"
+#include "server/core/config.h"
 
 namespace ringd {
 

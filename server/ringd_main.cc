@@ -25,13 +25,13 @@
 #include "io/probe.h"
 #include "io/registry.h"
 #include "io/tier.h"
-#include "server/config.h"
+#include "server/core/config.h"
 #include "server/http/mime_types.h"
 #include "server/io_setup.h"
-#include "server/observability.h"
-#include "server/privileges.h"
-#include "server/shard.h"
-#include "server/systemd.h"
+#include "server/observe/observability.h"
+#include "server/ops/privileges.h"
+#include "server/core/shard.h"
+#include "server/ops/systemd.h"
 
 namespace ringd {
 namespace {

@@ -36,7 +36,7 @@ bool ErrorPageAllowed(int status);
 class OriginHeaders {
  public:
   // Bytes the added header lines and the longest Cache-Control line may take together, so that a
-  // response head always fits its buffer (tied to it by a static_assert in server/shard.h).
+  // response head always fits its buffer (tied to it by a static_assert in server/core/shard.h).
   static constexpr size_t kMaxBytes = 2048;
 
   // Each returns false with one line in *error when the input is not acceptable.

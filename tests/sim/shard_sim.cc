@@ -14,12 +14,12 @@
 
 #include "io/assert.h"
 #include "io/tier.h"
-#include "server/config.h"
+#include "server/core/config.h"
 #include "server/http/conditional.h"
 #include "server/http/mime_types.h"
 #include "server/http/range.h"
 #include "server/http/response_plan.h"
-#include "server/shard.h"
+#include "server/core/shard.h"
 #include "tests/sim/shard_sim_internal.h"
 #include "tests/sim/sim_loop.h"
 

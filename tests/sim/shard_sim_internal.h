@@ -11,15 +11,15 @@
 #include <string>
 #include <vector>
 
-#include "server/config.h"
+#include "server/core/config.h"
 #include "server/http/mime_types.h"
-#include "server/shard.h"
+#include "server/core/shard.h"
 #include "tests/sim/shard_sim.h"
 #include "tests/sim/sim_loop.h"
 
 namespace ringd::sim::internal {
 
-constexpr int64_t kLingerMs = 5000;       // server/shard.cc's lingering close
+constexpr int64_t kLingerMs = 5000;       // server/core/shard.cc's lingering close
 constexpr int64_t kCloseNoticeMs = 1000;  // a "Connection: close" response, then EOF within this
 constexpr int64_t kBacklogWaitMs = 1000;  // a newcomer waits no longer while others idle
 

@@ -1,4 +1,4 @@
-#include "server/send_queue.h"
+#include "server/core/send_queue.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "server/access_log.h"
+#include "server/core/access_log.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

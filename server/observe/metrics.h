@@ -1,6 +1,6 @@
 // What the admin listener says about the shards: /metrics in the Prometheus text exposition
 // format (version 0.0.4) and /debug/shards as JSON, both from snapshots the shards copied on
-// their own threads (server/shard_snapshot.h). Pure functions: no threads, no sockets.
+// their own threads (server/core/shard_snapshot.h). Pure functions: no threads, no sockets.
 //
 //   std::vector<ShardView> views = ...;   // one per shard: its snapshot, or !up
 //   std::string text = FormatPrometheus(views, process);
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "server/shard_snapshot.h"
+#include "server/core/shard_snapshot.h"
 
 namespace ringd {
 

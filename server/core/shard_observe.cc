@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "io/assert.h"
-#include "server/shard.h"
+#include "server/core/shard.h"
 
 namespace ringd {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/timer_list.h"
+#include "server/core/timer_list.h"
 
 #include <vector>
 

@@ -1,4 +1,4 @@
-#include "server/metrics.h"
+#include "server/observe/metrics.h"
 
 #include <cstdio>
 #include <functional>

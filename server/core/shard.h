@@ -2,8 +2,8 @@
 // connections, its pools and its caches. Shards share nothing; the only cross-thread call is
 // RequestStop (from the signal-handling main thread).
 //
-//   Shard shard(index, config, listen_fds, root_fd, mime, io::BuiltinTiers().Find("uring")->make,
-//   cpu); std::thread t([&] { if (shard.Setup()) shard.Serve(); });   // Serve returns after a stop
+//   Shard shard(index, config, listen_fds, root_fd, mime, tier->make, cpu);   // io/tier.h
+//   std::thread t([&] { if (shard.Setup()) shard.Serve(); });   // Serve returns after a stop
 //   shard.RequestStop();
 //
 // Everything the shard learns from the world (bytes, files, time) comes through its Loop, so a
@@ -20,15 +20,15 @@
 #include "mem/buffer_pool.h"
 #include "mem/shard_memory.h"
 #include "mem/slab_pool.h"
-#include "server/access_log.h"
-#include "server/config.h"
-#include "server/file_cache.h"
+#include "server/core/access_log.h"
+#include "server/core/config.h"
+#include "server/core/file_cache.h"
+#include "server/core/send_queue.h"
+#include "server/core/shard_snapshot.h"
+#include "server/core/timer_list.h"
 #include "server/http/http_date.h"
 #include "server/http/request_parser.h"
 #include "server/http/response_plan.h"
-#include "server/send_queue.h"
-#include "server/shard_snapshot.h"
-#include "server/timer_list.h"
 
 namespace ringd {
 

@@ -1,4 +1,4 @@
-#include "server/config.h"
+#include "server/core/config.h"
 
 #include <cstdio>
 #include <fstream>

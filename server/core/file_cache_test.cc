@@ -1,7 +1,7 @@
 // FileCache's revalidation beside requests: an expired entry keeps answering (for one more
 // valid_ms) while its successor opens, and the successor takes its place when ready; past that
 // grace, with valid_ms 0, or for a passing failure, requests wait as before.
-#include "server/file_cache.h"
+#include "server/core/file_cache.h"
 
 #include <sys/stat.h>
 

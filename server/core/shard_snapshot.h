@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "io/loop.h"
-#include "server/file_cache.h"
+#include "server/core/file_cache.h"
 
 namespace ringd {
 

@@ -1,4 +1,4 @@
-#include "server/file_cache.h"
+#include "server/core/file_cache.h"
 
 #include <errno.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "server/admin.h"
+#include "server/observe/admin.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

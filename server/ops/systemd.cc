@@ -1,4 +1,4 @@
-#include "server/systemd.h"
+#include "server/ops/systemd.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-#include "server/shard.h"
+#include "server/core/shard.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,4 +1,4 @@
-#include "server/observability.h"
+#include "server/observe/observability.h"
 
 #include <time.h>
 

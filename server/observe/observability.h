@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "server/access_log.h"
-#include "server/admin.h"
-#include "server/config.h"
-#include "server/metrics.h"
-#include "server/shard.h"
+#include "server/core/access_log.h"
+#include "server/observe/admin.h"
+#include "server/core/config.h"
+#include "server/observe/metrics.h"
+#include "server/core/shard.h"
 
 namespace ringd {
 

@@ -96,7 +96,7 @@ struct Config {
   uint32_t send_turn_bytes = 256 << 10;  // file bytes per connection per loop turn
   // A page-cache hit for a file range is trusted this long before an inline send asks again.
   uint32_t page_cache_trust_ms = 100;
-  // Send scheduling (server/send_queue.h): shortest remaining response first, at most
+  // Send scheduling (server/core/send_queue.h): shortest remaining response first, at most
   // send_slots long bodies in flight per shard; responses with at most send_short_bytes left
   // never wait; a body that waited send_max_wait_ms goes at once. false: every body sends at
   // once and the kernel shares the bandwidth (processor sharing, --send-order=fair).

@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "server/config.h"
+#include "server/core/config.h"
 
 namespace ringd {
 

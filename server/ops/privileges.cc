@@ -1,4 +1,4 @@
-#include "server/privileges.h"
+#include "server/ops/privileges.h"
 
 #include <dirent.h>
 #include <grp.h>

@@ -19,7 +19,7 @@
 #include <string>
 #include <thread>
 
-#include "server/config.h"
+#include "server/core/config.h"
 
 namespace ringd {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "io/assert.h"
-#include "server/shard.h"
+#include "server/core/shard.h"
 
 namespace ringd {
 namespace {
