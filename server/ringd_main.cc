@@ -26,12 +26,14 @@
 #include "io/registry.h"
 #include "io/tier.h"
 #include "server/core/config.h"
+#include "server/core/shard.h"
 #include "server/http/mime_types.h"
 #include "server/io_setup.h"
 #include "server/observe/observability.h"
 #include "server/ops/privileges.h"
-#include "server/core/shard.h"
 #include "server/ops/systemd.h"
+#include "server/tls/openssl_tls.h"
+#include "server/tls/tls_loop.h"
 
 namespace ringd {
 namespace {
@@ -184,6 +186,19 @@ std::vector<int> UsableCpus() {
   return cpus;
 }
 
+// A shard's loop factory: the tier's loop, inside a TlsLoop when the shard has TLS listeners.
+io::LoopFactory WithTls(io::LoopFactory make, tls::TlsSessionFactory* sessions,
+                        std::vector<int> tls_fds, uint32_t max_connections) {
+  if (tls_fds.empty()) return make;
+  return [=](const io::LoopOptions& o, std::string* error) -> std::unique_ptr<io::Loop> {
+    std::unique_ptr<io::Loop> inner = make(o, error);
+    if (inner == nullptr) return nullptr;
+    const uint32_t recv_max = o.recv_max_bytes != 0 ? o.recv_max_bytes : o.recv_buffer_size;
+    return std::make_unique<tls::TlsLoop>(std::move(inner), sessions, tls_fds, recv_max,
+                                          max_connections);
+  };
+}
+
 int Main(int argc, char** argv) {
   Config config;
   std::string error;
@@ -239,10 +254,28 @@ int Main(int argc, char** argv) {
   const std::vector<std::vector<int>> inherited_by_shard =
       AssignInheritedSockets(inherited, shards, &error);
   if (!error.empty()) Die(1, error);
-  if (inherited.empty() && !config.takeover) {
-    for (const ListenAddress& a : config.listen) {
+  if (!config.takeover) {
+    if (inherited.empty()) {
+      for (const ListenAddress& a : config.listen) {
+        if (!AddressFree(a, &error)) Die(1, error);
+      }
+    }
+    for (const ListenAddress& a : config.listen_tls) {
       if (!AddressFree(a, &error)) Die(1, error);
     }
+  }
+  // HTTPS: every certificate and key is read and checked here, before privileges are dropped;
+  // one factory serves every shard (OpenSSL's contexts are shared, and so are its ticket keys).
+  std::unique_ptr<tls::OpenSslFactory> tls_sessions;
+  if (!config.listen_tls.empty()) {
+    tls::TlsOptions to;
+    for (size_t i = 0; i < config.tls_cert.size(); ++i)
+      to.pairs.push_back(tls::TlsCertPair{config.tls_cert[i], config.tls_key[i]});
+    to.min_version = config.tls_min_version;
+    to.ciphers = config.tls_ciphers;
+    to.ciphersuites = config.tls_ciphersuites;
+    tls_sessions = tls::OpenSslFactory::Create(to, &error);
+    if (tls_sessions == nullptr) Die(1, error);
   }
   if (inherited.empty() && config.takeover) {
     // The old process shuts its listeners down when it drains; connections already queued on
@@ -270,9 +303,17 @@ int Main(int argc, char** argv) {
         fds.push_back(fd);
       }
     }
-    shard_list.push_back(std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds),
-                                                 root_fd, &mime, io.tier->make,
-                                                 cpus[i % cpus.size()]));
+    std::vector<int> tls_fds;
+    for (ListenAddress& a : config.listen_tls) {
+      const int fd = Listen(a, &error);
+      if (fd < 0) Die(1, error);
+      tls_fds.push_back(fd);
+      fds.push_back(fd);
+    }
+    shard_list.push_back(std::make_unique<Shard>(
+        static_cast<int>(i), config, std::move(fds), root_fd, &mime,
+        WithTls(io.tier->make, tls_sessions.get(), tls_fds, config.max_connections),
+        cpus[i % cpus.size()]));
     shard_list.back()->SetListenersShared(!inherited.empty());
     shard_list.back()->SetLoopFeatures(io.features);
     shard_list.back()->SetHeartbeat(notifier.watchdog_interval_ms() > 0);
@@ -348,6 +389,8 @@ int Main(int argc, char** argv) {
     for (const ListenAddress& a : config.listen)
       where += (where.empty() ? "" : ", ") + AddressText(a.addr);
   }
+  for (const ListenAddress& a : config.listen_tls)
+    where += (where.empty() ? "https " : ", https ") + AddressText(a.addr);
   const std::string serving_line = "serving " + config.root + " on " + where + " with " +
                                    std::to_string(shards) + " shard" + (shards == 1 ? "" : "s");
   std::fprintf(stderr, "ringd: %s\n", serving_line.c_str());

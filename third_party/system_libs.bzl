@@ -15,6 +15,8 @@ _LIBRARIES = {
     "libsystemd": (["libsystemd"], []),
     # tests: systemd's SystemCallFilter= rebuilt as a seccomp allow-list (Debian's libseccomp-dev).
     "libseccomp": (["libseccomp"], []),
+    # TLS: libssl and libcrypto of OpenSSL 3 (Debian's libssl-dev).
+    "openssl": (["openssl"], []),
     "absl_base": (["absl_base"], []),
     "absl_flags": (["absl_flags", "absl_flags_parse", "absl_flags_usage"], []),
     "absl_strings": (["absl_strings", "absl_str_format"], []),

@@ -158,6 +158,47 @@ const std::vector<Flag>& Flags() {
              c->listen.push_back(a);
              return true;
            }},
+      Flag{"listen-tls",
+           "HOST:PORT or [IPV6]:PORT to serve HTTPS on; repeatable (needs --tls-cert and "
+           "--tls-key)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             ListenAddress a;
+             if (!ParseListen(v, &a, error, "--listen-tls")) return false;
+             c->listen_tls.push_back(a);
+             return true;
+           }},
+      Flag{"tls-cert",
+           "PEM file: a certificate and its chain; repeatable, paired in order with --tls-key "
+           "(certificates with the same names and different key types serve one site; others are "
+           "chosen by SNI, the first by default)",
+           false,
+           [](Config* c, const std::string& v, std::string*) {
+             c->tls_cert.push_back(v);
+             return true;
+           }},
+      Flag{"tls-key", "PEM file: the private key of the --tls-cert in the same position", false,
+           [](Config* c, const std::string& v, std::string*) {
+             c->tls_key.push_back(v);
+             return true;
+           }},
+      Flag{"tls-min-version", "oldest TLS version accepted: 1.2 or 1.3 (default 1.2)", false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v != "1.2" && v != "1.3") {
+               *error = "--tls-min-version: expected 1.2 or 1.3, got '" + v + "'";
+               return false;
+             }
+             c->tls_min_version = v;
+             return true;
+           }},
+      StringFlag("tls-ciphers",
+                 "TLS 1.2 cipher suites, OpenSSL's list syntax (default "
+                 "ECDHE+AESGCM:ECDHE+CHACHA20)",
+                 &Config::tls_ciphers),
+      StringFlag("tls-ciphersuites",
+                 "TLS 1.3 cipher suites, OpenSSL's syntax (default TLS_AES_128_GCM_SHA256:"
+                 "TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256)",
+                 &Config::tls_ciphersuites),
       UintFlag("shards", "shard threads, each with its own ring (default: one per usable CPU)",
                &Config::shards, 1, 1024),
       StringFlag("io",
@@ -596,7 +637,21 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
     *error = "--max-request-line must not exceed --max-request-head";
     return false;
   }
-  if (config->listen.empty()) {
+  if (config->tls_cert.size() != config->tls_key.size()) {
+    *error = "--tls-cert and --tls-key come in pairs: got " +
+             std::to_string(config->tls_cert.size()) + " certificates and " +
+             std::to_string(config->tls_key.size()) + " keys";
+    return false;
+  }
+  if (!config->listen_tls.empty() && config->tls_cert.empty()) {
+    *error = "--listen-tls needs a certificate: --tls-cert FILE --tls-key FILE";
+    return false;
+  }
+  if (config->listen_tls.empty() && !config->tls_cert.empty()) {
+    *error = "--tls-cert without --listen-tls: no listener would use it";
+    return false;
+  }
+  if (config->listen.empty() && config->listen_tls.empty()) {
     ListenAddress a;
     if (!ParseListen("127.0.0.1:8080", &a, error)) return false;
     config->listen.push_back(a);

@@ -33,6 +33,15 @@ constexpr uint32_t kIncrementalRecvBuffer = 64 << 10;  // one buffer of --recv-p
 struct Config {
   std::string root;
   std::vector<ListenAddress> listen;
+  // HTTPS (server/tls): listeners whose connections speak TLS, and the certificate and key files
+  // (PEM), paired in order.
+  std::vector<ListenAddress> listen_tls;
+  std::vector<std::string> tls_cert;
+  std::vector<std::string> tls_key;
+  std::string tls_min_version = "1.2";
+  std::string tls_ciphers = "ECDHE+AESGCM:ECDHE+CHACHA20";
+  std::string tls_ciphersuites =
+      "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
   uint32_t shards = 0;  // 0: one per CPU this process may run on
   // --io: a tier's name or "auto"; the composition root checks it against io's tier table.
   std::string io = "auto";

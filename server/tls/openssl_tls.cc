@@ -1,0 +1,329 @@
+#include "server/tls/openssl_tls.h"
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+
+#include "io/assert.h"
+
+namespace ringd::tls {
+namespace {
+
+// The library's last error, as one line (empty when it has none).
+std::string LastError() {
+  const unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return "";
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof buf);
+  return buf;
+}
+
+// A certificate's DNS names (subjectAltName, else the common name), sorted: certificates with
+// the same names serve the same site.
+std::vector<std::string> NamesOf(X509* cert) {
+  std::vector<std::string> names;
+  auto* sans =
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  if (sans != nullptr) {
+    for (int i = 0; i < sk_GENERAL_NAME_num(sans); ++i) {
+      const GENERAL_NAME* n = sk_GENERAL_NAME_value(sans, i);
+      if (n->type != GEN_DNS) continue;
+      const ASN1_IA5STRING* s = n->d.dNSName;
+      names.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
+                         static_cast<size_t>(ASN1_STRING_length(s)));
+    }
+    GENERAL_NAMES_free(sans);
+  }
+  if (names.empty()) {
+    char cn[256] = "";
+    X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
+    names.emplace_back(cn);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+int64_t NotAfter(X509* cert) {
+  tm t{};
+  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &t) != 1) return 0;
+  return static_cast<int64_t>(timegm(&t));
+}
+
+// ALPN: HTTP/1.1 when the client offers it; otherwise no ALPN at all (the client may still
+// speak HTTP/1.1, as clients without ALPN do).
+int SelectAlpn(SSL*, const unsigned char** out, unsigned char* out_len, const unsigned char* in,
+               unsigned int in_len, void*) {
+  static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  unsigned char* selected = nullptr;
+  if (SSL_select_next_proto(&selected, out_len, kHttp11, sizeof kHttp11, in, in_len) !=
+      OPENSSL_NPN_NEGOTIATED) {
+    return SSL_TLSEXT_ERR_NOACK;
+  }
+  *out = selected;
+  return SSL_TLSEXT_ERR_OK;
+}
+
+SSL_CTX* NewContext(const TlsOptions& o, std::string* error) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (ctx == nullptr) {
+    *error = "TLS: cannot create a context: " + LastError();
+    return nullptr;
+  }
+  const int min = o.min_version == "1.3" ? TLS1_3_VERSION : TLS1_2_VERSION;
+  bool ok = SSL_CTX_set_min_proto_version(ctx, min) == 1 &&
+            SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION) == 1;
+  if (ok && SSL_CTX_set_cipher_list(ctx, o.ciphers.c_str()) != 1) {
+    *error = "--tls-ciphers: OpenSSL takes none of '" + o.ciphers + "'";
+    ok = false;
+  } else if (ok && SSL_CTX_set_ciphersuites(ctx, o.ciphersuites.c_str()) != 1) {
+    *error = "--tls-ciphersuites: OpenSSL takes none of '" + o.ciphersuites + "'";
+    ok = false;
+  }
+  if (!ok) {
+    if (error->empty()) *error = "TLS: cannot set the protocol versions: " + LastError();
+    SSL_CTX_free(ctx);
+    return nullptr;
+  }
+  SSL_CTX_set_options(
+      ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_NO_COMPRESSION);
+  SSL_CTX_set1_groups_list(ctx, "X25519:P-256:P-384");
+  // Resumption by stateless tickets only: no server-side session cache to grow or share.
+  SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+  SSL_CTX_set_max_early_data(ctx, 0);
+  // Idle connections hold no record buffers (nginx does the same).
+  SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+  SSL_CTX_set_alpn_select_cb(ctx, &SelectAlpn, nullptr);
+  return ctx;
+}
+
+class OpenSslSession final : public TlsSession {
+ public:
+  explicit OpenSslSession(SSL_CTX* ctx) : ssl_(SSL_new(ctx)) {
+    RINGD_ASSERT(ssl_ != nullptr);
+    in_ = BIO_new(BIO_s_mem());
+    out_ = BIO_new(BIO_s_mem());
+    RINGD_ASSERT(in_ != nullptr && out_ != nullptr);
+    BIO_set_mem_eof_return(in_, -1);  // empty means "more to come", not end of stream
+    SSL_set_bio(ssl_, in_, out_);     // the SSL owns both now
+    SSL_set_accept_state(ssl_);
+  }
+  ~OpenSslSession() override { SSL_free(ssl_); }
+
+  void Feed(const char* data, size_t len) override {
+    size_t written = 0;
+    RINGD_ASSERT(BIO_write_ex(in_, data, len, &written) == 1 && written == len);
+  }
+
+  size_t ReadPlain(char* out, size_t cap) override {
+    if (ended_ != TlsEnd::kNone) return 0;
+    if (!handshake_done_) {
+      const int r = SSL_do_handshake(ssl_);
+      if (r != 1) {
+        Fail(SSL_get_error(ssl_, r));
+        return 0;
+      }
+      handshake_done_ = true;
+    }
+    size_t n = 0;
+    if (SSL_read_ex(ssl_, out, cap, &n) == 1) return n;
+    Fail(SSL_get_error(ssl_, 0));
+    return 0;
+  }
+
+  bool WritePlain(const char* data, size_t len) override {
+    if (!handshake_done_ || ended_ == TlsEnd::kBadInput || ended_ == TlsEnd::kPlainHttp ||
+        closed_) {
+      return false;
+    }
+    while (len > 0) {
+      size_t n = 0;
+      if (SSL_write_ex(ssl_, data, len, &n) != 1) {
+        Fail(SSL_get_error(ssl_, 0));
+        return false;
+      }
+      data += n;
+      len -= n;
+    }
+    return true;
+  }
+
+  size_t PendingOutput() const override { return BIO_ctrl_pending(out_); }
+
+  size_t TakeOutput(char* out, size_t cap) override {
+    size_t n = 0;
+    if (cap == 0 || BIO_read_ex(out_, out, cap, &n) != 1) return 0;
+    return n;
+  }
+
+  void Close() override {
+    if (closed_ || !handshake_done_ || ended_ == TlsEnd::kBadInput) return;
+    RINGD_ASSERT(ended_ != TlsEnd::kPlainHttp);  // only before the handshake is done
+    closed_ = true;
+    SSL_shutdown(ssl_);  // queues close_notify; the peer's is not waited for
+    ERR_clear_error();
+  }
+
+  bool HasBufferedInput() const override {
+    return BIO_ctrl_pending(in_) > 0 || SSL_pending(ssl_) > 0;
+  }
+
+  bool HandshakeDone() const override { return handshake_done_; }
+  TlsEnd Ended() const override { return ended_; }
+  std::string_view Version() const override { return handshake_done_ ? SSL_get_version(ssl_) : ""; }
+  std::string_view Cipher() const override {
+    return handshake_done_ ? SSL_get_cipher_name(ssl_) : "";
+  }
+  std::string_view ServerName() const override {
+    const char* name = SSL_get_servername(ssl_, TLSEXT_NAMETYPE_host_name);
+    return name != nullptr ? name : "";
+  }
+  bool Resumed() const override { return handshake_done_ && SSL_session_reused(ssl_) == 1; }
+
+ private:
+  // After a call that did not succeed: more input needed, a clean close, or bad input (the
+  // library has queued its alert in the output).
+  void Fail(int err) {
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) return;
+    ended_ = err == SSL_ERROR_ZERO_RETURN ? TlsEnd::kCloseNotify : TlsEnd::kBadInput;
+    if (ended_ == TlsEnd::kBadInput && !handshake_done_ &&
+        ERR_GET_REASON(ERR_peek_error()) == SSL_R_HTTP_REQUEST) {
+      ended_ = TlsEnd::kPlainHttp;
+    }
+    ERR_clear_error();  // the error queue is per thread: leave nothing for the next session
+  }
+
+  SSL* ssl_;
+  BIO* in_ = nullptr;
+  BIO* out_ = nullptr;
+  bool handshake_done_ = false;
+  bool closed_ = false;
+  TlsEnd ended_ = TlsEnd::kNone;
+};
+
+}  // namespace
+
+std::unique_ptr<OpenSslFactory> OpenSslFactory::Create(const TlsOptions& options,
+                                                       std::string* error) {
+  if (options.pairs.empty()) {
+    *error = "TLS: no certificate (--tls-cert FILE --tls-key FILE)";
+    return nullptr;
+  }
+  std::unique_ptr<OpenSslFactory> f(new OpenSslFactory());
+  std::vector<std::vector<std::string>> site_names;
+  for (const TlsCertPair& pair : options.pairs) {
+    BIO* cert_bio = BIO_new_file(pair.cert_file.c_str(), "r");
+    if (cert_bio == nullptr) {
+      *error = "--tls-cert: cannot read '" + pair.cert_file + "': " + std::strerror(errno);
+      ERR_clear_error();
+      return nullptr;
+    }
+    X509* cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+    STACK_OF(X509)* chain = sk_X509_new_null();
+    while (X509* extra = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr))
+      sk_X509_push(chain, extra);
+    ERR_clear_error();  // the loop above ends on "no start line"
+    BIO_free(cert_bio);
+    auto free_chain = [&] {
+      sk_X509_pop_free(chain, X509_free);
+      X509_free(cert);
+    };
+    if (cert == nullptr) {
+      *error = "--tls-cert: '" + pair.cert_file + "' holds no PEM certificate";
+      free_chain();
+      return nullptr;
+    }
+    BIO* key_bio = BIO_new_file(pair.key_file.c_str(), "r");
+    if (key_bio == nullptr) {
+      *error = "--tls-key: cannot read '" + pair.key_file + "': " + std::strerror(errno);
+      ERR_clear_error();
+      free_chain();
+      return nullptr;
+    }
+    EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+    BIO_free(key_bio);
+    if (key == nullptr) {
+      *error = "--tls-key: '" + pair.key_file + "' holds no PEM private key (or it is encrypted)";
+      ERR_clear_error();
+      free_chain();
+      return nullptr;
+    }
+    auto fail = [&](const std::string& why) {
+      *error = why;
+      EVP_PKEY_free(key);
+      free_chain();
+      return nullptr;
+    };
+    if (X509_check_private_key(cert, key) != 1) {
+      ERR_clear_error();
+      return fail("--tls-key: '" + pair.key_file + "' is not the key of '" + pair.cert_file + "'");
+    }
+    const int64_t not_after = NotAfter(cert);
+    if (X509_cmp_current_time(X509_get0_notAfter(cert)) <= 0)
+      return fail("--tls-cert: '" + pair.cert_file + "' has expired");
+    // Same names: the same site, another key type. Otherwise a site of its own.
+    const std::vector<std::string> names = NamesOf(cert);
+    size_t s = 0;
+    while (s < site_names.size() && site_names[s] != names) ++s;
+    if (s == site_names.size()) {
+      SSL_CTX* ctx = NewContext(options, error);
+      if (ctx == nullptr) return fail(*error);
+      f->sites_.push_back(Site{ctx, nullptr, {}});
+      site_names.push_back(names);
+    }
+    Site& site = f->sites_[s];
+    const int type = EVP_PKEY_get_base_id(key);
+    if (std::find(site.key_types.begin(), site.key_types.end(), type) != site.key_types.end())
+      return fail("--tls-cert: '" + pair.cert_file +
+                  "' has the names and key type of an earlier certificate");
+    if (SSL_CTX_use_cert_and_key(site.ctx, cert, key, chain, 1) != 1)
+      return fail("--tls-cert: OpenSSL refuses '" + pair.cert_file + "': " + LastError());
+    site.key_types.push_back(type);
+    char subject[256] = "";
+    X509_NAME_oneline(X509_get_subject_name(cert), subject, sizeof subject);
+    f->certificates_.push_back(Certificate{pair.cert_file, subject, not_after});
+    if (site.leaf == nullptr) {
+      X509_up_ref(cert);
+      site.leaf = cert;
+    }
+    EVP_PKEY_free(key);
+    free_chain();  // the context holds its own references
+  }
+  // SNI: the default site's context picks another site's by the name the client asked for.
+  SSL_CTX_set_tlsext_servername_callback(f->sites_[0].ctx, &OpenSslFactory::OnServerName);
+  SSL_CTX_set_tlsext_servername_arg(f->sites_[0].ctx, f.get());
+  return f;
+}
+
+OpenSslFactory::~OpenSslFactory() {
+  for (Site& s : sites_) {
+    X509_free(s.leaf);
+    SSL_CTX_free(s.ctx);
+  }
+}
+
+int OpenSslFactory::OnServerName(SSL* ssl, int*, void* arg) {
+  const auto* self = static_cast<const OpenSslFactory*>(arg);
+  const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+  if (name == nullptr) return SSL_TLSEXT_ERR_OK;
+  for (size_t i = 1; i < self->sites_.size(); ++i) {
+    if (X509_check_host(self->sites_[i].leaf, name, 0, 0, nullptr) == 1) {
+      SSL_set_SSL_CTX(ssl, self->sites_[i].ctx);
+      break;
+    }
+  }
+  return SSL_TLSEXT_ERR_OK;  // no match: the default site, as nginx's default_server
+}
+
+std::unique_ptr<TlsSession> OpenSslFactory::Make() {
+  return std::make_unique<OpenSslSession>(sites_[0].ctx);
+}
+
+}  // namespace ringd::tls

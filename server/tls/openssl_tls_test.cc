@@ -1,0 +1,289 @@
+// The OpenSSL session against a real OpenSSL client, both over memory (no sockets): handshakes
+// on both versions, ALPN, SNI and key types, resumption, records split to single bytes, bad
+// input, close_notify, and the start-up checks of certificates and keys.
+#include "server/tls/openssl_tls.h"
+
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include <cstdio>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace ringd::tls {
+namespace {
+
+// A self-signed certificate for `name` with a key of `type` ("EC" or "RSA"), written as PEM
+// files; `days` may be negative for one that has expired.
+TlsCertPair MakeCert(const std::string& name, const char* type, int days = 30) {
+  EVP_PKEY* key = std::string(type) == "EC" ? EVP_EC_gen("P-256") : EVP_RSA_gen(2048);
+  X509* x = X509_new();
+  X509_set_version(x, 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+  X509_gmtime_adj(X509_getm_notBefore(x), days < 0 ? 86400L * (days - 2) : -60);
+  X509_gmtime_adj(X509_getm_notAfter(x), 86400L * days);
+  X509_set_pubkey(x, key);
+  X509_NAME* subject = X509_get_subject_name(x);
+  X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>(name.c_str()), -1, -1, 0);
+  X509_set_issuer_name(x, subject);
+  X509V3_CTX v3;
+  X509V3_set_ctx_nodb(&v3);
+  X509V3_set_ctx(&v3, x, x, nullptr, nullptr, 0);
+  X509_EXTENSION* san =
+      X509V3_EXT_conf_nid(nullptr, &v3, NID_subject_alt_name, ("DNS:" + name).c_str());
+  X509_add_ext(x, san, -1);
+  X509_EXTENSION_free(san);
+  X509_sign(x, key, EVP_sha256());
+  const std::string base = ::testing::TempDir() + "/" + name + "-" + type + std::to_string(days);
+  TlsCertPair pair{base + ".crt", base + ".key"};
+  FILE* f = std::fopen(pair.cert_file.c_str(), "w");
+  PEM_write_X509(f, x);
+  std::fclose(f);
+  f = std::fopen(pair.key_file.c_str(), "w");
+  PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr);
+  std::fclose(f);
+  X509_free(x);
+  EVP_PKEY_free(key);
+  return pair;
+}
+
+// An OpenSSL client over memory BIOs, and the server session it talks to.
+class Client {
+ public:
+  Client(TlsSession* server, const char* sni = nullptr, int max_version = TLS1_3_VERSION,
+         const char* sigalgs = nullptr)
+      : server_(server) {
+    ctx_ = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_set_max_proto_version(ctx_, max_version);
+    if (sigalgs != nullptr) SSL_CTX_set1_sigalgs_list(ctx_, sigalgs);
+    static const unsigned char kAlpn[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+    SSL_CTX_set_alpn_protos(ctx_, kAlpn, sizeof kAlpn);
+    ssl_ = SSL_new(ctx_);
+    in_ = BIO_new(BIO_s_mem());
+    out_ = BIO_new(BIO_s_mem());
+    BIO_set_mem_eof_return(in_, -1);
+    SSL_set_bio(ssl_, in_, out_);
+    SSL_set_connect_state(ssl_);
+    if (sni != nullptr) SSL_set_tlsext_host_name(ssl_, sni);
+  }
+  ~Client() {
+    SSL_free(ssl_);
+    SSL_CTX_free(ctx_);
+  }
+  SSL* ssl() { return ssl_; }
+
+  // Moves bytes both ways until neither side has anything to say; `chunk` splits the client's
+  // records into pieces of that many bytes. Returns what the server decrypted.
+  std::string Pump(size_t chunk = 1 << 20) {
+    std::string plain;
+    for (int round = 0; round < 50; ++round) {
+      SSL_do_handshake(ssl_);
+      bool moved = false;
+      char buf[16384];
+      size_t n = 0;
+      while (BIO_read_ex(out_, buf, std::min(sizeof buf, chunk), &n) == 1) {
+        server_->Feed(buf, n);
+        moved = true;
+        char p[4096];
+        while (size_t got = server_->ReadPlain(p, sizeof p)) plain.append(p, got);
+      }
+      char p[4096];
+      while (size_t got = server_->ReadPlain(p, sizeof p)) plain.append(p, got);
+      while ((n = server_->TakeOutput(buf, sizeof buf)) > 0) {
+        BIO_write(in_, buf, static_cast<int>(n));
+        moved = true;
+      }
+      if (!moved) break;
+    }
+    return plain;
+  }
+  std::string Read() {
+    std::string plain;
+    char buf[4096];
+    size_t n = 0;
+    while (SSL_read_ex(ssl_, buf, sizeof buf, &n) == 1) plain.append(buf, n);
+    return plain;
+  }
+
+ private:
+  TlsSession* server_;
+  SSL_CTX* ctx_;
+  SSL* ssl_;
+  BIO* in_;
+  BIO* out_;
+};
+
+std::unique_ptr<OpenSslFactory> Factory(std::vector<TlsCertPair> pairs, std::string* error) {
+  TlsOptions o;
+  o.pairs = std::move(pairs);
+  return OpenSslFactory::Create(o, error);
+}
+
+TEST(OpenSslTls, HandshakesAndCarriesRequestsBothWays) {
+  std::string error;
+  auto f = Factory({MakeCert("origin.test", "EC")}, &error);
+  ASSERT_NE(f, nullptr) << error;
+  for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+    std::unique_ptr<TlsSession> s = f->Make();
+    Client c(s.get(), "origin.test", version);
+    c.Pump();
+    ASSERT_TRUE(s->HandshakeDone());
+    EXPECT_EQ(s->Version(), version == TLS1_3_VERSION ? "TLSv1.3" : "TLSv1.2");
+    EXPECT_EQ(s->ServerName(), "origin.test");
+    EXPECT_FALSE(s->Resumed());
+    const unsigned char* alpn = nullptr;
+    unsigned int alpn_len = 0;
+    SSL_get0_alpn_selected(c.ssl(), &alpn, &alpn_len);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(alpn), alpn_len), "http/1.1");
+    const std::string request = "GET / HTTP/1.1\r\nHost: origin.test\r\n\r\n";
+    SSL_write(c.ssl(), request.data(), static_cast<int>(request.size()));
+    EXPECT_EQ(c.Pump(), request);
+    ASSERT_TRUE(s->WritePlain("HTTP/1.1 200 OK\r\n\r\n", 19));
+    c.Pump();
+    EXPECT_EQ(c.Read(), "HTTP/1.1 200 OK\r\n\r\n");
+    // close_notify both ways.
+    s->Close();
+    c.Pump();
+    EXPECT_EQ(SSL_get_shutdown(c.ssl()) & SSL_RECEIVED_SHUTDOWN, 0);  // read on demand
+    c.Read();
+    EXPECT_NE(SSL_get_shutdown(c.ssl()) & SSL_RECEIVED_SHUTDOWN, 0);
+    SSL_shutdown(c.ssl());
+    c.Pump();
+    EXPECT_EQ(s->Ended(), TlsEnd::kCloseNotify);
+  }
+}
+
+TEST(OpenSslTls, RecordsSplitToSingleBytesStillArrive) {
+  std::string error;
+  auto f = Factory({MakeCert("origin.test", "EC")}, &error);
+  ASSERT_NE(f, nullptr) << error;
+  std::unique_ptr<TlsSession> s = f->Make();
+  Client c(s.get());
+  c.Pump(/*chunk=*/1);
+  ASSERT_TRUE(s->HandshakeDone());
+  const std::string request = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
+  SSL_write(c.ssl(), request.data(), static_cast<int>(request.size()));
+  EXPECT_EQ(c.Pump(1), request);
+}
+
+TEST(OpenSslTls, GarbageGetsAnAlertAndEndsTheSession) {
+  std::string error;
+  auto f = Factory({MakeCert("origin.test", "EC")}, &error);
+  ASSERT_NE(f, nullptr) << error;
+  std::unique_ptr<TlsSession> s = f->Make();
+  // A handshake record whose ClientHello is nonsense.
+  const char garbage[] = "\x16\x03\x01\x00\x08\x01\x00\x00\x04junk";
+  s->Feed(garbage, sizeof garbage - 1);
+  char buf[64];
+  EXPECT_EQ(s->ReadPlain(buf, sizeof buf), 0u);
+  EXPECT_EQ(s->Ended(), TlsEnd::kBadInput);
+  EXPECT_FALSE(s->HandshakeDone());
+  EXPECT_FALSE(s->WritePlain("x", 1));
+  // An alert record: content type 21.
+  ASSERT_GT(s->PendingOutput(), 0u);
+  ASSERT_GT(s->TakeOutput(buf, sizeof buf), 0u);
+  EXPECT_EQ(buf[0], 21);
+}
+
+TEST(OpenSslTls, PlainHttpOnATlsPortIsToldApart) {
+  std::string error;
+  auto f = Factory({MakeCert("origin.test", "EC")}, &error);
+  ASSERT_NE(f, nullptr) << error;
+  std::unique_ptr<TlsSession> s = f->Make();
+  const std::string plain = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  s->Feed(plain.data(), plain.size());
+  char buf[64];
+  EXPECT_EQ(s->ReadPlain(buf, sizeof buf), 0u);
+  EXPECT_EQ(s->Ended(), TlsEnd::kPlainHttp);
+  EXPECT_EQ(s->PendingOutput(), 0u);  // no alert: the peer does not speak TLS
+}
+
+TEST(OpenSslTls, ResumesWithATicketOnBothVersions) {
+  std::string error;
+  auto f = Factory({MakeCert("origin.test", "EC")}, &error);
+  ASSERT_NE(f, nullptr) << error;
+  for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+    SSL_SESSION* ticket = nullptr;
+    {
+      std::unique_ptr<TlsSession> s = f->Make();
+      Client c(s.get(), nullptr, version);
+      c.Pump();
+      ASSERT_TRUE(s->HandshakeDone());
+      // TLS 1.3 tickets come after the handshake: a read takes them in.
+      ASSERT_TRUE(s->WritePlain("x", 1));
+      c.Pump();
+      c.Read();
+      ticket = SSL_get1_session(c.ssl());
+      ASSERT_NE(ticket, nullptr);
+      ASSERT_EQ(SSL_SESSION_is_resumable(ticket), 1);
+      SSL_shutdown(c.ssl());  // a client freed without its close_notify drops the session
+    }
+    std::unique_ptr<TlsSession> s = f->Make();  // another connection, any shard
+    Client c(s.get(), nullptr, version);
+    SSL_set_session(c.ssl(), ticket);
+    c.Pump();
+    ASSERT_TRUE(s->HandshakeDone());
+    EXPECT_TRUE(s->Resumed()) << version << " client says " << SSL_session_reused(c.ssl())
+                              << " err " << ERR_peek_error() << " ticket lifetime "
+                              << SSL_SESSION_get_ticket_lifetime_hint(ticket) << " has ticket "
+                              << SSL_SESSION_has_ticket(ticket);
+    SSL_SESSION_free(ticket);
+  }
+}
+
+TEST(OpenSslTls, SniAndKeyTypeChooseTheCertificate) {
+  std::string error;
+  auto f = Factory({MakeCert("a.test", "EC"), MakeCert("a.test", "RSA"), MakeCert("b.test", "EC")},
+                   &error);
+  ASSERT_NE(f, nullptr) << error;
+  auto served = [&](const char* sni, const char* sigalgs, int version) {
+    std::unique_ptr<TlsSession> s = f->Make();
+    Client c(s.get(), sni, version, sigalgs);
+    c.Pump();
+    EXPECT_TRUE(s->HandshakeDone());
+    X509* peer = SSL_get1_peer_certificate(c.ssl());
+    char cn[64] = "";
+    X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, cn, sizeof cn);
+    const std::string what =
+        std::string(cn) + "/" +
+        (EVP_PKEY_get_base_id(X509_get0_pubkey(peer)) == EVP_PKEY_EC ? "EC" : "RSA");
+    X509_free(peer);
+    return what;
+  };
+  EXPECT_EQ(served("b.test", nullptr, TLS1_3_VERSION), "b.test/EC");
+  EXPECT_EQ(served("a.test", nullptr, TLS1_3_VERSION), "a.test/EC");
+  EXPECT_EQ(served("a.test", "rsa_pss_rsae_sha256", TLS1_3_VERSION), "a.test/RSA");
+  EXPECT_EQ(served("a.test", "RSA+SHA256", TLS1_2_VERSION), "a.test/RSA");
+  EXPECT_EQ(served("unknown.test", nullptr, TLS1_3_VERSION), "a.test/EC");  // the default site
+  EXPECT_EQ(served(nullptr, nullptr, TLS1_3_VERSION), "a.test/EC");
+  EXPECT_EQ(f->certificates().size(), 3u);
+}
+
+TEST(OpenSslTls, BadCertificatesAndKeysAreOneClearLine) {
+  std::string error;
+  const TlsCertPair a = MakeCert("a.test", "EC");
+  const TlsCertPair b = MakeCert("b.test", "EC");
+  EXPECT_EQ(Factory({{a.cert_file, b.key_file}}, &error), nullptr);
+  EXPECT_EQ(error, "--tls-key: '" + b.key_file + "' is not the key of '" + a.cert_file + "'");
+  EXPECT_EQ(Factory({{"/nonexistent.crt", a.key_file}}, &error), nullptr);
+  EXPECT_EQ(error, "--tls-cert: cannot read '/nonexistent.crt': No such file or directory");
+  EXPECT_EQ(Factory({{a.cert_file, a.cert_file}}, &error), nullptr);
+  EXPECT_NE(error.find("holds no PEM private key"), std::string::npos) << error;
+  EXPECT_EQ(Factory({{a.key_file, a.key_file}}, &error), nullptr);
+  EXPECT_NE(error.find("holds no PEM certificate"), std::string::npos) << error;
+  const TlsCertPair old = MakeCert("old.test", "EC", -1);
+  EXPECT_EQ(Factory({old}, &error), nullptr);
+  EXPECT_EQ(error, "--tls-cert: '" + old.cert_file + "' has expired");
+  EXPECT_EQ(Factory({a, a}, &error), nullptr);
+  EXPECT_NE(error.find("the names and key type of an earlier certificate"), std::string::npos);
+  EXPECT_EQ(ERR_peek_error(), 0u);  // nothing left on the thread's error queue
+}
+
+}  // namespace
+}  // namespace ringd::tls

@@ -1,0 +1,526 @@
+#include "server/tls/tls_loop.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "io/assert.h"
+
+namespace ringd::tls {
+
+// A TLS connection: its session and the inner operations that carry its records.
+struct TlsLoop::Conn {
+  TlsLoop* loop = nullptr;
+  int fd = -1;
+  std::unique_ptr<TlsSession> session;
+  bool counted_handshake = false;
+  bool plain_answered = false;  // TlsEnd::kPlainHttp: the plaintext 400 is sent
+
+  // The inner multishot receive of ciphertext, and how it ended.
+  io::Completion rx;
+  bool rx_active = false;
+  bool rx_cancel_sent = false;
+  bool rx_ended = false;
+  int64_t rx_end = 0;  // its last result: 0, -errno, -ECANCELED, io::kRecvCancelledWithInput
+
+  // The shard's receive while it runs.
+  io::Completion* recv = nullptr;
+  bool recv_paused = false;
+  bool recv_cancelled = false;
+
+  // The inner send of records from `out`.
+  io::Completion tx;
+  bool tx_active = false;
+  int64_t tx_error = 0;  // the socket refused a send: every later one fails the same way
+  iovec tx_iov{};
+  std::unique_ptr<char[]> out;
+  static constexpr size_t kOutBytes = kFileChunk + 4096;  // a chunk's records and their overhead
+
+  // The shard's Send or SendFile in flight: done when every record it made has gone out.
+  io::Completion* send = nullptr;
+  uint64_t send_total = 0;  // plaintext bytes handed over (Send), or sent so far (SendFile)
+  bool send_is_file = false;
+  io::Completion file_op;
+  bool file_active = false;
+  int file_fd = -1;
+  uint64_t file_offset = 0;
+  uint64_t file_left = 0;
+  uint32_t file_chunk = 0;  // plaintext bytes of the chunk whose records are going out
+  std::unique_ptr<char[]> file_buf;
+
+  int shutdown_how = -1;  // a SHUT_WR waiting for the records before it (close_notify last)
+  bool close_requested = false;
+  int64_t close_deadline_ms = 0;
+  int busy = 0;  // callbacks of this loop running for it: no release until they return
+  bool queued = false;
+  Conn* next_ready = nullptr;
+};
+
+struct TlsLoop::AcceptTap {
+  TlsLoop* loop = nullptr;
+  int listen_fd = -1;
+  io::Completion inner;
+  io::Completion* outer = nullptr;
+};
+
+TlsLoop::TlsLoop(std::unique_ptr<io::Loop> inner, TlsSessionFactory* sessions,
+                 std::vector<int> tls_listeners, uint32_t recv_max_bytes, uint32_t max_connections)
+    : inner_(std::move(inner)),
+      sessions_(sessions),
+      tls_listeners_(std::move(tls_listeners)),
+      recv_max_bytes_(recv_max_bytes),
+      plain_(new char[recv_max_bytes]) {
+  RINGD_ASSERT(recv_max_bytes_ > 0);
+  conns_.reserve(max_connections);
+  for (const int fd : tls_listeners_) {
+    auto tap = std::make_unique<AcceptTap>();
+    tap->loop = this;
+    tap->listen_fd = fd;
+    tap->inner.callback = &TlsLoop::OnAccept;
+    tap->inner.owner = tap.get();
+    taps_.push_back(std::move(tap));
+  }
+}
+
+TlsLoop::~TlsLoop() {
+  // The shard has quiesced the loop and closed its connections; what is left was sending
+  // close_notify.
+  for (auto& [fd, conn] : conns_) {
+    inner_->Close(fd);
+    delete conn;
+  }
+}
+
+TlsLoop::Conn* TlsLoop::Find(int fd) const {
+  const auto it = conns_.find(fd);
+  return it == conns_.end() ? nullptr : it->second;
+}
+
+TlsLoop::Conn* TlsLoop::Owner(io::Completion* c) const {
+  if (c->op != io::Op::kRecv) return nullptr;
+  Conn* conn = Find(c->fd);
+  return conn != nullptr && conn->recv == c ? conn : nullptr;
+}
+
+void TlsLoop::Enter(Conn* conn) { ++conn->busy; }
+
+void TlsLoop::Leave(Conn* conn) {
+  RINGD_ASSERT(conn->busy > 0);
+  if (--conn->busy == 0 && conn->close_requested) Release(conn);
+}
+
+void TlsLoop::Schedule(Conn* conn) {
+  if (conn->queued) return;
+  conn->queued = true;
+  conn->next_ready = ready_;
+  ready_ = conn;
+}
+
+// Accept ------------------------------------------------------------------------------------
+
+void TlsLoop::Accept(int listen_fd, io::Completion* c) {
+  for (auto& tap : taps_) {
+    if (tap->listen_fd != listen_fd) continue;
+    RINGD_ASSERT(!c->in_flight);
+    tap->outer = c;
+    c->op = io::Op::kAccept;
+    c->fd = listen_fd;  // the caller re-arms an ended accept with c->fd
+    c->in_flight = true;
+    inner_->Accept(listen_fd, &tap->inner);
+    return;
+  }
+  inner_->Accept(listen_fd, c);
+}
+
+void TlsLoop::OnAccept(io::Completion* inner) {
+  auto* tap = static_cast<AcceptTap*>(inner->owner);
+  TlsLoop* self = tap->loop;
+  io::Completion* outer = tap->outer;
+  if (inner->result >= 0) {
+    auto* conn = new Conn();
+    conn->loop = self;
+    conn->fd = static_cast<int>(inner->result);
+    conn->session = self->sessions_->Make();
+    conn->rx.callback = &TlsLoop::OnRx;
+    conn->rx.owner = conn;
+    conn->tx.callback = &TlsLoop::OnTx;
+    conn->tx.owner = conn;
+    conn->file_op.callback = &TlsLoop::OnFileRead;
+    conn->file_op.owner = conn;
+    RINGD_ASSERT(self->conns_.emplace(conn->fd, conn).second);
+  }
+  outer->result = inner->result;
+  outer->more = inner->more;
+  if (!inner->more) {
+    outer->in_flight = false;
+    tap->outer = nullptr;
+  }
+  outer->callback(outer);
+}
+
+// Receive -----------------------------------------------------------------------------------
+
+void TlsLoop::Recv(int fd, io::Completion* c) {
+  Conn* conn = Find(fd);
+  if (conn == nullptr) return inner_->Recv(fd, c);
+  RINGD_ASSERT(!c->in_flight && conn->recv == nullptr && !conn->close_requested);
+  c->op = io::Op::kRecv;
+  c->fd = fd;
+  c->in_flight = true;
+  c->more = false;
+  conn->recv = c;
+  conn->recv_paused = false;
+  conn->recv_cancelled = false;
+  if (!conn->rx_active && !conn->rx_ended) {
+    conn->rx_active = true;
+    conn->rx_cancel_sent = false;
+    inner_->Recv(fd, &conn->rx);
+  }
+  Schedule(conn);  // plaintext already decrypted, or an end already known, goes from Poll
+}
+
+void TlsLoop::OnRx(io::Completion* inner) {
+  auto* conn = static_cast<Conn*>(inner->owner);
+  TlsLoop* self = conn->loop;
+  self->Enter(conn);
+  if (inner->result > 0) conn->session->Feed(inner->data, static_cast<size_t>(inner->result));
+  if (!inner->more) {
+    conn->rx_active = false;
+    conn->rx_ended = true;
+    // Bytes in the last callback came before a cancel took effect.
+    conn->rx_end = inner->result > 0 ? -ECANCELED : inner->result;
+  }
+  self->Pump(conn);
+  self->Leave(conn);
+}
+
+void TlsLoop::Pump(Conn* conn) {
+  Deliver(conn);
+  TlsSession& s = *conn->session;
+  if (s.HandshakeDone() && !conn->counted_handshake) {
+    conn->counted_handshake = true;
+    ++stats_.handshakes;
+    stats_.resumed += s.Resumed() ? 1 : 0;
+  }
+  if (s.Ended() == TlsEnd::kPlainHttp && !conn->plain_answered && !conn->tx_active) {
+    // nginx's answer to HTTP on an HTTPS port: a plaintext 400 that says so, then the close.
+    static constexpr char kAnswer[] =
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 44\r\n"
+        "Connection: close\r\n\r\nA plain HTTP request was sent to HTTPS port\n";
+    conn->plain_answered = true;
+    if (conn->out == nullptr) conn->out.reset(new char[Conn::kOutBytes]);
+    std::memcpy(conn->out.get(), kAnswer, sizeof kAnswer - 1);
+    conn->tx_iov = iovec{conn->out.get(), sizeof kAnswer - 1};
+    conn->tx_active = true;
+    inner_->Send(conn->fd, &conn->tx_iov, 1, &conn->tx);
+  }
+  Flush(conn);
+  // Bad input, or the peer's close_notify: the receive has nothing more to give.
+  if (s.Ended() != TlsEnd::kNone && conn->rx_active && !conn->rx_cancel_sent) {
+    if (s.Ended() == TlsEnd::kBadInput || s.Ended() == TlsEnd::kPlainHttp)
+      ++(conn->counted_handshake ? stats_.bad_records : stats_.handshake_failures);
+    conn->rx_cancel_sent = true;
+    inner_->Cancel(&conn->rx);
+  }
+  FinishRecvIfEnded(conn);
+}
+
+// Hands decrypted bytes to the shard's receive while it runs and is not paused.
+void TlsLoop::Deliver(Conn* conn) {
+  while (conn->recv != nullptr && !conn->recv_paused && !conn->recv_cancelled) {
+    const size_t n = conn->session->ReadPlain(plain_.get(), recv_max_bytes_);
+    if (n == 0) return;
+    io::Completion* c = conn->recv;
+    c->data = plain_.get();
+    c->result = static_cast<int64_t>(n);
+    c->more = true;
+    c->callback(c);
+    c->data = nullptr;
+  }
+}
+
+// The shard's receive ends once the inner one has: with what the cancel, the session or the
+// socket said.
+void TlsLoop::FinishRecvIfEnded(Conn* conn) {
+  io::Completion* c = conn->recv;
+  if (c == nullptr) return;
+  const TlsEnd end = conn->session->Ended();
+  const bool ending = conn->recv_cancelled || conn->rx_ended || end != TlsEnd::kNone;
+  if (!ending) return;
+  if (conn->rx_active) {
+    if (!conn->rx_cancel_sent) {
+      conn->rx_cancel_sent = true;
+      inner_->Cancel(&conn->rx);
+    }
+    return;  // its last callback comes back through OnRx
+  }
+  // A paused receive keeps what it has decrypted for after ResumeRecv (Deliver hands out every
+  // whole record otherwise; what is left then is a partial one).
+  if (!conn->recv_cancelled && conn->recv_paused && conn->session->HasBufferedInput()) return;
+  int64_t result;
+  if (conn->recv_cancelled) {
+    result = conn->session->HasBufferedInput() || conn->rx_end == io::kRecvCancelledWithInput
+                 ? io::kRecvCancelledWithInput
+                 : -ECANCELED;
+  } else if (end == TlsEnd::kBadInput || end == TlsEnd::kPlainHttp) {
+    result = -EPROTO;
+  } else if (end == TlsEnd::kCloseNotify) {
+    result = 0;
+  } else {
+    result = conn->rx_end;  // end of stream, or the socket's error
+  }
+  // The inner receive is over: a later Recv starts a new one, unless the stream itself ended.
+  if (conn->recv_cancelled && conn->rx_end != 0 && end == TlsEnd::kNone) conn->rx_ended = false;
+  conn->recv = nullptr;
+  c->in_flight = false;
+  c->more = false;
+  c->data = nullptr;
+  c->result = result;
+  c->callback(c);
+}
+
+void TlsLoop::PauseRecv(io::Completion* c) {
+  Conn* conn = Owner(c);
+  if (conn == nullptr) return inner_->PauseRecv(c);
+  conn->recv_paused = true;
+  if (conn->rx_active) inner_->PauseRecv(&conn->rx);  // the socket holds what comes meanwhile
+}
+
+void TlsLoop::ResumeRecv(io::Completion* c) {
+  Conn* conn = Owner(c);
+  if (conn == nullptr) return inner_->ResumeRecv(c);
+  conn->recv_paused = false;
+  if (conn->rx_active) inner_->ResumeRecv(&conn->rx);
+  Schedule(conn);
+}
+
+void TlsLoop::Cancel(io::Completion* c) {
+  if (Conn* conn = Owner(c); conn != nullptr) {
+    conn->recv_cancelled = true;
+    if (conn->rx_active && !conn->rx_cancel_sent) {
+      conn->rx_cancel_sent = true;
+      inner_->Cancel(&conn->rx);
+    } else {
+      Schedule(conn);  // the last callback comes from Poll, never from inside Cancel
+    }
+    return;
+  }
+  for (auto& tap : taps_) {
+    if (tap->outer == c) return inner_->Cancel(&tap->inner);
+  }
+  inner_->Cancel(c);
+}
+
+// Send --------------------------------------------------------------------------------------
+
+void TlsLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more) {
+  Conn* conn = Find(fd);
+  if (conn == nullptr) return inner_->Send(fd, iov, iovcnt, c, more);
+  RINGD_ASSERT(!c->in_flight && conn->send == nullptr);
+  c->op = io::Op::kSend;
+  c->in_flight = true;
+  c->done = 0;
+  conn->send = c;
+  conn->send_is_file = false;
+  conn->send_total = 0;
+  bool ok = conn->tx_error == 0;
+  for (int i = 0; ok && i < iovcnt; ++i) {
+    ok = conn->session->WritePlain(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+    conn->send_total += iov[i].iov_len;
+  }
+  if (!ok) conn->tx_error = conn->tx_error != 0 ? conn->tx_error : -EPIPE;
+  Flush(conn);
+  if (!conn->tx_active) Schedule(conn);  // an error: the completion still comes from Poll
+}
+
+void TlsLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
+                       io::Completion* c, bool more) {
+  Conn* conn = Find(sock_fd);
+  if (conn == nullptr) return inner_->SendFile(sock_fd, file_fd, offset, length, c, more);
+  RINGD_ASSERT(!c->in_flight && conn->send == nullptr);
+  c->op = io::Op::kSendFile;
+  c->in_flight = true;
+  c->done = 0;
+  conn->send = c;
+  conn->send_is_file = true;
+  conn->send_total = 0;
+  conn->file_fd = file_fd;
+  conn->file_offset = offset;
+  conn->file_left = length;
+  conn->file_chunk = 0;
+  if (conn->file_buf == nullptr) conn->file_buf.reset(new char[kFileChunk]);
+  ReadFileChunk(conn);
+}
+
+void TlsLoop::ReadFileChunk(Conn* conn) {
+  if (conn->tx_error != 0) return FinishSend(conn, conn->tx_error);
+  if (conn->file_left == 0) return FinishSend(conn, static_cast<int64_t>(conn->send_total));
+  const uint64_t n = std::min<uint64_t>(conn->file_left, kFileChunk);
+  conn->file_active = true;
+  inner_->Read(conn->file_fd, conn->file_buf.get(), n, conn->file_offset, &conn->file_op);
+}
+
+void TlsLoop::OnFileRead(io::Completion* inner) {
+  auto* conn = static_cast<Conn*>(inner->owner);
+  TlsLoop* self = conn->loop;
+  self->Enter(conn);
+  conn->file_active = false;
+  if (inner->result < 0) {
+    self->FinishSend(conn, inner->result);
+  } else if (inner->result == 0) {
+    // The file ended early (truncated under us): fewer bytes than asked, as SendFile says.
+    self->FinishSend(conn, static_cast<int64_t>(conn->send_total));
+  } else if (!conn->session->WritePlain(conn->file_buf.get(), static_cast<size_t>(inner->result))) {
+    self->FinishSend(conn, -EPIPE);
+  } else {
+    conn->file_chunk = static_cast<uint32_t>(inner->result);
+    conn->file_offset += static_cast<uint64_t>(inner->result);
+    conn->file_left -= static_cast<uint64_t>(inner->result);
+    self->Flush(conn);
+    if (!conn->tx_active) self->AfterOutput(conn);  // a socket error already known
+  }
+  self->Leave(conn);
+}
+
+void TlsLoop::FinishSend(Conn* conn, int64_t result) {
+  io::Completion* c = conn->send;
+  RINGD_ASSERT(c != nullptr);
+  conn->send = nullptr;
+  c->in_flight = false;
+  c->more = false;
+  c->result = result;
+  if (result > 0) c->done = static_cast<uint64_t>(result);
+  c->callback(c);
+}
+
+// Records out -------------------------------------------------------------------------------
+
+// Sends the records the session has queued, one buffer at a time.
+void TlsLoop::Flush(Conn* conn) {
+  if (conn->tx_active || conn->tx_error != 0) return;
+  const size_t pending = conn->session->PendingOutput();
+  if (pending == 0) return;
+  if (conn->out == nullptr) conn->out.reset(new char[Conn::kOutBytes]);
+  const size_t n = conn->session->TakeOutput(conn->out.get(), Conn::kOutBytes);
+  RINGD_ASSERT(n > 0);
+  conn->tx_iov = iovec{conn->out.get(), n};
+  conn->tx_active = true;
+  inner_->Send(conn->fd, &conn->tx_iov, 1, &conn->tx);
+}
+
+void TlsLoop::OnTx(io::Completion* inner) {
+  auto* conn = static_cast<Conn*>(inner->owner);
+  TlsLoop* self = conn->loop;
+  self->Enter(conn);
+  conn->tx_active = false;
+  if (inner->result < 0) conn->tx_error = inner->result;
+  self->Flush(conn);
+  if (!conn->tx_active) self->AfterOutput(conn);
+  self->Leave(conn);
+}
+
+// Every queued record is out (or the socket refused them): what waited for that goes on.
+void TlsLoop::AfterOutput(Conn* conn) {
+  if (conn->send != nullptr && !conn->file_active) {
+    if (!conn->send_is_file) {
+      FinishSend(conn,
+                 conn->tx_error != 0 ? conn->tx_error : static_cast<int64_t>(conn->send_total));
+    } else if (conn->file_chunk > 0) {
+      conn->send_total += conn->file_chunk;
+      conn->send->done = conn->send_total;  // progress, for the shard's send timer
+      conn->file_chunk = 0;
+      ReadFileChunk(conn);
+    }
+  }
+  // An idle connection holds no buffers of its own (the library releases its own too).
+  if (conn->send == nullptr && !conn->tx_active) {
+    conn->out.reset();
+    conn->file_buf.reset();
+  }
+  if (conn->shutdown_how >= 0 && !conn->tx_active && conn->send == nullptr) {
+    inner_->Shutdown(conn->fd, conn->shutdown_how);
+    conn->shutdown_how = -1;
+  }
+}
+
+void TlsLoop::Shutdown(int fd, int how) {
+  Conn* conn = Find(fd);
+  if (conn == nullptr || how != SHUT_WR) return inner_->Shutdown(fd, how);  // SHUT_RDWR: at once
+  // The FIN follows the records already queued, with close_notify the last of them.
+  conn->session->Close();
+  conn->shutdown_how = how;
+  Schedule(conn);
+}
+
+void TlsLoop::Close(int fd) {
+  Conn* conn = Find(fd);
+  if (conn == nullptr) return inner_->Close(fd);
+  RINGD_ASSERT(conn->recv == nullptr && conn->send == nullptr && !conn->close_requested);
+  conn->close_requested = true;
+  if (quiesced_) {
+    conns_.erase(fd);
+    inner_->Close(fd);
+    delete conn;
+    return;
+  }
+  if (conn->tx_error == 0 && conn->session->Ended() != TlsEnd::kBadInput &&
+      conn->session->HandshakeDone()) {
+    conn->session->Close();
+    ++stats_.close_notify_sent;
+  }
+  conn->close_deadline_ms = inner_->MonotonicMs() + kCloseNotifyMs;
+  closing_.push_back(conn);
+  Schedule(conn);  // Poll sends what is queued, then releases it
+}
+
+void TlsLoop::Release(Conn* conn) {
+  if (conn->busy > 0 || conn->queued) return;
+  Flush(conn);
+  if (conn->tx_active || conn->rx_active || conn->file_active) return;  // their callbacks return
+  conns_.erase(conn->fd);
+  closing_.erase(std::find(closing_.begin(), closing_.end(), conn));
+  inner_->Close(conn->fd);
+  delete conn;
+}
+
+// Poll --------------------------------------------------------------------------------------
+
+void TlsLoop::Poll(int timeout_ms) {
+  const bool closing = !closing_.empty();
+  inner_->Poll(ready_ != nullptr ? 0 : closing ? std::min(timeout_ms, 100) : timeout_ms);
+  // Connections whose close_notify the peer will not take in time are cut.
+  if (closing) {
+    const int64_t now = inner_->MonotonicMs();
+    for (Conn* conn : closing_) {
+      if (conn->tx_active && now >= conn->close_deadline_ms) {
+        conn->close_deadline_ms = INT64_MAX;
+        inner_->Shutdown(conn->fd, SHUT_RDWR);  // the send ends with an error; OnTx releases
+      }
+    }
+  }
+  // What was scheduled before this turn runs now; what it schedules runs next turn.
+  Conn* list = ready_;
+  ready_ = nullptr;
+  while (list != nullptr) {
+    Conn* conn = list;
+    list = conn->next_ready;
+    conn->queued = false;
+    Enter(conn);
+    if (conn->close_requested) {
+      Flush(conn);
+    } else {
+      Pump(conn);
+      if (!conn->tx_active) AfterOutput(conn);
+    }
+    Leave(conn);
+  }
+}
+
+void TlsLoop::Quiesce() {
+  quiesced_ = true;
+  inner_->Quiesce();
+}
+
+}  // namespace ringd::tls

@@ -1,0 +1,109 @@
+// TLS as an io::Loop around another: connections accepted on the TLS listeners speak TLS, the
+// rest pass straight through. The shard's state machine runs unchanged on top: its Recv gets
+// plaintext, its Send and SendFile hand over plaintext, and this loop drives each connection's
+// TlsSession (tls_session.h) with the inner loop's operations: a multishot receive of
+// ciphertext, sends of the records from the connection's own buffer, and for file bodies reads
+// into a buffer of the connection's, encrypted chunk by chunk (no kernel TLS on this kernel, so
+// no sendfile or splice of TLS bodies). Every operation keeps the io::Loop contract (loop.h): the
+// last callback of a receive, pauses, cancels, and callbacks only from Poll.
+//
+//   auto loop = std::make_unique<TlsLoop>(std::move(inner), &factory, tls_listen_fds, options);
+//   shard uses `loop` as any other io::Loop.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "io/loop.h"
+#include "server/tls/tls_session.h"
+
+namespace ringd::tls {
+
+struct TlsLoopStats {
+  uint64_t handshakes = 0;          // completed
+  uint64_t resumed = 0;             // of which resumed a session (a ticket)
+  uint64_t handshake_failures = 0;  // bad input before the handshake completed
+  uint64_t bad_records = 0;         // bad input after it
+  uint64_t close_notify_sent = 0;
+};
+
+class TlsLoop final : public io::Loop {
+ public:
+  // `recv_max_bytes`: the most plaintext one receive callback carries (the shard sizes its input
+  // buffers for it). `max_connections`: the connection table's size, reserved up front.
+  TlsLoop(std::unique_ptr<io::Loop> inner, TlsSessionFactory* sessions,
+          std::vector<int> tls_listeners, uint32_t recv_max_bytes, uint32_t max_connections);
+  ~TlsLoop() override;
+
+  const char* Name() const override { return inner_->Name(); }
+  void Accept(int listen_fd, io::Completion* c) override;
+  void Recv(int fd, io::Completion* c) override;
+  void Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more) override;
+  void SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, io::Completion* c,
+                bool more) override;
+  void Open(int dir_fd, const char* path, io::FileStat* stat, io::Completion* c) override {
+    inner_->Open(dir_fd, path, stat, c);
+  }
+  void Read(int fd, char* buf, uint64_t length, uint64_t offset, io::Completion* c) override {
+    inner_->Read(fd, buf, length, offset, c);
+  }
+  void Cancel(io::Completion* c) override;
+  void PauseRecv(io::Completion* c) override;
+  void ResumeRecv(io::Completion* c) override;
+  void Shutdown(int fd, int how) override;
+  void Close(int fd) override;
+  int64_t MonotonicMs() const override { return inner_->MonotonicMs(); }
+  int64_t RealtimeSec() const override { return inner_->RealtimeSec(); }
+  void Poll(int timeout_ms) override;
+  void Wake() override { inner_->Wake(); }
+  void Quiesce() override;
+  io::LoopStats Stats() const override { return inner_->Stats(); }
+  int RingFd() const override { return inner_->RingFd(); }
+
+  const TlsLoopStats& tls_stats() const { return stats_; }
+  // TLS connections this loop holds (open, or sending close_notify before their close).
+  size_t connections() const { return conns_.size(); }
+
+  // How long a closed connection may take to send its close_notify before it is cut.
+  static constexpr int64_t kCloseNotifyMs = 1000;
+  // Plaintext of a file body read and encrypted at a time.
+  static constexpr uint32_t kFileChunk = 64 << 10;
+
+ private:
+  struct Conn;
+  struct AcceptTap;
+
+  Conn* Find(int fd) const;
+  Conn* Owner(io::Completion* c) const;  // the TLS connection whose receive `c` is, if any
+  static void OnAccept(io::Completion* inner);
+  static void OnRx(io::Completion* inner);
+  static void OnTx(io::Completion* inner);
+  static void OnFileRead(io::Completion* inner);
+  void Pump(Conn* conn);
+  void Deliver(Conn* conn);
+  void FinishRecvIfEnded(Conn* conn);
+  void Flush(Conn* conn);
+  void AfterOutput(Conn* conn);
+  void ReadFileChunk(Conn* conn);
+  void FinishSend(Conn* conn, int64_t result);
+  void Schedule(Conn* conn);
+  void Release(Conn* conn);  // the inner close, once nothing of the connection is in flight
+  void Enter(Conn* conn);
+  void Leave(Conn* conn);
+
+  std::unique_ptr<io::Loop> inner_;
+  TlsSessionFactory* sessions_;
+  std::vector<int> tls_listeners_;
+  std::vector<std::unique_ptr<AcceptTap>> taps_;
+  uint32_t recv_max_bytes_;
+  absl::flat_hash_map<int, Conn*> conns_;
+  Conn* ready_ = nullptr;       // connections to pump from Poll, newest first
+  std::vector<Conn*> closing_;  // closed by the shard, still sending their last records
+  bool quiesced_ = false;
+  std::unique_ptr<char[]> plain_;  // one delivery of plaintext (valid during its callback)
+  TlsLoopStats stats_;
+};
+
+}  // namespace ringd::tls
