@@ -30,6 +30,7 @@
 #include "server/privileges.h"
 #include "server/shard.h"
 #include "server/systemd.h"
+#include "server/version.h"
 
 namespace ringd {
 namespace {
@@ -189,6 +190,7 @@ int Main(int argc, char** argv) {
   if (!ParseFlags(argc, argv, &config, &error, &exit_now)) Die(2, error);
   if (exit_now) return 0;
   if (!config.probe_only && !RootAllowed(config, &error)) Die(1, error);
+  if (!config.probe_only) std::fprintf(stderr, "ringd: %s\n", VersionLine().c_str());
 
   // Like nginx's worker_rlimit_nofile: use every descriptor the hard limit allows. The bypass
   // tier's registered file table is held to it as well.
