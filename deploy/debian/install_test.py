@@ -10,8 +10,11 @@ apt's own sources on this machine name, read at test time. In that root:
   ringd.socket passes it (systemd-socket-activate), serves the default page over loopback;
 - a misspelled flag in /etc/ringd/ringd.conf stops the start with the file, the line and the
   flag;
-- an upgrade to a package with a higher version keeps an edited ringd.conf;
-- `apt-get purge` leaves nothing behind but what Debian policy allows.
+- an upgrade to a package with a higher version keeps an edited ringd.conf, and where systemd
+  runs (faked: /run/systemd/system and stubs that write down what they are asked) restarts
+  ringd.service only, never ringd.socket, whose sockets hold new connections meanwhile;
+- `apt-get purge` stops both units, removes the user and group, and leaves nothing behind but
+  what Debian policy allows.
 
 Skipped, with the reason, where this cannot run: not root, no debootstrap, no mounts, no mirror.
 
@@ -150,6 +153,9 @@ def repack(deb, version, dest, edit=None):
         shutil.rmtree(work, ignore_errors=True)
 
 
+# apt runs dpkg, hence the maintainer scripts, with this PATH: the stubs of fake_systemd first.
+STUBS_FIRST = "-oDPkg::Path=/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 # What may remain after a purge (and autoremove of what the install pulled in): the records and
 # logs of dpkg and apt, and the backups adduser's tools keep of the user databases.
 ALLOWED_AFTER_PURGE = [
@@ -227,6 +233,26 @@ class InstallTest(unittest.TestCase):
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive",
                "LC_ALL": "C"}
         return run(["chroot", cls.root] + args, env=env, **kw)
+
+    def fake_systemd(self):
+        """/run/systemd/system, and systemctl and deb-systemd-invoke stubs in /usr/local/sbin
+        that append their arguments to a file: what the maintainer scripts ask of systemd."""
+        os.makedirs(self.path("/run/systemd/system"), exist_ok=True)
+        calls = "/run/systemd-calls"
+        for stub in ("systemctl", "deb-systemd-invoke"):
+            with open(self.path("/usr/local/sbin/" + stub), "w") as f:
+                f.write('#!/bin/sh\necho "%s $*" >> %s\n' % (stub, calls))
+            os.chmod(self.path("/usr/local/sbin/" + stub), 0o755)
+        return calls
+
+    def calls(self, calls):
+        """The calls written down since the last look."""
+        path = self.path(calls)
+        if not os.path.exists(path):
+            return []
+        lines = read(path).splitlines()
+        os.remove(path)
+        return lines
 
     def path(self, p):
         return os.path.join(self.root, p.lstrip("/"))
@@ -361,8 +387,14 @@ class InstallTest(unittest.TestCase):
             with open(os.path.join(work, "usr/share/ringd/www/index.html"), "a") as f:
                 f.write("<!-- the upgrade -->\n")
         repack(DEB, version + "+upgrade1", self.path("/tmp/ringd-upgrade.deb"), new_page)
-        out = self.chroot(["apt-get", "install", "-y", "-q", "/tmp/ringd-upgrade.deb"],
+        # From here on the maintainer scripts see a running systemd (/run/systemd/system) whose
+        # systemctl and deb-systemd-invoke only write down what they are asked.
+        calls = self.fake_systemd()
+        out = self.chroot(["apt-get", "install", "-y", "-q", STUBS_FIRST, "/tmp/ringd-upgrade.deb"],
                           timeout=600)
+        # The upgrade restarts the service only: ringd.socket keeps its sockets, none refused.
+        self.assertEqual(self.calls(calls), ["systemctl --system daemon-reload",
+                                             "deb-systemd-invoke restart ringd.service"])
         self.assertEqual(self.chroot(["dpkg-query", "-W", "-f=${Version}", "ringd"]).stdout,
                          version + "+upgrade1")
         self.assertEqual(read(conf), edited)
@@ -378,7 +410,14 @@ class InstallTest(unittest.TestCase):
             self.stop(proc, lines)
 
         # Purge (and the dependencies it pulled in): nothing left but what policy allows.
-        self.chroot(["apt-get", "purge", "-y", "-q", "ringd"], timeout=300)
+        self.chroot(["apt-get", "purge", "-y", "-q", STUBS_FIRST, "ringd"], timeout=300)
+        # Removal stops both units; the rest are daemon-reloads (ours and deb-systemd-helper's).
+        purge_calls = self.calls(calls)
+        self.assertEqual(purge_calls[0], "deb-systemd-invoke stop ringd.service ringd.socket")
+        self.assertLessEqual(set(purge_calls[1:]), {"systemctl --system daemon-reload",
+                                                    "systemctl daemon-reload"}, purge_calls)
+        for stub in ("systemctl", "deb-systemd-invoke"):
+            os.remove(self.path("/usr/local/sbin/" + stub))
         self.chroot(["apt-get", "autoremove", "--purge", "-y", "-q"], timeout=300)
         self.assertNotEqual(self.chroot(["getent", "passwd", "ringd"], check=False).returncode, 0)
         self.assertNotEqual(self.chroot(["getent", "group", "ringd"], check=False).returncode, 0)
