@@ -190,7 +190,6 @@ int Main(int argc, char** argv) {
   if (!ParseFlags(argc, argv, &config, &error, &exit_now)) Die(2, error);
   if (exit_now) return 0;
   if (!config.probe_only && !RootAllowed(config, &error)) Die(1, error);
-  if (!config.probe_only) std::fprintf(stderr, "ringd: %s\n", VersionLine().c_str());
 
   // Like nginx's worker_rlimit_nofile: use every descriptor the hard limit allows. The bypass
   // tier's registered file table is held to it as well.
@@ -408,7 +407,8 @@ int Main(int argc, char** argv) {
       where += (where.empty() ? "" : ", ") + AddressText(a.addr);
   }
   const std::string serving_line = "serving " + config.root + " on " + where + " with " +
-                                   std::to_string(shards) + " shard" + (shards == 1 ? "" : "s");
+                                   std::to_string(shards) + " shard" + (shards == 1 ? "" : "s") +
+                                   " (ringd " + BuildVersion() + ", commit " + BuildCommit() + ")";
   std::fprintf(stderr, "ringd: %s\n", serving_line.c_str());
   notifier.Ready(serving_line);  // every shard's accept is armed
 

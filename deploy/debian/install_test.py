@@ -359,7 +359,10 @@ class InstallTest(unittest.TestCase):
             self.assertIn("ringd works", body)
         finally:
             self.stop(proc, lines)
-        self.assertIn("ringd: " + line + "\n", lines)  # the start-up line names the version
+        # The start-up line names the version and the commit.
+        serving = [l for l in lines if l.startswith("ringd: serving ")]
+        self.assertEqual(len(serving), 1, lines)
+        self.assertTrue(serving[0].rstrip().endswith("(ringd %s, commit %s)" % m.groups()), serving)
         self.assertTrue(any("listening on 1 socket passed by systemd" in l for l in lines), lines)
         log = self.path("/var/log/ringd/access.log")
         self.assertIn('"GET / HTTP/1.1" 200', read(log))
