@@ -34,6 +34,7 @@
 #include "server/ops/systemd.h"
 #include "server/tls/openssl_tls.h"
 #include "server/tls/tls_loop.h"
+#include "server/core/version.h"
 
 namespace ringd {
 namespace {
@@ -392,7 +393,8 @@ int Main(int argc, char** argv) {
   for (const ListenAddress& a : config.listen_tls)
     where += (where.empty() ? "https " : ", https ") + AddressText(a.addr);
   const std::string serving_line = "serving " + config.root + " on " + where + " with " +
-                                   std::to_string(shards) + " shard" + (shards == 1 ? "" : "s");
+                                   std::to_string(shards) + " shard" + (shards == 1 ? "" : "s") +
+                                   " (ringd " + BuildVersion() + ", commit " + BuildCommit() + ")";
   std::fprintf(stderr, "ringd: %s\n", serving_line.c_str());
   notifier.Ready(serving_line);  // every shard's accept is armed
 

@@ -18,6 +18,7 @@
 
 #include "io/loop.h"
 #include "server/http/text.h"
+#include "server/core/version.h"
 
 namespace ringd {
 namespace {
@@ -479,9 +480,11 @@ const Flag* FindFlag(const std::string& name) {
   return nullptr;
 }
 
+// On failure *failed_at is the index of the argument at fault.
 bool ParseArgs(const std::vector<std::string>& args, Config* config, std::string* error,
-               bool* exit_now, int depth);
+               bool* exit_now, int depth, size_t* failed_at);
 
+// A flagfile's error names the file and the line: "/etc/ringd/ringd.conf:12: unknown flag ...".
 bool ReadFlagfile(const std::string& path, Config* config, std::string* error, bool* exit_now,
                   int depth) {
   if (depth > kMaxFlagfileDepth) {
@@ -494,19 +497,26 @@ bool ReadFlagfile(const std::string& path, Config* config, std::string* error, b
     return false;
   }
   std::vector<std::string> args;
+  std::vector<int> line_numbers;  // of each argument
   std::string line;
-  while (std::getline(in, line)) {
+  for (int number = 1; std::getline(in, line); ++number) {
     const size_t start = line.find_first_not_of(" \t\r");
     if (start == std::string::npos || line[start] == '#') continue;
     const size_t end = line.find_last_not_of(" \t\r");
     args.push_back(line.substr(start, end - start + 1));  // one flag per line, as gflags reads them
+    line_numbers.push_back(number);
   }
-  return ParseArgs(args, config, error, exit_now, depth + 1);
+  size_t failed_at = 0;
+  if (ParseArgs(args, config, error, exit_now, depth + 1, &failed_at)) return true;
+  const int number = line_numbers[std::min(failed_at, line_numbers.size() - 1)];
+  *error = path + ":" + std::to_string(number) + ": " + *error;
+  return false;
 }
 
 bool ParseArgs(const std::vector<std::string>& args, Config* config, std::string* error,
-               bool* exit_now, int depth) {
+               bool* exit_now, int depth, size_t* failed_at) {
   for (size_t i = 0; i < args.size(); ++i) {
+    *failed_at = i;
     const std::string& arg = args[i];
     if (arg == "--help" || arg == "-h") {
       std::fputs(Usage().c_str(), stdout);
@@ -514,7 +524,7 @@ bool ParseArgs(const std::vector<std::string>& args, Config* config, std::string
       return true;
     }
     if (arg == "--version") {
-      std::puts("ringd 0.1");
+      std::puts(VersionLine().c_str());
       *exit_now = true;
       return true;
     }
@@ -594,7 +604,8 @@ uint32_t IncrementalRecvBufferBytes(const Config& config) {
 bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool* exit_now) {
   *exit_now = false;
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (!ParseArgs(args, config, error, exit_now, 0)) return false;
+  size_t failed_at;
+  if (!ParseArgs(args, config, error, exit_now, 0, &failed_at)) return false;
   if (*exit_now || config->probe_only) return true;
   if (config->root.empty()) {
     *error = "--root is required (the directory to serve; see --help)";

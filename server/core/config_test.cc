@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/core/version.h"
 
 namespace ringd {
 namespace {
@@ -62,6 +63,45 @@ TEST(Config, ReadsAFlagfile) {
   EXPECT_EQ(p.config.shards, 4u);  // later flags win
   EXPECT_EQ(p.config.io, "uring");
   std::remove(path.c_str());
+}
+
+// A flagfile's mistake names the file, the line and the flag: /etc/ringd/ringd.conf is one.
+TEST(Config, FlagfileErrorsNameTheFileAndLine) {
+  const std::string path = ::testing::TempDir() + "/ringd.conf";
+  {
+    std::ofstream f(path);
+    f << "# ringd.conf\n--root=/tmp\n\n# the next line is misspelled\n--shard=2\n";
+  }
+  Parsed p = Parse({"--flagfile=" + path});
+  EXPECT_FALSE(p.ok);
+  EXPECT_EQ(p.error, path + ":5: unknown flag --shard (see --help)");
+  {
+    std::ofstream f(path);
+    f << "--root=/tmp\n--shards=0\n";
+  }
+  p = Parse({"--flagfile=" + path});
+  EXPECT_FALSE(p.ok);
+  EXPECT_EQ(p.error, path + ":2: --shards: expected an integer from 1 to 1024, got '0'");
+  {
+    std::ofstream f(path);
+    f << "--root=/tmp\n--header-timeout-ms\n";  // a value that never comes
+  }
+  p = Parse({"--flagfile=" + path});
+  EXPECT_FALSE(p.ok);
+  EXPECT_EQ(p.error, path + ":2: --header-timeout-ms: needs a value");
+  std::remove(path.c_str());
+}
+
+TEST(Config, Version) {
+  const std::string line = VersionLine();
+  EXPECT_EQ(line.rfind("ringd ", 0), 0u) << line;
+  EXPECT_NE(line.find(" (commit "), std::string::npos) << line;
+  // A plain build (no --stamp) says so; a stamped one names a commit.
+  if (std::string(BuildVersion()) == "dev") {
+    EXPECT_EQ(line, "ringd dev (commit unknown)");
+  } else {
+    EXPECT_NE(std::string(BuildCommit()), "unknown");
+  }
 }
 
 // A bad flag or value is one clear line naming the flag.

@@ -83,6 +83,10 @@ std::string FormatPrometheus(const std::vector<ShardView>& shards, const Process
            "version=\"" + Escape(p.version) + "\",backend=\"" + Escape(p.backend) +
                "\",io_reason=\"" + Escape(p.io_reason) + "\"",
            1);
+  w.Family("ringd_build_info", "gauge",
+           "Always 1: the package version and the commit ringd was built from");
+  w.Sample("ringd_build_info",
+           "version=\"" + Escape(p.version) + "\",commit=\"" + Escape(p.commit) + "\"", 1);
   w.Family("ringd_start_time_seconds", "gauge", "When the process started, in Unix time");
   w.Sample("ringd_start_time_seconds", "", static_cast<uint64_t>(p.start_time_sec));
   w.Family("ringd_draining", "gauge", "1 from the moment a graceful stop begins (readyz is 503)");

@@ -24,7 +24,8 @@ struct ShardView {
 };
 
 struct ProcessInfo {
-  std::string version;
+  std::string version;    // BuildVersion(): the package version, or "dev"
+  std::string commit;     // BuildCommit()
   std::string backend;    // "uring", "epoll"
   std::string io_reason;  // why that backend (the probe's line)
   bool draining = false;

@@ -46,10 +46,12 @@ TEST(FormatPrometheus, PerShardCountersSummedHistogramAndDownShards) {
   std::vector<ShardView> views = {
       {0, true, false, &a}, {1, true, false, &b}, {2, false, false, nullptr}};
   ProcessInfo p;
-  p.version = "0.1";
+  p.version = "0.1.0+git12.abc1234";
+  p.commit = "abc1234";
   p.backend = "uring";
   p.io_reason = "a \"quoted\" reason";
   const std::string text = FormatPrometheus(views, p);
+  EXPECT_TRUE(Has(text, "ringd_build_info{version=\"0.1.0+git12.abc1234\",commit=\"abc1234\"} 1"));
   EXPECT_TRUE(Has(text, "ringd_requests_total{shard=\"0\",code=\"2xx\",body=\"cached\"} 2"));
   EXPECT_TRUE(Has(text, "ringd_requests_total{shard=\"1\",code=\"2xx\",body=\"cached\"} 0"));
   EXPECT_TRUE(Has(text, "ringd_connections_open{shard=\"0\"} 3"));

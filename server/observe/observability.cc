@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "server/core/version.h"
+
 namespace ringd {
 
 Observability::~Observability() { Stop(); }
@@ -109,7 +111,8 @@ std::vector<ShardView> Observability::Collect() {
 
 ProcessInfo Observability::Info() const {
   ProcessInfo p;
-  p.version = "0.1";
+  p.version = BuildVersion();
+  p.commit = BuildCommit();
   p.backend = backend_;
   p.io_reason = io_reason_;
   p.draining = draining_.load(std::memory_order_acquire);

@@ -87,7 +87,7 @@ class UnitsTest(BackendTestCase):
         # verify wants ExecStart's binary to exist: point it at the one under test.
         for name in ("ringd.socket", "ringd.service"):
             with open(os.path.join(UNITS, name)) as f:
-                text = f.read().replace("/usr/local/bin/ringd", RINGD)
+                text = f.read().replace("/usr/sbin/ringd", RINGD)
             with open(os.path.join(self.tmp, name), "w") as f:
                 f.write(text)
         out = subprocess.run([analyze(), "verify", "--man=no",
