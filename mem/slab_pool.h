@@ -7,7 +7,6 @@
 //   conns.Put(c);                    // destroyed, slot back on the free list
 #pragma once
 
-#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -29,7 +28,11 @@ class SlabPool {
   }
   SlabPool(const SlabPool&) = delete;
   SlabPool& operator=(const SlabPool&) = delete;
-  ~SlabPool() { assert(stats_.in_use == 0 && "objects still out of the pool"); }
+  // Every object goes back before its pool does: one still out would point into freed slots.
+  ~SlabPool() {
+    RINGD_ASSERT_MSG(stats_.in_use == 0, "%llu objects still out of the pool",
+                     static_cast<unsigned long long>(stats_.in_use));
+  }
 
   template <typename... Args>
   T* Get(Args&&... args) {

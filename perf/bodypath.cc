@@ -33,6 +33,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "perf/tool_flags.h"
+
+ABSL_FLAG(uint64_t, size, 65536, "bytes per body");
+ABSL_FLAG(double, seconds, 2, "seconds per method and round");
+ABSL_FLAG(int, rounds, 3, "rounds of every method");
+ABSL_FLAG(int, server_cpu, 1, "the sender's CPU (--server-cpu)");
+ABSL_FLAG(int, client_cpu, 0, "the receiver's CPU (--client-cpu)");
+
 namespace {
 
 constexpr size_t kChunk = 1 << 20;  // per operation, as ringd's pipes and inline sendfile
@@ -185,27 +194,15 @@ struct Result {
 }  // namespace
 
 int main(int argc, char** argv) {
-  size_t size = 65536;
-  double seconds = 2;
-  int rounds = 3, server_cpu = 1, client_cpu = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    const char* v = argv[i + 1];
-    if (flag == "--size") {
-      size = std::strtoull(v, nullptr, 10);
-    } else if (flag == "--seconds") {
-      seconds = std::atof(v);
-    } else if (flag == "--rounds") {
-      rounds = std::atoi(v);
-    } else if (flag == "--server-cpu") {
-      server_cpu = std::atoi(v);
-    } else if (flag == "--client-cpu") {
-      client_cpu = std::atoi(v);
-    } else {
-      Die("unknown flag " + flag + " (--size --seconds --rounds --server-cpu --client-cpu)");
-    }
-  }
-  if (size == 0 || argc % 2 == 0) Die("usage: bodypath --size BYTES [--seconds S] [--rounds N]");
+  constexpr char kUsage[] =
+      "usage: bodypath --size BYTES [--seconds S] [--rounds N] [--server-cpu C] [--client-cpu C]";
+  const bool stray = ringd::ParseToolFlags(argc, argv, kUsage).size() > 1;
+  const size_t size = absl::GetFlag(FLAGS_size);
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  const int server_cpu = absl::GetFlag(FLAGS_server_cpu);
+  const int client_cpu = absl::GetFlag(FLAGS_client_cpu);
+  if (stray || size == 0) Die(kUsage);
   const std::vector<std::string> methods = {"sendfile",     "splice",       "read-send",
                                             "read-send-zc", "mmap-send-zc", "memory-send"};
 

@@ -34,7 +34,15 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "io/backend_util.h"
+#include "perf/tool_flags.h"
+
+ABSL_FLAG(bool, evict, false, "drop the file's pages from the cache first (POSIX_FADV_DONTNEED)");
+ABSL_FLAG(bool, read, false, "read the whole file first");
+ABSL_FLAG(bool, willneed, false, "posix_fadvise(WILLNEED) over the range first");
+ABSL_FLAG(int, time, 0, "also time each way over this many calls");
+ABSL_FLAG(uint64_t, range, 0, "bytes from the start to ask about (0: the whole file)");
 
 namespace {
 
@@ -102,33 +110,20 @@ double NsPerCall(int n, F f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool evict = false, read_all = false, willneed = false;
-  int repeat = 0;
-  uint64_t range = 0;  // 0: the whole file
-  int i = 1;
-  for (; i < argc && argv[i][0] == '-'; ++i) {
-    if (std::strcmp(argv[i], "--evict") == 0) {
-      evict = true;
-    } else if (std::strcmp(argv[i], "--read") == 0) {
-      read_all = true;
-    } else if (std::strcmp(argv[i], "--willneed") == 0) {
-      willneed = true;
-    } else if (std::strcmp(argv[i], "--time") == 0 && i + 1 < argc) {
-      repeat = std::atoi(argv[++i]);
-    } else if (std::strcmp(argv[i], "--range") == 0 && i + 1 < argc) {
-      range = std::strtoull(argv[++i], nullptr, 10);
-    } else {
-      std::fprintf(stderr,
-                   "usage: cacheprobe [--evict] [--read] [--willneed] [--time N] [--range BYTES] "
-                   "FILE...\n");
-      return 2;
-    }
-  }
-  if (i == argc) {
-    std::fprintf(stderr, "usage: cacheprobe [--evict] [--read] [--willneed] FILE...\n");
+  constexpr char kUsage[] =
+      "usage: cacheprobe [--evict] [--read] [--willneed] [--time N] [--range BYTES] FILE...";
+  std::vector<char*> files = ringd::ParseToolFlags(argc, argv, kUsage);
+  const bool evict = absl::GetFlag(FLAGS_evict), read_all = absl::GetFlag(FLAGS_read),
+             willneed = absl::GetFlag(FLAGS_willneed);
+  const int repeat = absl::GetFlag(FLAGS_time);
+  const uint64_t range = absl::GetFlag(FLAGS_range);  // 0: the whole file
+  if (files.size() < 2) {
+    std::fprintf(stderr, "%s\n", kUsage);
     return 2;
   }
-  for (; i < argc; ++i) {
+  argv = files.data();
+  argc = static_cast<int>(files.size());
+  for (int i = 1; i < argc; ++i) {
     const int fd = open(argv[i], O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {

@@ -16,6 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "perf/tool_flags.h"
+
+ABSL_FLAG(int, port, 0, "the port to listen on");
+ABSL_FLAG(int, body_bytes, 612, "bytes in each response's body (--body-bytes)");
+
 namespace {
 
 constexpr unsigned kBufCount = 1024, kBufSize = 4096;
@@ -34,14 +40,15 @@ struct ConnState {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int port = 0;
-  int body = 612;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--port")) port = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--body-bytes")) body = std::atoi(argv[i + 1]);
+  constexpr char kUsage[] = "usage: ceiling --port P [--body-bytes N]";
+  if (ringd::ParseToolFlags(argc, argv, kUsage).size() > 1) {
+    std::fprintf(stderr, "%s\n", kUsage);
+    return 2;
   }
-  if (port <= 0) {
-    std::fprintf(stderr, "usage: ceiling --port P [--body-bytes N]\n");
+  const int port = absl::GetFlag(FLAGS_port);
+  const int body = absl::GetFlag(FLAGS_body_bytes);
+  if (port <= 0 || body < 0) {
+    std::fprintf(stderr, "%s\n", kUsage);
     return 2;
   }
   std::signal(SIGPIPE, SIG_IGN);

@@ -38,6 +38,7 @@
 #include "perf/loadgen_options.h"
 #include "perf/loadgen_report.h"
 #include "perf/zipf.h"
+#include "server/http/decimal.h"
 
 namespace ringd::perf {
 namespace {
@@ -444,10 +445,16 @@ class Worker {
         Reconnect(c);
         return false;
       }
-      c.status = std::atoi(c.head + 9);
+      uint64_t status;
       uint64_t length = 0;
       c.server_closing = false;
-      ScanHeaders(head.substr(0, end + 2), &length, &c.server_closing);
+      if (!http::ParseDecimal(head.substr(9, 3), &status) ||
+          !ScanHeaders(head.substr(0, end + 2), &length, &c.server_closing)) {
+        ++result.errors.parse;
+        Reconnect(c);
+        return false;
+      }
+      c.status = static_cast<int>(status);
       c.head_len = 0;
       c.in_body = true;
       c.body_left = c.status == 304 ? 0 : length;
@@ -459,8 +466,9 @@ class Worker {
   }
 
   // One pass over the header lines for the two fields the client needs; the first byte of each
-  // line rules most lines out before any case-insensitive comparison.
-  static void ScanHeaders(std::string_view head, uint64_t* length, bool* closing) {
+  // line rules most lines out before any case-insensitive comparison. False when Content-Length
+  // is not a number.
+  static bool ScanHeaders(std::string_view head, uint64_t* length, bool* closing) {
     constexpr std::string_view kLength = "content-length:", kConnection = "connection:";
     size_t pos = head.find('\n');
     while (pos != std::string_view::npos && pos + 1 < head.size()) {
@@ -468,7 +476,11 @@ class Worker {
       const char first = static_cast<char>(line[0] | 0x20);
       if (first == 'c' && line.size() > kLength.size() &&
           strncasecmp(line.data(), kLength.data(), kLength.size()) == 0) {
-        *length = std::strtoull(line.data() + kLength.size(), nullptr, 10);
+        std::string_view v = line.substr(kLength.size());
+        v = v.substr(0, v.find('\r'));
+        while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+        while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+        if (!http::ParseDecimal(v, length)) return false;
       } else if (first == 'c' && line.size() > kConnection.size() &&
                  strncasecmp(line.data(), kConnection.data(), kConnection.size()) == 0) {
         std::string_view v = line.substr(kConnection.size());
@@ -478,6 +490,7 @@ class Worker {
       }
       pos = head.find('\n', pos + 1);
     }
+    return true;
   }
 
   // A response finished; false if the connection was closed (close mode).

@@ -2,86 +2,117 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
+
+#include "absl/flags/flag.h"
+#include "perf/tool_flags.h"
+#include "server/http/decimal.h"
+
+namespace {
+
+// --path, --paths-file and --header may be given many times: abseil keeps a flag's last value,
+// so each one's OnUpdate appends the value it was just given, in command-line order. (OnUpdate
+// also runs once at registration, with the empty default, which adds nothing.)
+std::vector<std::string>& GivenPaths() {
+  static std::vector<std::string> paths;
+  return paths;
+}
+std::vector<std::string>& GivenHeaders() {
+  static std::vector<std::string> headers;
+  return headers;
+}
+
+}  // namespace
+
+ABSL_FLAG(std::string, host, "127.0.0.1", "the server's IPv4 address");
+ABSL_FLAG(int, port, 8080, "the server's port");
+ABSL_FLAG(int, connections, 10, "connections over all threads (0: only --idle ones)");
+ABSL_FLAG(int, threads, 1, "client threads, each with its own share of the connections");
+ABSL_FLAG(double, duration_s, 5, "seconds to run (--duration-s)");
+ABSL_FLAG(uint64_t, requests, 0, "stop after this many requests (0: run for --duration-s)");
+ABSL_FLAG(std::string, path, "", "a path to request; repeat for more").OnUpdate([] {
+  std::string p = absl::GetFlag(FLAGS_path);
+  if (!p.empty()) GivenPaths().push_back(std::move(p));
+});
+ABSL_FLAG(std::string, paths_file, "",
+          "a file of paths, one per line (lines not starting with / are skipped; --paths-file)")
+    .OnUpdate([] {
+      const std::string file = absl::GetFlag(FLAGS_paths_file);
+      if (file.empty()) return;
+      std::ifstream f(file);
+      for (std::string line; std::getline(f, line);) {
+        if (!line.empty() && line[0] == '/') GivenPaths().push_back(line);
+      }
+    });
+ABSL_FLAG(bool, close, false, "one request per connection (Connection: close)");
+ABSL_FLAG(int, pipeline, 1, "requests in flight per connection, 1 to 64");
+ABSL_FLAG(double, rate, 0, "requests per second over all connections (0: closed loop)");
+ABSL_FLAG(bool, bulk, false, "discard response bodies in the kernel (MSG_TRUNC)");
+ABSL_FLAG(int, idle, 0, "idle keep-alive connections held during the run");
+ABSL_FLAG(double, idle_hold_s, 0,
+          "with no active connections: hold the idle ones this long (--idle-hold-s)");
+ABSL_FLAG(std::string, header, "", "a request header line 'Name: value'; repeat for more")
+    .OnUpdate([] {
+      std::string h = absl::GetFlag(FLAGS_header);
+      if (!h.empty()) GivenHeaders().push_back(std::move(h));
+    });
+ABSL_FLAG(double, zipf, 0, "> 0: paths drawn Zipf-distributed with this exponent");
+ABSL_FLAG(bool, uniform, false, "paths drawn uniformly at random");
+ABSL_FLAG(uint64_t, seed, 1, "seed of the random picks");
+ABSL_FLAG(std::vector<std::string>, size_classes, {},
+          "ascending body-size bounds in bytes, comma-separated: latency per size class "
+          "(--size-classes)");
+ABSL_FLAG(uint64_t, timeout_ms, 10000, "a response that takes longer is an error (--timeout-ms)");
 
 namespace ringd::perf {
 
-void Usage() {
-  std::fprintf(stderr,
-               "usage: ringd-load --port P [--host 127.0.0.1] [--connections N] [--threads T]\n"
-               "  [--duration-s S | --requests R] --path /x [--path /y ...] [--paths-file F]\n"
-               "  [--close] [--pipeline K] [--rate RPS] [--bulk] [--idle K] [--idle-hold-s S]\n"
-               "  [--header 'Name: value'] [--timeout-ms MS]\n"
-               "  [--zipf S | --uniform] [--seed N] [--size-classes BYTES,BYTES,...]\n");
-}
+namespace {
+constexpr char kUsage[] =
+    "usage: ringd-load --port P [--host 127.0.0.1] [--connections N] [--threads T]\n"
+    "  [--duration-s S | --requests R] --path /x [--path /y ...] [--paths-file F]\n"
+    "  [--close] [--pipeline K] [--rate RPS] [--bulk] [--idle K] [--idle-hold-s S]\n"
+    "  [--header 'Name: value'] [--timeout-ms MS]\n"
+    "  [--zipf S | --uniform] [--seed N] [--size-classes BYTES,BYTES,...]\n";
+}  // namespace
+
+void Usage() { std::fputs(kUsage, stderr); }
 
 bool ParseArgs(int argc, char** argv, Options* o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "ringd-load: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--host")
-      o->host = value();
-    else if (a == "--port")
-      o->port = std::atoi(value().c_str());
-    else if (a == "--connections")
-      o->connections = std::atoi(value().c_str());
-    else if (a == "--threads")
-      o->threads = std::atoi(value().c_str());
-    else if (a == "--duration-s")
-      o->duration_s = std::atof(value().c_str());
-    else if (a == "--requests")
-      o->max_requests = std::strtoull(value().c_str(), nullptr, 10);
-    else if (a == "--path")
-      o->paths.push_back(value());
-    else if (a == "--paths-file") {
-      std::ifstream f(value());
-      for (std::string line; std::getline(f, line);) {
-        if (!line.empty() && line[0] == '/') o->paths.push_back(line);
-      }
-    } else if (a == "--close")
-      o->close = true;
-    else if (a == "--pipeline")
-      o->pipeline = std::atoi(value().c_str());
-    else if (a == "--rate")
-      o->rate = std::atof(value().c_str());
-    else if (a == "--bulk")
-      o->bulk = true;
-    else if (a == "--idle")
-      o->idle = std::atoi(value().c_str());
-    else if (a == "--idle-hold-s")
-      o->idle_hold_s = std::atof(value().c_str());
-    else if (a == "--header")
-      o->headers.push_back(value());
-    else if (a == "--zipf")
-      o->zipf = std::atof(value().c_str());
-    else if (a == "--uniform")
-      o->uniform = true;
-    else if (a == "--seed")
-      o->seed = std::strtoull(value().c_str(), nullptr, 10);
-    else if (a == "--size-classes") {
-      const std::string v = value();
-      for (size_t pos = 0; pos < v.size();) {
-        const size_t comma = std::min(v.find(',', pos), v.size());
-        o->size_classes.push_back(std::strtoull(v.substr(pos, comma - pos).c_str(), nullptr, 10));
-        pos = comma + 1;
-      }
-      if (!std::is_sorted(o->size_classes.begin(), o->size_classes.end())) {
-        std::fprintf(stderr, "ringd-load: --size-classes must be ascending\n");
-        return false;
-      }
-    } else if (a == "--timeout-ms")
-      o->timeout_us = std::strtoull(value().c_str(), nullptr, 10) * 1000;
-    else {
-      std::fprintf(stderr, "ringd-load: unknown argument %s\n", a.c_str());
+  const std::vector<char*> positional = ParseToolFlags(argc, argv, kUsage);
+  if (positional.size() > 1) {
+    std::fprintf(stderr, "ringd-load: unknown argument %s\n", positional[1]);
+    return false;
+  }
+  o->host = absl::GetFlag(FLAGS_host);
+  o->port = absl::GetFlag(FLAGS_port);
+  o->connections = absl::GetFlag(FLAGS_connections);
+  o->threads = absl::GetFlag(FLAGS_threads);
+  o->duration_s = absl::GetFlag(FLAGS_duration_s);
+  o->max_requests = absl::GetFlag(FLAGS_requests);
+  o->paths = GivenPaths();
+  o->close = absl::GetFlag(FLAGS_close);
+  o->pipeline = absl::GetFlag(FLAGS_pipeline);
+  o->rate = absl::GetFlag(FLAGS_rate);
+  o->bulk = absl::GetFlag(FLAGS_bulk);
+  o->idle = absl::GetFlag(FLAGS_idle);
+  o->idle_hold_s = absl::GetFlag(FLAGS_idle_hold_s);
+  o->timeout_us = absl::GetFlag(FLAGS_timeout_ms) * 1000;
+  o->headers = GivenHeaders();
+  o->zipf = absl::GetFlag(FLAGS_zipf);
+  o->uniform = absl::GetFlag(FLAGS_uniform);
+  o->seed = absl::GetFlag(FLAGS_seed);
+  o->size_classes.clear();
+  for (const std::string& bound : absl::GetFlag(FLAGS_size_classes)) {
+    uint64_t bytes;
+    if (!http::ParseDecimal(bound, &bytes)) {
+      std::fprintf(stderr, "ringd-load: --size-classes: '%s' is not a byte count\n", bound.c_str());
       return false;
     }
+    o->size_classes.push_back(bytes);
+  }
+  if (!std::is_sorted(o->size_classes.begin(), o->size_classes.end())) {
+    std::fprintf(stderr, "ringd-load: --size-classes must be ascending\n");
+    return false;
   }
   if (o->paths.empty() || o->port <= 0 || o->connections < 0 || o->threads < 1 || o->pipeline < 1 ||
       o->pipeline > 64 || o->zipf < 0 || (o->uniform && o->zipf > 0) ||

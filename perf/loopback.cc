@@ -21,6 +21,13 @@
 #include <string>
 #include <unordered_map>
 
+#include "absl/flags/flag.h"
+#include "perf/tool_flags.h"
+
+ABSL_FLAG(int, port, 0, "the port to listen on");
+ABSL_FLAG(std::string, root, ".", "the data set's folder");
+ABSL_FLAG(std::string, file, "", "the body's file, relative to --root");
+
 namespace {
 
 struct Conn {
@@ -51,16 +58,13 @@ bool ReadFile(const char* path, std::string* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int port = 0;
-  std::string root = ".", file;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--port")) port = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--root")) root = argv[i + 1];
-    if (!std::strcmp(argv[i], "--file")) file = argv[i + 1];
-  }
+  constexpr char kUsage[] = "usage: loopback --port P [--root DIR] --file F";
+  const bool stray = ringd::ParseToolFlags(argc, argv, kUsage).size() > 1;
+  const int port = absl::GetFlag(FLAGS_port);
+  const std::string root = absl::GetFlag(FLAGS_root), file = absl::GetFlag(FLAGS_file);
   std::string body;
-  if (port <= 0 || file.empty()) {
-    std::fprintf(stderr, "usage: loopback --port P [--root DIR] --file F\n");
+  if (stray || port <= 0 || file.empty()) {
+    std::fprintf(stderr, "%s\n", kUsage);
     return 2;
   }
   const std::string path = root + "/" + file;

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "server/http/decimal.h"
+
 namespace {
 
 std::string g_backing;
@@ -76,7 +78,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   g_backing = resolved;
-  g_delay_us = static_cast<useconds_t>(std::atoi(argv[3]));
+  uint64_t delay_us;
+  if (!ringd::http::ParseDecimal(argv[3], UINT32_MAX, &delay_us)) {
+    std::fprintf(stderr, "slowfs: DELAY_US: expected microseconds, got '%s'\n", argv[3]);
+    return 2;
+  }
+  g_delay_us = static_cast<useconds_t>(delay_us);
   fuse_operations ops{};
   ops.getattr = GetAttr;
   ops.readlink = ReadLink;

@@ -17,12 +17,8 @@ _LIBRARIES = {
     "libseccomp": (["libseccomp"], []),
     # TLS: libssl and libcrypto of OpenSSL 3 (Debian's libssl-dev).
     "openssl": (["openssl"], []),
-    "absl_base": (["absl_base"], []),
+    # perf and test tools' command lines (perf/tool_flags.h).
     "absl_flags": (["absl_flags", "absl_flags_parse", "absl_flags_usage"], []),
-    "absl_strings": (["absl_strings", "absl_str_format"], []),
-    "absl_status": (["absl_status", "absl_statusor"], []),
-    "absl_time": (["absl_time"], []),
-    "absl_synchronization": (["absl_synchronization"], []),
     "absl_containers": (["absl_flat_hash_map", "absl_flat_hash_set", "absl_inlined_vector"], []),
     "gtest": (["gtest", "gmock"], []),
     "gtest_main": (["gtest_main", "gmock"], []),

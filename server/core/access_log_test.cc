@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "server/http/decimal.h"
 
 namespace ringd {
 namespace {
@@ -228,7 +229,9 @@ TEST(LogRing, ProducerAndConsumerThreads) {
     ring.Consume(n);
     size_t nl;
     while ((nl = got.find('\n')) != std::string::npos) {
-      ASSERT_EQ(std::stoi(got.substr(0, nl)), next);
+      uint64_t seq;
+      ASSERT_TRUE(http::ParseDecimal(std::string_view(got).substr(0, nl), &seq));
+      ASSERT_EQ(seq, static_cast<uint64_t>(next));
       ++next;
       got.erase(0, nl + 1);
     }

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "io/loop.h"
+#include "server/http/decimal.h"
 #include "server/http/text.h"
 #include "server/core/version.h"
 
@@ -26,16 +27,7 @@ namespace {
 constexpr int kMaxFlagfileDepth = 4;
 
 bool ParseUint(const std::string& v, uint64_t max, uint64_t* out) {
-  if (v.empty() || v.size() > 20) return false;
-  uint64_t x = 0;
-  for (char c : v) {
-    if (c < '0' || c > '9') return false;
-    if (x > (UINT64_MAX - 9) / 10) return false;
-    x = x * 10 + static_cast<uint64_t>(c - '0');
-  }
-  if (x > max) return false;
-  *out = x;
-  return true;
+  return http::ParseDecimal(v, max, out);
 }
 
 bool ParseBool(const std::string& v, bool* out) {

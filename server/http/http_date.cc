@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "server/http/decimal.h"
+
 namespace ringd::http {
 namespace {
 
@@ -45,12 +47,11 @@ struct Cursor {
     i += lit.size();
     return true;
   }
-  bool Digits(int n, unsigned& out) {
-    out = 0;
-    for (int k = 0; k < n; ++k) {
-      if (i >= s.size() || s[i] < '0' || s[i] > '9') return false;
-      out = out * 10 + static_cast<unsigned>(s[i++] - '0');
-    }
+  bool Digits(size_t n, unsigned& out) {
+    uint64_t v;
+    if (i + n > s.size() || !ParseDecimal(s.substr(i, n), &v)) return false;
+    out = static_cast<unsigned>(v);  // at most 4 digits
+    i += n;
     return true;
   }
   bool Month(unsigned& out) {

@@ -3,21 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "server/http/decimal.h"
 #include "server/http/text.h"
 
 namespace ringd::http {
 namespace {
-
-// Parses 1*DIGIT; false on anything else or on overflow.
-bool ParseDigits(std::string_view s, uint64_t& v) {
-  if (s.empty() || s.size() > 19) return false;
-  v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<uint64_t>(c - '0');
-  }
-  return true;
-}
 
 size_t Append(char* out, std::string_view s) {
   if (!s.empty()) std::memcpy(out, s.data(), s.size());
@@ -61,7 +51,7 @@ RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ran
       uint64_t first, last;
       if (a.empty()) {  // suffix-range: "-N", the last N bytes
         uint64_t n;
-        if (!ParseDigits(b, n)) return RangeOutcome::kIgnore;
+        if (!ParseDecimal(b, &n)) return RangeOutcome::kIgnore;
         if (n > 0 && length > 0) {
           first = n >= length ? 0 : length - n;
           last = length - 1;
@@ -69,10 +59,10 @@ RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ran
           requested += last - first + 1;
         }
       } else {
-        if (!ParseDigits(a, first)) return RangeOutcome::kIgnore;
+        if (!ParseDecimal(a, &first)) return RangeOutcome::kIgnore;
         if (b.empty()) {
           last = UINT64_MAX;  // "N-": to the end
-        } else if (!ParseDigits(b, last) || last < first) {
+        } else if (!ParseDecimal(b, &last) || last < first) {
           return RangeOutcome::kIgnore;  // RFC 9110 14.1.1: last < first makes the header invalid
         }
         if (first < length) {

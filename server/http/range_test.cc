@@ -51,7 +51,8 @@ TEST(Range, ParsesAndClampsRanges) {
       {"bytes=-0", 100, k416, ""},
       {"bytes=0-", 0, k416, ""},
       {"bytes=-5", 0, k416, ""},
-      {"bytes=100-200,0-1", 100, kOk, "0-1"},  // unsatisfiable parts are dropped
+      {"bytes=18446744073709551615-", 100, k416, ""},  // 2^64 - 1: a number, past the end
+      {"bytes=100-200,0-1", 100, kOk, "0-1"},          // unsatisfiable parts are dropped
       // invalid syntax is ignored (200)
       {"", 100, kIgnore, ""},
       {"items=0-1", 100, kIgnore, ""},
@@ -59,6 +60,12 @@ TEST(Range, ParsesAndClampsRanges) {
       {"bytes=5", 100, kIgnore, ""},
       {"bytes=5-1", 100, kIgnore, ""},  // last < first
       {"bytes=a-b", 100, kIgnore, ""},
+      {"bytes=+1-2", 100, kIgnore, ""},  // 1*DIGIT: no sign
+      {"bytes=1-+2", 100, kIgnore, ""},
+      {"bytes=--2", 100, kIgnore, ""},
+      {"bytes=1 -2", 100, kIgnore, ""},  // no space inside a spec
+      {"bytes=1O-20", 100, kIgnore, ""},
+      {"bytes=18446744073709551616-", 100, kIgnore, ""},  // 2^64: not a number we can hold
       {"bytes=-", 100, kIgnore, ""},
       {"bytes=1-2-3", 100, kIgnore, ""},
       {"bytes=0x10-20", 100, kIgnore, ""},

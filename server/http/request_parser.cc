@@ -7,6 +7,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "server/http/decimal.h"
 #include "server/http/text.h"
 
 namespace ringd::http {
@@ -249,13 +250,10 @@ ParseResult ParseRequest(std::string_view buf, size_t prev_len, const ParserLimi
           // RFC 9112 section 6.3: a list of identical values is one value; differing is an error.
           bool any = false;
           ForEachListElement(value, [&](std::string_view v) {
-            uint64_t x = 0;
-            for (char c : v) {
-              if (c < '0' || c > '9' || x > (UINT64_MAX - 9) / 10) {
-                cl_bad = true;
-                return;
-              }
-              x = x * 10 + static_cast<uint64_t>(c - '0');
+            uint64_t x;
+            if (!ParseDecimal(v, &x)) {  // RFC 9110 section 8.6: 1*DIGIT, no sign
+              cl_bad = true;
+              return;
             }
             if (has_content_length && x != content_length) cl_bad = true;
             content_length = x;

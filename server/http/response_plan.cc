@@ -1,6 +1,7 @@
 #include "server/http/response_plan.h"
 
 #include <cstring>
+#include <optional>
 
 #include "server/http/accept_encoding.h"
 #include "server/http/conditional.h"
@@ -137,12 +138,13 @@ PlanStep Error(int status, const char* reason, const Request& req, const Planner
 // response varies on Accept-Encoding still holds.
 PlanStep ErrorAfterSelect(int status, const char* reason, const Request& req,
                           const PlannerConfig& config, FileMetaSource& source, ResponsePlan* out) {
-  out->file_path = {};
-  out->content_encoding = {};
-  out->etag = {};
-  out->last_modified = {};
-  out->cache_control = {};
-  out->added_headers = {};
+  ResponsePlan error;  // a fresh plan, with what holds for the error as for the file
+  error.keep_alive = out->keep_alive;
+  error.http10 = out->http10;
+  error.discard_body = out->discard_body;
+  error.vary_accept_encoding = out->vary_accept_encoding;
+  error.unsatisfied_length = out->unsatisfied_length;  // 416's Content-Range
+  *out = error;
   return Error(status, reason, req, config, source, out);
 }
 
@@ -155,6 +157,243 @@ size_t Put(char* out, size_t n, size_t cap, std::string_view s) {
 size_t PutUint(char* out, size_t n, size_t cap, uint64_t v) {
   char digits[20];
   return Put(out, n, cap, std::string_view(digits, FormatUint(v, digits)));
+}
+
+// Starts a plan for `req` from a fresh value, so that nothing of an earlier plan in `out`
+// survives into this one.
+void StartPlan(const Request& req, ResponsePlan* out) {
+  *out = ResponsePlan{};
+  out->keep_alive = req.keep_alive;
+  out->http10 = req.version_minor == 0;
+}
+
+// The request's body framing and method: a step when they decide the response alone (413, an
+// OPTIONS answer, 405, 501), nothing when the request goes on to a file (GET, HEAD).
+std::optional<PlanStep> PlanBodyAndMethod(const Request& req, const PlannerConfig& config,
+                                          FileMetaSource& source, ResponsePlan* out) {
+  // A body we will not read is never parsed as the next request: a small one is skipped, a
+  // chunked one ends the connection after this response, a large one is refused.
+  if (req.body == BodyFraming::kChunked) {
+    out->keep_alive = false;
+  } else if (req.content_length > config.max_discarded_body) {
+    out->keep_alive = false;
+    return Error(413, "request body too large", req, config, source, out);
+  } else {
+    out->discard_body = req.content_length;
+  }
+
+  switch (req.method) {
+    case Method::kGet:
+    case Method::kHead:
+      return std::nullopt;
+    case Method::kOptions:  // RFC 9110 section 9.3.7
+      out->status = 200;
+      out->allow_header = true;
+      out->content_length = 0;
+      out->send_body = false;
+      out->reason = "options";
+      if (config.origin != nullptr) out->added_headers = config.origin->added();
+      return PlanStep{};
+    case Method::kUnknown:
+      return Error(501, "unknown method", req, config, source, out);
+    default:
+      out->allow_header = true;
+      return Error(405, "method not allowed", req, config, source, out);
+  }
+}
+
+// The regular file the target names: "dir" is a 301 to "dir/", "dir/" is "dir/index.html".
+// Sets *path (in scratch.file) and *meta and returns nothing when there is one; otherwise the
+// step: a lookup to wait for, the redirect, or the error.
+std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& config,
+                                    FileMetaSource& source, PlanScratch& scratch, ResponsePlan* out,
+                                    std::string_view* path, FileMeta* meta) {
+  const TargetResult target =
+      NormalizeTarget(req.target, config.target, scratch.target, sizeof scratch.target);
+  if (target.status != 0) return Error(target.status, target.reason, req, config, source, out);
+  if (target.is_asterisk)
+    return Error(400, "asterisk-form outside OPTIONS", req, config, source, out);
+
+  std::string_view rel = target.Relative();
+  if (!rel.empty() && rel.back() == '/') rel.remove_suffix(1);
+  *path = rel.empty() ? std::string_view(".") : rel;
+  std::optional<FileMeta> found = source.Lookup(*path);
+  if (!found) {
+    // Most paths name a file: its siblings are looked up beside it. (Not a target that ends in
+    // a slash, or the root: those are directories, or errors.)
+    if (target.HasTrailingSlash() || rel.empty()) return NeedLookup(*path);
+    return NeedLookupOfFile(*path, config, scratch);
+  }
+  if (found->kind == FileMeta::Kind::kUnavailable)
+    return Error(503, "file lookup failed for now", req, config, source, out);
+  if (found->kind == FileMeta::Kind::kDirectory) {
+    if (!target.HasTrailingSlash()) {
+      size_t n = EncodePath(target.path, scratch.location, sizeof scratch.location - 2);
+      if (n == 0) return Error(414, "redirect target too long", req, config, source, out);
+      scratch.location[n++] = '/';
+      if (!target.query.empty()) {
+        const std::string_view loc(scratch.location, n);
+        std::string_view with_query =
+            Join(scratch.location + n, sizeof scratch.location - n, "?", target.query);
+        if (with_query.empty())
+          return Error(414, "redirect target too long", req, config, source, out);
+        n = loc.size() + with_query.size();
+      }
+      out->location = std::string_view(scratch.location, n);
+      return Page(301, "directory without trailing slash", req, out);
+    }
+    *path = rel.empty() ? Join(scratch.file, sizeof scratch.file, config.index_file, "")
+                        : Join(scratch.file, sizeof scratch.file, rel, "/", config.index_file);
+    if (path->empty()) return Error(414, "path too long", req, config, source, out);
+    found = source.Lookup(*path);
+    if (!found) return NeedLookupOfFile(*path, config, scratch);
+    if (found->kind == FileMeta::Kind::kMissing) {
+      return Error(403, "directory without an index", req, config, source,
+                   out);  // as nginx without autoindex
+    }
+  } else {
+    if (target.HasTrailingSlash() && found->kind == FileMeta::Kind::kRegular) {
+      return Error(404, "trailing slash on a file", req, config, source, out);
+    }
+    *path = Join(scratch.file, sizeof scratch.file, *path, "");
+  }
+  switch (found->kind) {
+    case FileMeta::Kind::kRegular:
+      *meta = *found;
+      return std::nullopt;
+    case FileMeta::Kind::kForbidden:
+      return Error(403, "permission denied", req, config, source, out);
+    case FileMeta::Kind::kUnavailable:
+      return Error(503, "file lookup failed for now", req, config, source, out);
+    case FileMeta::Kind::kDirectory:  // "dir/index.html" is itself a directory
+    case FileMeta::Kind::kMissing:
+    case FileMeta::Kind::kOther:
+      break;
+  }
+  return Error(404, "no such file", req, config, source, out);
+}
+
+// Precompressed siblings: file.br and file.gz, when not older than the file. Any such sibling
+// makes the response depend on Accept-Encoding, whether or not this client takes it. Sets
+// *selected and *selected_path to the sibling the client takes best, if any; a step when a
+// sibling must be looked up first.
+std::optional<PlanStep> SelectEncoding(const Request& req, const PlannerConfig& config,
+                                       FileMetaSource& source, PlanScratch& scratch,
+                                       std::string_view path, const FileMeta& meta,
+                                       ResponsePlan* out, FileMeta* selected,
+                                       std::string_view* selected_path) {
+  if (!AsksForSiblings(config, path)) return std::nullopt;
+  const AcceptedCodings accepted = ParseAcceptEncoding(req.accept_encoding);
+  int best_q = 0;
+  struct Candidate {
+    std::string_view suffix, coding;
+    int q;
+  } candidates[] = {{kSiblingSuffixes[0], "br", accepted.br},
+                    {kSiblingSuffixes[1], "gzip", accepted.gzip}};
+  for (size_t i = 0; i < 2; ++i) {
+    const Candidate& c = candidates[i];
+    const std::string_view sibling_path =
+        Join(scratch.sibling, sizeof scratch.sibling, path, c.suffix);
+    if (sibling_path.empty()) break;
+    const auto sibling = source.Lookup(sibling_path);
+    if (!sibling) {
+      PlanStep step = NeedLookup(sibling_path);
+      PrefetchSiblings(path, i + 1, scratch, &step);  // those asked for after it
+      return step;
+    }
+    if (sibling->kind != FileMeta::Kind::kRegular || sibling->mtime_sec < meta.mtime_sec) continue;
+    out->vary_accept_encoding = true;
+    if (c.q > best_q) {  // br first, so a tie keeps br
+      best_q = c.q;
+      *selected = *sibling;
+      out->content_encoding = c.coding;
+    }
+  }
+  if (!out->content_encoding.empty()) {
+    const std::string_view suffix = out->content_encoding == "br" ? ".br" : ".gz";
+    // scratch.sibling may hold the other candidate now; rebuild the winner in place.
+    *selected_path = Join(scratch.sibling, sizeof scratch.sibling, path, suffix);
+  }
+  return std::nullopt;
+}
+
+// The selected file's body, validators and origin headers. The ETag and Last-Modified text is
+// formatted into `scratch` once per file version.
+void SetFileHeaders(const Request& req, const PlannerConfig& config, PlanScratch& scratch,
+                    std::string_view path, const FileMeta& selected, std::string_view selected_path,
+                    ResponsePlan* out) {
+  out->file = selected;  // from here on, errors go through ErrorAfterSelect
+  out->file_path = selected_path;
+  if (scratch.etag_len == 0 || scratch.etag_mtime_sec != selected.mtime_sec ||
+      scratch.etag_size != selected.size) {
+    scratch.etag_len = FormatETag(selected.mtime_sec, selected.size, scratch.etag);
+    scratch.etag_mtime_sec = selected.mtime_sec;
+    scratch.etag_size = selected.size;
+  }
+  out->etag = std::string_view(scratch.etag, scratch.etag_len);
+  if (!scratch.has_last_modified || scratch.last_modified_sec != selected.mtime_sec) {
+    FormatHttpDate(selected.mtime_sec, scratch.last_modified);
+    scratch.last_modified_sec = selected.mtime_sec;
+    scratch.has_last_modified = true;
+  }
+  out->last_modified = std::string_view(scratch.last_modified, kHttpDateLen);
+  out->content_length = selected.size;
+  // Chosen by the path asked for (app.js), not the encoding served (app.js.gz); written out at
+  // start-up, and kept for 304 (RFC 9110 section 15.4.5) as for 200 and 206.
+  if (config.origin != nullptr) {
+    out->cache_control = config.origin->CacheControlFor(path);
+    out->added_headers = config.origin->added();
+  }
+  out->send_body = req.method != Method::kHead;
+}
+
+// The status for the selected file: 304 or 412 from the preconditions, else 200, or 206 (or 416)
+// from a Range header that applies.
+PlanStep PlanPreconditionsAndRanges(const Request& req, const PlannerConfig& config,
+                                    FileMetaSource& source, const FileMeta& selected,
+                                    ResponsePlan* out) {
+  const Validators validators{out->etag, selected.mtime_sec};
+  switch (EvaluatePreconditions(req, validators)) {
+    case Precondition::kProceed:
+      break;
+    case Precondition::kNotModified:
+      out->status = 304;
+      out->send_body = false;
+      out->file_path = {};
+      out->content_length = 0;
+      out->reason = "not modified";
+      return PlanStep{};
+    case Precondition::kFailed:
+      return ErrorAfterSelect(412, "precondition failed", req, config, source, out);
+  }
+
+  out->status = 200;
+  out->reason = "ok";
+  // RFC 9110 section 14.2: Range applies to GET only.
+  if (req.method != Method::kGet || req.range.empty() || !IfRangeAllows(req.if_range, validators))
+    return PlanStep{};
+  switch (ParseRange(req.range, selected.size, config.max_ranges, &out->ranges)) {
+    case RangeOutcome::kIgnore:
+      out->ranges.count = 0;
+      break;
+    case RangeOutcome::kUnsatisfiable:
+      out->unsatisfied_length = selected.size;
+      return ErrorAfterSelect(416, "range not satisfiable", req, config, source, out);
+    case RangeOutcome::kSatisfiable:
+      out->status = 206;
+      out->reason = "partial";
+      if (out->ranges.count == 1) {
+        out->content_length = out->ranges.ranges[0].Length();
+      } else {
+        out->multipart = true;
+        out->multipart_boundary = config.multipart_boundary;
+        out->content_length = MultipartLayout(out->ranges, out->content_type, selected.size,
+                                              config.multipart_boundary)
+                                  .ContentLength();
+      }
+      break;
+  }
+  return PlanStep{};
 }
 
 }  // namespace
@@ -178,226 +417,23 @@ void PlanError(int status, const Request& req, ResponsePlan* out) {
 
 PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaSource& source,
                       PlanScratch& scratch, ResponsePlan* out) {
-  out->status = 500;
-  out->keep_alive = req.keep_alive;
-  out->http10 = req.version_minor == 0;
-  out->send_body = true;
-  out->discard_body = 0;
-  out->file_path = {};
-  out->inline_body = {};
-  out->content_encoding = {};
-  out->vary_accept_encoding = false;
-  out->etag = {};
-  out->last_modified = {};
-  out->allow_header = false;
-  out->location = {};
-  out->cache_control = {};
-  out->added_headers = {};
-  out->ranges.count = 0;
-  out->multipart = false;
-  out->unsatisfied_length = 0;
-
-  // A body we will not read is never parsed as the next request: a small one is skipped, a
-  // chunked one ends the connection after this response, a large one is refused.
-  if (req.body == BodyFraming::kChunked) {
-    out->keep_alive = false;
-  } else if (req.content_length > config.max_discarded_body) {
-    out->keep_alive = false;
-    return Error(413, "request body too large", req, config, source, out);
-  } else {
-    out->discard_body = req.content_length;
+  StartPlan(req, out);
+  if (std::optional<PlanStep> done = PlanBodyAndMethod(req, config, source, out)) return *done;
+  std::string_view path;
+  FileMeta meta;
+  if (std::optional<PlanStep> done = ResolveFile(req, config, source, scratch, out, &path, &meta)) {
+    return *done;
   }
-
-  switch (req.method) {
-    case Method::kGet:
-    case Method::kHead:
-      break;
-    case Method::kOptions:  // RFC 9110 section 9.3.7
-      out->status = 200;
-      out->allow_header = true;
-      out->content_length = 0;
-      out->send_body = false;
-      out->reason = "options";
-      if (config.origin != nullptr) out->added_headers = config.origin->added();
-      return PlanStep{};
-    case Method::kUnknown:
-      return Error(501, "unknown method", req, config, source, out);
-    default:
-      out->allow_header = true;
-      return Error(405, "method not allowed", req, config, source, out);
-  }
-
-  const TargetResult target =
-      NormalizeTarget(req.target, config.target, scratch.target, sizeof scratch.target);
-  if (target.status != 0) return Error(target.status, target.reason, req, config, source, out);
-  if (target.is_asterisk)
-    return Error(400, "asterisk-form outside OPTIONS", req, config, source, out);
-
-  // Resolve the path: "dir" -> 301 to "dir/", "dir/" -> "dir/index.html".
-  std::string_view rel = target.Relative();
-  if (!rel.empty() && rel.back() == '/') rel.remove_suffix(1);
-  std::string_view path = rel.empty() ? std::string_view(".") : rel;
-  auto meta = source.Lookup(path);
-  if (!meta) {
-    // Most paths name a file: its siblings are looked up beside it. (Not a target that ends in
-    // a slash, or the root: those are directories, or errors.)
-    if (target.HasTrailingSlash() || rel.empty()) return NeedLookup(path);
-    return NeedLookupOfFile(path, config, scratch);
-  }
-  if (meta->kind == FileMeta::Kind::kUnavailable)
-    return Error(503, "file lookup failed for now", req, config, source, out);
-  if (meta->kind == FileMeta::Kind::kDirectory) {
-    if (!target.HasTrailingSlash()) {
-      size_t n = EncodePath(target.path, scratch.location, sizeof scratch.location - 2);
-      if (n == 0) return Error(414, "redirect target too long", req, config, source, out);
-      scratch.location[n++] = '/';
-      if (!target.query.empty()) {
-        const std::string_view loc(scratch.location, n);
-        std::string_view with_query =
-            Join(scratch.location + n, sizeof scratch.location - n, "?", target.query);
-        if (with_query.empty())
-          return Error(414, "redirect target too long", req, config, source, out);
-        n = loc.size() + with_query.size();
-      }
-      out->location = std::string_view(scratch.location, n);
-      return Page(301, "directory without trailing slash", req, out);
-    }
-    path = rel.empty() ? Join(scratch.file, sizeof scratch.file, config.index_file, "")
-                       : Join(scratch.file, sizeof scratch.file, rel, "/", config.index_file);
-    if (path.empty()) return Error(414, "path too long", req, config, source, out);
-    meta = source.Lookup(path);
-    if (!meta) return NeedLookupOfFile(path, config, scratch);
-    if (meta->kind == FileMeta::Kind::kMissing) {
-      return Error(403, "directory without an index", req, config, source,
-                   out);  // as nginx without autoindex
-    }
-  } else {
-    if (target.HasTrailingSlash() && meta->kind == FileMeta::Kind::kRegular) {
-      return Error(404, "trailing slash on a file", req, config, source, out);
-    }
-    path = Join(scratch.file, sizeof scratch.file, path, "");
-  }
-  switch (meta->kind) {
-    case FileMeta::Kind::kRegular:
-      break;
-    case FileMeta::Kind::kForbidden:
-      return Error(403, "permission denied", req, config, source, out);
-    case FileMeta::Kind::kUnavailable:
-      return Error(503, "file lookup failed for now", req, config, source, out);
-    case FileMeta::Kind::kDirectory:  // "dir/index.html" is itself a directory
-    case FileMeta::Kind::kMissing:
-    case FileMeta::Kind::kOther:
-      return Error(404, "no such file", req, config, source, out);
-  }
-
   out->content_type = config.mime != nullptr ? config.mime->ForPath(path)
                                              : std::string_view("application/octet-stream");
-
-  // Precompressed siblings: file.br and file.gz, when not older than the file. Any such sibling
-  // makes the response depend on Accept-Encoding, whether or not this client takes it.
-  FileMeta selected = *meta;
+  FileMeta selected = meta;
   std::string_view selected_path = path;
-  if (AsksForSiblings(config, path)) {
-    const AcceptedCodings accepted = ParseAcceptEncoding(req.accept_encoding);
-    int best_q = 0;
-    struct Candidate {
-      std::string_view suffix, coding;
-      int q;
-    } candidates[] = {{kSiblingSuffixes[0], "br", accepted.br},
-                      {kSiblingSuffixes[1], "gzip", accepted.gzip}};
-    for (size_t i = 0; i < 2; ++i) {
-      const Candidate& c = candidates[i];
-      const std::string_view sibling_path =
-          Join(scratch.sibling, sizeof scratch.sibling, path, c.suffix);
-      if (sibling_path.empty()) break;
-      const auto sibling = source.Lookup(sibling_path);
-      if (!sibling) {
-        PlanStep step = NeedLookup(sibling_path);
-        PrefetchSiblings(path, i + 1, scratch, &step);  // those asked for after it
-        return step;
-      }
-      if (sibling->kind != FileMeta::Kind::kRegular || sibling->mtime_sec < meta->mtime_sec)
-        continue;
-      out->vary_accept_encoding = true;
-      if (c.q > best_q) {  // br first, so a tie keeps br
-        best_q = c.q;
-        selected = *sibling;
-        out->content_encoding = c.coding;
-      }
-    }
-    if (!out->content_encoding.empty()) {
-      const std::string_view suffix = out->content_encoding == "br" ? ".br" : ".gz";
-      // scratch.sibling may hold the other candidate now; rebuild the winner in place.
-      selected_path = Join(scratch.sibling, sizeof scratch.sibling, path, suffix);
-    }
+  if (std::optional<PlanStep> done = SelectEncoding(req, config, source, scratch, path, meta, out,
+                                                    &selected, &selected_path)) {
+    return *done;
   }
-
-  out->file = selected;  // from here on, errors go through PageAfterSelect
-  out->file_path = selected_path;
-  if (scratch.etag_len == 0 || scratch.etag_mtime_sec != selected.mtime_sec ||
-      scratch.etag_size != selected.size) {
-    scratch.etag_len = FormatETag(selected.mtime_sec, selected.size, scratch.etag);
-    scratch.etag_mtime_sec = selected.mtime_sec;
-    scratch.etag_size = selected.size;
-  }
-  out->etag = std::string_view(scratch.etag, scratch.etag_len);
-  if (!scratch.has_last_modified || scratch.last_modified_sec != selected.mtime_sec) {
-    FormatHttpDate(selected.mtime_sec, scratch.last_modified);
-    scratch.last_modified_sec = selected.mtime_sec;
-    scratch.has_last_modified = true;
-  }
-  out->last_modified = std::string_view(scratch.last_modified, kHttpDateLen);
-  out->content_length = selected.size;
-  // Chosen by the path asked for (app.js), not the encoding served (app.js.gz); written out at
-  // start-up, and kept for 304 (RFC 9110 section 15.4.5) as for 200 and 206.
-  if (config.origin != nullptr) {
-    out->cache_control = config.origin->CacheControlFor(path);
-    out->added_headers = config.origin->added();
-  }
-  out->send_body = req.method != Method::kHead;
-  const Validators validators{out->etag, selected.mtime_sec};
-
-  switch (EvaluatePreconditions(req, validators)) {
-    case Precondition::kProceed:
-      break;
-    case Precondition::kNotModified:
-      out->status = 304;
-      out->send_body = false;
-      out->file_path = {};
-      out->content_length = 0;
-      out->reason = "not modified";
-      return PlanStep{};
-    case Precondition::kFailed:
-      return ErrorAfterSelect(412, "precondition failed", req, config, source, out);
-  }
-
-  out->status = 200;
-  out->reason = "ok";
-  // RFC 9110 section 14.2: Range applies to GET only.
-  if (req.method == Method::kGet && !req.range.empty() && IfRangeAllows(req.if_range, validators)) {
-    switch (ParseRange(req.range, selected.size, config.max_ranges, &out->ranges)) {
-      case RangeOutcome::kIgnore:
-        out->ranges.count = 0;
-        break;
-      case RangeOutcome::kUnsatisfiable:
-        out->unsatisfied_length = selected.size;
-        return ErrorAfterSelect(416, "range not satisfiable", req, config, source, out);
-      case RangeOutcome::kSatisfiable:
-        out->status = 206;
-        out->reason = "partial";
-        if (out->ranges.count == 1) {
-          out->content_length = out->ranges.ranges[0].Length();
-        } else {
-          out->multipart = true;
-          out->multipart_boundary = config.multipart_boundary;
-          out->content_length = MultipartLayout(out->ranges, out->content_type, selected.size,
-                                                config.multipart_boundary)
-                                    .ContentLength();
-        }
-        break;
-    }
-  }
-  return PlanStep{};
+  SetFileHeaders(req, config, scratch, path, selected, selected_path, out);
+  return PlanPreconditionsAndRanges(req, config, source, selected, out);
 }
 
 size_t WriteResponseHead(const ResponsePlan& plan, std::string_view date,

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "gtest/gtest.h"
+#include "server/http/decimal.h"
 
 namespace ringd {
 namespace {
@@ -22,7 +23,9 @@ ListenAddress Loopback(uint16_t port) {
 }
 
 uint16_t PortOf(const std::string& address) {
-  return static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
+  uint64_t port = 0;
+  EXPECT_TRUE(http::ParseDecimal(address.substr(address.rfind(':') + 1), 65535, &port)) << address;
+  return static_cast<uint16_t>(port);
 }
 
 std::string Exchange(uint16_t port, const std::string& request) {

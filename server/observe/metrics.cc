@@ -1,7 +1,8 @@
 #include "server/observe/metrics.h"
 
+#include <array>
 #include <cstdio>
-#include <functional>
+#include <utility>
 
 namespace ringd {
 namespace {
@@ -61,65 +62,63 @@ class Writer {
 
 std::string ShardLabel(int shard) { return "shard=\"" + std::to_string(shard) + "\""; }
 
-// A counter or gauge with one sample per shard that answered.
-void PerShard(Writer& w, const std::vector<ShardView>& shards, const char* name, const char* type,
-              const char* help, const std::function<uint64_t(const ShardSnapshot&)>& get) {
-  w.Family(name, type, help);
+using Shards = std::vector<ShardView>;
+
+// One family of /metrics: its name, type and help, and where its samples come from. A family
+// with `per_shard` has one sample per shard that answered; one with `samples` writes its own
+// (process-wide values, labelled kinds, the histogram).
+struct Metric {
+  const char* name;
+  const char* type;
+  const char* help;
+  uint64_t (*per_shard)(const ShardSnapshot&) = nullptr;
+  void (*samples)(Writer&, const char* name, const Shards&, const ProcessInfo&) = nullptr;
+};
+
+// For each shard that answered, one sample per (kind, value) that `kinds` gives.
+template <size_t N>
+void KindSamples(Writer& w, const char* name, const Shards& shards,
+                 std::array<std::pair<const char*, uint64_t>, N> (*kinds)(const ShardStats&)) {
   for (const ShardView& v : shards) {
-    if (v.up) w.Sample(name, ShardLabel(v.shard), get(*v.snapshot));
+    if (!v.up) continue;
+    for (const auto& [kind, n] : kinds(v.snapshot->stats)) {
+      w.Sample(name, ShardLabel(v.shard) + ",kind=\"" + kind + "\"", n);
+    }
   }
 }
 
-}  // namespace
-
-std::string FormatPrometheus(const std::vector<ShardView>& shards, const ProcessInfo& p) {
-  std::string out;
-  out.reserve(16384);
-  Writer w(&out);
-
-  w.Family("ringd_info", "gauge",
-           "Always 1: the version and the io backend serving (io_reason: why)");
-  w.Sample("ringd_info",
+void InfoSamples(Writer& w, const char* name, const Shards&, const ProcessInfo& p) {
+  w.Sample(name,
            "version=\"" + Escape(p.version) + "\",backend=\"" + Escape(p.backend) +
                "\",io_reason=\"" + Escape(p.io_reason) + "\"",
            1);
-  w.Family("ringd_build_info", "gauge",
-           "Always 1: the package version and the commit ringd was built from");
-  w.Sample("ringd_build_info",
-           "version=\"" + Escape(p.version) + "\",commit=\"" + Escape(p.commit) + "\"", 1);
-  w.Family("ringd_start_time_seconds", "gauge", "When the process started, in Unix time");
-  w.Sample("ringd_start_time_seconds", "", static_cast<uint64_t>(p.start_time_sec));
-  w.Family("ringd_draining", "gauge", "1 from the moment a graceful stop begins (readyz is 503)");
-  w.Sample("ringd_draining", "", p.draining ? 1 : 0);
-  w.Family("ringd_shard_up", "gauge",
-           "1 if the shard answered this scrape within a second; 0 (stuck, or its drain is "
-           "over) leaves its series out");
-  for (const ShardView& v : shards) w.Sample("ringd_shard_up", ShardLabel(v.shard), v.up ? 1 : 0);
+}
 
-  // Requests.
-  w.Family("ringd_requests_total", "counter",
-           "Responses finished or abandoned, by status class and where the body came from "
-           "(none, cached: the small-file cache, file: sendfile or splice, inline: error pages)");
+void BuildInfoSamples(Writer& w, const char* name, const Shards&, const ProcessInfo& p) {
+  w.Sample(name, "version=\"" + Escape(p.version) + "\",commit=\"" + Escape(p.commit) + "\"", 1);
+}
+
+void ShardUpSamples(Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
+  for (const ShardView& v : shards) w.Sample(name, ShardLabel(v.shard), v.up ? 1 : 0);
+}
+
+void RequestSamples(Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
   for (const ShardView& v : shards) {
     if (!v.up) continue;
     for (int c = 0; c < kStatusClasses; ++c) {
       for (int b = 0; b < kBodyPaths; ++b) {
-        w.Sample("ringd_requests_total",
+        w.Sample(name,
                  ShardLabel(v.shard) + ",code=\"" + kStatusClassNames[c] + "\",body=\"" +
                      kBodyPathNames[b] + "\"",
                  v.snapshot->requests.responses[c][b]);
       }
     }
   }
-  PerShard(w, shards, "ringd_response_bytes_total", "counter",
-           "Response bytes (head and body) handed to the kernel",
-           [](const ShardSnapshot& s) { return s.requests.response_bytes; });
+}
 
-  // The histogram is summed over shards: that is what is graphed (per-shard latency is in
-  // /debug/shards).
-  w.Family("ringd_request_duration_seconds", "histogram",
-           "From the parsed request head to the response's last byte handed to the kernel (or "
-           "the connection's end)");
+// The histogram is summed over shards: that is what is graphed (per-shard latency is in
+// /debug/shards). No samples when no shard answered.
+void DurationSamples(Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
   uint64_t buckets[kDurationBuckets] = {};
   uint64_t sum_us = 0;
   bool any = false;
@@ -130,158 +129,194 @@ std::string FormatPrometheus(const std::vector<ShardView>& shards, const Process
       buckets[b] += v.snapshot->requests.duration_buckets[b];
     sum_us += v.snapshot->requests.duration_sum_us;
   }
-  if (any) {
-    uint64_t cumulative = 0;
-    for (int b = 0; b < kDurationBuckets; ++b) {
-      cumulative += buckets[b];
-      char le[32];
-      if (b < kDurationBuckets - 1) {
-        std::snprintf(le, sizeof le, "%g", static_cast<double>(kDurationBoundsUs[b]) / 1e6);
-      } else {
-        std::snprintf(le, sizeof le, "+Inf");
+  if (!any) return;
+  const std::string base = name;
+  uint64_t cumulative = 0;
+  for (int b = 0; b < kDurationBuckets; ++b) {
+    cumulative += buckets[b];
+    char le[32];
+    if (b < kDurationBuckets - 1) {
+      std::snprintf(le, sizeof le, "%g", static_cast<double>(kDurationBoundsUs[b]) / 1e6);
+    } else {
+      std::snprintf(le, sizeof le, "+Inf");
+    }
+    w.Sample((base + "_bucket").c_str(), std::string("le=\"") + le + "\"", cumulative);
+  }
+  w.SampleF((base + "_sum").c_str(), "", static_cast<double>(sum_us) / 1e6);
+  w.Sample((base + "_count").c_str(), "", cumulative);
+}
+
+// Every family of /metrics, in the order they are written.
+#define RINGD_SHARD(expr) [](const ShardSnapshot& s) -> uint64_t { return expr; }
+#define RINGD_PROCESS(expr) \
+  [](Writer& w, const char* name, const Shards&, const ProcessInfo& p) { w.Sample(name, "", expr); }
+const Metric kMetrics[] = {
+    {"ringd_info", "gauge", "Always 1: the version and the io backend serving (io_reason: why)",
+     nullptr, InfoSamples},
+    {"ringd_build_info", "gauge",
+     "Always 1: the package version and the commit ringd was built from", nullptr,
+     BuildInfoSamples},
+    {"ringd_start_time_seconds", "gauge", "When the process started, in Unix time", nullptr,
+     RINGD_PROCESS(static_cast<uint64_t>(p.start_time_sec))},
+    {"ringd_draining", "gauge", "1 from the moment a graceful stop begins (readyz is 503)", nullptr,
+     RINGD_PROCESS(p.draining ? 1 : 0)},
+    {"ringd_shard_up", "gauge",
+     "1 if the shard answered this scrape within a second; 0 (stuck, or its drain is over) "
+     "leaves its series out",
+     nullptr, ShardUpSamples},
+
+    // Requests.
+    {"ringd_requests_total", "counter",
+     "Responses finished or abandoned, by status class and where the body came from (none, "
+     "cached: the small-file cache, file: sendfile or splice, inline: error pages)",
+     nullptr, RequestSamples},
+    {"ringd_response_bytes_total", "counter", "Response bytes (head and body) handed to the kernel",
+     RINGD_SHARD(s.requests.response_bytes)},
+    {"ringd_request_duration_seconds", "histogram",
+     "From the parsed request head to the response's last byte handed to the kernel (or the "
+     "connection's end)",
+     nullptr, DurationSamples},
+
+    // Connections.
+    {"ringd_connections_open", "gauge", "Connections open now",
+     RINGD_SHARD(s.stats.accepted - s.stats.closed)},
+    {"ringd_connections_idle", "gauge", "Keep-alive connections waiting for their next request",
+     RINGD_SHARD(s.idle_connections)},
+    {"ringd_connections_accepted_total", "counter", "Connections accepted",
+     RINGD_SHARD(s.stats.accepted)},
+    {"ringd_connections_closed_total", "counter", "Connections closed",
+     RINGD_SHARD(s.stats.closed)},
+    {"ringd_connections_refused_total", "counter",
+     "Connections closed on accept: no connection slot left, or draining",
+     RINGD_SHARD(s.stats.overloaded)},
+    {"ringd_connections_idle_reclaimed_total", "counter",
+     "Idle keep-alive connections closed to make room for newcomers at --max-connections",
+     RINGD_SHARD(s.stats.idle_reclaimed)},
+    {"ringd_accept_paused_total", "counter",
+     "Times accepting paused at the connection limit with no idle connection to reclaim",
+     RINGD_SHARD(s.stats.accept_paused)},
+    {"ringd_timeouts_total", "counter",
+     "Connections ended by a timeout, by kind (header: --header-timeout-ms, idle: "
+     "--keepalive-timeout-ms, send: --send-timeout-ms, discard: --discard-body-timeout-ms)",
+     nullptr,
+     [](Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
+       KindSamples<4>(w, name, shards, [](const ShardStats& s) {
+         return std::array<std::pair<const char*, uint64_t>, 4>{{{"header", s.header_timeouts},
+                                                                 {"idle", s.idle_timeouts},
+                                                                 {"send", s.send_timeouts},
+                                                                 {"discard", s.discard_timeouts}}};
+       });
+     }},
+    {"ringd_connection_errors_total", "counter",
+     "Connections ended by an error, by kind (recv, send: a socket error such as a reset; "
+     "truncated: a file shrank while being sent)",
+     nullptr,
+     [](Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
+       KindSamples<3>(w, name, shards, [](const ShardStats& s) {
+         return std::array<std::pair<const char*, uint64_t>, 3>{
+             {{"recv", s.recv_errors}, {"send", s.send_errors}, {"truncated", s.truncated}}};
+       });
+     }},
+    {"ringd_lookup_refused_total", "counter",
+     "Requests answered 503 because the open-file cache was full or the request needed too many "
+     "lookups",
+     RINGD_SHARD(s.stats.lookup_refused)},
+    {"ringd_sends_queued_total", "counter",
+     "File body chunks that waited for a send slot (--send-order=srpt)",
+     RINGD_SHARD(s.stats.sends_queued)},
+    {"ringd_sends_aged_total", "counter",
+     "Queued body chunks started over the slot budget after --send-max-wait-ms",
+     RINGD_SHARD(s.stats.sends_aged)},
+
+    // File cache.
+    {"ringd_file_cache_hits_total", "counter", "Metadata lookups answered from the open-file cache",
+     RINGD_SHARD(s.cache.hits)},
+    {"ringd_file_cache_misses_total", "counter",
+     "Metadata lookups the cache could not answer (not cached, or due for revalidation)",
+     RINGD_SHARD(s.cache.misses)},
+    {"ringd_file_cache_opens_total", "counter",
+     "Files opened and stat-ed by the cache (misses and revalidations)",
+     RINGD_SHARD(s.cache.opens)},
+    {"ringd_file_cache_evictions_total", "counter",
+     "Entries evicted to make room (least recently used first)", RINGD_SHARD(s.cache.evictions)},
+    {"ringd_file_cache_content_reads_total", "counter", "Small files read into the content cache",
+     RINGD_SHARD(s.cache.content_reads)},
+    {"ringd_file_cache_content_dropped_total", "counter",
+     "Small-file contents given back to make room for newer ones (their entries stay and serve "
+     "from the file)",
+     RINGD_SHARD(s.cache.content_dropped)},
+    {"ringd_file_cache_entries", "gauge", "Entries in the open-file cache",
+     RINGD_SHARD(s.cache.entries)},
+    {"ringd_file_cache_missing_paths", "gauge",
+     "Paths known missing (absent .br and .gz siblings, 404s), kept beside the entries",
+     RINGD_SHARD(s.cache.missing_known)},
+    {"ringd_file_cache_content_bytes", "gauge",
+     "Memory holding small-file contents (buffers in use times their size)",
+     RINGD_SHARD(s.cache.content_buffers* s.cache_content_buffer_bytes)},
+    {"ringd_file_cache_content_capacity_bytes", "gauge",
+     "--small-file-cache-bytes as carved into buffers",
+     RINGD_SHARD(uint64_t{s.content_buffer_capacity} * s.cache_content_buffer_bytes)},
+
+    // io.
+    {"ringd_recv_buffers_exhausted_total", "counter",
+     "Times the shard's receive buffers ran out (uring ENOBUFS: a receive was delayed)",
+     RINGD_SHARD(s.loop.recv_nobufs)},
+    {"ringd_io_operations_total", "counter",
+     "Operations the shard's loop started (submitted to the ring, or begun on epoll)",
+     RINGD_SHARD(s.loop.submitted)},
+    {"ringd_io_completions_total", "counter", "Completion callbacks run",
+     RINGD_SHARD(s.loop.completed)},
+    {"ringd_body_sendfile_bytes_total", "counter",
+     "File body bytes sent with sendfile(2): pages already in the page cache (uring, epoll)",
+     RINGD_SHARD(s.loop.sendfile_bytes)},
+    {"ringd_body_splice_bytes_total", "counter",
+     "File body bytes spliced file -> pipe -> socket through the ring (bypass, uring)",
+     RINGD_SHARD(s.loop.splice_bytes)},
+    {"ringd_body_read_send_bytes_total", "counter",
+     "File body bytes read into registered body buffers and sent from there (bypass)",
+     RINGD_SHARD(s.loop.read_send_bytes)},
+    {"ringd_send_zc_total", "counter", "Zero-copy sends issued (--send-zc, uring tiers)",
+     RINGD_SHARD(s.loop.send_zc)},
+    {"ringd_send_zc_fixed_total", "counter",
+     "Zero-copy sends from registered buffers (the small-file cache), of ringd_send_zc_total",
+     RINGD_SHARD(s.loop.send_zc_fixed)},
+    {"ringd_recv_held_total", "counter",
+     "Receives copied aside because their connection had paused reading (uring)",
+     RINGD_SHARD(s.loop.recv_held)},
+    {"ringd_splice_pipes_in_use", "gauge", "Splice pipes lent to transfers now (uring)",
+     RINGD_SHARD(s.loop.pipes_in_use)},
+
+    // Access log.
+    {"ringd_access_log_enabled", "gauge", "1 if --access-log names a file", nullptr,
+     RINGD_PROCESS(p.access_log ? 1 : 0)},
+    {"ringd_access_log_lines_total", "counter", "Access log lines the shard queued for the writer",
+     RINGD_SHARD(s.log_lines)},
+    {"ringd_access_log_dropped_lines_total", "counter",
+     "Access log lines dropped because the shard's backlog was full (the disk did not keep up)",
+     RINGD_SHARD(s.log_dropped)},
+    {"ringd_access_log_lost_lines_total", "counter",
+     "Access log lines lost to failed writes (a full disk, an I/O error)", nullptr,
+     RINGD_PROCESS(p.access_log_lost_lines)},
+};
+#undef RINGD_SHARD
+#undef RINGD_PROCESS
+
+}  // namespace
+
+std::string FormatPrometheus(const std::vector<ShardView>& shards, const ProcessInfo& p) {
+  std::string out;
+  out.reserve(16384);
+  Writer w(&out);
+  for (const Metric& m : kMetrics) {
+    w.Family(m.name, m.type, m.help);
+    if (m.per_shard != nullptr) {
+      for (const ShardView& v : shards) {
+        if (v.up) w.Sample(m.name, ShardLabel(v.shard), m.per_shard(*v.snapshot));
       }
-      w.Sample("ringd_request_duration_seconds_bucket", std::string("le=\"") + le + "\"",
-               cumulative);
-    }
-    w.SampleF("ringd_request_duration_seconds_sum", "", static_cast<double>(sum_us) / 1e6);
-    w.Sample("ringd_request_duration_seconds_count", "", cumulative);
-  }
-
-  // Connections.
-  PerShard(w, shards, "ringd_connections_open", "gauge", "Connections open now",
-           [](const ShardSnapshot& s) { return uint64_t{s.stats.accepted - s.stats.closed}; });
-  PerShard(w, shards, "ringd_connections_idle", "gauge",
-           "Keep-alive connections waiting for their next request",
-           [](const ShardSnapshot& s) { return uint64_t{s.idle_connections}; });
-  PerShard(w, shards, "ringd_connections_accepted_total", "counter", "Connections accepted",
-           [](const ShardSnapshot& s) { return s.stats.accepted; });
-  PerShard(w, shards, "ringd_connections_closed_total", "counter", "Connections closed",
-           [](const ShardSnapshot& s) { return s.stats.closed; });
-  PerShard(w, shards, "ringd_connections_refused_total", "counter",
-           "Connections closed on accept: no connection slot left, or draining",
-           [](const ShardSnapshot& s) { return s.stats.overloaded; });
-  PerShard(w, shards, "ringd_connections_idle_reclaimed_total", "counter",
-           "Idle keep-alive connections closed to make room for newcomers at --max-connections",
-           [](const ShardSnapshot& s) { return s.stats.idle_reclaimed; });
-  PerShard(w, shards, "ringd_accept_paused_total", "counter",
-           "Times accepting paused at the connection limit with no idle connection to reclaim",
-           [](const ShardSnapshot& s) { return s.stats.accept_paused; });
-  w.Family("ringd_timeouts_total", "counter",
-           "Connections ended by a timeout, by kind (header: --header-timeout-ms, idle: "
-           "--keepalive-timeout-ms, send: --send-timeout-ms, discard: --discard-body-timeout-ms)");
-  for (const ShardView& v : shards) {
-    if (!v.up) continue;
-    const ShardStats& s = v.snapshot->stats;
-    const std::pair<const char*, uint64_t> kinds[] = {{"header", s.header_timeouts},
-                                                      {"idle", s.idle_timeouts},
-                                                      {"send", s.send_timeouts},
-                                                      {"discard", s.discard_timeouts}};
-    for (const auto& [kind, n] : kinds) {
-      w.Sample("ringd_timeouts_total", ShardLabel(v.shard) + ",kind=\"" + kind + "\"", n);
+    } else {
+      m.samples(w, m.name, shards, p);
     }
   }
-  w.Family("ringd_connection_errors_total", "counter",
-           "Connections ended by an error, by kind (recv, send: a socket error such as a reset; "
-           "truncated: a file shrank while being sent)");
-  for (const ShardView& v : shards) {
-    if (!v.up) continue;
-    const ShardStats& s = v.snapshot->stats;
-    const std::pair<const char*, uint64_t> kinds[] = {
-        {"recv", s.recv_errors}, {"send", s.send_errors}, {"truncated", s.truncated}};
-    for (const auto& [kind, n] : kinds) {
-      w.Sample("ringd_connection_errors_total", ShardLabel(v.shard) + ",kind=\"" + kind + "\"", n);
-    }
-  }
-  PerShard(w, shards, "ringd_lookup_refused_total", "counter",
-           "Requests answered 503 because the open-file cache was full or the request needed too "
-           "many lookups",
-           [](const ShardSnapshot& s) { return s.stats.lookup_refused; });
-  PerShard(w, shards, "ringd_sends_queued_total", "counter",
-           "File body chunks that waited for a send slot (--send-order=srpt)",
-           [](const ShardSnapshot& s) { return s.stats.sends_queued; });
-  PerShard(w, shards, "ringd_sends_aged_total", "counter",
-           "Queued body chunks started over the slot budget after --send-max-wait-ms",
-           [](const ShardSnapshot& s) { return s.stats.sends_aged; });
-
-  // File cache.
-  PerShard(w, shards, "ringd_file_cache_hits_total", "counter",
-           "Metadata lookups answered from the open-file cache",
-           [](const ShardSnapshot& s) { return s.cache.hits; });
-  PerShard(w, shards, "ringd_file_cache_misses_total", "counter",
-           "Metadata lookups the cache could not answer (not cached, or due for revalidation)",
-           [](const ShardSnapshot& s) { return s.cache.misses; });
-  PerShard(w, shards, "ringd_file_cache_opens_total", "counter",
-           "Files opened and stat-ed by the cache (misses and revalidations)",
-           [](const ShardSnapshot& s) { return s.cache.opens; });
-  PerShard(w, shards, "ringd_file_cache_evictions_total", "counter",
-           "Entries evicted to make room (least recently used first)",
-           [](const ShardSnapshot& s) { return s.cache.evictions; });
-  PerShard(w, shards, "ringd_file_cache_content_reads_total", "counter",
-           "Small files read into the content cache",
-           [](const ShardSnapshot& s) { return s.cache.content_reads; });
-  PerShard(w, shards, "ringd_file_cache_content_dropped_total", "counter",
-           "Small-file contents given back to make room for newer ones (their entries stay and "
-           "serve from the file)",
-           [](const ShardSnapshot& s) { return s.cache.content_dropped; });
-  PerShard(w, shards, "ringd_file_cache_entries", "gauge", "Entries in the open-file cache",
-           [](const ShardSnapshot& s) { return s.cache.entries; });
-  PerShard(w, shards, "ringd_file_cache_missing_paths", "gauge",
-           "Paths known missing (absent .br and .gz siblings, 404s), kept beside the entries",
-           [](const ShardSnapshot& s) { return s.cache.missing_known; });
-  PerShard(w, shards, "ringd_file_cache_content_bytes", "gauge",
-           "Memory holding small-file contents (buffers in use times their size)",
-           [](const ShardSnapshot& s) {
-             return s.cache.content_buffers * s.cache_content_buffer_bytes;
-           });
-  PerShard(w, shards, "ringd_file_cache_content_capacity_bytes", "gauge",
-           "--small-file-cache-bytes as carved into buffers", [](const ShardSnapshot& s) {
-             return uint64_t{s.content_buffer_capacity} * s.cache_content_buffer_bytes;
-           });
-
-  // io.
-  PerShard(w, shards, "ringd_recv_buffers_exhausted_total", "counter",
-           "Times the shard's receive buffers ran out (uring ENOBUFS: a receive was delayed)",
-           [](const ShardSnapshot& s) { return s.loop.recv_nobufs; });
-  PerShard(w, shards, "ringd_io_operations_total", "counter",
-           "Operations the shard's loop started (submitted to the ring, or begun on epoll)",
-           [](const ShardSnapshot& s) { return s.loop.submitted; });
-  PerShard(w, shards, "ringd_io_completions_total", "counter", "Completion callbacks run",
-           [](const ShardSnapshot& s) { return s.loop.completed; });
-  PerShard(w, shards, "ringd_body_sendfile_bytes_total", "counter",
-           "File body bytes sent with sendfile(2): pages already in the page cache (uring, epoll)",
-           [](const ShardSnapshot& s) { return s.loop.sendfile_bytes; });
-  PerShard(w, shards, "ringd_body_splice_bytes_total", "counter",
-           "File body bytes spliced file -> pipe -> socket through the ring (bypass, uring)",
-           [](const ShardSnapshot& s) { return s.loop.splice_bytes; });
-  PerShard(w, shards, "ringd_body_read_send_bytes_total", "counter",
-           "File body bytes read into registered body buffers and sent from there (bypass)",
-           [](const ShardSnapshot& s) { return s.loop.read_send_bytes; });
-  PerShard(w, shards, "ringd_send_zc_total", "counter",
-           "Zero-copy sends issued (--send-zc, uring tiers)",
-           [](const ShardSnapshot& s) { return s.loop.send_zc; });
-  PerShard(w, shards, "ringd_send_zc_fixed_total", "counter",
-           "Zero-copy sends from registered buffers (the small-file cache), of ringd_send_zc_total",
-           [](const ShardSnapshot& s) { return s.loop.send_zc_fixed; });
-  PerShard(w, shards, "ringd_recv_held_total", "counter",
-           "Receives copied aside because their connection had paused reading (uring)",
-           [](const ShardSnapshot& s) { return s.loop.recv_held; });
-  PerShard(w, shards, "ringd_splice_pipes_in_use", "gauge",
-           "Splice pipes lent to transfers now (uring)",
-           [](const ShardSnapshot& s) { return s.loop.pipes_in_use; });
-
-  // Access log.
-  w.Family("ringd_access_log_enabled", "gauge", "1 if --access-log names a file");
-  w.Sample("ringd_access_log_enabled", "", p.access_log ? 1 : 0);
-  PerShard(w, shards, "ringd_access_log_lines_total", "counter",
-           "Access log lines the shard queued for the writer",
-           [](const ShardSnapshot& s) { return s.log_lines; });
-  PerShard(w, shards, "ringd_access_log_dropped_lines_total", "counter",
-           "Access log lines dropped because the shard's backlog was full (the disk did not keep "
-           "up)",
-           [](const ShardSnapshot& s) { return s.log_dropped; });
-  w.Family("ringd_access_log_lost_lines_total", "counter",
-           "Access log lines lost to failed writes (a full disk, an I/O error)");
-  w.Sample("ringd_access_log_lost_lines_total", "", p.access_log_lost_lines);
   return out;
 }
 

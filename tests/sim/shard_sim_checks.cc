@@ -8,6 +8,7 @@
 #include <string>
 
 #include "server/http/conditional.h"
+#include "server/http/decimal.h"
 #include "server/http/range.h"
 #include "server/http/response_plan.h"
 #include "tests/sim/shard_sim_internal.h"
@@ -34,7 +35,12 @@ int ParseResponse(const std::string& in, bool head_request, Resp* r, size_t* con
     *why = "bad status line: " + in.substr(0, std::min<size_t>(end, 60));
     return -1;
   }
-  r->status = std::atoi(in.substr(9, 3).c_str());
+  uint64_t status;
+  if (!http::ParseDecimal(std::string_view(in).substr(9, 3), &status)) {
+    *why = "bad status line: " + in.substr(0, std::min<size_t>(end, 60));
+    return -1;
+  }
+  r->status = static_cast<int>(status);
   size_t pos = in.find("\r\n") + 2;
   while (pos < end + 2) {
     const size_t eol = in.find("\r\n", pos);
@@ -59,7 +65,10 @@ int ParseResponse(const std::string& in, bool head_request, Resp* r, size_t* con
   uint64_t length = 0;
   auto cl = r->headers.find("content-length");
   if (cl != r->headers.end()) {
-    length = std::strtoull(cl->second.c_str(), nullptr, 10);
+    if (!http::ParseDecimal(cl->second, &length)) {
+      *why = "bad Content-Length: " + cl->second;
+      return -1;
+    }
   } else if (r->status != 304) {
     *why = "no Content-Length";
     return -1;

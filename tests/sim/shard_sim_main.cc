@@ -13,23 +13,18 @@
 #include <random>
 #include <string>
 
+#include "absl/flags/flag.h"
+#include "perf/tool_flags.h"
 #include "tests/sim/shard_sim.h"
 
-namespace {
+ABSL_FLAG(uint64_t, seed, 0, "replay this one seed");
+ABSL_FLAG(uint64_t, seeds, 0, "run this many seeds, from --first on");
+ABSL_FLAG(uint64_t, first, 1, "the first of --seeds");
+ABSL_FLAG(double, minutes, 0, "run random seeds for this long");
+ABSL_FLAG(bool, quick, false, "the cc_test's smaller seeds");
+ABSL_FLAG(bool, verbose, false, "trace every seed");
 
-bool Flag(const char* arg, const char* name, std::string* value) {
-  const size_t n = std::strlen(name);
-  if (std::strncmp(arg, name, n) != 0) return false;
-  if (arg[n] == '=') {
-    *value = arg + n + 1;
-    return true;
-  }
-  if (arg[n] == '\0') {
-    *value = "1";
-    return true;
-  }
-  return false;
-}
+namespace {
 
 int Report(uint64_t seed, const ringd::sim::SeedResult& r, const ringd::sim::SimOptions& options) {
   std::printf("seed %llu FAILED: %s\n", static_cast<unsigned long long>(seed), r.failure.c_str());
@@ -42,30 +37,18 @@ int Report(uint64_t seed, const ringd::sim::SeedResult& r, const ringd::sim::Sim
 }  // namespace
 
 int main(int argc, char** argv) {
-  uint64_t seed = 0, seeds = 0, first = 1;
-  double minutes = 0;
-  ringd::sim::SimOptions options;
-  for (int i = 1; i < argc; ++i) {
-    std::string v;
-    if (Flag(argv[i], "--seed", &v)) {
-      seed = std::strtoull(v.c_str(), nullptr, 10);
-    } else if (Flag(argv[i], "--seeds", &v)) {
-      seeds = std::strtoull(v.c_str(), nullptr, 10);
-    } else if (Flag(argv[i], "--first", &v)) {
-      first = std::strtoull(v.c_str(), nullptr, 10);
-    } else if (Flag(argv[i], "--minutes", &v)) {
-      minutes = std::strtod(v.c_str(), nullptr);
-    } else if (Flag(argv[i], "--quick", &v)) {
-      options.quick = true;
-    } else if (Flag(argv[i], "--verbose", &v)) {
-      options.verbose = true;
-    } else {
-      std::fprintf(stderr,
-                   "usage: shard_sim [--seed=N | --seeds=N [--first=K] | --minutes=M] [--quick] "
-                   "[--verbose]\n");
-      return 2;
-    }
+  constexpr char kUsage[] =
+      "usage: shard_sim [--seed=N | --seeds=N [--first=K] | --minutes=M] [--quick] [--verbose]";
+  if (ringd::ParseToolFlags(argc, argv, kUsage).size() > 1) {
+    std::fprintf(stderr, "%s\n", kUsage);
+    return 2;
   }
+  const uint64_t seed = absl::GetFlag(FLAGS_seed), first = absl::GetFlag(FLAGS_first);
+  uint64_t seeds = absl::GetFlag(FLAGS_seeds);
+  const double minutes = absl::GetFlag(FLAGS_minutes);
+  ringd::sim::SimOptions options;
+  options.quick = absl::GetFlag(FLAGS_quick);
+  options.verbose = absl::GetFlag(FLAGS_verbose);
   ringd::sim::InstallCrashReporter();
   if (seed != 0) {
     const ringd::sim::SeedResult r = ringd::sim::RunSeed(seed, options);
