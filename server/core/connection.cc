@@ -242,12 +242,9 @@ void Shard::ProcessDirect(Connection* conn, const char* data, size_t n) {
 // metadata (the caller keeps the request's bytes); false once a response is under way (the
 // caller then drops the head and `conn->discard` body bytes).
 bool Shard::Plan(Connection* conn, const http::Request& req) {
-  if (conn->ex == nullptr && !TakeExchange(conn)) {
-    // Impossible by construction (the pool holds one exchange per connection): a broken
-    // invariant after start-up stops the process loudly rather than serving on.
-    std::fprintf(stderr, "ringd: internal error: exchange pool exhausted\n");
-    std::abort();
-  }
+  // The pool holds one exchange per connection, so this cannot fail; if it does, the process
+  // stops loudly rather than serving on.
+  RINGD_ASSERT_MSG(conn->ex != nullptr || TakeExchange(conn), "exchange pool exhausted");
   Exchange* ex = conn->ex;
   if (ex->lookups == 0) {  // a new request
     ex->plan_since = files_->validations();
@@ -278,10 +275,8 @@ bool Shard::Plan(Connection* conn, const http::Request& req) {
   ex->lookups = 0;
   if (!ex->plan.file_path.empty()) {
     ex->file = source.Pin(ex->plan.file_path);
-    if (ex->file == nullptr) {  // planned from a cached entry that must still be there
-      std::fprintf(stderr, "ringd: internal error: planned file not in the cache\n");
-      std::abort();
-    }
+    // Planned from a cached entry that must still be there.
+    RINGD_ASSERT_MSG(ex->file != nullptr, "planned file not in the cache");
   }
   if (req.body == http::BodyFraming::kChunked || req.content_length > ex->plan.discard_body) {
     conn->more_input_expected = true;  // a body we will not read: linger before closing
