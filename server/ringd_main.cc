@@ -27,6 +27,7 @@
 #include "io/tier.h"
 #include "server/core/config.h"
 #include "server/core/shard.h"
+#include "server/core/version.h"
 #include "server/http/mime_types.h"
 #include "server/io_setup.h"
 #include "server/observe/observability.h"
@@ -34,7 +35,6 @@
 #include "server/ops/systemd.h"
 #include "server/tls/openssl_tls.h"
 #include "server/tls/tls_loop.h"
-#include "server/core/version.h"
 
 namespace ringd {
 namespace {
@@ -207,6 +207,19 @@ int Main(int argc, char** argv) {
   if (!ParseFlags(argc, argv, &config, &error, &exit_now)) Die(2, error);
   if (exit_now) return 0;
   if (!config.probe_only && !RootAllowed(config, &error)) Die(1, error);
+  // HTTPS: every certificate and key is read and checked here, before privileges are dropped;
+  // one factory serves every shard (OpenSSL's contexts are shared, and so are its ticket keys).
+  std::unique_ptr<tls::OpenSslFactory> tls_sessions;
+  if (!config.listen_tls.empty() && !config.probe_only) {
+    tls::TlsOptions to;
+    for (size_t i = 0; i < config.tls_cert.size(); ++i)
+      to.pairs.push_back(tls::TlsCertPair{config.tls_cert[i], config.tls_key[i]});
+    to.min_version = config.tls_min_version;
+    to.ciphers = config.tls_ciphers;
+    to.ciphersuites = config.tls_ciphersuites;
+    tls_sessions = tls::OpenSslFactory::Create(to, &error);
+    if (tls_sessions == nullptr) Die(1, error);
+  }
 
   // Like nginx's worker_rlimit_nofile: use every descriptor the hard limit allows (a tier with a
   // file table per connection is held to it as well).
@@ -264,19 +277,6 @@ int Main(int argc, char** argv) {
     for (const ListenAddress& a : config.listen_tls) {
       if (!AddressFree(a, &error)) Die(1, error);
     }
-  }
-  // HTTPS: every certificate and key is read and checked here, before privileges are dropped;
-  // one factory serves every shard (OpenSSL's contexts are shared, and so are its ticket keys).
-  std::unique_ptr<tls::OpenSslFactory> tls_sessions;
-  if (!config.listen_tls.empty()) {
-    tls::TlsOptions to;
-    for (size_t i = 0; i < config.tls_cert.size(); ++i)
-      to.pairs.push_back(tls::TlsCertPair{config.tls_cert[i], config.tls_key[i]});
-    to.min_version = config.tls_min_version;
-    to.ciphers = config.tls_ciphers;
-    to.ciphersuites = config.tls_ciphersuites;
-    tls_sessions = tls::OpenSslFactory::Create(to, &error);
-    if (tls_sessions == nullptr) Die(1, error);
   }
   if (inherited.empty() && config.takeover) {
     // The old process shuts its listeners down when it drains; connections already queued on

@@ -65,9 +65,11 @@ class Server:
                     raw_line, pending = pending.split(b"\n", 1)
                     line = raw_line.decode(errors="replace")
                     self.log.append(line)
-                    m = re.search(r"serving .* on [0-9.]+:(\d+)", line)
+                    m = re.search(r"serving .* on (?:https )?[0-9.]+:(\d+)", line)
                     if m:
                         self.port = int(m.group(1))
+                        tls = re.search(r"https [0-9.]+:(\d+)", line)
+                        self.tls_port = int(tls.group(1)) if tls else None
                         if pending:
                             self.log.extend(pending.decode(errors="replace").splitlines())
                         return

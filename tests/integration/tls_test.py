@@ -1,0 +1,236 @@
+"""HTTPS on the real ringd binary, on one io backend (RINGD_IO): real clients (Python's ssl, curl,
+openssl s_client) against --listen-tls, with certificates signed by a test CA the test makes with
+the openssl command line."""
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import tempfile
+import unittest
+
+from ringd_harness import (BackendTestCase, Reader, Server, RINGD, ROOT_FLAGS, make_docroot)
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_pki(d):
+    """A CA, and leaves signed by it: localhost (EC P-256 and RSA 2048) and other.test (EC)."""
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=ringd test CA", "-days", "2",
+            cwd=d)
+    for name, kind, sans in [("localhost-ec", "ec", "DNS:localhost,IP:127.0.0.1"),
+                             ("localhost-rsa", "rsa", "DNS:localhost,IP:127.0.0.1"),
+                             ("other-ec", "ec", "DNS:other.test")]:
+        key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"] if kind == "ec" else \
+              ["-newkey", "rsa:2048"]
+        cn = sans.split(",")[0][4:]
+        openssl("req", "-new", *key, "-nodes", "-keyout", name + ".key", "-out", name + ".csr",
+                "-subj", "/CN=" + cn, cwd=d)
+        with open(os.path.join(d, name + ".ext"), "w") as f:
+            f.write("subjectAltName=%s\n" % sans)
+        openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                "-CAcreateserial", "-days", "2", "-extfile", name + ".ext", "-out", name + ".crt",
+                cwd=d)
+
+
+class TlsTest(BackendTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root, cls.files = make_docroot()
+        cls.pki = tempfile.mkdtemp(prefix="ringd-tls-")
+        make_pki(cls.pki)
+        p = lambda n: os.path.join(cls.pki, n)
+        cls.server = Server(cls.root, "--listen-tls", "127.0.0.1:0",
+                            "--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
+                            "--tls-cert", p("localhost-rsa.crt"), "--tls-key", p("localhost-rsa.key"),
+                            "--tls-cert", p("other-ec.crt"), "--tls-key", p("other-ec.key"),
+                            "--header-timeout-ms", "1000")
+        assert cls.server.tls_port, cls.server.log
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.server.stop()
+        shutil.rmtree(cls.root, ignore_errors=True)
+        shutil.rmtree(cls.pki, ignore_errors=True)
+        assert rc == 0, cls.server.log
+
+    def context(self, **kw):
+        ctx = ssl.create_default_context(cafile=os.path.join(self.pki, "ca.crt"))
+        for k, v in kw.items():
+            setattr(ctx, k, v)
+        return ctx
+
+    def tls(self, ctx=None, name="localhost", session=None):
+        raw = socket.create_connection(("127.0.0.1", self.server.tls_port), timeout=10)
+        return (ctx or self.context()).wrap_socket(raw, server_hostname=name, session=session)
+
+    def get(self, s, target, headers="", method="GET"):
+        s.sendall(("%s %s HTTP/1.1\r\nHost: localhost\r\n%s\r\n" % (method, target, headers))
+                  .encode())
+        return Reader(s).read_response(head_request=method == "HEAD")
+
+    def test_get_head_range_and_conditionals(self):
+        with self.tls() as s:
+            r = self.get(s, "/small.txt")
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.body, self.files["small.txt"])
+            etag = r.header("etag")
+            r = Reader(s)
+            s.sendall(b"HEAD /small.txt HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            head = r.read_response(head_request=True)
+            self.assertEqual(head.status, 200)
+            self.assertEqual(head.header("content-length"), str(len(self.files["small.txt"])))
+            s.sendall(b"GET /medium.bin HTTP/1.1\r\nHost: localhost\r\nRange: bytes=100-199\r\n\r\n")
+            part = r.read_response()
+            self.assertEqual(part.status, 206)
+            self.assertEqual(part.body, self.files["medium.bin"][100:200])
+            s.sendall(("GET /small.txt HTTP/1.1\r\nHost: localhost\r\nIf-None-Match: %s\r\n\r\n"
+                       % etag).encode())
+            self.assertEqual(r.read_response().status, 304)
+
+    def test_pipelined_requests_and_a_large_body(self):
+        with self.tls() as s:
+            s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                      b"GET /large.bin HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                      b"GET /index.html HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            r = Reader(s)
+            self.assertEqual(r.read_response().body, self.files["small.txt"])
+            self.assertEqual(r.read_response().body, self.files["large.bin"])
+            self.assertEqual(r.read_response().body, self.files["index.html"])
+
+    def test_curl_verifies_the_chain_and_reads_every_byte(self):
+        out = subprocess.run(
+            ["curl", "-sS", "--cacert", os.path.join(self.pki, "ca.crt"), "--resolve",
+             "localhost:%d:127.0.0.1" % self.server.tls_port,
+             "https://localhost:%d/large.bin" % self.server.tls_port,
+             "https://localhost:%d/medium.bin" % self.server.tls_port],
+            capture_output=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout, self.files["large.bin"] + self.files["medium.bin"])
+
+    def test_openssl_s_client_verifies_and_gets_a_page(self):
+        out = subprocess.run(
+            ["openssl", "s_client", "-connect", "127.0.0.1:%d" % self.server.tls_port,
+             "-servername", "localhost", "-CAfile", os.path.join(self.pki, "ca.crt"),
+             "-verify_return_error", "-ign_eof"],
+            input=b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+            capture_output=True, timeout=30)
+        self.assertIn(b"Verify return code: 0 (ok)", out.stdout)
+        self.assertIn(b"HTTP/1.1 200 OK", out.stdout)
+        self.assertIn(self.files["small.txt"], out.stdout)
+
+    def test_alpn_and_versions(self):
+        ctx = self.context()
+        ctx.set_alpn_protocols(["h2", "http/1.1"])
+        with self.tls(ctx) as s:
+            self.assertEqual(s.selected_alpn_protocol(), "http/1.1")
+            self.assertEqual(s.version(), "TLSv1.3")
+        ctx = self.context(maximum_version=ssl.TLSVersion.TLSv1_2)
+        with self.tls(ctx) as s:
+            self.assertEqual(s.version(), "TLSv1.2")
+            self.assertIn("GCM", s.cipher()[0] + "CHACHA" if "CHACHA" in s.cipher()[0] else
+                          s.cipher()[0])
+            self.assertEqual(self.get(s, "/small.txt").status, 200)
+        # TLS 1.1 and older are refused with an alert.
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_1
+        try:
+            ctx.set_ciphers("ALL:@SECLEVEL=0")
+        except ssl.SSLError:
+            pass
+        with self.assertRaises((ssl.SSLError, ConnectionResetError)):
+            self.tls(ctx).close()
+
+    def test_sni_and_key_type_choose_the_certificate(self):
+        def served(name, ctx=None):
+            ctx = ctx or self.context()
+            with self.tls(ctx, name=name) as s:
+                der = s.getpeercert(binary_form=True)
+            pem = ssl.DER_cert_to_PEM_cert(der)
+            out = subprocess.run(["openssl", "x509", "-noout", "-subject", "-text"],
+                                 input=pem.encode(), capture_output=True, timeout=10).stdout
+            return out.split(b"\n")[0].decode(), b"id-ecPublicKey" in out
+
+        self.assertEqual(served("localhost"), ("subject=CN = localhost", True))
+        self.assertEqual(served("other.test"), ("subject=CN = other.test", True))
+        # A client that verifies RSA signatures only (TLS 1.2, RSA suites) gets the RSA one.
+        ctx = self.context(maximum_version=ssl.TLSVersion.TLSv1_2)
+        ctx.set_ciphers("ECDHE-RSA-AES128-GCM-SHA256")
+        self.assertEqual(served("localhost", ctx), ("subject=CN = localhost", False))
+
+    def test_sessions_resume_on_both_versions(self):
+        for version in [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3]:
+            ctx = self.context(maximum_version=version)
+            with self.tls(ctx) as s:
+                self.assertEqual(self.get(s, "/small.txt").status, 200)  # TLS 1.3: tickets read
+                session = s.session
+            self.assertTrue(session.has_ticket, version)
+            with self.tls(ctx, session=session) as s:
+                self.assertTrue(s.session_reused, version)
+                self.assertEqual(self.get(s, "/small.txt").status, 200)
+
+    def test_a_closing_response_ends_with_close_notify(self):
+        with self.tls() as s:
+            r = self.get(s, "/small.txt", "Connection: close\r\n")
+            self.assertEqual(r.status, 200)
+            # Python's ssl raises SSLEOFError on an end of stream without close_notify.
+            self.assertEqual(s.recv(100), b"")
+
+    def test_plain_http_to_the_tls_port_gets_400_and_a_close(self):
+        with socket.create_connection(("127.0.0.1", self.server.tls_port), timeout=10) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            r = Reader(s).read_response()
+            self.assertEqual(r.status, 400)
+            self.assertIn(b"HTTPS port", r.body)
+            self.assertTrue(Reader(s).at_eof())
+
+    def test_tls_to_the_plain_port_is_refused_and_serving_goes_on(self):
+        raw = socket.create_connection(("127.0.0.1", self.server.port), timeout=10)
+        with self.assertRaises((ssl.SSLError, ConnectionResetError, OSError)):
+            self.context().wrap_socket(raw, server_hostname="localhost")
+        raw.close()
+        with self.tls() as s:
+            self.assertEqual(self.get(s, "/small.txt").status, 200)
+
+    def test_garbage_gets_an_alert_and_a_close(self):
+        with socket.create_connection(("127.0.0.1", self.server.tls_port), timeout=10) as s:
+            s.sendall(b"\x16\x03\x01\x00\x08\x01\x00\x00\x04junk")
+            got = b""
+            while True:
+                chunk = s.recv(100)
+                if not chunk:
+                    break
+                got += chunk
+            self.assertEqual(got[:1], b"\x15")  # an alert record, then the close
+
+    def test_a_handshake_that_never_comes_gives_way(self):
+        # --header-timeout-ms 1000 covers the handshake: the silent client is closed.
+        with socket.create_connection(("127.0.0.1", self.server.tls_port), timeout=10) as s:
+            self.assertEqual(s.recv(100), b"")
+
+    def test_bad_certificate_flags_are_one_line(self):
+        p = lambda n: os.path.join(self.pki, n)
+        for flags, code, says in [
+                (["--tls-cert", p("localhost-ec.crt"), "--tls-key", p("other-ec.key")], 1,
+                 "is not the key of"),
+                (["--tls-cert", p("missing.crt"), "--tls-key", p("other-ec.key")], 1,
+                 "cannot read"),
+                (["--tls-cert", p("localhost-ec.crt")], 2, "come in pairs"),
+                ([], 2, "--listen-tls needs a certificate")]:
+            out = subprocess.run([RINGD, "--root", self.root, "--listen-tls", "127.0.0.1:0"] +
+                                 flags + ROOT_FLAGS, capture_output=True, text=True, timeout=10)
+            self.assertEqual(out.returncode, code, out.stderr)
+            lines = out.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, out.stderr)
+            self.assertIn(says, lines[0])
+
+
+if __name__ == "__main__":
+    unittest.main()
