@@ -207,18 +207,21 @@ int Main(int argc, char** argv) {
   if (!ParseFlags(argc, argv, &config, &error, &exit_now)) Die(2, error);
   if (exit_now) return 0;
   if (!config.probe_only && !RootAllowed(config, &error)) Die(1, error);
-  // HTTPS: every certificate and key is read and checked here, before privileges are dropped;
-  // one factory serves every shard (OpenSSL's contexts are shared, and so are its ticket keys).
-  std::unique_ptr<tls::OpenSslFactory> tls_sessions;
-  if (!config.listen_tls.empty() && !config.probe_only) {
-    tls::TlsOptions to;
+  // HTTPS: every certificate and key is read and checked here, before privileges are dropped
+  // (a SIGHUP reads them again as the user ringd runs as); one generation of certificates serves
+  // every shard, and one set of ticket keys every generation.
+  const bool tls_on = !config.listen_tls.empty() && !config.probe_only;
+  tls::TicketKeys ticket_keys(config.tls_ticket_rotate_s);
+  tls::TlsOptions tls_options;
+  tls::ReloadableTls tls_sessions;
+  if (tls_on) {
     for (size_t i = 0; i < config.tls_cert.size(); ++i)
-      to.pairs.push_back(tls::TlsCertPair{config.tls_cert[i], config.tls_key[i]});
-    to.min_version = config.tls_min_version;
-    to.ciphers = config.tls_ciphers;
-    to.ciphersuites = config.tls_ciphersuites;
-    tls_sessions = tls::OpenSslFactory::Create(to, &error);
-    if (tls_sessions == nullptr) Die(1, error);
+      tls_options.pairs.push_back(tls::TlsCertPair{config.tls_cert[i], config.tls_key[i]});
+    tls_options.min_version = config.tls_min_version;
+    tls_options.ciphers = config.tls_ciphers;
+    tls_options.ciphersuites = config.tls_ciphersuites;
+    tls_options.tickets = &ticket_keys;
+    if (!tls_sessions.Load(tls_options, &error)) Die(1, error);
   }
 
   // Like nginx's worker_rlimit_nofile: use every descriptor the hard limit allows (a tier with a
@@ -257,6 +260,7 @@ int Main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGUSR1);  // reopen the access log
+  sigaddset(&signals, SIGHUP);   // reload the TLS certificates and keys
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -313,7 +317,7 @@ int Main(int argc, char** argv) {
     }
     shard_list.push_back(std::make_unique<Shard>(
         static_cast<int>(i), config, std::move(fds), root_fd, &mime,
-        WithTls(io.tier->make, tls_sessions.get(), tls_fds, config.max_connections),
+        WithTls(io.tier->make, &tls_sessions, tls_fds, config.max_connections),
         cpus[i % cpus.size()]));
     shard_list.back()->SetListenersShared(!inherited.empty());
     shard_list.back()->SetLoopFeatures(io.features);
@@ -409,12 +413,23 @@ int Main(int argc, char** argv) {
     sig = sigtimedwait(&signals, nullptr, &wait);
     if (sig == SIGUSR1) {
       observability.ReopenLog();
+    } else if (sig == SIGHUP) {
+      // New connections get the new certificates; connections and handshakes already under way
+      // finish on the ones they began with. A failed reload keeps the old ones.
+      if (!tls_on) {
+        std::fprintf(stderr, "ringd: SIGHUP: nothing to reload (no --listen-tls)\n");
+      } else if (tls_sessions.Load(tls_options, &error)) {
+        std::fprintf(stderr, "ringd: SIGHUP: TLS certificates reloaded (%zu)\n",
+                     tls_options.pairs.size());
+      } else {
+        std::fprintf(stderr, "ringd: SIGHUP: keeping the certificates in use: %s\n", error.c_str());
+      }
     } else if (sig == SIGINT || sig == SIGTERM) {
       break;
     } else {
       observability.Tick();  // a tick passed (or EINTR)
     }
-    if (watchdog_ms > 0 && sig != SIGUSR1) {
+    if (watchdog_ms > 0 && sig != SIGUSR1 && sig != SIGHUP) {
       bool all_turned = true;
       for (auto& s : shard_list) all_turned = all_turned && s->heartbeat().Answered();
       if (all_turned) notifier.Watchdog();

@@ -17,9 +17,9 @@
 #include <sstream>
 
 #include "io/loop.h"
+#include "server/core/version.h"
 #include "server/http/decimal.h"
 #include "server/http/text.h"
-#include "server/core/version.h"
 
 namespace ringd {
 namespace {
@@ -184,6 +184,10 @@ const std::vector<Flag>& Flags() {
              c->tls_min_version = v;
              return true;
            }},
+      UintFlag("tls-ticket-rotate-s",
+               "seconds between new session ticket keys; tickets under the previous key still "
+               "resume (default 43200)",
+               &Config::tls_ticket_rotate_s, 60, 7 * 86400),
       StringFlag("tls-ciphers",
                  "TLS 1.2 cipher suites, OpenSSL's list syntax (default "
                  "ECDHE+AESGCM:ECDHE+CHACHA20)",

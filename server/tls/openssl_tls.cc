@@ -1,8 +1,10 @@
 #include "server/tls/openssl_tls.h"
 
 #include <openssl/bio.h>
+#include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
+#include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
@@ -101,12 +103,17 @@ SSL_CTX* NewContext(const TlsOptions& o, std::string* error) {
   // Idle connections hold no record buffers (nginx does the same).
   SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
   SSL_CTX_set_alpn_select_cb(ctx, &SelectAlpn, nullptr);
+  if (o.tickets != nullptr) {
+    SSL_CTX_set_app_data(ctx, o.tickets);
+    SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, &TicketKeys::Callback);
+  }
   return ctx;
 }
 
 class OpenSslSession final : public TlsSession {
  public:
-  explicit OpenSslSession(SSL_CTX* ctx) : ssl_(SSL_new(ctx)) {
+  OpenSslSession(SSL_CTX* ctx, std::shared_ptr<const OpenSslFactory> factory)
+      : factory_(std::move(factory)), ssl_(SSL_new(ctx)) {
     RINGD_ASSERT(ssl_ != nullptr);
     in_ = BIO_new(BIO_s_mem());
     out_ = BIO_new(BIO_s_mem());
@@ -200,6 +207,8 @@ class OpenSslSession final : public TlsSession {
     ERR_clear_error();  // the error queue is per thread: leave nothing for the next session
   }
 
+  // The contexts (and the SNI callback's argument) this session was made from stay alive with it.
+  std::shared_ptr<const OpenSslFactory> factory_;
   SSL* ssl_;
   BIO* in_ = nullptr;
   BIO* out_ = nullptr;
@@ -210,13 +219,13 @@ class OpenSslSession final : public TlsSession {
 
 }  // namespace
 
-std::unique_ptr<OpenSslFactory> OpenSslFactory::Create(const TlsOptions& options,
+std::shared_ptr<OpenSslFactory> OpenSslFactory::Create(const TlsOptions& options,
                                                        std::string* error) {
   if (options.pairs.empty()) {
     *error = "TLS: no certificate (--tls-cert FILE --tls-key FILE)";
     return nullptr;
   }
-  std::unique_ptr<OpenSslFactory> f(new OpenSslFactory());
+  std::shared_ptr<OpenSslFactory> f(new OpenSslFactory());
   std::vector<std::vector<std::string>> site_names;
   for (const TlsCertPair& pair : options.pairs) {
     BIO* cert_bio = BIO_new_file(pair.cert_file.c_str(), "r");
@@ -323,7 +332,104 @@ int OpenSslFactory::OnServerName(SSL* ssl, int*, void* arg) {
 }
 
 std::unique_ptr<TlsSession> OpenSslFactory::Make() {
-  return std::make_unique<OpenSslSession>(sites_[0].ctx);
+  return std::make_unique<OpenSslSession>(sites_[0].ctx, shared_from_this());
+}
+
+// Ticket keys ------------------------------------------------------------------------------
+
+int64_t TicketKeys::WallSeconds() { return static_cast<int64_t>(std::time(nullptr)); }
+
+TicketKeys::TicketKeys(int64_t rotate_sec, int64_t (*now_sec)())
+    : rotate_sec_(rotate_sec), now_sec_(now_sec), current_(Fresh(now_sec())) {
+  RINGD_ASSERT(rotate_sec_ > 0);
+}
+
+TicketKeys::Key TicketKeys::Fresh(int64_t now_sec) {
+  Key k;
+  RINGD_ASSERT(RAND_bytes(k.name, sizeof k.name) == 1 && RAND_bytes(k.aes, sizeof k.aes) == 1 &&
+               RAND_bytes(k.hmac, sizeof k.hmac) == 1);
+  k.born_sec = now_sec;
+  return k;
+}
+
+uint64_t TicketKeys::rotations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rotations_;
+}
+
+int TicketKeys::Callback(SSL* ssl, unsigned char* key_name, unsigned char* iv,
+                         EVP_CIPHER_CTX* cipher, EVP_MAC_CTX* mac, int encrypt) {
+  auto* self = static_cast<TicketKeys*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)));
+  RINGD_ASSERT(self != nullptr);
+  Key key;
+  int verdict = 1;  // 1: the key is current; 2: an older one, renew the ticket; 0: unknown
+  {
+    std::lock_guard<std::mutex> lock(self->mu_);
+    const int64_t now = self->now_sec_();
+    // A key encrypts for one period and decrypts for two.
+    const int64_t age = now - self->current_.born_sec;
+    if (age >= self->rotate_sec_) {
+      self->previous_ = self->current_;
+      self->has_previous_ = age < 2 * self->rotate_sec_;
+      self->current_ = Fresh(now);
+      ++self->rotations_;
+    } else if (self->has_previous_ && now - self->previous_.born_sec >= 2 * self->rotate_sec_) {
+      self->has_previous_ = false;
+    }
+    if (encrypt) {
+      key = self->current_;
+      std::memcpy(key_name, key.name, sizeof key.name);
+    } else if (std::memcmp(key_name, self->current_.name, sizeof key.name) == 0) {
+      key = self->current_;
+    } else if (self->has_previous_ &&
+               std::memcmp(key_name, self->previous_.name, sizeof key.name) == 0) {
+      key = self->previous_;
+      verdict = 2;
+    } else {
+      return 0;  // a ticket from before the previous rotation (or another process): full handshake
+    }
+  }
+  if (encrypt && RAND_bytes(iv, 16) != 1) return -1;
+  OSSL_PARAM params[] = {
+      OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, key.hmac, sizeof key.hmac),
+      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, const_cast<char*>("SHA256"), 0),
+      OSSL_PARAM_construct_end()};
+  const int ok = encrypt ? EVP_EncryptInit_ex(cipher, EVP_aes_256_cbc(), nullptr, key.aes, iv)
+                         : EVP_DecryptInit_ex(cipher, EVP_aes_256_cbc(), nullptr, key.aes, iv);
+  if (ok != 1 || EVP_MAC_CTX_set_params(mac, params) != 1) return -1;
+  return verdict;
+}
+
+// Reloading --------------------------------------------------------------------------------
+
+bool ReloadableTls::Load(const TlsOptions& options, std::string* error) {
+  std::shared_ptr<OpenSslFactory> next = OpenSslFactory::Create(options, error);
+  if (next == nullptr) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  current_ = std::move(next);
+  ++generation_;
+  return true;
+}
+
+std::unique_ptr<TlsSession> ReloadableTls::Make() {
+  std::shared_ptr<OpenSslFactory> f;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    f = current_;
+  }
+  RINGD_ASSERT(f != nullptr);
+  return f->Make();
+}
+
+std::vector<OpenSslFactory::Certificate> ReloadableTls::certificates() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_ != nullptr ? current_->certificates()
+                             : std::vector<OpenSslFactory::Certificate>{};
+}
+
+uint64_t ReloadableTls::generation() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return generation_;
 }
 
 }  // namespace ringd::tls

@@ -6,14 +6,22 @@
 // http/1.1, stateless session tickets (TLS 1.3 and 1.2) under keys every shard shares, no
 // renegotiation, no 0-RTT, and the library's buffers released while a connection is idle.
 //
-//   TlsOptions o;  o.pairs = {{"site.crt", "site.key"}};
+// TicketKeys encrypts the session tickets of every site, every shard and every reload, with a key
+// rotated on a schedule and the previous one still accepted; ReloadableTls swaps in freshly loaded
+// certificates (SIGHUP) while sessions made from the old ones finish with them.
+//
+//   TicketKeys keys(/*rotate_sec=*/43200);
+//   TlsOptions o;  o.pairs = {{"site.crt", "site.key"}};  o.tickets = &keys;
 //   std::string error;
-//   std::unique_ptr<OpenSslFactory> tls = OpenSslFactory::Create(o, &error);  // null: error says
-//   std::unique_ptr<TlsSession> s = tls->Make();
+//   ReloadableTls tls;
+//   if (!tls.Load(o, &error)) ...;                   // error: one line naming the file
+//   std::unique_ptr<TlsSession> s = tls.Make();        // any thread
+//   if (!tls.Load(o, &error)) ...;                   // a reload: the old certificates stay
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -21,6 +29,8 @@
 
 typedef struct ssl_ctx_st SSL_CTX;
 typedef struct x509_st X509;
+typedef struct evp_cipher_ctx_st EVP_CIPHER_CTX;
+typedef struct evp_mac_ctx_st EVP_MAC_CTX;
 typedef struct ssl_st SSL;
 
 namespace ringd::tls {
@@ -30,7 +40,41 @@ struct TlsCertPair {
   std::string key_file;   // PEM: its private key
 };
 
+// The keys session tickets are encrypted with (AES-256-CBC and HMAC-SHA256, as OpenSSL's own):
+// one set for the process, so a ticket from any shard, site or certificate generation resumes on
+// any other. The current key is replaced every `rotate_sec`; tickets under the previous one are
+// still accepted (and renewed), so a ticket lives up to twice the period.
+class TicketKeys {
+ public:
+  // `now_sec`: the clock rotations follow (tests give their own).
+  explicit TicketKeys(int64_t rotate_sec, int64_t (*now_sec)() = &WallSeconds);
+  static int64_t WallSeconds();
+  // OpenSSL's ticket key callback (SSL_CTX_set_tlsext_ticket_key_evp_cb), for any context whose
+  // app data is this object.
+  static int Callback(SSL* ssl, unsigned char* key_name, unsigned char* iv, EVP_CIPHER_CTX* cipher,
+                      EVP_MAC_CTX* mac, int encrypt);
+  uint64_t rotations() const;
+
+ private:
+  struct Key {
+    unsigned char name[16];
+    unsigned char aes[32];
+    unsigned char hmac[32];
+    int64_t born_sec = 0;
+  };
+  static Key Fresh(int64_t now_sec);
+
+  const int64_t rotate_sec_;
+  int64_t (*const now_sec_)();
+  mutable std::mutex mu_;
+  Key current_;
+  Key previous_;
+  bool has_previous_ = false;
+  uint64_t rotations_ = 0;
+};
+
 struct TlsOptions {
+  TicketKeys* tickets = nullptr;  // null: OpenSSL's own keys, per context
   std::vector<TlsCertPair> pairs;
   std::string min_version = "1.2";  // "1.2" or "1.3"
   // TLS 1.2 suites (OpenSSL cipher list syntax) and TLS 1.3 suites (OpenSSL ciphersuites).
@@ -39,11 +83,12 @@ struct TlsOptions {
       "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
 };
 
-class OpenSslFactory final : public TlsSessionFactory {
+class OpenSslFactory final : public TlsSessionFactory,
+                             public std::enable_shared_from_this<OpenSslFactory> {
  public:
   // Loads and checks every pair: readable, the key matches the certificate, not expired. One
-  // line in *error naming the file otherwise.
-  static std::unique_ptr<OpenSslFactory> Create(const TlsOptions& options, std::string* error);
+  // line in *error naming the file otherwise. Each session keeps its factory alive.
+  static std::shared_ptr<OpenSslFactory> Create(const TlsOptions& options, std::string* error);
   ~OpenSslFactory() override;
 
   std::unique_ptr<TlsSession> Make() override;
@@ -66,6 +111,22 @@ class OpenSslFactory final : public TlsSessionFactory {
 
   std::vector<Site> sites_;
   std::vector<Certificate> certificates_;
+};
+
+// The certificates in use, reloadable while serving: Make hands out sessions of the newest
+// generation; sessions (handshakes in flight included) finish on the generation they began with.
+class ReloadableTls final : public TlsSessionFactory {
+ public:
+  // Loads a generation; on failure the current one stays and *error says why.
+  bool Load(const TlsOptions& options, std::string* error);
+  std::unique_ptr<TlsSession> Make() override;
+  std::vector<OpenSslFactory::Certificate> certificates() const;
+  uint64_t generation() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<OpenSslFactory> current_;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace ringd::tls

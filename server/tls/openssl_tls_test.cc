@@ -119,7 +119,7 @@ class Client {
   BIO* out_;
 };
 
-std::unique_ptr<OpenSslFactory> Factory(std::vector<TlsCertPair> pairs, std::string* error) {
+std::shared_ptr<OpenSslFactory> Factory(std::vector<TlsCertPair> pairs, std::string* error) {
   TlsOptions o;
   o.pairs = std::move(pairs);
   return OpenSslFactory::Create(o, error);
@@ -235,6 +235,79 @@ TEST(OpenSslTls, ResumesWithATicketOnBothVersions) {
                               << SSL_SESSION_has_ticket(ticket);
     SSL_SESSION_free(ticket);
   }
+}
+
+int64_t fake_now = 1000;
+int64_t FakeNow() { return fake_now; }
+
+// A full handshake then a resumption attempt with its ticket, on `first` then `second`; whether
+// the second resumed.
+bool ResumesAcross(OpenSslFactory* first, OpenSslFactory* second, void (*between)() = nullptr) {
+  SSL_SESSION* ticket = nullptr;
+  {
+    std::unique_ptr<TlsSession> s = first->Make();
+    Client c(s.get());
+    c.Pump();
+    s->WritePlain("x", 1);
+    c.Pump();
+    c.Read();
+    ticket = SSL_get1_session(c.ssl());
+    SSL_shutdown(c.ssl());
+  }
+  if (between != nullptr) between();
+  std::unique_ptr<TlsSession> s = second->Make();
+  Client c(s.get());
+  SSL_set_session(c.ssl(), ticket);
+  c.Pump();
+  SSL_SESSION_free(ticket);
+  return s->HandshakeDone() && s->Resumed();
+}
+
+TEST(OpenSslTls, TicketKeysOutliveAReloadAndRotateWithThePreviousStillAccepted) {
+  fake_now = 1000;
+  TicketKeys keys(/*rotate_sec=*/100, &FakeNow);
+  TlsOptions o;
+  o.pairs = {MakeCert("origin.test", "EC")};
+  o.tickets = &keys;
+  std::string error;
+  auto before = OpenSslFactory::Create(o, &error);
+  auto after = OpenSslFactory::Create(o, &error);  // a reload: new contexts, the same keys
+  ASSERT_NE(after, nullptr) << error;
+  EXPECT_TRUE(ResumesAcross(before.get(), after.get()));
+  // One rotation: the ticket's key is the previous one, still accepted.
+  EXPECT_TRUE(ResumesAcross(after.get(), after.get(), [] { fake_now += 150; }));
+  EXPECT_EQ(keys.rotations(), 1u);
+  // Two rotations after it was issued: a full handshake.
+  EXPECT_FALSE(ResumesAcross(after.get(), after.get(), [] { fake_now += 250; }));
+  // Without shared keys, another generation's contexts cannot read the ticket.
+  o.tickets = nullptr;
+  auto own_a = OpenSslFactory::Create(o, &error);
+  auto own_b = OpenSslFactory::Create(o, &error);
+  EXPECT_FALSE(ResumesAcross(own_a.get(), own_b.get()));
+}
+
+TEST(OpenSslTls, AFailedReloadKeepsTheCertificatesInUse) {
+  ReloadableTls tls;
+  TlsOptions o;
+  o.pairs = {MakeCert("origin.test", "EC")};
+  std::string error;
+  ASSERT_TRUE(tls.Load(o, &error)) << error;
+  std::unique_ptr<TlsSession> in_flight = tls.Make();  // a handshake begun before the reload
+  TlsOptions bad = o;
+  bad.pairs[0].key_file = "/nonexistent.key";
+  EXPECT_FALSE(tls.Load(bad, &error));
+  EXPECT_NE(error.find("cannot read '/nonexistent.key'"), std::string::npos) << error;
+  EXPECT_EQ(tls.generation(), 1u);
+  ASSERT_TRUE(tls.Load(o, &error)) << error;
+  EXPECT_EQ(tls.generation(), 2u);
+  // The session made before both reloads still completes its handshake.
+  Client c(in_flight.get());
+  c.Pump();
+  EXPECT_TRUE(in_flight->HandshakeDone());
+  std::unique_ptr<TlsSession> fresh = tls.Make();
+  Client d(fresh.get());
+  d.Pump();
+  EXPECT_TRUE(fresh->HandshakeDone());
 }
 
 TEST(OpenSslTls, SniAndKeyTypeChooseTheCertificate) {

@@ -3,10 +3,13 @@ openssl s_client) against --listen-tls, with certificates signed by a test CA th
 the openssl command line."""
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
 import tempfile
+import threading
+import time
 import unittest
 
 from ringd_harness import (BackendTestCase, Reader, Server, RINGD, ROOT_FLAGS, make_docroot)
@@ -214,6 +217,70 @@ class TlsTest(BackendTestCase):
         # --header-timeout-ms 1000 covers the handshake: the silent client is closed.
         with socket.create_connection(("127.0.0.1", self.server.tls_port), timeout=10) as s:
             self.assertEqual(s.recv(100), b"")
+
+    def test_sighup_reloads_certificates_under_load_without_a_failed_request(self):
+        d = tempfile.mkdtemp(prefix="ringd-tls-reload-")
+        try:
+            for n in ["localhost-ec.crt", "localhost-ec.key"]:
+                shutil.copy(os.path.join(self.pki, n), os.path.join(d, n))
+            server = Server(self.root, "--listen-tls", "127.0.0.1:0",
+                            "--tls-cert", os.path.join(d, "localhost-ec.crt"),
+                            "--tls-key", os.path.join(d, "localhost-ec.key"))
+            ctx = self.context()
+
+            def serial():
+                raw = socket.create_connection(("127.0.0.1", server.tls_port), timeout=10)
+                with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                    return s.getpeercert()["serialNumber"]
+
+            failures, done, stop = [], [0], threading.Event()
+
+            def load():  # new connections, full handshakes, each with a request
+                while not stop.is_set():
+                    try:
+                        raw = socket.create_connection(("127.0.0.1", server.tls_port), timeout=10)
+                        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                            s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                            if Reader(s).read_response().body != self.files["small.txt"]:
+                                failures.append("wrong body")
+                        done[0] += 1
+                    except Exception as e:  # noqa: BLE001 - every failure is counted
+                        failures.append(repr(e))
+
+            before = serial()
+            threads = [threading.Thread(target=load) for _ in range(3)]
+            for t in threads:
+                t.start()
+            # A new certificate (same CA and names, another serial), then SIGHUP, three times.
+            for i in range(3):
+                openssl("x509", "-req", "-in", os.path.join(self.pki, "localhost-ec.csr"),
+                        "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+                        "-extfile", "localhost-ec.ext",
+                        "-out", os.path.join(d, "localhost-ec.crt"), cwd=self.pki)
+                server.proc.send_signal(signal.SIGHUP)
+                deadline = time.time() + 10
+                while serial() == before and time.time() < deadline:
+                    time.sleep(0.05)
+                after = serial()
+                self.assertNotEqual(after, before, "reload %d did not take" % i)
+                before = after
+            # A reload that fails (a key that is not the certificate's) keeps what serves.
+            shutil.copy(os.path.join(self.pki, "other-ec.key"), os.path.join(d, "localhost-ec.key"))
+            server.proc.send_signal(signal.SIGHUP)
+            time.sleep(0.5)
+            self.assertEqual(serial(), before)
+            stop.set()
+            for t in threads:
+                t.join(30)
+            self.assertEqual(server.stop(), 0)
+            self.assertEqual(failures, [])
+            self.assertGreater(done[0], 0)
+            self.assertEqual(len([l for l in server.log if "TLS certificates reloaded" in l]), 3,
+                             server.log)
+            self.assertTrue(any("SIGHUP: keeping the certificates in use: --tls-key" in l
+                                for l in server.log), server.log)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
 
     def test_bad_certificate_flags_are_one_line(self):
         p = lambda n: os.path.join(self.pki, n)
