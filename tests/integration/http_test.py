@@ -208,8 +208,12 @@ class ServingTest(BackendTestCase):
                     s.sendall(b"GET /%s HTTP/1.1\r\nHost: t\r\n\r\n" % name.encode())
                     self.assertEqual(reader.read_response().body, self.files[name], name)
                     took.setdefault(name, []).append(time.monotonic() - started)
-        for name, times in took.items():
-            self.assertLess(sorted(times)[2], 0.1, "%s: median response time %.3f s" % (name, sorted(times)[2]))
+        # A cork left on holds what follows for the kernel's 200 ms cork timer: the responses right
+        # after a large body (index.html, medium.bin) would each take that long. The large body's
+        # own time is the transfer's, which a loaded machine stretches, so it is not judged.
+        for name in ("index.html", "medium.bin"):
+            times = sorted(took[name])
+            self.assertLess(times[2], 0.15, "%s: median response time %.3f s" % (name, times[2]))
 
     def test_a_file_body_s_head_leaves_in_its_first_segment(self):
         # With --tcp-nopush (the default) the head of a file sent with sendfile waits for the body
