@@ -1,5 +1,7 @@
 #include "server/io_setup.h"
 
+#include <fstream>
+
 #include "io/probe.h"
 #include "server/core/shard.h"
 
@@ -131,6 +133,16 @@ std::string DescribeProbe(const Config& config, const io::TierTable& tiers,
     text += t.name + " tier: " + (ok ? "usable (" : "unusable (") + why + ")\n";
   }
   text += "--io=auto would choose " + tiers.Choose("auto", probe, needs).reason + "\n";
+  // Kernel TLS (the "tls" upper-layer protocol) would let TLS bodies go out with sendfile and
+  // splice; without it they are encrypted in user space (docs/ARCHITECTURE.md, "HTTPS").
+  std::ifstream ulp("/proc/sys/net/ipv4/tcp_available_ulp");
+  std::string ulps;
+  std::getline(ulp, ulps);
+  text += ulps.find("tls") != std::string::npos
+              ? "kernel TLS: available (tcp_available_ulp: " + ulps + "); not used yet\n"
+              : "kernel TLS: unavailable (tcp_available_ulp: " +
+                    (ulps.empty() ? std::string("none") : ulps) +
+                    "): HTTPS bodies are encrypted in user space\n";
   return text;
 }
 
