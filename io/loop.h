@@ -206,6 +206,13 @@ struct LoopStats {
   uint64_t stats_on_shard = 0;   // uring tiers: opens statx-ed on the shard (local file system)
   bool ring_fd_registered = false;  // uring tiers: the ring enters by its registered index
   uint64_t cqes = 0;                // uring tiers: completions reaped from the ring
+  // A loop that runs TLS connections (server/tls's TlsLoop around a tier's loop).
+  uint64_t tls_connections = 0;         // open now (or sending their close_notify)
+  uint64_t tls_handshakes = 0;          // completed
+  uint64_t tls_resumed = 0;             // of which resumed a session
+  uint64_t tls_handshake_failures = 0;  // bad input before the handshake completed
+  uint64_t tls_bad_records = 0;         // bad input after it
+  uint64_t tls_plain_http = 0;          // plaintext HTTP sent to a TLS port (answered 400)
 };
 
 class Loop {

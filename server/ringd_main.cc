@@ -295,6 +295,14 @@ int Main(int argc, char** argv) {
   }
   Observability observability;  // the access log and the admin listener (before the shards)
   if (!observability.Open(config, shards, &error)) Die(1, error);
+  if (tls_on) {
+    observability.SetCertificates([&tls_sessions] {
+      std::vector<ProcessInfo::Certificate> out;
+      for (const tls::OpenSslFactory::Certificate& c : tls_sessions.certificates())
+        out.push_back(ProcessInfo::Certificate{c.file, c.not_after_sec});
+      return out;
+    });
+  }
   ServiceNotifier notifier;  // systemd's Type=notify; nothing without NOTIFY_SOCKET
   std::vector<std::unique_ptr<Shard>> shard_list;
   for (uint32_t i = 0; i < shards; ++i) {

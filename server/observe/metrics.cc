@@ -98,6 +98,11 @@ void BuildInfoSamples(Writer& w, const char* name, const Shards&, const ProcessI
   w.Sample(name, "version=\"" + Escape(p.version) + "\",commit=\"" + Escape(p.commit) + "\"", 1);
 }
 
+void CertificateSamples(Writer& w, const char* name, const Shards&, const ProcessInfo& p) {
+  for (const ProcessInfo::Certificate& c : p.tls_certificates)
+    w.Sample(name, "file=\"" + Escape(c.file) + "\"", static_cast<uint64_t>(c.not_after_sec));
+}
+
 void ShardUpSamples(Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
   for (const ShardView& v : shards) w.Sample(name, ShardLabel(v.shard), v.up ? 1 : 0);
 }
@@ -285,6 +290,26 @@ const Metric kMetrics[] = {
      RINGD_SHARD(s.loop.recv_held)},
     {"ringd_splice_pipes_in_use", "gauge", "Splice pipes lent to transfers now (uring)",
      RINGD_SHARD(s.loop.pipes_in_use)},
+
+    // HTTPS (--listen-tls).
+    {"ringd_tls_connections", "gauge", "TLS connections open now (or sending their close_notify)",
+     RINGD_SHARD(s.loop.tls_connections)},
+    {"ringd_tls_handshakes_total", "counter", "TLS handshakes completed, full and resumed",
+     RINGD_SHARD(s.loop.tls_handshakes)},
+    {"ringd_tls_resumed_handshakes_total", "counter",
+     "TLS handshakes that resumed a session (a ticket), of ringd_tls_handshakes_total",
+     RINGD_SHARD(s.loop.tls_resumed)},
+    {"ringd_tls_handshake_failures_total", "counter",
+     "TLS connections whose handshake failed on bad input (an alert, then the close)",
+     RINGD_SHARD(s.loop.tls_handshake_failures)},
+    {"ringd_tls_bad_records_total", "counter",
+     "TLS connections closed on a record refused after the handshake",
+     RINGD_SHARD(s.loop.tls_bad_records)},
+    {"ringd_tls_plain_http_total", "counter",
+     "Plain HTTP requests sent to a TLS port (answered 400, as nginx does)",
+     RINGD_SHARD(s.loop.tls_plain_http)},
+    {"ringd_tls_certificate_expiry_seconds", "gauge",
+     "When each certificate in use expires (notAfter), in Unix time", nullptr, CertificateSamples},
 
     // Access log.
     {"ringd_access_log_enabled", "gauge", "1 if --access-log names a file", nullptr,

@@ -32,6 +32,11 @@ struct ProcessInfo {
   bool access_log = false;             // whether lines are being written
   uint64_t access_log_lost_lines = 0;  // lost to write errors
   int64_t start_time_sec = 0;          // realtime
+  struct Certificate {
+    std::string file;
+    int64_t not_after_sec = 0;
+  };
+  std::vector<Certificate> tls_certificates;  // in use now (--tls-cert), with their expiry
 };
 
 std::string FormatPrometheus(const std::vector<ShardView>& shards, const ProcessInfo& process);

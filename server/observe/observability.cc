@@ -119,6 +119,7 @@ ProcessInfo Observability::Info() const {
   p.access_log = log_ != nullptr;
   p.access_log_lost_lines = log_ != nullptr ? log_->write_failed_lines() : 0;
   p.start_time_sec = start_time_sec_;
+  if (certificates_ != nullptr) p.tls_certificates = certificates_();
   return p;
 }
 

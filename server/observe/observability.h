@@ -14,15 +14,16 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "server/core/access_log.h"
-#include "server/observe/admin.h"
 #include "server/core/config.h"
-#include "server/observe/metrics.h"
 #include "server/core/shard.h"
+#include "server/observe/admin.h"
+#include "server/observe/metrics.h"
 
 namespace ringd {
 
@@ -33,6 +34,10 @@ class Observability {
   void Attach(Shard* shard, int index);
   void Start(std::vector<Shard*> shards, const std::string& backend, const std::string& io_reason);
   void ReopenLog();
+  // Before Start: the certificates in use now, asked at each scrape (they change on SIGHUP).
+  void SetCertificates(std::function<std::vector<ProcessInfo::Certificate>()> certificates) {
+    certificates_ = std::move(certificates);
+  }
   void BeginDrain() { draining_.store(true, std::memory_order_release); }
   // About once a second, from the main thread: says on stderr if log lines are being dropped.
   void Tick();
@@ -52,6 +57,7 @@ class Observability {
   std::unique_ptr<AdminServer> admin_;
   std::vector<Shard*> shards_;
   std::string backend_, io_reason_;
+  std::function<std::vector<ProcessInfo::Certificate>()> certificates_;
   int64_t start_time_sec_ = 0;
   std::atomic<bool> draining_{false};
 };

@@ -210,6 +210,7 @@ void TlsLoop::Pump(Conn* conn) {
         "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 44\r\n"
         "Connection: close\r\n\r\nA plain HTTP request was sent to HTTPS port\n";
     conn->plain_answered = true;
+    ++stats_.plain_http;
     if (conn->out == nullptr) conn->out.reset(new char[Conn::kOutBytes]);
     std::memcpy(conn->out.get(), kAnswer, sizeof kAnswer - 1);
     conn->tx_iov = iovec{conn->out.get(), sizeof kAnswer - 1};
@@ -516,6 +517,17 @@ void TlsLoop::Poll(int timeout_ms) {
     }
     Leave(conn);
   }
+}
+
+io::LoopStats TlsLoop::Stats() const {
+  io::LoopStats s = inner_->Stats();
+  s.tls_connections = conns_.size();
+  s.tls_handshakes = stats_.handshakes;
+  s.tls_resumed = stats_.resumed;
+  s.tls_handshake_failures = stats_.handshake_failures;
+  s.tls_bad_records = stats_.bad_records;
+  s.tls_plain_http = stats_.plain_http;
+  return s;
 }
 
 void TlsLoop::Quiesce() {

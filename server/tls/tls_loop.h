@@ -27,6 +27,7 @@ struct TlsLoopStats {
   uint64_t handshake_failures = 0;  // bad input before the handshake completed
   uint64_t bad_records = 0;         // bad input after it
   uint64_t close_notify_sent = 0;
+  uint64_t plain_http = 0;
 };
 
 class TlsLoop final : public io::Loop {
@@ -59,7 +60,7 @@ class TlsLoop final : public io::Loop {
   void Poll(int timeout_ms) override;
   void Wake() override { inner_->Wake(); }
   void Quiesce() override;
-  io::LoopStats Stats() const override { return inner_->Stats(); }
+  io::LoopStats Stats() const override;
   int RingFd() const override { return inner_->RingFd(); }
 
   const TlsLoopStats& tls_stats() const { return stats_; }

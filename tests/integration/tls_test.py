@@ -282,6 +282,36 @@ class TlsTest(BackendTestCase):
         finally:
             shutil.rmtree(d, ignore_errors=True)
 
+    def test_metrics_count_handshakes_and_show_certificate_expiry(self):
+        p = lambda n: os.path.join(self.pki, n)
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+                        "--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"))
+        try:
+            admin = [l for l in server.log if "admin listener on" in l][0].rsplit(":", 1)[1]
+            ctx = self.context()
+            for _ in range(2):
+                raw = socket.create_connection(("127.0.0.1", server.tls_port), timeout=10)
+                with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                    s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                    Reader(s).read_response()
+            with socket.create_connection(("127.0.0.1", server.tls_port), timeout=10) as s:
+                s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                Reader(s).read_response()
+            with socket.create_connection(("127.0.0.1", int(admin)), timeout=10) as s:
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                text = Reader(s).read_response().body.decode()
+            total = lambda name: sum(int(l.split()[-1]) for l in text.splitlines()
+                                     if l.startswith(name + "{"))
+            self.assertEqual(total("ringd_tls_handshakes_total"), 2)
+            self.assertEqual(total("ringd_tls_plain_http_total"), 1)
+            expiry = [l for l in text.splitlines()
+                      if l.startswith("ringd_tls_certificate_expiry_seconds{")]
+            self.assertEqual(len(expiry), 1, text)
+            self.assertIn("localhost-ec.crt", expiry[0])
+            self.assertGreater(int(expiry[0].split()[-1]), time.time())
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_bad_certificate_flags_are_one_line(self):
         p = lambda n: os.path.join(self.pki, n)
         for flags, code, says in [
