@@ -213,6 +213,7 @@ struct LoopStats {
   uint64_t tls_handshake_failures = 0;  // bad input before the handshake completed
   uint64_t tls_bad_records = 0;         // bad input after it
   uint64_t tls_plain_http = 0;          // plaintext HTTP sent to a TLS port (answered 400)
+  uint64_t tls_handshakes_refused = 0;  // closed at accept: too many handshakes under way
 };
 
 class Loop {

@@ -189,14 +189,15 @@ std::vector<int> UsableCpus() {
 
 // A shard's loop factory: the tier's loop, inside a TlsLoop when the shard has TLS listeners.
 io::LoopFactory WithTls(io::LoopFactory make, tls::TlsSessionFactory* sessions,
-                        std::vector<int> tls_fds, uint32_t max_connections) {
+                        std::vector<int> tls_fds, uint32_t max_connections,
+                        uint32_t max_handshakes) {
   if (tls_fds.empty()) return make;
   return [=](const io::LoopOptions& o, std::string* error) -> std::unique_ptr<io::Loop> {
     std::unique_ptr<io::Loop> inner = make(o, error);
     if (inner == nullptr) return nullptr;
     const uint32_t recv_max = o.recv_max_bytes != 0 ? o.recv_max_bytes : o.recv_buffer_size;
     return std::make_unique<tls::TlsLoop>(std::move(inner), sessions, tls_fds, recv_max,
-                                          max_connections);
+                                          max_connections, max_handshakes);
   };
 }
 
@@ -323,10 +324,11 @@ int Main(int argc, char** argv) {
       tls_fds.push_back(fd);
       fds.push_back(fd);
     }
-    shard_list.push_back(std::make_unique<Shard>(
-        static_cast<int>(i), config, std::move(fds), root_fd, &mime,
-        WithTls(io.tier->make, &tls_sessions, tls_fds, config.max_connections),
-        cpus[i % cpus.size()]));
+    shard_list.push_back(
+        std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds), root_fd, &mime,
+                                WithTls(io.tier->make, &tls_sessions, tls_fds,
+                                        config.max_connections, config.tls_max_handshakes),
+                                cpus[i % cpus.size()]));
     shard_list.back()->SetListenersShared(!inherited.empty());
     shard_list.back()->SetLoopFeatures(io.features);
     shard_list.back()->SetHeartbeat(notifier.watchdog_interval_ms() > 0);

@@ -184,6 +184,10 @@ const std::vector<Flag>& Flags() {
              c->tls_min_version = v;
              return true;
            }},
+      UintFlag("tls-max-handshakes",
+               "TLS handshakes under way at once per shard; connections beyond are closed at "
+               "accept (default 256)",
+               &Config::tls_max_handshakes, 1, 1 << 20),
       UintFlag("tls-ticket-rotate-s",
                "seconds between new session ticket keys; tickets under the previous key still "
                "resume (default 43200)",

@@ -39,8 +39,9 @@ struct Config {
   std::vector<std::string> tls_cert;
   std::vector<std::string> tls_key;
   std::string tls_min_version = "1.2";
-  uint32_t tls_ticket_rotate_s =
-      43200;  // a new ticket key this often; the previous one still resumes
+  uint32_t tls_max_handshakes = 256;  // per shard
+  // A new ticket key this often; the previous one still resumes.
+  uint32_t tls_ticket_rotate_s = 43200;
   std::string tls_ciphers = "ECDHE+AESGCM:ECDHE+CHACHA20";
   std::string tls_ciphersuites =
       "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";

@@ -66,11 +66,13 @@ struct TlsLoop::AcceptTap {
 };
 
 TlsLoop::TlsLoop(std::unique_ptr<io::Loop> inner, TlsSessionFactory* sessions,
-                 std::vector<int> tls_listeners, uint32_t recv_max_bytes, uint32_t max_connections)
+                 std::vector<int> tls_listeners, uint32_t recv_max_bytes, uint32_t max_connections,
+                 uint32_t max_handshakes)
     : inner_(std::move(inner)),
       sessions_(sessions),
       tls_listeners_(std::move(tls_listeners)),
       recv_max_bytes_(recv_max_bytes),
+      max_handshakes_(max_handshakes),
       plain_(new char[recv_max_bytes]) {
   RINGD_ASSERT(recv_max_bytes_ > 0);
   conns_.reserve(max_connections);
@@ -138,7 +140,14 @@ void TlsLoop::OnAccept(io::Completion* inner) {
   auto* tap = static_cast<AcceptTap*>(inner->owner);
   TlsLoop* self = tap->loop;
   io::Completion* outer = tap->outer;
+  if (inner->result >= 0 && self->handshaking_ >= self->max_handshakes_) {
+    self->inner_->Close(static_cast<int>(inner->result));
+    ++self->stats_.handshakes_refused;
+    if (inner->more) return;        // the shard never hears of it
+    inner->result = -ECONNABORTED;  // the accept ended here: the shard arms it again
+  }
   if (inner->result >= 0) {
+    ++self->handshaking_;
     auto* conn = new Conn();
     conn->loop = self;
     conn->fd = static_cast<int>(inner->result);
@@ -201,6 +210,7 @@ void TlsLoop::Pump(Conn* conn) {
   TlsSession& s = *conn->session;
   if (s.HandshakeDone() && !conn->counted_handshake) {
     conn->counted_handshake = true;
+    --handshaking_;
     ++stats_.handshakes;
     stats_.resumed += s.Resumed() ? 1 : 0;
   }
@@ -461,6 +471,7 @@ void TlsLoop::Close(int fd) {
   RINGD_ASSERT(conn->recv == nullptr && conn->send == nullptr && !conn->close_requested);
   conn->close_requested = true;
   if (quiesced_) {
+    if (!conn->counted_handshake) --handshaking_;
     conns_.erase(fd);
     inner_->Close(fd);
     delete conn;
@@ -480,6 +491,7 @@ void TlsLoop::Release(Conn* conn) {
   if (conn->busy > 0 || conn->queued) return;
   Flush(conn);
   if (conn->tx_active || conn->rx_active || conn->file_active) return;  // their callbacks return
+  if (!conn->counted_handshake) --handshaking_;
   conns_.erase(conn->fd);
   closing_.erase(std::find(closing_.begin(), closing_.end(), conn));
   inner_->Close(conn->fd);
@@ -527,6 +539,7 @@ io::LoopStats TlsLoop::Stats() const {
   s.tls_handshake_failures = stats_.handshake_failures;
   s.tls_bad_records = stats_.bad_records;
   s.tls_plain_http = stats_.plain_http;
+  s.tls_handshakes_refused = stats_.handshakes_refused;
   return s;
 }
 

@@ -28,14 +28,19 @@ struct TlsLoopStats {
   uint64_t bad_records = 0;         // bad input after it
   uint64_t close_notify_sent = 0;
   uint64_t plain_http = 0;
+  uint64_t handshakes_refused = 0;  // closed at accept: max_handshakes were under way
 };
 
 class TlsLoop final : public io::Loop {
  public:
   // `recv_max_bytes`: the most plaintext one receive callback carries (the shard sizes its input
   // buffers for it). `max_connections`: the connection table's size, reserved up front.
+  // `max_handshakes`: TLS connections still in their handshake at once; a connection accepted
+  // beyond it is closed at once, before its ClientHello costs anything (a flood of handshakes
+  // cannot take the shard from the connections it serves).
   TlsLoop(std::unique_ptr<io::Loop> inner, TlsSessionFactory* sessions,
-          std::vector<int> tls_listeners, uint32_t recv_max_bytes, uint32_t max_connections);
+          std::vector<int> tls_listeners, uint32_t recv_max_bytes, uint32_t max_connections,
+          uint32_t max_handshakes);
   ~TlsLoop() override;
 
   const char* Name() const override { return inner_->Name(); }
@@ -99,6 +104,8 @@ class TlsLoop final : public io::Loop {
   std::vector<int> tls_listeners_;
   std::vector<std::unique_ptr<AcceptTap>> taps_;
   uint32_t recv_max_bytes_;
+  uint32_t max_handshakes_;
+  uint32_t handshaking_ = 0;  // connections accepted whose handshake has not completed
   absl::flat_hash_map<int, Conn*> conns_;
   Conn* ready_ = nullptr;       // connections to pump from Poll, newest first
   std::vector<Conn*> closing_;  // closed by the shard, still sending their last records

@@ -312,6 +312,40 @@ class TlsTest(BackendTestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_handshakes_beyond_the_bound_are_closed_at_accept(self):
+        p = lambda n: os.path.join(self.pki, n)
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--shards", "1",
+                        "--tls-max-handshakes", "2",
+                        "--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"))
+        ctx = self.context()
+
+        def handshake():
+            raw = socket.create_connection(("127.0.0.1", server.tls_port), timeout=10)
+            try:
+                with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                    s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                    return Reader(s).read_response().status == 200
+            except (ssl.SSLError, OSError, EOFError):
+                return False
+
+        try:
+            # Two clients that connect and never say hello hold both handshake places.
+            stalled = [socket.create_connection(("127.0.0.1", server.tls_port), timeout=10)
+                       for _ in range(2)]
+            deadline = time.time() + 10
+            refused = False
+            while not refused and time.time() < deadline:
+                refused = not handshake()
+            self.assertTrue(refused, "a third handshake was let in beside two stalled ones")
+            stalled[0].close()  # a place frees: handshakes go through again
+            ok = False
+            while not ok and time.time() < deadline + 10:
+                ok = handshake()
+            self.assertTrue(ok)
+            stalled[1].close()
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_bad_certificate_flags_are_one_line(self):
         p = lambda n: os.path.join(self.pki, n)
         for flags, code, says in [
