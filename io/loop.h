@@ -93,11 +93,14 @@ struct Completion {
   Completion* next_ready = nullptr;  // a backend's queue of finished operations
 };
 
+// Results that are no errno. An errno is at most 4095 (MAX_ERRNO), so these lie below every
+// -errno and no code that reads errors can take one for another.
+constexpr int64_t kFirstLoopResult = -(int64_t{1} << 16);
 // The last result of a cancelled receive that ended with bytes waiting in the socket, unread
-// (the kernel had no free buffer for them when the cancel came): -ECANCELED for all else, but its
-// owner knows the client has sent more. (EAGAIN itself never ends a receive: the backends wait
-// for readiness instead.)
-constexpr int64_t kRecvCancelledWithInput = -EAGAIN;
+// (the kernel had no free buffer for them when the cancel came): cancelled, as -ECANCELED, but
+// its owner knows the client has sent more.
+constexpr int64_t kRecvCancelledWithInput = kFirstLoopResult - 1;
+static_assert(kRecvCancelledWithInput < -4095);
 
 // Marks a connection handle that names a slot of the ring's registered file table (bypass
 // tier), so it can never be taken for a process fd: fds stay below 2^30 (RLIMIT_NOFILE).
