@@ -67,8 +67,10 @@ class FleetTest(BackendTestCase):
         self.admin = free_port(NODES[0])
         self.nodes = []
         for i, host in enumerate(NODES):
-            # A drain long enough for the slow download on a loaded machine.
-            self.nodes.append(Server(self.root, "--shards", "1", "--shutdown-timeout-ms", "30000",
+            # A drain deadline no download here comes near: the drain test waits for its download
+            # to end and then for the node to exit, states, not a race with a deadline. (With 30 s,
+            # a loaded 2-core machine read the 48 MiB past it, and the node cut the rest.)
+            self.nodes.append(Server(self.root, "--shards", "1", "--shutdown-timeout-ms", "600000",
                                      "--admin-listen", "%s:%d" % (host, self.admin),
                                      "--add-header", "X-Node: node%d" % (i + 1),
                                      listen="%s:%d" % (host, self.port)))
@@ -165,6 +167,7 @@ class FleetTest(BackendTestCase):
             self.assertEqual(status, 200)
             owner = int(headers["x-node"][len("node"):]) - 1
             self.nodes[owner].proc.send_signal(signal.SIGTERM)
+            signalled = time.time()
             moved = None
             deadline = time.time() + 3
             while time.time() < deadline:
@@ -175,7 +178,13 @@ class FleetTest(BackendTestCase):
                 time.sleep(0.05)
             self.assertIsNotNone(moved, "the draining node still got new requests after 3 s")
             self.assertIsNone(self.nodes[owner].proc.poll(), "the node exited before its download ended")
-            body = reader.read_exact(int(headers["content-length"]))
+            # (Read in linear time: Reader.read_exact. The node ends the download at its drain
+            # deadline, so a failure here says how far it got and when.)
+            try:
+                body = reader.read_exact(int(headers["content-length"]))
+            except EOFError:
+                self.fail("the download ended after %d of %s bytes, %.1f s after SIGTERM" %
+                          (len(reader.buf), headers["content-length"], time.time() - signalled))
             self.assertTrue(body == self.huge, "the download in progress came out wrong")
         self.assertEqual(self.nodes[owner].proc.wait(timeout=10), 0)
 

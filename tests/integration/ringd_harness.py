@@ -119,11 +119,14 @@ class Reader:
         self.sock = sock
         self.buf = b""
 
-    def _fill(self):
+    def _recv(self):
         chunk = self.sock.recv(1 << 20)
         if not chunk:
             raise EOFError("connection closed")
-        self.buf += chunk
+        return chunk
+
+    def _fill(self):
+        self.buf += self._recv()
 
     def read_head(self):
         while b"\r\n\r\n" not in self.buf:
@@ -139,8 +142,17 @@ class Reader:
         return int(status), reason, headers
 
     def read_exact(self, n):
-        while len(self.buf) < n:
-            self._fill()
+        # The chunks are joined once: `buf += chunk` copies everything read so far on every recv,
+        # quadratic in the body. A 48 MiB body read through a 64 KiB receive buffer took longer than
+        # fleet_test's 30 s drain that way on a loaded machine, and the node ended it unread.
+        if len(self.buf) < n:
+            parts, have = [self.buf], len(self.buf)
+            try:
+                while have < n:
+                    parts.append(self._recv())
+                    have += len(parts[-1])
+            finally:
+                self.buf = b"".join(parts)  # what came before an EOF stays readable
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
 
