@@ -57,6 +57,11 @@ namespace {
   std::exit(code);
 }
 
+int PortOf(const sockaddr_storage& a) {
+  return a.ss_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port)
+                                : ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
+}
+
 std::string AddressText(const sockaddr_storage& a) {
   char host[INET6_ADDRSTRLEN] = "?";
   int port = 0;
@@ -324,12 +329,23 @@ int Main(int argc, char** argv) {
       tls_fds.push_back(fd);
       fds.push_back(fd);
     }
+    const size_t fds_count = fds.size();
     shard_list.push_back(
         std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds), root_fd, &mime,
                                 WithTls(io.tier->make, &tls_sessions, tls_fds,
                                         config.max_connections, config.tls_max_handshakes),
                                 cpus[i % cpus.size()]));
     shard_list.back()->SetListenersShared(!inherited.empty());
+    if (config.redirect_https) {
+      // Every listener but the TLS ones (the last tls_fds.size()) redirects to the first TLS
+      // address's port.
+      const size_t plain = fds_count - tls_fds.size();
+      std::vector<bool> redirect(fds_count, false);
+      for (size_t k = 0; k < plain; ++k) redirect[k] = true;
+      const int port = PortOf(config.listen_tls[0].addr);
+      shard_list.back()->SetHttpsRedirect(std::move(redirect),
+                                          port == 443 ? "" : ":" + std::to_string(port));
+    }
     shard_list.back()->SetLoopFeatures(io.features);
     shard_list.back()->SetHeartbeat(notifier.watchdog_interval_ms() > 0);
     observability.Attach(shard_list.back().get(), static_cast<int>(i));

@@ -184,6 +184,10 @@ const std::vector<Flag>& Flags() {
              c->tls_min_version = v;
              return true;
            }},
+      BoolFlag("redirect-https",
+               "the --listen addresses answer every GET and HEAD with 301 to the same target "
+               "over HTTPS, on the first --listen-tls address's port (default false)",
+               &Config::redirect_https),
       UintFlag("tls-max-handshakes",
                "TLS handshakes under way at once per shard; connections beyond are closed at "
                "accept (default 256)",
@@ -656,6 +660,10 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
   }
   if (!config->listen_tls.empty() && config->tls_cert.empty()) {
     *error = "--listen-tls needs a certificate: --tls-cert FILE --tls-key FILE";
+    return false;
+  }
+  if (config->redirect_https && config->listen_tls.empty()) {
+    *error = "--redirect-https needs --listen-tls: there is no HTTPS to redirect to";
     return false;
   }
   if (config->listen_tls.empty() && !config->tls_cert.empty()) {

@@ -40,6 +40,7 @@ struct Config {
   std::vector<std::string> tls_key;
   std::string tls_min_version = "1.2";
   uint32_t tls_max_handshakes = 256;  // per shard
+  bool redirect_https = false;        // plaintext listeners answer 301 to https://
   // A new ticket key this often; the previous one still resumes.
   uint32_t tls_ticket_rotate_s = 43200;
   std::string tls_ciphers = "ECDHE+AESGCM:ECDHE+CHACHA20";

@@ -253,7 +253,8 @@ bool Shard::Plan(Connection* conn, const http::Request& req) {
   conn->client_keep_alive = req.keep_alive;
   ex->head_request = req.method == http::Method::kHead;
   RequestLookup source(files_.get(), ex->plan_since);
-  const http::PlanStep step = http::PlanResponse(req, planner_, source, *scratch_, &ex->plan);
+  const http::PlanStep step = http::PlanResponse(
+      req, conn->https_redirect ? redirect_planner_ : planner_, source, *scratch_, &ex->plan);
   if (step.status == http::PlanStatus::kNeedLookup) {
     SetState(conn, ConnState::kWaitingFile);
     send_timers_.Arm(&conn->timer, now_ms_);

@@ -179,6 +179,10 @@ bool Shard::Setup() {
   planner_.max_discarded_body = config_.max_discarded_body;
   planner_.multipart_boundary = boundary_;
   planner_.origin = config_.origin.empty() ? nullptr : &config_.origin;
+  redirect_planner_ = planner_;
+  redirect_planner_.redirect_to_https = true;
+  redirect_planner_.https_port_suffix = https_port_suffix_;
+  redirect_listeners_.resize(listen_fds_.size(), false);
   limits_.max_request_line = config_.max_request_line;
   limits_.max_head_bytes = config_.max_request_head;
   limits_.max_headers = config_.max_headers;
@@ -332,7 +336,7 @@ void Shard::ArmAccept() {
 void Shard::OnAccept(io::Completion* c) {
   Shard* self = static_cast<Shard*>(c->owner);
   if (c->result >= 0) {
-    self->Accepted(static_cast<int>(c->result));
+    self->Accepted(static_cast<int>(c->result), static_cast<size_t>(c - self->accepts_.data()));
   } else if (c->result == -EMFILE) {
     // Out of descriptors: the longest-idle keep-alive connections give theirs to the newcomers
     // (the accept itself is retried below). A batch, as nginx drains reusable connections 32 at
@@ -373,7 +377,7 @@ void Shard::OnAccept(io::Completion* c) {
   if (self->accept_retry_ms_ == 0) self->accept_retry_ms_ = self->now_ms_ + kAcceptRetryMs;
 }
 
-void Shard::Accepted(int fd) {
+void Shard::Accepted(int fd, size_t listener) {
   Connection* conn = draining_ ? nullptr : conns_->Get();
   if (conn == nullptr) {
     ++stats_.overloaded;
@@ -385,6 +389,7 @@ void Shard::Accepted(int fd) {
   ++state_counts_[static_cast<int>(ConnState::kReading)];
   conn->shard = this;
   conn->fd = fd;
+  conn->https_redirect = redirect_listeners_[listener];
   NotePeer(conn);
   conn->recv.owner = conn;
   conn->recv.callback = &Shard::OnRecv;

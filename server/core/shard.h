@@ -111,6 +111,8 @@ struct Connection {
   // its client (or the disk) is slow, so the next response's ticket starts out slow and its
   // first chunk needs no slot either.
   bool send_slow : 1 = false;
+  // Accepted on a listener that redirects every request to HTTPS (--redirect-https).
+  bool https_redirect : 1 = false;
   uint32_t requests = 0;
   char* in = nullptr;  // pending input, from the shard's input pool; null when empty
   uint32_t in_len = 0;
@@ -165,6 +167,12 @@ class Shard {
   // the other shards through dup): a drain stops accepting on them but does not shut them down,
   // so connections wait in the backlog for the next process instead of being refused.
   void SetListenersShared(bool shared) { listeners_shared_ = shared; }
+  // Before Setup: which listeners (in listen_fds order) answer every request with a 301 to
+  // https://HOST`port_suffix`TARGET (--redirect-https).
+  void SetHttpsRedirect(std::vector<bool> listeners, std::string port_suffix) {
+    redirect_listeners_ = std::move(listeners);
+    https_port_suffix_ = std::move(port_suffix);
+  }
   // Before Setup: the optional loop features the chosen tier takes up here (io::Tier::adapt:
   // recv_incremental, a pool of recv_buffer_count buffers of recv_buffer_size (--recv-pool-kib)
   // instead of --recv-buffers; register_ring_fd;
@@ -178,7 +186,7 @@ class Shard {
   void BeginDrain();
   void ArmAccept();
   static void OnAccept(io::Completion* c);
-  void Accepted(int fd);
+  void Accepted(int fd, size_t listener);
 
   // The request/response state machine (connection.cc).
   static void OnRecv(io::Completion* c);
@@ -248,6 +256,9 @@ class Shard {
   std::unique_ptr<SendQueue> sends_;  // which long bodies send now (send_queue.h)
   std::unique_ptr<http::PlanScratch> scratch_;
   http::PlannerConfig planner_;
+  http::PlannerConfig redirect_planner_;  // planner_ with redirect_to_https (--redirect-https)
+  std::vector<bool> redirect_listeners_;
+  std::string https_port_suffix_;
   http::ParserLimits limits_;
   http::Header headers_[kMaxHeaderFields];
   std::string boundary_;

@@ -202,6 +202,33 @@ std::optional<PlanStep> PlanBodyAndMethod(const Request& req, const PlannerConfi
   }
 }
 
+// --redirect-https: 301 to https://HOST[:PORT]TARGET, the request's host without its port and
+// its target as received (origin-form; an absolute-form target keeps its path and query).
+PlanStep PlanHttpsRedirect(const Request& req, const PlannerConfig& config, FileMetaSource& source,
+                           PlanScratch& scratch, ResponsePlan* out) {
+  std::string_view host = req.host;
+  if (!host.empty() && host.front() == '[') {
+    host = host.substr(0, host.find(']') + 1);  // an IPv6 literal keeps its brackets
+  } else {
+    host = host.substr(0, host.find(':'));
+  }
+  if (host.empty()) return Error(400, "no host to redirect to", req, config, source, out);
+  std::string_view target = req.target;
+  if (!target.empty() && target.front() != '/') {  // absolute-form: from the path on
+    const size_t authority = target.find("//");
+    const size_t path = authority == std::string_view::npos ? std::string_view::npos
+                                                            : target.find('/', authority + 2);
+    target = path == std::string_view::npos ? std::string_view("/") : target.substr(path);
+  }
+  const std::string_view origin =
+      Join(scratch.location, sizeof scratch.location, "https://", host, config.https_port_suffix);
+  const std::string_view location =
+      origin.empty() ? origin : Join(scratch.location, sizeof scratch.location, origin, target, "");
+  if (location.empty()) return Error(414, "redirect target too long", req, config, source, out);
+  out->location = location;
+  return Page(301, "redirect to https", req, out);
+}
+
 // The regular file the target names: "dir" is a 301 to "dir/", "dir/" is "dir/index.html".
 // Sets *path (in scratch.file) and *meta and returns nothing when there is one; otherwise the
 // step: a lookup to wait for, the redirect, or the error.
@@ -419,6 +446,7 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
                       PlanScratch& scratch, ResponsePlan* out) {
   StartPlan(req, out);
   if (std::optional<PlanStep> done = PlanBodyAndMethod(req, config, source, out)) return *done;
+  if (config.redirect_to_https) return PlanHttpsRedirect(req, config, source, scratch, out);
   std::string_view path;
   FileMeta meta;
   if (std::optional<PlanStep> done = ResolveFile(req, config, source, scratch, out, &path, &meta)) {

@@ -51,6 +51,10 @@ struct PlannerConfig {
   // Cache-Control, added headers and error pages (--cache-control, --add-header, --error-page);
   // null: none.
   const OriginHeaders* origin = nullptr;
+  // --redirect-https: every GET and HEAD is answered 301 to the same target over HTTPS, on the
+  // request's host with this port suffix (":8443", or empty for 443).
+  bool redirect_to_https = false;
+  std::string_view https_port_suffix;
 };
 
 // Caller-owned working space; the plan's string_views point into it.

@@ -177,6 +177,31 @@ TEST_F(ResponsePlanTest, ResolvesDirectories) {
   EXPECT_EQ(Get("/empty").plan.status, 301);
 }
 
+TEST_F(ResponsePlanTest, RedirectsToHttpsOnTheRequestsHost) {
+  config_.redirect_to_https = true;
+  config_.https_port_suffix = ":8443";
+  auto location = [&](const std::string& request) {
+    Planned p = Plan(request);
+    EXPECT_EQ(p.plan.status, 301) << request;
+    const size_t at = p.head.find("\r\nLocation: ");
+    return at == std::string::npos ? std::string()
+                                   : p.head.substr(at + 12, p.head.find("\r\n", at + 2) - at - 12);
+  };
+  EXPECT_EQ(location("GET /a/b.css?v=2 HTTP/1.1\r\nHost: example.org:8080\r\n\r\n"),
+            "https://example.org:8443/a/b.css?v=2");
+  EXPECT_EQ(location("HEAD / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n"), "https://[::1]:8443/");
+  EXPECT_EQ(location("GET http://example.org/x?y HTTP/1.1\r\nHost: example.org\r\n\r\n"),
+            "https://example.org:8443/x?y");
+  // Files are never looked up: the redirect needs none, whether the target exists or not.
+  EXPECT_EQ(location("GET /nope HTTP/1.1\r\nHost: example.org\r\n\r\n"),
+            "https://example.org:8443/nope");
+  config_.https_port_suffix = "";
+  EXPECT_EQ(location("GET /index.html HTTP/1.1\r\nHost: example.org\r\n\r\n"),
+            "https://example.org/index.html");
+  // Methods are checked first, as without the redirect.
+  EXPECT_EQ(Plan("DELETE / HTTP/1.1\r\nHost: t\r\n\r\n").plan.status, 405);
+}
+
 TEST_F(ResponsePlanTest, AnswersErrorsWithTheRightStatus) {
   EXPECT_EQ(Get("/nope.html").plan.status, 404);
   EXPECT_EQ(Get("/index.html/").plan.status, 404);

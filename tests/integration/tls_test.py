@@ -346,6 +346,25 @@ class TlsTest(BackendTestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_redirect_https_sends_plain_requests_to_the_tls_port(self):
+        p = lambda n: os.path.join(self.pki, n)
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--redirect-https",
+                        "--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"))
+        try:
+            with server.connect() as s:
+                s.sendall(b"GET /small.txt?v=1 HTTP/1.1\r\nHost: localhost:%d\r\n\r\n" % server.port)
+                r = Reader(s).read_response()
+            self.assertEqual(r.status, 301)
+            self.assertEqual(r.header("location"),
+                             "https://localhost:%d/small.txt?v=1" % server.tls_port)
+            out = subprocess.run(["curl", "-sSL", "--cacert", p("ca.crt"),
+                                  "http://localhost:%d/small.txt" % server.port],
+                                 capture_output=True, timeout=30)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(out.stdout, self.files["small.txt"])  # followed to HTTPS
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_bad_certificate_flags_are_one_line(self):
         p = lambda n: os.path.join(self.pki, n)
         for flags, code, says in [
