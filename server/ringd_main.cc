@@ -206,30 +206,48 @@ io::LoopFactory WithTls(io::LoopFactory make, tls::TlsSessionFactory* sessions,
   };
 }
 
-int Main(int argc, char** argv) {
-  Config config;
-  std::string error;
-  bool exit_now = false;
-  if (!ParseFlags(argc, argv, &config, &error, &exit_now)) Die(2, error);
-  if (exit_now) return 0;
-  if (!config.probe_only && !RootAllowed(config, &error)) Die(1, error);
-  // HTTPS: every certificate and key is read and checked here, before privileges are dropped
-  // (a SIGHUP reads them again as the user ringd runs as); one generation of certificates serves
-  // every shard, and one set of ticket keys every generation.
-  const bool tls_on = !config.listen_tls.empty() && !config.probe_only;
-  tls::TicketKeys ticket_keys(config.tls_ticket_rotate_s);
-  tls::TlsOptions tls_options;
-  tls::ReloadableTls tls_sessions;
-  if (tls_on) {
-    for (size_t i = 0; i < config.tls_cert.size(); ++i)
-      tls_options.pairs.push_back(tls::TlsCertPair{config.tls_cert[i], config.tls_key[i]});
-    tls_options.min_version = config.tls_min_version;
-    tls_options.ciphers = config.tls_ciphers;
-    tls_options.ciphersuites = config.tls_ciphersuites;
-    tls_options.tickets = &ticket_keys;
-    if (!tls_sessions.Load(tls_options, &error)) Die(1, error);
-  }
+// HTTPS state for the process: the certificates in use (reloadable), the options they are loaded
+// with, and the ticket keys every generation shares.
+struct Tls {
+  bool on = false;
+  std::unique_ptr<tls::TicketKeys> ticket_keys;
+  tls::TlsOptions options;
+  tls::ReloadableTls sessions;
+};
 
+// Every certificate and key is read and checked here, before privileges are dropped (a SIGHUP
+// reads them again as the user ringd runs as); one generation of certificates serves every shard,
+// and one set of ticket keys every generation.
+void LoadTls(const Config& config, Tls* tls) {
+  tls->on = !config.listen_tls.empty() && !config.probe_only;
+  if (!tls->on) return;
+  tls->ticket_keys = std::make_unique<tls::TicketKeys>(config.tls_ticket_rotate_s);
+  for (size_t i = 0; i < config.tls_cert.size(); ++i)
+    tls->options.pairs.push_back(tls::TlsCertPair{config.tls_cert[i], config.tls_key[i]});
+  tls->options.min_version = config.tls_min_version;
+  tls->options.ciphers = config.tls_ciphers;
+  tls->options.ciphersuites = config.tls_ciphersuites;
+  tls->options.tickets = tls->ticket_keys.get();
+  std::string error;
+  if (!tls->sessions.Load(tls->options, &error)) Die(1, error);
+}
+
+// SIGHUP: new connections get the new certificates; connections and handshakes already under
+// way finish on the ones they began with. A failed reload keeps the old ones.
+void ReloadTls(Tls* tls) {
+  std::string error;
+  if (!tls->on) {
+    std::fprintf(stderr, "ringd: SIGHUP: nothing to reload (no --listen-tls)\n");
+  } else if (tls->sessions.Load(tls->options, &error)) {
+    std::fprintf(stderr, "ringd: SIGHUP: TLS certificates reloaded (%zu)\n",
+                 tls->options.pairs.size());
+  } else {
+    std::fprintf(stderr, "ringd: SIGHUP: keeping the certificates in use: %s\n", error.c_str());
+  }
+}
+
+// The io tier, from the flags, the tier table and the probe; false after `--probe` printed it.
+bool SetUpIo(const Config& config, IoSetup* io) {
   // Like nginx's worker_rlimit_nofile: use every descriptor the hard limit allows (a tier with a
   // file table per connection is held to it as well).
   rlimit nofile{};
@@ -237,49 +255,41 @@ int Main(int argc, char** argv) {
     nofile.rlim_cur = nofile.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &nofile);
   }
-  const io::TierTable tiers = io::BuiltinTiers();
+  static const io::TierTable tiers = io::BuiltinTiers();
+  std::string error;
   if (!CheckIoFlags(config, tiers, &error)) Die(2, error);
   const io::ProbeReport probe = io::ProbeUring(config.io_mask);
   const uint64_t descriptor_limit = nofile.rlim_cur == RLIM_INFINITY ? 0 : nofile.rlim_cur;
   if (config.probe_only) {
     std::fputs(DescribeProbe(config, tiers, probe, descriptor_limit).c_str(), stdout);
-    return 0;
+    return false;
   }
-  IoSetup io;
-  if (!ChooseIo(config, tiers, probe, descriptor_limit, &io, &error)) Die(1, error);
-  std::fprintf(stderr, "ringd: io backend %s\n", io.line.c_str());
-  if (!io.tier->can.names_clients && !config.access_log.empty()) {
+  if (!ChooseIo(config, tiers, probe, descriptor_limit, io, &error)) Die(1, error);
+  std::fprintf(stderr, "ringd: io backend %s\n", io->line.c_str());
+  if (!io->tier->can.names_clients && !config.access_log.empty()) {
     std::fprintf(stderr, "ringd: --io=%s: access log lines name no client address (\"-\")\n",
-                 io.tier->name.c_str());
+                 io->tier->name.c_str());
   }
+  return true;
+}
 
-  const int root_fd = ::open(config.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (root_fd < 0) Die(1, "--root: cannot open '" + config.root + "': " + strerror(errno));
-  const http::MimeTypes mime = http::MimeTypes::Load(config.mime_types);
+// Socket activation: systemd bound the sockets (ringd.socket) and passed them, and a drain
+// leaves them open for the next process. Otherwise each shard binds its own SO_REUSEPORT socket
+// per --listen address and the kernel spreads connections across shards. --listen-tls addresses
+// are always bound here.
+struct Inherited {
+  std::vector<int> fds;
+  std::vector<std::vector<int>> by_shard;
+};
 
-  const std::vector<int> cpus = UsableCpus();
-  const uint32_t shards = config.shards != 0 ? config.shards : static_cast<uint32_t>(cpus.size());
-
-  // Signals are handled by this thread alone, with sigwait; shard threads inherit the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGUSR1);  // reopen the access log
-  sigaddset(&signals, SIGHUP);   // reload the TLS certificates and keys
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-
-  // Socket activation: systemd bound the sockets (ringd.socket) and passed them, and a drain
-  // leaves them open for the next process. Otherwise each shard binds its own SO_REUSEPORT socket
-  // per --listen address and the kernel spreads connections across shards.
-  std::vector<int> inherited;
-  if (!TakeListenSockets(&inherited, &error)) Die(1, error);
-  const std::vector<std::vector<int>> inherited_by_shard =
-      AssignInheritedSockets(inherited, shards, &error);
+Inherited CheckListenAddresses(const Config& config, uint32_t shards) {
+  std::string error;
+  Inherited in;
+  if (!TakeListenSockets(&in.fds, &error)) Die(1, error);
+  in.by_shard = AssignInheritedSockets(in.fds, shards, &error);
   if (!error.empty()) Die(1, error);
   if (!config.takeover) {
-    if (inherited.empty()) {
+    if (in.fds.empty()) {
       for (const ListenAddress& a : config.listen) {
         if (!AddressFree(a, &error)) Die(1, error);
       }
@@ -287,8 +297,7 @@ int Main(int argc, char** argv) {
     for (const ListenAddress& a : config.listen_tls) {
       if (!AddressFree(a, &error)) Die(1, error);
     }
-  }
-  if (inherited.empty() && config.takeover) {
+  } else if (in.fds.empty()) {
     // The old process shuts its listeners down when it drains; connections already queued on
     // them move to ours only with tcp_migrate_req (Linux 5.14), else they are reset.
     std::ifstream f("/proc/sys/net/ipv4/tcp_migrate_req");
@@ -299,22 +308,22 @@ int Main(int argc, char** argv) {
                               : "; net.ipv4.tcp_migrate_req=0: connections still queued on the "
                                 "old process's listeners when it stops are reset (set it to 1)");
   }
-  Observability observability;  // the access log and the admin listener (before the shards)
-  if (!observability.Open(config, shards, &error)) Die(1, error);
-  if (tls_on) {
-    observability.SetCertificates([&tls_sessions] {
-      std::vector<ProcessInfo::Certificate> out;
-      for (const tls::OpenSslFactory::Certificate& c : tls_sessions.certificates())
-        out.push_back(ProcessInfo::Certificate{c.file, c.not_after_sec});
-      return out;
-    });
-  }
-  ServiceNotifier notifier;  // systemd's Type=notify; nothing without NOTIFY_SOCKET
-  std::vector<std::unique_ptr<Shard>> shard_list;
+  return in;
+}
+
+// The shards, each with its listening sockets (plain ones first, then TLS ones) and its loop
+// factory (the tier's, inside a TlsLoop where it has TLS listeners).
+std::vector<std::unique_ptr<Shard>> MakeShards(Config& config, const Inherited& inherited,
+                                               uint32_t shards, int root_fd,
+                                               const http::MimeTypes* mime, const IoSetup& io,
+                                               Tls* tls, bool heartbeat) {
+  const std::vector<int> cpus = UsableCpus();
+  std::string error;
+  std::vector<std::unique_ptr<Shard>> list;
   for (uint32_t i = 0; i < shards; ++i) {
     std::vector<int> fds;
-    if (!inherited.empty()) {
-      fds = inherited_by_shard[i];
+    if (!inherited.fds.empty()) {
+      fds = inherited.by_shard[i];
     } else {
       for (ListenAddress& a : config.listen) {
         const int fd = Listen(a, &error);
@@ -322,6 +331,7 @@ int Main(int argc, char** argv) {
         fds.push_back(fd);
       }
     }
+    const size_t plain = fds.size();
     std::vector<int> tls_fds;
     for (ListenAddress& a : config.listen_tls) {
       const int fd = Listen(a, &error);
@@ -329,30 +339,31 @@ int Main(int argc, char** argv) {
       tls_fds.push_back(fd);
       fds.push_back(fd);
     }
-    const size_t fds_count = fds.size();
-    shard_list.push_back(
-        std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds), root_fd, &mime,
-                                WithTls(io.tier->make, &tls_sessions, tls_fds,
-                                        config.max_connections, config.tls_max_handshakes),
-                                cpus[i % cpus.size()]));
-    shard_list.back()->SetListenersShared(!inherited.empty());
+    const size_t all = fds.size();
+    auto shard = std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds), root_fd, mime,
+                                         WithTls(io.tier->make, &tls->sessions, tls_fds,
+                                                 config.max_connections, config.tls_max_handshakes),
+                                         cpus[i % cpus.size()]);
+    shard->SetListenersShared(!inherited.fds.empty());
     if (config.redirect_https) {
-      // Every listener but the TLS ones (the last tls_fds.size()) redirects to the first TLS
-      // address's port.
-      const size_t plain = fds_count - tls_fds.size();
-      std::vector<bool> redirect(fds_count, false);
+      // The plain listeners redirect to the first TLS address's port.
+      std::vector<bool> redirect(all, false);
       for (size_t k = 0; k < plain; ++k) redirect[k] = true;
       const int port = PortOf(config.listen_tls[0].addr);
-      shard_list.back()->SetHttpsRedirect(std::move(redirect),
-                                          port == 443 ? "" : ":" + std::to_string(port));
+      shard->SetHttpsRedirect(std::move(redirect), port == 443 ? "" : ":" + std::to_string(port));
     }
-    shard_list.back()->SetLoopFeatures(io.features);
-    shard_list.back()->SetHeartbeat(notifier.watchdog_interval_ms() > 0);
-    observability.Attach(shard_list.back().get(), static_cast<int>(i));
+    shard->SetLoopFeatures(io.features);
+    shard->SetHeartbeat(heartbeat);
+    list.push_back(std::move(shard));
   }
+  return list;
+}
 
-  // Each shard creates its ring (and pools) on its own thread, then waits for `go`: ringd drops
-  // root (--user) between the two, so that nothing is served, and no file opened, as root.
+// Each shard creates its ring (and pools) on its own thread, then waits for `go`: ringd drops
+// root (--user) between the two, so that nothing is served, and no file opened, as root.
+std::vector<std::thread> StartShards(const Config& config,
+                                     const std::vector<std::unique_ptr<Shard>>& shard_list) {
+  const size_t shards = shard_list.size();
   std::vector<std::thread> threads;
   std::vector<std::promise<bool>> started(shards);
   std::promise<bool> go;
@@ -362,22 +373,24 @@ int Main(int argc, char** argv) {
   const bool share_sq = config.sqpoll && !config.sqpoll_per_shard;
   std::promise<int> first_ring;
   std::future<int> first_ring_fd = first_ring.get_future();
-  for (uint32_t i = 0; i < shards; ++i) {
+  for (size_t i = 0; i < shards; ++i) {
     if (i == 1 && share_sq) {
       const int fd = first_ring_fd.get();
-      for (uint32_t k = 1; k < shards; ++k) shard_list[k]->SetAttachRing(fd);
+      for (size_t k = 1; k < shards; ++k) shard_list[k]->SetAttachRing(fd);
     }
-    threads.emplace_back([&, i, go_future] {
-      Shard& s = *shard_list[i];
-      const bool ok = s.Setup();
-      if (i == 0) first_ring.set_value(ok ? s.loop()->RingFd() : -1);
-      started[i].set_value(ok);
-      if (ok && go_future.get()) s.Serve();
+    Shard* s = shard_list[i].get();
+    std::promise<bool>* ready = &started[i];
+    std::promise<int>* ring = i == 0 ? &first_ring : nullptr;
+    threads.emplace_back([s, ready, ring, go_future] {
+      const bool ok = s->Setup();
+      if (ring != nullptr) ring->set_value(ok ? s->loop()->RingFd() : -1);
+      ready->set_value(ok);
+      if (ok && go_future.get()) s->Serve();
     });
   }
   bool all_ok = true;
   std::string first_error;
-  for (uint32_t i = 0; i < shards; ++i) {
+  for (size_t i = 0; i < shards; ++i) {
     if (!started[i].get_future().get()) {
       all_ok = false;
       if (first_error.empty()) first_error = shard_list[i]->error();
@@ -394,14 +407,15 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "ringd: running as %s (uid %u, gid %u)\n", config.user.c_str(),
                  static_cast<unsigned>(::getuid()), static_cast<unsigned>(::getgid()));
   }
-  std::vector<Shard*> serving;
-  for (auto& s : shard_list) serving.push_back(s.get());
-  observability.Start(serving, io.tier->name.c_str(), io.line);
-  if (observability.has_admin())
-    std::fprintf(stderr, "ringd: admin listener on %s\n", observability.admin_address().c_str());
+  return threads;
+}
+
+// "serving ROOT on ADDRESSES with N shards (ringd VERSION, commit C)"; closes the inherited
+// sockets, which the shards hold duplicates of.
+std::string ServingLine(const Config& config, const Inherited& inherited, uint32_t shards) {
   std::string where;
-  if (!inherited.empty()) {
-    for (const int fd : inherited) {
+  if (!inherited.fds.empty()) {
+    for (const int fd : inherited.fds) {
       ListenAddress a;
       a.len = sizeof a.addr;
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&a.addr), &a.len);
@@ -413,60 +427,108 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr,
                  "ringd: listening on %zu socket%s passed by systemd (LISTEN_FDS), %s; "
                  "--listen is not used\n",
-                 inherited.size(), inherited.size() == 1 ? "" : "s",
-                 InheritedSharing(inherited, shards).c_str());
-    for (const int fd : inherited) ::close(fd);  // the shards hold duplicates
+                 inherited.fds.size(), inherited.fds.size() == 1 ? "" : "s",
+                 InheritedSharing(inherited.fds, shards).c_str());
+    for (const int fd : inherited.fds) ::close(fd);
   } else {
     for (const ListenAddress& a : config.listen)
       where += (where.empty() ? "" : ", ") + AddressText(a.addr);
   }
   for (const ListenAddress& a : config.listen_tls)
     where += (where.empty() ? "https " : ", https ") + AddressText(a.addr);
-  const std::string serving_line = "serving " + config.root + " on " + where + " with " +
-                                   std::to_string(shards) + " shard" + (shards == 1 ? "" : "s") +
-                                   " (ringd " + BuildVersion() + ", commit " + BuildCommit() + ")";
-  std::fprintf(stderr, "ringd: %s\n", serving_line.c_str());
-  notifier.Ready(serving_line);  // every shard's accept is armed
+  return "serving " + config.root + " on " + where + " with " + std::to_string(shards) + " shard" +
+         (shards == 1 ? "" : "s") + " (ringd " + BuildVersion() + ", commit " + BuildCommit() + ")";
+}
 
-  // The main loop: signals, the once-a-second ticks, and the watchdog. Each watchdog period it
-  // sends WATCHDOG=1 if every shard answered the question asked one period before (its loop
-  // turned), then asks again.
+// The main loop: signals, the once-a-second ticks, and the watchdog. Each watchdog period it
+// sends WATCHDOG=1 if every shard answered the question asked one period before (its loop
+// turned), then asks again. Returns the signal that stops ringd.
+int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observability& observability,
+                const std::vector<std::unique_ptr<Shard>>& shard_list, Tls* tls) {
   const int64_t watchdog_ms = static_cast<int64_t>(notifier.watchdog_interval_ms());
   const int64_t tick_ms = watchdog_ms > 0 && watchdog_ms < 1000 ? watchdog_ms : 1000;
-  int sig = 0;
   for (;;) {
     const timespec wait{tick_ms / 1000, (tick_ms % 1000) * 1000000};
-    sig = sigtimedwait(&signals, nullptr, &wait);
+    const int sig = sigtimedwait(&signals, nullptr, &wait);
+    if (sig == SIGINT || sig == SIGTERM) return sig;
     if (sig == SIGUSR1) {
       observability.ReopenLog();
-    } else if (sig == SIGHUP) {
-      // New connections get the new certificates; connections and handshakes already under way
-      // finish on the ones they began with. A failed reload keeps the old ones.
-      if (!tls_on) {
-        std::fprintf(stderr, "ringd: SIGHUP: nothing to reload (no --listen-tls)\n");
-      } else if (tls_sessions.Load(tls_options, &error)) {
-        std::fprintf(stderr, "ringd: SIGHUP: TLS certificates reloaded (%zu)\n",
-                     tls_options.pairs.size());
-      } else {
-        std::fprintf(stderr, "ringd: SIGHUP: keeping the certificates in use: %s\n", error.c_str());
-      }
-    } else if (sig == SIGINT || sig == SIGTERM) {
-      break;
-    } else {
-      observability.Tick();  // a tick passed (or EINTR)
+      continue;
     }
-    if (watchdog_ms > 0 && sig != SIGUSR1 && sig != SIGHUP) {
-      bool all_turned = true;
-      for (auto& s : shard_list) all_turned = all_turned && s->heartbeat().Answered();
-      if (all_turned) notifier.Watchdog();
-      for (auto& s : shard_list) {
-        if (s->heartbeat().Answered()) {
-          s->heartbeat().Ask();
-          s->loop()->Wake();
-        }
+    if (sig == SIGHUP) {
+      ReloadTls(tls);
+      continue;
+    }
+    observability.Tick();  // a tick passed (or EINTR)
+    if (watchdog_ms == 0) continue;
+    bool all_turned = true;
+    for (auto& s : shard_list) all_turned = all_turned && s->heartbeat().Answered();
+    if (all_turned) notifier.Watchdog();
+    for (auto& s : shard_list) {
+      if (s->heartbeat().Answered()) {
+        s->heartbeat().Ask();
+        s->loop()->Wake();
       }
     }
   }
+}
+
+int Main(int argc, char** argv) {
+  Config config;
+  std::string error;
+  bool exit_now = false;
+  if (!ParseFlags(argc, argv, &config, &error, &exit_now)) Die(2, error);
+  if (exit_now) return 0;
+  if (!config.probe_only && !RootAllowed(config, &error)) Die(1, error);
+  Tls tls;
+  LoadTls(config, &tls);
+  IoSetup io;
+  if (!SetUpIo(config, &io)) return 0;  // --probe
+
+  const int root_fd = ::open(config.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root_fd < 0) Die(1, "--root: cannot open '" + config.root + "': " + strerror(errno));
+  const http::MimeTypes mime = http::MimeTypes::Load(config.mime_types);
+  const uint32_t shards =
+      config.shards != 0 ? config.shards : static_cast<uint32_t>(UsableCpus().size());
+
+  // Signals are handled by this thread alone, with sigwait; shard threads inherit the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);  // reopen the access log
+  sigaddset(&signals, SIGHUP);   // reload the TLS certificates and keys
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  const Inherited inherited = CheckListenAddresses(config, shards);
+  Observability observability;  // the access log and the admin listener (before the shards)
+  if (!observability.Open(config, shards, &error)) Die(1, error);
+  if (tls.on) {
+    observability.SetCertificates([&tls] {
+      std::vector<ProcessInfo::Certificate> out;
+      for (const tls::OpenSslFactory::Certificate& c : tls.sessions.certificates())
+        out.push_back(ProcessInfo::Certificate{c.file, c.not_after_sec});
+      return out;
+    });
+  }
+  ServiceNotifier notifier;  // systemd's Type=notify; nothing without NOTIFY_SOCKET
+  const std::vector<std::unique_ptr<Shard>> shard_list = MakeShards(
+      config, inherited, shards, root_fd, &mime, io, &tls, notifier.watchdog_interval_ms() > 0);
+  for (size_t i = 0; i < shard_list.size(); ++i)
+    observability.Attach(shard_list[i].get(), static_cast<int>(i));
+  std::vector<std::thread> threads = StartShards(config, shard_list);
+
+  std::vector<Shard*> serving;
+  for (auto& s : shard_list) serving.push_back(s.get());
+  observability.Start(serving, io.tier->name.c_str(), io.line);
+  if (observability.has_admin())
+    std::fprintf(stderr, "ringd: admin listener on %s\n", observability.admin_address().c_str());
+  const std::string serving_line = ServingLine(config, inherited, shards);
+  std::fprintf(stderr, "ringd: %s\n", serving_line.c_str());
+  notifier.Ready(serving_line);  // every shard's accept is armed
+
+  const int sig = WaitForStop(signals, notifier, observability, shard_list, &tls);
   observability.BeginDrain();  // /readyz answers 503 from here on
   notifier.Stopping("draining");
   std::fprintf(stderr, "ringd: %s: finishing responses in flight (up to %u ms)\n",
