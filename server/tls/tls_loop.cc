@@ -434,14 +434,19 @@ void TlsLoop::AfterOutput(Conn* conn) {
       ReadFileChunk(conn);
     }
   }
+  // The FIN goes after every record, close_notify the last. The send's callback above may just
+  // have queued them (the shard shuts its side down from there): they go out first.
+  if (conn->shutdown_how >= 0 && conn->send == nullptr) {
+    Flush(conn);
+    if (!conn->tx_active) {
+      inner_->Shutdown(conn->fd, conn->shutdown_how);
+      conn->shutdown_how = -1;
+    }
+  }
   // An idle connection holds no buffers of its own (the library releases its own too).
   if (conn->send == nullptr && !conn->tx_active) {
     conn->out.reset();
     conn->file_buf.reset();
-  }
-  if (conn->shutdown_how >= 0 && !conn->tx_active && conn->send == nullptr) {
-    inner_->Shutdown(conn->fd, conn->shutdown_how);
-    conn->shutdown_how = -1;
   }
 }
 

@@ -72,6 +72,8 @@ TEST(ShardSim, SeedsThatOnceFailed) {
            // A content read found the file truncated under it, so the entry was marked out of
            // date; the open-file cache's grace still answered from it while it revalidated.
            Case{6944899924303142946u, false},
+           // TlsLoop: a shutdown from the send's callback sent the FIN before close_notify.
+           Case{5, true},
        }) {
     SimOptions options;
     options.quick = c.quick;
