@@ -34,6 +34,10 @@ struct TlsLoop::Conn {
   io::Completion tx;
   bool tx_active = false;
   int64_t tx_error = 0;  // the socket refused a send: every later one fails the same way
+  // The session refused the plaintext of the shard's Send in flight (bad input came, or it is
+  // closed): that send fails, but the socket still carries the records queued before (the
+  // alert), so this is no tx_error.
+  bool send_refused = false;
   iovec tx_iov{};
   std::unique_ptr<char[]> out;
   static constexpr size_t kOutBytes = kFileChunk + 4096;  // a chunk's records and their overhead
@@ -330,7 +334,7 @@ void TlsLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more)
     ok = conn->session->WritePlain(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
     conn->send_total += iov[i].iov_len;
   }
-  if (!ok) conn->tx_error = conn->tx_error != 0 ? conn->tx_error : -EPIPE;
+  conn->send_refused = !ok && conn->tx_error == 0;
   Flush(conn);
   if (!conn->tx_active) Schedule(conn);  // an error: the completion still comes from Poll
 }
@@ -425,8 +429,9 @@ void TlsLoop::OnTx(io::Completion* inner) {
 void TlsLoop::AfterOutput(Conn* conn) {
   if (conn->send != nullptr && !conn->file_active) {
     if (!conn->send_is_file) {
-      FinishSend(conn,
-                 conn->tx_error != 0 ? conn->tx_error : static_cast<int64_t>(conn->send_total));
+      FinishSend(conn, conn->tx_error != 0  ? conn->tx_error
+                       : conn->send_refused ? -EPIPE
+                                            : static_cast<int64_t>(conn->send_total));
     } else if (conn->file_chunk > 0) {
       conn->send_total += conn->file_chunk;
       conn->send->done = conn->send_total;  // progress, for the shard's send timer

@@ -74,6 +74,8 @@ TEST(ShardSim, SeedsThatOnceFailed) {
            Case{6944899924303142946u, false},
            // TlsLoop: a shutdown from the send's callback sent the FIN before close_notify.
            Case{5, true},
+           // TlsLoop: a send the session refused after bad input kept the alert from going out.
+           Case{42, true},
        }) {
     SimOptions options;
     options.quick = c.quick;
