@@ -44,6 +44,8 @@ struct TlsLoop::Conn {
 
   // The shard's Send or SendFile in flight: done when every record it made has gone out.
   io::Completion* send = nullptr;
+  size_t sending_at = 0;    // its place in the loop's sending_
+  uint64_t wire_sent = 0;   // record bytes sent since it started (its progress)
   uint64_t send_total = 0;  // plaintext bytes handed over (Send), or sent so far (SendFile)
   bool send_is_file = false;
   io::Completion file_op;
@@ -327,6 +329,9 @@ void TlsLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more)
   c->in_flight = true;
   c->done = 0;
   conn->send = c;
+  conn->wire_sent = 0;
+  conn->sending_at = sending_.size();
+  sending_.push_back(conn);
   conn->send_is_file = false;
   conn->send_total = 0;
   bool ok = conn->tx_error == 0;
@@ -348,6 +353,9 @@ void TlsLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t lengt
   c->in_flight = true;
   c->done = 0;
   conn->send = c;
+  conn->wire_sent = 0;
+  conn->sending_at = sending_.size();
+  sending_.push_back(conn);
   conn->send_is_file = true;
   conn->send_total = 0;
   conn->file_fd = file_fd;
@@ -392,6 +400,9 @@ void TlsLoop::FinishSend(Conn* conn, int64_t result) {
   io::Completion* c = conn->send;
   RINGD_ASSERT(c != nullptr);
   conn->send = nullptr;
+  sending_.back()->sending_at = conn->sending_at;
+  std::swap(sending_[conn->sending_at], sending_.back());
+  sending_.pop_back();
   c->in_flight = false;
   c->more = false;
   c->result = result;
@@ -420,6 +431,7 @@ void TlsLoop::OnTx(io::Completion* inner) {
   self->Enter(conn);
   conn->tx_active = false;
   if (inner->result < 0) conn->tx_error = inner->result;
+  if (inner->result > 0) conn->wire_sent += static_cast<uint64_t>(inner->result);
   self->Flush(conn);
   if (!conn->tx_active) self->AfterOutput(conn);
   self->Leave(conn);
@@ -500,6 +512,15 @@ void TlsLoop::Release(Conn* conn) {
 void TlsLoop::Poll(int timeout_ms) {
   const bool closing = !closing_.empty();
   inner_->Poll(ready_ != nullptr ? 0 : closing ? std::min(timeout_ms, 100) : timeout_ms);
+  // The shard's send timer reads its Completion's `done` as progress (loop.h): a slow reader
+  // taking a send's records a little at a time is not a stalled one, though no send of records
+  // has completed yet (a file chunk's are one send). Their progress is the send's, in
+  // plaintext bytes at most.
+  for (Conn* conn : sending_) {
+    const uint64_t moved = conn->wire_sent + (conn->tx_active ? conn->tx.done : 0);
+    const uint64_t plain = conn->send_total + (conn->send_is_file ? conn->file_chunk : 0);
+    conn->send->done = std::max(conn->send->done, std::min(moved, plain));
+  }
   // Connections whose close_notify the peer will not take in time are cut.
   if (closing) {
     const int64_t now = inner_->MonotonicMs();

@@ -76,6 +76,9 @@ TEST(ShardSim, SeedsThatOnceFailed) {
            Case{5, true},
            // TlsLoop: a send the session refused after bad input kept the alert from going out.
            Case{42, true},
+           // TlsLoop: a slow reader taking a 64 KiB chunk's records showed the shard no progress
+           // and met the send timeout.
+           Case{57, true},
        }) {
     SimOptions options;
     options.quick = c.quick;
