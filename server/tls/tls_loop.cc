@@ -34,12 +34,18 @@ struct TlsLoop::Conn {
   io::Completion tx;
   bool tx_active = false;
   int64_t tx_error = 0;  // the socket refused a send: every later one fails the same way
+  // The session refused the plaintext of the shard's Send in flight (bad input came, or it is
+  // closed): that send fails, but the socket still carries the records queued before (the
+  // alert), so this is no tx_error.
+  bool send_refused = false;
   iovec tx_iov{};
   std::unique_ptr<char[]> out;
   static constexpr size_t kOutBytes = kFileChunk + 4096;  // a chunk's records and their overhead
 
   // The shard's Send or SendFile in flight: done when every record it made has gone out.
   io::Completion* send = nullptr;
+  size_t sending_at = 0;    // its place in the loop's sending_
+  uint64_t wire_sent = 0;   // record bytes sent since it started (its progress)
   uint64_t send_total = 0;  // plaintext bytes handed over (Send), or sent so far (SendFile)
   bool send_is_file = false;
   io::Completion file_op;
@@ -334,6 +340,9 @@ void TlsLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more)
   c->in_flight = true;
   c->done = 0;
   conn->send = c;
+  conn->wire_sent = 0;
+  conn->sending_at = sending_.size();
+  sending_.push_back(conn);
   conn->send_is_file = false;
   conn->send_total = 0;
   bool ok = conn->tx_error == 0;
@@ -341,7 +350,7 @@ void TlsLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more)
     ok = conn->session->WritePlain(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
     conn->send_total += iov[i].iov_len;
   }
-  if (!ok) conn->tx_error = conn->tx_error != 0 ? conn->tx_error : -EPIPE;
+  conn->send_refused = !ok && conn->tx_error == 0;
   Flush(conn);
   if (!conn->tx_active) Schedule(conn);  // an error: the completion still comes from Poll
 }
@@ -355,6 +364,9 @@ void TlsLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t lengt
   c->in_flight = true;
   c->done = 0;
   conn->send = c;
+  conn->wire_sent = 0;
+  conn->sending_at = sending_.size();
+  sending_.push_back(conn);
   conn->send_is_file = true;
   conn->send_total = 0;
   conn->file_fd = file_fd;
@@ -399,6 +411,9 @@ void TlsLoop::FinishSend(Conn* conn, int64_t result) {
   io::Completion* c = conn->send;
   RINGD_ASSERT(c != nullptr);
   conn->send = nullptr;
+  sending_.back()->sending_at = conn->sending_at;
+  std::swap(sending_[conn->sending_at], sending_.back());
+  sending_.pop_back();
   c->in_flight = false;
   c->more = false;
   c->result = result;
@@ -427,6 +442,7 @@ void TlsLoop::OnTx(io::Completion* inner) {
   self->Enter(conn);
   conn->tx_active = false;
   if (inner->result < 0) conn->tx_error = inner->result;
+  if (inner->result > 0) conn->wire_sent += static_cast<uint64_t>(inner->result);
   self->Flush(conn);
   if (!conn->tx_active) self->AfterOutput(conn);
   self->Leave(conn);
@@ -436,8 +452,9 @@ void TlsLoop::OnTx(io::Completion* inner) {
 void TlsLoop::AfterOutput(Conn* conn) {
   if (conn->send != nullptr && !conn->file_active) {
     if (!conn->send_is_file) {
-      FinishSend(conn,
-                 conn->tx_error != 0 ? conn->tx_error : static_cast<int64_t>(conn->send_total));
+      FinishSend(conn, conn->tx_error != 0  ? conn->tx_error
+                       : conn->send_refused ? -EPIPE
+                                            : static_cast<int64_t>(conn->send_total));
     } else if (conn->file_chunk > 0) {
       conn->send_total += conn->file_chunk;
       conn->send->done = conn->send_total;  // progress, for the shard's send timer
@@ -445,14 +462,19 @@ void TlsLoop::AfterOutput(Conn* conn) {
       ReadFileChunk(conn);
     }
   }
+  // The FIN goes after every record, close_notify the last. The send's callback above may just
+  // have queued them (the shard shuts its side down from there): they go out first.
+  if (conn->shutdown_how >= 0 && conn->send == nullptr) {
+    Flush(conn);
+    if (!conn->tx_active) {
+      inner_->Shutdown(conn->fd, conn->shutdown_how);
+      conn->shutdown_how = -1;
+    }
+  }
   // An idle connection holds no buffers of its own (the library releases its own too).
   if (conn->send == nullptr && !conn->tx_active) {
     conn->out.reset();
     conn->file_buf.reset();
-  }
-  if (conn->shutdown_how >= 0 && !conn->tx_active && conn->send == nullptr) {
-    inner_->Shutdown(conn->fd, conn->shutdown_how);
-    conn->shutdown_how = -1;
   }
 }
 
@@ -503,6 +525,15 @@ void TlsLoop::Release(Conn* conn) {
 void TlsLoop::Poll(int timeout_ms) {
   const bool closing = !closing_.empty();
   inner_->Poll(ready_ != nullptr ? 0 : closing ? std::min(timeout_ms, 100) : timeout_ms);
+  // The shard's send timer reads its Completion's `done` as progress (loop.h): a slow reader
+  // taking a send's records a little at a time is not a stalled one, though no send of records
+  // has completed yet (a file chunk's are one send). Their progress is the send's, in
+  // plaintext bytes at most.
+  for (Conn* conn : sending_) {
+    const uint64_t moved = conn->wire_sent + (conn->tx_active ? conn->tx.done : 0);
+    const uint64_t plain = conn->send_total + (conn->send_is_file ? conn->file_chunk : 0);
+    conn->send->done = std::max(conn->send->done, std::min(moved, plain));
+  }
   // Connections whose close_notify the peer will not take in time are cut.
   if (closing) {
     const int64_t now = inner_->MonotonicMs();

@@ -109,6 +109,7 @@ class TlsLoop final : public io::Loop {
   absl::flat_hash_map<int, Conn*> conns_;
   Conn* ready_ = nullptr;       // connections to pump from Poll, newest first
   std::vector<Conn*> closing_;  // closed by the shard, still sending their last records
+  std::vector<Conn*> sending_;  // with a Send or SendFile of the shard's in flight
   bool quiesced_ = false;
   std::unique_ptr<char[]> plain_;  // one delivery of plaintext (valid during its callback)
   TlsLoopStats stats_;

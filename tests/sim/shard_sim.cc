@@ -15,11 +15,11 @@
 #include "io/assert.h"
 #include "io/tier.h"
 #include "server/core/config.h"
+#include "server/core/shard.h"
 #include "server/http/conditional.h"
 #include "server/http/mime_types.h"
 #include "server/http/range.h"
 #include "server/http/response_plan.h"
-#include "server/core/shard.h"
 #include "tests/sim/shard_sim_internal.h"
 #include "tests/sim/sim_loop.h"
 
@@ -49,7 +49,11 @@ const char* StyleName(Style s) {
 }
 
 Sim::Sim(uint64_t seed, const SimOptions& options, bool trace)
-    : seed_(seed), options_(options), world_(seed), rng_(world_.rng) {
+    : seed_(seed),
+      options_(options),
+      world_(seed),
+      rng_(world_.rng),
+      tls_rng_(seed ^ 0x7a5d1e55c0ffee11ull) {
   world_.tracing = trace;
   world_.one_buffer_max = Exchange::kHeadBytes;
 }
@@ -231,6 +235,65 @@ void Sim::MutateFiles() {
   }
 }
 
+// A third of the seeds serve TLS: the one listener, or one or both of two. Its draws come from
+// tls_rng_ alone.
+void Sim::SetUpTls() {
+  tls_ = tls_rng_.Chance(333);
+  if (!tls_) return;
+  const std::vector<int>& fds = world_.listen_fds;
+  if (fds.size() == 1 || tls_rng_.Chance(500)) {
+    world_.tls_listeners = fds;
+  } else {
+    world_.tls_listeners.push_back(fds[tls_rng_.Below(fds.size())]);
+  }
+  tls_sessions_ = std::make_unique<SimTlsFactory>(&world_, &tls_rng_, &tls_counters_);
+  world_.faults.recv_tiny = static_cast<uint32_t>(tls_rng_.Range(0, 300));
+  tls_stall_ = static_cast<uint32_t>(tls_rng_.Range(0, 80));
+  tls_garbage_ = static_cast<uint32_t>(tls_rng_.Range(0, 80));
+  tls_renegotiate_ = static_cast<uint32_t>(tls_rng_.Range(0, 50));
+  world_.Trace("TLS on %zu of %zu listeners", world_.tls_listeners.size(), fds.size());
+}
+
+// A client of a TLS seed: which listener it connects to (with one TLS listener of two), then,
+// speaking TLS, its hello and its fault.
+void Sim::SetUpTlsClient(Client& c) {
+  SimSocket& s = world_.sockets[c.sock];
+  const std::vector<int>& tls_fds = world_.tls_listeners;
+  if (tls_fds.size() == world_.listen_fds.size()) {
+    s.tls = true;
+  } else {
+    s.tls = tls_rng_.Chance(600);
+    for (int fd : world_.listen_fds) {
+      const bool is_tls = std::find(tls_fds.begin(), tls_fds.end(), fd) != tls_fds.end();
+      if (is_tls == s.tls) s.listener = fd;
+    }
+  }
+  if (!s.tls) return;
+  c.tls = std::make_unique<SimTlsClient>();
+  const uint64_t roll = tls_rng_.Below(1000);
+  if (roll < tls_stall_) {
+    // A handshake it never finishes: part of its hello, or nothing; the header timeout ends it.
+    c.tls_fault = Client::TlsFault::kStall;
+    c.misbehaved = true;
+    c.tls->Hello(&s, tls_rng_.Below(kRecordHeader + 5));
+    ++tls_counters_.stalled_handshakes;
+    return;
+  }
+  if (roll < tls_stall_ + tls_garbage_ / 3) {
+    c.tls_fault = Client::TlsFault::kGarbageFirst;
+    c.misbehaved = true;
+    c.waits_for_end = true;
+    c.tls->Garbage(tls_rng_, /*renegotiate=*/false, &s);
+    return;
+  }
+  c.tls->Hello(&s);
+  if (roll < tls_stall_ + tls_garbage_) {
+    c.tls_fault = Client::TlsFault::kGarbageLater;
+  } else if (roll < tls_stall_ + tls_garbage_ + tls_renegotiate_) {
+    c.tls_fault = Client::TlsFault::kRenegotiate;
+  }
+}
+
 void Sim::SpawnClient() {
   auto c = std::make_unique<Client>();
   c->id = static_cast<uint32_t>(clients_.size());
@@ -263,9 +326,10 @@ void Sim::SpawnClient() {
   if (c->style == Style::kResetter) {
     c->reset_at_ms = world_.now_ms + static_cast<int64_t>(rng_.Range(1, 500));
   }
-  world_.Trace("client %u connects (socket %zu, %s, window %llu)", c->id, c->sock,
-               StyleName(c->style),
-               static_cast<unsigned long long>(world_.sockets[c->sock].window));
+  if (tls_) SetUpTlsClient(*c);
+  world_.Trace("client %u connects (socket %zu, %s, window %llu%s)", c->id, c->sock,
+               StyleName(c->style), static_cast<unsigned long long>(world_.sockets[c->sock].window),
+               c->tls != nullptr ? ", TLS" : "");
   clients_.push_back(std::move(c));
   ++result_.connections;
 }
@@ -448,7 +512,13 @@ void Sim::ClientStep(Client& c) {
   if (s.Readable() > 0 && now >= c.next_read_ms) {
     size_t n = s.Readable();
     if (rng_.Chance(300)) n = 1 + rng_.Below(n);
-    c.inbox.append(s.to_client, 0, n);
+    if (c.tls != nullptr) {
+      std::string why;
+      if (!c.tls->Take(tls_rng_, std::string_view(s.to_client).substr(0, n), &s, &c.inbox, &why))
+        return Fail("client %u (TLS): %s", c.id, why.c_str());
+    } else {
+      c.inbox.append(s.to_client, 0, n);
+    }
     s.to_client.erase(0, n);
     c.last_progress_ms = now;
     if (rng_.Chance(50)) c.next_read_ms = now + static_cast<int64_t>(rng_.Range(1, 100));
@@ -456,9 +526,11 @@ void Sim::ClientStep(Client& c) {
     if (!result_.ok) return;
   }
   if ((s.server_shut_wr || s.server_closed) && s.to_client.empty()) {
+    if (c.tls != nullptr) TlsStreamEnd(c, s);
+    if (!result_.ok) return;
     return EndConnection(c, "end of stream");
   }
-  if (c.close_response) return;  // waiting for the end of stream
+  if (c.close_response || c.waits_for_end) return;  // waiting for the end of stream
   // Write.
   if (!c.outbox.empty() && now >= c.next_write_ms) {
     size_t n = c.outbox.size();
@@ -466,9 +538,29 @@ void Sim::ClientStep(Client& c) {
       n = std::min<size_t>(n, 1 + rng_.Below(16));
       c.next_write_ms = now + static_cast<int64_t>(rng_.Range(10, 300));
     }
-    if (!s.server_closed) s.to_server.append(c.outbox, 0, n);
+    if (c.tls != nullptr) {
+      c.tls->Write(tls_rng_, std::string_view(c.outbox).substr(0, n), &s);
+    } else if (!s.server_closed) {
+      s.to_server.append(c.outbox, 0, n);
+    }
     c.outbox.erase(0, n);
     c.last_progress_ms = now;
+    // A TLS client that breaks the protocol after its handshake: a record the server must
+    // refuse, then nothing more; it reads until the end (the alert, then the close).
+    if (c.tls != nullptr && c.tls->server_hello() &&
+        (c.tls_fault == Client::TlsFault::kGarbageLater ||
+         c.tls_fault == Client::TlsFault::kRenegotiate) &&
+        tls_rng_.Chance(400)) {
+      c.tls->Garbage(tls_rng_, c.tls_fault == Client::TlsFault::kRenegotiate, &s);
+      c.tls_fault = Client::TlsFault::kNone;
+      c.misbehaved = true;
+      c.waits_for_end = true;
+      c.outbox.clear();
+      c.after_close.clear();
+      c.batches_left = 0;
+      world_.Trace("client %u sends a record the server must refuse", c.id);
+      return;
+    }
     if (c.outbox.empty() && c.style == Style::kHalfClose && c.batches_left == 0) {
       s.client_fin = true;
       c.fin_sent = true;
@@ -498,6 +590,14 @@ void Sim::ClientStep(Client& c) {
       s.client_reset = true;
       world_.Trace("client %u done: resets", c.id);
     } else {
+      if (c.tls != nullptr && c.tls->server_hello() && !c.tls->broke) {
+        if (tls_rng_.Chance(500)) {
+          c.tls->CloseNotify(&s);
+          ++tls_counters_.client_close_notify;
+        } else {
+          ++tls_counters_.client_no_close_notify;
+        }
+      }
       s.client_fin = true;
       s.client_closed = true;
       world_.Trace("client %u done: closes", c.id);
@@ -562,6 +662,9 @@ void Sim::EndPhase() {
     return Fail("no connections left, but %zu sockets still open (fd %d first)",
                 world_.socket_fds.size(), world_.socket_fds.begin()->first);
   }
+  if (tls_loop_ != nullptr && tls_loop_->connections() != 0) {
+    return Fail("no connections left, but the TlsLoop still holds %zu", tls_loop_->connections());
+  }
   if (world_.file_fds.size() > u.cache_entries) {
     return Fail("%zu files open, but only %u cache entries", world_.file_fds.size(),
                 u.cache_entries);
@@ -584,8 +687,13 @@ void Sim::EndPhase() {
   CollectShardStats();
   shard_.reset();
   loop_ = nullptr;
+  tls_loop_ = nullptr;
   if (!world_.file_fds.empty()) {
     Fail("the shard is gone and %zu file descriptors are still open", world_.file_fds.size());
+  }
+  if (tls_counters_.live_sessions != 0) {
+    Fail("the shard is gone and %llu TLS sessions are still alive",
+         static_cast<unsigned long long>(tls_counters_.live_sessions));
   }
 }
 
@@ -612,6 +720,13 @@ void Sim::CollectShardStats() {
   cov["shard.sends_queued"] += shard_->send_queue().stats().queued;
   cov["shard.sends_aged"] += shard_->send_queue().stats().aged;
   cov["shard.sends_slow"] += shard_->send_queue().stats().slow;
+  if (tls_loop_ != nullptr) {
+    const tls::TlsLoopStats& t = tls_loop_->tls_stats();
+    cov["tls.loop_handshakes"] += t.handshakes;
+    cov["tls.loop_handshake_failures"] += t.handshake_failures;
+    cov["tls.loop_bad_records"] += t.bad_records;
+    cov["tls.loop_close_notify_sent"] += t.close_notify_sent;
+  }
 }
 
 SeedResult Sim::Run() {
@@ -623,6 +738,7 @@ SeedResult Sim::Run() {
   const int listeners = rng_.Chance(250) ? 2 : 1;
   for (int i = 0; i < listeners; ++i)
     world_.listen_fds.push_back(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  SetUpTls();
   // The simulated loop is an io tier from outside io/, chosen from a tier table by name like
   // the built-in ones (io/tier.h): the shard serves through whatever the table hands it.
   io::TierTable tiers;
@@ -634,10 +750,21 @@ SeedResult Sim::Run() {
     return true;
   };
   sim.adapt = [](const io::ProbeReport&, io::LoopOptions*, std::string*) {};
+  // TLS seeds wrap it in the production TlsLoop, with the stand-in's sessions (as ringd_main's
+  // WithTls does); every seed checks that callbacks come only from Poll.
   sim.make = [this](const io::LoopOptions& o, std::string*) -> std::unique_ptr<io::Loop> {
-    auto loop = std::make_unique<SimLoop>(&world_, o);
-    loop_ = loop.get();
-    return loop;
+    auto sim_loop = std::make_unique<SimLoop>(&world_, o);
+    loop_ = sim_loop.get();
+    std::unique_ptr<io::Loop> loop = std::move(sim_loop);
+    if (tls_) {
+      const uint32_t recv_max = o.recv_max_bytes != 0 ? o.recv_max_bytes : o.recv_buffer_size;
+      auto tls_loop =
+          std::make_unique<tls::TlsLoop>(std::move(loop), tls_sessions_.get(), world_.tls_listeners,
+                                         recv_max, config_.max_connections);
+      tls_loop_ = tls_loop.get();
+      loop = std::move(tls_loop);
+    }
+    return std::make_unique<CallbackCheckLoop>(std::move(loop));
   };
   tiers.Register(std::move(sim));
   const io::TierChoice choice = tiers.Choose("sim", io::ProbeReport{}, io::TierNeeds{});
@@ -686,6 +813,7 @@ SeedResult Sim::Run() {
     CheckLingering();
     CheckSendQueue();
     CheckPromises();
+    if (tls_) CheckTls();
     if (rng_.Chance(300)) ++world_.now_ms;
   }
   if (result_.ok) EndPhase();
@@ -709,6 +837,23 @@ SeedResult Sim::Run() {
   cov["sim.corked_pieces"] += k.corked_pieces;
   cov["sim.peer_errors"] += k.peer_errors;
   cov["sim.callbacks"] += k.callbacks;
+  if (tls_) {
+    const SimTlsCounters& t = tls_counters_;
+    cov["tls.seeds"] += 1;
+    cov["tls.sessions"] += t.sessions;
+    cov["tls.handshakes"] += t.handshakes;
+    cov["tls.one_byte_feeds"] += t.one_byte_feeds;
+    cov["tls.coalesced_feeds"] += t.coalesced_feeds;
+    cov["tls.bad_input"] += t.bad_input;
+    cov["tls.renegotiations"] += t.renegotiations;
+    cov["tls.alerts_seen"] += t.alerts_seen;
+    cov["tls.close_notify_queued"] += t.close_notify_queued;
+    cov["tls.close_notify_seen"] += t.close_notify_seen;
+    cov["tls.client_close_notify"] += t.client_close_notify;
+    cov["tls.client_no_close_notify"] += t.client_no_close_notify;
+    cov["tls.stalled_handshakes"] += t.stalled_handshakes;
+    cov["tls.stalled_closed"] += t.stalled_closed;
+  }
   shard_.reset();
   g_world = nullptr;
   return result_;

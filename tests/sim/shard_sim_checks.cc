@@ -486,6 +486,63 @@ void Sim::CheckBacklog() {
   }
 }
 
+// TLS, after every step: after a session refused input, nothing but what it had queued and
+// its alert goes out; a connection the server closed sent close_notify first unless it was cut
+// (the client gone, the server's abort, or bad input); a client that never finishes its
+// handshake is closed by the header timeout.
+void Sim::CheckTls() {
+  for (SimSocket& s : world_.sockets) {
+    if (!s.tls) continue;
+    if (s.tls_bad_input && s.sent_total > s.tls_bad_input_end) {
+      return Fail(
+          "fd %d: %llu record bytes sent after bad input, but only %llu were queued up to "
+          "the alert",
+          s.fd, static_cast<unsigned long long>(s.sent_total),
+          static_cast<unsigned long long>(s.tls_bad_input_end));
+    }
+    if (!s.server_closed || s.tls_close_checked) continue;
+    s.tls_close_checked = true;
+    const bool cut = s.client_reset || s.client_closed || s.server_shut_rd || s.tls_bad_input;
+    if (s.tls_handshake_done && !cut && s.sent_total < s.tls_close_notify_end) {
+      return Fail("fd %d: closed after its handshake without sending close_notify (%s)", s.fd,
+                  s.tls_close_notify_end == UINT64_MAX ? "none queued" : "queued, not sent");
+    }
+  }
+  const int64_t bound = static_cast<int64_t>(config_.header_timeout_ms) + kCloseNoticeMs;
+  for (const auto& cp : clients_) {
+    const Client& c = *cp;
+    if (c.ended || c.tls_fault != Client::TlsFault::kStall) continue;
+    const SimSocket& s = world_.sockets[c.sock];
+    if (!s.accepted || s.server_closed || s.server_shut_wr || s.server_reset) continue;
+    if (world_.now_ms - s.accept_ms > bound) {
+      return Fail(
+          "client %u: its handshake stalled, and %lld ms after the accept the server "
+          "still holds it (header timeout %u ms)",
+          c.id, static_cast<long long>(world_.now_ms - s.accept_ms), config_.header_timeout_ms);
+    }
+  }
+}
+
+// A TLS client at the end of its stream: after the server's alert when it refused input, after
+// its close_notify when the handshake was done, unless the server cut the connection.
+void Sim::TlsStreamEnd(Client& c, SimSocket& s) {
+  SimTlsClient& t = *c.tls;
+  tls_counters_.alerts_seen += t.alert();
+  tls_counters_.close_notify_seen += t.close_notify();
+  if (c.tls_fault == Client::TlsFault::kStall) ++tls_counters_.stalled_closed;
+  if (s.server_shut_rd) return;  // cut: the server's abort, or close_notify not taken in time
+  if (s.tls_alert_queued && !t.alert()) {
+    return Fail(
+        "client %u: the server's session refused its input, and the stream ended "
+        "without the alert",
+        c.id);
+  }
+  if (t.server_hello() && !s.tls_bad_input && !t.close_notify()) {
+    return Fail("client %u: end of stream after the handshake without close_notify%s", c.id,
+                t.partial() ? " (a record cut short)" : "");
+  }
+}
+
 void Sim::CheckStall(Client& c) {
   if (c.ended || c.misbehaved || c.stopped_reading) return;
   const int64_t now = world_.now_ms;

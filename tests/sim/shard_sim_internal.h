@@ -12,10 +12,12 @@
 #include <vector>
 
 #include "server/core/config.h"
-#include "server/http/mime_types.h"
 #include "server/core/shard.h"
+#include "server/http/mime_types.h"
+#include "server/tls/tls_loop.h"
 #include "tests/sim/shard_sim.h"
 #include "tests/sim/sim_loop.h"
+#include "tests/sim/sim_tls.h"
 
 namespace ringd::sim::internal {
 
@@ -96,6 +98,11 @@ struct Client {
   int64_t last_progress_ms = 0;
   std::map<std::string, std::string> etags;
   int64_t idle_since_ms = INT64_MAX;  // every answer in, nothing to send: idle keep-alive
+  // TLS: the client's end of the record layer (null: plaintext), and its fault.
+  std::unique_ptr<SimTlsClient> tls;
+  enum class TlsFault : uint8_t { kNone, kStall, kGarbageFirst, kGarbageLater, kRenegotiate };
+  TlsFault tls_fault = TlsFault::kNone;
+  bool waits_for_end = false;  // sent a record the server refuses: reads until the end
 };
 
 std::string Lower(std::string s);
@@ -132,6 +139,10 @@ class Sim {
   void CheckLingering();
   void CheckSendQueue();
   void CheckPromises();
+  void CheckTls();
+  void SetUpTls();
+  void SetUpTlsClient(Client& c);
+  void TlsStreamEnd(Client& c, SimSocket& s);
   void EndPhase();
   int64_t NextClientDeadline() const;
   uint64_t Refused() const { return shard_->Stats().lookup_refused; }
@@ -154,6 +165,14 @@ class Sim {
   bool flap_present_ = true;
   SeedResult result_;
   bool stats_collected_ = false;
+  // TLS seeds: the TlsLoop around the SimLoop and the stand-in's sessions. Their draws come
+  // from a generator of their own, so that a seed without TLS runs as it did before TLS.
+  Rng tls_rng_;
+  bool tls_ = false;
+  uint32_t tls_stall_ = 0, tls_garbage_ = 0, tls_renegotiate_ = 0;  // per mille of clients
+  SimTlsCounters tls_counters_;
+  std::unique_ptr<SimTlsFactory> tls_sessions_;
+  tls::TlsLoop* tls_loop_ = nullptr;
 };
 
 }  // namespace ringd::sim::internal

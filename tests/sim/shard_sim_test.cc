@@ -43,17 +43,46 @@ TEST(ShardSim, QuickSeeds) {
   // bytes were left unread (kRecvCancelledWithInput).
   EXPECT_GT(coverage["sim.held_at_pause"], 0u);
   EXPECT_GT(coverage["sim.cancel_input_left"], 0u);
+  // TLS (a third of the seeds, through TlsLoop and the stand-in session): records split down to
+  // one byte, bad input (an alert, then the close), clients closing without close_notify, and
+  // handshakes that never finish (closed by the header timeout).
+  EXPECT_GT(coverage["tls.seeds"], 0u);
+  EXPECT_GT(coverage["tls.handshakes"], 0u);
+  EXPECT_GT(coverage["tls.one_byte_feeds"], 0u);
+  EXPECT_GT(coverage["tls.coalesced_feeds"], 0u);
+  EXPECT_GT(coverage["tls.bad_input"], 0u);
+  EXPECT_GT(coverage["tls.renegotiations"], 0u);
+  EXPECT_GT(coverage["tls.alerts_seen"], 0u);
+  EXPECT_GT(coverage["tls.close_notify_seen"], 0u);
+  EXPECT_GT(coverage["tls.client_close_notify"], 0u);
+  EXPECT_GT(coverage["tls.client_no_close_notify"], 0u);
+  EXPECT_GT(coverage["tls.stalled_handshakes"], 0u);
+  EXPECT_GT(coverage["tls.stalled_closed"], 0u);
 }
 
-// Seeds that long runs (shard_sim --minutes=M) once failed, replayed as they ran there.
+// Seeds that once failed, replayed as they ran: long runs' (shard_sim --minutes=M) and quick
+// ones'.
 TEST(ShardSim, SeedsThatOnceFailed) {
   InstallCrashReporter();
-  const SimOptions options;  // not quick: as --minutes runs them
-  for (uint64_t seed : {
+  struct Case {
+    uint64_t seed;
+    bool quick;
+  };
+  for (const Case& c : {
            // A content read found the file truncated under it, so the entry was marked out of
            // date; the open-file cache's grace still answered from it while it revalidated.
-           uint64_t{6944899924303142946u},
+           Case{6944899924303142946u, false},
+           // TlsLoop: a shutdown from the send's callback sent the FIN before close_notify.
+           Case{5, true},
+           // TlsLoop: a send the session refused after bad input kept the alert from going out.
+           Case{42, true},
+           // TlsLoop: a slow reader taking a 64 KiB chunk's records showed the shard no progress
+           // and met the send timeout.
+           Case{57, true},
        }) {
+    SimOptions options;
+    options.quick = c.quick;
+    const uint64_t seed = c.seed;
     const SeedResult r = RunSeed(seed, options);
     if (!r.ok) {
       std::string trace;

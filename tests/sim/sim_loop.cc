@@ -81,6 +81,22 @@ bool SimWorld::ListenerShut(int fd) const {
   return std::find(shut_listeners.begin(), shut_listeners.end(), fd) != shut_listeners.end();
 }
 
+int SimWorld::BacklogFor(int listen_fd) const {
+  for (size_t i = 0; i < backlog.size(); ++i) {
+    const int l = sockets[backlog[i]].listener;
+    if (l < 0 || l == listen_fd) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+uint64_t SimSocket::PlainAt(uint64_t wire) const {
+  // The last record that starts before `wire`.
+  auto it = std::lower_bound(
+      client_records.begin(), client_records.end(), wire,
+      [](const std::pair<uint64_t, uint64_t>& r, uint64_t w) { return r.first < w; });
+  return it == client_records.begin() ? 0 : std::prev(it)->second;
+}
+
 size_t SimWorld::Connect(uint64_t window) {
   sockets.emplace_back();
   sockets.back().window = window;
@@ -339,7 +355,10 @@ void SimLoop::Cancel(io::Completion* c) {
     SimSocket* s = SocketOf(c->fd);
     if (s->received_before_abort == UINT64_MAX) s->received_before_abort = s->received;
     OpState& op = ops_.at(seq_of_.at(c));
-    if (s->taken_before_cancel == UINT64_MAX) s->taken_before_cancel = s->received + op.held.size();
+    if (s->taken_before_cancel == UINT64_MAX) {
+      s->taken_before_cancel =
+          s->tls ? s->PlainAt(s->wire_received + op.held.size()) : s->received + op.held.size();
+    }
     if (!op.held.empty()) {  // as uring: what a pause kept goes with the receive
       w_->Trace("cancel drops %zu bytes held from a pause", op.held.size());
       op.held.clear();
@@ -420,7 +439,10 @@ void SimLoop::Close(int fd) {
     // the server's side had taken bytes past its close request from the socket (delivered, or
     // held by the loop from a pause) before its receive ended, or was told of bytes left.
     const uint64_t taken = s.TakenBeforeEnd();
+    // (A TLS session that refused the client's input has sent its alert: no response is owed
+    // after it, and nothing the client sends can be read.)
     if (!quiesced_ && !s.client_reset && !s.client_fin && !s.server_shut_wr && !s.response_cut &&
+        !s.tls_bad_input &&
         (s.told_input_left || (s.close_request_end != UINT64_MAX && taken > s.close_request_end))) {
       s.closed_on_talker = true;
     }
@@ -442,7 +464,7 @@ bool SimLoop::Ready(const OpState& op) const {
   const io::Completion* c = op.c;
   switch (op.kind) {
     case io::Op::kAccept:
-      return c->cancelled || w_->ListenerShut(c->fd) || !w_->backlog.empty();
+      return c->cancelled || w_->ListenerShut(c->fd) || w_->BacklogFor(c->fd) >= 0;
     case io::Op::kRecv: {
       if (c->cancelled) return true;
       if (c->paused) return false;
@@ -495,24 +517,28 @@ void SimLoop::ProgressAccept(uint64_t seq) {
   io::Completion* c = ops_.at(seq).c;
   Rng& rng = w_->rng;
   auto accept_one = [&](bool more) {
-    const size_t index = w_->backlog.front();
-    w_->backlog.pop_front();
+    const int at = w_->BacklogFor(c->fd);
+    const size_t index = w_->backlog[static_cast<size_t>(at)];
+    w_->backlog.erase(w_->backlog.begin() + at);
     const int fd = w_->AllocFd();
     w_->socket_fds[fd] = index;
     SimSocket& s = w_->sockets[index];
     s.fd = fd;
     s.accepted = true;
+    s.accept_ms = w_->now_ms;
     ++w_->counters.accepts;
     w_->Trace("accept socket %zu as fd %d%s", index, fd, more ? "" : " (last)");
+    w_->accepting = index;
     if (more) {
       Deliver(c, fd, true, nullptr);
     } else {
       Finish(seq, fd);
     }
+    w_->accepting = SIZE_MAX;
   };
   if (c->cancelled) {
     // A connection the kernel had already accepted may still come before the cancellation.
-    if (!w_->backlog.empty() && !w_->ListenerShut(c->fd) && rng.Chance(200))
+    if (w_->BacklogFor(c->fd) >= 0 && !w_->ListenerShut(c->fd) && rng.Chance(200))
       return accept_one(true);
     return Finish(seq, -ECANCELED);
   }
@@ -540,10 +566,14 @@ void SimLoop::ProgressRecv(uint64_t seq) {
   Rng& rng = w_->rng;
   auto chunk = [&]() {
     uint64_t n = std::min<uint64_t>(s.to_server.size(), options_.recv_buffer_size);
-    if (rng.Chance(w_->faults.recv_split)) n = 1 + rng.Below(n);
+    if (w_->faults.recv_tiny > 0 && rng.Chance(w_->faults.recv_tiny)) {
+      n = std::min<uint64_t>(n, 1 + rng.Below(3));
+    } else if (rng.Chance(w_->faults.recv_split)) {
+      n = 1 + rng.Below(n);
+    }
     std::memcpy(recv_buf_.data(), s.to_server.data(), n);
     s.to_server.erase(0, n);
-    s.received += n;
+    (s.tls ? s.wire_received : s.received) += n;
     w_->counters.bytes_to_server += n;
     ++w_->counters.recv_deliveries;
     return static_cast<int64_t>(n);
@@ -583,7 +613,7 @@ void SimLoop::ProgressRecv(uint64_t seq) {
     const int64_t n = static_cast<int64_t>(op.held.size());
     std::memcpy(recv_buf_.data(), op.held.data(), op.held.size());
     op.held.clear();
-    s.received += static_cast<uint64_t>(n);
+    (s.tls ? s.wire_received : s.received) += static_cast<uint64_t>(n);
     w_->counters.bytes_to_server += static_cast<uint64_t>(n);
     ++w_->counters.recv_deliveries;
     w_->Trace("recv fd %d: %lld bytes held from a pause", c->fd, static_cast<long long>(n));
@@ -734,6 +764,14 @@ void SimLoop::ProgressRead(uint64_t seq) {
   const uint64_t n =
       content.size() > c->offset ? std::min<uint64_t>(op.length, content.size() - c->offset) : 0;
   if (n > 0) std::memcpy(c->buf, content.data() + c->offset, n);
+  // A short read is a file truncated under a body being sent. TLS bodies are read, not
+  // sendfile()d (TlsLoop), and a read does not say for which socket: every open TLS socket
+  // counts as one whose response may be cut (the lingering checks allow for it).
+  if (n < op.length) {
+    for (SimSocket& s : w_->sockets) {
+      if (s.tls && s.accepted && !s.server_closed) s.response_cut = true;
+    }
+  }
   w_->Trace("read fd %d: %llu bytes", c->fd, static_cast<unsigned long long>(n));
   Finish(seq, static_cast<int64_t>(n));
 }

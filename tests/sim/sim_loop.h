@@ -97,6 +97,26 @@ struct SimSocket {
   int promised_file = -1;
   uint64_t promised_offset = 0;
   uint64_t Readable() const { return to_client.size() - corked; }
+  // TLS (sim_tls.h): the client speaks the stand-in's records. to_server and to_client then
+  // hold records; `received` counts the plaintext the server's session handed the shard (what
+  // the server read, as on a plain socket), `wire_received` the record bytes its loop took, and
+  // `client_records` maps the client's records to its plaintext stream (PlainAt).
+  bool tls = false;
+  int listener = -1;  // the listener the client connected to (-1: any of them)
+  int64_t accept_ms = -1;
+  uint64_t wire_received = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> client_records;  // (wire offset, plaintext end)
+  // The plaintext a server that has taken `wire` record bytes knows of: every record it has
+  // a byte of counts whole (its session holds the rest, and says so).
+  uint64_t PlainAt(uint64_t wire) const;
+  // The server's session as the checks see it (set by SimTlsSession).
+  bool tls_handshake_done = false;
+  bool tls_bad_input = false;                  // refused input
+  bool tls_alert_queued = false;               // and queued an alert (unless close_notify was)
+  uint64_t tls_queued = 0;                     // record bytes the session queued in all
+  uint64_t tls_bad_input_end = UINT64_MAX;     // tls_queued once it refused input (the alert last)
+  uint64_t tls_close_notify_end = UINT64_MAX;  // tls_queued once close_notify was queued
+  bool tls_close_checked = false;
   // What the server's side had taken from the socket (delivered, or held from a pause) when its
   // receive ended.
   uint64_t TakenBeforeEnd() const {
@@ -122,6 +142,7 @@ struct SimFaults {
   uint32_t cancel_input_left = 300;  // a cancelled receive with bytes waiting ends with
                                      // kRecvCancelledWithInput (uring: no buffer was free)
   uint32_t read_slow = 100;          // a file read completes a little later
+  uint32_t recv_tiny = 0;  // a receive delivers 1-3 bytes (TLS seeds: records split to a byte)
 };
 
 struct SimCounters {
@@ -146,10 +167,17 @@ struct SimWorld {
   // a listener shut down takes no more, and once every one is, the backlog is refused.
   std::vector<int> listen_fds;
   std::vector<int> shut_listeners;
-  bool listen_shut = false;  // every listener shut down
+  std::vector<int> tls_listeners;  // those of listen_fds that speak TLS (sim_tls.h)
+  bool listen_shut = false;        // every listener shut down
   bool IsListener(int fd) const;
   bool ListenerShut(int fd) const;
   std::deque<size_t> backlog;  // sockets connected, not yet accepted (indices into `sockets`)
+  // The first socket in the backlog that `listen_fd` may accept (one that connected to it, or
+  // to any listener), as a position in `backlog`; -1: none.
+  int BacklogFor(int listen_fd) const;
+  // The socket an accept is handing to the server while its callback runs (SimTlsFactory
+  // makes that connection's session then); SIZE_MAX otherwise.
+  size_t accepting = SIZE_MAX;
   std::vector<SimSocket> sockets;
   // The file tree: path relative to the root ("." is the root) -> inode.
   std::map<std::string, std::shared_ptr<Inode>> tree;
