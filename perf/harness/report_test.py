@@ -110,6 +110,9 @@ class ReportTest(unittest.TestCase):
             del run["tls_handshakes"]
             raw["results"]["tls-large"]["h2o"][0]["failed"] = "stopped"
             del raw["results"]["tls-large"]["h2o"][0]["tls_handshakes"]
+            # A server that could not cope: no handshake, errors counted.
+            bad = raw["results"]["tls-large"]["haproxy-tls"][0]
+            bad["tls_handshakes"], bad["errors"]["tls"] = 0, 100
         self.assertEqual(self._edit_raw(edit), "")
 
     def test_check_without_raw_json(self):
