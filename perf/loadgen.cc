@@ -6,12 +6,15 @@
 //   ringd-load --port 8080 --connections 10 --bulk --path /4mb.bin  # discards bodies
 //   ringd-load --port 8080 --connections 50 --rate 20000 --path /a   # open loop
 //   ringd-load --port 8080 --idle 10000 --connections 100 ...        # hold idle connections
+//   ringd-load --port 8443 --tls --close --tls-resume --path /a       # HTTPS, resumed handshakes
 //
 // Prints one JSON object: requests, rps, bytes, latency percentiles (microseconds; also for the
 // responses under 1 MiB alone), errors by kind and status counts. Latency in open-loop mode is
 // measured from when each request was *due*, so a stalled server cannot hide its queueing
-// (coordinated omission).
+// (coordinated omission). With --tls every connection is a TLS session (perf/loadgen_tls.h) and
+// the JSON also counts handshakes, full and resumed; the plaintext paths do not change.
 #include <arpa/inet.h>
+#include <openssl/objects.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -37,6 +40,7 @@
 #include "perf/histogram.h"
 #include "perf/loadgen_options.h"
 #include "perf/loadgen_report.h"
+#include "perf/loadgen_tls.h"
 #include "perf/zipf.h"
 #include "server/http/decimal.h"
 
@@ -51,7 +55,7 @@ uint64_t NowUs() {
 
 struct Conn {
   int fd = -1;
-  enum State { kClosed, kActive, kWaitingEof } state = kClosed;
+  enum State { kClosed, kHandshaking, kActive, kWaitingEof } state = kClosed;
   bool fresh = false;     // nothing received yet on this socket
   uint32_t watching = 0;  // the epoll events registered now: changed only when they must change
   std::string_view out;   // request bytes still to send
@@ -69,14 +73,18 @@ struct Conn {
   uint64_t next_due = 0;
   uint64_t deadline = 0;
   size_t path_index = 0;
+  SSL* ssl = nullptr;              // --tls: the session on fd
+  SSL_SESSION* session = nullptr;  // --tls-resume: the one this slot's last connection ended with
+  uint64_t connected_at = 0;       // --tls: when connect() was called (the handshake's start)
 };
 
 class Worker {
  public:
   Worker(const Options& o, int connections, int first_index, uint64_t start_us, uint64_t end_us,
-         const ZipfSampler* zipf = nullptr)
+         const ZipfSampler* zipf = nullptr, const TlsClient* tls = nullptr)
       : o_(o),
         zipf_(zipf),
+        tls_(tls),
         rng_(o.seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(first_index)),
         conns_(static_cast<size_t>(connections)),
         first_index_(first_index),
@@ -98,9 +106,12 @@ class Worker {
     epfd_ = epoll_create1(EPOLL_CLOEXEC);
     scratch_.resize(1 << 20);
     if (!o.size_classes.empty()) result.by_size.resize(o.size_classes.size() + 1);
+    result.tls = tls != nullptr;
   }
   ~Worker() {
     for (Conn& c : conns_) {
+      if (c.ssl != nullptr) TlsEnd(c.ssl, nullptr);
+      if (c.session != nullptr) SSL_SESSION_free(c.session);
       if (c.fd >= 0) ::close(c.fd);
     }
     ::close(epfd_);
@@ -138,7 +149,7 @@ class Worker {
             next_wake = std::min(next_wake, c.next_due);
           }
         }
-        if (c.outstanding > 0 && c.deadline <= now) {
+        if ((c.outstanding > 0 || c.state == Conn::kHandshaking) && c.deadline <= now) {
           ++result.errors.timeout;
           Reconnect(c);
         }
@@ -149,6 +160,10 @@ class Worker {
       for (int i = 0; i < n; ++i) {
         Conn& c = conns_[events[i].data.u32];
         if (c.fd < 0) continue;
+        if (c.state == Conn::kHandshaking) {
+          Handshake(c);
+          continue;
+        }
         if (events[i].events & EPOLLOUT) Flush(c);
         if (c.fd < 0) continue;
         if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) Read(c);
@@ -165,6 +180,8 @@ class Worker {
       size_t sent = 0;
       std::string got;
       size_t need = SIZE_MAX;
+      SSL* ssl = nullptr;  // --tls
+      bool handshaken = false;
     };
     const std::string req = "GET " + o_.paths[0] + " HTTP/1.1\r\nHost: " + o_.host + "\r\n\r\n";
     std::vector<Pending> pending;
@@ -190,6 +207,12 @@ class Worker {
           continue;
         }
         pending.push_back(Pending{fd, 0, std::string(), SIZE_MAX});
+        if (tls_ != nullptr && (pending.back().ssl = tls_->Start(fd, nullptr)) == nullptr) {
+          ++result.errors.tls;
+          ::close(fd);
+          pending.pop_back();
+          continue;
+        }
         ++in_setup;
         epoll_event ev{};
         ev.events = EPOLLOUT | EPOLLIN;
@@ -197,8 +220,86 @@ class Worker {
         epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
       }
     };
-    open_more();
+    // A response's bytes arrived; true when the whole response is in.
+    auto take = [](Pending& p, const char* data, size_t n) {
+      p.got.append(data, n);
+      const size_t end = p.got.find("\r\n\r\n");
+      if (end != std::string::npos && p.need == SIZE_MAX) {
+        uint64_t length = 0;
+        bool closing = false;
+        ScanHeaders(std::string_view(p.got).substr(0, end + 2), &length, &closing);
+        p.need = end + 4 + length;
+      }
+      return p.got.size() >= p.need;
+    };
     size_t done = 0;
+    // One whole response: now it is an idle connection, unwatched. A TLS session's state is let
+    // go here (no close_notify): the server holds an idle TLS connection; the client, a socket.
+    auto hold = [&](Pending& p) {
+      epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, nullptr);
+      if (p.ssl != nullptr) TlsEnd(p.ssl, nullptr);
+      p.ssl = nullptr;
+      idle_fds_.push_back(p.fd);
+      p.fd = -1;
+      p.got.clear();
+      p.got.shrink_to_fit();
+      ++done;
+      --in_setup;
+    };
+    auto drop = [&](Pending& p) {
+      if (p.ssl != nullptr) TlsEnd(p.ssl, nullptr);
+      p.ssl = nullptr;
+      ::close(p.fd);
+      p.fd = -1;
+      ++done;
+      --in_setup;
+    };
+    auto watch = [&](Pending& p, uint32_t index, uint32_t events) {
+      epoll_event ev{};
+      ev.events = events;
+      ev.data.u32 = index;
+      epoll_ctl(ep, EPOLL_CTL_MOD, p.fd, &ev);
+    };
+    // --tls: handshake, request, response, each step where the socket lets it go on.
+    auto step_tls = [&](Pending& p, uint32_t index) {
+      auto wait = [&](TlsIo r) {
+        if (r == TlsIo::kWantRead || r == TlsIo::kWantWrite) {
+          watch(p, index, r == TlsIo::kWantWrite ? EPOLLIN | EPOLLOUT : EPOLLIN);
+          return true;
+        }
+        return false;
+      };
+      if (!p.handshaken) {
+        const TlsIo r = TlsStatus(p.ssl, SSL_do_handshake(p.ssl));
+        if (r != TlsIo::kDone) {
+          if (!wait(r)) {
+            ++result.errors.tls;
+            drop(p);
+          }
+          return;
+        }
+        p.handshaken = true;
+      }
+      if (p.sent < req.size()) {
+        const TlsIo r = TlsStatus(p.ssl, SSL_write(p.ssl, req.data(), static_cast<int>(req.size())));
+        if (r != TlsIo::kDone) {
+          if (!wait(r)) drop(p);
+          return;
+        }
+        p.sent = req.size();
+        watch(p, index, EPOLLIN);
+      }
+      while (true) {
+        const int n = SSL_read(p.ssl, scratch_.data(), static_cast<int>(scratch_.size()));
+        if (n > 0) {
+          if (take(p, scratch_.data(), static_cast<size_t>(n))) return hold(p);
+          continue;
+        }
+        if (!wait(TlsStatus(p.ssl, n))) drop(p);
+        return;
+      }
+    };
+    open_more();
     const uint64_t deadline = NowUs() + 30000000;
     epoll_event events[256];
     while ((done < pending.size() || opened < count) && NowUs() < deadline) {
@@ -206,6 +307,10 @@ class Worker {
       for (int i = 0; i < n; ++i) {
         Pending& p = pending[events[i].data.u32];
         if (p.fd < 0) continue;
+        if (p.ssl != nullptr) {
+          step_tls(p, events[i].data.u32);
+          continue;
+        }
         if (p.sent < req.size() && (events[i].events & EPOLLOUT)) {
           const ssize_t w = ::send(p.fd, req.data() + p.sent, req.size() - p.sent, MSG_NOSIGNAL);
           if (w > 0) p.sent += static_cast<size_t>(w);
@@ -219,29 +324,10 @@ class Worker {
         if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
           const ssize_t r = ::recv(p.fd, scratch_.data(), scratch_.size(), 0);
           if (r <= 0 && !(r < 0 && errno == EAGAIN)) {
-            ::close(p.fd);
-            p.fd = -1;
-            ++done;
-            --in_setup;
+            drop(p);
             continue;
           }
-          if (r > 0) p.got.append(scratch_.data(), static_cast<size_t>(r));
-          const size_t end = p.got.find("\r\n\r\n");
-          if (end != std::string::npos && p.need == SIZE_MAX) {
-            uint64_t length = 0;
-            bool closing = false;
-            ScanHeaders(std::string_view(p.got).substr(0, end + 2), &length, &closing);
-            p.need = end + 4 + length;
-          }
-          if (p.got.size() >= p.need) {  // one whole response: now it is an idle connection
-            epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, nullptr);
-            idle_fds_.push_back(p.fd);
-            p.fd = -1;
-            p.got.clear();
-            p.got.shrink_to_fit();
-            ++done;
-            --in_setup;
-          }
+          if (take(p, scratch_.data(), r > 0 ? static_cast<size_t>(r) : 0)) hold(p);
         }
       }
       open_more();
@@ -249,6 +335,7 @@ class Worker {
     for (Pending& p : pending) {  // never answered in time
       if (p.fd >= 0) {
         ++result.errors.timeout;
+        if (p.ssl != nullptr) TlsEnd(p.ssl, nullptr);
         ::close(p.fd);
       }
     }
@@ -300,13 +387,68 @@ class Worker {
     ev.events = EPOLLIN;
     ev.data.u32 = static_cast<uint32_t>(&c - conns_.data());
     epoll_ctl(epfd_, EPOLL_CTL_ADD, c.fd, &ev);
+    if (tls_ != nullptr) return StartTls(c);
     if (o_.rate == 0) StartRequest(c, NowUs());
   }
 
-  void Reconnect(Conn& c) {
+  // Ends the connection's TLS session (keeping it to resume with --tls-resume) and its socket.
+  void CloseConn(Conn& c) {
+    if (c.ssl != nullptr) TlsEnd(c.ssl, o_.tls_resume ? &c.session : nullptr);
+    c.ssl = nullptr;
     if (c.fd >= 0) ::close(c.fd);
     c.fd = -1;
+  }
+
+  void Reconnect(Conn& c) {
+    CloseConn(c);
     if (NowUs() < end_us_) Connect(c);
+  }
+
+  // --tls: the ClientHello goes out at once (or when the socket is writable).
+  void StartTls(Conn& c) {
+    c.ssl = tls_->Start(c.fd, o_.tls_resume ? c.session : nullptr);
+    if (c.ssl == nullptr) {
+      ++result.errors.tls;
+      CloseConn(c);
+      c.state = Conn::kClosed;
+      return;
+    }
+    c.state = Conn::kHandshaking;
+    c.connected_at = NowUs();
+    c.deadline = c.connected_at + o_.timeout_us;
+    Handshake(c);
+  }
+
+  void Handshake(Conn& c) {
+    switch (TlsStatus(c.ssl, SSL_do_handshake(c.ssl))) {
+      case TlsIo::kDone:
+        break;
+      case TlsIo::kWantRead:
+        return Watch(c, EPOLLIN);
+      case TlsIo::kWantWrite:
+        return Watch(c, EPOLLIN | EPOLLOUT);
+      default:
+        // Refused or broken: closed here, opened again by the next scan (never by recursion).
+        ++result.errors.tls;
+        CloseConn(c);
+        c.state = Conn::kClosed;
+        return;
+    }
+    const uint64_t now = NowUs();
+    if (now <= end_us_) {
+      ++result.tls_counts.handshakes;
+      if (SSL_session_reused(c.ssl)) ++result.tls_counts.resumed;
+      if (result.tls_counts.version.empty()) {
+        result.tls_counts.version = SSL_get_version(c.ssl);
+        result.tls_counts.cipher = SSL_get_cipher_name(c.ssl);
+        const char* group = OBJ_nid2sn(SSL_get_negotiated_group(c.ssl) & ~TLSEXT_nid_unknown);
+        result.tls_counts.group = group != nullptr ? group : "";
+      }
+    }
+    c.state = Conn::kActive;
+    Watch(c, EPOLLIN);
+    // The first request's latency counts from connect(), as the plaintext path's does.
+    if (o_.rate == 0) StartRequest(c, c.connected_at);
   }
 
   void StartRequest(Conn& c, uint64_t now) {
@@ -325,6 +467,7 @@ class Worker {
   }
 
   void Flush(Conn& c) {
+    if (c.ssl != nullptr) return FlushTls(c);
     while (c.out_off < c.out.size()) {
       const ssize_t n =
           ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
@@ -335,8 +478,7 @@ class Worker {
         }
         if (c.fresh) {  // refused, say: retried by the next scan, not by recursion from here
           CountError(errno);
-          ::close(c.fd);
-          c.fd = -1;
+          CloseConn(c);
           c.state = Conn::kClosed;
           return;
         }
@@ -350,11 +492,32 @@ class Worker {
     Watch(c, EPOLLIN);
   }
 
+  // SSL_write writes a whole request or asks to be called again with the same bytes.
+  void FlushTls(Conn& c) {
+    if (c.out_off < c.out.size()) {
+      const int n = SSL_write(c.ssl, c.out.data(), static_cast<int>(c.out.size()));
+      switch (TlsStatus(c.ssl, n)) {
+        case TlsIo::kDone:
+          break;
+        case TlsIo::kWantRead:
+        case TlsIo::kWantWrite:
+          return Watch(c, EPOLLIN | EPOLLOUT);
+        default:
+          ++result.errors.reset;
+          return Reconnect(c);
+      }
+    }
+    c.out = {};
+    c.out_off = 0;
+    Watch(c, EPOLLIN);
+  }
+
   void Read(Conn& c) {
     if (c.state == Conn::kWaitingEof) {  // Connection: close: wait for the server's FIN
       AwaitEof(c);
       return;
     }
+    if (c.ssl != nullptr) return ReadTls(c);
     // epoll is level-triggered: a read that leaves bytes behind gets another event, so a read
     // that came back short ends the turn without a second recv() to learn it would block.
     while (true) {
@@ -392,10 +555,45 @@ class Worker {
     }
   }
 
+  // SSL_read returns one record's plaintext at most; OpenSSL may hold more records than the one
+  // returned (read-ahead), which no epoll event would announce: read until it asks for the socket.
+  void ReadTls(Conn& c) {
+    while (true) {
+      const int n = SSL_read(c.ssl, scratch_.data(), static_cast<int>(scratch_.size()));
+      if (n > 0) {
+        c.fresh = false;
+        if (!Consume(c, scratch_.data(), static_cast<size_t>(n))) return AwaitEof(c);
+        if (c.state != Conn::kActive) return;  // replaced by a new connection meanwhile
+        continue;
+      }
+      switch (TlsStatus(c.ssl, n)) {
+        case TlsIo::kWantRead:
+          return;
+        case TlsIo::kWantWrite:
+          return Watch(c, EPOLLIN | EPOLLOUT);
+        case TlsIo::kClosed:
+          ++result.errors.eof;
+          return Reconnect(c);
+        default:
+          ++result.errors.reset;
+          return Reconnect(c);
+      }
+    }
+  }
+
   // Connection: close: the response is complete and the server must end the connection. Its FIN
   // has usually arrived with the response, so look now rather than after another epoll_wait.
   void AwaitEof(Conn& c) {
     if (c.fd < 0 || c.state != Conn::kWaitingEof) return;
+    if (c.ssl != nullptr) {  // close_notify, or a plain FIN (SSL_OP_IGNORE_UNEXPECTED_EOF)
+      while (true) {
+        const int n = SSL_read(c.ssl, scratch_.data(), static_cast<int>(scratch_.size()));
+        if (n > 0) continue;
+        const TlsIo r = TlsStatus(c.ssl, n);
+        if (r == TlsIo::kWantRead || r == TlsIo::kWantWrite) return;
+        return Reconnect(c);
+      }
+    }
     const ssize_t n = ::recv(c.fd, scratch_.data(), scratch_.size(), MSG_DONTWAIT);
     if (n > 0 || (n < 0 && errno == EAGAIN)) return;
     Reconnect(c);
@@ -524,6 +722,7 @@ class Worker {
 
   const Options& o_;
   const ZipfSampler* zipf_;  // null: paths in turn
+  const TlsClient* tls_;     // null: plaintext
   SplitMix64 rng_;
   std::vector<Conn> conns_;
   int first_index_;
@@ -546,14 +745,25 @@ int Main(int argc, char** argv) {
   rl.rlim_cur = rl.rlim_max;
   setrlimit(RLIMIT_NOFILE, &rl);
 
+  std::unique_ptr<TlsClient> tls;
+  if (o.tls) {
+    tls = std::make_unique<TlsClient>();
+    std::string why;
+    if (!tls->Init(o, &why)) {
+      std::fprintf(stderr, "ringd-load: %s\n", why.c_str());
+      return 2;
+    }
+  }
   Result total;
+  total.tls = o.tls;
   int idle_held = 0;
   std::unique_ptr<Worker> idle_worker;
   if (o.idle > 0) {
-    idle_worker = std::make_unique<Worker>(o, 0, 0, 0, 0);
+    idle_worker = std::make_unique<Worker>(o, 0, 0, 0, 0, nullptr, tls.get());
     idle_held = idle_worker->HoldIdle(o.idle);
     total.errors.connect += idle_worker->result.errors.connect;
     total.errors.timeout += idle_worker->result.errors.timeout;
+    total.errors.tls += idle_worker->result.errors.tls;
     std::printf("IDLE_READY %d\n", idle_held);  // the harness samples server memory now
     std::fflush(stdout);
     if (o.connections == 0) {
@@ -574,7 +784,7 @@ int Main(int argc, char** argv) {
     int first = 0;
     for (int t = 0; t < o.threads; ++t) {
       const int n = o.connections / o.threads + (t < o.connections % o.threads ? 1 : 0);
-      workers.push_back(std::make_unique<Worker>(o, n, first, start, end, zipf.get()));
+      workers.push_back(std::make_unique<Worker>(o, n, first, start, end, zipf.get(), tls.get()));
       first += n;
     }
     std::vector<std::thread> threads;

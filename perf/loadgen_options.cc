@@ -62,6 +62,15 @@ ABSL_FLAG(uint64_t, seed, 1, "seed of the random picks");
 ABSL_FLAG(std::vector<std::string>, size_classes, {},
           "ascending body-size bounds in bytes, comma-separated: latency per size class "
           "(--size-classes)");
+ABSL_FLAG(bool, tls, false, "HTTPS: every connection a TLS session (bodies are decrypted, never discarded)");
+ABSL_FLAG(bool, tls_resume, false,
+          "each connection resumes the TLS session its slot's previous connection ended with "
+          "(--tls-resume)");
+ABSL_FLAG(std::string, tls_groups, "X25519", "key exchange groups, OpenSSL's list (--tls-groups)");
+ABSL_FLAG(std::string, tls_ciphersuites, "TLS_AES_128_GCM_SHA256",
+          "TLS 1.3 ciphersuites, OpenSSL's list (--tls-ciphersuites)");
+ABSL_FLAG(std::string, tls_sni, "localhost", "server name sent (--tls-sni; empty: none)");
+ABSL_FLAG(std::string, tls_max_version, "1.3", "1.3, or 1.2 for TLS 1.2 only (--tls-max-version)");
 ABSL_FLAG(uint64_t, timeout_ms, 10000, "a response that takes longer is an error (--timeout-ms)");
 
 namespace ringd::perf {
@@ -72,7 +81,9 @@ constexpr char kUsage[] =
     "  [--duration-s S | --requests R] --path /x [--path /y ...] [--paths-file F]\n"
     "  [--close] [--pipeline K] [--rate RPS] [--bulk] [--idle K] [--idle-hold-s S]\n"
     "  [--header 'Name: value'] [--timeout-ms MS]\n"
-    "  [--zipf S | --uniform] [--seed N] [--size-classes BYTES,BYTES,...]\n";
+    "  [--zipf S | --uniform] [--seed N] [--size-classes BYTES,BYTES,...]\n"
+    "  [--tls [--tls-resume] [--tls-groups G] [--tls-ciphersuites S] [--tls-sni NAME]\n"
+    "   [--tls-max-version 1.2|1.3]]\n";
 }  // namespace
 
 void Usage() { std::fputs(kUsage, stderr); }
@@ -109,6 +120,26 @@ bool ParseArgs(int argc, char** argv, Options* o) {
       return false;
     }
     o->size_classes.push_back(bytes);
+  }
+  o->tls = absl::GetFlag(FLAGS_tls);
+  o->tls_resume = absl::GetFlag(FLAGS_tls_resume);
+  o->tls_groups = absl::GetFlag(FLAGS_tls_groups);
+  o->tls_ciphersuites = absl::GetFlag(FLAGS_tls_ciphersuites);
+  o->tls_sni = absl::GetFlag(FLAGS_tls_sni);
+  const std::string version = absl::GetFlag(FLAGS_tls_max_version);
+  if (version != "1.2" && version != "1.3") {
+    std::fprintf(stderr, "ringd-load: --tls-max-version is 1.2 or 1.3, not '%s'\n", version.c_str());
+    return false;
+  }
+  o->tls_max_version = version == "1.2" ? 12 : 13;
+  if (o->tls_resume && !o->tls) {
+    std::fprintf(stderr, "ringd-load: --tls-resume needs --tls\n");
+    return false;
+  }
+  // A TLS client cannot leave bodies to the kernel: every record is decrypted to be checked.
+  if (o->tls && o->bulk) {
+    std::fprintf(stderr, "ringd-load: --bulk (MSG_TRUNC) is plaintext only; --tls reads every body\n");
+    return false;
   }
   if (!std::is_sorted(o->size_classes.begin(), o->size_classes.end())) {
     std::fprintf(stderr, "ringd-load: --size-classes must be ascending\n");

@@ -30,6 +30,13 @@ struct Options {
   bool uniform = false;
   uint64_t seed = 1;                   // of the random picks
   std::vector<uint64_t> size_classes;  // ascending body-size bounds: latency per size class
+  // HTTPS (perf/loadgen_tls.h): every connection a TLS session; bodies are read and decrypted.
+  bool tls = false;
+  bool tls_resume = false;  // each connection offers the session its slot's last one ended with
+  std::string tls_groups = "X25519";
+  std::string tls_ciphersuites = "TLS_AES_128_GCM_SHA256";  // TLS 1.3
+  std::string tls_sni = "localhost";
+  int tls_max_version = 13;  // 12: TLS 1.2 only
 };
 
 void Usage();

@@ -90,9 +90,47 @@ int ParseOnlyAPath() {
                     o.threads == d.threads && o.duration_s == d.duration_s &&
                     o.max_requests == d.max_requests && o.pipeline == d.pipeline &&
                     o.timeout_us == d.timeout_us && o.seed == d.seed && o.host == d.host &&
-                    !o.close && !o.bulk && o.idle == 0 && o.rate == 0 &&
+                    !o.close && !o.bulk && o.idle == 0 && o.rate == 0 && !o.tls && !o.tls_resume &&
                     o.paths == std::vector<std::string>{"/x"};
   return same ? 0 : 3;
+}
+
+// The TLS scenarios' flags (perf/harness/scenarios.py, tls-*).
+int ParseTheTlsCommandLine() {
+  Options o;
+  const bool ok = Parse({"--port", "8443", "--connections", "100", "--close", "--tls",
+                         "--tls-resume", "--tls-groups", "P-256", "--tls-ciphersuites",
+                         "TLS_AES_256_GCM_SHA384", "--tls-sni=example.org", "--tls-max-version",
+                         "1.2", "--path", "/index.html"},
+                        &o);
+  const bool same = ok && o.tls && o.tls_resume && o.close && !o.bulk && o.tls_groups == "P-256" &&
+                    o.tls_ciphersuites == "TLS_AES_256_GCM_SHA384" && o.tls_sni == "example.org" &&
+                    o.tls_max_version == 12;
+  return same ? 0 : 3;
+}
+
+int ParseTlsDefaults() {
+  Options o;
+  const bool ok = Parse({"--tls", "--path", "/x"}, &o);
+  const bool same = ok && o.tls && !o.tls_resume && o.tls_groups == "X25519" &&
+                    o.tls_ciphersuites == "TLS_AES_128_GCM_SHA256" && o.tls_sni == "localhost" &&
+                    o.tls_max_version == 13;
+  return same ? 0 : 3;
+}
+
+TEST(LoadgenOptions, TheTlsCommandLine) {
+  EXPECT_EXIT(std::exit(ParseTheTlsCommandLine()), testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(std::exit(ParseTlsDefaults()), testing::ExitedWithCode(0), "");
+}
+
+TEST(LoadgenOptions, RefusesTlsThatMakesNoSense) {
+  Options o;
+  EXPECT_EXIT(std::exit(Parse({"--tls", "--bulk", "--path", "/x"}, &o) ? 0 : 2),
+              testing::ExitedWithCode(2), "--bulk .* plaintext only");
+  EXPECT_EXIT(std::exit(Parse({"--tls-resume", "--path", "/x"}, &o) ? 0 : 2),
+              testing::ExitedWithCode(2), "--tls-resume needs --tls");
+  EXPECT_EXIT(std::exit(Parse({"--tls", "--tls-max-version", "1.1", "--path", "/x"}, &o) ? 0 : 2),
+              testing::ExitedWithCode(2), "--tls-max-version is 1.2 or 1.3, not '1.1'");
 }
 
 TEST(LoadgenOptions, TheHarnessCommandLine) {

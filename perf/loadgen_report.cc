@@ -18,6 +18,15 @@ void Result::Merge(const Result& other) {
   errors.timeout += other.errors.timeout;
   errors.parse += other.errors.parse;
   errors.eof += other.errors.eof;
+  errors.tls += other.errors.tls;
+  tls = tls || other.tls;
+  tls_counts.handshakes += other.tls_counts.handshakes;
+  tls_counts.resumed += other.tls_counts.resumed;
+  if (tls_counts.version.empty()) {
+    tls_counts.version = other.tls_counts.version;
+    tls_counts.cipher = other.tls_counts.cipher;
+    tls_counts.group = other.tls_counts.group;
+  }
   for (const auto& [code, n] : other.status) status[code] += n;
 }
 
@@ -63,14 +72,26 @@ void PrintReport(const Result& total, double seconds, int idle_held,
     }
     std::printf("], ");
   }
+  if (total.tls) {
+    // Names from OpenSSL (TLSv1.3, TLS_AES_128_GCM_SHA256, X25519): no quoting needed.
+    std::printf(
+        "\"tls\": {\"handshakes\": %llu, \"resumed\": %llu, \"version\": \"%s\", "
+        "\"cipher\": \"%s\", \"group\": \"%s\"}, ",
+        static_cast<unsigned long long>(total.tls_counts.handshakes),
+        static_cast<unsigned long long>(total.tls_counts.resumed),
+        total.tls_counts.version.c_str(), total.tls_counts.cipher.c_str(),
+        total.tls_counts.group.c_str());
+  }
   std::printf(
       "\"errors\": {\"connect\": %llu, \"reset\": %llu, \"timeout\": %llu, \"parse\": %llu, "
-      "\"eof\": %llu}, \"status\": {",
+      "\"eof\": %llu",
       static_cast<unsigned long long>(total.errors.connect),
       static_cast<unsigned long long>(total.errors.reset),
       static_cast<unsigned long long>(total.errors.timeout),
       static_cast<unsigned long long>(total.errors.parse),
       static_cast<unsigned long long>(total.errors.eof));
+  if (total.tls) std::printf(", \"tls\": %llu", static_cast<unsigned long long>(total.errors.tls));
+  std::printf("}, \"status\": {");
   bool first = true;
   for (auto& [code, n] : total.status) {
     std::printf("%s\"%d\": %llu", first ? "" : ", ", code, static_cast<unsigned long long>(n));

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "perf/histogram.h"
@@ -15,6 +16,14 @@ namespace ringd::perf {
 
 struct Errors {
   uint64_t connect = 0, reset = 0, timeout = 0, parse = 0, eof = 0;
+  uint64_t tls = 0;  // handshakes that failed (--tls)
+};
+
+// --tls: handshakes completed within the run, how many resumed a session, and what the first one
+// negotiated (every connection asks for the same).
+struct TlsCounts {
+  uint64_t handshakes = 0, resumed = 0;
+  std::string version, cipher, group;
 };
 
 // Responses with bodies below this also go into Result::latency_small, the others into
@@ -30,6 +39,8 @@ struct Result {
   uint64_t requests = 0, bytes = 0;
   Errors errors;
   std::map<int, uint64_t> status;
+  bool tls = false;  // print the TLS counts and the tls error kind
+  TlsCounts tls_counts;
 
   void Merge(const Result& other);
 };

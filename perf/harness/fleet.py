@@ -7,6 +7,7 @@ tree, pinned to the server CPUs together, and the harness reads each component's
 that tree (procfs.cpu_ticks_by_name).
 
     fleet.py --nodes 2 --ringd BIN --root DIR --port 8080 --shards 1 --confdir DIR -- --io bypass ...
+    fleet.py --nodes 1 --tls-pem FILE ...    # HAProxy terminates TLS; the nodes serve plaintext
 
 The launcher stays until SIGTERM (it forwards it and waits for the nodes' drains) or until a
 node or HAProxy exits on its own (it then stops the rest and exits 1).
@@ -34,9 +35,11 @@ def node_hosts(n):
     return ["127.0.0.%d" % (2 + i) for i in range(n)]
 
 
-def config(shipped, front_port, nodes, admin_port):
+def config(shipped, front_port, nodes, admin_port, tls_pem=None):
     """The shipped config with its frontend on 127.0.0.1:front_port, health checks on
-    admin_port, and one `server` line per node ("host:port") in place of the examples."""
+    admin_port, and one `server` line per node ("host:port") in place of the examples. With
+    tls_pem (certificate and key in one file) the frontend terminates TLS: `ssl crt FILE` on its
+    bind line, HAProxy's defaults otherwise (TLS 1.2 and 1.3, stateless tickets)."""
     lines = shipped.splitlines()
     servers = [i for i, l in enumerate(lines) if re.match(r"\s*server\s+\S+\s+\S+:\d+", l)]
     if not servers or "bind 0.0.0.0:80" not in shipped or "check port 9090" not in shipped:
@@ -47,7 +50,8 @@ def config(shipped, front_port, nodes, admin_port):
     lines = lines[:servers[0]] + ours + [l for i, l in enumerate(lines[servers[0]:], servers[0])
                                          if i not in servers]
     text = "\n".join(lines) + "\n"
-    text = text.replace("bind 0.0.0.0:80", "bind 127.0.0.1:%d" % front_port)
+    text = text.replace("bind 0.0.0.0:80", "bind 127.0.0.1:%d%s" % (
+        front_port, " ssl crt %s" % tls_pem if tls_pem else ""))
     return text.replace("check port 9090", "check port %d" % admin_port)
 
 
@@ -105,6 +109,7 @@ def main(argv=None):
     ap.add_argument("--port", type=int, required=True, help="HAProxy's frontend, on 127.0.0.1")
     ap.add_argument("--shards", type=int, default=1, help="per node")
     ap.add_argument("--confdir", required=True, help="where haproxy-N.cfg is written")
+    ap.add_argument("--tls-pem", help="HAProxy terminates TLS with this certificate and key (one PEM file)")
     ap.add_argument("flags", nargs="*", help="more ringd flags, for every node (after --)")
     args = ap.parse_args(argv)
     haproxy = haproxy_binary()
@@ -130,8 +135,9 @@ def main(argv=None):
             if not _wait_port(host, node_port, procs):
                 sys.exit("fleet: the node on %s did not start" % host)
         with open(SHIPPED) as f:
-            cfg = config(f.read(), args.port, ["%s:%d" % (h, node_port) for h in hosts], admin_port)
-        path = os.path.join(args.confdir, "haproxy-%d.cfg" % args.nodes)
+            cfg = config(f.read(), args.port, ["%s:%d" % (h, node_port) for h in hosts], admin_port,
+                         args.tls_pem)
+        path = os.path.join(args.confdir, "haproxy-%d%s.cfg" % (args.nodes, "-tls" if args.tls_pem else ""))
         with open(path, "w") as f:
             f.write(cfg)
         print("fleet: %d node(s) on %s port %d (admin %d), HAProxy on 127.0.0.1:%d with %s" % (

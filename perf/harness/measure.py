@@ -57,11 +57,13 @@ class Servers:
         self.args, self.bins, self.confdir = args, bins, os.path.join(outdir, "servers")
         self.running = {}
         self.prefix = []  # before taskset: the scenario's hooks may run servers inside cgroups
+        self.tls = None   # a TLS scenario's certificate (tls.TlsFiles), for the peers that serve TLS
 
     def start(self, peer, root):
         port = free_port()
         os.makedirs(self.confdir, exist_ok=True)
-        cmd = peer.command(Ctx(self.bins, root, port, self.args.shards, self.confdir))
+        tls = self.tls if peer.in_tls == "serves" else None
+        cmd = peer.command(Ctx(self.bins, root, port, self.args.shards, self.confdir, tls))
         full = self.prefix + ["taskset", "-c", self.args.server_cpus] + cmd
         with open(os.path.join(self.confdir, "%s.log" % peer.name), "a") as logf:
             proc = subprocess.Popen(full, stdout=logf, stderr=logf, start_new_session=True)
@@ -118,23 +120,25 @@ class RunCtx:
 
     def __init__(self, args, bins, data, outdir, meta):
         self.args, self.bins, self.data, self.outdir, self.meta = args, bins, data, outdir, meta
+        self.tls = None  # the run's certificate, made by the first TLS scenario (TlsCertificate)
 
 
 def warm_up(ctx, server, scenario, serve_root):
     """Fills open-file caches and the page cache, unmeasured."""
     load, _ = scenario.loads(ctx.args.quick)
     cmd = load.warm().command(ctx.bins["load"], server.port, serve_root, 0.3, ctx.args.client_cpus,
-                              ctx.args.client_threads)
+                              ctx.args.client_threads, tls=server.peer.serves_tls(scenario))
     subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=60)
 
 
 def _generator(ctx, server, scenario, serve_root, duration):
     load, _ = scenario.loads(ctx.args.quick)
+    tls = server.peer.serves_tls(scenario)
     if ctx.args.generator == "wrk" and scenario.wrk:
         return "wrk", load.wrk_command(server.port, serve_root, duration, ctx.args.client_cpus,
-                                       ctx.args.client_threads)
+                                       ctx.args.client_threads, tls=tls)
     return "ringd-load", load.command(ctx.bins["load"], server.port, serve_root, duration,
-                                      ctx.args.client_cpus, ctx.args.client_threads)
+                                      ctx.args.client_cpus, ctx.args.client_threads, tls=tls)
 
 
 def _parse(generator, text):

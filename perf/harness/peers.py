@@ -1,5 +1,7 @@
 """The servers compared: each one entry of PEERS with its command line and config template.
-ringd's io tiers are entries too; adding a peer or a tier is adding an entry.
+ringd's io tiers are entries too; adding a peer or a tier is adding an entry. In the TLS scenarios
+(tls-*) every peer that terminates TLS serves HTTPS with the run's certificate (Ctx.tls), and
+ringd-plaintext serves the same load in plaintext: the floor.
 
     p = PEERS["nginx"]
     cmd = p.command(Ctx(bins, root, port, shards, confdir))   # also writes nginx.conf
@@ -35,8 +37,8 @@ http {
   scgi_temp_path %(dir)s/%(name)s-scgi;
   %(aio)s
   server {
-    listen 127.0.0.1:%(port)d backlog=4096;
-    root %(root)s;
+    listen 127.0.0.1:%(port)d backlog=4096%(nginx_ssl)s;
+    root %(root)s;%(nginx_tls)s
   }
 }
 """
@@ -50,7 +52,7 @@ error-log: %(dir)s/h2o-error.log
 http1-request-timeout: 75
 listen:
   host: 127.0.0.1
-  port: %(port)d
+  port: %(port)d%(h2o_tls)s
 hosts:
   "default":
     paths:
@@ -73,8 +75,24 @@ index-file.names = ("index.html")
 mimetype.assign = (".html" => "text/html", ".css" => "text/css", ".js" => "text/javascript",
                    ".json" => "application/json", ".svg" => "image/svg+xml", ".png" => "image/png",
                    ".woff2" => "font/woff2", ".bin" => "application/octet-stream",
-                   ".gz" => "application/gzip")
+                   ".gz" => "application/gzip")%(lighttpd_tls)s
 """
+
+
+def tls_vars(tls):
+    """The TLS lines of the three peers' templates: each server's defaults (TLS 1.2 and 1.3, its
+    own session tickets) with the run's certificate; empty strings for plaintext."""
+    if tls is None:
+        return {"nginx_ssl": "", "nginx_tls": "", "h2o_tls": "", "lighttpd_tls": ""}
+    return {
+        "nginx_ssl": " ssl",
+        "nginx_tls": "\n    ssl_certificate %s;\n    ssl_certificate_key %s;\n"
+                     "    ssl_protocols TLSv1.2 TLSv1.3;\n    ssl_session_tickets on;" % (tls.cert, tls.key),
+        "h2o_tls": "\n  ssl:\n    certificate-file: %s\n    key-file: %s\n    minimum-version: TLSv1.2"
+                   % (tls.cert, tls.key),
+        "lighttpd_tls": '\nserver.modules += ("mod_openssl")\nssl.engine = "enable"\nssl.pemfile = "%s"\n'
+                        'ssl.privkey = "%s"' % (tls.cert, tls.key),
+    }
 
 
 @dataclass
@@ -85,6 +103,7 @@ class Ctx:
     port: int
     shards: int            # ringd shards = nginx workers = h2o threads = lighttpd workers
     confdir: str           # where generated configs go (the results folder's servers/)
+    tls: Optional[object] = None  # tls.TlsFiles: serve HTTPS with this certificate
 
 
 @dataclass(frozen=True)
@@ -98,6 +117,9 @@ class Peer:
     template: Optional[str] = None            # config template, %-formatted with config_vars
     config_name: Optional[str] = None         # file name of the generated config
     extra: Optional[Dict[str, str]] = None    # more template variables
+    # In the TLS scenarios: "serves" HTTPS (Ctx.tls set), "plaintext" (the floor: the same load
+    # without TLS), or "no" (sits them out: cannot serve files over TLS).
+    in_tls: str = "no"
 
     def available(self):
         return self.needs is None or shutil.which(self.needs) is not None or \
@@ -108,6 +130,16 @@ class Peer:
             return scenario in self.scenarios
         return scenario not in self.skip
 
+    def takes_part(self, scenario):
+        """Whether this peer runs in `scenario` (a Scenario): its own list, the scenario's, and
+        for a TLS scenario whether it can take part at all."""
+        return self.runs_in(scenario.name) and scenario.takes(self.name) and (
+            not scenario.tls or self.in_tls != "no")
+
+    def serves_tls(self, scenario):
+        """The load generator speaks TLS to this peer in `scenario`."""
+        return scenario.tls and self.in_tls == "serves"
+
     def command(self, ctx):
         return self.argv(self, ctx)
 
@@ -117,6 +149,7 @@ class Peer:
         path = os.path.join(ctx.confdir, self.config_name)
         values = {"name": self.name, "dir": ctx.confdir, "port": ctx.port, "root": ctx.root,
                   "shards": ctx.shards, "workers": "0" if ctx.shards == 1 else ctx.shards}
+        values.update(tls_vars(ctx.tls))
         values.update(self.extra or {})
         # Extra values may name the config folder (an access log beside the config).
         values = {k: v % values if isinstance(v, str) and "%(" in v else v for k, v in values.items()}
@@ -132,7 +165,9 @@ _ROOT_FLAGS = ["--allow-root"] if os.geteuid() == 0 else []
 
 def ringd(io, *flags):
     def argv(peer, ctx):
-        return [ctx.bins["ringd"], "--root", ctx.root, "--listen", "127.0.0.1:%d" % ctx.port,
+        listen = ["--listen", "127.0.0.1:%d" % ctx.port] if ctx.tls is None else [
+            "--listen-tls", "127.0.0.1:%d" % ctx.port, "--tls-cert", ctx.tls.cert, "--tls-key", ctx.tls.key]
+        return [ctx.bins["ringd"], "--root", ctx.root] + listen + [
                 "--shards", str(ctx.shards), "--io", io, "--max-connections", "30000",
                 "--max-requests-per-connection", "100000000"] + _ROOT_FLAGS + list(flags)
     return argv
@@ -174,12 +209,14 @@ def _loopback(peer, ctx):
 # cost shows most. The loopback row (large only) is raw loopback TCP: a plain send(2) loop of the
 # same bytes from memory into the same MSG_TRUNC client, the reference of "fraction of loopback".
 _OBSERVED = frozenset({"small-keepalive"})
+# The TLS scenarios (scenarios.py: Scenario.tls).
+TLS_SCENARIOS = frozenset({"tls-keepalive", "tls-handshake", "tls-handshake-resumed", "tls-large", "tls-idle"})
 # The cold scenario, on the FUSE model and on the two slow disks (perf/harness/colddisk.py).
 _COLD = frozenset({"cold", "cold-nvme", "cold-hdd"})
 _ENTRIES = [
     # bypass: its registered file table per shard must fit RLIMIT_NOFILE (20,000 here), so fewer
     # connection slots than the other tiers' 30,000 (still above idle-10k's 10,000).
-    Peer("ringd-bypass", ringd("bypass", "--max-connections", "15000")),
+    Peer("ringd-bypass", ringd("bypass", "--max-connections", "15000"), in_tls="serves"),
     # SQPOLL spends a core on a kernel thread: on this 2-core machine it competes with the client,
     # so it runs where that is the question, small keep-alive requests.
     Peer("ringd-bypass-sqpoll", ringd("bypass", "--max-connections", "15000", "--sqpoll"),
@@ -204,7 +241,7 @@ _ENTRIES = [
          scenarios=frozenset({"small-keepalive", "idle-10k", "idle-fresh"})),
     Peer("ringd-bypass-iowq4", ringd("bypass", "--max-connections", "15000", "--io-wq-max-workers", "4"),
          scenarios=frozenset({"large"}) | _COLD),
-    Peer("ringd-uring", ringd("uring")),
+    Peer("ringd-uring", ringd("uring"), in_tls="serves"),
     # Shortest remaining response first (--send-order=srpt), beside the default (every body at once:
     # processor sharing), on the default tier and on uring (whose inline sendfile reacts differently).
     Peer("ringd-uring-srpt", ringd("uring", "--send-order=srpt"),
@@ -231,20 +268,24 @@ _ENTRIES = [
     # Batched waits (--batch-wait-us, off by default): see docs/PERFORMANCE.md.
     Peer("ringd-bypass-batch", ringd("bypass", "--max-connections", "15000", "--batch-wait-us", "20"),
          scenarios=frozenset({"small-keepalive", "small-close", "latency-at-rate", "mixed"})),
-    Peer("ringd-epoll", ringd("epoll")),
+    Peer("ringd-epoll", ringd("epoll"), in_tls="serves"),
     Peer("ringd-bypass-log", ringd_logged("bypass", "--max-connections", "15000"), scenarios=_OBSERVED),
     Peer("ringd-bypass-metrics", ringd("bypass", "--max-connections", "15000", "--admin-listen", "127.0.0.1:0"),
          scenarios=_OBSERVED),
     Peer("nginx", _nginx, needs="nginx", template=NGINX_CONF, config_name="nginx.conf",
-         extra={"aio": "", "access_log": "off"}),
+         extra={"aio": "", "access_log": "off"}, in_tls="serves"),
     Peer("nginx-aio", _nginx, needs="nginx", scenarios=frozenset({"large", "mixed", "longtail-nvme", "longtail-hdd"}) | _COLD,
          template=NGINX_CONF, config_name="nginx-aio.conf", extra={"aio": "aio threads;", "access_log": "off"}),
     Peer("nginx-log", _nginx, needs="nginx", scenarios=_OBSERVED, template=NGINX_CONF,
          config_name="nginx-log.conf",
          extra={"aio": "", "access_log": "%(dir)s/nginx-log-access.log combined"}),
-    Peer("h2o", _h2o, needs="h2o", skip=_COLD, template=H2O_CONF, config_name="h2o.yaml"),
+    Peer("h2o", _h2o, needs="h2o", skip=_COLD, template=H2O_CONF, config_name="h2o.yaml", in_tls="serves"),
+    # TLS needs Debian's lighttpd-mod-openssl (tools/setup installs it).
     Peer("lighttpd", _lighttpd, needs="lighttpd", skip=_COLD, template=LIGHTTPD_CONF,
-         config_name="lighttpd.conf"),
+         config_name="lighttpd.conf", in_tls="serves"),
+    # The floor of the TLS scenarios: ringd's default tier taking the same load in plaintext.
+    Peer("ringd-plaintext", ringd("bypass", "--max-connections", "15000"), scenarios=TLS_SCENARIOS,
+         in_tls="plaintext"),
     Peer("ceiling", _ceiling,
          scenarios=frozenset({"small-keepalive", "small-close", "idle-10k", "latency-at-rate"})),
     Peer("loopback", _loopback, scenarios=frozenset({"large"})),
@@ -252,16 +293,21 @@ _ENTRIES = [
 
 def _fleet(nodes):
     """HAProxy and `nodes` ringd nodes (bypass tier, one process each), started by
-    perf/harness/fleet.py as one process tree."""
+    perf/harness/fleet.py as one process tree; with Ctx.tls HAProxy terminates TLS in front of
+    the nodes' plaintext."""
     def argv(peer, ctx):
+        tls = ["--tls-pem", ctx.tls.pem] if ctx.tls is not None else []
         return [os.path.join(os.path.dirname(os.path.abspath(__file__)), "fleet.py"),
                 "--nodes", str(nodes), "--ringd", ctx.bins["ringd"], "--root", ctx.root, "--port", str(ctx.port),
-                "--shards", str(ctx.shards), "--confdir", ctx.confdir, "--", "--io", "bypass",
+                "--shards", str(ctx.shards), "--confdir", ctx.confdir] + tls + ["--", "--io", "bypass",
                 "--max-connections", "15000", "--max-requests-per-connection", "100000000"] + _ROOT_FLAGS
     return argv
 
 
 # The fleet scenario's servers (haproxy is in /usr/sbin, which PATH may lack).
 _ENTRIES += [Peer("fleet-%d" % n, _fleet(n), needs="haproxy", scenarios=frozenset({"fleet"})) for n in (1, 2)]
+# What users do today for HTTPS: HAProxy terminating TLS (the shipped fleet config, `ssl crt` on
+# its bind) in front of one ringd node serving plaintext, both on the server CPUs.
+_ENTRIES.append(Peer("haproxy-tls", _fleet(1), needs="haproxy", scenarios=TLS_SCENARIOS, in_tls="serves"))
 
 PEERS = {p.name: p for p in _ENTRIES}

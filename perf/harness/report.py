@@ -22,7 +22,8 @@ from .stats import ratio, summarize_runs
 MACHINE_KEYS = ("machine", "cpus", "kernel", "server_cpus", "client_cpus", "shards", "generator", "ringd",
                 "nginx", "h2o", "lighttpd", "cold_disk")
 # Shown only where a run recorded them (older raw.json files did not).
-OPTIONAL_MACHINE_KEYS = ("client_threads", "congestion_control", "syscalls", "skipped")
+OPTIONAL_MACHINE_KEYS = ("client_threads", "congestion_control", "syscalls", "skipped", "haproxy", "openssl",
+                         "tls", "aes_128_gcm")
 OPTIONAL_COLUMNS = (
     Column("syscalls/request", "syscalls_per_request", "%.2f"),
     Column("context switches/request", "ctx_switches_per_request", "%.3f"),
@@ -42,6 +43,7 @@ def scrub(cmd):
     cmd = re.sub(r"--root \S+", "--root DATA", cmd)
     cmd = re.sub(r"\S*/perf/harness/", "perf/harness/", cmd)  # the fleet launcher
     cmd = re.sub(r"--confdir \S+", "--confdir servers", cmd)
+    cmd = re.sub(r"(?<!\S)/\S*/(tls/[\w.-]+\.pem)", r"\1", cmd)  # the run's certificate and key
     return re.sub(r"(?<!\S)/\S*/servers(?=/|\s|$)", "servers", cmd)
 
 
@@ -67,14 +69,32 @@ def _cell(summary, column):
     return column.fmt % (v["median"] / column.per) if v else ""
 
 
-def _table(scenario, per_server, summary):
+def _ratio_cells(s, metric, others, cpu_others):
+    """The scenario's extra ratios (Scenario.ratio_to, cpu_ratio_to) for one row."""
+    cells = []
+    for base, key in [(b, metric.key) for b in others] + [(b, "cpu_us_per_request") for b in cpu_others]:
+        r = ratio(s.get(key), base)
+        cells.append("" if r is None else "%.3g" % r)
+    return cells
+
+
+def _table(scenario, per_server, summary, meta=None):
     metric = scenario.metric
     nginx = summary.get("nginx", {}).get(metric.key)
     reference = summary.get(scenario.reference, {}).get(metric.key) if scenario.reference else None
+    # Ratios to more peers, where they ran (a TLS table: x h2o, CPU x nginx, ...).
+    ratio_to = [p for p in scenario.ratio_to if summary.get(p, {}).get(metric.key)]
+    cpu_ratio_to = [p for p in scenario.cpu_ratio_to if summary.get(p, {}).get("cpu_us_per_request")]
+    others = [summary[p][metric.key] for p in ratio_to]
+    cpu_others = [summary[p]["cpu_us_per_request"] for p in cpu_ratio_to]
+    meta_value = (meta or {}).get(scenario.meta_reference[0]) if scenario.meta_reference else None
     extra = list(scenario.columns) + [c for c in OPTIONAL_COLUMNS
                                       if any(s.get(c.key) for s in summary.values())]
-    cols = ["server", metric.label, "x nginx"] + (["fraction of %s" % scenario.reference] if reference else []) + [
-        "CPU us/request", "server CPU %", "p50 ms", "p99 ms", "errors"]
+    cols = ["server", metric.label, "x nginx"] + ["x %s" % p for p in ratio_to] + (
+        ["fraction of %s" % scenario.reference] if reference else []) + (
+        [scenario.meta_reference[1]] if meta_value else []) + [
+        "CPU us/request"] + ["CPU x %s" % p for p in cpu_ratio_to] + [
+        "server CPU %", "p50 ms", "p99 ms", "errors"]
     lines = ["| " + " | ".join(cols + [c.header for c in extra]) + " |",
              "|" + " --- |" * (len(cols) + len(extra))]
     for server, s in summary.items():
@@ -87,8 +107,11 @@ def _table(scenario, per_server, summary):
         busy = s.get("server_cpu_percent")
         p50, p99 = s.get("p50_us"), s.get("p99_us")
         fraction = ratio(m, reference)
-        row = [server, main, shown] + (["%.2f" % fraction if fraction is not None else ""] if reference else []) + [
-               ("%.2f" % cpu["median"] if cpu else "") if scenario.cpu_column else "-",
+        ratios = _ratio_cells(s, metric, others, cpu_others)
+        of_meta = ["%.2f" % (m["median"] / meta_value) if m else ""] if meta_value else []
+        row = [server, main, shown] + ratios[:len(others)] + (
+               ["%.2f" % fraction if fraction is not None else ""] if reference else []) + of_meta + [
+               ("%.2f" % cpu["median"] if cpu else "") if scenario.cpu_column else "-"] + ratios[len(others):] + [
                "%.0f" % busy["median"] if busy else "",
                "%.2f" % (p50["median"] / 1000) if p50 else "", "%.2f" % (p99["median"] / 1000) if p99 else "",
                "%d" % s["errors"]["median"]]
@@ -114,7 +137,7 @@ def render(meta, results):
     for name, per_server in results.items():
         scenario = SCENARIOS[name]
         lines += ["## %s" % name, "", scenario.what + ". Seed: " + scenario.seed + ".", ""]
-        lines += _table(scenario, per_server, summary[name])
+        lines += _table(scenario, per_server, summary[name], meta)
         first = next(iter(per_server.values()))[0]
         lines += ["", "Load: `%s`" % scrub(first.command or "")]
         if first.cold_command:
@@ -209,12 +232,40 @@ def check(outdir):
                     problems.append("%s/%s: no requests completed" % (scenario, server))
             if "| %s |" % server not in report:
                 problems.append("report.md: no row for %s in %s" % (server, scenario))
+        problems += _check_tls(scenario, per_server, raw["meta"])
     for chart in CHARTS:
         try:
             xml.dom.minidom.parse(os.path.join(outdir, chart))
         except Exception as e:  # any parse failure is a problem to report, not to raise
             problems.append("%s: %s" % (chart, e))
     problems += too_large(outdir)
+    return problems
+
+
+def _check_tls(scenario, per_server, meta):
+    """A TLS scenario measured TLS: every run the client made over TLS counted handshakes (and a
+    resumed scenario resumed some), the plaintext floor none, and tls-large has its reference."""
+    s = SCENARIOS.get(scenario)
+    if s is None or not s.tls:
+        return []
+    problems = []
+    for server, runs in per_server.items():
+        peer = PEERS.get(server)
+        over_tls = peer is None or peer.serves_tls(s)
+        for i, r in enumerate(runs):
+            if r.get("failed") or r.get("generator") != "ringd-load":
+                continue  # wrk says nothing of handshakes
+            handshakes = r.get("tls_handshakes")
+            # No handshake with errors is a server that could not cope (a measurement); with
+            # none, the client never spoke TLS.
+            if over_tls and not handshakes and not sum((r.get("errors") or {}).values()):
+                problems.append("%s/%s run %d: no TLS handshake counted (was it HTTPS?)" % (scenario, server, i + 1))
+            elif not over_tls and handshakes:
+                problems.append("%s/%s run %d: TLS handshakes on the plaintext floor" % (scenario, server, i + 1))
+            elif over_tls and s.load.tls_resume and not r.get("tls_resumed"):
+                problems.append("%s/%s run %d: no handshake resumed" % (scenario, server, i + 1))
+    if s.meta_reference and not meta.get(s.meta_reference[0]):
+        problems.append("%s: no %s in the run's meta (openssl speed)" % (scenario, s.meta_reference[0]))
     return problems
 
 

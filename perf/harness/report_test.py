@@ -63,6 +63,58 @@ class ReportTest(unittest.TestCase):
         problems = "\n".join(report.check(self.dir))
         self.assertIn("more than 8 MB to check in (largest: servers/ringd-access.log", problems)
 
+    def test_tls_ratios_where_their_peers_ran(self):
+        meta, results = report.load_raw(self.dir)
+        text = report.render(meta, results)
+        # tls-large ran h2o: x h2o and CPU x h2o; tls-handshake-resumed did not: neither.
+        large = text[text.index("## tls-large"):]
+        self.assertIn("| x nginx | x h2o | fraction of one core's AES-128-GCM | CPU us/request | CPU x nginx |"
+                      " CPU x h2o | CPU x haproxy-tls |", large)
+        # 414.7 MB/s over 3500 MB/s of AES-128-GCM; CPU 3297.87 over haproxy-tls's 7250.
+        self.assertIn("| ringd-bypass | 414.7 [414.7-414.7] | 1.68 | 1.5 | 0.12 | 3297.87 | 0.627 | 0.681 | 0.455 |", large)
+        resumed = text[text.index("## tls-handshake-resumed"):text.index("## tls-large")]
+        self.assertIn("| x nginx | CPU us/request | CPU x nginx | CPU x haproxy-tls |", resumed)
+        self.assertNotIn("x h2o", resumed)
+        # Without the openssl speed figure, no fraction column (and --check says why).
+        del meta["aes_128_gcm_bytes_per_s"]
+        self.assertNotIn("| fraction of one core", report.render(meta, results))
+
+    def _edit_raw(self, edit):
+        path = os.path.join(self.dir, "raw.json")
+        with open(path) as f:
+            raw = json.load(f)
+        edit(raw)
+        with open(path, "w") as f:
+            json.dump(raw, f)
+        report.write(self.dir)
+        return "\n".join(report.check(self.dir))
+
+    def test_check_tls(self):
+        def edit(raw):
+            res = raw["results"]
+            del res["tls-large"]["nginx"][0]["tls_handshakes"]           # plaintext by mistake
+            res["tls-large"]["ringd-plaintext"][0]["tls_handshakes"] = 3  # TLS on the floor
+            res["tls-handshake-resumed"]["nginx"][0]["tls_resumed"] = 0  # resumed nothing
+            del raw["meta"]["aes_128_gcm_bytes_per_s"]
+        problems = self._edit_raw(edit)
+        self.assertIn("tls-large/nginx run 1: no TLS handshake counted", problems)
+        self.assertIn("tls-large/ringd-plaintext run 1: TLS handshakes on the plaintext floor", problems)
+        self.assertIn("tls-handshake-resumed/nginx run 1: no handshake resumed", problems)
+        self.assertIn("tls-large: no aes_128_gcm_bytes_per_s", problems)
+        self.assertNotIn("ringd-bypass", problems)
+
+    def test_check_tls_skips_wrk_and_failed_runs(self):
+        def edit(raw):
+            run = raw["results"]["tls-large"]["nginx"][0]
+            run["generator"] = "wrk"
+            del run["tls_handshakes"]
+            raw["results"]["tls-large"]["h2o"][0]["failed"] = "stopped"
+            del raw["results"]["tls-large"]["h2o"][0]["tls_handshakes"]
+            # A server that could not cope: no handshake, errors counted.
+            bad = raw["results"]["tls-large"]["haproxy-tls"][0]
+            bad["tls_handshakes"], bad["errors"]["tls"] = 0, 100
+        self.assertEqual(self._edit_raw(edit), "")
+
     def test_check_without_raw_json(self):
         os.unlink(os.path.join(self.dir, "raw.json"))
         self.assertTrue(report.check(self.dir)[0].startswith("raw.json"))

@@ -87,6 +87,13 @@ class Result:
     disk_read_bytes: Optional[int] = None
     disk_read_ios: Optional[int] = None
     page_cache_mib: Optional[float] = None
+    # ringd-load --tls: handshakes completed in the run, how many resumed a session, and what the
+    # first one negotiated (its "tls" object). None over plaintext and from wrk.
+    tls_handshakes: Optional[int] = None
+    tls_resumed: Optional[int] = None
+    tls_version: Optional[str] = None
+    tls_cipher: Optional[str] = None
+    tls_group: Optional[str] = None
 
     @property
     def non_2xx(self):
@@ -119,6 +126,10 @@ class Result:
             **self._disk_figures(), **self._size_class_figures(),
             "client_cpu_us_per_request": self.client_cpu_us_per_request,
             "core_us_per_request": self.core_us_per_request,
+            "tls_handshakes_per_s": self.tls_handshakes / self.seconds
+            if self.tls_handshakes is not None and self.seconds else None,
+            "tls_resumed_percent": 100 * self.tls_resumed / self.tls_handshakes
+            if self.tls_handshakes and self.tls_resumed is not None else None,
             **{"cpu_us_per_request_%s" % k: v for k, v in (self.cpu_us_per_request_by or {}).items()},
         }
 
@@ -215,13 +226,27 @@ def parse_ringd_load(text, generator="ringd-load"):
     for k, v in (d.get("errors") or {}).items():
         errors[str(k)] = int(v)
     status = {str(k): int(v) for k, v in (d.get("status") or {}).items()}
+    tls = d.get("tls")
+    if tls is not None and not isinstance(tls, dict):
+        raise ParseError("tls is not an object: %r" % (tls,))
+    tls_fields = {} if tls is None else dict(
+        tls_handshakes=int(_number(tls, "handshakes")), tls_resumed=int(_number(tls, "resumed")),
+        tls_version=_text(tls, "version"), tls_cipher=_text(tls, "cipher"), tls_group=_text(tls, "group"))
     return Result(
         generator=generator, requests=int(_number(d, "requests")), seconds=_number(d, "seconds"),
         rps=_number(d, "rps"), bytes=_number(d, "bytes"), bytes_per_s=_number(d, "bytes_per_s"),
         idle_held=int(_number(d, "idle_held")),
         latency_us=Latency(**{k: _number(lat, k, None) for k in ("mean", "p50", "p90", "p99", "p999", "max")}),
         latency_small_us=size_class("latency_small_us"), latency_large_us=size_class("latency_large_us"),
-        errors=errors, status=status, latency_by_size_us=_size_classes(d.get("latency_by_size_us")))
+        errors=errors, status=status, latency_by_size_us=_size_classes(d.get("latency_by_size_us")),
+        **tls_fields)
+
+
+def _text(d, key):
+    v = d.get(key)
+    if v is not None and not isinstance(v, str):
+        raise ParseError("%s is not a string: %r" % (key, v))
+    return v or None
 
 
 def _size_classes(v):

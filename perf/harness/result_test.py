@@ -98,9 +98,32 @@ class RingdLoadTest(unittest.TestCase):
         self.assertIsNone(r.latency_small_us)
         self.assertEqual(r.error_count, 0)
 
+    def test_tls_counts(self):
+        # ringd-load --tls --close --tls-resume against ringd, 20 connections, 1 s.
+        r = parse_ringd_load(testdata("ringd-load-tls.txt"))
+        self.assertEqual((r.tls_handshakes, r.tls_resumed), (480, 460))
+        self.assertEqual((r.tls_version, r.tls_cipher, r.tls_group), ("TLSv1.3", "TLS_AES_128_GCM_SHA256", "X25519"))
+        self.assertEqual(r.errors["tls"], 2)  # failed handshakes are errors
+        self.assertEqual(r.error_count, 2)
+        f = r.figures()
+        self.assertAlmostEqual(f["tls_resumed_percent"], 100 * 460 / 480)
+        self.assertEqual(f["tls_handshakes_per_s"], 480.0)
+        self.assertEqual(Result.from_dict(r.to_dict()), r)
+        # Plaintext output has no tls object: no TLS figures, not zeros.
+        plain = parse_ringd_load(testdata("ringd-load.txt"))
+        self.assertIsNone(plain.tls_handshakes)
+        self.assertIsNone(plain.figures()["tls_resumed_percent"])
+        self.assertIsNone(plain.figures()["tls_handshakes_per_s"])
+        # No handshake at all: a rate of 0, and no share of nothing.
+        none = parse_ringd_load('{"requests": 0, "seconds": 1.0, "tls": {"handshakes": 0, "resumed": 0}}')
+        self.assertEqual(none.figures()["tls_handshakes_per_s"], 0)
+        self.assertIsNone(none.figures()["tls_resumed_percent"])
+
     def test_defensive(self):
         for text in (None, "", "IDLE_READY 10\n", '{"requests": 1, "rps"', "[1, 2]",
-                     '{"seconds": 1}', '{"requests": "many"}', '{"requests": 1, "latency_us": {"p99": "x"}}'):
+                     '{"seconds": 1}', '{"requests": "many"}', '{"requests": 1, "latency_us": {"p99": "x"}}',
+                     '{"requests": 1, "tls": 3}', '{"requests": 1, "tls": {"handshakes": "x"}}',
+                     '{"requests": 1, "tls": {"handshakes": 1, "version": 13}}'):
             with self.assertRaises(ParseError, msg=repr(text)):
                 parse_ringd_load(text)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Dict, FrozenSet, Optional, Tuple
 
-from . import colddisk, longtail
+from . import colddisk, longtail, tls
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class Load:
     zipf: float = 0                    # > 0: paths drawn Zipf-distributed, the first the most popular
     uniform: bool = False              # paths drawn uniformly at random (not in turn)
     size_classes: Tuple[int, ...] = () # body-size bounds: latency per size class
+    tls_resume: bool = False           # over TLS: each connection resumes its slot's last session
 
     def scaled(self, divisors):
         """The --quick version: rate and idle divided as the scenario says."""
@@ -41,14 +42,20 @@ class Load:
             paths += ["/%s/%s" % (self.paths_glob, f) for f in sorted(os.listdir(d))]
         return paths
 
-    def command(self, load_bin, port, root, duration_s, client_cpus, threads=1):
+    def command(self, load_bin, port, root, duration_s, client_cpus, threads=1, tls=False):
+        """ringd-load's command line; tls: the server speaks HTTPS (bodies are then read and
+        decrypted: no --bulk, whatever the load says)."""
         cmd = ["taskset", "-c", client_cpus, load_bin, "--port", str(port),
                "--connections", str(self.connections), "--duration-s", str(duration_s)]
         if threads > 1:
             cmd += ["--threads", str(threads)]
         if self.close:
             cmd.append("--close")
-        if self.bulk:
+        if tls:
+            cmd.append("--tls")
+            if self.tls_resume:
+                cmd.append("--tls-resume")
+        elif self.bulk:
             cmd.append("--bulk")
         if self.rate:
             cmd += ["--rate", str(self.rate)]
@@ -66,14 +73,14 @@ class Load:
             cmd += ["--size-classes", ",".join(str(b) for b in self.size_classes)]
         return cmd
 
-    def wrk_command(self, port, root, duration_s, client_cpus, threads=1):
+    def wrk_command(self, port, root, duration_s, client_cpus, threads=1, tls=False):
         """wrk: closed loop, one path (it copies every body byte, so large-file figures are capped
-        by the client)."""
+        by the client); tls: an https:// URL (wrk negotiates what its OpenSSL prefers)."""
         cmd = ["taskset", "-c", client_cpus, "wrk", "-t%d" % threads, "-c%d" % self.connections,
                "-d%ds" % max(1, int(round(duration_s))), "--latency"]
         if self.close:
             cmd += ["-H", "Connection: close"]
-        return cmd + ["http://127.0.0.1:%d%s" % (port, self.url_paths(root)[0])]
+        return cmd + ["%s://127.0.0.1:%d%s" % ("https" if tls else "http", port, self.url_paths(root)[0])]
 
     def warm(self):
         """The unmeasured warm-up: the same paths, closed loop, no idle connections."""
@@ -182,6 +189,23 @@ class ColdDisk(Hooks):
             self.mount = None
 
 
+class TlsCertificate(Hooks):
+    """The TLS scenarios' setup: the run's certificate (made once per run into its folder's tls/,
+    the same for every server) and, once per run, what one server core encrypts with AES-128-GCM
+    (meta aes_128_gcm_bytes_per_s: tls-large's reference)."""
+
+    def setup(self, ctx):
+        if ctx.tls is None:
+            ctx.tls = tls.make_certificate(os.path.join(ctx.outdir, "tls"))
+            ctx.meta["tls"] = tls.CERT_DESCRIPTION + "; client: ringd-load --tls (X25519, TLS_AES_128_GCM_SHA256)"
+        if "aes_128_gcm_bytes_per_s" not in ctx.meta:
+            speed, cmd = tls.aes_gcm_speed(ctx.args.server_cpus.split(",")[0], 1 if ctx.args.quick else 3)
+            ctx.meta["aes_128_gcm_bytes_per_s"] = speed
+            ctx.meta["aes_128_gcm"] = ("%.0f MB/s of one core's CPU time (16 KiB blocks): %s" % (speed / 1e6, " ".join(cmd))
+                                       if speed else "not measured: %s said nothing" % " ".join(cmd))
+        return ctx.data
+
+
 class AssetPaths(Hooks):
     """Writes paths-assets.txt into the data root, every file of assets/ once: a load spread over
     many paths, which the fleet's URI hash spreads over its nodes."""
@@ -216,6 +240,16 @@ class Scenario:
     hooks: type = Hooks
     opt_in: bool = False          # not in perf/run's default list: only where --scenarios names it
     servers: Optional[FrozenSet[str]] = None  # only these peers take part (None: every one that runs in it)
+    quick_skip: bool = False      # left out of --quick's default list (it keeps one TLS scenario)
+    # HTTPS: the peers that terminate TLS serve it (Peer.in_tls), the client speaks it to them.
+    tls: bool = False
+    # More ratios, each a column: the main figure over these peers' ("x h2o"), and CPU per request
+    # over theirs ("CPU x nginx"), in the same run.
+    ratio_to: Tuple[str, ...] = ()
+    cpu_ratio_to: Tuple[str, ...] = ()
+    # (meta key, header): the main figure over a number the run measured once (tls-large: one
+    # core's AES-128-GCM bytes per second).
+    meta_reference: Optional[Tuple[str, str]] = None
 
     def takes(self, peer):
         return self.servers is None or peer in self.servers
@@ -303,6 +337,53 @@ _ENTRIES = [
     Scenario("latency-at-rate", "612-byte index.html at a fixed 20,000 requests/s over 100 connections (open loop)",
              "004 (latency figures under load)", Load(100, paths=("/index.html",), rate=20000),
              quick={"rate": 4}, metric=Metric("p99_us", "p99 latency (ms)", 1e-3, False)),
+]
+
+
+_TLS_NOTE = ("Every server but ringd-plaintext serves HTTPS with the run's certificate (%s); ringd-plaintext"
+             " takes the same load in plaintext: the floor. haproxy-tls is HAProxy terminating TLS"
+             " (deploy/haproxy/ringd-fleet.cfg, `ssl crt` on its bind) in front of one ringd node serving"
+             " plaintext, both on the server CPUs; its CPU is both together. CPU x PEER is CPU per"
+             " request over PEER's, same run." % "ECDSA P-256, X25519, TLS 1.3, TLS_AES_128_GCM_SHA256")
+_TLS = dict(tls=True, hooks=TlsCertificate, ratio_to=("h2o",), cpu_ratio_to=("nginx", "h2o", "haproxy-tls"))
+_HANDSHAKES = Column("handshakes/s", "tls_handshakes_per_s", "%.0f")
+_RESUMED = Column("resumed %", "tls_resumed_percent", "%.1f")
+_SPLIT = (Column("HAProxy CPU us/request", "cpu_us_per_request_haproxy"),
+          Column("ringd CPU us/request", "cpu_us_per_request_ringd"))
+
+_ENTRIES += [
+    Scenario("tls-keepalive", "612-byte index.html over HTTPS, 100 keep-alive connections, closed loop",
+             "issue 28 (HTTPS on the ring)", Load(100, paths=("/index.html",)), wrk=True,
+             columns=(PACKETS, CORE_CPU, CLIENT_CPU) + _SPLIT, notes=(_TLS_NOTE,), **_TLS),
+    Scenario("tls-handshake",
+             "612-byte index.html over HTTPS, `Connection: close` on every request, 100 connections:"
+             " one full handshake per request (the client keeps no session)",
+             "issue 28 (HTTPS on the ring)", Load(100, paths=("/index.html",), close=True),
+             columns=(_HANDSHAKES, _RESUMED, CORE_CPU, CLIENT_CPU) + _SPLIT, notes=(_TLS_NOTE,),
+             quick_skip=True, **_TLS),
+    Scenario("tls-handshake-resumed",
+             "tls-handshake with resumption: each connection offers the session ticket its slot's"
+             " previous connection ended with (resumed % says how many the server took)",
+             "issue 28 (HTTPS on the ring)", Load(100, paths=("/index.html",), close=True, tls_resume=True),
+             columns=(_HANDSHAKES, _RESUMED, CORE_CPU, CLIENT_CPU) + _SPLIT, notes=(_TLS_NOTE,), **_TLS),
+    Scenario("tls-large",
+             "4 MiB files over HTTPS, 10 keep-alive connections; the client reads and decrypts every body",
+             "issue 28 (HTTPS on the ring: bodies encrypted in user space)", Load(10, paths_glob="4mb"),
+             metric=THROUGHPUT, wrk=True, columns=_SPLIT, quick_skip=True,
+             meta_reference=("aes_128_gcm_bytes_per_s", "fraction of one core's AES-128-GCM"),
+             notes=(_TLS_NOTE, "fraction of one core's AES-128-GCM: throughput over `openssl speed -evp"
+                    " aes-128-gcm` (16 KiB blocks) on one server core, same run (the machine table): the"
+                    " limit of user-space TLS with one core encrypting. CPU us/request is per 4 MiB response;"
+                    " ringd-plaintext's client reads every body too (no MSG_TRUNC)."), **_TLS),
+    Scenario("tls-idle",
+             "5,000 idle HTTPS keep-alive connections (handshake and one request done on each, set up 100"
+             " at a time) held while tls-keepalive's load runs; each run on a freshly started server",
+             "issue 28 (memory per idle TLS connection)",
+             Load(100, paths=("/index.html",), idle=5000), quick={"idle": 10}, fresh_server=True,
+             packets=False, quick_skip=True,
+             columns=(Column("bytes per idle connection", "idle_bytes_per_connection", "%.0f"),),
+             notes=(_TLS_NOTE, "5,000 rather than idle-10k's 10,000: HAProxy's shipped config holds 8,000"
+                    " connections (global maxconn)."), **_TLS),
 ]
 
 
