@@ -758,9 +758,9 @@ SeedResult Sim::Run() {
     std::unique_ptr<io::Loop> loop = std::move(sim_loop);
     if (tls_) {
       const uint32_t recv_max = o.recv_max_bytes != 0 ? o.recv_max_bytes : o.recv_buffer_size;
-      auto tls_loop =
-          std::make_unique<tls::TlsLoop>(std::move(loop), tls_sessions_.get(), world_.tls_listeners,
-                                         recv_max, config_.max_connections);
+      auto tls_loop = std::make_unique<tls::TlsLoop>(
+          std::move(loop), tls_sessions_.get(), world_.tls_listeners, recv_max,
+          config_.max_connections, config_.tls_max_handshakes);
       tls_loop_ = tls_loop.get();
       loop = std::move(tls_loop);
     }
