@@ -1,6 +1,7 @@
 #include "server/tls/openssl_tls.h"
 
 #include <openssl/bio.h>
+#include <openssl/buffer.h>
 #include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -176,6 +177,26 @@ class OpenSslSession final : public TlsSession {
     closed_ = true;
     SSL_shutdown(ssl_);  // queues close_notify; the peer's is not waited for
     ERR_clear_error();
+  }
+
+  // Memory BIOs keep the largest size they ever held (the handshake's flight, a body chunk's
+  // records): an idle connection swaps them for new, empty ones. Small exchanges stay under the
+  // bound and never pay for the swap.
+  void Trim() override {
+    static constexpr size_t kKeepBytes = 1024;
+    BUF_MEM* in_mem = nullptr;
+    BUF_MEM* out_mem = nullptr;
+    BIO_get_mem_ptr(in_, &in_mem);
+    BIO_get_mem_ptr(out_, &out_mem);
+    if (in_mem->max <= kKeepBytes && out_mem->max <= kKeepBytes) return;
+    if (BIO_ctrl_pending(in_) != 0 || BIO_ctrl_pending(out_) != 0) return;
+    BIO* in = BIO_new(BIO_s_mem());
+    BIO* out = BIO_new(BIO_s_mem());
+    RINGD_ASSERT(in != nullptr && out != nullptr);
+    BIO_set_mem_eof_return(in, -1);
+    SSL_set_bio(ssl_, in, out);  // frees the old pair
+    in_ = in;
+    out_ = out;
   }
 
   bool HasBufferedInput() const override {

@@ -159,6 +159,26 @@ TEST(OpenSslTls, HandshakesAndCarriesRequestsBothWays) {
   }
 }
 
+TEST(OpenSslTls, TrimmingBetweenExchangesKeepsTheSessionWorking) {
+  std::string error;
+  auto f = Factory({MakeCert("origin.test", "RSA")}, &error);  // a large first flight
+  ASSERT_NE(f, nullptr) << error;
+  std::unique_ptr<TlsSession> s = f->Make();
+  Client c(s.get());
+  c.Pump();
+  ASSERT_TRUE(s->HandshakeDone());
+  for (int i = 0; i < 3; ++i) {
+    s->Trim();
+    const std::string request = "GET /" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n";
+    SSL_write(c.ssl(), request.data(), static_cast<int>(request.size()));
+    EXPECT_EQ(c.Pump(), request);
+    const std::string body(100000, static_cast<char>('a' + i));  // grows the output BIO
+    ASSERT_TRUE(s->WritePlain(body.data(), body.size()));
+    c.Pump();
+    EXPECT_EQ(c.Read(), body);
+  }
+}
+
 TEST(OpenSslTls, RecordsSplitToSingleBytesStillArrive) {
   std::string error;
   auto f = Factory({MakeCert("origin.test", "EC")}, &error);

@@ -475,6 +475,7 @@ void TlsLoop::AfterOutput(Conn* conn) {
   if (conn->send == nullptr && !conn->tx_active) {
     conn->out.reset();
     conn->file_buf.reset();
+    conn->session->Trim();
   }
 }
 
