@@ -159,6 +159,12 @@ std::string FormatPrometheus(const std::vector<ShardView>& shards, const Process
   PerShard(w, shards, "ringd_connections_idle_reclaimed_total", "counter",
            "Idle keep-alive connections closed to make room for newcomers at --max-connections",
            [](const ShardSnapshot& s) { return s.stats.idle_reclaimed; });
+  PerShard(w, shards, "ringd_connections_gave_way_closed_total", "counter",
+           "Of those, closed before their lingering close ended, for newcomers waiting for a slot",
+           [](const ShardSnapshot& s) { return s.stats.gave_way_closed; });
+  PerShard(w, shards, "ringd_connections_parked_total", "counter",
+           "Newcomers accepted while every connection slot was taken, that waited for one",
+           [](const ShardSnapshot& s) { return s.stats.parked; });
   PerShard(w, shards, "ringd_accept_paused_total", "counter",
            "Times accepting paused at the connection limit with no idle connection to reclaim",
            [](const ShardSnapshot& s) { return s.stats.accept_paused; });

@@ -43,6 +43,11 @@ TEST(ShardSim, QuickSeeds) {
   // bytes were left unread (kRecvCancelledWithInput).
   EXPECT_GT(coverage["sim.held_at_pause"], 0u);
   EXPECT_GT(coverage["sim.cancel_input_left"], 0u);
+  // Floods of sitters past the limit (issue #32): newcomers parked for a slot, and connections
+  // that gave way closed for them before their lingering ended.
+  EXPECT_GT(coverage["sim.flooded"], 0u);
+  EXPECT_GT(coverage["shard.parked"], 0u);
+  EXPECT_GT(coverage["shard.gave_way_closed"], 0u);
 }
 
 // Seeds that long runs (shard_sim --minutes=M) once failed, replayed as they ran there.

@@ -15,6 +15,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -150,6 +151,9 @@ struct SimWorld {
   bool IsListener(int fd) const;
   bool ListenerShut(int fd) const;
   std::deque<size_t> backlog;  // sockets connected, not yet accepted (indices into `sockets`)
+  // Sockets accepted on which no receive has started yet: newcomers the shard has taken from
+  // the backlog and parked until a connection slot frees (they wait as in the backlog).
+  std::set<size_t> accepted_unread;
   std::vector<SimSocket> sockets;
   // The file tree: path relative to the root ("." is the root) -> inode.
   std::map<std::string, std::shared_ptr<Inode>> tree;
