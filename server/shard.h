@@ -41,6 +41,9 @@ struct Connection;
 // Flags bounded in config.h size arrays here and in the HTTP core.
 static_assert(http::RangeSet::kCapacity >= kMaxRangesPerRequest);
 // An input buffer (a head plus one delivery) stays well within 32-bit lengths.
+// Any request target the flags let through (--max-request-line <= --max-request-head) is decoded
+// whole: its length is limited by the request line's limit alone (414), never by the planner's.
+static_assert(http::PlanScratch::kMaxTarget >= kMaxRequestHead);
 static_assert(uint64_t{kMaxRequestHead} + kMaxRecvBufferSize + 4096 < UINT32_MAX);
 
 struct Exchange {

@@ -230,6 +230,8 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
   const TargetResult target =
       NormalizeTarget(req.target, config.target, scratch.target, sizeof scratch.target);
   if (target.status != 0) return Error(target.status, target.reason, req, config, source, out);
+  if (target.path.size() > PlanScratch::kMaxPath)
+    return Error(404, "path longer than any file's", req, config, source, out);
   if (target.is_asterisk)
     return Error(400, "asterisk-form outside OPTIONS", req, config, source, out);
 
@@ -264,7 +266,8 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
     }
     path = rel.empty() ? Join(scratch.file, sizeof scratch.file, config.index_file, "")
                        : Join(scratch.file, sizeof scratch.file, rel, "/", config.index_file);
-    if (path.empty()) return Error(414, "path too long", req, config, source, out);
+    if (path.empty())
+      return Error(404, "index path longer than any file's", req, config, source, out);
     meta = source.Lookup(path);
     if (!meta) return NeedLookupOfFile(path, config, scratch);
     if (meta->kind == FileMeta::Kind::kMissing) {
