@@ -1,7 +1,9 @@
 """Starts the real ringd binary on an ephemeral loopback port and talks to it with real clients.
 
 Every test class here runs once per io backend: the backend comes from RINGD_IO (uring or epoll).
-A backend this kernel cannot run is a skip that says why, never a silent pass.
+A backend this kernel cannot run is a skip that says why, never a silent pass; and a failure
+where the tier is required (RINGD_REQUIRED_TIERS, which tools/test sets in CI), so that a green
+run there means every tier ran.
 """
 import os
 import re
@@ -25,13 +27,29 @@ EXTRA_FLAGS = shlex.split(os.environ.get("RINGD_FLAGS", ""))
 # ringd refuses to serve as root without --user or --allow-root; the tests run as root here
 # and in CI. Every ringd a test starts gets these flags (tests of the refusal itself leave them out).
 ROOT_FLAGS = ["--allow-root"] if os.geteuid() == 0 else []
+# Tiers that must run here, comma-separated ("bypass,uring,epoll"): a test that would skip for
+# want of one fails instead.
+REQUIRED_TIERS = {t.strip() for t in os.environ.get("RINGD_REQUIRED_TIERS", "").split(",") if t.strip()}
 _probe_cache = {}
 
 
+def skip_for_tier(tier, why):
+    """Skips the test (or its class) because `tier` cannot run here, saying why; fails instead
+    when RINGD_REQUIRED_TIERS names the tier."""
+    if tier in REQUIRED_TIERS:
+        raise AssertionError("the %s tier is required here (RINGD_REQUIRED_TIERS=%s) but cannot "
+                             "run: %s" % (tier, ",".join(sorted(REQUIRED_TIERS)), why))
+    raise unittest.SkipTest("%s tier unusable on this machine: %s" % (tier, why))
+
+
 def uring_usable(tier="uring"):
-    """Whether `ringd --probe` says the tier ("uring" or "bypass") works here, and its line."""
+    """Whether `ringd --probe` says the tier ("uring" or "bypass") works here, and its line. The
+    probe masks what the servers' extra flags mask (--io-mask in RINGD_FLAGS)."""
     if tier not in _probe_cache:
-        out = subprocess.run([RINGD, "--probe"], capture_output=True, text=True, timeout=10).stdout
+        masks = [f for i, f in enumerate(EXTRA_FLAGS) if f.startswith("--io-mask") or
+                 (i > 0 and EXTRA_FLAGS[i - 1] == "--io-mask")]
+        out = subprocess.run([RINGD, "--probe"] + masks, capture_output=True, text=True,
+                             timeout=10).stdout
         prefix = "bypass tier: " if tier == "bypass" else "io_uring backend: "
         line = next((l for l in out.splitlines() if l.startswith(prefix)), "no probe output")
         _probe_cache[tier] = (line.startswith(prefix + "usable"), line)
@@ -235,7 +253,7 @@ class BackendTestCase(unittest.TestCase):
         if BACKEND in ("uring", "bypass"):
             ok, why = uring_usable(BACKEND)
             if not ok:
-                raise unittest.SkipTest("%s tier unusable on this machine: %s" % (BACKEND, why))
+                skip_for_tier(BACKEND, why)
 
 
 class DocrootTestCase(BackendTestCase):
