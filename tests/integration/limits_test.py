@@ -3,6 +3,7 @@
 Each test here is the regression test of a defect that once made ringd drop input silently,
 spin, or hold connections it should have let go (issue #11).
 """
+import os
 import resource
 import shutil
 import signal
@@ -10,7 +11,8 @@ import socket
 import time
 import unittest
 
-from ringd_harness import BACKEND, BackendTestCase, DocrootTestCase, Reader, Server, make_docroot, raw, request
+from ringd_harness import (ADMIN, BACKEND, BackendTestCase, DocrootTestCase, Reader, Server,
+                           make_docroot, raw, request, server_has_read, wait_for)
 
 
 def get(name, extra=b""):
@@ -92,7 +94,7 @@ class BurstTest(BackendTestCase):
         self.assertEqual(len(head), 16384)
         with self.server.connect() as s:
             s.sendall(b"\r\n" * 4 + head)
-            time.sleep(0.3)
+            wait_for(lambda: server_has_read(s), "the server to read the head")  # then a delivery
             s.sendall(b"c" * 8192)
             status = Reader(s).read_response().status
         self.assertEqual(status, 431)
@@ -170,7 +172,8 @@ class FileCacheLimitsTest(DocrootTestCase):
             first.sendall(b"GET /medium.bin HTTP/1.1\r\n")
             for _ in range(80):  # every descriptor the server has left goes to a connection
                 socks.append(server.connect())
-            time.sleep(0.5)
+            fds = "/proc/%d/fd" % server.proc.pid
+            wait_for(lambda: len(os.listdir(fds)) >= 64, "the server to run out of descriptors")
             first.settimeout(5)
             first.sendall(b"Host: t\r\n\r\n")  # not cached: its open fails with EMFILE
             r = reader.read_response()
@@ -178,7 +181,7 @@ class FileCacheLimitsTest(DocrootTestCase):
             for s in socks:
                 s.close()
             socks = []
-            time.sleep(0.5)
+            # Accepted once descriptors are free again (the accept retries; the request waits).
             self.assertEqual(request(server, "GET", "/medium.bin").body, self.files["medium.bin"])
         finally:
             for s in socks:
@@ -435,7 +438,7 @@ class SendQueueTest(DocrootTestCase):
             s.connect(("127.0.0.1", server.port))
             s.sendall(get("huge.bin"))
             socks.append(s)
-        time.sleep(0.3)
+        wait_for(lambda: server.connections()["sending"] == n, "%d downloads under way" % n)
         return socks
 
     def finish(self, socks):
@@ -479,7 +482,7 @@ class SendQueueTest(DocrootTestCase):
         # One slot, taken by clients that read nothing: the next body still goes, after
         # --send-slot-hold-ms, long before the aging bound (a minute here) would let it.
         server = Server(self.root, "--send-order", "srpt", "--shards", "1", "--send-slots", "1", "--send-short-bytes", "0",
-                        "--send-slot-hold-ms", "20", "--send-max-wait-ms", "60000")
+                        "--send-slot-hold-ms", "20", "--send-max-wait-ms", "60000", *ADMIN)
         try:
             stalled = self.stalled_downloads(server, 3)
             self.assertLess(self.timed_get(server, "medium.bin"), 5)
@@ -492,7 +495,7 @@ class SendQueueTest(DocrootTestCase):
         # Slots held by clients that read nothing, and never given up (--send-slot-hold-ms of a
         # minute): a waiting body goes after --send-max-wait-ms, over the slot budget.
         server = Server(self.root, "--send-order", "srpt", "--shards", "1", "--send-slots", "2", "--send-short-bytes", "0",
-                        "--send-slot-hold-ms", "60000", "--send-max-wait-ms", "300")
+                        "--send-slot-hold-ms", "60000", "--send-max-wait-ms", "300", *ADMIN)
         try:
             stalled = self.stalled_downloads(server, 2)
             took = self.timed_get(server, "medium.bin")
@@ -504,7 +507,7 @@ class SendQueueTest(DocrootTestCase):
 
     def test_short_responses_never_wait(self):
         server = Server(self.root, "--send-order", "srpt", "--shards", "1", "--send-slots", "1",
-                        "--send-slot-hold-ms", "60000", "--send-max-wait-ms", "60000")
+                        "--send-slot-hold-ms", "60000", "--send-max-wait-ms", "60000", *ADMIN)
         try:
             stalled = self.stalled_downloads(server, 2)
             self.assertLess(self.timed_get(server, "medium.bin"), 5)  # 100 KiB < 256 KiB
@@ -597,14 +600,14 @@ class ShortConnectionsTest(BackendTestCase):
 class DrainTest(DocrootTestCase):
 
     def test_draining_server_refuses_newcomers_at_once(self):
-        server = Server(self.root, "--shutdown-timeout-ms", "5000")
+        server = Server(self.root, "--shutdown-timeout-ms", "5000", *ADMIN)
         slow = server.connect()
         try:
             slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             slow.sendall(get("large.bin"))  # not read: the drain waits for it
-            time.sleep(0.3)
+            wait_for(lambda: server.connections()["sending"] == 1, "the download under way")
             server.proc.send_signal(signal.SIGTERM)
-            time.sleep(0.3)
+            wait_for(server.draining, "the drain to begin")
             self.assertIsNone(server.proc.poll(), "still draining the slow download")
             start = time.time()
             with self.assertRaises((ConnectionRefusedError, ConnectionResetError)):
