@@ -7,8 +7,10 @@
 set -euo pipefail
 sim="$1"
 runs=()
+# Not the lines that carry wall-clock time: the last line's, and the progress lines, which come
+# every 10 s and so appear in a run that a loaded machine slowed and not in the next.
 for i in 1 2 3; do
-  runs+=("$("$sim" --seeds=200 --first=201 --quick 2>&1 | grep -v ' seeds in ')")
+  runs+=("$("$sim" --seeds=200 --first=201 --quick 2>&1 | grep -v -e ' seeds in ' -e ' seeds/s, ')")
 done
 if [[ "${runs[0]}" != "${runs[1]}" || "${runs[0]}" != "${runs[2]}" ]]; then
   echo "the same seeds ran differently in three processes:"
