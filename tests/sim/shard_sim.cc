@@ -127,7 +127,7 @@ void Sim::BuildConfig() {
   // meanwhile. Drawn from a generator of its own, so that the other seeds run as they did
   // before flooding existed.
   Rng flood(seed_ ^ 0x666c6f6f64ull);
-  if (flood.Chance(100)) {
+  if (flood.Chance(50)) {
     sitters_left_ =
         c.max_connections + Shard::kReclaimReserve + static_cast<uint32_t>(flood.Range(8, 48));
     c.keepalive_timeout_ms = std::max<uint32_t>(c.keepalive_timeout_ms, 30000);
