@@ -36,6 +36,14 @@ namespace ringd::io::loop_test {
 // batched waits; one that this kernel cannot run skips with the reason.
 inline const std::vector<std::string> kBackends = {"bypass", "bypass-inc", "uring", "uring-batch",
                                                    "epoll"};
+// Whether RINGD_REQUIRED_TIERS (comma-separated; tools/test sets it in CI) names `tier`: a test
+// that would skip for want of a required tier fails instead, so a green run means every tier ran.
+inline bool TierRequired(const std::string& tier) {
+  const char* env = std::getenv("RINGD_REQUIRED_TIERS");
+  const std::string list = "," + std::string(env != nullptr ? env : "") + ",";
+  return list.find("," + tier + ",") != std::string::npos;
+}
+
 inline std::string BackendName(const ::testing::TestParamInfo<std::string>& p) {
   std::string name = p.param;
   std::replace(name.begin(), name.end(), '-', '_');
@@ -148,6 +156,10 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
     if (backend != "epoll") o.skip_unread_cqes = o.skip_unread_cqes || cqe_skip;
     loop_ = BuiltinTiers().Find(backend)->make(o, &error);
     if (loop_ == nullptr && backend != "epoll") {
+      if (TierRequired(backend)) {
+        FAIL() << "the " << backend << " tier is required here (RINGD_REQUIRED_TIERS) but "
+               << GetParam() << " cannot run: " << error;
+      }
       GTEST_SKIP() << GetParam() << " is not usable here: " << error;
     }
     ASSERT_NE(loop_, nullptr) << error;

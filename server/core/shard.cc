@@ -15,7 +15,6 @@ namespace {
 constexpr int64_t kLingerMs = 5000;      // after the last response, wait this long for EOF
 constexpr int64_t kAcceptRetryMs = 100;  // after an accept error, try accepting again after this
 constexpr int kDrainGraceMs = 1000;      // after the drain deadline's aborts, for their callbacks
-constexpr int kReclaimOnEmfile = 16;     // idle connections closed when accepting hits EMFILE
 
 size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
@@ -34,7 +33,8 @@ Shard::Shard(int index, const Config& config, std::vector<int> listen_fds, int r
       idle_timers_(config.keepalive_timeout_ms),
       send_timers_(config.send_timeout_ms),
       linger_timers_(kLingerMs),
-      discard_timers_(config.discard_body_timeout_ms) {}
+      discard_timers_(config.discard_body_timeout_ms),
+      gave_way_timers_(kLingerMs) {}
 
 Shard::~Shard() {
   // Quiet the loop first: after Quiesce nothing completes into the cache or the pools (the epoll
@@ -187,6 +187,7 @@ bool Shard::Setup() {
   limits_.max_head_bytes = config_.max_request_head;
   limits_.max_headers = config_.max_headers;
 
+  parked_.assign(kParkedMax, Parked{});
   accepts_.resize(listen_fds_.size());
   accept_armed_.assign(listen_fds_.size(), false);
   for (io::Completion& c : accepts_) {
@@ -215,7 +216,8 @@ bool Shard::Step() {
     return false;
   }
   int64_t next = std::min({header_timers_.NextDeadline(), idle_timers_.NextDeadline(),
-                           send_timers_.NextDeadline(), linger_timers_.NextDeadline()});
+                           send_timers_.NextDeadline(), linger_timers_.NextDeadline(),
+                           gave_way_timers_.NextDeadline()});
   if (accept_retry_ms_ != 0) next = std::min(next, accept_retry_ms_);
   if (draining_) {
     next = std::min(next, now_ms_ < drain_deadline_ms_ ? drain_deadline_ms_
@@ -226,6 +228,7 @@ bool Shard::Step() {
   const int64_t wait = std::clamp<int64_t>(next - now_ms_, 0, 1000);
   loop_->Poll(static_cast<int>(wait));
   files_->RunWakeups();                     // connections whose file lookups finished in that Poll
+  MakeRoom();                               // newcomers over the limit, or waiting for a slot
   if (snapshot_.Pending()) FillSnapshot();  // the admin thread asked (shard_observe.cc)
   if (heartbeat_on_ && heartbeat_.Pending()) heartbeat_.Answer();  // the watchdog asked
   return true;
@@ -274,6 +277,7 @@ void Shard::Tick() {
     Abort(conn);
   });
   linger_timers_.Expire(now_ms_, [&](TimerNode* t) { Abort(conn_of(t)); });
+  gave_way_timers_.Expire(now_ms_, [&](TimerNode* t) { Abort(conn_of(t)); });
   discard_timers_.Expire(now_ms_, [&](TimerNode* t) {
     ++stats_.discard_timeouts;  // a request body that stopped arriving after its response
     Abort(conn_of(t));
@@ -294,6 +298,7 @@ void Shard::Tick() {
     abort_all(idle_timers_);
     abort_all(send_timers_);
     abort_all(linger_timers_);
+    abort_all(gave_way_timers_);
     abort_all(discard_timers_);
   }
 }
@@ -319,6 +324,11 @@ void Shard::BeginDrain() {
   };
   idle_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(conn_of(t)); });
   discard_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(conn_of(t)); });
+  // Newcomers parked for a slot are refused like those in the backlog.
+  for (; parked_count_ > 0; --parked_count_, parked_head_ = (parked_head_ + 1) % kParkedMax) {
+    ++stats_.overloaded;
+    loop_->Close(parked_[parked_head_].fd);
+  }
   // Connections still receiving a request head are not cut: one accepted a moment ago has a
   // request on its way (a restart under load would lose it). They are answered with
   // `Connection: close`, within the header timeout and the drain deadline.
@@ -337,13 +347,16 @@ void Shard::OnAccept(io::Completion* c) {
   Shard* self = static_cast<Shard*>(c->owner);
   if (c->result >= 0) {
     self->Accepted(static_cast<int>(c->result), static_cast<size_t>(c - self->accepts_.data()));
-  } else if (c->result == -EMFILE) {
-    // Out of descriptors: the longest-idle keep-alive connections give theirs to the newcomers
-    // (the accept itself is retried below). A batch, as nginx drains reusable connections 32 at
-    // a time: the backlog may hold many newcomers, and accepting retries only every
-    // kAcceptRetryMs. (Not for ENFILE: on the bypass tier it means the ring's file table is
-    // full, which an idle connection giving way would not help, the pool being smaller.)
-    for (int i = 0; i < kReclaimOnEmfile; ++i) self->ReclaimOldestIdle();
+  } else if ((c->result == -EMFILE || c->result == -ENFILE) && !self->draining_) {
+    // Out of descriptors (EMFILE; ENFILE: the system's, or on the bypass tier the ring's file
+    // table, which a burst of newcomers can fill while closes are in flight): connections that
+    // gave way close now, and the longest-idle ones give way, a batch of each (the accept
+    // itself is retried below, kAcceptRetryMs later: a lingering connection still holds its
+    // descriptor, and the next round closes it).
+    for (uint32_t i = 0; i < kReclaimBatch && self->CloseOldestGaveWay(); ++i) {
+    }
+    for (uint32_t i = 0; i < kReclaimBatch && self->ReclaimOldestIdle(); ++i) {
+    }
   }
   if (c->more) return;
   self->accept_armed_[static_cast<size_t>(c - self->accepts_.data())] = false;
@@ -378,12 +391,28 @@ void Shard::OnAccept(io::Completion* c) {
 }
 
 void Shard::Accepted(int fd, size_t listener) {
-  Connection* conn = draining_ ? nullptr : conns_->Get();
-  if (conn == nullptr) {
+  if (draining_) {
     ++stats_.overloaded;
     loop_->Close(fd);
     return;
   }
+  // First come, first served: while newcomers are parked, the next one parks behind them.
+  Connection* conn = parked_count_ == 0 ? conns_->Get() : nullptr;
+  if (conn != nullptr) return Admit(conn, fd, listener);
+  if (parked_count_ == kParkedMax) {  // more than the listen backlog: the last resort
+    ++stats_.overloaded;
+    loop_->Close(fd);
+    return;
+  }
+  // Every slot is taken (a burst beyond the reserve, or slots held by connections on their way
+  // out): the newcomer waits for one, and MakeRoom frees one for it at the end of this turn.
+  parked_[(parked_head_ + parked_count_) % kParkedMax] = Parked{fd, static_cast<uint32_t>(listener)};
+  ++parked_count_;
+  ++stats_.parked;
+  if (AtLimit()) PauseAccept();
+}
+
+void Shard::Admit(Connection* conn, int fd, size_t listener) {
   ++stats_.accepted;
   ++live_;
   ++state_counts_[static_cast<int>(ConnState::kReading)];
@@ -395,42 +424,98 @@ void Shard::Accepted(int fd, size_t listener) {
   conn->recv.callback = &Shard::OnRecv;
   header_timers_.Arm(&conn->timer, now_ms_);
   ArmRecv(conn);
-  // Over the limit: the idle keep-alive connection that has waited longest gives way to this
-  // one (nginx reuses connections the same way). Its slot frees once its last callbacks come.
-  if (live_ > config_.max_connections) ReclaimOldestIdle();
-  if (AtLimit() && !accept_paused_) {
-    // Nobody can give way: stop accepting; the kernel's backlog holds newcomers until a
-    // connection closes or goes idle (ResumeAcceptIfRoom).
-    accept_paused_ = true;
-    ++stats_.accept_paused;
-    for (io::Completion& c : accepts_) loop_->Cancel(&c);
-  }
+  // Over the limit, the longest-idle connections give way to newcomers at the end of the turn
+  // (MakeRoom). With nobody idle to give way, stop accepting: the kernel's backlog holds
+  // newcomers until a connection closes or goes idle (ResumeAcceptIfRoom).
+  if (AtLimit()) PauseAccept();
+}
+
+void Shard::PauseAccept() {
+  if (accept_paused_) return;
+  accept_paused_ = true;
+  ++stats_.accept_paused;
+  for (io::Completion& c : accepts_) loop_->Cancel(&c);
 }
 
 uint32_t Shard::capacity() const { return config_.max_connections + kReclaimReserve; }
 
-// Closes the keep-alive connection that has been idle longest, for a newcomer. Connections with
-// a request in progress never give way. The close lingers (FIN, then read and drop until the
-// client closes): the connection may have gone idle a moment ago, its last response still unread
-// in the client's buffer, and a request already on its way would turn a plain close into a reset
-// that destroys that response (found by the shard simulator, seed 3019190617733769618).
-void Shard::ReclaimOldestIdle() {
+// The connections --max-connections counts: all but those on their way out (lingering after
+// their last response or after giving way, or closing), which take the reserve's slots.
+uint32_t Shard::Serving() const {
+  return live_ - state_counts_[static_cast<int>(ConnState::kLingering)] -
+         state_counts_[static_cast<int>(ConnState::kClosing)];
+}
+
+// The connection limit's policy, once per turn of the loop (after Poll): what nginx does when it
+// runs out of connections (ngx_drain_connections: the reusable, idle keep-alive connections,
+// oldest first, closed 32 at a time), with a lingering close, and with newcomers parked while
+// the slots they need free.
+//  1. Newcomers parked for a slot take the slots that freed, first come first served.
+//  2. Over the limit, the longest-idle keep-alive connections give way, one per newcomer over
+//     it, at most kReclaimBatch a turn. Never one with a request or a response in progress.
+//  3. Newcomers still parked: the connections that gave way longest ago close now (as many as
+//     the closes under way will not free), at most kReclaimBatch a turn.
+//  4. Accepting resumes if it had paused and there is room now.
+void Shard::MakeRoom() {
+  if (draining_) return;
+  while (parked_count_ > 0) {
+    Connection* conn = conns_->Get();
+    if (conn == nullptr) break;
+    const Parked p = parked_[parked_head_];
+    parked_head_ = (parked_head_ + 1) % kParkedMax;
+    --parked_count_;
+    Admit(conn, p.fd, p.listener);
+  }
+  const uint32_t wanted = Serving() + parked_count_;
+  for (uint32_t i = 0; wanted > config_.max_connections + i && i < kReclaimBatch; ++i) {
+    if (!ReclaimOldestIdle()) break;
+  }
+  const uint32_t freeing = state_counts_[static_cast<int>(ConnState::kClosing)];
+  for (uint32_t i = 0; parked_count_ > freeing + i && i < kReclaimBatch; ++i) {
+    if (!CloseOldestGaveWay()) break;
+  }
+  ResumeAcceptIfRoom();
+}
+
+// The keep-alive connection that has been idle longest gives way to a newcomer; false if none
+// is idle. Connections with a request in progress never give way. The close lingers (FIN, then
+// read and drop until the client closes): the connection may have gone idle a moment ago, its
+// last response still unread in the client's buffer, and a request already on its way would turn
+// a plain close into a reset that destroys that response (found by the shard simulator, seed
+// 3019190617733769618). Its slot goes to a newcomer when the client closes, the linger ends, or a
+// parked newcomer needs it (CloseOldestGaveWay).
+bool Shard::ReclaimOldestIdle() {
   // Idle keep-alive connections first; then those whose response is done and that only wait for
   // the rest of a body we skip (idle too, as far as serving goes).
   TimerNode* t = idle_timers_.PopOldest();
   if (t == nullptr) t = discard_timers_.PopOldest();
-  if (t != nullptr) {
-    ++stats_.idle_reclaimed;
-    Connection* conn =
-        reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer));
-    conn->more_input_expected = true;
-    CloseGracefully(conn);
-  }
+  if (t == nullptr) return false;
+  ++stats_.idle_reclaimed;
+  Connection* conn =
+      reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer));
+  conn->more_input_expected = true;
+  CloseGracefully(conn);
+  if (conn->state == ConnState::kLingering) gave_way_timers_.Arm(&conn->timer, now_ms_);
+  return true;
 }
 
+// Closes the connection that gave way longest ago and still lingers; false if none does. Its
+// FIN went out first of all those lingering, and a lingering connection reads and drops whatever
+// its client sends, so only bytes still on their way turn this close into a reset, as they do
+// nginx's closes of idle connections (which do not linger at all).
+bool Shard::CloseOldestGaveWay() {
+  TimerNode* t = gave_way_timers_.PopOldest();
+  if (t == nullptr) return false;
+  ++stats_.gave_way_closed;
+  Abort(reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer)));
+  return true;
+}
+
+// Whether a newcomer now could not be served soon, so that accepting should pause: the parking
+// is full, or the connections that serve are at the limit with none idle to give way.
 bool Shard::AtLimit() const {
-  return live_ >= capacity() ||
-         (live_ >= config_.max_connections && idle_timers_.Empty() && discard_timers_.Empty());
+  return parked_count_ == kParkedMax || (Serving() + parked_count_ >= config_.max_connections &&
+                                         idle_timers_.Empty() && discard_timers_.Empty());
 }
 
 void Shard::ResumeAcceptIfRoom() {

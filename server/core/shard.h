@@ -41,6 +41,9 @@ struct Connection;
 // Flags bounded in config.h size arrays here and in the HTTP core.
 static_assert(http::RangeSet::kCapacity >= kMaxRangesPerRequest);
 // An input buffer (a head plus one delivery) stays well within 32-bit lengths.
+// Any request target the flags let through (--max-request-line <= --max-request-head) is decoded
+// whole: its length is limited by the request line's limit alone (414), never by the planner's.
+static_assert(http::PlanScratch::kMaxTarget >= kMaxRequestHead);
 static_assert(uint64_t{kMaxRequestHead} + kMaxRecvBufferSize + 4096 < UINT32_MAX);
 
 struct Exchange {
@@ -144,11 +147,20 @@ class Shard {
   void RequestStop();
   io::Loop* loop() const { return loop_.get(); }
   const std::string& error() const { return error_; }
-  // Connection slots beyond --max-connections (newcomers while idle ones give way), plus the
-  // accepts that may land before accepting pauses: the bypass tier's file table has this many
-  // slots more than --max-connections.
+  // Connection slots beyond --max-connections: connections on their way out (lingering or
+  // closing, those that gave way to newcomers among them) take these.
   static constexpr uint32_t kReclaimReserve = 32;
-  static constexpr uint32_t kSpareSlots = kReclaimReserve + 64;
+  // Newcomers the kernel handed over while no slot was free wait, by descriptor, until one frees
+  // (io_uring's multishot accept takes everything in the backlog at once, and a slot frees only
+  // once its connection's last callback has come): as many as the listen backlog holds.
+  static constexpr uint32_t kParkedMax = 4096;
+  // The bypass tier's file table has this many slots more than --max-connections: the reserve,
+  // parked newcomers, and closes in flight. A full table would make the kernel drop the next
+  // connection it accepts (ENFILE after the accept).
+  static constexpr uint32_t kSpareSlots = kReclaimReserve + kParkedMax + 64;
+  // Connections that give way (or close for parked newcomers) in one turn of the loop, as nginx
+  // drains 32 reusable connections at a time.
+  static constexpr uint32_t kReclaimBatch = 32;
   const ShardStats& Stats() const { return stats_; }
   const SendQueue& send_queue() const { return *sends_; }
   ShardUsage Usage() const;
@@ -215,8 +227,13 @@ class Shard {
   void UpdateRecv(Connection* conn);
   void WaitForRequest(Connection* conn);
   void ArmSendTimer(Connection* conn);
+  void Admit(Connection* conn, int fd, size_t listener);
   bool AtLimit() const;
-  void ReclaimOldestIdle();
+  uint32_t Serving() const;
+  bool ReclaimOldestIdle();
+  bool CloseOldestGaveWay();
+  void MakeRoom();
+  void PauseAccept();
   void ResumeAcceptIfRoom();
   uint32_t capacity() const;
   void ConsumeInput(Connection* conn, size_t n);
@@ -269,8 +286,19 @@ class Shard {
   bool accept_paused_ = false;
   int64_t accept_retry_ms_ = 0;
   uint32_t live_ = 0;  // connections
+  // Newcomers waiting for a connection slot (their descriptors), a ring of kParkedMax, oldest
+  // at parked_head_.
+  struct Parked {
+    int fd = -1;
+    uint32_t listener = 0;  // which of listen_fds_ it came from
+  };
+  std::vector<Parked> parked_;
+  uint32_t parked_head_ = 0, parked_count_ = 0;
 
   TimerList header_timers_, idle_timers_, send_timers_, linger_timers_, discard_timers_;
+  // Lingering connections that gave way to newcomers, the longest lingering first: closed for
+  // parked newcomers, or when their linger ends.
+  TimerList gave_way_timers_;
   int64_t now_ms_ = 0;
   int64_t date_sec_ = -1;
   char date_[http::kHttpDateLen];

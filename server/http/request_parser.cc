@@ -143,7 +143,10 @@ ParseResult ParseRequest(std::string_view buf, size_t prev_len, const ParserLimi
   const size_t head_end = FindHeadEnd(buf, from);
   if (head_end == std::string_view::npos) {
     const void* first_nl = std::memchr(buf.data() + start, '\n', buf.size() - start);
-    if (first_nl == nullptr && buf.size() - start > limits.max_request_line) {
+    // A line not yet ended is too long once it is longer than the limit without the CR that may
+    // be its end (a line of exactly the limit whose LF comes in the next delivery is fine).
+    const size_t line_so_far = buf.size() - start - (buf.back() == '\r' ? 1 : 0);
+    if (first_nl == nullptr && line_so_far > limits.max_request_line) {
       return Error(414, "request line too long");
     }
     if (buf.size() - start > limits.max_head_bytes) return Error(431, "request head too large");
@@ -297,6 +300,18 @@ ParseResult ParseRequest(std::string_view buf, size_t prev_len, const ParserLimi
   // RFC 9112 section 3.2: exactly one Host in HTTP/1.1; never more than one.
   if (host_count > 1) return Error(400, "repeated Host");
   if (host_count == 0 && req.version_minor == 1) return Error(400, "missing Host");
+  // An empty Host is what section 3.2 has a client send when the target URI has no authority.
+  // The http and https URIs this server is asked for always have one (RFC 9110 section 4.2.1: a
+  // sender MUST NOT generate an "http" URI with an empty host, and a recipient MUST reject one
+  // as invalid), so an origin-form (or asterisk-form) request with an empty Host names an
+  // invalid target URI. Section 3.3 lets a server reject it or substitute a configured default;
+  // ringd has no default name (it never reads Host), and a proxy or cache in front that keys on
+  // Host would file the response under an empty one, so it rejects: 400, as nginx does. In
+  // absolute-form the target's authority is used and Host is ignored (section 3.2.2), so any
+  // valid Host goes there, the empty one included.
+  if (host_count == 1 && req.host.empty() && (req.target.front() == '/' || req.target == "*")) {
+    return Error(400, "empty Host");
+  }
   // RFC 9112 section 6: framing. Anything ambiguous closes the connection.
   if (cl_bad) return Error(400, "bad Content-Length");
   if (has_transfer_encoding) {

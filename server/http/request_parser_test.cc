@@ -111,6 +111,12 @@ TEST(RequestParser, RejectsMalformedHeads) {
       {"repeated Host", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
       {"repeated Host in 1.0", "GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n", 400},
       {"bad Host", "GET / HTTP/1.1\r\nHost: a b/c\r\n\r\n", 400},
+      // An empty Host names a target URI without an authority, which an http URI must have
+      // (request_parser.cc says why this is 400 and not a default).
+      {"empty Host", "GET / HTTP/1.1\r\nHost: \r\n\r\n", 400},
+      {"empty Host, no space", "GET /a HTTP/1.1\r\nHost:\r\n\r\n", 400},
+      {"empty Host in 1.0", "GET / HTTP/1.0\r\nHost:\r\n\r\n", 400},
+      {"empty Host, asterisk-form", "OPTIONS * HTTP/1.1\r\nHost: \r\n\r\n", 400},
       // RFC 9112 section 6.3: message framing
       {"differing Content-Length",
        "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400},
@@ -162,12 +168,56 @@ TEST(RequestParser, EnforcesSizeLimits) {
       "GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(400, 'b') + "\r\n\r\n";
   EXPECT_EQ(StatusOf(big, limits), 431);
   EXPECT_EQ(StatusOf(big.substr(0, 320), limits), 431);  // incomplete, already too large
+  // Each limit at both of its sides: exactly the limit passes, one more does not.
+  // A request line of n bytes, CRLF not counted.
+  const auto line_of = [](size_t n) { return "GET /" + std::string(n - 14, 'a') + " HTTP/1.1"; };
+  EXPECT_EQ(line_of(100).size(), 100u);
+  EXPECT_EQ(StatusOf(line_of(100) + "\r\nHost: a\r\n\r\n", limits), 0);
+  EXPECT_EQ(StatusOf(line_of(101) + "\r\nHost: a\r\n\r\n", limits), 414);
+  EXPECT_EQ(StatusOf(line_of(100), limits), -1);  // not yet ended: the CR, the LF may follow
+  EXPECT_EQ(StatusOf(line_of(100) + "\r", limits), -1);
+  EXPECT_EQ(StatusOf(line_of(101), limits), 414);
+  // A head of n bytes, its blank line included.
+  const auto head_of = [](size_t n) {
+    const std::string start = "GET / HTTP/1.1\r\nHost: a\r\nX-Pad: ";
+    return start + std::string(n - start.size() - 4, 'p') + "\r\n\r\n";
+  };
+  EXPECT_EQ(head_of(300).size(), 300u);
+  EXPECT_EQ(StatusOf(head_of(300), limits), 0);
+  EXPECT_EQ(StatusOf(head_of(301), limits), 431);
+  EXPECT_EQ(StatusOf(head_of(300).substr(0, 299), limits), -1);  // one byte short: waits
+  // n header fields, Host the first.
+  const auto fields = [](int n) {
+    std::string s = "GET / HTTP/1.1\r\nHost: a\r\n";
+    for (int i = 1; i < n; ++i) s += "X-" + std::to_string(i) + ": v\r\n";
+    return s + "\r\n";
+  };
+  EXPECT_EQ(StatusOf(fields(4), limits), 0);
+  EXPECT_EQ(StatusOf(fields(5), limits), 431);
+  // And the defaults, what --help says: an 8,192-byte request line, a 16,384-byte head, 64 fields.
+  const ParserLimits defaults;
+  EXPECT_EQ(StatusOf(line_of(8192) + "\r\nHost: a\r\n\r\n", defaults), 0);
+  EXPECT_EQ(StatusOf(line_of(8193) + "\r\nHost: a\r\n\r\n", defaults), 414);
+  EXPECT_EQ(StatusOf(head_of(16384), defaults), 0);
+  EXPECT_EQ(StatusOf(head_of(16385), defaults), 431);
+  EXPECT_EQ(StatusOf(fields(64), defaults), 0);
+  EXPECT_EQ(StatusOf(fields(65), defaults), 431);
   // The caller's header array is a limit too.
   Request req;
   Header two[2];
   ParseResult r = ParseRequest("GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\n\r\n", 0,
                                ParserLimits{}, two, 2, &req);
   EXPECT_EQ(r.error_status, 431);
+}
+
+// RFC 9112 sections 3.2 and 3.2.2: Host. An empty value is 400 unless the target carries the
+// authority itself (absolute-form, where Host is ignored); no Host at all is fine in HTTP/1.0.
+TEST(RequestParser, AnEmptyHostOnlyBesideAnAbsoluteFormTarget) {
+  EXPECT_EQ(StatusOf("GET http://example.com/a HTTP/1.1\r\nHost:\r\n\r\n"), 0);
+  EXPECT_EQ(StatusOf("GET http://example.com/a HTTP/1.1\r\nHost: other\r\n\r\n"), 0);
+  EXPECT_EQ(StatusOf("GET / HTTP/1.0\r\n\r\n"), 0);
+  EXPECT_EQ(StatusOf("GET / HTTP/1.1\r\nHost: a\r\n\r\n"), 0);
+  EXPECT_EQ(StatusOf("GET / HTTP/1.1\r\nHost:  \r\n\r\n"), 400);  // only whitespace: empty
 }
 
 // RFC 9112 section 9.3: persistence.

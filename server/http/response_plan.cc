@@ -238,6 +238,8 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
   const TargetResult target =
       NormalizeTarget(req.target, config.target, scratch.target, sizeof scratch.target);
   if (target.status != 0) return Error(target.status, target.reason, req, config, source, out);
+  if (target.path.size() > PlanScratch::kMaxPath)
+    return Error(404, "path longer than any file's", req, config, source, out);
   if (target.is_asterisk)
     return Error(400, "asterisk-form outside OPTIONS", req, config, source, out);
 
@@ -271,7 +273,8 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
     }
     *path = rel.empty() ? Join(scratch.file, sizeof scratch.file, config.index_file, "")
                         : Join(scratch.file, sizeof scratch.file, rel, "/", config.index_file);
-    if (path->empty()) return Error(414, "path too long", req, config, source, out);
+    if (path->empty())
+      return Error(404, "index path longer than any file's", req, config, source, out);
     found = source.Lookup(*path);
     if (!found) return NeedLookupOfFile(*path, config, scratch);
     if (found->kind == FileMeta::Kind::kMissing) {

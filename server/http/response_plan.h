@@ -59,8 +59,13 @@ struct PlannerConfig {
 
 // Caller-owned working space; the plan's string_views point into it.
 struct PlanScratch {
+  // The longest path a file can have (Linux's PATH_MAX, its NUL included): a target whose path
+  // decodes to more names no file, and is 404 without asking the file system.
   static constexpr size_t kMaxPath = 4096;
-  char target[kMaxPath + 1];
+  // The longest request target: whatever --max-request-line lets through (at most 65,536 bytes,
+  // tied to the flag's ceiling in server/shard.h) is decoded here, never refused for its length.
+  static constexpr size_t kMaxTarget = 65536;
+  char target[kMaxTarget + 1];
   char file[kMaxPath + 64];         // the selected file's relative path
   char sibling[kMaxPath + 64];      // candidate .br / .gz paths
   char prefetch[2][kMaxPath + 64];  // PlanStep::prefetch's paths

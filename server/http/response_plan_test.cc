@@ -107,6 +107,26 @@ class ResponsePlanTest : public ::testing::Test {
   FakeTree tree_;
 };
 
+// A target's length is limited by the request line's limit alone (the parser's 414): the planner
+// decodes any target whole. A path longer than any file's is 404 without a lookup; a long query
+// is nothing special.
+TEST_F(ResponsePlanTest, LongTargetsAreNeverRefusedForTheirLength) {
+  Planned p = Get("/" + std::string(5000, 'a'));
+  EXPECT_EQ(p.plan.status, 404);
+  EXPECT_EQ(p.waits, 0);
+  p = Get("/" + std::string(PlanScratch::kMaxPath - 1, 'a'));  // the longest path: looked up
+  EXPECT_EQ(p.plan.status, 404);
+  EXPECT_GT(p.waits, 0);
+  std::string encoded = "/";
+  for (int i = 0; i < 2000; ++i) encoded += "%61";  // 6,001 bytes that decode to 2,001
+  p = Get(encoded);
+  EXPECT_EQ(p.plan.status, 404);
+  EXPECT_GT(p.waits, 0);
+  p = Get("/index.html?" + std::string(7000, 'q'));
+  EXPECT_EQ(p.plan.status, 200);
+  EXPECT_EQ(p.plan.file_path, "index.html");
+}
+
 TEST_F(ResponsePlanTest, ServesAFileWithItsValidators) {
   Planned p = Get("/index.html");
   EXPECT_EQ(p.plan.status, 200);

@@ -12,7 +12,7 @@ import threading
 import time
 import unittest
 
-from ringd_harness import BackendTestCase, Reader, Server, make_docroot
+from ringd_harness import BackendTestCase, Reader, Server, make_docroot, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHIPPED = None
@@ -22,12 +22,6 @@ for candidate in [os.path.join(HERE, "../../deploy/haproxy/ringd-fleet.cfg"),
         SHIPPED = candidate
         break
 NODES = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
-
-
-def free_port(host):
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def get(port, target, timeout=5, method="GET"):
@@ -62,33 +56,38 @@ class FleetTest(BackendTestCase):
         shutil.rmtree(cls.root, ignore_errors=True)
 
     def setUp(self):
-        # One port for every node (each on its own address), one for their admin listeners.
-        self.port = free_port(NODES[0])
-        self.admin = free_port(NODES[0])
+        # Each node on its own address, its ports the kernel's (port 0, read back from its log).
         self.nodes = []
         for i, host in enumerate(NODES):
             # A drain deadline no download here comes near: the drain test waits for its download
             # to end and then for the node to exit, states, not a race with a deadline. (With 30 s,
             # a loaded 2-core machine read the 48 MiB past it, and the node cut the rest.)
             self.nodes.append(Server(self.root, "--shards", "1", "--shutdown-timeout-ms", "600000",
-                                     "--admin-listen", "%s:%d" % (host, self.admin),
+                                     "--admin-listen", "%s:0" % host,
                                      "--add-header", "X-Node: node%d" % (i + 1),
-                                     listen="%s:%d" % (host, self.port)))
+                                     listen="%s:0" % host))
             # Stopped even when setUp fails below (tearDown then does not run).
             self.addCleanup(self.stop_node, self.nodes[-1])
-        self.front = free_port("127.0.0.1")
+        # HAProxy's frontend: a socket bound here (port 0) and handed over (fd@), not a port
+        # guessed free that another process may take first.
+        front = socket.socket()
+        front.bind(("127.0.0.1", 0))
+        front.listen(128)
+        self.front = front.getsockname()[1]
         with open(SHIPPED) as f:
             cfg = f.read()
-        cfg = cfg.replace("0.0.0.0:80", "127.0.0.1:%d" % self.front)
-        cfg = cfg.replace("check port 9090", "check port %d" % self.admin)
-        for i, host in enumerate(NODES):
-            cfg = cfg.replace("10.0.0.1%d:8080" % (i + 1), "%s:%d" % (host, self.port))
+        cfg = cfg.replace("0.0.0.0:80", "fd@%d" % front.fileno())
+        cfg = cfg.replace("check port 9090", "check")  # each server's own admin port, below
+        for i, (host, node) in enumerate(zip(NODES, self.nodes)):
+            cfg = cfg.replace("10.0.0.1%d:8080" % (i + 1),
+                              "%s:%d port %d" % (host, node.port, node.admin_port()))
         self.dir = tempfile.mkdtemp(prefix="ringd-fleet-")
         path = os.path.join(self.dir, "haproxy.cfg")
         with open(path, "w") as f:
             f.write(cfg)
         self.haproxy = subprocess.Popen([self.haproxy_bin, "-db", "-f", path], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
+                                        stderr=subprocess.DEVNULL, pass_fds=(front.fileno(),))
+        front.close()  # HAProxy's copy listens
         self.addCleanup(self.stop_haproxy)
         deadline = time.time() + 10  # every node seen up: each answers for some path
         seen = set()
@@ -145,10 +144,13 @@ class FleetTest(BackendTestCase):
         threads = [threading.Thread(target=client, args=(t,)) for t in range(4)]
         for t in threads:
             t.start()
-        time.sleep(0.5)
+        made = lambda: ok[0] + len(failures)
+        before = made()
+        wait_for(lambda: made() >= before + 25, "requests before the kill", timeout=30)
         self.nodes[1].proc.kill()  # no drain: connections refused from here on
         self.nodes[1].proc.wait()
-        time.sleep(1.0)
+        after = made()
+        wait_for(lambda: made() >= after + 50, "requests after the kill", timeout=30)
         stop.set()
         for t in threads:
             t.join()

@@ -13,8 +13,8 @@ import threading
 import time
 import unittest
 
-from ringd_harness import (BACKEND, EXTRA_FLAGS, ROOT_FLAGS, BackendTestCase, Reader, Server, make_docroot, raw,
-                           request)
+from ringd_harness import (ADMIN, BACKEND, EXTRA_FLAGS, ROOT_FLAGS, BackendTestCase, Reader, Server,
+                           make_docroot, raw, request, wait_for)
 
 
 def data_segments_in(sock):
@@ -397,7 +397,7 @@ class LifecycleTest(BackendTestCase):
             self.assertEqual(server.stop(), 0)
 
     def test_graceful_shutdown_finishes_transfers_in_flight(self):
-        server = Server(self.root, "--shutdown-timeout-ms", "20000")
+        server = Server(self.root, "--shutdown-timeout-ms", "20000", *ADMIN)
         s = server.connect(timeout=20)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
         s.sendall(b"GET /large.bin HTTP/1.1\r\nHost: t\r\n\r\n")
@@ -407,7 +407,7 @@ class LifecycleTest(BackendTestCase):
         idle.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
         Reader(idle).read_response()
         server.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        wait_for(server.draining, "the drain to begin")
         body = reader.buf
         while len(body) < int(headers["content-length"]):
             chunk = s.recv(1 << 16)
@@ -453,12 +453,12 @@ class LifecycleTest(BackendTestCase):
             shutil.rmtree(root, ignore_errors=True)
 
     def test_connection_limit_pauses_accepting(self):
-        server = Server(self.root, "--max-connections", "5", "--shards", "1")
+        server = Server(self.root, "--max-connections", "5", "--shards", "1", *ADMIN)
         try:
             held = [server.connect() for _ in range(5)]
             for s in held:  # each with a request in progress: none can give way to a newcomer
                 s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n")
-            time.sleep(0.3)
+            wait_for(lambda: server.connections()["accept_paused"], "accepting to pause")
             extra = server.connect(timeout=3)  # sits in the backlog, not served
             extra.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
             extra.settimeout(0.5)

@@ -10,10 +10,9 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 import unittest
 
-from ringd_harness import BackendTestCase, Server, make_docroot
+from ringd_harness import BackendTestCase, Server, make_docroot, wait_for
 
 CLONE_NEWNET = 0x40000000
 
@@ -67,6 +66,12 @@ class Load:
                 with self.lock:
                     self.failures.append(repr(e))
 
+    def wait_for_more(self, n, what):
+        """Waits until n more requests have been made (answered or failed) from now."""
+        with self.lock:
+            start = self.ok + len(self.failures)
+        wait_for(lambda: self.ok + len(self.failures) >= start + n, what, timeout=30)
+
     def finish(self):
         self.stop.set()
         for t in self.threads:
@@ -91,13 +96,13 @@ class RestartTest(BackendTestCase):
         load = Load(old.port, self.files["small.txt"])
         new = None
         try:
-            time.sleep(0.5)
+            load.wait_for_more(50, "requests to the old process")
             new = Server(self.root, "--takeover", listen="127.0.0.1:%d" % old.port)
             self.assertTrue(any("--takeover" in l and "tcp_migrate_req=1" in l for l in new.log),
                             new.log)
-            time.sleep(0.5)
+            load.wait_for_more(50, "requests while both listen")
             self.assertEqual(old.stop(signal.SIGTERM), 0)
-            time.sleep(0.5)
+            load.wait_for_more(50, "requests after the old process stopped")
         finally:
             load.finish()
             if new is not None:

@@ -1,8 +1,11 @@
 """Starts the real ringd binary on an ephemeral loopback port and talks to it with real clients.
 
 Every test class here runs once per io backend: the backend comes from RINGD_IO (uring or epoll).
-A backend this kernel cannot run is a skip that says why, never a silent pass.
+A backend this kernel cannot run is a skip that says why, never a silent pass; and a failure
+where the tier is required (RINGD_REQUIRED_TIERS, which tools/test sets in CI), so that a green
+run there means every tier ran.
 """
+import json
 import os
 import re
 import shlex
@@ -14,6 +17,7 @@ import subprocess
 import tempfile
 import time
 import unittest
+import urllib.request
 
 RINGD = os.environ.get("RINGD_BINARY", "")
 BACKEND = os.environ.get("RINGD_IO", "uring")  # uring, epoll, or auto
@@ -25,17 +29,74 @@ EXTRA_FLAGS = shlex.split(os.environ.get("RINGD_FLAGS", ""))
 # ringd refuses to serve as root without --user or --allow-root; the tests run as root here
 # and in CI. Every ringd a test starts gets these flags (tests of the refusal itself leave them out).
 ROOT_FLAGS = ["--allow-root"] if os.geteuid() == 0 else []
+# Tiers that must run here, comma-separated ("bypass,uring,epoll"): a test that would skip for
+# want of one fails instead.
+REQUIRED_TIERS = {t.strip() for t in os.environ.get("RINGD_REQUIRED_TIERS", "").split(",") if t.strip()}
 _probe_cache = {}
+# Flags for a server whose state a test waits for (Server.connections, Server.draining).
+ADMIN = ("--admin-listen", "127.0.0.1:0")
+
+
+def wait_for(condition, what, timeout=10):
+    """Polls `condition` until it returns a true value, and returns that; fails saying `what`
+    was awaited once `timeout` seconds have passed. Tests wait for states this way, not for a
+    time: a loaded two-core machine stretches any time, and a state says what the test needs."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("waited %g s for %s" % (timeout, what))
+        time.sleep(0.01)
+
+
+def skip_for_tier(tier, why):
+    """Skips the test (or its class) because `tier` cannot run here, saying why; fails instead
+    when RINGD_REQUIRED_TIERS names the tier."""
+    if tier in REQUIRED_TIERS:
+        raise AssertionError("the %s tier is required here (RINGD_REQUIRED_TIERS=%s) but cannot "
+                             "run: %s" % (tier, ",".join(sorted(REQUIRED_TIERS)), why))
+    raise unittest.SkipTest("%s tier unusable on this machine: %s" % (tier, why))
 
 
 def uring_usable(tier="uring"):
-    """Whether `ringd --probe` says the tier ("uring" or "bypass") works here, and its line."""
+    """Whether `ringd --probe` says the tier ("uring" or "bypass") works here, and its line. The
+    probe masks what the servers' extra flags mask (--io-mask in RINGD_FLAGS)."""
     if tier not in _probe_cache:
-        out = subprocess.run([RINGD, "--probe"], capture_output=True, text=True, timeout=10).stdout
+        masks = [f for i, f in enumerate(EXTRA_FLAGS) if f.startswith("--io-mask") or
+                 (i > 0 and EXTRA_FLAGS[i - 1] == "--io-mask")]
+        out = subprocess.run([RINGD, "--probe"] + masks, capture_output=True, text=True,
+                             timeout=10).stdout
         prefix = tier + " tier: "
         line = next((l for l in out.splitlines() if l.startswith(prefix)), "no probe output")
         _probe_cache[tier] = (line.startswith(prefix + "usable"), line)
     return _probe_cache[tier]
+
+
+def _tcp_queues():
+    """{(local (ip, port), remote (ip, port)): (tx_queue, rx_queue)} of this namespace's IPv4 TCP
+    sockets, from /proc/net/tcp."""
+    def addr(text):
+        ip, port = text.split(":")
+        return socket.inet_ntoa(bytes.fromhex(ip)[::-1]), int(port, 16)
+    out = {}
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            tx, rx = fields[4].split(":")
+            out[(addr(fields[1]), addr(fields[2]))] = (int(tx, 16), int(rx, 16))
+    return out
+
+
+def server_has_read(sock):
+    """Whether the server has read everything sent on the client socket `sock` (loopback): none
+    of it waits in the client's send queue or in the server side's receive queue."""
+    here, there = sock.getsockname()[:2], sock.getpeername()[:2]
+    queues = _tcp_queues()
+    mine, theirs = queues.get((here, there)), queues.get((there, here))
+    return mine is not None and theirs is not None and mine[0] == 0 and theirs[1] == 0
 
 
 class Server:
@@ -78,6 +139,36 @@ class Server:
         self.proc.kill()
         rest = self.proc.stderr.read() if self.proc.stderr else ""
         raise RuntimeError("ringd did not start: %s %s" % ("\n".join(self.log), rest))
+
+    def admin_port(self):
+        """The port of the admin listener (a server started with ADMIN)."""
+        for line in self.log:
+            m = re.search(r"admin listener on [0-9.]+:(\d+)", line)
+            if m:
+                return int(m.group(1))
+        raise AssertionError("no admin listener (start the server with ADMIN): %s" % self.log)
+
+    def debug_shards(self):
+        """/debug/shards, parsed (docs/OPERATIONS.md): each shard's connections by state, pools."""
+        url = "http://127.0.0.1:%d/debug/shards" % self.admin_port()
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return json.loads(r.read().decode())
+
+    def connections(self):
+        """Connections now, summed over the shards: reading, waiting_file, sending, lingering,
+        closing, idle, open; and accept_paused, true if any shard's accepting is paused."""
+        total = {"accept_paused": False}
+        for shard in self.debug_shards()["shards"]:
+            if not shard.get("up"):
+                continue
+            for state, n in shard["connections"].items():
+                total[state] = total.get(state, 0) + n
+            total["accept_paused"] |= shard["accept_paused"]
+        return total
+
+    def draining(self):
+        """Whether the server has begun a graceful stop (what /debug/shards says)."""
+        return self.debug_shards()["draining"]
 
     def connect(self, timeout=10):
         s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
@@ -249,7 +340,7 @@ class BackendTestCase(unittest.TestCase):
         if BACKEND in ("uring", "bypass"):
             ok, why = uring_usable(BACKEND)
             if not ok:
-                raise unittest.SkipTest("%s tier unusable on this machine: %s" % (BACKEND, why))
+                skip_for_tier(BACKEND, why)
 
 
 class DocrootTestCase(BackendTestCase):

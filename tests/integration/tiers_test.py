@@ -2,12 +2,15 @@
 that lacks one feature loses that feature's tier only, and forcing a tier the probe refuses is
 one clear line and exit 1. `--io-mask` makes the probe report features as missing."""
 import glob
+import os
 import shutil
 import subprocess
+import sys
 import time
 import unittest
 
-from ringd_harness import RINGD, ROOT_FLAGS, BackendTestCase, Server, make_docroot, request, uring_usable
+from ringd_harness import (RINGD, ROOT_FLAGS, BackendTestCase, Server, make_docroot, request,
+                           skip_for_tier, uring_usable)
 
 BYPASS_FEATURES = ["registered file table", "accept direct", "IORING_OP_SHUTDOWN"]
 
@@ -18,7 +21,7 @@ class TierSelectionTest(BackendTestCase):
         super().setUpClass()
         ok, why = uring_usable("bypass")
         if not ok:
-            raise unittest.SkipTest("the bypass tier is unusable here, so nothing to mask: " + why)
+            skip_for_tier("bypass", "nothing to mask: " + why)
         cls.root, cls.files = make_docroot()
 
     @classmethod
@@ -171,6 +174,35 @@ class TierSelectionTest(BackendTestCase):
         self.assertEqual(out.returncode, 0)
         self.assertIn("bypass: accept direct: masked", out.stdout)
         self.assertIn("--io=auto would choose uring", out.stdout)
+
+
+class RequiredTiersTest(unittest.TestCase):
+    """A tier a test needs but cannot use is a skip that says why, and with RINGD_REQUIRED_TIERS
+    (tools/test sets it in CI) a failure: a green run there means every tier ran. The bypass
+    tier is made unusable by masking one of its features, which the harness's probe honours."""
+
+    def run_suite_on_bypass(self, required):
+        suite = ("import unittest, ringd_harness\n"
+                 "class Needs(ringd_harness.BackendTestCase):\n"
+                 "    def test_nothing(self): pass\n"
+                 "unittest.main(verbosity=2)\n")
+        env = dict(os.environ, RINGD_IO="bypass", RINGD_FLAGS="--io-mask='accept direct'",
+                   RINGD_REQUIRED_TIERS=required)
+        return subprocess.run([sys.executable, "-c", suite], env=env, capture_output=True,
+                              text=True, timeout=60, cwd=os.path.dirname(os.path.abspath(__file__)))
+
+    def test_a_tier_that_cannot_run_skips_with_why_unless_required(self):
+        out = self.run_suite_on_bypass("")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("skipped 'bypass tier unusable on this machine: bypass tier: unusable "
+                      "(missing accept direct (masked))'", out.stderr)
+        out = self.run_suite_on_bypass("bypass,uring,epoll")
+        self.assertNotEqual(out.returncode, 0, out.stderr)
+        self.assertIn("the bypass tier is required here (RINGD_REQUIRED_TIERS=bypass,epoll,uring) "
+                      "but cannot run: bypass tier: unusable (missing accept direct (masked))",
+                      out.stderr)
+        # A tier that is not required still skips.
+        self.assertEqual(self.run_suite_on_bypass("uring,epoll").returncode, 0)
 
 
 if __name__ == "__main__":

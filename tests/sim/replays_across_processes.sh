@@ -7,6 +7,8 @@
 set -euo pipefail
 sim="$1"
 runs=()
+# Not the lines that carry wall-clock time: the last line's, and the progress lines, which come
+# every 10 s and so appear in a run that a loaded machine slowed and not in the next.
 for i in 1 2 3; do
   # Progress and timing lines (seeds/s) depend on the machine's speed, not on the seeds.
   runs+=("$("$sim" --seeds=200 --first=201 --quick 2>&1 | grep -v 'seeds/s')")

@@ -42,9 +42,9 @@ std::string RandomContent(Rng& rng, size_t n) {
 }
 
 const char* StyleName(Style s) {
-  static const char* names[] = {"normal",    "slow",      "noread",  "resetter",
-                                "halfclose", "malformed", "bighead", "bigbody",
-                                "bodystall", "chunked",   "idler",   "talksafterclose"};
+  static const char* names[] = {
+      "normal",  "slow",      "noread",  "resetter", "halfclose",       "malformed", "bighead",
+      "bigbody", "bodystall", "chunked", "idler",    "talksafterclose", "sitter"};
   return names[static_cast<int>(s)];
 }
 
@@ -127,6 +127,17 @@ void Sim::BuildConfig() {
   f.cancel_input_left = static_cast<uint32_t>(rng_.Range(0, 1000));
   f.read_slow = static_cast<uint32_t>(rng_.Range(0, 500));
 
+  // Flooded (issue #32): more sitters than the shard holds with its reserve (each makes one
+  // request, then sits idle and never closes), then the seed's other clients, who are accepted
+  // at once only if sitters give way for good. Sitters are not closed by the keep-alive timeout
+  // meanwhile. Drawn from a generator of its own, so that the other seeds run as they did
+  // before flooding existed.
+  Rng flood(seed_ ^ 0x666c6f6f64ull);
+  if (flood.Chance(50)) {
+    sitters_left_ =
+        c.max_connections + Shard::kReclaimReserve + static_cast<uint32_t>(flood.Range(8, 48));
+    c.keepalive_timeout_ms = std::max<uint32_t>(c.keepalive_timeout_ms, 30000);
+  }
   stall_limit_ms_ = static_cast<int64_t>(c.keepalive_timeout_ms) + c.header_timeout_ms +
                     c.send_timeout_ms + c.discard_body_timeout_ms + kLingerMs + 5000;
 }
@@ -299,13 +310,16 @@ void Sim::SpawnClient() {
   c->id = static_cast<uint32_t>(clients_.size());
   static const uint64_t kWindows[] = {512, 4096, 65536, 1 << 20};
   c->sock = world_.Connect(kWindows[rng_.Below(4)]);
-  const uint64_t roll = rng_.Below(1000);
-  if (roll < 550) {
+  if (sitters_left_ > 0) {
+    --sitters_left_;
+    c->style = Style::kSitter;
+  } else if (rng_.Below(1000) < 550) {
     c->style = Style::kNormal;
   } else {
     c->style = static_cast<Style>(1 + rng_.Below(11));
   }
   c->batches_left = static_cast<int>(rng_.Range(1, options_.quick ? 3 : 6));
+  if (c->style == Style::kSitter) c->batches_left = 1;
   c->next_write_ms = world_.now_ms + static_cast<int64_t>(rng_.Below(20));
   c->last_progress_ms = world_.now_ms;
   switch (c->style) {
@@ -355,7 +369,8 @@ void Sim::AddRequest(Client& c, Req q, const std::string& text) {
 void Sim::StartBatch(Client& c) {
   --c.batches_left;
   const bool last_batch = c.batches_left == 0;
-  const uint32_t n = static_cast<uint32_t>(rng_.Range(1, 4));
+  uint32_t n = static_cast<uint32_t>(rng_.Range(1, 4));
+  if (c.style == Style::kSitter) n = 1;
   for (uint32_t i = 0; i < n; ++i) {
     const bool last = i + 1 == n;
     // The misbehaving kinds end their last batch with their special request.
@@ -478,7 +493,7 @@ void Sim::StartBatch(Client& c) {
       }
     }
     if (body > 0) extra += "Content-Length: " + std::to_string(body) + "\r\n";
-    if (last && (last_batch ? rng_.Chance(300) : rng_.Chance(30))) {
+    if (last && (last_batch ? rng_.Chance(300) : rng_.Chance(30)) && c.style != Style::kSitter) {
       extra += "Connection: close\r\n";
       q.closes = true;
     }
@@ -523,7 +538,7 @@ void Sim::ClientStep(Client& c) {
     c.last_progress_ms = now;
     if (rng_.Chance(50)) c.next_read_ms = now + static_cast<int64_t>(rng_.Range(1, 100));
     ReadResponses(c);
-    if (!result_.ok) return;
+    if (!result_.ok || c.stopped_reading) return;  // a sitter now sits
   }
   if ((s.server_shut_wr || s.server_closed) && s.to_client.empty()) {
     if (c.tls != nullptr) TlsStreamEnd(c, s);
@@ -615,7 +630,7 @@ int64_t Sim::NextClientDeadline() const {
     const SimSocket& s = world_.sockets[c.sock];
     if (c.reset_at_ms != INT64_MAX) next = std::min(next, c.reset_at_ms);
     if (!c.stopped_reading && s.Readable() > 0) next = std::min(next, c.next_read_ms);
-    if (c.close_response) continue;
+    if (c.close_response || c.stopped_reading) continue;  // writes nothing more
     if (!c.outbox.empty() || (c.pending.empty() && !c.fin_sent))
       next = std::min(next, c.next_write_ms);
   }
@@ -712,6 +727,8 @@ void Sim::CollectShardStats() {
   cov["shard.truncated"] += st.truncated;
   cov["shard.discard_timeouts"] += st.discard_timeouts;
   cov["shard.idle_reclaimed"] += st.idle_reclaimed;
+  cov["shard.gave_way_closed"] += st.gave_way_closed;
+  cov["shard.parked"] += st.parked;
   cov["shard.lookup_refused"] += st.lookup_refused;
   cov["shard.recv_errors"] += st.recv_errors;
   cov["shard.recv_ended_early"] += st.recv_ended_early;
@@ -785,18 +802,32 @@ SeedResult Sim::Run() {
     target_clients_ = config_.max_connections + static_cast<uint32_t>(rng_.Range(1, 16));
     max_clients_ = std::max<uint32_t>(max_clients_, target_clients_ + 8);
   }
-  const uint64_t max_steps = options_.quick ? rng_.Range(200, 1500) : rng_.Range(2000, 30000);
+  uint64_t max_steps = options_.quick ? rng_.Range(200, 1500) : rng_.Range(2000, 30000);
+  // A flooded seed runs on for 3 simulated seconds at least, so that a newcomer kept waiting
+  // behind the sitters is seen to wait (CheckBacklog).
+  int64_t run_until_ms = 0;
+  if (sitters_left_ > 0) {
+    target_clients_ += sitters_left_;
+    max_clients_ += sitters_left_;
+    max_steps += 8 * sitters_left_;
+    run_until_ms = world_.now_ms + 3000;
+    result_.coverage["sim.flooded"] += 1;
+  }
   world_.Trace(
       "seed %llu: max_connections %u, recv_buffer %u, head %u, small_file_max %u, "
-      "valid_ms %u, clients %u (%u at once)",
+      "valid_ms %u, clients %u (%u at once, %u sitters)",
       static_cast<unsigned long long>(seed_), config_.max_connections, config_.recv_buffer_size,
       config_.max_request_head, config_.small_file_max, config_.open_file_cache_valid_ms,
-      max_clients_, target_clients_);
-  for (uint64_t step = 0; step < max_steps && result_.ok; ++step) {
+      max_clients_, target_clients_, sitters_left_);
+  for (uint64_t step = 0;
+       (step < max_steps || (world_.now_ms < run_until_ms && step < 20 * max_steps)) && result_.ok;
+       ++step) {
     MutateFiles();
     uint32_t active = 0;
     for (const auto& c : clients_) active += !c->ended;
-    if (active < target_clients_ && clients_.size() < max_clients_ && rng_.Chance(200)) {
+    if (sitters_left_ > 0) {
+      SpawnClient();  // a flood: one a step
+    } else if (active < target_clients_ && clients_.size() < max_clients_ && rng_.Chance(200)) {
       SpawnClient();
     }
     for (auto& c : clients_) {

@@ -342,6 +342,11 @@ void Sim::ReadResponses(Client& c) {
       c.outbox.clear();
     } else if (c.pending.empty() && c.outbox.empty()) {
       c.idle_since_ms = world_.now_ms;
+      if (c.style == Style::kSitter && c.batches_left == 0) {
+        c.stopped_reading = true;  // sits idle from here on, whatever the server does
+        world_.Trace("client %u sits idle", c.id);
+        continue;
+      }
       // Between batches: sometimes a short pause, sometimes an idle gap past keep-alive.
       const int64_t gap =
           rng_.Chance(250) ? static_cast<int64_t>(rng_.Range(1, 2 * config_.keepalive_timeout_ms))
@@ -467,9 +472,18 @@ void Sim::CheckLingering() {
 }
 
 void Sim::CheckBacklog() {
-  if (world_.backlog.empty()) return;
+  // The newcomer that has waited longest: first in the backlog, or accepted by the loop and
+  // parked by the shard for a connection slot (no receive started on it yet) while its client
+  // still waits.
+  int64_t since = INT64_MAX;
+  if (!world_.backlog.empty()) since = world_.sockets[world_.backlog.front()].connect_ms;
+  for (size_t i : world_.accepted_unread) {
+    const SimSocket& s = world_.sockets[i];
+    if (!s.client_reset && !s.client_closed) since = std::min(since, s.connect_ms);
+  }
+  if (since == INT64_MAX) return;
   const int64_t now = world_.now_ms;
-  const int64_t waited = now - world_.sockets[world_.backlog.front()].connect_ms;
+  const int64_t waited = now - since;
   if (waited < kBacklogWaitMs) return;
   for (const auto& cp : clients_) {
     const Client& c = *cp;

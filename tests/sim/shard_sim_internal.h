@@ -50,6 +50,8 @@ enum class Style : uint8_t {
   kIdler,            // connects and says nothing (header timeout), or idles between batches
   kTalksAfterClose,  // ends with Connection: close, then sends another request anyway (which
                      // must go unanswered; the server may linger, or reset once it has closed)
+  kSitter,  // a flooded seed's: one request, then it sits idle and never reads again (a FIN
+            // goes unnoticed, so it never closes) until every client leaves
 };
 
 struct Req {
@@ -160,6 +162,7 @@ class Sim {
   std::vector<std::unique_ptr<Client>> clients_;
   uint32_t target_clients_ = 1;
   uint32_t max_clients_ = 1;
+  uint32_t sitters_left_ = 0;  // a flooded seed's sitters still to connect
   int64_t stall_limit_ms_ = 0;
   bool draining_ = false;
   bool flap_present_ = true;

@@ -58,6 +58,11 @@ TEST(ShardSim, QuickSeeds) {
   EXPECT_GT(coverage["tls.client_no_close_notify"], 0u);
   EXPECT_GT(coverage["tls.stalled_handshakes"], 0u);
   EXPECT_GT(coverage["tls.stalled_closed"], 0u);
+  // Floods of sitters past the limit (issue #32): newcomers parked for a slot, and connections
+  // that gave way closed for them before their lingering ended.
+  EXPECT_GT(coverage["sim.flooded"], 0u);
+  EXPECT_GT(coverage["shard.parked"], 0u);
+  EXPECT_GT(coverage["shard.gave_way_closed"], 0u);
 }
 
 // Seeds that once failed, replayed as they ran: long runs' (shard_sim --minutes=M) and quick

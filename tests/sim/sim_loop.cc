@@ -257,6 +257,7 @@ void SimLoop::Accept(int listen_fd, io::Completion* c) {
 
 void SimLoop::Recv(int fd, io::Completion* c) {
   SocketOf(fd);
+  w_->accepted_unread.erase(w_->socket_fds.at(fd));
   for (const auto& [seq, op] : ops_) {
     RINGD_ASSERT_MSG(!(op.kind == io::Op::kRecv && op.c->fd == fd), "two receives on fd %d", fd);
   }
@@ -446,6 +447,7 @@ void SimLoop::Close(int fd) {
         (s.told_input_left || (s.close_request_end != UINT64_MAX && taken > s.close_request_end))) {
       s.closed_on_talker = true;
     }
+    w_->accepted_unread.erase(sit->second);
     w_->socket_fds.erase(sit);
     w_->Trace("close socket fd %d%s", fd, s.server_reset ? " (reset: unread input)" : "");
     return;
@@ -526,6 +528,7 @@ void SimLoop::ProgressAccept(uint64_t seq) {
     s.fd = fd;
     s.accepted = true;
     s.accept_ms = w_->now_ms;
+    w_->accepted_unread.insert(index);
     ++w_->counters.accepts;
     w_->Trace("accept socket %zu as fd %d%s", index, fd, more ? "" : " (last)");
     w_->accepting = index;

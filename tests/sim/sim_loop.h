@@ -15,6 +15,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -178,6 +179,9 @@ struct SimWorld {
   // The socket an accept is handing to the server while its callback runs (SimTlsFactory
   // makes that connection's session then); SIZE_MAX otherwise.
   size_t accepting = SIZE_MAX;
+  // Sockets accepted on which no receive has started yet: newcomers the shard has taken from
+  // the backlog and parked until a connection slot frees (they wait as in the backlog).
+  std::set<size_t> accepted_unread;
   std::vector<SimSocket> sockets;
   // The file tree: path relative to the root ("." is the root) -> inode.
   std::map<std::string, std::shared_ptr<Inode>> tree;
