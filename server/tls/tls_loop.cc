@@ -332,19 +332,25 @@ void TlsLoop::Cancel(io::Completion* c) {
 
 // Send --------------------------------------------------------------------------------------
 
-void TlsLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more) {
-  Conn* conn = Find(fd);
-  if (conn == nullptr) return inner_->Send(fd, iov, iovcnt, c, more);
+// The shard's Send or SendFile `c` starts on `conn`: it is the connection's one send, and Poll
+// copies its progress to it while its records go out.
+void TlsLoop::BeginSend(Conn* conn, io::Completion* c, io::Op op) {
   RINGD_ASSERT(!c->in_flight && conn->send == nullptr);
-  c->op = io::Op::kSend;
+  c->op = op;
   c->in_flight = true;
   c->done = 0;
   conn->send = c;
   conn->wire_sent = 0;
   conn->sending_at = sending_.size();
   sending_.push_back(conn);
-  conn->send_is_file = false;
+  conn->send_is_file = op == io::Op::kSendFile;
   conn->send_total = 0;
+}
+
+void TlsLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more) {
+  Conn* conn = Find(fd);
+  if (conn == nullptr) return inner_->Send(fd, iov, iovcnt, c, more);
+  BeginSend(conn, c, io::Op::kSend);
   bool ok = conn->tx_error == 0;
   for (int i = 0; ok && i < iovcnt; ++i) {
     ok = conn->session->WritePlain(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
@@ -359,16 +365,7 @@ void TlsLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t lengt
                        io::Completion* c, bool more) {
   Conn* conn = Find(sock_fd);
   if (conn == nullptr) return inner_->SendFile(sock_fd, file_fd, offset, length, c, more);
-  RINGD_ASSERT(!c->in_flight && conn->send == nullptr);
-  c->op = io::Op::kSendFile;
-  c->in_flight = true;
-  c->done = 0;
-  conn->send = c;
-  conn->wire_sent = 0;
-  conn->sending_at = sending_.size();
-  sending_.push_back(conn);
-  conn->send_is_file = true;
-  conn->send_total = 0;
+  BeginSend(conn, c, io::Op::kSendFile);
   conn->file_fd = file_fd;
   conn->file_offset = offset;
   conn->file_left = length;

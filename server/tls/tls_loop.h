@@ -93,6 +93,7 @@ class TlsLoop final : public io::Loop {
   void Flush(Conn* conn);
   void AfterOutput(Conn* conn);
   void ReadFileChunk(Conn* conn);
+  void BeginSend(Conn* conn, io::Completion* c, io::Op op);
   void FinishSend(Conn* conn, int64_t result);
   void Schedule(Conn* conn);
   void Release(Conn* conn);  // the inner close, once nothing of the connection is in flight
