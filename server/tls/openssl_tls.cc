@@ -184,6 +184,9 @@ class OpenSslSession final : public TlsSession {
   // bound and never pay for the swap.
   void Trim() override {
     static constexpr size_t kKeepBytes = 1024;
+    // During the handshake the library may stack a buffering BIO on the write side: the BIOs
+    // change only between records of an established session.
+    if (!handshake_done_ || closed_ || ended_ != TlsEnd::kNone) return;
     BUF_MEM* in_mem = nullptr;
     BUF_MEM* out_mem = nullptr;
     BIO_get_mem_ptr(in_, &in_mem);
