@@ -72,6 +72,14 @@ def near(px, rgb, tol=24):
 
 
 class BrowserTest(BackendTestCase):
+    # What BrowserTlsTest (browser_tls_test.py) changes to run the same tests over HTTPS: more
+    # flags for ringd and for Chromium, and the page's address.
+    server_flags = ()
+    browser_flags = ()
+
+    def page_url(self):
+        return "http://127.0.0.1:%d/" % self.server.port
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -103,16 +111,17 @@ class BrowserTest(BackendTestCase):
         self.dir = tempfile.mkdtemp(prefix="ringd-browser-log-")
         self.addCleanup(shutil.rmtree, self.dir, True)
         self.log = os.path.join(self.dir, "access.log")
-        self.server = Server(self.root, "--access-log", self.log, "--access-log-format=json")
+        self.server = Server(self.root, "--access-log", self.log, "--access-log-format=json",
+                             *self.server_flags)
         self.addCleanup(lambda: self.server.proc.poll() is not None or self.server.stop())
-        self.browser = Chromium(self.chromium, timeout=90)
+        self.browser = Chromium(self.chromium, timeout=90, flags=self.browser_flags)
         self.addCleanup(self.browser.close)
         self.page = self.browser.new_page()
         for domain in ("Page", "Network", "Runtime"):
             self.browser.call(domain + ".enable", session=self.page)
 
     def open_demo(self):
-        url = "http://127.0.0.1:%d/" % self.server.port
+        url = self.page_url()
         mark = len(self.browser.events)
         self.browser.call("Page.navigate", {"url": url}, self.page)
         self.browser.wait_event("Page.loadEventFired", self.page, timeout=90, since=mark)

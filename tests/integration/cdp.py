@@ -40,7 +40,8 @@ class CdpError(RuntimeError):
 
 
 class Chromium:
-    def __init__(self, binary, timeout=60):
+    def __init__(self, binary, timeout=60, flags=()):
+        """`flags`: more command-line flags after FLAGS."""
         self.timeout = timeout
         self.dir = tempfile.mkdtemp(prefix="ringd-chromium-")
         self.log_path = os.path.join(self.dir, "chromium.log")
@@ -49,7 +50,7 @@ class Chromium:
         # Well above 4, so that the dup2s onto 3 and 4 never overwrite one of these.
         to_r, to_w, from_r, from_w = [self._high(fd) for fd in (to_r, to_w, from_r, from_w)]
         env = dict(os.environ, HOME=self.dir, XDG_CONFIG_HOME=self.dir, XDG_CACHE_HOME=self.dir)
-        argv = [binary] + FLAGS + ["--user-data-dir=" + os.path.join(self.dir, "profile"), "about:blank"]
+        argv = [binary] + FLAGS + list(flags) + ["--user-data-dir=" + os.path.join(self.dir, "profile"), "about:blank"]
         actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                    (os.POSIX_SPAWN_OPEN, 1, self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
                    (os.POSIX_SPAWN_DUP2, 1, 2),

@@ -13,30 +13,7 @@ import time
 import unittest
 
 from ringd_harness import (BackendTestCase, Reader, Server, RINGD, ROOT_FLAGS, make_docroot)
-
-
-def openssl(*args, cwd):
-    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def make_pki(d):
-    """A CA, and leaves signed by it: localhost (EC P-256 and RSA 2048) and other.test (EC)."""
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=ringd test CA", "-days", "2",
-            cwd=d)
-    for name, kind, sans in [("localhost-ec", "ec", "DNS:localhost,IP:127.0.0.1"),
-                             ("localhost-rsa", "rsa", "DNS:localhost,IP:127.0.0.1"),
-                             ("other-ec", "ec", "DNS:other.test")]:
-        key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"] if kind == "ec" else \
-              ["-newkey", "rsa:2048"]
-        cn = sans.split(",")[0][4:]
-        openssl("req", "-new", *key, "-nodes", "-keyout", name + ".key", "-out", name + ".csr",
-                "-subj", "/CN=" + cn, cwd=d)
-        with open(os.path.join(d, name + ".ext"), "w") as f:
-            f.write("subjectAltName=%s\n" % sans)
-        openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                "-CAcreateserial", "-days", "2", "-extfile", name + ".ext", "-out", name + ".crt",
-                cwd=d)
+from tls_pki import make_pki, openssl
 
 
 class TlsTest(BackendTestCase):
