@@ -14,11 +14,11 @@
 // (coordinated omission). With --tls every connection is a TLS session (perf/loadgen_tls.h) and
 // the JSON also counts handshakes, full and resumed; the plaintext paths do not change.
 #include <arpa/inet.h>
-#include <openssl/objects.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/objects.h>
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
@@ -281,7 +281,8 @@ class Worker {
         p.handshaken = true;
       }
       if (p.sent < req.size()) {
-        const TlsIo r = TlsStatus(p.ssl, SSL_write(p.ssl, req.data(), static_cast<int>(req.size())));
+        const TlsIo r =
+            TlsStatus(p.ssl, SSL_write(p.ssl, req.data(), static_cast<int>(req.size())));
         if (r != TlsIo::kDone) {
           if (!wait(r)) drop(p);
           return;

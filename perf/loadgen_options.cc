@@ -62,7 +62,8 @@ ABSL_FLAG(uint64_t, seed, 1, "seed of the random picks");
 ABSL_FLAG(std::vector<std::string>, size_classes, {},
           "ascending body-size bounds in bytes, comma-separated: latency per size class "
           "(--size-classes)");
-ABSL_FLAG(bool, tls, false, "HTTPS: every connection a TLS session (bodies are decrypted, never discarded)");
+ABSL_FLAG(bool, tls, false,
+          "HTTPS: every connection a TLS session (bodies are decrypted, never discarded)");
 ABSL_FLAG(bool, tls_resume, false,
           "each connection resumes the TLS session its slot's previous connection ended with "
           "(--tls-resume)");
@@ -128,7 +129,8 @@ bool ParseArgs(int argc, char** argv, Options* o) {
   o->tls_sni = absl::GetFlag(FLAGS_tls_sni);
   const std::string version = absl::GetFlag(FLAGS_tls_max_version);
   if (version != "1.2" && version != "1.3") {
-    std::fprintf(stderr, "ringd-load: --tls-max-version is 1.2 or 1.3, not '%s'\n", version.c_str());
+    std::fprintf(stderr, "ringd-load: --tls-max-version is 1.2 or 1.3, not '%s'\n",
+                 version.c_str());
     return false;
   }
   o->tls_max_version = version == "1.2" ? 12 : 13;
@@ -138,7 +140,8 @@ bool ParseArgs(int argc, char** argv, Options* o) {
   }
   // A TLS client cannot leave bodies to the kernel: every record is decrypted to be checked.
   if (o->tls && o->bulk) {
-    std::fprintf(stderr, "ringd-load: --bulk (MSG_TRUNC) is plaintext only; --tls reads every body\n");
+    std::fprintf(stderr,
+                 "ringd-load: --bulk (MSG_TRUNC) is plaintext only; --tls reads every body\n");
     return false;
   }
   if (!std::is_sorted(o->size_classes.begin(), o->size_classes.end())) {

@@ -98,11 +98,11 @@ int ParseOnlyAPath() {
 // The TLS scenarios' flags (perf/harness/scenarios.py, tls-*).
 int ParseTheTlsCommandLine() {
   Options o;
-  const bool ok = Parse({"--port", "8443", "--connections", "100", "--close", "--tls",
-                         "--tls-resume", "--tls-groups", "P-256", "--tls-ciphersuites",
-                         "TLS_AES_256_GCM_SHA384", "--tls-sni=example.org", "--tls-max-version",
-                         "1.2", "--path", "/index.html"},
-                        &o);
+  const bool ok =
+      Parse({"--port", "8443", "--connections", "100", "--close", "--tls", "--tls-resume",
+             "--tls-groups", "P-256", "--tls-ciphersuites", "TLS_AES_256_GCM_SHA384",
+             "--tls-sni=example.org", "--tls-max-version", "1.2", "--path", "/index.html"},
+            &o);
   const bool same = ok && o.tls && o.tls_resume && o.close && !o.bulk && o.tls_groups == "P-256" &&
                     o.tls_ciphersuites == "TLS_AES_256_GCM_SHA384" && o.tls_sni == "example.org" &&
                     o.tls_max_version == 12;

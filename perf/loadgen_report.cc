@@ -78,9 +78,8 @@ void PrintReport(const Result& total, double seconds, int idle_held,
         "\"tls\": {\"handshakes\": %llu, \"resumed\": %llu, \"version\": \"%s\", "
         "\"cipher\": \"%s\", \"group\": \"%s\"}, ",
         static_cast<unsigned long long>(total.tls_counts.handshakes),
-        static_cast<unsigned long long>(total.tls_counts.resumed),
-        total.tls_counts.version.c_str(), total.tls_counts.cipher.c_str(),
-        total.tls_counts.group.c_str());
+        static_cast<unsigned long long>(total.tls_counts.resumed), total.tls_counts.version.c_str(),
+        total.tls_counts.cipher.c_str(), total.tls_counts.group.c_str());
   }
   std::printf(
       "\"errors\": {\"connect\": %llu, \"reset\": %llu, \"timeout\": %llu, \"parse\": %llu, "

@@ -46,7 +46,8 @@ bool TlsClient::Init(const Options& o, std::string* why) {
 SSL* TlsClient::Start(int fd, SSL_SESSION* resume) const {
   SSL* ssl = SSL_new(ctx_);
   if (ssl == nullptr) return nullptr;
-  if (SSL_set_fd(ssl, fd) != 1 || (!sni_.empty() && SSL_set_tlsext_host_name(ssl, sni_.c_str()) != 1) ||
+  if (SSL_set_fd(ssl, fd) != 1 ||
+      (!sni_.empty() && SSL_set_tlsext_host_name(ssl, sni_.c_str()) != 1) ||
       (resume != nullptr && SSL_set_session(ssl, resume) != 1)) {
     SSL_free(ssl);
     ERR_clear_error();

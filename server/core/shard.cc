@@ -406,7 +406,8 @@ void Shard::Accepted(int fd, size_t listener) {
   }
   // Every slot is taken (a burst beyond the reserve, or slots held by connections on their way
   // out): the newcomer waits for one, and MakeRoom frees one for it at the end of this turn.
-  parked_[(parked_head_ + parked_count_) % kParkedMax] = Parked{fd, static_cast<uint32_t>(listener)};
+  parked_[(parked_head_ + parked_count_) % kParkedMax] =
+      Parked{fd, static_cast<uint32_t>(listener)};
   ++parked_count_;
   ++stats_.parked;
   if (AtLimit()) PauseAccept();
@@ -481,9 +482,8 @@ void Shard::MakeRoom() {
 // is idle. Connections with a request in progress never give way. The close lingers (FIN, then
 // read and drop until the client closes): the connection may have gone idle a moment ago, its
 // last response still unread in the client's buffer, and a request already on its way would turn
-// a plain close into a reset that destroys that response (found by the shard simulator, seed
-// 3019190617733769618). Its slot goes to a newcomer when the client closes, the linger ends, or a
-// parked newcomer needs it (CloseOldestGaveWay).
+// a plain close into a reset that destroys that response. Its slot goes to a newcomer when the
+// client closes, the linger ends, or a parked newcomer needs it (CloseOldestGaveWay).
 bool Shard::ReclaimOldestIdle() {
   // Idle keep-alive connections first; then those whose response is done and that only wait for
   // the rest of a body we skip (idle too, as far as serving goes).
