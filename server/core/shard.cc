@@ -219,6 +219,7 @@ bool Shard::Step() {
                            send_timers_.NextDeadline(), linger_timers_.NextDeadline(),
                            gave_way_timers_.NextDeadline()});
   if (accept_retry_ms_ != 0) next = std::min(next, accept_retry_ms_);
+  if (parked_count_ > 0 || accept_paused_) next = std::min(next, NextSilentGiveWayMs());
   if (draining_) {
     next = std::min(next, now_ms_ < drain_deadline_ms_ ? drain_deadline_ms_
                                                        : drain_deadline_ms_ + kDrainGraceMs);
@@ -469,7 +470,7 @@ void Shard::MakeRoom() {
   }
   const uint32_t wanted = Serving() + parked_count_;
   for (uint32_t i = 0; wanted > config_.max_connections + i && i < kReclaimBatch; ++i) {
-    if (!ReclaimOldestIdle()) break;
+    if (!ReclaimOldestIdle() && !ReclaimOldestSilent()) break;
   }
   const uint32_t freeing = state_counts_[static_cast<int>(ConnState::kClosing)];
   for (uint32_t i = 0; parked_count_ > freeing + i && i < kReclaimBatch; ++i) {
@@ -499,6 +500,44 @@ bool Shard::ReclaimOldestIdle() {
   return true;
 }
 
+// The connection waiting longest for the first byte of its first request, among the
+// kSilentScan waiting longest for a head (nullptr if none): those are armed on the header timers
+// in the order they began to wait. Connections with part of a head, or after an earlier
+// request, are passed over. `began_before`: only one that began waiting by then.
+Connection* Shard::OldestSilent(int64_t began_before) const {
+  const int64_t deadline_by = began_before + header_timers_.duration_ms();
+  uint32_t scanned = 0;
+  for (TimerNode* t = header_timers_.Oldest(); t != nullptr && scanned < kSilentScan;
+       t = t->next, ++scanned) {
+    if (t->deadline_ms > deadline_by) return nullptr;  // this one and all after it too young
+    Connection* conn =
+        reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer));
+    if (conn->state == ConnState::kReading && conn->requests == 0 && conn->in_len == 0 &&
+        conn->ex == nullptr) {
+      return conn;
+    }
+  }
+  return nullptr;
+}
+
+// A connection open for kSilentGiveWayMs with no byte of a request yet gives way (closed at
+// once: it has nothing to lose); false if none has.
+bool Shard::ReclaimOldestSilent() {
+  Connection* conn = OldestSilent(now_ms_ - kSilentGiveWayMs);
+  if (conn == nullptr) return false;
+  ++stats_.silent_reclaimed;
+  Abort(conn);
+  return true;
+}
+
+// When the oldest connection waiting for a head may give way if it is silent (INT64_MAX: none
+// waits): with newcomers parked or accepting paused, the loop wakes for it.
+int64_t Shard::NextSilentGiveWayMs() const {
+  const TimerNode* t = header_timers_.Oldest();
+  if (t == nullptr) return INT64_MAX;
+  return t->deadline_ms - header_timers_.duration_ms() + kSilentGiveWayMs;
+}
+
 // Closes the connection that gave way longest ago and still lingers; false if none does. Its
 // FIN went out first of all those lingering, and a lingering connection reads and drops whatever
 // its client sends, so only bytes still on their way turn this close into a reset, as they do
@@ -513,9 +552,13 @@ bool Shard::CloseOldestGaveWay() {
 
 // Whether a newcomer now could not be served soon, so that accepting should pause: the parking
 // is full, or the connections that serve are at the limit with none idle to give way.
+// Accepting goes on at the limit while a connection can give way to a newcomer this turn (one
+// idle, or one silent for kSilentGiveWayMs: MakeRoom); while none can, the kernel's backlog holds
+// newcomers, and the loop wakes when the oldest silent connection may give way.
 bool Shard::AtLimit() const {
-  return parked_count_ == kParkedMax || (Serving() + parked_count_ >= config_.max_connections &&
-                                         idle_timers_.Empty() && discard_timers_.Empty());
+  return parked_count_ == kParkedMax ||
+         (Serving() + parked_count_ >= config_.max_connections && idle_timers_.Empty() &&
+          discard_timers_.Empty() && OldestSilent(now_ms_ - kSilentGiveWayMs) == nullptr);
 }
 
 void Shard::ResumeAcceptIfRoom() {

@@ -161,6 +161,13 @@ class Shard {
   // Connections that give way (or close for parked newcomers) in one turn of the loop, as nginx
   // drains 32 reusable connections at a time.
   static constexpr uint32_t kReclaimBatch = 32;
+  // At the limit, after every idle connection, one that has been open this long without a byte of
+  // a request (a TLS handshake that does not finish, a client that connected and said nothing)
+  // gives way too, as nginx closes connections still waiting for their first request. Long enough
+  // that a client whose request (or TLS handshake) is on its way over a slow path is never cut.
+  static constexpr int64_t kSilentGiveWayMs = 500;
+  // Connections waiting for a request head looked at per turn for a silent one.
+  static constexpr uint32_t kSilentScan = 256;
   const ShardStats& Stats() const { return stats_; }
   const SendQueue& send_queue() const { return *sends_; }
   ShardUsage Usage() const;
@@ -231,6 +238,9 @@ class Shard {
   bool AtLimit() const;
   uint32_t Serving() const;
   bool ReclaimOldestIdle();
+  bool ReclaimOldestSilent();
+  Connection* OldestSilent(int64_t began_before) const;
+  int64_t NextSilentGiveWayMs() const;
   bool CloseOldestGaveWay();
   void MakeRoom();
   void PauseAccept();

@@ -25,6 +25,9 @@ struct ShardStats {
   uint64_t header_timeouts = 0, idle_timeouts = 0, send_timeouts = 0, truncated = 0;
   uint64_t discard_timeouts = 0;  // a skipped request body stalled after the response
   uint64_t idle_reclaimed = 0;    // idle keep-alive connections closed for newcomers at the limit
+  // Connections closed for newcomers at the limit that had sent no byte of a request in
+  // Shard::kSilentGiveWayMs (a TLS handshake that did not finish, a client that said nothing).
+  uint64_t silent_reclaimed = 0;
   // Of those, closed before their lingering ended, for newcomers waiting for a slot; and the
   // newcomers that waited (parked: accepted while every slot was taken).
   uint64_t gave_way_closed = 0, parked = 0;

@@ -71,6 +71,10 @@ class TimerList {
     return node;
   }
 
+  // The node armed longest ago, left armed (nullptr when none); its `next` is the one armed after
+  // it.
+  TimerNode* Oldest() const { return head_; }
+
   // The earliest deadline, or INT64_MAX when nothing is armed.
   int64_t NextDeadline() const { return head_ != nullptr ? head_->deadline_ms : INT64_MAX; }
   bool Empty() const { return head_ == nullptr; }

@@ -727,6 +727,7 @@ void Sim::CollectShardStats() {
   cov["shard.truncated"] += st.truncated;
   cov["shard.discard_timeouts"] += st.discard_timeouts;
   cov["shard.idle_reclaimed"] += st.idle_reclaimed;
+  cov["shard.silent_reclaimed"] += st.silent_reclaimed;
   cov["shard.gave_way_closed"] += st.gave_way_closed;
   cov["shard.parked"] += st.parked;
   cov["shard.lookup_refused"] += st.lookup_refused;
