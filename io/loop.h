@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace ringd::io {
 
@@ -219,6 +220,15 @@ struct LoopStats {
   uint64_t tls_handshakes_refused = 0;  // closed at accept: too many handshakes under way
 };
 
+// What the transport under a connection says of it, for the access log: all empty for plain TCP.
+// The views stay valid until the connection is closed.
+struct TransportInfo {
+  std::string_view protocol;     // "TLSv1.3"
+  std::string_view cipher;       // "TLS_AES_128_GCM_SHA256"
+  std::string_view server_name;  // the name the client asked for (SNI)
+  bool resumed = false;          // the session was resumed (a ticket)
+};
+
 class Loop {
  public:
   virtual ~Loop() = default;
@@ -293,6 +303,11 @@ class Loop {
   virtual void Quiesce() {}
 
   virtual LoopStats Stats() const = 0;
+  // The transport of the connection on `fd` (a loop that wraps it in TLS says which).
+  virtual TransportInfo Transport(int fd) const {
+    (void)fd;
+    return {};
+  }
   // The kernel object another loop may share (io_uring's ring fd, for ATTACH_WQ); -1: none.
   virtual int RingFd() const { return -1; }
 };

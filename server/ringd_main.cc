@@ -224,6 +224,7 @@ void LoadTls(const Config& config, Tls* tls) {
   tls->ticket_keys = std::make_unique<tls::TicketKeys>(config.tls_ticket_rotate_s);
   for (size_t i = 0; i < config.tls_cert.size(); ++i)
     tls->options.pairs.push_back(tls::TlsCertPair{config.tls_cert[i], config.tls_key[i]});
+  tls->options.ocsp_files = config.tls_ocsp;
   tls->options.min_version = config.tls_min_version;
   tls->options.ciphers = config.tls_ciphers;
   tls->options.ciphersuites = config.tls_ciphersuites;
@@ -508,7 +509,8 @@ int Main(int argc, char** argv) {
     observability.SetCertificates([&tls] {
       std::vector<ProcessInfo::Certificate> out;
       for (const tls::OpenSslFactory::Certificate& c : tls.sessions.certificates())
-        out.push_back(ProcessInfo::Certificate{c.file, c.not_after_sec});
+        out.push_back(
+            ProcessInfo::Certificate{c.file, c.not_after_sec, c.ocsp_file, c.ocsp_next_update_sec});
       return out;
     });
   }

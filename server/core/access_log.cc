@@ -215,7 +215,13 @@ size_t FormatJson(const LogLine& l, const LogTime& time, char* out, size_t cap) 
   o.Int(l.shard);
   o.Raw(",\"io\":\"");
   o.Json(l.io);
-  o.Raw("\"}\n");
+  o.Raw("\",\"ssl_protocol\":\"");
+  o.Json(l.tls_protocol);
+  o.Raw("\",\"ssl_cipher\":\"");
+  o.Json(l.tls_cipher);
+  o.Raw("\",\"ssl_server_name\":\"");
+  o.Json(l.tls_server_name.substr(0, kMaxLoggedServerName));
+  o.Raw(l.tls_resumed ? "\",\"ssl_session_reused\":true}\n" : "\",\"ssl_session_reused\":false}\n");
   return o.ok() ? static_cast<size_t>(o.pos() - out) : 0;
 }
 

@@ -65,6 +65,10 @@ struct LogLine {
   uint64_t request_time_us = 0;
   int shard = 0;
   std::string_view io;  // the io backend serving it
+  // HTTPS (empty for plain HTTP), as nginx's $ssl_protocol, $ssl_cipher, $ssl_server_name and
+  // $ssl_session_reused: written by the JSON format (combined stays nginx's, byte for byte).
+  std::string_view tls_protocol, tls_cipher, tls_server_name;
+  bool tls_resumed = false;
 };
 
 // The local time as the two formats write it, recomputed once per second.
@@ -81,10 +85,13 @@ class LogTime {
   size_t local_len_ = 0, iso_len_ = 0;
 };
 
+// The longest server name written (RFC 6066's bound on a host name; OpenSSL refuses longer).
+constexpr size_t kMaxLoggedServerName = 255;
+
 // The longest line the formatters write: every field at its cap, each byte escaped to 6.
-constexpr size_t kMaxLogLine =
-    6 * (RequestCapture::kRequestMax + RequestCapture::kRefererMax + RequestCapture::kAgentMax) +
-    512;
+constexpr size_t kMaxLogLine = 6 * (RequestCapture::kRequestMax + RequestCapture::kRefererMax +
+                                    RequestCapture::kAgentMax + kMaxLoggedServerName) +
+                               768;
 
 // Pure formatters: write one line (with its '\n') into out[0..cap), return its length, or 0
 // when cap is too small.

@@ -110,7 +110,20 @@ TEST_F(AccessLogTest, JsonHasTheSameFieldsAndMore) {
             "\"request\":\"GET /apache_pb.gif HTTP/1.0\",\"status\":200,\"body_bytes_sent\":2326,"
             "\"bytes_sent\":2600,\"http_referer\":\"http://www.example.com/start.html\","
             "\"http_user_agent\":\"Mozilla/4.08 [en] (Win98; I ;Nav)\",\"request_time_us\":1234,"
-            "\"shard\":3,\"io\":\"uring\"}\n");
+            "\"shard\":3,\"io\":\"uring\",\"ssl_protocol\":\"\",\"ssl_cipher\":\"\","
+            "\"ssl_server_name\":\"\",\"ssl_session_reused\":false}\n");
+  // Over HTTPS, as nginx's $ssl_* variables; combined stays nginx's own.
+  LogLine l = ApacheExample();
+  l.tls_protocol = "TLSv1.3";
+  l.tls_cipher = "TLS_AES_128_GCM_SHA256";
+  l.tls_server_name = "www.example.com";
+  l.tls_resumed = true;
+  EXPECT_NE(Json(l, kApacheExampleSec)
+                .find("\"io\":\"uring\",\"ssl_protocol\":\"TLSv1.3\",\"ssl_cipher\":"
+                      "\"TLS_AES_128_GCM_SHA256\",\"ssl_server_name\":\"www.example.com\","
+                      "\"ssl_session_reused\":true}\n"),
+            std::string::npos);
+  EXPECT_EQ(Combined(l, kApacheExampleSec), Combined(ApacheExample(), kApacheExampleSec));
 }
 
 // Whatever bytes the client sent, the line is valid JSON in UTF-8: bytes from 0x80 are read as
@@ -147,6 +160,10 @@ TEST_F(AccessLogTest, LongestLineFits) {
   l.referer = cap.referer();
   l.user_agent = cap.agent();
   l.remote_addr = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255";
+  const std::string long_name(kMaxLoggedServerName + 100, '\x01');
+  l.tls_server_name = long_name;
+  l.tls_protocol = "TLSv1.3";
+  l.tls_cipher = "TLS_CHACHA20_POLY1305_SHA256";
   l.body_bytes = l.bytes_sent = l.request_time_us = UINT64_MAX;
   l.status = 999;
   l.shard = -1;

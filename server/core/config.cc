@@ -175,6 +175,15 @@ const std::vector<Flag>& Flags() {
              c->tls_key.push_back(v);
              return true;
            }},
+      Flag{"tls-ocsp",
+           "DER file: an OCSP response to staple (openssl ocsp -respout); repeatable, each "
+           "matched to the --tls-cert it answers for, whose file must hold its issuer; "
+           "reloaded on SIGHUP",
+           false,
+           [](Config* c, const std::string& v, std::string*) {
+             c->tls_ocsp.push_back(v);
+             return true;
+           }},
       Flag{"tls-min-version", "oldest TLS version accepted: 1.2 or 1.3 (default 1.2)", false,
            [](Config* c, const std::string& v, std::string* error) {
              if (v != "1.2" && v != "1.3") {
@@ -668,6 +677,10 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
   }
   if (config->listen_tls.empty() && !config->tls_cert.empty()) {
     *error = "--tls-cert without --listen-tls: no listener would use it";
+    return false;
+  }
+  if (config->tls_cert.empty() && !config->tls_ocsp.empty()) {
+    *error = "--tls-ocsp without --tls-cert: there is no certificate to staple it to";
     return false;
   }
   if (config->listen.empty() && config->listen_tls.empty()) {

@@ -38,6 +38,7 @@ struct Config {
   std::vector<ListenAddress> listen_tls;
   std::vector<std::string> tls_cert;
   std::vector<std::string> tls_key;
+  std::vector<std::string> tls_ocsp;  // DER OCSP responses to staple, each for one certificate
   std::string tls_min_version = "1.2";
   uint32_t tls_max_handshakes = 256;  // per shard
   bool redirect_https = false;        // plaintext listeners answer 301 to https://

@@ -97,6 +97,11 @@ void Shard::EndExchange(Connection* conn, Exchange* ex) {
   line.referer = ex->capture.referer();
   line.user_agent = ex->capture.agent();
   line.request_time_us = duration_us;
+  const io::TransportInfo transport = loop_->Transport(conn->fd);
+  line.tls_protocol = transport.protocol;
+  line.tls_cipher = transport.cipher;
+  line.tls_server_name = transport.server_name;
+  line.tls_resumed = transport.resumed;
   log_->Write(line, date_sec_);
 }
 

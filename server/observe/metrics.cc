@@ -103,6 +103,14 @@ void CertificateSamples(Writer& w, const char* name, const Shards&, const Proces
     w.Sample(name, "file=\"" + Escape(c.file) + "\"", static_cast<uint64_t>(c.not_after_sec));
 }
 
+void OcspSamples(Writer& w, const char* name, const Shards&, const ProcessInfo& p) {
+  for (const ProcessInfo::Certificate& c : p.tls_certificates) {
+    if (c.ocsp_file.empty() || c.ocsp_next_update_sec == 0) continue;
+    w.Sample(name, "file=\"" + Escape(c.file) + "\",ocsp=\"" + Escape(c.ocsp_file) + "\"",
+             static_cast<uint64_t>(c.ocsp_next_update_sec));
+  }
+}
+
 void ShardUpSamples(Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
   for (const ShardView& v : shards) w.Sample(name, ShardLabel(v.shard), v.up ? 1 : 0);
 }
@@ -197,6 +205,10 @@ const Metric kMetrics[] = {
     {"ringd_connections_idle_reclaimed_total", "counter",
      "Idle keep-alive connections closed to make room for newcomers at --max-connections",
      RINGD_SHARD(s.stats.idle_reclaimed)},
+    {"ringd_connections_silent_reclaimed_total", "counter",
+     "Connections closed for newcomers at --max-connections that had sent no byte of a request "
+     "in 500 ms (a TLS handshake that did not finish, a client that said nothing)",
+     RINGD_SHARD(s.stats.silent_reclaimed)},
     {"ringd_connections_gave_way_closed_total", "counter",
      "Of those, closed before their lingering close ended, for newcomers waiting for a slot",
      RINGD_SHARD(s.stats.gave_way_closed)},
@@ -319,6 +331,10 @@ const Metric kMetrics[] = {
      RINGD_SHARD(s.loop.tls_plain_http)},
     {"ringd_tls_certificate_expiry_seconds", "gauge",
      "When each certificate in use expires (notAfter), in Unix time", nullptr, CertificateSamples},
+    {"ringd_tls_ocsp_next_update_seconds", "gauge",
+     "When each stapled OCSP response goes stale (nextUpdate), in Unix time; a stale one is no "
+     "longer stapled",
+     nullptr, OcspSamples},
 
     // Access log.
     {"ringd_access_log_enabled", "gauge", "1 if --access-log names a file", nullptr,
@@ -409,6 +425,16 @@ std::string FormatDebugShards(const std::vector<ShardView>& shards, const Proces
     out += '}';
   }
   out += "]}\n";
+  return out;
+}
+
+std::string UnusableCertificates(const ProcessInfo& process, int64_t now_sec) {
+  std::string out;
+  for (const ProcessInfo::Certificate& c : process.tls_certificates) {
+    if (c.not_after_sec > now_sec) continue;
+    out += "TLS certificate '" + c.file + "' expired " + std::to_string(now_sec - c.not_after_sec) +
+           " s ago; replace it and send SIGHUP\n";
+  }
   return out;
 }
 

@@ -35,9 +35,16 @@ struct ProcessInfo {
   struct Certificate {
     std::string file;
     int64_t not_after_sec = 0;
+    std::string ocsp_file;             // its stapled OCSP response (--tls-ocsp), if any
+    int64_t ocsp_next_update_sec = 0;  // when that response goes stale (0: it never says)
   };
   std::vector<Certificate> tls_certificates;  // in use now (--tls-cert), with their expiry
 };
+
+// Why HTTPS cannot be served as configured now: a line for each certificate in use that has
+// expired (ringd refuses to start with one, but one may expire while it serves). Empty when every
+// certificate is usable. /readyz answers 503 with these lines.
+std::string UnusableCertificates(const ProcessInfo& process, int64_t now_sec);
 
 std::string FormatPrometheus(const std::vector<ShardView>& shards, const ProcessInfo& process);
 std::string FormatDebugShards(const std::vector<ShardView>& shards, const ProcessInfo& process);

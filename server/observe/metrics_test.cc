@@ -86,6 +86,35 @@ TEST(FormatPrometheus, PerShardCountersSummedHistogramAndDownShards) {
   EXPECT_GT(types, 25);
 }
 
+TEST(FormatPrometheus, CertificatesTheirExpiryAndTheirOcspStaples) {
+  ProcessInfo p;
+  p.tls_certificates = {{"/etc/ringd/a.crt", 2000000000, "/etc/ringd/a.ocsp", 1900000000},
+                        {"/etc/ringd/b.crt", 2100000000, "", 0}};
+  const std::string text = FormatPrometheus({}, p);
+  EXPECT_TRUE(Has(text,
+                  "ringd_tls_certificate_expiry_seconds{file=\"/etc/ringd/a.crt\"} "
+                  "2000000000"));
+  EXPECT_TRUE(Has(text,
+                  "ringd_tls_certificate_expiry_seconds{file=\"/etc/ringd/b.crt\"} "
+                  "2100000000"));
+  EXPECT_TRUE(Has(text,
+                  "ringd_tls_ocsp_next_update_seconds{file=\"/etc/ringd/a.crt\","
+                  "ocsp=\"/etc/ringd/a.ocsp\"} 1900000000"));
+  EXPECT_EQ(text.find("ringd_tls_ocsp_next_update_seconds{file=\"/etc/ringd/b.crt\""),
+            std::string::npos);
+}
+
+TEST(UnusableCertificates, NamesEachExpiredCertificate) {
+  ProcessInfo p;
+  EXPECT_EQ(UnusableCertificates(p, 1000), "");  // no HTTPS: nothing to be unusable
+  p.tls_certificates = {{"a.crt", 2000, "", 0}, {"b.crt", 900, "", 0}};
+  EXPECT_EQ(UnusableCertificates(p, 1000),
+            "TLS certificate 'b.crt' expired 100 s ago; replace it and send SIGHUP\n");
+  EXPECT_EQ(UnusableCertificates(p, 1999),
+            "TLS certificate 'b.crt' expired 1099 s ago; replace it and send SIGHUP\n");
+  EXPECT_NE(UnusableCertificates(p, 2000).find("'a.crt' expired 0 s ago"), std::string::npos);
+}
+
 TEST(FormatDebugShards, ConnectionsByStateAndPools) {
   ShardSnapshot a;
   a.backend = "epoll";

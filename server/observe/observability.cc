@@ -61,6 +61,12 @@ void Observability::Start(std::vector<Shard*> shards, const std::string& backend
     if (draining_.load(std::memory_order_acquire)) {
       r.status = 503;
       r.body = "draining\n";
+    } else if (std::string why = certificates_ != nullptr
+                                     ? UnusableCertificates(Info(), ::time(nullptr))
+                                     : std::string();
+               !why.empty()) {
+      r.status = 503;
+      r.body = std::move(why);
     } else {
       r.body = "ready\n";
     }

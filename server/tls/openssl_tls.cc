@@ -4,6 +4,7 @@
 #include <openssl/buffer.h>
 #include <openssl/core_names.h>
 #include <openssl/err.h>
+#include <openssl/ocsp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
@@ -251,6 +252,15 @@ std::shared_ptr<OpenSslFactory> OpenSslFactory::Create(const TlsOptions& options
   }
   std::shared_ptr<OpenSslFactory> f(new OpenSslFactory());
   std::vector<std::vector<std::string>> site_names;
+  // Each certificate and its issuer (from its chain; null if the chain lacks it), in order, with
+  // references of their own until the OCSP responses are matched to them.
+  std::vector<X509*> leaves, issuers;
+  struct Unref {
+    std::vector<X509*>* list;
+    ~Unref() {
+      for (X509* x : *list) X509_free(x);
+    }
+  } unref_leaves{&leaves}, unref_issuers{&issuers};
   for (const TlsCertPair& pair : options.pairs) {
     BIO* cert_bio = BIO_new_file(pair.cert_file.c_str(), "r");
     if (cert_bio == nullptr) {
@@ -321,21 +331,137 @@ std::shared_ptr<OpenSslFactory> OpenSslFactory::Create(const TlsOptions& options
     site.key_types.push_back(type);
     char subject[256] = "";
     X509_NAME_oneline(X509_get_subject_name(cert), subject, sizeof subject);
-    f->certificates_.push_back(Certificate{pair.cert_file, subject, not_after});
+    f->certificates_.push_back(Certificate{pair.cert_file, subject, not_after, "", 0});
     if (site.leaf == nullptr) {
       X509_up_ref(cert);
       site.leaf = cert;
     }
+    X509* issuer = nullptr;
+    for (int i = 0; i < sk_X509_num(chain) && issuer == nullptr; ++i) {
+      X509* candidate = sk_X509_value(chain, i);
+      if (X509_check_issued(candidate, cert) == X509_V_OK) issuer = candidate;
+    }
+    if (issuer != nullptr) X509_up_ref(issuer);
+    X509_up_ref(cert);
+    leaves.push_back(cert);
+    issuers.push_back(issuer);
     EVP_PKEY_free(key);
     free_chain();  // the context holds its own references
   }
+  if (!f->LoadStaples(options.ocsp_files, leaves, issuers, error)) return nullptr;
   // SNI: the default site's context picks another site's by the name the client asked for.
   SSL_CTX_set_tlsext_servername_callback(f->sites_[0].ctx, &OpenSslFactory::OnServerName);
   SSL_CTX_set_tlsext_servername_arg(f->sites_[0].ctx, f.get());
+  // The library asks the context in use after SNI chose one: every site's gets the callback.
+  if (!f->staples_.empty()) {
+    for (Site& site : f->sites_) {
+      SSL_CTX_set_tlsext_status_cb(site.ctx, &OpenSslFactory::OnStatusRequest);
+      SSL_CTX_set_tlsext_status_arg(site.ctx, f.get());
+    }
+  }
   return f;
 }
 
+bool OpenSslFactory::LoadStaples(const std::vector<std::string>& files,
+                                 const std::vector<X509*>& leaves,
+                                 const std::vector<X509*>& issuers, std::string* error) {
+  for (const std::string& file : files) {
+    BIO* bio = BIO_new_file(file.c_str(), "rb");
+    if (bio == nullptr) {
+      *error = "--tls-ocsp: cannot read '" + file + "': " + std::strerror(errno);
+      ERR_clear_error();
+      return false;
+    }
+    OCSP_RESPONSE* response = d2i_OCSP_RESPONSE_bio(bio, nullptr);
+    BIO_free(bio);
+    if (response == nullptr) {
+      ERR_clear_error();
+      *error = "--tls-ocsp: '" + file + "' holds no DER OCSP response";
+      return false;
+    }
+    const int response_status = OCSP_response_status(response);
+    OCSP_BASICRESP* basic = response_status == OCSP_RESPONSE_STATUS_SUCCESSFUL
+                                ? OCSP_response_get1_basic(response)
+                                : nullptr;
+    auto done = [&](const std::string& why) {
+      OCSP_BASICRESP_free(basic);
+      OCSP_RESPONSE_free(response);
+      ERR_clear_error();
+      if (why.empty()) return true;
+      *error = why;
+      return false;
+    };
+    if (basic == nullptr) {
+      return done("--tls-ocsp: '" + file + "' is the responder's refusal (" +
+                  OCSP_response_status_str(response_status) + "), not an answer");
+    }
+    size_t matched = leaves.size();
+    int status = -1, reason = -1;
+    ASN1_GENERALIZEDTIME *revoked_at = nullptr, *this_update = nullptr, *next_update = nullptr;
+    for (size_t i = 0; i < leaves.size() && matched == leaves.size(); ++i) {
+      if (issuers[i] == nullptr) continue;
+      OCSP_CERTID* id = OCSP_cert_to_id(nullptr, leaves[i], issuers[i]);
+      if (id != nullptr && OCSP_resp_find_status(basic, id, &status, &reason, &revoked_at,
+                                                 &this_update, &next_update) == 1) {
+        matched = i;
+      }
+      OCSP_CERTID_free(id);
+    }
+    if (matched == leaves.size()) {
+      return done("--tls-ocsp: '" + file +
+                  "' answers for none of the certificates (each needs its issuer after it in "
+                  "its --tls-cert file)");
+    }
+    Certificate& cert = certificates_[matched];
+    if (!cert.ocsp_file.empty())
+      return done("--tls-ocsp: '" + file + "' and '" + cert.ocsp_file + "' both answer for '" +
+                  cert.file + "'");
+    if (status != V_OCSP_CERTSTATUS_GOOD) {
+      return done("--tls-ocsp: '" + file + "' says '" + cert.file + "' is " +
+                  OCSP_cert_status_str(status));
+    }
+    // Five minutes of slack for clocks, as OpenSSL's own checks allow.
+    if (OCSP_check_validity(this_update, next_update, 300, -1) != 1)
+      return done("--tls-ocsp: '" + file + "' is out of date (its nextUpdate has passed)");
+    int64_t next_update_sec = 0;
+    tm t{};
+    if (next_update != nullptr && ASN1_TIME_to_tm(next_update, &t) == 1)
+      next_update_sec = static_cast<int64_t>(timegm(&t));
+    unsigned char* der = nullptr;
+    const int len = i2d_OCSP_RESPONSE(response, &der);
+    if (len <= 0) return done("--tls-ocsp: cannot encode '" + file + "': " + LastError());
+    X509_up_ref(leaves[matched]);
+    staples_.push_back(
+        Staple{leaves[matched], std::string(reinterpret_cast<char*>(der), len), next_update_sec});
+    OPENSSL_free(der);
+    cert.ocsp_file = file;
+    cert.ocsp_next_update_sec = next_update_sec;
+    done("");
+  }
+  return true;
+}
+
+// A client asked for the certificate's status: the response read for the certificate chosen
+// for it, unless that response has gone stale (a stale staple makes strict clients fail; none
+// makes them ask the responder themselves).
+int OpenSslFactory::OnStatusRequest(SSL* ssl, void* arg) {
+  const auto* self = static_cast<const OpenSslFactory*>(arg);
+  X509* cert = SSL_get_certificate(ssl);
+  if (cert == nullptr) return SSL_TLSEXT_ERR_NOACK;
+  for (const Staple& staple : self->staples_) {
+    if (staple.cert != cert && X509_cmp(staple.cert, cert) != 0) continue;
+    if (staple.next_update_sec != 0 && TicketKeys::WallSeconds() >= staple.next_update_sec)
+      return SSL_TLSEXT_ERR_NOACK;
+    void* copy = OPENSSL_memdup(staple.der.data(), staple.der.size());  // the session frees it
+    if (copy == nullptr) return SSL_TLSEXT_ERR_NOACK;
+    SSL_set_tlsext_status_ocsp_resp(ssl, copy, static_cast<long>(staple.der.size()));
+    return SSL_TLSEXT_ERR_OK;
+  }
+  return SSL_TLSEXT_ERR_NOACK;
+}
+
 OpenSslFactory::~OpenSslFactory() {
+  for (Staple& s : staples_) X509_free(s.cert);
   for (Site& s : sites_) {
     X509_free(s.leaf);
     SSL_CTX_free(s.ctx);

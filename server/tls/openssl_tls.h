@@ -6,6 +6,10 @@
 // http/1.1, stateless session tickets (TLS 1.3 and 1.2) under keys every shard shares, no
 // renegotiation, no 0-RTT, and the library's buffers released while a connection is idle.
 //
+// OCSP stapling from files: each --tls-ocsp response (DER, as `openssl ocsp -respout` writes it)
+// is matched to the certificate it answers for (by the issuer in that certificate's chain) and
+// sent to clients that ask for it, until its nextUpdate passes.
+//
 // TicketKeys encrypts the session tickets of every site, every shard and every reload, with a key
 // rotated on a schedule and the previous one still accepted; ReloadableTls swaps in freshly loaded
 // certificates (SIGHUP) while sessions made from the old ones finish with them.
@@ -76,6 +80,8 @@ class TicketKeys {
 struct TlsOptions {
   TicketKeys* tickets = nullptr;  // null: OpenSSL's own keys, per context
   std::vector<TlsCertPair> pairs;
+  // DER OCSP responses, each for one of the certificates (in any order).
+  std::vector<std::string> ocsp_files;
   std::string min_version = "1.2";  // "1.2" or "1.3"
   // TLS 1.2 suites (OpenSSL cipher list syntax) and TLS 1.3 suites (OpenSSL ciphersuites).
   std::string ciphers = "ECDHE+AESGCM:ECDHE+CHACHA20";
@@ -96,7 +102,9 @@ class OpenSslFactory final : public TlsSessionFactory,
   struct Certificate {
     std::string file;
     std::string subject;
-    int64_t not_after_sec = 0;  // expiry, seconds since the epoch
+    int64_t not_after_sec = 0;         // expiry, seconds since the epoch
+    std::string ocsp_file;             // its stapled OCSP response, if any
+    int64_t ocsp_next_update_sec = 0;  // when that response goes stale (0: it never says)
   };
   const std::vector<Certificate>& certificates() const { return certificates_; }
 
@@ -106,11 +114,21 @@ class OpenSslFactory final : public TlsSessionFactory,
     X509* leaf = nullptr;  // the first certificate's, for matching SNI (owned by ctx)
     std::vector<int> key_types;
   };
+  // An OCSP response for one certificate, sent as it was read.
+  struct Staple {
+    X509* cert = nullptr;  // a reference of its own
+    std::string der;
+    int64_t next_update_sec = 0;  // 0: none given
+  };
   OpenSslFactory() = default;
   static int OnServerName(SSL* ssl, int* alert, void* arg);
+  static int OnStatusRequest(SSL* ssl, void* arg);
+  bool LoadStaples(const std::vector<std::string>& files, const std::vector<X509*>& leaves,
+                   const std::vector<X509*>& issuers, std::string* error);
 
   std::vector<Site> sites_;
   std::vector<Certificate> certificates_;
+  std::vector<Staple> staples_;
 };
 
 // The certificates in use, reloadable while serving: Make hands out sessions of the newest

@@ -5,6 +5,7 @@
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/ocsp.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
@@ -376,6 +377,186 @@ TEST(OpenSslTls, BadCertificatesAndKeysAreOneClearLine) {
   EXPECT_EQ(Factory({a, a}, &error), nullptr);
   EXPECT_NE(error.find("the names and key type of an earlier certificate"), std::string::npos);
   EXPECT_EQ(ERR_peek_error(), 0u);  // nothing left on the thread's error queue
+}
+
+// A CA, and a leaf for `name` it signed, written as PEM files: the leaf's file holds its chain
+// (the CA after it), as a full chain from an ACME client does.
+struct Pki {
+  EVP_PKEY* ca_key = nullptr;
+  X509* ca = nullptr;
+  X509* leaf = nullptr;
+  TlsCertPair pair;
+  ~Pki() {
+    X509_free(leaf);
+    X509_free(ca);
+    EVP_PKEY_free(ca_key);
+  }
+};
+
+X509* Sign(X509_NAME* subject, EVP_PKEY* pub, X509* issuer, EVP_PKEY* issuer_key, long serial,
+           const std::string& san) {
+  X509* x = X509_new();
+  X509_set_version(x, 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(x), serial);
+  X509_gmtime_adj(X509_getm_notBefore(x), -60);
+  X509_gmtime_adj(X509_getm_notAfter(x), 86400L * 30);
+  X509_set_pubkey(x, pub);
+  X509_set_subject_name(x, subject);
+  X509_set_issuer_name(x, issuer != nullptr ? X509_get_subject_name(issuer) : subject);
+  if (!san.empty()) {
+    X509V3_CTX v3;
+    X509V3_set_ctx_nodb(&v3);
+    X509V3_set_ctx(&v3, issuer != nullptr ? issuer : x, x, nullptr, nullptr, 0);
+    X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &v3, NID_subject_alt_name, san.c_str());
+    X509_add_ext(x, ext, -1);
+    X509_EXTENSION_free(ext);
+  }
+  X509_sign(x, issuer_key, EVP_sha256());
+  return x;
+}
+
+void MakePki(const std::string& name, Pki* pki, bool chain_in_file = true) {
+  pki->ca_key = EVP_EC_gen("P-256");
+  X509_NAME* ca_name = X509_NAME_new();
+  X509_NAME_add_entry_by_txt(ca_name, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>("test CA"), -1, -1, 0);
+  pki->ca = Sign(ca_name, pki->ca_key, nullptr, pki->ca_key, 1, "");
+  X509_NAME_free(ca_name);
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  X509_NAME* leaf_name = X509_NAME_new();
+  X509_NAME_add_entry_by_txt(leaf_name, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>(name.c_str()), -1, -1, 0);
+  pki->leaf = Sign(leaf_name, key, pki->ca, pki->ca_key, 2, "DNS:" + name);
+  X509_NAME_free(leaf_name);
+  const std::string base = ::testing::TempDir() + "/" + name + "-chain";
+  pki->pair = TlsCertPair{base + ".crt", base + ".key"};
+  FILE* f = std::fopen(pki->pair.cert_file.c_str(), "w");
+  PEM_write_X509(f, pki->leaf);
+  if (chain_in_file) PEM_write_X509(f, pki->ca);
+  std::fclose(f);
+  f = std::fopen(pki->pair.key_file.c_str(), "w");
+  PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr);
+  std::fclose(f);
+  EVP_PKEY_free(key);
+}
+
+// An OCSP response from the CA about `pki`'s leaf, written as DER; `next_update_sec` from now
+// (negative: stale).
+std::string WriteOcsp(const Pki& pki, const std::string& file, int status = V_OCSP_CERTSTATUS_GOOD,
+                      long next_update_sec = 3600) {
+  OCSP_BASICRESP* basic = OCSP_BASICRESP_new();
+  OCSP_CERTID* id = OCSP_cert_to_id(nullptr, pki.leaf, pki.ca);
+  ASN1_TIME* this_update = X509_gmtime_adj(nullptr, next_update_sec < 0 ? 2 * next_update_sec : 0);
+  ASN1_TIME* next_update = X509_gmtime_adj(nullptr, next_update_sec);
+  ASN1_TIME* revoked = status == V_OCSP_CERTSTATUS_REVOKED ? this_update : nullptr;
+  OCSP_basic_add1_status(basic, id, status, OCSP_REVOKED_STATUS_KEYCOMPROMISE, revoked, this_update,
+                         next_update);
+  OCSP_basic_sign(basic, pki.ca, pki.ca_key, EVP_sha256(), nullptr, 0);
+  OCSP_RESPONSE* response = OCSP_response_create(OCSP_RESPONSE_STATUS_SUCCESSFUL, basic);
+  const std::string path = ::testing::TempDir() + "/" + file;
+  BIO* out = BIO_new_file(path.c_str(), "wb");
+  i2d_OCSP_RESPONSE_bio(out, response);
+  BIO_free(out);
+  OCSP_RESPONSE_free(response);
+  OCSP_BASICRESP_free(basic);
+  OCSP_CERTID_free(id);
+  ASN1_TIME_free(this_update);
+  ASN1_TIME_free(next_update);
+  return path;
+}
+
+// The OCSP response the server stapled for a client that asked for one ("" when none), and
+// its certificate status as the client reads it.
+std::string Stapled(OpenSslFactory* f, const char* sni, int version, int* cert_status) {
+  std::unique_ptr<TlsSession> s = f->Make();
+  Client c(s.get(), sni, version);
+  SSL_set_tlsext_status_type(c.ssl(), TLSEXT_STATUSTYPE_ocsp);
+  c.Pump();
+  EXPECT_TRUE(s->HandshakeDone());
+  const unsigned char* p = nullptr;
+  const long len = SSL_get_tlsext_status_ocsp_resp(c.ssl(), &p);
+  if (len <= 0 || p == nullptr) return "";
+  const unsigned char* q = p;
+  OCSP_RESPONSE* response = d2i_OCSP_RESPONSE(nullptr, &q, len);
+  OCSP_BASICRESP* basic = OCSP_response_get1_basic(response);
+  X509* peer = SSL_get1_peer_certificate(c.ssl());
+  *cert_status = -1;
+  // The staple names the certificate the client got (its issuer is the CA the test made).
+  for (int i = 0; i < OCSP_resp_count(basic); ++i) {
+    OCSP_SINGLERESP* single = OCSP_resp_get0(basic, i);
+    *cert_status = OCSP_single_get0_status(single, nullptr, nullptr, nullptr, nullptr);
+  }
+  X509_free(peer);
+  OCSP_BASICRESP_free(basic);
+  OCSP_RESPONSE_free(response);
+  return std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(len));
+}
+
+TEST(OpenSslTls, StaplesTheOcspResponseOfTheCertificateChosen) {
+  Pki a, b;
+  MakePki("staple-a.test", &a);
+  MakePki("staple-b.test", &b);
+  TlsOptions o;
+  o.pairs = {a.pair, b.pair};
+  // In any order: each response finds its certificate.
+  o.ocsp_files = {WriteOcsp(b, "b.ocsp"), WriteOcsp(a, "a.ocsp")};
+  std::string error;
+  auto f = OpenSslFactory::Create(o, &error);
+  ASSERT_NE(f, nullptr) << error;
+  for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+    int status = -2;
+    const std::string for_a = Stapled(f.get(), "staple-a.test", version, &status);
+    EXPECT_FALSE(for_a.empty()) << version;
+    EXPECT_EQ(status, V_OCSP_CERTSTATUS_GOOD);
+    const std::string for_b = Stapled(f.get(), "staple-b.test", version, &status);
+    EXPECT_FALSE(for_b.empty()) << version;
+    EXPECT_NE(for_a, for_b);  // each site's own response
+  }
+  ASSERT_EQ(f->certificates().size(), 2u);
+  EXPECT_EQ(f->certificates()[0].ocsp_file, o.ocsp_files[1]);
+  EXPECT_GT(f->certificates()[0].ocsp_next_update_sec, 0);
+  // Without --tls-ocsp, nothing is stapled.
+  o.ocsp_files.clear();
+  auto plain = OpenSslFactory::Create(o, &error);
+  ASSERT_NE(plain, nullptr) << error;
+  int status = -2;
+  EXPECT_EQ(Stapled(plain.get(), "staple-a.test", TLS1_3_VERSION, &status), "");
+}
+
+TEST(OpenSslTls, BadOcspResponsesAreOneClearLine) {
+  Pki a, other, unchained;
+  MakePki("ocsp-a.test", &a);
+  MakePki("ocsp-other.test", &other);
+  MakePki("ocsp-unchained.test", &unchained, /*chain_in_file=*/false);
+  auto load = [](std::vector<TlsCertPair> pairs, std::vector<std::string> ocsp,
+                 std::string* error) {
+    TlsOptions o;
+    o.pairs = std::move(pairs);
+    o.ocsp_files = std::move(ocsp);
+    return OpenSslFactory::Create(o, error);
+  };
+  std::string error;
+  EXPECT_EQ(load({a.pair}, {"/nonexistent.ocsp"}, &error), nullptr);
+  EXPECT_EQ(error, "--tls-ocsp: cannot read '/nonexistent.ocsp': No such file or directory");
+  EXPECT_EQ(load({a.pair}, {a.pair.cert_file}, &error), nullptr);
+  EXPECT_EQ(error, "--tls-ocsp: '" + a.pair.cert_file + "' holds no DER OCSP response");
+  const std::string for_other = WriteOcsp(other, "other.ocsp");
+  EXPECT_EQ(load({a.pair}, {for_other}, &error), nullptr);
+  EXPECT_NE(error.find("answers for none of the certificates"), std::string::npos) << error;
+  const std::string for_unchained = WriteOcsp(unchained, "unchained.ocsp");
+  EXPECT_EQ(load({unchained.pair}, {for_unchained}, &error), nullptr);
+  EXPECT_NE(error.find("needs its issuer after it"), std::string::npos) << error;
+  const std::string revoked = WriteOcsp(a, "revoked.ocsp", V_OCSP_CERTSTATUS_REVOKED);
+  EXPECT_EQ(load({a.pair}, {revoked}, &error), nullptr);
+  EXPECT_EQ(error, "--tls-ocsp: '" + revoked + "' says '" + a.pair.cert_file + "' is revoked");
+  const std::string stale = WriteOcsp(a, "stale.ocsp", V_OCSP_CERTSTATUS_GOOD, -3600);
+  EXPECT_EQ(load({a.pair}, {stale}, &error), nullptr);
+  EXPECT_EQ(error, "--tls-ocsp: '" + stale + "' is out of date (its nextUpdate has passed)");
+  const std::string good = WriteOcsp(a, "good.ocsp");
+  EXPECT_EQ(load({a.pair}, {good, good}, &error), nullptr);
+  EXPECT_NE(error.find("both answer for"), std::string::npos) << error;
+  EXPECT_NE(load({a.pair}, {good}, &error), nullptr) << error;
+  EXPECT_EQ(ERR_peek_error(), 0u);
 }
 
 }  // namespace

@@ -106,6 +106,13 @@ TlsLoop::Conn* TlsLoop::Find(int fd) const {
   return it == conns_.end() ? nullptr : it->second;
 }
 
+io::TransportInfo TlsLoop::Transport(int fd) const {
+  const Conn* conn = Find(fd);
+  if (conn == nullptr) return inner_->Transport(fd);
+  const TlsSession& s = *conn->session;
+  return io::TransportInfo{s.Version(), s.Cipher(), s.ServerName(), s.Resumed()};
+}
+
 TlsLoop::Conn* TlsLoop::Owner(io::Completion* c) const {
   if (c->op != io::Op::kRecv) return nullptr;
   Conn* conn = Find(c->fd);

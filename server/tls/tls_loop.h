@@ -66,6 +66,7 @@ class TlsLoop final : public io::Loop {
   void Wake() override { inner_->Wake(); }
   void Quiesce() override;
   io::LoopStats Stats() const override;
+  io::TransportInfo Transport(int fd) const override;
   int RingFd() const override { return inner_->RingFd(); }
 
   const TlsLoopStats& tls_stats() const { return stats_; }

@@ -272,6 +272,40 @@ class ConnectionLimitsTest(DocrootTestCase):
                 s.close()
             self.assertEqual(server.stop(), 0)
 
+    def test_silent_connections_give_way_at_the_limit_and_a_half_sent_head_does_not(self):
+        # Twice the limit in clients that connect and say nothing (as a flood of TLS handshakes
+        # that never finish looks to the shard): after every idle connection, those silent for
+        # Shard::kSilentGiveWayMs give way to newcomers. One with half a head never does.
+        limit = 20
+        server = Server(self.root, "--max-connections", str(limit), "--shards", "1",
+                        "--header-timeout-ms", "60000", *ADMIN)
+        silent = []
+        try:
+            mid_request = server.connect()
+            mid_request.sendall(b"GET /small.txt HTTP/1.1\r\n")
+            wait_for(lambda: server_has_read(mid_request), what="the half-sent head read")
+            for _ in range(2 * limit + 40):  # beyond every slot, the reserve's included
+                silent.append(socket.create_connection(("127.0.0.1", server.port), timeout=10))
+            for i in range(3):
+                start = time.monotonic()
+                s = server.connect(timeout=10)
+                silent.append(s)
+                s.sendall(get("small.txt"))
+                self.assertEqual(Reader(s).read_response().body, self.files["small.txt"],
+                                 "newcomer %d" % i)
+                print("newcomer %d served in %.2f s" % (i, time.monotonic() - start))
+            mid_request.settimeout(10)
+            mid_request.sendall(b"Host: t\r\n\r\n")
+            self.assertEqual(Reader(mid_request).read_response().body, self.files["small.txt"])
+            # The oldest silent clients were the ones closed.
+            self.assertTrue(Reader(silent[0]).at_eof(timeout=5))
+            self.assertGreaterEqual(server.metric("ringd_connections_silent_reclaimed_total"), 3)
+            mid_request.close()
+        finally:
+            for s in silent:
+                s.close()
+            self.assertEqual(server.stop(), 0)
+
     def test_a_burst_past_the_limit_waits_for_slots_and_is_never_refused(self):
         # The limit taken by idle clients, then three times as many newcomers at once: io_uring's
         # multishot accept hands the whole backlog over in one go, far more than the reserve's

@@ -16,7 +16,8 @@ import time
 import unittest
 import urllib.request
 
-from ringd_harness import RINGD, ROOT_FLAGS, BACKEND, BackendTestCase, Reader, Server, make_docroot, request
+from ringd_harness import (RINGD, ROOT_FLAGS, BACKEND, BackendTestCase, Reader, Server, admin_get,
+                           make_docroot, metric_sum, request)
 
 # nginx's combined format: $remote_addr - $remote_user [$time_local] "$request" $status
 # $body_bytes_sent "$http_referer" "$http_user_agent"
@@ -53,30 +54,6 @@ def admin_port(server):
         if m:
             return int(m.group(1))
     raise AssertionError("no admin listener line in %s" % server.log)
-
-
-def admin_get(port, path, timeout=10):
-    """(status, body) of a GET on the admin listener."""
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def metric_sum(text, name, **labels):
-    """The sum of every sample of `name` whose labels include `labels`."""
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$", line)
-        if not m or m.group(1) != name:
-            continue
-        got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
-        if all(got.get(k) == v for k, v in labels.items()):
-            total += float(m.group(3))
-    return total
 
 
 def free_port():

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.request
 
 RINGD = os.environ.get("RINGD_BINARY", "")
@@ -90,6 +91,30 @@ def _tcp_queues():
     return out
 
 
+def admin_get(port, path, timeout=10):
+    """(status, body) of a GET on the admin listener."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def metric_sum(text, name, **labels):
+    """The sum of every sample of `name` whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total += float(m.group(3))
+    return total
+
+
 def server_has_read(sock):
     """Whether the server has read everything sent on the client socket `sock` (loopback): none
     of it waits in the client's send queue or in the server side's receive queue."""
@@ -110,6 +135,7 @@ class Server:
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=env, text=True, preexec_fn=preexec_fn)
         self.log = []
+        self._partial = b""  # the start of a line logged() has not seen the end of
         deadline = time.time() + 10
         # Read the raw descriptor, not the buffered text stream: a readline() there can pull
         # several lines into its buffer, and select() would then wait for more that never come.
@@ -140,6 +166,20 @@ class Server:
         rest = self.proc.stderr.read() if self.proc.stderr else ""
         raise RuntimeError("ringd did not start: %s %s" % ("\n".join(self.log), rest))
 
+    def logged(self, text):
+        """Whether a line of ringd's stderr so far contains `text` (reads what has come, without
+        waiting); for wait_for."""
+        fd = self.proc.stderr.fileno()
+        while select.select([fd], [], [], 0)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            self._partial += chunk
+            while b"\n" in self._partial:
+                raw_line, self._partial = self._partial.split(b"\n", 1)
+                self.log.append(raw_line.decode(errors="replace"))
+        return any(text in line for line in self.log)
+
     def admin_port(self):
         """The port of the admin listener (a server started with ADMIN)."""
         for line in self.log:
@@ -147,6 +187,13 @@ class Server:
             if m:
                 return int(m.group(1))
         raise AssertionError("no admin listener (start the server with ADMIN): %s" % self.log)
+
+    def metric(self, name, **labels):
+        """The sum of the samples of metric `name` (with `labels`) on /metrics now (a server
+        started with ADMIN)."""
+        status, text = admin_get(self.admin_port(), "/metrics")
+        assert status == 200, text
+        return metric_sum(text, name, **labels)
 
     def debug_shards(self):
         """/debug/shards, parsed (docs/OPERATIONS.md): each shard's connections by state, pools."""
@@ -188,7 +235,9 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             raise
-        self.log.extend(self.proc.stderr.read().splitlines())
+        rest = self._partial.decode(errors="replace") + self.proc.stderr.read()
+        self._partial = b""
+        self.log.extend(rest.splitlines())
         return rc
 
 

@@ -6,6 +6,7 @@ signs, and the pin of a leaf's public key that Chromium trusts without the CA.
 """
 import os
 import subprocess
+import time
 
 
 def openssl(*args, cwd):
@@ -39,3 +40,57 @@ def spki_pin(cert):
                           " openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64",
                           cert], capture_output=True, text=True, check=True, timeout=30)
     return out.stdout.strip()
+
+
+_CA_CONFIG = """[ca]
+default_ca = test
+[test]
+database = index.txt
+new_certs_dir = .
+serial = serial
+default_md = sha256
+policy = any
+copy_extensions = copy
+unique_subject = no
+[any]
+commonName = supplied
+"""
+
+
+def issue(d, name, seconds, sans="DNS:localhost,IP:127.0.0.1"):
+    """A leaf (EC P-256) valid for `seconds` from now, signed by make_pki's CA with `openssl ca`,
+    so that the CA's index (d/index.txt) knows it and `openssl ocsp` can answer for it. Writes
+    d/name.key, d/name.crt and d/name-chain.crt (the leaf, then the CA: what stapling needs)."""
+    if not os.path.exists(os.path.join(d, "ca.cnf")):
+        with open(os.path.join(d, "ca.cnf"), "w") as f:
+            f.write(_CA_CONFIG)
+        open(os.path.join(d, "index.txt"), "w").close()
+        with open(os.path.join(d, "serial"), "w") as f:
+            f.write("1000\n")
+    openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", name + ".key", "-out", name + ".csr", "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=" + sans, cwd=d)
+    stamp = lambda t: time.strftime("%y%m%d%H%M%SZ", time.gmtime(t))
+    now = time.time()
+    openssl("ca", "-batch", "-config", "ca.cnf", "-cert", "ca.crt", "-keyfile", "ca.key",
+            "-in", name + ".csr", "-out", name + ".crt", "-notext",
+            "-startdate", stamp(now - 60), "-enddate", stamp(now + seconds), cwd=d)
+    with open(os.path.join(d, name + "-chain.crt"), "w") as out:
+        for part in (name + ".crt", "ca.crt"):
+            with open(os.path.join(d, part)) as f:
+                out.write(f.read())
+
+
+def ocsp_response(d, name, out):
+    """The CA's OCSP response (DER) about d/name.crt, as its index says (good, unless revoked),
+    written to d/out: what an operator fetches with `openssl ocsp ... -respout`."""
+    openssl("ocsp", "-issuer", "ca.crt", "-cert", name + ".crt", "-no_nonce",
+            "-reqout", name + ".ocsp-req", cwd=d)
+    openssl("ocsp", "-index", "index.txt", "-rsigner", "ca.crt", "-rkey", "ca.key", "-CA", "ca.crt",
+            "-reqin", name + ".ocsp-req", "-respout", out, "-ndays", "1", cwd=d)
+
+
+def revoke(d, name):
+    """Marks d/name.crt revoked in the CA's index."""
+    openssl("ca", "-config", "ca.cnf", "-cert", "ca.crt", "-keyfile", "ca.key",
+            "-revoke", name + ".crt", cwd=d)

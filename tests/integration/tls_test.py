@@ -1,6 +1,7 @@
 """HTTPS on the real ringd binary, on one io backend (RINGD_IO): real clients (Python's ssl, curl,
 openssl s_client) against --listen-tls, with certificates signed by a test CA the test makes with
 the openssl command line."""
+import json
 import os
 import shutil
 import signal
@@ -12,8 +13,9 @@ import threading
 import time
 import unittest
 
-from ringd_harness import (BackendTestCase, Reader, Server, RINGD, ROOT_FLAGS, make_docroot)
-from tls_pki import make_pki, openssl
+from ringd_harness import (ADMIN, BackendTestCase, Reader, Server, RINGD, ROOT_FLAGS, admin_get,
+                           make_docroot, wait_for)
+from tls_pki import issue, make_pki, ocsp_response, openssl
 
 
 class TlsTest(BackendTestCase):
@@ -351,6 +353,10 @@ class TlsTest(BackendTestCase):
                 (["--tls-cert", p("missing.crt"), "--tls-key", p("other-ec.key")], 1,
                  "cannot read"),
                 (["--tls-cert", p("localhost-ec.crt")], 2, "come in pairs"),
+                (["--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
+                  "--tls-ocsp", p("localhost-ec.crt")], 1, "holds no DER OCSP response"),
+                (["--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
+                  "--tls-ocsp", p("missing.ocsp")], 1, "--tls-ocsp: cannot read"),
                 ([], 2, "--listen-tls needs a certificate")]:
             out = subprocess.run([RINGD, "--root", self.root, "--listen-tls", "127.0.0.1:0"] +
                                  flags + ROOT_FLAGS, capture_output=True, text=True, timeout=10)
@@ -358,6 +364,119 @@ class TlsTest(BackendTestCase):
             lines = out.stderr.strip().splitlines()
             self.assertEqual(len(lines), 1, out.stderr)
             self.assertIn(says, lines[0])
+
+    def s_client_status(self, port):
+        """What `openssl s_client -status` prints of the server's OCSP staple."""
+        out = subprocess.run(
+            ["openssl", "s_client", "-connect", "127.0.0.1:%d" % port, "-servername", "localhost",
+             "-CAfile", os.path.join(self.pki, "ca.crt"), "-verify_return_error", "-status"],
+            input=b"", capture_output=True, timeout=30)
+        self.assertIn(b"Verify return code: 0 (ok)", out.stdout)
+        return out.stdout.decode(errors="replace")
+
+    def test_ocsp_response_stapled_from_a_file_and_kept_through_a_failed_reload(self):
+        issue(self.pki, "stapled", 3600)
+        ocsp_response(self.pki, "stapled", "stapled.ocsp")
+        p = lambda n: os.path.join(self.pki, n)
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--tls-cert",
+                        p("stapled-chain.crt"), "--tls-key", p("stapled.key"), "--tls-ocsp",
+                        p("stapled.ocsp"), *ADMIN)
+        try:
+            out = self.s_client_status(server.tls_port)
+            self.assertIn("OCSP Response Status: successful", out)
+            self.assertIn("Cert Status: good", out)
+            next_update = server.metric("ringd_tls_ocsp_next_update_seconds",
+                                        ocsp=p("stapled.ocsp"))
+            self.assertGreater(next_update, time.time() + 3600)
+            # A reload that finds a broken response keeps the generation in use, staple and all.
+            with open(p("stapled.ocsp"), "wb") as f:
+                f.write(b"not DER")
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: server.logged("keeping the certificates in use: --tls-ocsp"),
+                     what="the failed reload's line")
+            self.assertIn("Cert Status: good", self.s_client_status(server.tls_port))
+            # Without a staple, a client that asks gets none.
+            plain = self.s_client_status(self.server.tls_port)
+            self.assertIn("OCSP response: no response sent", plain)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_readyz_fails_once_a_certificate_has_expired(self):
+        issue(self.pki, "short", 6)
+        p = lambda n: os.path.join(self.pki, n)
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--tls-cert", p("short.crt"),
+                        "--tls-key", p("short.key"), *ADMIN)
+        try:
+            port = server.admin_port()
+            self.assertEqual(admin_get(port, "/readyz"), (200, "ready\n"))
+            status, body = wait_for(lambda: (lambda r: r if r[0] != 200 else None)(
+                admin_get(port, "/readyz")), what="/readyz to fail", timeout=20)
+            self.assertEqual(status, 503)
+            self.assertIn("short.crt' expired", body)
+            self.assertEqual(admin_get(port, "/healthz")[0], 200)  # alive, just not ready
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_access_log_json_names_protocol_cipher_sni_and_resumption(self):
+        log = os.path.join(tempfile.mkdtemp(prefix="ringd-tls-log-"), "access.json")
+        p = lambda n: os.path.join(self.pki, n)
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--tls-cert",
+                        p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
+                        "--access-log", log, "--access-log-format", "json", "--shards", "1")
+        try:
+            ctx = self.context()
+            for session in [None, "resume"]:
+                raw = socket.create_connection(("127.0.0.1", server.tls_port), timeout=10)
+                with ctx.wrap_socket(raw, server_hostname="localhost",
+                                     session=session and last) as s:
+                    self.assertEqual(self.get(s, "/small.txt").status, 200)
+                    last = s.session
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+                s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                Reader(s).read_response()
+        finally:
+            self.assertEqual(server.stop(), 0)
+        with open(log) as f:
+            records = [json.loads(l) for l in f]
+        self.assertEqual(len(records), 3, records)
+        full, resumed, plain = records
+        self.assertEqual(full["ssl_protocol"], "TLSv1.3")
+        self.assertTrue(full["ssl_cipher"].startswith("TLS_"), full)
+        self.assertEqual(full["ssl_server_name"], "localhost")
+        self.assertFalse(full["ssl_session_reused"])
+        self.assertTrue(resumed["ssl_session_reused"], resumed)
+        self.assertEqual((plain["ssl_protocol"], plain["ssl_server_name"]), ("", ""))
+        shutil.rmtree(os.path.dirname(log), ignore_errors=True)
+
+    def test_handshakes_that_never_finish_give_way_at_the_connection_limit(self):
+        # Twice --max-connections in clients that begin a handshake and never finish it, or
+        # never begin: they give way to newcomers as idle connections do (after 500 ms).
+        p = lambda n: os.path.join(self.pki, n)
+        limit = 20
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--tls-cert",
+                        p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
+                        "--max-connections", str(limit), "--shards", "1",
+                        "--header-timeout-ms", "60000", *ADMIN)
+        stuck = []
+        try:
+            for i in range(2 * limit + 40):  # beyond every slot, the reserve's included
+                s = socket.create_connection(("127.0.0.1", server.tls_port), timeout=10)
+                if i % 2:
+                    s.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a ClientHello's start
+                stuck.append(s)
+            for i in range(3):
+                start = time.monotonic()
+                raw = socket.create_connection(("127.0.0.1", server.tls_port), timeout=10)
+                with self.context().wrap_socket(raw, server_hostname="localhost") as s:
+                    r = self.get(s, "/small.txt")
+                    self.assertEqual((r.status, r.body), (200, self.files["small.txt"]))
+                print("newcomer %d served in %.2f s" % (i, time.monotonic() - start))
+            self.assertTrue(Reader(stuck[0]).at_eof(timeout=5))
+            self.assertGreaterEqual(server.metric("ringd_connections_silent_reclaimed_total"), 3)
+        finally:
+            for s in stuck:
+                s.close()
+            self.assertEqual(server.stop(), 0)
 
 
 if __name__ == "__main__":
