@@ -43,6 +43,8 @@ BufferPool::BufferPool(size_t buffer_size, uint32_t count, char* memory)
 
 BufferPool::~BufferPool() {
   if (base_ == nullptr) return;
+  RINGD_ASSERT_MSG(stats_.in_use == 0, "%llu buffers still out of the pool",
+                   static_cast<unsigned long long>(stats_.in_use));
   if (owns_memory_) {
     ::munmap(base_, size_ * count_ + sizeof(uint32_t) * count_);
   } else {

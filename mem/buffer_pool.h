@@ -22,6 +22,7 @@ class BufferPool {
   // Uses `memory` (at least buffer_size * count bytes, owned by the caller, e.g. a ShardMemory
   // region) for the buffers.
   BufferPool(size_t buffer_size, uint32_t count, char* memory);
+  // Every buffer goes back before its pool does (or is given up with Abandon).
   ~BufferPool();
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
@@ -31,6 +32,9 @@ class BufferPool {
 
   char* Get();
   void Put(char* buffer);
+  // For an owner that is going away with buffers still out, on purpose (a shard that gave up on
+  // connections at exit): they are forgotten, and the pool may be destroyed.
+  void Abandon() { stats_.in_use = 0; }
 
   size_t buffer_size() const { return size_; }
   uint32_t count() const { return count_; }

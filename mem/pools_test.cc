@@ -94,9 +94,25 @@ TEST(ShardMemory, CarvesOneMappingIntoPoolRegions) {
   char* a = pool.Get();
   EXPECT_EQ(a, memory.Region(0));
   a[8191] = 1;
-  EXPECT_NE(pool.Get(), nullptr);
-  EXPECT_NE(pool.Get(), nullptr);
+  char* b = pool.Get();
+  char* c = pool.Get();
+  EXPECT_NE(b, nullptr);
+  EXPECT_NE(c, nullptr);
   EXPECT_EQ(pool.Get(), nullptr);
+  for (char* x : {a, b, c}) pool.Put(x);
+}
+
+TEST(BufferPoolDeathTest, DestroyedWithBuffersOutFailsUnlessAbandoned) {
+  EXPECT_DEATH(
+      {
+        BufferPool pool(4096, 2);
+        pool.Get();
+      },
+      "1 buffers still out of the pool");
+  BufferPool pool(4096, 2);
+  pool.Get();
+  pool.Abandon();
+  EXPECT_EQ(pool.Stats().in_use, 0u);
 }
 
 }  // namespace
