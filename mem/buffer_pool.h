@@ -1,6 +1,8 @@
 // A shard's fixed-size I/O buffers: one mmap'd region, carved into `count` buffers of `size`
 // bytes, allocated once. The region can be registered with io_uring as fixed buffers. Used for
-// request input that spans reads, response heads, and the small-file cache's contents.
+// request input that spans reads, response heads, and the small-file cache's contents. Under
+// ASan a buffer is poisoned while it is not handed out (mem/asan_poison.h); the kernel's own
+// reads and writes into registered buffers are not checked.
 //
 //   mem::BufferPool pool(16384, 4096);        // 64 MiB
 //   char* b = pool.Get();                     // nullptr when every buffer is out
