@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "io/assert.h"
+#include "mem/asan_poison.h"
 
 namespace ringd::mem {
 
@@ -26,6 +27,7 @@ BufferPool::BufferPool(size_t buffer_size, uint32_t count) : size_(buffer_size),
   for (uint32_t i = 0; i < count; ++i) free_[i] = count - 1 - i;
   free_top_ = count;
   stats_.capacity = count;
+  PoisonForAsan(base_, data_bytes);  // the index stack after it stays addressable
 }
 
 BufferPool::BufferPool(size_t buffer_size, uint32_t count, char* memory)
@@ -39,10 +41,15 @@ BufferPool::BufferPool(size_t buffer_size, uint32_t count, char* memory)
   for (uint32_t i = 0; i < count; ++i) free_[i] = count - 1 - i;
   free_top_ = count;
   stats_.capacity = count;
+  PoisonForAsan(base_, size_ * count_);
 }
 
 BufferPool::~BufferPool() {
   if (base_ == nullptr) return;
+  RINGD_ASSERT_MSG(stats_.in_use == 0, "%llu buffers still out of the pool",
+                   static_cast<unsigned long long>(stats_.in_use));
+  // The memory outlives the pool's view of it (unmapped, or the caller's again): addressable.
+  UnpoisonForAsan(base_, size_ * count_);
   if (owns_memory_) {
     ::munmap(base_, size_ * count_ + sizeof(uint32_t) * count_);
   } else {
@@ -57,7 +64,9 @@ char* BufferPool::Get() {
   }
   const uint32_t index = free_[--free_top_];
   if (++stats_.in_use > stats_.high_water) stats_.high_water = stats_.in_use;
-  return base_ + static_cast<size_t>(index) * size_;
+  char* buffer = base_ + static_cast<size_t>(index) * size_;
+  UnpoisonForAsan(buffer, size_);
+  return buffer;
 }
 
 void BufferPool::Put(char* buffer) {
@@ -66,6 +75,7 @@ void BufferPool::Put(char* buffer) {
   RINGD_ASSERT(free_top_ < count_);  // a buffer returned twice
   free_[free_top_++] = static_cast<uint32_t>((buffer - base_) / size_);
   --stats_.in_use;
+  PoisonForAsan(buffer, size_);
 }
 
 }  // namespace ringd::mem

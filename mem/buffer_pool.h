@@ -1,6 +1,8 @@
 // A shard's fixed-size I/O buffers: one mmap'd region, carved into `count` buffers of `size`
 // bytes, allocated once. The region can be registered with io_uring as fixed buffers. Used for
-// request input that spans reads, response heads, and the small-file cache's contents.
+// request input that spans reads, response heads, and the small-file cache's contents. Under
+// ASan a buffer is poisoned while it is not handed out (mem/asan_poison.h); the kernel's own
+// reads and writes into registered buffers are not checked.
 //
 //   mem::BufferPool pool(16384, 4096);        // 64 MiB
 //   char* b = pool.Get();                     // nullptr when every buffer is out
@@ -22,6 +24,7 @@ class BufferPool {
   // Uses `memory` (at least buffer_size * count bytes, owned by the caller, e.g. a ShardMemory
   // region) for the buffers.
   BufferPool(size_t buffer_size, uint32_t count, char* memory);
+  // Every buffer goes back before its pool does (or is given up with Abandon).
   ~BufferPool();
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
@@ -31,6 +34,9 @@ class BufferPool {
 
   char* Get();
   void Put(char* buffer);
+  // For an owner that is going away with buffers still out, on purpose (a shard that gave up on
+  // connections at exit): they are forgotten, and the pool may be destroyed.
+  void Abandon() { stats_.in_use = 0; }
 
   size_t buffer_size() const { return size_; }
   uint32_t count() const { return count_; }

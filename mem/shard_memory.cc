@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "mem/asan_poison.h"
+
 namespace ringd::mem {
 
 ShardMemory::ShardMemory(std::initializer_list<size_t> sizes) {
@@ -29,7 +31,11 @@ ShardMemory::ShardMemory(std::initializer_list<size_t> sizes) {
 }
 
 ShardMemory::~ShardMemory() {
-  if (base_ != nullptr) ::munmap(base_, total_);
+  if (base_ == nullptr) return;
+  // Pools carved from it poison what they hold (mem/asan_poison.h); the address range may be
+  // mapped again, so it leaves addressable.
+  UnpoisonForAsan(base_, total_);
+  ::munmap(base_, total_);
 }
 
 }  // namespace ringd::mem

@@ -1,6 +1,7 @@
 // A fixed-capacity pool of T for one shard: O(1) Get and Put, a hard bound, no allocation after
 // construction. Get() returns nullptr when the pool is empty; the caller applies backpressure
-// (stops accepting, delays work) rather than allocating.
+// (stops accepting, delays work) rather than allocating. Under ASan a slot is poisoned while it
+// is not handed out, so touching an object after Put() is reported (mem/asan_poison.h).
 //
 //   mem::SlabPool<Connection> conns(10000);
 //   Connection* c = conns.Get();     // default-initialised in place; nullptr when full
@@ -14,6 +15,7 @@
 #include <utility>
 
 #include "io/assert.h"
+#include "mem/asan_poison.h"
 #include "mem/pool_stats.h"
 
 namespace ringd::mem {
@@ -25,6 +27,7 @@ class SlabPool {
   // address space, not resident memory.
   explicit SlabPool(size_t capacity) : slots_(new Slot[capacity]), capacity_(capacity) {
     stats_.capacity = capacity;
+    PoisonForAsan(slots_.get(), sizeof(Slot) * capacity_);
   }
   SlabPool(const SlabPool&) = delete;
   SlabPool& operator=(const SlabPool&) = delete;
@@ -32,15 +35,18 @@ class SlabPool {
   ~SlabPool() {
     RINGD_ASSERT_MSG(stats_.in_use == 0, "%llu objects still out of the pool",
                      static_cast<unsigned long long>(stats_.in_use));
+    UnpoisonForAsan(slots_.get(), sizeof(Slot) * capacity_);
   }
 
   template <typename... Args>
   T* Get(Args&&... args) {
     Slot* s = free_;
     if (s != nullptr) {
+      UnpoisonForAsan(s, sizeof(Slot));  // handed out: the link is read from it first
       free_ = s->next_free;
     } else if (fresh_ < capacity_) {
       s = &slots_[fresh_++];  // never used yet
+      UnpoisonForAsan(s, sizeof(Slot));
     } else {
       ++stats_.exhausted;
       return nullptr;
@@ -61,6 +67,7 @@ class SlabPool {
     Slot* s = reinterpret_cast<Slot*>(object);
     s->next_free = free_;
     free_ = s;
+    PoisonForAsan(s, sizeof(Slot));  // link included: only Get reads it, after unpoisoning
     --stats_.in_use;
   }
 

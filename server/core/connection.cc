@@ -442,6 +442,11 @@ void Shard::FinishResponse(Connection* conn) {
   ReleaseExchange(conn);
   if (conn->wants_close || draining_) return CloseGracefully(conn);
   SetState(conn, ConnState::kReading);
+  // With its receive over (as after the client's end of stream during the response), ProcessInput
+  // may end the connection and free it (WaitForRequest -> Abort -> MaybeFree), and there is no
+  // receive to resume. With a receive in flight it cannot be freed before that receive's last
+  // callback.
+  if (!conn->recv_active) return ProcessInput(conn);
   ProcessInput(conn);  // pipelined requests already buffered
   UpdateRecv(conn);    // room again: resume a paused receive
 }

@@ -47,6 +47,7 @@ Shard::~Shard() {
     // nothing touches them. They are left as they are.
     exchanges_->Abandon();
     conns_->Abandon();
+    input_pool_->Abandon();  // their input buffers
   }
   files_.reset();
   loop_.reset();
