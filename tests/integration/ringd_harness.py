@@ -125,13 +125,16 @@ def server_has_read(sock):
 
 
 class Server:
-    """A ringd process serving `root`; stop() sends SIGTERM and returns the exit status."""
+    """A ringd process serving `root`; stop() sends SIGTERM and returns the exit status.
+    `listen=None`: no --listen (a server with --listen-tls only; `port` is then its TLS port).
+    `binary`: another copy of the ringd under test (one that another user may run)."""
 
     def __init__(self, root, *flags, backend=None, env=None, wrap=None, preexec_fn=None,
-                 listen="127.0.0.1:0"):
+                 listen="127.0.0.1:0", binary=None):
         self.root = root
-        args = list(WRAP if wrap is None else wrap) + [RINGD, "--root", root, "--listen", listen, "--shards", "2",
-                             "--io", backend or BACKEND] + ROOT_FLAGS + EXTRA_FLAGS + list(flags)
+        args = list(WRAP if wrap is None else wrap) + [binary or RINGD, "--root", root] + \
+            (["--listen", listen] if listen else []) + ["--shards", "2", "--io", backend or BACKEND] + \
+            ROOT_FLAGS + EXTRA_FLAGS + list(flags)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      env=env, text=True, preexec_fn=preexec_fn)
         self.log = []
