@@ -37,7 +37,19 @@ RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ran
   if (max_ranges > RangeSet::kCapacity) max_ranges = RangeSet::kCapacity;
   std::string_view list = header.substr(6);
   size_t specs = 0;
-  uint64_t requested = 0;  // sum of satisfiable lengths, before coalescing
+  uint64_t requested = 0;  // sum of satisfiable lengths, before coalescing: at most `length`
+  // Adds a satisfiable range. False, with the set emptied, once the lengths add up to more than
+  // the representation (overlapping ranges asking for more than the file: refused). Checked as
+  // each range comes, so the sum never overflows, however long the representation.
+  const auto add = [&](uint64_t first, uint64_t last) {
+    if (last - first + 1 > length - requested) {
+      out->count = 0;
+      return false;
+    }
+    requested += last - first + 1;
+    out->ranges[out->count++] = ByteRange{first, last};
+    return true;
+  };
   bool saw_any = false;
   while (true) {
     const size_t comma = list.find(',');
@@ -55,8 +67,7 @@ RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ran
         if (n > 0 && length > 0) {
           first = n >= length ? 0 : length - n;
           last = length - 1;
-          out->ranges[out->count++] = ByteRange{first, last};
-          requested += last - first + 1;
+          if (!add(first, last)) return RangeOutcome::kIgnore;
         }
       } else {
         if (!ParseDecimal(a, &first)) return RangeOutcome::kIgnore;
@@ -67,8 +78,7 @@ RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ran
         }
         if (first < length) {
           if (last >= length) last = length - 1;
-          out->ranges[out->count++] = ByteRange{first, last};
-          requested += last - first + 1;
+          if (!add(first, last)) return RangeOutcome::kIgnore;
         }
       }
     }
@@ -77,10 +87,6 @@ RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ran
   }
   if (!saw_any) return RangeOutcome::kIgnore;
   if (out->count == 0) return RangeOutcome::kUnsatisfiable;
-  if (requested > length) {  // overlapping ranges asking for more than the file: refuse
-    out->count = 0;
-    return RangeOutcome::kIgnore;
-  }
   // Coalesce overlapping and adjacent ranges (RFC 9110 section 14.6 permits it).
   std::sort(out->ranges, out->ranges + out->count,
             [](const ByteRange& x, const ByteRange& y) { return x.first < y.first; });

@@ -92,6 +92,11 @@ TEST(Range, RefusesAmplification) {
   EXPECT_EQ(ParseRange("bytes=0-,0-,0-", 1000, 16, &set), RangeOutcome::kIgnore);
   EXPECT_EQ(ParseRange("bytes=0-499,250-749", 1000, 16, &set), RangeOutcome::kSatisfiable);
   EXPECT_EQ(ParseRange("bytes=0-599,400-999", 1000, 16, &set), RangeOutcome::kIgnore);
+  // The lengths' sum is not held in 64 bits: three whole copies of the largest file Linux can
+  // have (2^63 - 1 bytes, on XFS) add up to more than 2^64.
+  EXPECT_EQ(ParseRange("bytes=0-,0-,0-", INT64_MAX, 16, &set), RangeOutcome::kIgnore);
+  EXPECT_EQ(ParseRange("bytes=-18446744073709551615,0-0", UINT64_MAX, 16, &set),
+            RangeOutcome::kIgnore);
   // The configured limit is itself capped by the set's capacity.
   EXPECT_EQ(ParseRange(many, 1000, 1000000, &set), RangeOutcome::kSatisfiable);
 }
