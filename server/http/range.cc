@@ -14,6 +14,15 @@ size_t Append(char* out, std::string_view s) {
   return s.size();
 }
 
+// A part head's fixed text, around the boundary, the content type and three numbers.
+constexpr std::string_view kDelimiter = "\r\n--";
+constexpr std::string_view kPartType = "\r\nContent-Type: ";
+constexpr std::string_view kPartRange = "\r\nContent-Range: bytes ";
+constexpr std::string_view kPartEnd = "\r\n\r\n";
+static_assert(MultipartLayout::kMaxPartHead ==
+              kDelimiter.size() + MultipartLayout::kMaxBoundary + kPartType.size() +
+                  MultipartLayout::kMaxPartType + kPartRange.size() + 3 * 20 + 2 + kPartEnd.size());
+
 }  // namespace
 
 size_t FormatUint(uint64_t v, char* out) {
@@ -107,22 +116,22 @@ RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ran
 size_t MultipartLayout::PartHead(size_t i, char* out) const {
   const ByteRange& r = set_.ranges[i];
   size_t n = 0;
-  n += Append(out + n, "\r\n--");
+  n += Append(out + n, kDelimiter);
   n += Append(out + n, boundary_);
-  n += Append(out + n, "\r\nContent-Type: ");
-  n += Append(out + n, content_type_.substr(0, 128));
-  n += Append(out + n, "\r\nContent-Range: bytes ");
+  n += Append(out + n, kPartType);
+  n += Append(out + n, content_type_.substr(0, kMaxPartType));
+  n += Append(out + n, kPartRange);
   n += FormatUint(r.first, out + n);
   out[n++] = '-';
   n += FormatUint(r.last, out + n);
   out[n++] = '/';
   n += FormatUint(length_, out + n);
-  n += Append(out + n, "\r\n\r\n");
+  n += Append(out + n, kPartEnd);
   return n;
 }
 
 size_t MultipartLayout::Tail(char* out) const {
-  size_t n = Append(out, "\r\n--");
+  size_t n = Append(out, kDelimiter);
   n += Append(out + n, boundary_);
   n += Append(out + n, "--\r\n");
   return n;

@@ -121,6 +121,21 @@ TEST(Range, LaysOutMultipartBodies) {
   EXPECT_EQ(m.ContentLength(), body.size());
 }
 
+// PartHead's buffer fits the longest part head: a 70-byte boundary, a content type cut at 128
+// bytes and three 20-digit numbers.
+TEST(Range, TheLongestPartHeadFitsItsBuffer) {
+  RangeSet set;
+  set.ranges[0] = ByteRange{UINT64_MAX - 2, UINT64_MAX - 1};
+  set.ranges[1] = ByteRange{UINT64_MAX - 1, UINT64_MAX - 1};
+  set.count = 2;
+  const std::string boundary(MultipartLayout::kMaxBoundary, 'B');
+  const std::string type(200, 't');
+  MultipartLayout m(set, type, UINT64_MAX, boundary);
+  char buf[2 * MultipartLayout::kMaxPartHead];
+  EXPECT_EQ(m.PartHead(0, buf), MultipartLayout::kMaxPartHead);
+  EXPECT_EQ(m.Tail(buf), MultipartLayout::kMaxBoundary + 8);
+}
+
 TEST(Range, FormatsIntegers) {
   char buf[20];
   EXPECT_EQ(std::string(buf, FormatUint(0, buf)), "0");
