@@ -11,8 +11,9 @@
 //   <role> <kind> <size> <mtime>   role: file, br, gz, index, page; kind: regular, dir, missing,
 //                                  forbidden, other, unavailable (by first letter)
 //   config <max_ranges> <max_discarded_body> <flags>   flags: see kFlag* below
+#include <algorithm>
 #include <cstdint>
-#include <cstring>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
@@ -370,7 +371,7 @@ void CheckPlan(const Request& req, const Setup& s, const ResponsePlan& plan) {
   if (plan.status == 206) {
     FUZZ_CHECK(req.method == Method::kGet && plan.send_body);
     const RangeSet& set = plan.ranges;
-    FUZZ_CHECK(set.count >= 1 && set.count <= std::min<size_t>(config.max_ranges, 64));
+    FUZZ_CHECK(set.count >= 1 && set.count <= std::min(config.max_ranges, RangeSet::kCapacity));
     for (size_t i = 0; i < set.count; ++i) {
       FUZZ_CHECK(set.ranges[i].first <= set.ranges[i].last);
       FUZZ_CHECK(set.ranges[i].last < plan.file.size);  // no byte beyond the file
