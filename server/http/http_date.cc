@@ -94,8 +94,13 @@ std::optional<int64_t> Combine(int64_t year, unsigned mon, unsigned day, unsigne
 }  // namespace
 
 void FormatHttpDate(int64_t unix_seconds, char* out) {
-  int64_t days = unix_seconds >= 0 ? unix_seconds / 86400 : (unix_seconds - 86399) / 86400;
-  const int64_t secs = unix_seconds - days * 86400;
+  // Floor division by a day, in a form that cannot overflow at the far ends of int64_t.
+  int64_t days = unix_seconds / 86400;
+  int64_t secs = unix_seconds % 86400;
+  if (secs < 0) {
+    secs += 86400;
+    --days;
+  }
   int64_t y;
   unsigned m, d;
   CivilFromDays(days, y, m, d);

@@ -14,6 +14,15 @@ size_t Append(char* out, std::string_view s) {
   return s.size();
 }
 
+// A part head's fixed text, around the boundary, the content type and three numbers.
+constexpr std::string_view kDelimiter = "\r\n--";
+constexpr std::string_view kPartType = "\r\nContent-Type: ";
+constexpr std::string_view kPartRange = "\r\nContent-Range: bytes ";
+constexpr std::string_view kPartEnd = "\r\n\r\n";
+static_assert(MultipartLayout::kMaxPartHead ==
+              kDelimiter.size() + MultipartLayout::kMaxBoundary + kPartType.size() +
+                  MultipartLayout::kMaxPartType + kPartRange.size() + 3 * 20 + 2 + kPartEnd.size());
+
 }  // namespace
 
 size_t FormatUint(uint64_t v, char* out) {
@@ -37,7 +46,19 @@ RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ran
   if (max_ranges > RangeSet::kCapacity) max_ranges = RangeSet::kCapacity;
   std::string_view list = header.substr(6);
   size_t specs = 0;
-  uint64_t requested = 0;  // sum of satisfiable lengths, before coalescing
+  uint64_t requested = 0;  // sum of satisfiable lengths, before coalescing: at most `length`
+  // Adds a satisfiable range. False, with the set emptied, once the lengths add up to more than
+  // the representation (overlapping ranges asking for more than the file: refused). Checked as
+  // each range comes, so the sum never overflows, however long the representation.
+  const auto add = [&](uint64_t first, uint64_t last) {
+    if (last - first + 1 > length - requested) {
+      out->count = 0;
+      return false;
+    }
+    requested += last - first + 1;
+    out->ranges[out->count++] = ByteRange{first, last};
+    return true;
+  };
   bool saw_any = false;
   while (true) {
     const size_t comma = list.find(',');
@@ -55,8 +76,7 @@ RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ran
         if (n > 0 && length > 0) {
           first = n >= length ? 0 : length - n;
           last = length - 1;
-          out->ranges[out->count++] = ByteRange{first, last};
-          requested += last - first + 1;
+          if (!add(first, last)) return RangeOutcome::kIgnore;
         }
       } else {
         if (!ParseDecimal(a, &first)) return RangeOutcome::kIgnore;
@@ -67,8 +87,7 @@ RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ran
         }
         if (first < length) {
           if (last >= length) last = length - 1;
-          out->ranges[out->count++] = ByteRange{first, last};
-          requested += last - first + 1;
+          if (!add(first, last)) return RangeOutcome::kIgnore;
         }
       }
     }
@@ -77,10 +96,6 @@ RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ran
   }
   if (!saw_any) return RangeOutcome::kIgnore;
   if (out->count == 0) return RangeOutcome::kUnsatisfiable;
-  if (requested > length) {  // overlapping ranges asking for more than the file: refuse
-    out->count = 0;
-    return RangeOutcome::kIgnore;
-  }
   // Coalesce overlapping and adjacent ranges (RFC 9110 section 14.6 permits it).
   std::sort(out->ranges, out->ranges + out->count,
             [](const ByteRange& x, const ByteRange& y) { return x.first < y.first; });
@@ -101,22 +116,22 @@ RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ran
 size_t MultipartLayout::PartHead(size_t i, char* out) const {
   const ByteRange& r = set_.ranges[i];
   size_t n = 0;
-  n += Append(out + n, "\r\n--");
+  n += Append(out + n, kDelimiter);
   n += Append(out + n, boundary_);
-  n += Append(out + n, "\r\nContent-Type: ");
-  n += Append(out + n, content_type_.substr(0, 128));
-  n += Append(out + n, "\r\nContent-Range: bytes ");
+  n += Append(out + n, kPartType);
+  n += Append(out + n, content_type_.substr(0, kMaxPartType));
+  n += Append(out + n, kPartRange);
   n += FormatUint(r.first, out + n);
   out[n++] = '-';
   n += FormatUint(r.last, out + n);
   out[n++] = '/';
   n += FormatUint(length_, out + n);
-  n += Append(out + n, "\r\n\r\n");
+  n += Append(out + n, kPartEnd);
   return n;
 }
 
 size_t MultipartLayout::Tail(char* out) const {
-  size_t n = Append(out, "\r\n--");
+  size_t n = Append(out, kDelimiter);
   n += Append(out + n, boundary_);
   n += Append(out + n, "--\r\n");
   return n;

@@ -44,7 +44,10 @@ RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ran
 class MultipartLayout {
  public:
   static constexpr size_t kMaxBoundary = 70;
-  static constexpr size_t kMaxPartHead = 2 + kMaxBoundary + 2 + 14 + 128 + 2 + 15 + 3 * 20 + 2 + 4;
+  static constexpr size_t kMaxPartType = 128;  // a longer content type is cut in part heads
+  // "\r\n--" boundary "\r\nContent-Type: " type "\r\nContent-Range: bytes " first "-" last "/"
+  // length "\r\n\r\n", each number at most 20 digits (tied to the text in range.cc).
+  static constexpr size_t kMaxPartHead = 4 + kMaxBoundary + 16 + kMaxPartType + 23 + 3 * 20 + 2 + 4;
 
   MultipartLayout(const RangeSet& set, std::string_view content_type, uint64_t length,
                   std::string_view boundary)

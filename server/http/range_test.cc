@@ -92,6 +92,11 @@ TEST(Range, RefusesAmplification) {
   EXPECT_EQ(ParseRange("bytes=0-,0-,0-", 1000, 16, &set), RangeOutcome::kIgnore);
   EXPECT_EQ(ParseRange("bytes=0-499,250-749", 1000, 16, &set), RangeOutcome::kSatisfiable);
   EXPECT_EQ(ParseRange("bytes=0-599,400-999", 1000, 16, &set), RangeOutcome::kIgnore);
+  // The lengths' sum is not held in 64 bits: three whole copies of the largest file Linux can
+  // have (2^63 - 1 bytes, on XFS) add up to more than 2^64.
+  EXPECT_EQ(ParseRange("bytes=0-,0-,0-", INT64_MAX, 16, &set), RangeOutcome::kIgnore);
+  EXPECT_EQ(ParseRange("bytes=-18446744073709551615,0-0", UINT64_MAX, 16, &set),
+            RangeOutcome::kIgnore);
   // The configured limit is itself capped by the set's capacity.
   EXPECT_EQ(ParseRange(many, 1000, 1000000, &set), RangeOutcome::kSatisfiable);
 }
@@ -114,6 +119,21 @@ TEST(Range, LaysOutMultipartBodies) {
             "\r\n--BOUND\r\nContent-Type: text/plain\r\nContent-Range: bytes 8-9/10\r\n\r\n89"
             "\r\n--BOUND--\r\n");
   EXPECT_EQ(m.ContentLength(), body.size());
+}
+
+// PartHead's buffer fits the longest part head: a 70-byte boundary, a content type cut at 128
+// bytes and three 20-digit numbers.
+TEST(Range, TheLongestPartHeadFitsItsBuffer) {
+  RangeSet set;
+  set.ranges[0] = ByteRange{UINT64_MAX - 2, UINT64_MAX - 1};
+  set.ranges[1] = ByteRange{UINT64_MAX - 1, UINT64_MAX - 1};
+  set.count = 2;
+  const std::string boundary(MultipartLayout::kMaxBoundary, 'B');
+  const std::string type(200, 't');
+  MultipartLayout m(set, type, UINT64_MAX, boundary);
+  char buf[2 * MultipartLayout::kMaxPartHead];
+  EXPECT_EQ(m.PartHead(0, buf), MultipartLayout::kMaxPartHead);
+  EXPECT_EQ(m.Tail(buf), MultipartLayout::kMaxBoundary + 8);
 }
 
 TEST(Range, FormatsIntegers) {

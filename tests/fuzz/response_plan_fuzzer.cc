@@ -1,0 +1,454 @@
+// Fuzzes response planning past the parser: a request the real parser accepted, against a file
+// state the input chooses (a file, its .br and .gz siblings, a directory's index, an error page:
+// each missing, forbidden, regular, a directory, something else or unavailable, of any size and
+// modification time) and a configuration. Planning must end after a bounded number of lookups,
+// the plan must hold what RFC 9110 and response_plan.h say of it (status, framing, 304, 412,
+// 416 and 206 only when their conditions hold, no body for HEAD, ranges inside the file), the
+// written head must be well formed with no line the input could inject, and planning through a
+// scratch a different plan used must give the same head.
+//
+// Input: setup lines, an empty line, then the request head (its blank line is added).
+//   <role> <kind> <size> <mtime>   role: file, br, gz, index, page; kind: regular, dir, missing,
+//                                  forbidden, other, unavailable (by first letter)
+//   config <max_ranges> <max_discarded_body> <flags>   flags: see kFlag* below
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "server/http/conditional.h"
+#include "server/http/http_date.h"
+#include "server/http/mime_types.h"
+#include "server/http/origin_headers.h"
+#include "server/http/range.h"
+#include "server/http/request_parser.h"
+#include "server/http/response_plan.h"
+#include "tests/fuzz/fuzz_text.h"
+
+namespace ringd::http {
+namespace {
+
+using fuzz::FuzzText;
+using fuzz::TakeNumber;
+using fuzz::TakeSigned;
+using fuzz::TakeWord;
+
+constexpr int64_t kMtime = 1445412480;  // Wed, 21 Oct 2015 07:28:00 GMT
+constexpr std::string_view kErrorPage = "error.html";
+constexpr std::string_view kBoundary = "ringd-0123456789abcdef";
+// A shard writes a response head into a buffer this long (Exchange::kHeadBytes in
+// server/core/shard.h) and answers 500 when it does not fit.
+constexpr size_t kShardHeadBytes = 4096;
+
+// config's flags.
+constexpr uint64_t kFlagPrecompressed = 1;  // look for .br and .gz siblings
+constexpr uint64_t kFlagDotFiles = 2;       // --serve-dot-files
+constexpr uint64_t kFlagRedirectHttps = 4;  // --redirect-https (on port 8443)
+constexpr uint64_t kFlagOrigin = 8;         // Cache-Control rules, added headers, error pages
+constexpr uint64_t kFlagPrefetch = 16;      // the caller looks up the paths a step prefetches
+constexpr uint64_t kFlagWarmBySize = 32;    // the other plan differs in sizes, not times
+
+enum Role { kFile, kBr, kGz, kIndex, kPage, kRoles };
+
+// What the planner learns of a path depends on the path alone: its role by name.
+Role RoleOf(std::string_view path) {
+  if (path == kErrorPage) return kPage;
+  if (path.ends_with(".br")) return kBr;
+  if (path.ends_with(".gz")) return kGz;
+  if (path.ends_with("index.html")) return kIndex;
+  return kFile;
+}
+
+FileMeta::Kind KindOf(std::string_view word) {
+  switch (word.empty() ? 'm' : word[0]) {
+    case 'r':
+      return FileMeta::Kind::kRegular;
+    case 'd':
+      return FileMeta::Kind::kDirectory;
+    case 'f':
+      return FileMeta::Kind::kForbidden;
+    case 'o':
+      return FileMeta::Kind::kOther;
+    case 'u':
+      return FileMeta::Kind::kUnavailable;
+    default:
+      return FileMeta::Kind::kMissing;
+  }
+}
+
+// A pretend document root that, like the server's file cache, knows only the paths it has been
+// asked to fetch (unless `all_known`).
+class FuzzFiles : public FileMetaSource {
+ public:
+  FileMeta meta[kRoles];
+  bool all_known = false;
+
+  std::optional<FileMeta> Lookup(std::string_view path) override {
+    if (!all_known && known_.count(std::string(path)) == 0) return std::nullopt;
+    return meta[RoleOf(path)];
+  }
+  bool Known(std::string_view path) const { return known_.count(std::string(path)) != 0; }
+  void Fetch(std::string_view path) { known_.emplace(path); }
+
+ private:
+  std::set<std::string> known_;
+};
+
+struct Setup {
+  FuzzFiles files;
+  PlannerConfig config;
+  uint64_t flags = kFlagPrecompressed;
+};
+
+const MimeTypes& Mime() {
+  static const MimeTypes* mime = new MimeTypes();
+  return *mime;
+}
+
+const OriginHeaders& Origin() {
+  static const OriginHeaders* origin = [] {
+    auto* o = new OriginHeaders();
+    std::string error;
+    FUZZ_CHECK(o->AddCacheRule("*.css", "public, max-age=31536000, immutable", &error));
+    FUZZ_CHECK(o->SetDefaultCacheControl("no-cache", &error));
+    FUZZ_CHECK(o->AddHeader("X-Content-Type-Options", "nosniff", &error));
+    for (int status : {400, 403, 404, 405, 412, 413, 414, 416, 501, 503}) {
+      FUZZ_CHECK(o->SetErrorPage(status, kErrorPage, &error));
+    }
+    return o;
+  }();
+  return *origin;
+}
+
+Setup ReadSetup(FuzzText* in) {
+  Setup s;
+  s.files.meta[kFile] = FileMeta{FileMeta::Kind::kRegular, 1000, kMtime, 1};
+  while (!in->empty() && !in->EndOfSection()) {
+    std::string_view line = in->Line();
+    const std::string_view role = TakeWord(&line);
+    if (role == "config") {
+      s.config.max_ranges = TakeNumber(&line, 16);
+      s.config.max_discarded_body = TakeNumber(&line, 65536);
+      s.flags = TakeNumber(&line, kFlagPrecompressed);
+      continue;
+    }
+    Role r;
+    if (role == "file") {
+      r = kFile;
+    } else if (role == "br") {
+      r = kBr;
+    } else if (role == "gz") {
+      r = kGz;
+    } else if (role == "index") {
+      r = kIndex;
+    } else if (role == "page") {
+      r = kPage;
+    } else {
+      continue;
+    }
+    FileMeta& m = s.files.meta[r];
+    m.kind = KindOf(TakeWord(&line));
+    m.size = TakeNumber(&line, 0) & INT64_MAX;  // st_size: a non-negative off_t
+    m.mtime_sec = TakeSigned(&line, kMtime);
+    m.inode = r + 1;
+  }
+  s.config.mime = &Mime();
+  s.config.precompressed = (s.flags & kFlagPrecompressed) != 0;
+  s.config.target.serve_dot_files = (s.flags & kFlagDotFiles) != 0;
+  s.config.redirect_to_https = (s.flags & kFlagRedirectHttps) != 0;
+  s.config.https_port_suffix = ":8443";
+  if (s.flags & kFlagOrigin) s.config.origin = &Origin();
+  s.config.multipart_boundary = kBoundary;
+  return s;
+}
+
+// Plans `req` as a shard does: looks up what the planner asks for, and plans again.
+void Plan(const Request& req, const Setup& s, FuzzFiles& files, PlanScratch& scratch,
+          ResponsePlan* plan) {
+  for (int step_count = 0;; ++step_count) {
+    // A directory, its index, the index's two siblings and an error page: five lookups at most.
+    FUZZ_CHECK(step_count <= 5);
+    const PlanStep step = PlanResponse(req, s.config, files, scratch, plan);
+    if (step.status == PlanStatus::kReady) return;
+    // Each wait is for a path not known yet: else planning would never end.
+    FUZZ_CHECK(!step.lookup_path.empty() && !files.Known(step.lookup_path));
+    files.Fetch(step.lookup_path);
+    for (std::string_view also : step.prefetch) {
+      if (also.empty()) continue;
+      FUZZ_CHECK(also.ends_with(".br") || also.ends_with(".gz"));
+      if ((s.flags & kFlagPrefetch) && !files.Known(also)) files.Fetch(also);
+    }
+  }
+}
+
+std::string Head(const ResponsePlan& plan) {
+  char date[kHttpDateLen];
+  FormatHttpDate(kMtime + 100, date);
+  static char buf[65536];
+  const size_t n =
+      WriteResponseHead(plan, std::string_view(date, kHttpDateLen), "ringd", buf, sizeof buf);
+  FUZZ_CHECK(n > 0);
+  // Only a 301's Location (from a long target) can make a head longer than a shard's buffer.
+  if (n > kShardHeadBytes) FUZZ_CHECK(plan.status == 301);
+  return std::string(buf, n);
+}
+
+bool IsErrorStatus(int status) { return status >= 400; }
+
+bool ValidStatus(int status) {
+  for (int s : {200, 206, 301, 304, 400, 403, 404, 405, 412, 413, 414, 416, 501, 503}) {
+    if (s == status) return true;
+  }
+  return false;
+}
+
+std::string_view HeaderValue(std::string_view head, std::string_view name) {
+  const std::string key = "\r\n" + std::string(name) + ": ";
+  const size_t at = head.find(key);
+  if (at == std::string_view::npos) return {};
+  const size_t start = at + key.size();
+  return head.substr(start, head.find("\r\n", start) - start);
+}
+
+// The head is a status line and header lines, each "Name: value" with a name ringd writes (or
+// the operator added) at most once, and no CR, LF or other control byte inside a line.
+void CheckHeadSyntax(const ResponsePlan& plan, std::string_view head) {
+  const std::string status_line = "HTTP/1.1 " + std::to_string(plan.status) + " " +
+                                  std::string(ReasonPhrase(plan.status)) + "\r\n";
+  FUZZ_CHECK(head.starts_with(status_line));
+  FUZZ_CHECK(head.ends_with("\r\n\r\n"));
+  static constexpr std::string_view kNames[] = {
+      "Server",           "Date",          "Content-Type",
+      "Content-Length",   "Last-Modified", "ETag",
+      "Content-Encoding", "Vary",          "Content-Range",
+      "Accept-Ranges",    "Location",      "Allow",
+      "Cache-Control",    "Connection",    "X-Content-Type-Options",
+  };
+  int seen[std::size(kNames)] = {};
+  std::string_view rest = head.substr(status_line.size(), head.size() - status_line.size() - 2);
+  while (!rest.empty()) {
+    const size_t end = rest.find("\r\n");
+    FUZZ_CHECK(end != std::string_view::npos);
+    const std::string_view line = rest.substr(0, end);
+    rest.remove_prefix(end + 2);
+    const size_t colon = line.find(": ");
+    FUZZ_CHECK(colon != std::string_view::npos);
+    const std::string_view name = line.substr(0, colon);
+    FUZZ_CHECK(IsToken(name));
+    for (char ch : line.substr(colon + 2)) {
+      const unsigned char c = static_cast<unsigned char>(ch);
+      FUZZ_CHECK((c >= 0x20 || c == '\t') && c != 0x7f);
+    }
+    size_t i = 0;
+    while (i < std::size(kNames) && kNames[i] != name) ++i;
+    FUZZ_CHECK(i < std::size(kNames));
+    FUZZ_CHECK(++seen[i] == 1);
+  }
+  const std::string_view length = HeaderValue(head, "Content-Length");
+  FUZZ_CHECK(length.empty() == (plan.status == 304));
+  if (!length.empty()) FUZZ_CHECK(length == std::to_string(plan.content_length));
+  const std::string_view range = HeaderValue(head, "Content-Range");
+  if (plan.status == 416) {
+    FUZZ_CHECK(range == "bytes */" + std::to_string(plan.unsatisfied_length));
+  } else if (plan.status == 206 && !plan.multipart) {
+    const ByteRange& r = plan.ranges.ranges[0];
+    FUZZ_CHECK(range == "bytes " + std::to_string(r.first) + "-" + std::to_string(r.last) + "/" +
+                            std::to_string(plan.file.size));
+  } else {
+    FUZZ_CHECK(range.empty());
+  }
+  const std::string_view type = HeaderValue(head, "Content-Type");
+  FUZZ_CHECK(type.starts_with("multipart/byteranges; boundary=") == plan.multipart);
+}
+
+// What body_send.cc sends for a multipart plan: each part's head and slice, then the tail.
+uint64_t MultipartBytes(const ResponsePlan& plan) {
+  const MultipartLayout layout(plan.ranges, plan.content_type, plan.file.size,
+                               plan.multipart_boundary);
+  char buf[1024];
+  uint64_t total = 0;
+  for (size_t i = 0; i < plan.ranges.count; ++i) {
+    const size_t n = layout.PartHead(i, buf);
+    FUZZ_CHECK(n <= MultipartLayout::kMaxPartHead);
+    total += n + plan.ranges.ranges[i].Length();
+  }
+  const size_t tail = layout.Tail(buf);
+  FUZZ_CHECK(tail <= MultipartLayout::kMaxBoundary + 8);
+  return total + tail;
+}
+
+void CheckPlan(const Request& req, const Setup& s, const ResponsePlan& plan) {
+  const PlannerConfig& config = s.config;
+  FUZZ_CHECK(ValidStatus(plan.status));
+  const bool get_or_head = req.method == Method::kGet || req.method == Method::kHead;
+  if (req.method == Method::kHead) FUZZ_CHECK(!plan.send_body);
+
+  // Framing: one body source, and Content-Length is what it holds.
+  FUZZ_CHECK(plan.inline_body.empty() || plan.file_path.empty());
+  if (!plan.inline_body.empty()) FUZZ_CHECK(plan.content_length == plan.inline_body.size());
+  if (!plan.file_path.empty()) {
+    FUZZ_CHECK(plan.file.kind == FileMeta::Kind::kRegular);
+    FUZZ_CHECK(plan.status == 200 || plan.status == 206 || IsErrorStatus(plan.status));
+    if (IsErrorStatus(plan.status)) {
+      FUZZ_CHECK(plan.file_path == kErrorPage && config.origin != nullptr);
+    }
+  }
+  if (plan.inline_body.empty() && plan.file_path.empty()) FUZZ_CHECK(plan.content_length == 0);
+  if (plan.status != 206) FUZZ_CHECK(plan.ranges.count == 0 && !plan.multipart);
+  if (plan.status == 200 && !plan.file_path.empty()) {
+    FUZZ_CHECK(plan.content_length == plan.file.size);
+  }
+  if (IsErrorStatus(plan.status) && !plan.file_path.empty()) {
+    FUZZ_CHECK(plan.content_length == plan.file.size);  // an error page goes whole
+  }
+
+  // Validators and origin headers belong to a file's 200, 206 and 304 only.
+  const bool file_answer =
+      plan.status == 206 || plan.status == 304 || (plan.status == 200 && !plan.file_path.empty());
+  if (!file_answer) {
+    FUZZ_CHECK(plan.etag.empty() && plan.last_modified.empty() && plan.cache_control.empty());
+    FUZZ_CHECK(plan.content_encoding.empty());
+    if (!(plan.status == 200 && req.method == Method::kOptions)) {
+      FUZZ_CHECK(plan.added_headers.empty());
+    }
+  }
+  if (plan.vary_accept_encoding) FUZZ_CHECK(config.precompressed);
+  if (plan.content_encoding == "br")
+    FUZZ_CHECK(plan.status == 304 || plan.file_path.ends_with(".br"));
+  if (plan.content_encoding == "gzip")
+    FUZZ_CHECK(plan.status == 304 || plan.file_path.ends_with(".gz"));
+  if (!plan.content_encoding.empty()) FUZZ_CHECK(!req.accept_encoding.empty());
+
+  if (file_answer) {
+    FUZZ_CHECK(get_or_head && !config.redirect_to_https);
+    char etag[kMaxETag];
+    FUZZ_CHECK(plan.etag ==
+               std::string_view(etag, FormatETag(plan.file.mtime_sec, plan.file.size, etag)));
+    char date[kHttpDateLen];
+    FormatHttpDate(plan.file.mtime_sec, date);
+    FUZZ_CHECK(plan.last_modified == std::string_view(date, kHttpDateLen));
+    const Validators validators{plan.etag, plan.file.mtime_sec};
+    const Precondition pre = EvaluatePreconditions(req, validators);
+    if (plan.status == 304) {
+      FUZZ_CHECK(pre == Precondition::kNotModified);
+      FUZZ_CHECK(!plan.send_body && plan.content_length == 0 && plan.file_path.empty());
+    } else {
+      FUZZ_CHECK(pre == Precondition::kProceed);
+    }
+    // RFC 9110 section 14.2: a Range header applies to a GET whose If-Range allows it.
+    if (plan.status != 304) {
+      const bool range_applies = req.method == Method::kGet && !req.range.empty() &&
+                                 IfRangeAllows(req.if_range, validators);
+      RangeSet again;
+      const RangeOutcome outcome =
+          range_applies ? ParseRange(req.range, plan.file.size, config.max_ranges, &again)
+                        : RangeOutcome::kIgnore;
+      FUZZ_CHECK(outcome != RangeOutcome::kUnsatisfiable);  // that is a 416
+      FUZZ_CHECK((plan.status == 206) == (outcome == RangeOutcome::kSatisfiable));
+      if (plan.status == 206) {
+        FUZZ_CHECK(again.count == plan.ranges.count);
+        for (size_t i = 0; i < again.count; ++i) {
+          FUZZ_CHECK(again.ranges[i].first == plan.ranges.ranges[i].first);
+          FUZZ_CHECK(again.ranges[i].last == plan.ranges.ranges[i].last);
+        }
+      }
+    }
+  }
+  if (plan.status == 412) {
+    FUZZ_CHECK(!req.if_match.empty() || !req.if_unmodified_since.empty());
+  }
+  if (plan.status == 416) {
+    FUZZ_CHECK(req.method == Method::kGet && !req.range.empty());
+    RangeSet again;
+    FUZZ_CHECK(ParseRange(req.range, plan.unsatisfied_length, config.max_ranges, &again) ==
+               RangeOutcome::kUnsatisfiable);
+  }
+
+  if (plan.status == 206) {
+    FUZZ_CHECK(req.method == Method::kGet && plan.send_body);
+    const RangeSet& set = plan.ranges;
+    FUZZ_CHECK(set.count >= 1 && set.count <= std::min(config.max_ranges, RangeSet::kCapacity));
+    for (size_t i = 0; i < set.count; ++i) {
+      FUZZ_CHECK(set.ranges[i].first <= set.ranges[i].last);
+      FUZZ_CHECK(set.ranges[i].last < plan.file.size);  // no byte beyond the file
+      if (i > 0) FUZZ_CHECK(set.ranges[i - 1].last + 1 < set.ranges[i].first);
+    }
+    if (set.count == 1) {
+      FUZZ_CHECK(!plan.multipart && plan.content_length == set.ranges[0].Length());
+    } else {
+      FUZZ_CHECK(plan.multipart && plan.multipart_boundary == config.multipart_boundary);
+      FUZZ_CHECK(plan.content_length == MultipartBytes(plan));
+    }
+  }
+
+  if (plan.status == 301) {
+    FUZZ_CHECK(!plan.location.empty());
+    FUZZ_CHECK(plan.location.front() == '/' || plan.location.starts_with("https://"));
+    for (char ch : plan.location) {
+      const unsigned char c = static_cast<unsigned char>(ch);
+      FUZZ_CHECK(c > 0x20 && c != 0x7f);
+    }
+  } else {
+    FUZZ_CHECK(plan.location.empty());
+  }
+  if (req.method == Method::kOptions) {
+    FUZZ_CHECK(plan.status == 200 || plan.status == 413);
+  }
+
+  // Connection: what the request allows, closed after the errors that leave it in doubt.
+  if (!req.keep_alive || req.body == BodyFraming::kChunked) FUZZ_CHECK(!plan.keep_alive);
+  for (int s : {400, 413, 414, 500, 501, 503}) {
+    if (plan.status == s) FUZZ_CHECK(!plan.keep_alive);
+  }
+  if (plan.keep_alive) FUZZ_CHECK(plan.discard_body == req.content_length);
+  FUZZ_CHECK(plan.discard_body <= config.max_discarded_body);
+  FUZZ_CHECK(plan.http10 == (req.version_minor == 0));
+}
+
+int FuzzOne(const uint8_t* data, size_t size) {
+  FuzzText in(data, size);
+  Setup s = ReadSetup(&in);
+  const std::string text = std::string(in.Rest()) + "\r\n\r\n";
+  Header headers[64];
+  Request req;
+  if (ParseRequest(text, 0, ParserLimits{}, headers, 64, &req).status != ParseStatus::kDone) {
+    return 0;
+  }
+
+  const auto fresh = std::make_unique<PlanScratch>();
+  ResponsePlan plan;
+  Plan(req, s, s.files, *fresh, &plan);
+  CheckPlan(req, s, plan);
+  const std::string head = Head(plan);
+  CheckHeadSyntax(plan, head);
+
+  // The same request through a scratch another plan used, for files of other sizes or times
+  // (what a shard's scratch holds from its last request), gives the same head.
+  Setup other = s;
+  other.files.all_known = true;
+  for (FileMeta& m : other.files.meta) {
+    if (s.flags & kFlagWarmBySize) {
+      m.size = (m.size + 1) & INT64_MAX;
+    } else {
+      m.mtime_sec = static_cast<int64_t>(static_cast<uint64_t>(m.mtime_sec) + 1);
+    }
+  }
+  const auto used = std::make_unique<PlanScratch>();
+  ResponsePlan other_plan;
+  Plan(req, other, other.files, *used, &other_plan);
+  ResponsePlan again;
+  Plan(req, s, s.files, *used, &again);
+  FUZZ_CHECK(Head(again) == head);
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringd::http
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  return ringd::http::FuzzOne(data, size);
+}
