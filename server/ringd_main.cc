@@ -219,7 +219,9 @@ struct Tls {
 // reads them again as the user ringd runs as); one generation of certificates serves every shard,
 // and one set of ticket keys every generation.
 void LoadTls(const Config& config, Tls* tls) {
-  tls->on = !config.listen_tls.empty() && !config.probe_only;
+  // Certificates without a TLS listener are refused once the sockets systemd passed are known
+  // (CheckListenAddresses): sockets named https are TLS listeners too.
+  tls->on = !config.tls_cert.empty() && !config.probe_only;
   if (!tls->on) return;
   tls->ticket_keys = std::make_unique<tls::TicketKeys>(config.tls_ticket_rotate_s);
   for (size_t i = 0; i < config.tls_cert.size(); ++i)
@@ -274,31 +276,45 @@ bool SetUpIo(const Config& config, IoSetup* io) {
   return true;
 }
 
-// Socket activation: systemd bound the sockets (ringd.socket) and passed them, and a drain
-// leaves them open for the next process. Otherwise each shard binds its own SO_REUSEPORT socket
-// per --listen address and the kernel spreads connections across shards. --listen-tls addresses
-// are always bound here.
+// Socket activation: systemd bound the sockets (ringd.socket, and ringd-https.socket for those
+// named https) and passed them, and a drain leaves them open for the next process; then --listen
+// is not used, nor --listen-tls when HTTPS sockets were passed. Otherwise each shard binds its own
+// SO_REUSEPORT socket per address and the kernel spreads connections across shards.
 struct Inherited {
-  std::vector<int> fds;
-  std::vector<std::vector<int>> by_shard;
+  std::vector<int> fds, tls_fds;
+  std::vector<std::vector<int>> by_shard, tls_by_shard;
+  bool any() const { return !fds.empty() || !tls_fds.empty(); }
 };
 
 Inherited CheckListenAddresses(const Config& config, uint32_t shards) {
   std::string error;
   Inherited in;
-  if (!TakeListenSockets(&in.fds, &error)) Die(1, error);
+  if (!TakeListenSockets(&in.fds, &in.tls_fds, &error)) Die(1, error);
   in.by_shard = AssignInheritedSockets(in.fds, shards, &error);
   if (!error.empty()) Die(1, error);
+  in.tls_by_shard = AssignInheritedSockets(in.tls_fds, shards, &error);
+  if (!error.empty()) Die(1, error);
+  if (!in.tls_fds.empty() && config.tls_cert.empty()) {
+    Die(1,
+        "LISTEN_FDS: systemd passed HTTPS sockets (FileDescriptorName=https) but there is no "
+        "certificate: --tls-cert FILE --tls-key FILE");
+  }
+  if (!config.tls_cert.empty() && config.listen_tls.empty() && in.tls_fds.empty())
+    Die(2, "--tls-cert without --listen-tls: no listener would use it");
+  if (config.redirect_https && config.listen_tls.empty() && in.tls_fds.empty())
+    Die(2, "--redirect-https needs --listen-tls: there is no HTTPS to redirect to");
   if (!config.takeover) {
-    if (in.fds.empty()) {
+    if (!in.any()) {
       for (const ListenAddress& a : config.listen) {
         if (!AddressFree(a, &error)) Die(1, error);
       }
     }
-    for (const ListenAddress& a : config.listen_tls) {
-      if (!AddressFree(a, &error)) Die(1, error);
+    if (in.tls_fds.empty()) {
+      for (const ListenAddress& a : config.listen_tls) {
+        if (!AddressFree(a, &error)) Die(1, error);
+      }
     }
-  } else if (in.fds.empty()) {
+  } else if (!in.any()) {
     // The old process shuts its listeners down when it drains; connections already queued on
     // them move to ours only with tcp_migrate_req (Linux 5.14), else they are reset.
     std::ifstream f("/proc/sys/net/ipv4/tcp_migrate_req");
@@ -312,6 +328,15 @@ Inherited CheckListenAddresses(const Config& config, uint32_t shards) {
   return in;
 }
 
+// The first HTTPS address: --redirect-https sends requests to its port.
+sockaddr_storage FirstHttpsAddress(const Config& config, const Inherited& inherited) {
+  if (inherited.tls_fds.empty()) return config.listen_tls[0].addr;
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  ::getsockname(inherited.tls_fds[0], reinterpret_cast<sockaddr*>(&a), &len);
+  return a;
+}
+
 // The shards, each with its listening sockets (plain ones first, then TLS ones) and its loop
 // factory (the tier's, inside a TlsLoop where it has TLS listeners).
 std::vector<std::unique_ptr<Shard>> MakeShards(Config& config, const Inherited& inherited,
@@ -323,7 +348,7 @@ std::vector<std::unique_ptr<Shard>> MakeShards(Config& config, const Inherited& 
   std::vector<std::unique_ptr<Shard>> list;
   for (uint32_t i = 0; i < shards; ++i) {
     std::vector<int> fds;
-    if (!inherited.fds.empty()) {
+    if (inherited.any()) {
       fds = inherited.by_shard[i];
     } else {
       for (ListenAddress& a : config.listen) {
@@ -334,23 +359,27 @@ std::vector<std::unique_ptr<Shard>> MakeShards(Config& config, const Inherited& 
     }
     const size_t plain = fds.size();
     std::vector<int> tls_fds;
-    for (ListenAddress& a : config.listen_tls) {
-      const int fd = Listen(a, &error);
-      if (fd < 0) Die(1, error);
-      tls_fds.push_back(fd);
-      fds.push_back(fd);
+    if (!inherited.tls_fds.empty()) {
+      tls_fds = inherited.tls_by_shard[i];
+    } else {
+      for (ListenAddress& a : config.listen_tls) {
+        const int fd = Listen(a, &error);
+        if (fd < 0) Die(1, error);
+        tls_fds.push_back(fd);
+      }
     }
+    fds.insert(fds.end(), tls_fds.begin(), tls_fds.end());
     const size_t all = fds.size();
     auto shard = std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds), root_fd, mime,
                                          WithTls(io.tier->make, &tls->sessions, tls_fds,
                                                  config.max_connections, config.tls_max_handshakes),
                                          cpus[i % cpus.size()]);
-    shard->SetListenersShared(!inherited.fds.empty());
+    shard->SetListenersShared(inherited.any());
     if (config.redirect_https) {
       // The plain listeners redirect to the first TLS address's port.
       std::vector<bool> redirect(all, false);
       for (size_t k = 0; k < plain; ++k) redirect[k] = true;
-      const int port = PortOf(config.listen_tls[0].addr);
+      const int port = PortOf(FirstHttpsAddress(config, inherited));
       shard->SetHttpsRedirect(std::move(redirect), port == 443 ? "" : ":" + std::to_string(port));
     }
     shard->SetLoopFeatures(io.features);
@@ -415,28 +444,40 @@ std::vector<std::thread> StartShards(const Config& config,
 // sockets, which the shards hold duplicates of.
 std::string ServingLine(const Config& config, const Inherited& inherited, uint32_t shards) {
   std::string where;
-  if (!inherited.fds.empty()) {
-    for (const int fd : inherited.fds) {
-      ListenAddress a;
-      a.len = sizeof a.addr;
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a.addr), &a.len);
-      where +=
-          (where.empty() ? "" : ", ") + (a.addr.ss_family == AF_INET || a.addr.ss_family == AF_INET6
-                                             ? AddressText(a.addr)
-                                             : std::string("fd ") + std::to_string(fd));
-    }
+  auto add = [&where](const char* kind, const std::string& address) {
+    where += (where.empty() ? "" : ", ") + std::string(kind) + address;
+  };
+  auto inherited_address = [](int fd) {
+    ListenAddress a;
+    a.len = sizeof a.addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a.addr), &a.len);
+    return a.addr.ss_family == AF_INET || a.addr.ss_family == AF_INET6
+               ? AddressText(a.addr)
+               : std::string("fd ") + std::to_string(fd);
+  };
+  if (inherited.any()) {
+    for (const int fd : inherited.fds) add("", inherited_address(fd));
+    std::vector<int> all = inherited.fds;
+    all.insert(all.end(), inherited.tls_fds.begin(), inherited.tls_fds.end());
     std::fprintf(stderr,
-                 "ringd: listening on %zu socket%s passed by systemd (LISTEN_FDS), %s; "
-                 "--listen is not used\n",
-                 inherited.fds.size(), inherited.fds.size() == 1 ? "" : "s",
-                 InheritedSharing(inherited.fds, shards).c_str());
-    for (const int fd : inherited.fds) ::close(fd);
+                 "ringd: listening on %zu socket%s passed by systemd (LISTEN_FDS%s), %s; "
+                 "--listen is not used%s\n",
+                 all.size(), all.size() == 1 ? "" : "s",
+                 inherited.tls_fds.empty()
+                     ? ""
+                     : (", " + std::to_string(inherited.tls_fds.size()) + " named https").c_str(),
+                 InheritedSharing(all, shards).c_str(),
+                 inherited.tls_fds.empty() ? "" : ", nor --listen-tls");
   } else {
-    for (const ListenAddress& a : config.listen)
-      where += (where.empty() ? "" : ", ") + AddressText(a.addr);
+    for (const ListenAddress& a : config.listen) add("", AddressText(a.addr));
   }
-  for (const ListenAddress& a : config.listen_tls)
-    where += (where.empty() ? "https " : ", https ") + AddressText(a.addr);
+  if (!inherited.tls_fds.empty()) {
+    for (const int fd : inherited.tls_fds) add("https ", inherited_address(fd));
+  } else {
+    for (const ListenAddress& a : config.listen_tls) add("https ", AddressText(a.addr));
+  }
+  for (const int fd : inherited.fds) ::close(fd);
+  for (const int fd : inherited.tls_fds) ::close(fd);
   return "serving " + config.root + " on " + where + " with " + std::to_string(shards) + " shard" +
          (shards == 1 ? "" : "s") + " (ringd " + BuildVersion() + ", commit " + BuildCommit() + ")";
 }

@@ -671,12 +671,10 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
     *error = "--listen-tls needs a certificate: --tls-cert FILE --tls-key FILE";
     return false;
   }
-  if (config->redirect_https && config->listen_tls.empty()) {
+  // With socket activation the HTTPS listeners may come from systemd (sockets named https):
+  // --redirect-https and --tls-cert without --listen-tls are judged once they are known.
+  if (config->redirect_https && config->tls_cert.empty()) {
     *error = "--redirect-https needs --listen-tls: there is no HTTPS to redirect to";
-    return false;
-  }
-  if (config->listen_tls.empty() && !config->tls_cert.empty()) {
-    *error = "--tls-cert without --listen-tls: no listener would use it";
     return false;
   }
   if (config->tls_cert.empty() && !config->tls_ocsp.empty()) {

@@ -13,9 +13,17 @@
 
 namespace ringd {
 
-bool TakeListenSockets(std::vector<int>* fds, std::string* error) {
+bool TakeListenSockets(std::vector<int>* fds, std::vector<int>* tls_fds, std::string* error) {
   fds->clear();
-  const int n = sd_listen_fds(/*unset_environment=*/1);
+  tls_fds->clear();
+  char** names = nullptr;
+  const int n = sd_listen_fds_with_names(/*unset_environment=*/1, &names);
+  std::vector<std::string> name_of;
+  for (int i = 0; names != nullptr && names[i] != nullptr; ++i) {
+    name_of.emplace_back(names[i]);
+    std::free(names[i]);
+  }
+  std::free(names);
   if (n < 0) {
     *error = std::string("LISTEN_FDS: cannot take the sockets systemd passed: ") + strerror(-n);
     return false;
@@ -35,7 +43,8 @@ bool TakeListenSockets(std::vector<int>* fds, std::string* error) {
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
-    fds->push_back(fd);
+    const size_t i = static_cast<size_t>(fd - SD_LISTEN_FDS_START);
+    (i < name_of.size() && name_of[i] == kTlsSocketName ? tls_fds : fds)->push_back(fd);
   }
   return true;
 }

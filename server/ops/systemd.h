@@ -2,8 +2,8 @@
 // (LISTEN_FDS / LISTEN_PID) and the notify protocol (READY=1, STOPPING=1, WATCHDOG=1 on
 // NOTIFY_SOCKET). Outside systemd every call here does nothing.
 //
-//   std::vector<int> fds;
-//   if (!TakeListenSockets(&fds, &error)) Die(1, error);   // empty: not socket-activated
+//   std::vector<int> fds, tls_fds;
+//   if (!TakeListenSockets(&fds, &tls_fds, &error)) Die(1, error);  // empty: not activated
 //   ServiceNotifier notify;
 //   notify.Ready("serving ...");                           // once every shard serves
 //   if (notify.watchdog_interval_ms() > 0) ...             // ping with Watchdog() that often
@@ -19,8 +19,11 @@ namespace ringd {
 // Takes the sockets systemd passed to this process (and unsets LISTEN_FDS and friends, so no
 // child inherits them). Each must be a listening stream socket; it is made non-blocking (and,
 // for TCP, TCP_NODELAY, inherited by accepted connections). Returns false with one line when a
-// passed descriptor cannot serve; true with `fds` empty when nothing was passed.
-bool TakeListenSockets(std::vector<int>* fds, std::string* error);
+// passed descriptor cannot serve; true with both empty when nothing was passed. Sockets named
+// `https` (FileDescriptorName=https in their socket unit: LISTEN_FDNAMES) go to `tls_fds` and
+// serve HTTPS; every other one goes to `fds` and serves plain HTTP.
+inline constexpr const char* kTlsSocketName = "https";
+bool TakeListenSockets(std::vector<int>* fds, std::vector<int>* tls_fds, std::string* error);
 
 class ServiceNotifier {
  public:

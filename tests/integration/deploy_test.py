@@ -17,6 +17,7 @@ import select
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -24,6 +25,7 @@ import unittest
 
 from ringd_harness import (BACKEND, RINGD, ROOT_FLAGS, BackendTestCase, Reader, Server,
                            make_docroot, request)
+from tls_pki import make_pki
 
 ORIGIN_FLAGS = [
     "--cache-control", "*.css=public, max-age=31536000, immutable",
@@ -494,6 +496,54 @@ class SystemdTest(BackendTestCase):
         self.assertGreaterEqual(len(resumed), 3)
         proc.send_signal(signal.SIGTERM)
         notify.wait_for("STOPPING")
+        self.assertEqual(proc.wait(timeout=15), 0)
+
+    def test_sockets_named_https_serve_tls(self):
+        # What systemd passes for ringd.socket and ringd-https.socket (FileDescriptorName=https):
+        # LISTEN_FDNAMES names each socket; those named https serve HTTPS, the rest plain HTTP,
+        # and --listen-tls is not bound. Without a certificate, an https socket is one line.
+        pki = tempfile.mkdtemp(prefix="ringd-pki-")
+        self.addCleanup(shutil.rmtree, pki, True)
+        make_pki(pki)
+        listeners = []
+        for _ in range(2):
+            l = socket.socket()
+            l.bind(("127.0.0.1", 0))
+            l.listen(128)
+            listeners.append(l)
+        self.addCleanup(lambda: [l.close() for l in listeners])
+        fds = [l.fileno() for l in listeners]
+        shell = ('exec 3<&%d 4<&%d; export LISTEN_PID=$$ LISTEN_FDS=2 LISTEN_FDNAMES=ringd.socket:https; '
+                 'exec "$@"' % (fds[0], fds[1]))
+        base = ["/bin/sh", "-c", shell, "sh", RINGD, "--root", self.root, "--io", BACKEND,
+                "--shards", "2"] + ROOT_FLAGS
+        out = subprocess.run(base, pass_fds=fds, capture_output=True, text=True, timeout=10)
+        self.assertEqual(out.returncode, 1, out.stderr)
+        self.assertIn("systemd passed HTTPS sockets (FileDescriptorName=https) but there is no "
+                      "certificate", out.stderr.strip().splitlines()[-1])
+        proc = subprocess.Popen(
+            base + ["--tls-cert", os.path.join(pki, "localhost-ec.crt"),
+                    "--tls-key", os.path.join(pki, "localhost-ec.key"), "--redirect-https"],
+            pass_fds=fds, stderr=subprocess.PIPE)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        lines = StderrLines(proc)
+        self.assertIn("(LISTEN_FDS, 1 named https)", lines.until("passed by systemd"))
+        serving = lines.until("serving ")
+        plain_port, tls_port = (l.getsockname()[1] for l in listeners)
+        self.assertIn("https 127.0.0.1:%d" % tls_port, serving)
+        for l in listeners:
+            l.close()  # ringd holds them now
+        ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
+        raw = socket.create_connection(("127.0.0.1", tls_port), timeout=10)
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            r = Reader(s).read_response()
+            self.assertEqual((r.status, r.body), (200, self.files["small.txt"]))
+        # The plain socket redirects to the https socket's port.
+        r = request(Remote(plain_port), "GET", "/small.txt", {"Host": "localhost"})
+        self.assertEqual(r.status, 301)
+        self.assertEqual(r.headers["location"], "https://localhost:%d/small.txt" % tls_port)
+        proc.send_signal(signal.SIGTERM)
         self.assertEqual(proc.wait(timeout=15), 0)
 
     def test_a_passed_descriptor_that_is_not_a_listening_socket(self):

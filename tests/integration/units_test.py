@@ -136,6 +136,25 @@ class UnitsTest(BackendTestCase):
         self.assertNotIn("Unknown", out.stderr)
         self.assertEqual(dropin_capabilities(), ["net_bind_service"])
 
+    def test_the_https_socket_and_its_dropin_verify_with_the_units(self):
+        d = os.path.join(self.tmp, "https-socket")
+        os.makedirs(os.path.join(d, "ringd.service.d"))
+        for name in ("ringd.socket", "ringd-https.socket", "ringd.service"):
+            with open(os.path.join(UNITS, name)) as f:
+                text = f.read().replace("/usr/sbin/ringd", RINGD)
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text)
+        shutil.copy(os.path.join(UNITS, "ringd.service.d", "https-socket.conf"),
+                    os.path.join(d, "ringd.service.d", "https-socket.conf"))
+        out = subprocess.run([analyze(), "verify", "--man=no", os.path.join(d, "ringd.socket"),
+                              os.path.join(d, "ringd-https.socket"),
+                              os.path.join(d, "ringd.service")],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertNotIn("Unknown", out.stderr)
+        with open(os.path.join(UNITS, "ringd-https.socket")) as f:
+            self.assertIn("FileDescriptorName=https\n", f.read())  # what ringd looks for
+
     def test_the_tls_dropin_lets_an_unprivileged_ringd_serve_https_on_443(self):
         # As ringd.service runs it: a user of its own (nobody here), the unit's system-call
         # filter, the drop-in's capabilities and nothing else, the HTTPS flags of ringd.conf
