@@ -218,6 +218,7 @@ struct LoopStats {
   uint64_t tls_bad_records = 0;         // bad input after it
   uint64_t tls_plain_http = 0;          // plaintext HTTP sent to a TLS port (answered 400)
   uint64_t tls_handshakes_refused = 0;  // closed at accept: too many handshakes under way
+  uint64_t tls_hellos_deferred = 0;     // ClientHellos answered in a later turn (a flood of them)
 };
 
 // What the transport under a connection says of it, for the access log: all empty for plain TCP.

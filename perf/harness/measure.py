@@ -159,8 +159,10 @@ def run_one(ctx, server, scenario, serve_root):
     pids = server.pids()
     extra, extra_cmd = None, None
     if background is not None:
-        extra_cmd = background.command(ctx.bins["load"], server.port, serve_root, args.duration,
-                                       args.client_cpus, args.client_threads)
+        extra_cmd = background.command(ctx.bins["hello_flood" if background.hello_flood else "load"],
+                                       server.port, serve_root, args.duration,
+                                       args.client_cpus, args.client_threads,
+                                       tls=server.peer.serves_tls(scenario))
         extra = subprocess.Popen(extra_cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     rss_before = procfs.rss_kib(pids)
     t0, c0, p0 = procfs.cpu_ticks(pids), procfs.ctx_switches(pids), procfs.lo_packets()

@@ -119,6 +119,7 @@ class Result:
             "mean_large_us": large.mean if large and large.count else None,
             "idle_bytes_per_connection": self.idle_bytes_per_connection,
             "cold_bytes_per_s": self.cold.bytes_per_s if self.cold else None,
+            "background_rps": self.cold.rps if self.cold else None,
             "syscalls_per_request": self.syscalls_per_request,
             "ctx_switches_per_request": self.ctx_switches_per_request,
             "threads": self.threads, "peak_rss_kib": self.peak_rss_kib,

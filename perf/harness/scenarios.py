@@ -30,6 +30,7 @@ class Load:
     uniform: bool = False              # paths drawn uniformly at random (not in turn)
     size_classes: Tuple[int, ...] = () # body-size bounds: latency per size class
     tls_resume: bool = False           # over TLS: each connection resumes its slot's last session
+    hello_flood: bool = False          # over TLS: ClientHellos only (perf/hello_flood), not ringd-load
 
     def scaled(self, divisors):
         """The --quick version: rate and idle divided as the scenario says."""
@@ -47,6 +48,8 @@ class Load:
         decrypted: no --bulk, whatever the load says)."""
         cmd = ["taskset", "-c", client_cpus, load_bin, "--port", str(port),
                "--connections", str(self.connections), "--duration-s", str(duration_s)]
+        if self.hello_flood:
+            return cmd  # load_bin is hello_flood: it takes nothing more
         if threads > 1:
             cmd += ["--threads", str(threads)]
         if self.close:
@@ -366,6 +369,26 @@ _ENTRIES += [
              " previous connection ended with (resumed % says how many the server took)",
              "issue 28 (HTTPS on the ring)", Load(100, paths=("/index.html",), close=True, tls_resume=True),
              columns=(_HANDSHAKES, _RESUMED, CORE_CPU, CLIENT_CPU) + _SPLIT, notes=(_TLS_NOTE,), **_TLS),
+    Scenario("tls-at-rate",
+             "612-byte index.html over HTTPS at a fixed 2,000 requests/s over 50 established keep-alive"
+             " connections: tls-handshake-flood's latency without the flood",
+             "issue 28 (a handshake flood must not starve established connections)",
+             Load(50, paths=("/index.html",), rate=2000), quick={"rate": 4},
+             metric=Metric("p99_us", "p99 latency (ms)", 1e-3, False), quick_skip=True,
+             notes=(_TLS_NOTE,), **_TLS),
+    Scenario("tls-handshake-flood",
+             "tls-at-rate while 100 other connections flood the server with ClientHellos (perf/hello_flood:"
+             " each sends one, reads the first bytes of the answer, and resets): established connections'"
+             " latency under the cheap attack on a TLS server, against tls-at-rate's (the target: p99 at"
+             " most 2x)",
+             "issue 28 (a handshake flood must not starve established connections)",
+             Load(50, paths=("/index.html",), rate=2000), quick={"rate": 4},
+             metric=Metric("p99_us", "p99 latency (ms)", 1e-3, False), quick_skip=True,
+             columns=(Column("ClientHellos answered/s", "background_rps", "%.0f"),),
+             background=Load(100, hello_flood=True),
+             background_label="The flood, at the same time", cpu_column=False,
+             notes=(_TLS_NOTE, "(CPU per request is not shown: the server's CPU goes mostly to the"
+                    " flood's ClientHellos.) ringd-plaintext takes the flood's bytes on a plain port."), **_TLS),
     Scenario("tls-large",
              "4 MiB files over HTTPS, 10 keep-alive connections; the client reads and decrypts every body",
              "issue 28 (HTTPS on the ring: bodies encrypted in user space)", Load(10, paths_glob="4mb"),

@@ -326,6 +326,10 @@ const Metric kMetrics[] = {
     {"ringd_tls_handshakes_refused_total", "counter",
      "TLS connections closed at accept because --tls-max-handshakes were under way",
      RINGD_SHARD(s.loop.tls_handshakes_refused)},
+    {"ringd_tls_hellos_deferred_total", "counter",
+     "ClientHellos left for a later turn of the loop: a turn answers at most 8, so that a flood of "
+     "them cannot hold up established connections",
+     RINGD_SHARD(s.loop.tls_hellos_deferred)},
     {"ringd_tls_plain_http_total", "counter",
      "Plain HTTP requests sent to a TLS port (answered 400, as nginx does)",
      RINGD_SHARD(s.loop.tls_plain_http)},

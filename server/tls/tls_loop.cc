@@ -16,6 +16,12 @@ struct TlsLoop::Conn {
   int fd = -1;
   std::unique_ptr<TlsSession> session;
   bool counted_handshake = false;
+  // The session has answered the ClientHello (or refused it): the costly step of a handshake.
+  bool hello_answered = false;
+  // Waiting for a turn's budget of ClientHellos (TlsLoop::kHellosPerTurn), in arrival order.
+  bool hello_waiting = false;
+  Conn* hello_prev = nullptr;
+  Conn* hello_next = nullptr;
   bool plain_answered = false;  // TlsEnd::kPlainHttp: the plaintext 400 is sent
 
   // The inner multishot receive of ciphertext, and how it ended.
@@ -214,13 +220,63 @@ void TlsLoop::OnRx(io::Completion* inner) {
     // Bytes in the last callback came before a cancel took effect.
     conn->rx_end = inner->result > 0 ? -ECANCELED : inner->result;
   }
-  self->Pump(conn);
+  // A ClientHello beyond this turn's budget waits for a later turn (its bytes are kept by the
+  // session); a receive that ended is pumped at once, so that the connection's end is not held.
+  if (!conn->hello_answered && inner->more && (conn->hello_waiting || !self->TakeHelloTurn())) {
+    self->WaitForHelloTurn(conn);
+  } else {
+    self->Pump(conn);
+  }
   self->Leave(conn);
+}
+
+// ClientHellos: answering one costs a key exchange and a signature, hundreds of times what a
+// request on an established connection costs. A turn of the loop answers at most
+// kHellosPerTurn of them, oldest first, beside everything the established connections brought, so
+// a flood of ClientHellos delays established connections by at most that many answers a turn
+// (nginx accepts one connection per turn of its loop to the same end). Unused budget is not
+// carried over: with no flood, a lone handshake is answered in the turn its ClientHello came.
+bool TlsLoop::TakeHelloTurn() {
+  if (hello_budget_ == 0) return false;
+  --hello_budget_;
+  return true;
+}
+
+void TlsLoop::WaitForHelloTurn(Conn* conn) {
+  if (conn->hello_waiting) return;
+  conn->hello_waiting = true;
+  conn->hello_prev = hellos_tail_;
+  conn->hello_next = nullptr;
+  (hellos_tail_ != nullptr ? hellos_tail_->hello_next : hellos_head_) = conn;
+  hellos_tail_ = conn;
+  ++stats_.hellos_deferred;
+}
+
+void TlsLoop::StopWaitingForHelloTurn(Conn* conn) {
+  if (!conn->hello_waiting) return;
+  conn->hello_waiting = false;
+  (conn->hello_prev != nullptr ? conn->hello_prev->hello_next : hellos_head_) = conn->hello_next;
+  (conn->hello_next != nullptr ? conn->hello_next->hello_prev : hellos_tail_) = conn->hello_prev;
+  conn->hello_prev = conn->hello_next = nullptr;
+}
+
+// The turn's first answers go to the ClientHellos that waited longest.
+void TlsLoop::AnswerWaitingHellos() {
+  while (hellos_head_ != nullptr && TakeHelloTurn()) {
+    Conn* conn = hellos_head_;
+    StopWaitingForHelloTurn(conn);
+    Enter(conn);
+    Pump(conn);
+    if (!conn->tx_active) AfterOutput(conn);
+    Leave(conn);
+  }
 }
 
 void TlsLoop::Pump(Conn* conn) {
   Deliver(conn);
   TlsSession& s = *conn->session;
+  if (s.HandshakeDone() || s.PendingOutput() > 0 || s.Ended() != TlsEnd::kNone)
+    conn->hello_answered = true;
   if (s.HandshakeDone() && !conn->counted_handshake) {
     conn->counted_handshake = true;
     --handshaking_;
@@ -516,6 +572,7 @@ void TlsLoop::Close(int fd) {
 
 void TlsLoop::Release(Conn* conn) {
   if (conn->busy > 0 || conn->queued) return;
+  StopWaitingForHelloTurn(conn);  // closed while its ClientHello waited: never answered
   Flush(conn);
   if (conn->tx_active || conn->rx_active || conn->file_active) return;  // their callbacks return
   if (!conn->counted_handshake) --handshaking_;
@@ -528,8 +585,12 @@ void TlsLoop::Release(Conn* conn) {
 // Poll --------------------------------------------------------------------------------------
 
 void TlsLoop::Poll(int timeout_ms) {
+  hello_budget_ = kHellosPerTurn;
+  AnswerWaitingHellos();
   const bool closing = !closing_.empty();
-  inner_->Poll(ready_ != nullptr ? 0 : closing ? std::min(timeout_ms, 100) : timeout_ms);
+  inner_->Poll(ready_ != nullptr || hellos_head_ != nullptr ? 0
+               : closing                                    ? std::min(timeout_ms, 100)
+                                                            : timeout_ms);
   // The shard's send timer reads its Completion's `done` as progress (loop.h): a slow reader
   // taking a send's records a little at a time is not a stalled one, though no send of records
   // has completed yet (a file chunk's are one send). Their progress is the send's, in
@@ -576,6 +637,7 @@ io::LoopStats TlsLoop::Stats() const {
   s.tls_bad_records = stats_.bad_records;
   s.tls_plain_http = stats_.plain_http;
   s.tls_handshakes_refused = stats_.handshakes_refused;
+  s.tls_hellos_deferred = stats_.hellos_deferred;
   return s;
 }
 

@@ -29,6 +29,7 @@ struct TlsLoopStats {
   uint64_t close_notify_sent = 0;
   uint64_t plain_http = 0;
   uint64_t handshakes_refused = 0;  // closed at accept: max_handshakes were under way
+  uint64_t hellos_deferred = 0;     // ClientHellos that waited for a later turn (kHellosPerTurn)
 };
 
 class TlsLoop final : public io::Loop {
@@ -77,6 +78,8 @@ class TlsLoop final : public io::Loop {
   static constexpr int64_t kCloseNotifyMs = 1000;
   // Plaintext of a file body read and encrypted at a time.
   static constexpr uint32_t kFileChunk = 64 << 10;
+  // ClientHellos answered in one turn of the loop at most (TakeHelloTurn).
+  static constexpr uint32_t kHellosPerTurn = 8;
 
  private:
   struct Conn;
@@ -100,6 +103,10 @@ class TlsLoop final : public io::Loop {
   void Release(Conn* conn);  // the inner close, once nothing of the connection is in flight
   void Enter(Conn* conn);
   void Leave(Conn* conn);
+  bool TakeHelloTurn();
+  void WaitForHelloTurn(Conn* conn);
+  void StopWaitingForHelloTurn(Conn* conn);
+  void AnswerWaitingHellos();
 
   std::unique_ptr<io::Loop> inner_;
   TlsSessionFactory* sessions_;
@@ -108,6 +115,9 @@ class TlsLoop final : public io::Loop {
   uint32_t recv_max_bytes_;
   uint32_t max_handshakes_;
   uint32_t handshaking_ = 0;  // connections accepted whose handshake has not completed
+  uint32_t hello_budget_ = kHellosPerTurn;  // ClientHellos this turn may still answer
+  Conn* hellos_head_ = nullptr;             // ClientHellos waiting for a turn, oldest first
+  Conn* hellos_tail_ = nullptr;
   absl::flat_hash_map<int, Conn*> conns_;
   Conn* ready_ = nullptr;       // connections to pump from Poll, newest first
   std::vector<Conn*> closing_;  // closed by the shard, still sending their last records

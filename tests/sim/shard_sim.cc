@@ -262,6 +262,8 @@ void Sim::SetUpTls() {
   tls_stall_ = static_cast<uint32_t>(tls_rng_.Range(0, 80));
   tls_garbage_ = static_cast<uint32_t>(tls_rng_.Range(0, 80));
   tls_renegotiate_ = static_cast<uint32_t>(tls_rng_.Range(0, 50));
+  if (tls_rng_.Chance(400))
+    hello_burst_ = tls::TlsLoop::kHellosPerTurn + static_cast<uint32_t>(tls_rng_.Range(1, 16));
   world_.Trace("TLS on %zu of %zu listeners", world_.tls_listeners.size(), fds.size());
 }
 
@@ -297,7 +299,12 @@ void Sim::SetUpTlsClient(Client& c) {
     c.tls->Garbage(tls_rng_, /*renegotiate=*/false, &s);
     return;
   }
-  c.tls->Hello(&s);
+  if (hold_hellos_) {
+    c.next_write_ms = INT64_MAX;  // nothing before its hello
+    held_hellos_.push_back(c.id);
+  } else {
+    c.tls->Hello(&s);
+  }
   if (roll < tls_stall_ + tls_garbage_) {
     c.tls_fault = Client::TlsFault::kGarbageLater;
   } else if (roll < tls_stall_ + tls_garbage_ + tls_renegotiate_) {
@@ -744,6 +751,7 @@ void Sim::CollectShardStats() {
     cov["tls.loop_handshake_failures"] += t.handshake_failures;
     cov["tls.loop_bad_records"] += t.bad_records;
     cov["tls.loop_close_notify_sent"] += t.close_notify_sent;
+    cov["tls.loop_hellos_deferred"] += t.hellos_deferred;
   }
 }
 
@@ -826,7 +834,23 @@ SeedResult Sim::Run() {
     MutateFiles();
     uint32_t active = 0;
     for (const auto& c : clients_) active += !c->ended;
-    if (sitters_left_ > 0) {
+    if (hello_burst_ > 0 && step == 1) {
+      max_clients_ = std::max<uint32_t>(max_clients_,
+                                        static_cast<uint32_t>(clients_.size()) + hello_burst_ + 8);
+      hold_hellos_ = true;
+      for (uint32_t i = 0; i < hello_burst_; ++i) SpawnClient();
+      hold_hellos_ = false;
+    } else if (!held_hellos_.empty() &&
+               std::all_of(held_hellos_.begin(), held_hellos_.end(), [&](uint32_t id) {
+                 return world_.sockets[clients_[id]->sock].accepted;
+               })) {
+      for (const uint32_t id : held_hellos_) {  // all in one step, for one turn of the loop
+        Client& c = *clients_[id];
+        c.tls->Hello(&world_.sockets[c.sock]);
+        c.next_write_ms = world_.now_ms;
+      }
+      held_hellos_.clear();
+    } else if (sitters_left_ > 0) {
       SpawnClient();  // a flood: one a step
     } else if (active < target_clients_ && clients_.size() < max_clients_ && rng_.Chance(200)) {
       SpawnClient();

@@ -173,6 +173,14 @@ class Sim {
   Rng tls_rng_;
   bool tls_ = false;
   uint32_t tls_stall_ = 0, tls_garbage_ = 0, tls_renegotiate_ = 0;  // per mille of clients
+  // TLS clients that connect in one step, their ClientHellos in one turn: more than a turn
+  // answers (TlsLoop::kHellosPerTurn), so that some wait for a later one. 0: no burst.
+  uint32_t hello_burst_ = 0;
+  // The burst's clients (by id) hold their ClientHellos (and all they would write after them)
+  // until every one of their connections is accepted, then send them in one step (the sim's
+  // listener hands over one connection a pass).
+  bool hold_hellos_ = false;
+  std::vector<uint32_t> held_hellos_;
   SimTlsCounters tls_counters_;
   std::unique_ptr<SimTlsFactory> tls_sessions_;
   tls::TlsLoop* tls_loop_ = nullptr;

@@ -48,6 +48,7 @@ TEST(ShardSim, QuickSeeds) {
   // handshakes that never finish (closed by the header timeout).
   EXPECT_GT(coverage["tls.seeds"], 0u);
   EXPECT_GT(coverage["tls.handshakes"], 0u);
+  EXPECT_GT(coverage["tls.loop_hellos_deferred"], 0u);
   EXPECT_GT(coverage["tls.one_byte_feeds"], 0u);
   EXPECT_GT(coverage["tls.coalesced_feeds"], 0u);
   EXPECT_GT(coverage["tls.bad_input"], 0u);
