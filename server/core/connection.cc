@@ -557,7 +557,7 @@ void Shard::ReleaseExchange(Connection* conn) {
   // Not waiting for a file (Abort forgets the waiter), out of the send queue (Abort), and no
   // slot held: a slot goes back when its send ends (OnSend), and no exchange is released while
   // a send is in flight.
-  RINGD_ASSERT(ex->waiter.entry == nullptr && !ex->ticket.queued() && !ex->ticket.holds_slot);
+  RINGD_ASSERT(!ex->waiter.waiting() && !ex->ticket.queued() && !ex->ticket.holds_slot);
   conn->send_slow = ex->ticket.slow;
   EndExchange(conn, ex);  // metrics and the access log line
   if (ex->file != nullptr) files_->Unpin(ex->file);
