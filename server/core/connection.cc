@@ -37,7 +37,7 @@ void Shard::ArmRecv(Connection* conn) {
 // (PauseRecv's contract), and reading resumes as soon as there is room again.
 void Shard::UpdateRecv(Connection* conn) {
   if (!conn->recv_active || conn->recv_ending || conn->state == ConnState::kClosing ||
-      conn->state == ConnState::kLingering) {
+      conn->state == ConnState::kEndingRecv || conn->state == ConnState::kLingering) {
     return;
   }
   // The last response is in flight, whole, to a client that asked to close and sent nothing
@@ -100,11 +100,9 @@ void Shard::OnRecv(io::Completion* c) {
   // reset that raced it): this was the callback the connection waited for.
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
   // The last response is out and CloseGracefully waited for this, the receive's last word: it
-  // now knows whether the client sent more after all (more_input_expected) and closes or lingers.
-  if (!c->more && conn->close_when_recv_ends) {
-    conn->close_when_recv_ends = false;
-    return self->CloseGracefully(conn);
-  }
+  // now knows whether the client sent more after all (more_input_expected, or end of stream) and
+  // closes or lingers.
+  if (!c->more && conn->state == ConnState::kEndingRecv) return self->CloseGracefully(conn);
   // Lingering on a receive that UpdateRecv ended with the last request (its last callback the
   // cancellation, or bytes the kernel had received before it): a lingering connection reads
   // until the client closes, so it reads again.
@@ -118,6 +116,10 @@ void Shard::OnRecv(io::Completion* c) {
 
 void Shard::Received(Connection* conn, const char* data, size_t n) {
   if (conn->state == ConnState::kClosing || conn->state == ConnState::kLingering) return;
+  if (conn->state == ConnState::kEndingRecv) {
+    conn->more_input_expected = true;  // after the last response: never answered, linger
+    return;
+  }
   RINGD_ASSERT(n <= config_.recv_buffer_size);  // the loop's contract: one buffer at most
   if (conn->state == ConnState::kSending && conn->wants_close) {
     // The response in flight is the last: nothing after it will be answered. Drop the bytes
@@ -474,7 +476,10 @@ void Shard::CloseGracefully(Connection* conn) {
   // bytes came after all, or were left unread (kRecvCancelledWithInput). Abort would wait for that
   // callback before closing anyway, so the choice waits for it too (OnRecv), and costs no turn.
   if (!unread && !conn->peer_closed && conn->recv_active && conn->state == ConnState::kSending) {
-    conn->close_when_recv_ends = true;
+    SetState(conn, ConnState::kEndingRecv);
+    // Nothing is sent from here on, and the loop ends the receive promptly (Cancel's last
+    // callback): no timer, as for kClosing. The send timer would take the wait for a stall.
+    if (conn->timer.list != nullptr) conn->timer.list->Disarm(&conn->timer);
     if (!conn->recv_ending) {
       conn->recv_ending = true;
       loop_->Cancel(&conn->recv);
@@ -510,6 +515,9 @@ void Shard::CloseGracefully(Connection* conn) {
 //   kReading -> kWaitingFile -> kReading        (a file lookup, then planning again)
 //   kReading -> kSending -> kReading            (a response, then the next request)
 //   kSending -> kLingering                      (the last response sent; reading until EOF)
+//   kSending -> kEndingRecv -> kLingering       (the last response sent to a client that seemed
+//                                                done; its receive's last callback says it sent
+//                                                more; otherwise Abort closes it)
 //   kReading -> kLingering                      (an idle connection giving way to a newcomer)
 //   any but kClosing -> kClosing                (Abort; freed once nothing is in flight)
 void Shard::SetState(Connection* conn, ConnState next) {
@@ -523,10 +531,14 @@ void Shard::SetState(Connection* conn, ConnState next) {
       ok = from == ConnState::kReading;
       break;
     case ConnState::kSending:
-      ok = from == ConnState::kReading;
+      ok = from == ConnState::kReading && conn->ex != nullptr;
+      break;
+    case ConnState::kEndingRecv:
+      ok = from == ConnState::kSending && conn->ex == nullptr;  // the response is over
       break;
     case ConnState::kLingering:  // after the last response, or an idle one giving way
-      ok = from == ConnState::kSending || from == ConnState::kReading;
+      ok = from == ConnState::kSending || from == ConnState::kEndingRecv ||
+           from == ConnState::kReading;
       break;
     case ConnState::kClosing:
       ok = from != ConnState::kClosing;

@@ -89,8 +89,12 @@ enum class ConnState : uint8_t {
   kReading,      // waiting for (the rest of) a request head
   kWaitingFile,  // planning needs file metadata that is being fetched
   kSending,      // a response is in flight
-  kLingering,    // the last response is out; reading until the client closes
-  kClosing,      // waiting for operations in flight to end, then freed
+  // The last response is out and its receive is being ended: the receive's last callback says
+  // whether the client sent more (then kLingering) or not (then kClosing). Waits on the loop,
+  // not on the peer: no timer.
+  kEndingRecv,
+  kLingering,  // the last response is out; reading until the client closes
+  kClosing,    // waiting for operations in flight to end, then freed
 };
 
 struct Connection {
@@ -101,10 +105,8 @@ struct Connection {
   bool recv_active : 1 = false;
   bool recv_paused : 1 = false;  // recv cancelled because the input buffer is full
   // The receive is being cancelled to end the connection: UpdateRecv ended it beside the last
-  // response, or CloseGracefully, which then waits for its last callback to choose between
-  // closing and lingering (OnRecv: close_when_recv_ends).
+  // response, or CloseGracefully, which then waits in kEndingRecv for its last callback.
   bool recv_ending : 1 = false;
-  bool close_when_recv_ends : 1 = false;
   bool peer_closed : 1 = false;
   bool wants_close : 1 = false;  // close after the current response
   // A framing error or an unread body: the client may still send.
