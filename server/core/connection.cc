@@ -172,6 +172,11 @@ void Shard::ProcessInput(Connection* conn) {
       conn->parsed_len = conn->in_len;
       if (conn->in_len >= input_pool_->buffer_size())
         return RespondError(conn, 431, std::string_view(conn->in, conn->in_len));
+      // The client finished sending (during the response before): the rest of this head will
+      // never come, and with the receive over only the header timer would end the wait. As for
+      // an incomplete head at end of stream (OnRecv): closed now. Abort may free the connection
+      // here (nothing is in flight), and FinishResponse, the caller then, returns at once.
+      if (conn->peer_closed) return Abort(conn);
       if (conn->timer.list != &header_timers_) header_timers_.Arm(&conn->timer, now_ms_);
       return;
     }

@@ -151,5 +151,22 @@ TEST_F(ShardTest, AConnectionWaitingForItsReceivesEndLingersIfTheClientSentMore)
   EXPECT_EQ(shard_->Usage().connections, 0u);
 }
 
+// A client pipelines part of a second head behind its request, then finishes sending while the
+// response is on its way: that head can never be finished, so the connection closes once the
+// response is out (limits_test has the same with a real client, on every tier).
+TEST_F(ShardTest, AnUnfinishedHeadAfterEndOfStreamClosesOnceTheResponseIsOut) {
+  Complete(loop_->accepts[0], kConn, true);
+  io::Completion* recv = loop_->recvs.at(0);
+  const std::string bytes = "OPTIONS / HTTP/1.1\r\nHost: t\r\n\r\nGET /next HTTP/1.1\r\nHo";
+  Complete(recv, static_cast<int64_t>(bytes.size()), true, &bytes);
+  ASSERT_EQ(loop_->sends.size(), 1u);
+  Complete(recv, 0, false);  // end of stream, the response still in flight
+  EXPECT_TRUE(loop_->closes.empty());
+  Complete(loop_->sends[0].first, static_cast<int64_t>(loop_->sends[0].second), false);
+  EXPECT_EQ(loop_->closes, std::vector<int>{kConn}) << "held for the rest of a head";
+  EXPECT_EQ(shard_->Usage().connections, 0u);
+  EXPECT_EQ(shard_->Stats().header_timeouts, 0u);
+}
+
 }  // namespace
 }  // namespace ringd
