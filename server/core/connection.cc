@@ -22,6 +22,15 @@ Connection* ConnOf(FileWaiter* w) {
 // before it is answered 503: a bound on re-planning, whatever the cache does.
 constexpr uint32_t kMaxLookupsPerRequest = 8;
 
+// Whether any of the plan's views points into the planner's scratch (Exchange::plan).
+bool ViewsScratch(const http::ResponsePlan& plan, const http::PlanScratch& scratch) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(&scratch);
+  for (std::string_view v : {plan.file_path, plan.etag, plan.last_modified, plan.location}) {
+    if (reinterpret_cast<uintptr_t>(v.data()) - begin < sizeof scratch) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void Shard::ArmRecv(Connection* conn) {
@@ -262,6 +271,7 @@ bool Shard::Plan(Connection* conn, const http::Request& req) {
   RequestLookup source(files_.get(), ex->plan_since);
   const http::PlanStep step = http::PlanResponse(
       req, conn->https_redirect ? redirect_planner_ : planner_, source, *scratch_, &ex->plan);
+  ex->plan_number = ++plans_;
   if (step.status == http::PlanStatus::kNeedLookup) {
     SetState(conn, ConnState::kWaitingFile);
     send_timers_.Arm(&conn->timer, now_ms_);
@@ -353,6 +363,8 @@ void Shard::RespondError(Connection* conn, int status, std::string_view raw) {
 
 void Shard::StartResponse(Connection* conn, Exchange* ex) {
   http::ResponsePlan& plan = ex->plan;
+  // Views into the scratch are the latest plan's: no other plan ran since (Exchange::plan).
+  RINGD_ASSERT(ex->plan_number == plans_ || !ViewsScratch(plan, *scratch_));
   if (conn->requests >= config_.max_requests_per_connection || draining_ || conn->peer_closed) {
     plan.keep_alive = false;
   }
@@ -367,6 +379,9 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
                                 ex->head, sizeof ex->head);
   }
   ex->head_len = static_cast<uint32_t>(n);
+  // The head holds them now, and the next plan overwrites what they view: nothing reads them
+  // after this, and an empty view is all a later reader could find.
+  plan.file_path = plan.etag = plan.last_modified = plan.location = {};
   ex->send.owner = conn;
   ex->send.callback = &Shard::OnSend;
   ex->part = 0;
