@@ -123,6 +123,20 @@ struct CompletionQueue {
     }
     return c;
   }
+  // Whether `c` is on this queue, for a completion that can be on no other.
+  bool Holds(const Completion* c) const { return c->next_ready != nullptr || tail == c; }
+  // Takes `c` off wherever it is in the queue (a walk: for the rare case of an operation that
+  // ends while it waits here).
+  void Remove(Completion* c) {
+    Completion* prev = nullptr;
+    for (Completion* it = head; it != nullptr; prev = it, it = it->next_ready) {
+      if (it != c) continue;
+      (prev != nullptr ? prev->next_ready : head) = c->next_ready;
+      if (tail == c) tail = prev;
+      c->next_ready = nullptr;
+      return;
+    }
+  }
 };
 
 // Whether [offset, offset+length) is in the page cache and readable without waiting: cachestat(2)

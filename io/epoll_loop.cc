@@ -114,9 +114,13 @@ class EpollLoop final : public Loop {
     options_ = o;
     resident_.set_trust_ms(o.page_cache_trust_ms);
     epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0) {
+      *error = std::string("epoll_create1: ") + strerror(errno);
+      return false;
+    }
     event_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (epoll_fd_ < 0 || event_fd_ < 0) {
-      *error = std::string("epoll/eventfd: ") + strerror(errno);
+    if (event_fd_ < 0) {
+      *error = std::string("eventfd: ") + strerror(errno);
       return false;
     }
     epoll_event ev{};
@@ -410,10 +414,12 @@ class EpollLoop final : public Loop {
       for (int i = 0; i < kAcceptBurst && fds_[fd].reader == c; ++i) {
         const int s = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (s < 0) {
-          if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
+          // Taken at once: SetReader's epoll_ctl may change errno.
+          const int err = errno;
+          if (err == EAGAIN || err == EINTR || err == ECONNABORTED) return;
           SetReader(fd, nullptr);  // EMFILE and friends: the caller retries later
           c->in_flight = false;
-          c->result = -errno;
+          c->result = -err;
           c->more = false;
           ++stats_.completed;
           c->callback(c);
@@ -428,7 +434,8 @@ class EpollLoop final : public Loop {
     }
     // One read per readiness event (level-triggered: more data means another event).
     const ssize_t n = ::recv(fd, scratch_, options_.recv_buffer_size, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    const int err = n < 0 ? errno : 0;  // taken at once: SetReader's epoll_ctl may change errno
+    if (err == EAGAIN || err == EINTR) return;
     if (n > 0) {
       c->data = scratch_;
       c->result = n;
@@ -440,7 +447,7 @@ class EpollLoop final : public Loop {
     SetReader(fd, nullptr);  // end of stream or an error ends the "multishot"
     c->in_flight = false;
     c->data = nullptr;
-    c->result = n == 0 ? 0 : -errno;
+    c->result = -err;  // 0: end of stream
     c->more = false;
     ++stats_.completed;
     c->callback(c);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -131,6 +132,90 @@ TEST_P(LoopTest, CancelWhileParkedForBuffersStillEnds) {
   EXPECT_EQ(rb.got, "x");
   loop_->Poll(10);
   EXPECT_EQ(ra.ends, 1);
+}
+
+// A receive's Completion alone on a page, whose owner frees it (makes the page inaccessible) in
+// its last callback, as the server frees a connection there: a read of it by the loop after that
+// callback faults, in every build.
+struct FreedOnLastCallback {
+  void* page = nullptr;
+  size_t page_size = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  Completion* c = nullptr;
+  Loop* loop = nullptr;
+  bool pause_on_data = false;
+  int deliveries = 0;
+  int ends = 0;
+  int64_t last_result = 0;
+
+  FreedOnLastCallback() {
+    page = ::mmap(nullptr, page_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    c = new (page) Completion;
+    c->callback = &OnEvent;
+    c->owner = this;
+  }
+  ~FreedOnLastCallback() { ::munmap(page, page_size); }
+  static void OnEvent(Completion* c) {
+    FreedOnLastCallback* self = static_cast<FreedOnLastCallback*>(c->owner);
+    if (c->more) {
+      ++self->deliveries;
+      if (self->pause_on_data) self->loop->PauseRecv(c);
+      return;
+    }
+    ++self->ends;
+    self->last_result = c->result;
+    ASSERT_EQ(::mprotect(self->page, self->page_size, PROT_NONE), 0);
+  }
+};
+
+// Parked for lack of buffers, then cancelled: the receive has two reasons to wait for Poll (the
+// park, then the cancel), its last callback comes from there, and nothing may find it after.
+TEST_P(LoopTest, NothingReadsAParkedReceiveAfterItsLastCallback) {
+  options_.recv_buffer_count = 1;
+  options_.recv_buffer_size = 4096;
+  SetUp();
+  if (IsSkipped()) return;
+  FreedOnLastCallback ra;
+  auto [a, a_peer] = Pair();
+  auto [b, b_peer] = Pair();
+  auto [out, out_peer] = Pair();
+  (void)out_peer;
+  Receiver rb;
+  loop_->Recv(a, ra.c);
+  loop_->Recv(b, &rb.c);
+  loop_->Poll(0);
+  ASSERT_EQ(::write(b_peer, "x", 1), 1);  // takes the only buffer
+  ASSERT_EQ(::write(a_peer, "y", 1), 1);  // finds none: parked
+  const int file = TempFile("0123456789");
+  ASSERT_GE(file, 0);
+  CancelOnDone sender;  // cancels the parked receive after the batch
+  sender.loop = loop_.get();
+  sender.target = ra.c;
+  loop_->SendFile(out, file, 0, 10, &sender.c);
+
+  ASSERT_TRUE(PollUntil([&] { return sender.done && ra.ends > 0; }));
+  loop_->Poll(10);
+  EXPECT_EQ(ra.ends, 1);
+  EXPECT_LT(ra.last_result, 0);
+}
+
+// Resumed (so waiting for Poll to hand over what the pause kept), then cancelled while the
+// pause's own cancellation is still in the kernel: the kernel's answer ends the receive, and
+// nothing may find it after.
+TEST_P(LoopTest, NothingReadsAResumedReceiveAfterItsLastCallback) {
+  FreedOnLastCallback r;
+  r.loop = loop_.get();
+  r.pause_on_data = true;
+  auto [ours, theirs] = Pair();
+  loop_->Recv(ours, r.c);
+  loop_->Poll(0);
+  ASSERT_EQ(::write(theirs, "one", 3), 3);
+  ASSERT_TRUE(PollUntil([&] { return r.deliveries == 1; }));  // and paused
+  loop_->ResumeRecv(r.c);
+  loop_->Cancel(r.c);
+  ASSERT_TRUE(PollUntil([&] { return r.ends > 0; }));
+  loop_->Poll(10);
+  EXPECT_EQ(r.ends, 1);
+  EXPECT_LT(r.last_result, 0);
 }
 
 // A receive its owner cancels from a data callback, while the kernel, with bytes still coming

@@ -207,11 +207,9 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
 
   slots_.resize(o.ring_entries);
   deferred_.reserve(o.ring_entries * 4);
-  next_turns_.reserve(o.ring_entries * 4);  // cleared every Poll, as the two below
+  next_turns_.reserve(o.ring_entries * 4);  // cleared every Poll
   for (uint32_t i = 0; i < o.ring_entries; ++i) free_slots_.push_back(static_cast<int>(i));
   pipes_.resize(o.pipe_pool_size);
-  rearm_.reserve(o.recv_buffer_count);  // cleared every Poll: no allocation in steady state
-  resume_.reserve(o.recv_buffer_count);
   if (incremental_) consumed_.assign(n, 0);
 
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -276,8 +274,8 @@ void UringLoop::Cancel(Completion* c) {
     ReleaseHeld(c);  // bytes kept for a paused receive go nowhere now
     if (!c->armed) {
       // Parked (paused, ended for lack of buffers, or waiting to redeliver): nothing in the
-      // kernel will end it, so its last callback comes from Poll's re-arm pass.
-      rearm_.push_back(c);
+      // kernel will end it, so its last callback comes from Poll (RunWaitingRecvs).
+      WaitForPoll(c);
       return;
     }
   }
@@ -357,7 +355,7 @@ void UringLoop::Poll(int timeout_ms) {
   ++turn_;
   // Work already waiting (finished inside a call, resumed, parked, or reaped by a busy submit)
   // runs now: do not sleep first.
-  if (!ready_.empty() || !resume_.empty() || !rearm_.empty() || !deferred_.empty()) {
+  if (!ready_.empty() || !waiting_recvs_.empty() || !deferred_.empty()) {
     timeout_ms = 0;
   }
   __kernel_timespec ts{};
@@ -406,26 +404,7 @@ void UringLoop::Poll(int timeout_ms) {
   }
   next_turns_.clear();
   RunReady();
-  // Resumed receives: the bytes kept while paused, in order, then the end that came while
-  // paused, or a fresh multishot receive.
-  for (size_t i = 0; i < resume_.size(); ++i) Redeliver(resume_[i]);
-  resume_.clear();
-  // Multishot receives the kernel ended (for lack of buffers, or of its own accord): re-arm now
-  // that callbacks have returned their buffers. One cancelled while parked here was not in the
-  // kernel for the cancellation to find, so its last callback comes from here; without it the
-  // owner would wait for that callback forever. (An entry may appear twice, or have been
-  // finished or re-armed since it was queued: in_flight and armed tell.)
-  for (size_t i = 0; i < rearm_.size(); ++i) {
-    Completion* c = rearm_[i];
-    if (!c->in_flight || c->armed) continue;
-    if (c->cancelled) {
-      c->data = nullptr;
-      Finish(c, -ECANCELED);
-    } else if (!c->paused && c->held_head < 0) {
-      ArmRecv(c);
-    }
-  }
-  rearm_.clear();
+  RunWaitingRecvs();
 }
 
 LoopStats UringLoop::Stats() const {
@@ -504,6 +483,7 @@ void UringLoop::Finish(Completion* c, int64_t result) {
   // cancel), so no socket stays corked into its next response (but for the next piece of the
   // same body: EndCork); uncorking pushes the body's last partial segment out.
   if (c->corked) internal::EndCork(c, SocketFd(c->fd), result);
+  if (c->op == Op::kRecv) EndRecv(c);
   c->in_flight = false;
   c->more = false;
   c->result = result;

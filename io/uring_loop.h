@@ -151,6 +151,18 @@ class UringLoop final : public Loop {
 
   void ArmRecv(Completion* c);
 
+  // Receives that wait for Poll with nothing in the kernel to bring them back (waiting_recvs_),
+  // each queued once however many reasons it has; one whose last callback runs elsewhere leaves
+  // the queue then (EndRecv), so the queue never names a receive its owner may have freed.
+  void WaitForPoll(Completion* c) {
+    if (!waiting_recvs_.Holds(c)) waiting_recvs_.Push(c);
+  }
+  void EndRecv(Completion* c) {
+    c->in_flight = false;
+    if (waiting_recvs_.Holds(c)) waiting_recvs_.Remove(c);
+  }
+  void RunWaitingRecvs();
+
   void CancelInKernel(Completion* c) {
     io_uring_sqe* sqe = Sqe();
     io_uring_prep_cancel64(sqe, reinterpret_cast<uint64_t>(c), 0);
@@ -279,11 +291,14 @@ class UringLoop final : public Loop {
   internal::ColdTransfers cold_;         // transfers whose next chunk splices at once
   internal::ResidentFiles resident_{0};  // page-cache answers trusted for a while
   internal::LocalDirs local_dirs_;       // where an open's statx runs on the shard
-  std::vector<Completion*> rearm_;
-  std::vector<Completion*> resume_;  // resumed receives with kept bytes to hand over
-  bool incremental_ = false;         // the kernel consumes receive buffers incrementally
-  uint32_t recv_max_ = 0;            // bytes per receive completion at most
-  std::vector<uint32_t> consumed_;   // incremental: per buffer, the bytes receives took so far
+  // Receives for Poll to attend to after the completions it reaped (RunWaitingRecvs): resumed
+  // ones with bytes kept while paused, ones the kernel ended to re-arm, ones cancelled while
+  // none was in the kernel. Linked through Completion::next_ready (a receive is on no other
+  // queue): no allocation, and membership is known without a search.
+  internal::CompletionQueue waiting_recvs_;
+  bool incremental_ = false;        // the kernel consumes receive buffers incrementally
+  uint32_t recv_max_ = 0;           // bytes per receive completion at most
+  std::vector<uint32_t> consumed_;  // incremental: per buffer, the bytes receives took so far
   // Copies of bytes received for paused receives: per chunk, its memory (recv_max_ bytes), the
   // next chunk kept for the same receive, and the bytes in it; free chunks.
   std::vector<std::unique_ptr<char[]>> held_mem_;

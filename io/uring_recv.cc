@@ -9,6 +9,7 @@
 namespace ringd::io::uring {
 
 void UringLoop::Recv(int fd, Completion* c) {
+  RINGD_ASSERT(!waiting_recvs_.Holds(c));  // a receive that has ended waits for nothing
   internal::BeginOp(c, Op::kRecv, fd);
   c->armed = false;
   c->held_head = c->held_tail = -1;
@@ -29,7 +30,7 @@ void UringLoop::ResumeRecv(Completion* c) {
   RINGD_ASSERT(c->op == Op::kRecv);
   if (!c->in_flight || c->cancelled || !c->paused) return;
   c->paused = false;
-  resume_.push_back(c);
+  WaitForPoll(c);
 }
 
 void UringLoop::ArmRecv(Completion* c) {
@@ -121,6 +122,26 @@ void UringLoop::Redeliver(Completion* c) {
   if (!c->armed) ArmRecv(c);
 }
 
+// Poll's last pass, once the completions it reaped have run and returned their buffers: each
+// receive waiting for it (WaitForPoll) gets, if resumed, the bytes kept while paused, in order,
+// then the end that came while paused; one the kernel ended is armed again; one cancelled with
+// nothing in the kernel for the cancellation to find gets its last callback here (without it the
+// owner would wait for that callback forever). Each is taken off the queue before anything runs
+// for it, and is on it at most once, so an owner that frees it in its last callback (the server
+// frees a connection there) leaves nothing behind that names it.
+void UringLoop::RunWaitingRecvs() {
+  while (Completion* c = waiting_recvs_.Pop()) {
+    // A receive leaves the queue when it ends (EndRecv): one here is still its owner's.
+    RINGD_ASSERT(c->op == Op::kRecv && c->in_flight);
+    if (!c->cancelled) {
+      Redeliver(c);
+    } else if (!c->armed) {  // armed: the kernel's answer to the cancellation ends it
+      c->data = nullptr;
+      Finish(c, -ECANCELED);
+    }
+  }
+}
+
 void UringLoop::OnRecv(Completion* c, int32_t res, uint32_t flags) {
   const bool kernel_more = (flags & IORING_CQE_F_MORE) != 0;
   if (!kernel_more) c->armed = false;
@@ -131,27 +152,27 @@ void UringLoop::OnRecv(Completion* c, int32_t res, uint32_t flags) {
     if (hold) {
       Hold(c, Received(bid), res);
       Consumed(bid, res, flags);
-      if (!kernel_more && !c->paused) rearm_.push_back(c);  // re-armed once redelivered
+      if (!kernel_more && !c->paused) WaitForPoll(c);  // re-armed once redelivered
       return;
     }
     // Ended without an error (the kernel stops a multishot now and then): re-arm quietly.
-    if (!kernel_more && !c->cancelled) rearm_.push_back(c);
+    if (!kernel_more && !c->cancelled) WaitForPoll(c);
     c->more = kernel_more || !c->cancelled;
-    if (!c->more) c->in_flight = false;
+    if (!c->more) EndRecv(c);
     Deliver(c, Received(bid), res);
     Consumed(bid, res, flags);
     return;
   }
   if (res == -ENOBUFS && !c->cancelled) {  // every buffer was in use: re-arm after this batch
     ++stats_.recv_nobufs;
-    if (!c->paused) rearm_.push_back(c);  // a paused one is re-armed by ResumeRecv
+    if (!c->paused) WaitForPoll(c);  // a paused one is re-armed by ResumeRecv
     return;
   }
   if (kernel_more) return;  // an error that does not end the multishot: ignore
   if (res == -ECANCELED && !c->cancelled) {
     // PauseRecv's cancellation: the receive stays in flight for its owner. Re-arm once
     // resumed and everything kept has been handed over.
-    if (!c->paused) rearm_.push_back(c);
+    if (!c->paused) WaitForPoll(c);
     return;
   }
   if (hold) {  // end of stream or an error while paused: after the bytes kept before it

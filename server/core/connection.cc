@@ -22,6 +22,15 @@ Connection* ConnOf(FileWaiter* w) {
 // before it is answered 503: a bound on re-planning, whatever the cache does.
 constexpr uint32_t kMaxLookupsPerRequest = 8;
 
+// Whether any of the plan's views points into the planner's scratch (Exchange::plan).
+bool ViewsScratch(const http::ResponsePlan& plan, const http::PlanScratch& scratch) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(&scratch);
+  for (std::string_view v : {plan.file_path, plan.etag, plan.last_modified, plan.location}) {
+    if (reinterpret_cast<uintptr_t>(v.data()) - begin < sizeof scratch) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void Shard::ArmRecv(Connection* conn) {
@@ -37,7 +46,7 @@ void Shard::ArmRecv(Connection* conn) {
 // (PauseRecv's contract), and reading resumes as soon as there is room again.
 void Shard::UpdateRecv(Connection* conn) {
   if (!conn->recv_active || conn->recv_ending || conn->state == ConnState::kClosing ||
-      conn->state == ConnState::kLingering) {
+      conn->state == ConnState::kEndingRecv || conn->state == ConnState::kLingering) {
     return;
   }
   // The last response is in flight, whole, to a client that asked to close and sent nothing
@@ -100,11 +109,9 @@ void Shard::OnRecv(io::Completion* c) {
   // reset that raced it): this was the callback the connection waited for.
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
   // The last response is out and CloseGracefully waited for this, the receive's last word: it
-  // now knows whether the client sent more after all (more_input_expected) and closes or lingers.
-  if (!c->more && conn->close_when_recv_ends) {
-    conn->close_when_recv_ends = false;
-    return self->CloseGracefully(conn);
-  }
+  // now knows whether the client sent more after all (more_input_expected, or end of stream) and
+  // closes or lingers.
+  if (!c->more && conn->state == ConnState::kEndingRecv) return self->CloseGracefully(conn);
   // Lingering on a receive that UpdateRecv ended with the last request (its last callback the
   // cancellation, or bytes the kernel had received before it): a lingering connection reads
   // until the client closes, so it reads again.
@@ -118,6 +125,10 @@ void Shard::OnRecv(io::Completion* c) {
 
 void Shard::Received(Connection* conn, const char* data, size_t n) {
   if (conn->state == ConnState::kClosing || conn->state == ConnState::kLingering) return;
+  if (conn->state == ConnState::kEndingRecv) {
+    conn->more_input_expected = true;  // after the last response: never answered, linger
+    return;
+  }
   RINGD_ASSERT(n <= config_.recv_buffer_size);  // the loop's contract: one buffer at most
   if (conn->state == ConnState::kSending && conn->wants_close) {
     // The response in flight is the last: nothing after it will be answered. Drop the bytes
@@ -170,6 +181,11 @@ void Shard::ProcessInput(Connection* conn) {
       conn->parsed_len = conn->in_len;
       if (conn->in_len >= input_pool_->buffer_size())
         return RespondError(conn, 431, std::string_view(conn->in, conn->in_len));
+      // The client finished sending (during the response before): the rest of this head will
+      // never come, and with the receive over only the header timer would end the wait. As for
+      // an incomplete head at end of stream (OnRecv): closed now. Abort may free the connection
+      // here (nothing is in flight), and FinishResponse, the caller then, returns at once.
+      if (conn->peer_closed) return Abort(conn);
       if (conn->timer.list != &header_timers_) header_timers_.Arm(&conn->timer, now_ms_);
       return;
     }
@@ -255,6 +271,7 @@ bool Shard::Plan(Connection* conn, const http::Request& req) {
   RequestLookup source(files_.get(), ex->plan_since);
   const http::PlanStep step = http::PlanResponse(
       req, conn->https_redirect ? redirect_planner_ : planner_, source, *scratch_, &ex->plan);
+  ex->plan_number = ++plans_;
   if (step.status == http::PlanStatus::kNeedLookup) {
     SetState(conn, ConnState::kWaitingFile);
     send_timers_.Arm(&conn->timer, now_ms_);
@@ -346,6 +363,8 @@ void Shard::RespondError(Connection* conn, int status, std::string_view raw) {
 
 void Shard::StartResponse(Connection* conn, Exchange* ex) {
   http::ResponsePlan& plan = ex->plan;
+  // Views into the scratch are the latest plan's: no other plan ran since (Exchange::plan).
+  RINGD_ASSERT(ex->plan_number == plans_ || !ViewsScratch(plan, *scratch_));
   if (conn->requests >= config_.max_requests_per_connection || draining_ || conn->peer_closed) {
     plan.keep_alive = false;
   }
@@ -360,6 +379,9 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
                                 ex->head, sizeof ex->head);
   }
   ex->head_len = static_cast<uint32_t>(n);
+  // The head holds them now, and the next plan overwrites what they view: nothing reads them
+  // after this, and an empty view is all a later reader could find.
+  plan.file_path = plan.etag = plan.last_modified = plan.location = {};
   ex->send.owner = conn;
   ex->send.callback = &Shard::OnSend;
   ex->part = 0;
@@ -474,7 +496,10 @@ void Shard::CloseGracefully(Connection* conn) {
   // bytes came after all, or were left unread (kRecvCancelledWithInput). Abort would wait for that
   // callback before closing anyway, so the choice waits for it too (OnRecv), and costs no turn.
   if (!unread && !conn->peer_closed && conn->recv_active && conn->state == ConnState::kSending) {
-    conn->close_when_recv_ends = true;
+    SetState(conn, ConnState::kEndingRecv);
+    // Nothing is sent from here on, and the loop ends the receive promptly (Cancel's last
+    // callback): no timer, as for kClosing. The send timer would take the wait for a stall.
+    if (conn->timer.list != nullptr) conn->timer.list->Disarm(&conn->timer);
     if (!conn->recv_ending) {
       conn->recv_ending = true;
       loop_->Cancel(&conn->recv);
@@ -510,6 +535,9 @@ void Shard::CloseGracefully(Connection* conn) {
 //   kReading -> kWaitingFile -> kReading        (a file lookup, then planning again)
 //   kReading -> kSending -> kReading            (a response, then the next request)
 //   kSending -> kLingering                      (the last response sent; reading until EOF)
+//   kSending -> kEndingRecv -> kLingering       (the last response sent to a client that seemed
+//                                                done; its receive's last callback says it sent
+//                                                more; otherwise Abort closes it)
 //   kReading -> kLingering                      (an idle connection giving way to a newcomer)
 //   any but kClosing -> kClosing                (Abort; freed once nothing is in flight)
 void Shard::SetState(Connection* conn, ConnState next) {
@@ -523,10 +551,14 @@ void Shard::SetState(Connection* conn, ConnState next) {
       ok = from == ConnState::kReading;
       break;
     case ConnState::kSending:
-      ok = from == ConnState::kReading;
+      ok = from == ConnState::kReading && conn->ex != nullptr;
+      break;
+    case ConnState::kEndingRecv:
+      ok = from == ConnState::kSending && conn->ex == nullptr;  // the response is over
       break;
     case ConnState::kLingering:  // after the last response, or an idle one giving way
-      ok = from == ConnState::kSending || from == ConnState::kReading;
+      ok = from == ConnState::kSending || from == ConnState::kEndingRecv ||
+           from == ConnState::kReading;
       break;
     case ConnState::kClosing:
       ok = from != ConnState::kClosing;
@@ -557,7 +589,7 @@ void Shard::ReleaseExchange(Connection* conn) {
   // Not waiting for a file (Abort forgets the waiter), out of the send queue (Abort), and no
   // slot held: a slot goes back when its send ends (OnSend), and no exchange is released while
   // a send is in flight.
-  RINGD_ASSERT(ex->waiter.entry == nullptr && !ex->ticket.queued() && !ex->ticket.holds_slot);
+  RINGD_ASSERT(!ex->waiter.waiting() && !ex->ticket.queued() && !ex->ticket.holds_slot);
   conn->send_slow = ex->ticket.slow;
   EndExchange(conn, ex);  // metrics and the access log line
   if (ex->file != nullptr) files_->Unpin(ex->file);

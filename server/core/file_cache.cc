@@ -275,7 +275,7 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
   // this call.
   RINGD_ASSERT(!e->ready);
   if (waiter == nullptr) return true;  // Prefetch
-  RINGD_ASSERT(waiter->entry == nullptr && !waiter->woken);
+  RINGD_ASSERT(!waiter->waiting());
   waiter->entry = e;
   waiter->prev = nullptr;
   waiter->next = e->waiters;
@@ -289,9 +289,8 @@ void FileCache::Prefetch(std::string_view path) {
 }
 
 void FileCache::Forget(FileWaiter* waiter) {
-  CacheEntry* e = waiter->entry;
-  if (e == nullptr) return;
-  if (waiter->woken) {  // off the woken queue, and its pin goes
+  if (waiter->woken) {  // off the woken queue: its wake-up never runs
+    RINGD_ASSERT(waiter->entry == nullptr);
     if (waiter->prev != nullptr)
       waiter->prev->next = waiter->next;
     else
@@ -301,10 +300,14 @@ void FileCache::Forget(FileWaiter* waiter) {
     else
       woken_tail_ = waiter->prev;
     waiter->prev = waiter->next = nullptr;
-    waiter->entry = nullptr;
     waiter->woken = false;
     return;
   }
+  CacheEntry* e = waiter->entry;
+  if (e == nullptr) return;
+  // On the waiter list of an entry still loading: an entry with waiters is never freed
+  // (MaybeFree), and Ready moves them all to the woken queue before it can be.
+  RINGD_ASSERT(!e->ready);
   if (waiter->prev != nullptr)
     waiter->prev->next = waiter->next;
   else
@@ -423,6 +426,7 @@ void FileCache::Ready(CacheEntry* e) {
   e->waiters = nullptr;
   while (w != nullptr) {
     FileWaiter* next = w->next;
+    w->entry = nullptr;  // `e` may be freed below, before the wake-up runs
     w->woken = true;
     w->next = nullptr;
     w->prev = woken_tail_;
@@ -463,7 +467,6 @@ void FileCache::RunWakeups() {
       woken_tail_ = nullptr;
     w->prev = w->next = nullptr;
     w->woken = false;
-    w->entry = nullptr;
     w->wake(w);
   }
 }

@@ -40,12 +40,15 @@
 namespace ringd {
 
 // Something waiting for a path's metadata: a connection whose planning stopped at kNeedLookup.
+// It is on one list at a time: its entry's waiters (`entry` names that entry), then the cache's
+// woken queue (`woken`; `entry` is null, since the entry may be freed before the wake-up runs).
 struct FileWaiter {
   FileWaiter* prev = nullptr;  // on its entry's waiter list, then on the cache's woken queue
   FileWaiter* next = nullptr;
-  struct CacheEntry* entry = nullptr;  // what it waits on
+  struct CacheEntry* entry = nullptr;  // the entry whose waiter list it is on
   bool woken = false;                  // on the cache's woken queue
   void (*wake)(FileWaiter*) = nullptr;
+  bool waiting() const { return entry != nullptr || woken; }
 };
 
 struct CacheEntry {

@@ -262,6 +262,36 @@ TEST_F(FileCacheTest, AMissingPathTakesNoEntry) {
   EXPECT_EQ(loop_.opens.size(), 3u);
 }
 
+// A waiter names its entry only while it waits on that entry's list. Woken, it waits for
+// RunWakeups, and its entry may be gone by then (a path found missing keeps no entry): a
+// connection that closes before its wake-up runs must find nothing there that names it.
+TEST_F(FileCacheTest, AWokenWaiterNamesNoEntry) {
+  Make(1000);
+  int wakes = 0;
+  struct Waiter : FileWaiter {
+    int* wakes = nullptr;
+  } w;
+  w.wakes = &wakes;
+  w.wake = [](FileWaiter* fw) { ++*static_cast<Waiter*>(fw)->wakes; };
+  ASSERT_TRUE(cache_->Fetch("gone.txt", &w));
+  EXPECT_NE(w.entry, nullptr) << "waiting on the entry that opens the path";
+  loop_.Finish(0, -ENOENT);
+  EXPECT_EQ(cache_->Stats().entries, 0u) << "the entry was freed";
+  EXPECT_TRUE(w.woken);
+  EXPECT_EQ(w.entry, nullptr) << "a woken waiter still names the entry that was freed";
+  cache_->Forget(&w);  // its connection closes first
+  EXPECT_FALSE(w.woken);
+  cache_->RunWakeups();
+  EXPECT_EQ(wakes, 0);
+  // And one woken as usual.
+  ASSERT_TRUE(cache_->Fetch("gone.txt", &w)) << "a forgotten waiter can wait again";
+  loop_.Finish(1, -ENOENT);
+  cache_->RunWakeups();
+  EXPECT_EQ(wakes, 1);
+  EXPECT_FALSE(w.woken);
+  EXPECT_EQ(w.entry, nullptr);
+}
+
 TEST_F(FileCacheTest, AMissingPathRevalidatesBesideItsRequests) {
   Make(1000);
   Load("new.txt", -ENOENT, 0, 0);

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "io/assert.h"
+
 namespace ringd {
 namespace {
 
@@ -267,6 +269,9 @@ void Shard::Tick() {
   send_timers_.Expire(now_ms_, [&](TimerNode* t) {
     Connection* conn = conn_of(t);
     Exchange* ex = conn->ex;
+    // Only a response (or its file lookup) waits on the send timer: once the last one is over,
+    // the connection closes, lingers, or waits in kEndingRecv, each without it.
+    RINGD_ASSERT(ex != nullptr);
     if (ex != nullptr && ex->sending != Exchange::Sending::kNone &&
         ex->send.done > ex->send_progress) {
       ex->send_progress = ex->send.done;  // slow, but moving: another period
@@ -442,10 +447,12 @@ void Shard::PauseAccept() {
 
 uint32_t Shard::capacity() const { return config_.max_connections + kReclaimReserve; }
 
-// The connections --max-connections counts: all but those on their way out (lingering after
-// their last response or after giving way, or closing), which take the reserve's slots.
+// The connections --max-connections counts: all but those on their way out (their last response
+// out, their receive ending; lingering after their last response or after giving way; or
+// closing), which take the reserve's slots.
 uint32_t Shard::Serving() const {
-  return live_ - state_counts_[static_cast<int>(ConnState::kLingering)] -
+  return live_ - state_counts_[static_cast<int>(ConnState::kEndingRecv)] -
+         state_counts_[static_cast<int>(ConnState::kLingering)] -
          state_counts_[static_cast<int>(ConnState::kClosing)];
 }
 

@@ -53,7 +53,18 @@ struct Exchange {
   uint32_t lookups = 0;       // file lookups the request has waited for
   bool head_request = false;  // the request is a HEAD
   uint64_t plan_since = 0;    // the file cache's validations() when the request began planning
+  // `plan` lives as long as the response, but its file_path, etag, last_modified and location
+  // view the shard's PlanScratch, which the next plan (any connection's) overwrites. They are
+  // read only on the way from PlanResponse to the response head, before any other plan can
+  // run (Plan pins the file, StartResponse writes the head), and cleared once the head is
+  // written. A plan that stopped for a file lookup is made again, whole, when the lookup ends
+  // (PlanResponse starts from an empty plan); a pipelined request is planned only after the
+  // response before it has its head; the access log and the metrics read no view (EndExchange:
+  // the status, lengths, and the request line copied at parse time). plan_number (the shard's
+  // count of plans when this one was made) lets StartResponse assert that the views it writes
+  // are still the latest plan's.
   http::ResponsePlan plan;
+  uint64_t plan_number = 0;
   io::Completion send;
   uint64_t send_progress = 0;  // the send's progress (Completion::done) when its timer was armed
   SendTicket ticket;  // its place in the shard's send queue (a body chunk waiting for a slot)
@@ -89,8 +100,12 @@ enum class ConnState : uint8_t {
   kReading,      // waiting for (the rest of) a request head
   kWaitingFile,  // planning needs file metadata that is being fetched
   kSending,      // a response is in flight
-  kLingering,    // the last response is out; reading until the client closes
-  kClosing,      // waiting for operations in flight to end, then freed
+  // The last response is out and its receive is being ended: the receive's last callback says
+  // whether the client sent more (then kLingering) or not (then kClosing). Waits on the loop,
+  // not on the peer: no timer.
+  kEndingRecv,
+  kLingering,  // the last response is out; reading until the client closes
+  kClosing,    // waiting for operations in flight to end, then freed
 };
 
 struct Connection {
@@ -101,10 +116,8 @@ struct Connection {
   bool recv_active : 1 = false;
   bool recv_paused : 1 = false;  // recv cancelled because the input buffer is full
   // The receive is being cancelled to end the connection: UpdateRecv ended it beside the last
-  // response, or CloseGracefully, which then waits for its last callback to choose between
-  // closing and lingering (OnRecv: close_when_recv_ends).
+  // response, or CloseGracefully, which then waits in kEndingRecv for its last callback.
   bool recv_ending : 1 = false;
-  bool close_when_recv_ends : 1 = false;
   bool peer_closed : 1 = false;
   bool wants_close : 1 = false;  // close after the current response
   // A framing error or an unread body: the client may still send.
@@ -282,6 +295,7 @@ class Shard {
   std::unique_ptr<FileCache> files_;
   std::unique_ptr<SendQueue> sends_;  // which long bodies send now (send_queue.h)
   std::unique_ptr<http::PlanScratch> scratch_;
+  uint64_t plans_ = 0;  // PlanResponse calls so far (Exchange::plan_number)
   http::PlannerConfig planner_;
   http::PlannerConfig redirect_planner_;  // planner_ with redirect_to_https (--redirect-https)
   std::vector<bool> redirect_listeners_;

@@ -83,9 +83,9 @@ struct RequestMetrics {
 };
 
 // Connection states as the debug view names them (ConnState's order).
-constexpr int kConnStates = 5;
-constexpr const char* kConnStateNames[kConnStates] = {"reading", "waiting_file", "sending",
-                                                      "lingering", "closing"};
+constexpr int kConnStates = 6;
+constexpr const char* kConnStateNames[kConnStates] = {"reading",     "waiting_file", "sending",
+                                                      "ending_recv", "lingering",    "closing"};
 
 // A shard's state at one moment, copied on its own thread.
 struct ShardSnapshot {

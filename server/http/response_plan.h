@@ -96,8 +96,8 @@ struct ResponsePlan {
   std::string_view content_type;
   std::string_view content_encoding;  // "gzip", "br" or ""
   bool vary_accept_encoding = false;
-  // These two view the PlanScratch the plan was made with: valid until its next plan (the shard
-  // writes the head straight after planning).
+  // These two view the PlanScratch the plan was made with, as file_path and location may:
+  // valid until its next plan (the shard writes the head straight after planning).
   std::string_view etag;
   std::string_view last_modified;  // the IMF-fixdate of file.mtime_sec, or empty
   uint64_t content_length = 0;     // what Content-Length says (also for HEAD)

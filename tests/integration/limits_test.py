@@ -360,6 +360,36 @@ class ConnectionLimitsTest(DocrootTestCase):
                 s.close()
             self.assertEqual(server.stop(), 0)
 
+    def test_a_half_close_mid_response_behind_part_of_a_head_closes_after_the_response(self):
+        # The client pipelines part of a second head behind its request, then half-closes while
+        # the response is still on its way: that head can never be finished, and no receive is
+        # left to notice a timeout other than the header timeout's. The connection closes once
+        # the response is out, not a header timeout later.
+        server = Server(self.root, "--header-timeout-ms", "60000", "--shards", "1")
+        try:
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)  # the body waits on us
+            s.settimeout(10)
+            s.connect(("127.0.0.1", server.port))
+            s.sendall(get("large.bin") + b"GET /small.txt HTTP/1.1\r\nHo")
+            wait_for(lambda: server_has_read(s), what="the request and the partial head read")
+            s.shutdown(socket.SHUT_WR)
+            # The server sees the FIN while the body still waits for this client to read (a
+            # server slower than this would see it after the response: the test would then
+            # pass without showing anything, never fail).
+            time.sleep(0.5)
+            reader = Reader(s)
+            r = reader.read_response()
+            self.assertEqual((r.status, r.body), (200, self.files["large.bin"]))
+            try:
+                closed = reader.at_eof(timeout=10)
+            except socket.timeout:
+                closed = False
+            self.assertTrue(closed, "the connection is held after the response")
+            s.close()
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_stalled_request_body_is_dropped_after_its_own_timeout(self):
         server = Server(self.root, "--discard-body-timeout-ms", "300")
         try:

@@ -414,8 +414,8 @@ class ObservabilityTest(BackendTestCase):
         self.assertEqual(sum(s["requests"] for s in debug["shards"]), len(made) + 1)
         for s in debug["shards"]:
             self.assertTrue(s["up"])
-            self.assertEqual(set(s["connections"]), {"reading", "waiting_file", "sending", "lingering",
-                                                     "closing", "idle", "open"})
+            self.assertEqual(set(s["connections"]), {"reading", "waiting_file", "sending", "ending_recv",
+                                                     "lingering", "closing", "idle", "open"})
             self.assertEqual(set(s["pools"]), {"connections", "exchanges", "input_buffers",
                                                "content_buffers", "pipes"})
             self.assertGreater(s["pools"]["connections"]["capacity"], 0)
