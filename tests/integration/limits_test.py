@@ -12,7 +12,7 @@ import time
 import unittest
 
 from ringd_harness import (ADMIN, BACKEND, BackendTestCase, DocrootTestCase, Reader, Server,
-                           make_docroot, raw, request, server_has_read, wait_for)
+                           make_docroot, raw, request, sends_stalled, server_has_read, wait_for)
 
 
 def get(name, extra=b""):
@@ -492,8 +492,9 @@ class SendQueueTest(DocrootTestCase):
         with open(cls.root + "/huge.bin", "wb") as f:
             f.write(cls.huge)
 
-    def stalled_downloads(self, server, n):
-        """n connections that ask for huge.bin and read nothing: each holds a send slot."""
+    def stalled_downloads(self, server, n, holding=False):
+        """n connections that ask for huge.bin and read nothing: each holds a send slot (with
+        `holding`, each has one: wait until every send is stuck on its full window)."""
         socks = []
         for _ in range(n):
             s = socket.socket()
@@ -503,6 +504,10 @@ class SendQueueTest(DocrootTestCase):
             s.sendall(get("huge.bin"))
             socks.append(s)
         wait_for(lambda: server.connections()["sending"] == n, "%d downloads under way" % n)
+        # A download keeps its slot only once its send cannot finish (the kernel's send buffer
+        # full); before that a slot may be free between two of its chunks.
+        if holding:
+            wait_for(lambda: sends_stalled(socks), "%d downloads stalled" % n)
         return socks
 
     def finish(self, socks):
@@ -561,7 +566,7 @@ class SendQueueTest(DocrootTestCase):
         server = Server(self.root, "--send-order", "srpt", "--shards", "1", "--send-slots", "2", "--send-short-bytes", "0",
                         "--send-slot-hold-ms", "60000", "--send-max-wait-ms", "300", *ADMIN)
         try:
-            stalled = self.stalled_downloads(server, 2)
+            stalled = self.stalled_downloads(server, 2, holding=True)
             took = self.timed_get(server, "medium.bin")
             self.assertGreaterEqual(took, 0.25)  # it did wait for the bound
             self.assertLess(took, 5)

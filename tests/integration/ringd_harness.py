@@ -91,6 +91,18 @@ def _tcp_queues():
     return out
 
 
+def sends_stalled(socks, settle=0.2):
+    """Whether the server's sends to each client socket in `socks` (loopback) have stopped: its
+    side's send queue is not empty and did not move over `settle` seconds (the client reads
+    nothing and its window is full, so a send in flight there stays in flight)."""
+    def queues():
+        q = _tcp_queues()
+        return [q.get((s.getpeername()[:2], s.getsockname()[:2]), (0, 0))[0] for s in socks]
+    before = queues()
+    time.sleep(settle)
+    return all(b > 0 for b in before) and queues() == before
+
+
 def admin_get(port, path, timeout=10):
     """(status, body) of a GET on the admin listener."""
     try:
