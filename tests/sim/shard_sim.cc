@@ -838,12 +838,14 @@ SeedResult Sim::Run() {
       max_clients_ = std::max<uint32_t>(max_clients_,
                                         static_cast<uint32_t>(clients_.size()) + hello_burst_ + 8);
       hold_hellos_ = true;
+      hello_burst_ms_ = world_.now_ms;
       for (uint32_t i = 0; i < hello_burst_; ++i) SpawnClient();
       hold_hellos_ = false;
     } else if (!held_hellos_.empty() &&
-               std::all_of(held_hellos_.begin(), held_hellos_.end(), [&](uint32_t id) {
-                 return world_.sockets[clients_[id]->sock].accepted;
-               })) {
+               (world_.now_ms >= hello_burst_ms_ + kHelloHoldMs ||
+                std::all_of(held_hellos_.begin(), held_hellos_.end(), [&](uint32_t id) {
+                  return world_.sockets[clients_[id]->sock].accepted;
+                }))) {
       for (const uint32_t id : held_hellos_) {  // all in one step, for one turn of the loop
         Client& c = *clients_[id];
         c.tls->Hello(&world_.sockets[c.sock]);

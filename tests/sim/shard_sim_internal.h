@@ -179,7 +179,11 @@ class Sim {
   // The burst's clients (by id) hold their ClientHellos (and all they would write after them)
   // until every one of their connections is accepted, then send them in one step (the sim's
   // listener hands over one connection a pass).
+  // At most kHelloHoldMs: a connection silent for Shard::kSilentGiveWayMs may give way at the
+  // limit, and one whose ClientHello comes as it does is closed with it unread (as designed).
+  static constexpr int64_t kHelloHoldMs = 100;
   bool hold_hellos_ = false;
+  int64_t hello_burst_ms_ = 0;
   std::vector<uint32_t> held_hellos_;
   SimTlsCounters tls_counters_;
   std::unique_ptr<SimTlsFactory> tls_sessions_;
