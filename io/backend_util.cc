@@ -33,8 +33,8 @@ constexpr uint64_t kProbeBytes = 64 << 10;
 
 // cachestat counts a page the moment it is in the cache, including one whose read from the disk
 // is still in flight (read-ahead puts its pages in locked, ahead of the reader), and a sendfile
-// that meets such a page waits for the disk on the shard's thread (measured: hot p99 6.8 s on
-// the throttled HDD, docs/PERFORMANCE.md "cold on a slow disk"). One-byte RWF_NOWAIT reads at the
+// that meets such a page waits for the disk on the shard's thread, and every request on the shard
+// with it (docs/PERFORMANCE.md, "cold on a slow disk"). One-byte RWF_NOWAIT reads at the
 // range's start, every kUptodateStride, and its last byte tell a page still being read
 // (EAGAIN). They start no read of their own here: every page they touch is already in the cache.
 // Where RWF_NOWAIT is refused (FUSE) cachestat's answer stands.
@@ -105,8 +105,8 @@ void ResidentFiles::Forget(int fd) {
 bool PagesCachedByReading(int fd, uint64_t offset, uint64_t length) {
   if (length == 0) return true;
   // A read that may not wait for the disk. Not one byte: a one-byte miss starts a read-ahead
-  // sized for one byte, and the body's reads that follow then go to the disk in small pieces
-  // (measured: twice the disk reads for cold files on a throttled disk, docs/PERFORMANCE.md).
+  // sized for one byte, and the body's reads that follow then go to the disk in small pieces,
+  // more of them for each cold file (docs/PERFORMANCE.md).
   // Reading the probe's bytes for real costs a copy of up to 64 KiB on a hit.
   static thread_local char scratch[kProbeBytes];
   iovec v{scratch, static_cast<size_t>(std::min(length, kProbeBytes))};

@@ -45,10 +45,10 @@ inline uint64_t TurnBudget(Completion* c, uint64_t turn, uint64_t per_turn) {
 // TCP_CORK around a body's inline sendfiles (nginx's tcp_nopush). A sendfile that stops short on
 // a full socket, or whose length ends inside a segment, pushes out a partial segment when it
 // returns; corked, the socket sends only whole segments until the body's last byte is queued,
-// and uncorking pushes the rest at once. Measured on 4 MiB bodies over loopback: 32 -> 24 packets
-// per MiB, +20% in `large` and +9% in `mixed` (docs/PERFORMANCE.md, "Whole segments"). A body that
-// fits in one segment gains nothing, so it skips the two setsockopt calls; a socket that is not TCP
-// (tests' socket pairs) refuses the option and stays as it is.
+// and uncorking pushes the rest at once: fewer, fuller packets per body, and more throughput for
+// large bodies (docs/PERFORMANCE.md, "Whole segments"). A body that fits in one segment gains
+// nothing, so it skips the two setsockopt calls; a socket that is not TCP (tests' socket pairs)
+// refuses the option and stays as it is.
 constexpr uint64_t kCorkMinBytes = 64 << 10;
 
 inline void CorkBody(Completion* c, int sock) {
@@ -68,8 +68,8 @@ inline void UncorkBody(Completion* c, int sock) {
 // When a SendFile ends with `result`: the cork stays on only for a piece that asked for it (its
 // `more`: the response's next SendFile follows) and sent every byte, so that the piece's last
 // partial segment leaves filled by the next piece's first bytes; the body's last piece, an error
-// and a truncated file uncork. Measured on 4 MiB bodies in 1 MiB pieces over loopback: 17.26 ->
-// 16.25 data segments per MiB (nginx: 16.26), docs/PERFORMANCE.md "One cork per body".
+// and a truncated file uncork. A body sent in pieces then leaves in as few data segments as one
+// sent whole (docs/PERFORMANCE.md, "One cork per body").
 inline void EndCork(Completion* c, int sock, int64_t result) {
   if (!c->corked) return;
   const bool next_piece_follows =
@@ -172,7 +172,8 @@ bool PagesCachedByReading(int fd, uint64_t offset, uint64_t length);
 class ResidentFiles {
  public:
   // A site of a few thousand files keeps a few thousand fds open, each in a slot of its own
-  // (256 slots measured 5.7% of the shard's CPU in cachestat with 8,000 files): 128 KiB.
+  // (fds that share a slot evict each other's answers, and every eviction is another cachestat
+  // call on the shard's thread): 128 KiB.
   static constexpr uint32_t kSlots = 4096;
   using Ask = PageCacheAnswer (*)(int fd, uint64_t offset, uint64_t length);
   explicit ResidentFiles(int64_t trust_ms, Ask ask = &AskPageCache)
@@ -199,10 +200,10 @@ class ResidentFiles {
 // a transfer's next chunks go the cold way too (uring: splice on io-wq; epoll: read ahead on a
 // worker) instead of asking PagesCached and sending inline. The read-ahead the cold chunk started
 // leaves pages ahead of it that the probes find readable while their folio is still partly to be
-// read, and a sendfile that meets one reads the rest on the shard's thread (measured on the
-// throttled HDD: 90-300 ms sendfiles inline, cold-hdd's hot p99 80-270 ms on uring).
+// read, and a sendfile that meets one reads the rest on the shard's thread, holding the shard's
+// hot requests for as long as the disk takes.
 // Lossy and fixed-size (a colliding note overwrites the older one), so no allocation: a note
-// lost only means the next chunk asks PagesCached, as it did before.
+// lost only means the next chunk asks PagesCached.
 //
 //   cold.Note(fd, next_offset);          // a chunk went the cold way
 //   if (cold.Take(fd, offset)) ...       // the next chunk of that transfer: go cold at once

@@ -196,7 +196,7 @@ class EpollLoop final : public Loop {
     c->path = path;
     c->stat = stat;
     // A path the kernel resolves from its caches opens here, as io_uring's opens try first:
-    // a worker and two thread switches per open were most of this tier's cost where a site
+    // a worker and two thread switches per open would be most of this tier's cost where a site
     // has many files. One that needs the disk (EAGAIN), or a kernel before RESOLVE_CACHED
     // (EINVAL: not tried again), goes to a worker, and so does every open on a file system that
     // is not local (FUSE, NFS: the open or the fstat may wait for a daemon or a server), and one

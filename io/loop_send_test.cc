@@ -119,8 +119,8 @@ TEST_P(LoopTest, ARequestRunsBeforeADownloadsNextTurn) {
 }
 
 // uring: a SendFile that must splice (its pages are not cached) while no pipe can be created
-// (out of descriptors) and none is busy fails with the error. It used to wait for a pipe that
-// no one would ever return, and its connection was never freed.
+// (out of descriptors) and none is busy fails with the error: no pipe will ever come back to wake
+// it, and waiting would keep its connection for good.
 TEST_P(LoopTest, SpliceWithoutDescriptorsForAPipeFails) {
   if (GetParam() != "uring") GTEST_SKIP() << "only the uring backend splices through pipes";
   const char* dir = std::getenv("TEST_TMPDIR");  // not tmpfs: its pages can be evicted
@@ -154,8 +154,7 @@ TEST_P(LoopTest, SpliceWithoutDescriptorsForAPipeFails) {
 
 // A pipe that comes back dirty (its transfer failed with bytes in it) is closed and replaced for
 // the SendFile waiting for one; if no new pipe can be made (out of descriptors) while another pipe
-// is busy, the waiter waits for that one. (Found by review: it asserted "this pipe is not busy",
-// and the process aborted.)
+// is busy, the waiter waits for that one.
 TEST_P(LoopTest, AWaiterForAPipeThatCannotBeReplacedWaitsForTheNextOne) {
   if (GetParam() != "uring") GTEST_SKIP() << "only the uring backend splices through pipes";
   options_.pipe_pool_size = 2;

@@ -221,9 +221,9 @@ TEST_P(LoopTest, NothingReadsAResumedReceiveAfterItsLastCallback) {
 // A receive its owner cancels from a data callback, while the kernel, with bytes still coming
 // and no buffer left, has already ended it for lack of buffers (-ENOBUFS, the next completion of
 // the same batch): its owner hears of the cancellation, not of an error, and (uring tiers) that
-// bytes were left in the socket. (The shard cancels a receive beside a last response; an
-// -ENOBUFS there read as a socket error and cut the response, and then, read as a plain
-// cancellation, closed on a client still sending: both found by review.)
+// bytes were left in the socket. (The shard cancels a receive beside a last response: an
+// -ENOBUFS there read as a socket error would cut the response, and read as a plain
+// cancellation would close on a client still sending.)
 TEST_P(LoopTest, ACancelledReceiveThatRunsOutOfBuffersEndsCancelled) {
   if (GetParam() == "bypass-inc") GTEST_SKIP() << "incremental buffers take any size";
   options_.recv_buffer_count = 1;

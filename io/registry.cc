@@ -23,8 +23,8 @@ void AdaptUring(bool direct, const ProbeReport& probe, LoopOptions* o, std::stri
     o->register_ring_fd = false;
     return;
   }
-  // Cached file bodies: sendfile on a process fd installed for the socket (measured faster than
-  // splicing through io-wq on a site's mix: docs/PERFORMANCE.md), where the kernel can.
+  // Cached file bodies: sendfile on a process fd installed for the socket (inline, without a hop
+  // to io-wq and a pipe per body: docs/PERFORMANCE.md), where the kernel can.
   o->bypass_sendfile = o->bypass_sendfile && probe.fd_install;
   *features += o->bypass_sendfile ? "; cached bodies with sendfile on an installed fd"
                                   : "; every body spliced";

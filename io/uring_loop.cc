@@ -304,7 +304,7 @@ void UringLoop::Close(int fd) {
   if (quiesced_) {
     // A direct descriptor goes with the ring's file table when the ring does; a file's fd is
     // closed here and now (through the ring it would wait for a submit that never comes, and a
-    // full queue's submit from the destructor's thread failed: ringd aborted at exit).
+    // full queue's submit from the destructor's thread fails, which would abort ringd at exit).
     if (!IsDirect(fd)) {
       resident_.Forget(fd);
       ::close(fd);

@@ -31,7 +31,7 @@ TEST(WorkerPoolTest, QueuedJobsDoNotRunAfterStop) {
     WorkerPool pool(1, 16, notify, &SlowJob, 64);
     for (Completion& c : jobs) ASSERT_TRUE(pool.TrySubmit(&c, /*bulk=*/false));
     std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the first one is running
-  }  // the destructor stops the pool: it used to run every queued job first
+  }  // the destructor stops the pool: the queued jobs are dropped, not run
   EXPECT_LE(jobs_run.load(), 1);
   const int after_stop = jobs_run.load();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));

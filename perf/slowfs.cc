@@ -1,5 +1,5 @@
 // slowfs: a read-only FUSE passthrough that sleeps before every read, to give the perf harness's
-// `cold` scenario the slow disk of the first seed (this machine's virtual disk is fast).
+// `cold` scenario a slow disk (this machine's virtual disk is fast).
 //   slowfs BACKING_DIR MOUNTPOINT DELAY_US [fuse options...]      # e.g. 2000 us per read call
 //   fusermount3 -u MOUNTPOINT
 #define FUSE_USE_VERSION 31

@@ -15,7 +15,7 @@
 #                                       run by hand (docs/OPERATIONS.md), like the tests do
 set -euo pipefail
 deb=$1
-# Warnings we keep, as "tag" or "tag [where]" exactly as lintian prints them: none today.
+# Warnings we keep, as "tag" or "tag [where]" exactly as lintian prints them: none.
 kept_warnings=()
 
 export HOME=${TEST_TMPDIR:-/tmp}

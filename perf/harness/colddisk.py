@@ -1,4 +1,4 @@
-"""The cold scenario on a slow disk that behaves like one (issue #16, item 3): hot 612-byte
+"""The cold scenario on a slow disk that behaves like one: hot 612-byte
 requests at a fixed rate while 16 clients read 4 MiB files from ext4 on a loop device behind a
 read-throttled blkio cgroup (slowdisk.PROFILES: nvme, hdd), with every server in a memory cgroup
 whose page-cache budget is far below the cold files, so a cold file is read from the disk each
@@ -18,8 +18,8 @@ from .slowdisk import MIB, build_image, evict_tree
 
 # Cold files (4 MiB each) and the page-cache budget: the budget holds under a tenth of the cold
 # bytes, so by the time a file comes round again its pages are mostly gone. It must still hold
-# what 16 transfers have in flight (pipes, read-ahead): with 16 MiB the memory cgroup killed the
-# server (--quick, measured), so the quick set is smaller but its budget is not.
+# what 16 transfers have in flight (pipes, read-ahead), or the memory cgroup kills the server, so
+# the quick set is smaller but its budget is not.
 COLD = {"full": (256, 96), "quick": (32, 48)}  # (files, page-cache MiB)
 COLD_FILE = 4 * MIB
 

@@ -93,9 +93,8 @@ def build_longtail_image(ds, image, log):
 def backing_copy(image, undo, shm="/dev/shm"):
     """Where the loop device's backing file lives while it runs: a copy in tmpfs where there is
     room for it, so that the throttle is the disk's only limit and the virtual disk underneath
-    (shared with whatever else the host runs) is not (measured there: 8 buffered readers in the
-    NVMe cgroup read 981 MB/s at 13,742 IOs/s, the 1 GB/s throttle, with both cores busy).
-    Returns (path, what it is)."""
+    (shared with whatever else the host runs) is not: from tmpfs, readers in the NVMe cgroup
+    reach the throttle. Returns (path, what it is)."""
     need = os.stat(image).st_blocks * 512
     if os.path.isdir(shm):
         st = os.statvfs(shm)

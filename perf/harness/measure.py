@@ -109,7 +109,7 @@ class Servers:
 
 def remove_access_logs(confdir):
     """The servers with an access log on write it beside their configs; a full run leaves
-    hundreds of MB there (367 MB once), and the results folder is checked in. Their cost is
+    hundreds of MB there, and the results folder is checked in. Their cost is
     measured; their lines are not needed."""
     for name in glob.glob(os.path.join(confdir, "*-access.log*")):
         os.unlink(name)

@@ -21,7 +21,7 @@ from .stats import ratio, summarize_runs
 
 MACHINE_KEYS = ("machine", "cpus", "kernel", "server_cpus", "client_cpus", "shards", "generator", "ringd",
                 "nginx", "h2o", "lighttpd", "cold_disk")
-# Shown only where a run recorded them (older raw.json files did not).
+# Shown only where a run recorded them (some checked-in raw.json files have none).
 OPTIONAL_MACHINE_KEYS = ("client_threads", "congestion_control", "syscalls", "skipped", "haproxy", "openssl",
                          "tls", "aes_128_gcm")
 OPTIONAL_COLUMNS = (
@@ -269,8 +269,8 @@ def _check_tls(scenario, per_server, meta):
     return problems
 
 
-# A results folder is checked in: a whole run's is about 0.4 MB. A server's access log left in it
-# once made a run 360 MB, past what a submission may carry.
+# A results folder is checked in and is small (under a megabyte for a whole run); a server's
+# access log left in it would make it hundreds of megabytes, past what a submission may carry.
 MAX_RESULTS_BYTES = 8 << 20
 
 

@@ -14,12 +14,10 @@ page cache holds only part of it. The longtail scenario's hooks (longtail.py) dr
 
 Why the loop device runs with direct-io=on: with it off, the loop driver reads its backing file
 through the host's page cache, which is not charged to the memory cgroup, so the whole data set
-ends up cached a second time outside the limit (measured: reading 200 MiB through the throttled
-cgroup charged 208 MB to the cgroup and left 428 MB in the host's Cached). The throttle itself
-applies at the loop device either way (dd through a 50 MB/s / 500 IOs/s cgroup: 53 MB/s with
-O_DIRECT and buffered alike, 528 4-KiB O_DIRECT reads/s; a second buffered pass came from the page
-cache at 7.3 GB/s). longtail.py puts the backing file itself in tmpfs where there is room, so
-that the throttle is the disk's only limit.
+ends up cached a second time outside the limit. The throttle itself applies at the loop device
+either way, to O_DIRECT and buffered reads alike (perf/diskcheck checks it with dd); a second
+buffered pass comes from the page cache. longtail.py puts the backing file itself in tmpfs where
+there is room, so that the throttle is the disk's only limit.
 
 cgroup v1 (blkio + memory hierarchies) and cgroup v2 (io + memory controllers in one tree) are
 both handled; whichever has the files is used, v1 first. Unavailable pieces raise Unavailable
@@ -55,7 +53,7 @@ class DiskProfile:
 
 PROFILES = {
     # A modest NVMe drive's order of magnitude, kept below what the virtual disk underneath
-    # delivers here (1.3 GB/s with 1 MiB O_DIRECT reads), so the throttle is what limits.
+    # delivers, so the throttle is what limits.
     "nvme": DiskProfile("nvme", 1000 * 1000 * 1000, 50000, "NVMe-like"),
     # One 7,200 rpm disk: about 150 MB/s sequential and 150 random IOs/s.
     "hdd": DiskProfile("hdd", 150 * 1000 * 1000, 150, "HDD-like"),

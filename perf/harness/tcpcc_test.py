@@ -82,9 +82,9 @@ class TcpccTest(unittest.TestCase):
         self.assertIn(cc.why_not, cc.describe())
 
     def test_a_procfs_setting_is_written_and_put_back(self):
-        # procfs refuses fsync after a write has taken effect (EINVAL): the harness once took
-        # that for a refusal, left the machine's setting changed and did not put it back. This
-        # process's own name is a procfs file it may write.
+        # procfs refuses fsync after a write has taken effect (EINVAL): that is not a refusal,
+        # and the setting is still put back after the run. This process's own name is a procfs
+        # file it may write.
         os.unlink(self.setting)
         os.symlink("/proc/self/comm", self.setting)
         with open(self.setting) as f:

@@ -101,7 +101,8 @@ struct Config {
   uint32_t recv_pool_kib = 1024;
   // bypass: registered buffers file bodies are read into and sent from (then splice, when all
   // are busy); per shard. Registered memory is pinned: body_buffers x body_buffer_kib KiB. Off by
-  // default: measured, splicing costs half the CPU per 4 MiB body (docs/PERFORMANCE.md).
+  // default: splicing costs less CPU per large body (a read into a buffer, then a send, copies
+  // every byte twice; docs/PERFORMANCE.md).
   uint32_t body_buffers = 0;
   uint32_t body_buffer_kib = 128;
   uint32_t pipes = 64;   // per shard, for splice
@@ -114,7 +115,7 @@ struct Config {
   // send_slots long bodies in flight per shard; responses with at most send_short_bytes left
   // never wait; a body that waited send_max_wait_ms goes at once. false: every body sends at
   // once and the kernel shares the bandwidth (processor sharing, --send-order=fair).
-  // Off by default: in `large` it cost 5-11% more CPU per 4 MiB body (docs/PERFORMANCE.md).
+  // Off by default: it costs more CPU per large body (docs/PERFORMANCE.md).
   bool send_srpt = false;
   uint32_t send_slots = 2;
   uint64_t send_short_bytes = 256 << 10;

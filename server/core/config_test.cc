@@ -158,7 +158,7 @@ TEST(Config, SendOrder) {
   EXPECT_EQ(p.config.send_max_wait_ms, 50u);
 }
 
-// The body path's two defaults from 2026-12-01 (docs/PERFORMANCE.md), and turning them off.
+// The body path's two defaults (docs/PERFORMANCE.md, "Decisions"), and turning them off.
 TEST(Config, PageCacheTrustAndTcpNopush) {
   Parsed p = Parse({"--root=/tmp"});
   ASSERT_TRUE(p.ok) << p.error;

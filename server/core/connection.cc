@@ -52,9 +52,8 @@ void Shard::UpdateRecv(Connection* conn) {
   // The last response is in flight, whole, to a client that asked to close and sent nothing
   // after its request: there is nothing more to read, so the receive ends now, beside the send,
   // rather than from Abort once the send is done. The send's completion and the receive's last
-  // one then come back in the same turn of the loop and the connection closes a turn sooner (one
-  // io_uring_enter per request fewer in small-close: docs/PERFORMANCE.md, "The receive ends
-  // with the last request").
+  // one then come back in the same turn of the loop and the connection closes a turn sooner, with
+  // one io_uring_enter fewer (docs/PERFORMANCE.md, "The receive ends with the last request").
   if (conn->state == ConnState::kSending && conn->wants_close &&
       conn->ex->phase == Exchange::Phase::kDone && !ClientMaySend(conn)) {
     ++stats_.recv_ended_early;
@@ -507,9 +506,8 @@ void Shard::CloseGracefully(Connection* conn) {
     return;
   }
   // Closing now: the close itself sends the FIN, with the last response if it was held back
-  // (MSG_MORE), in one segment. A shutdown(SHUT_WR) first measured no fewer packets (9.06 per
-  // close request either way) and cost a syscall per close (uring: 1.24 -> 0.27 syscalls per
-  // request without it), and an io-wq hop on the bypass tier (13.7 -> 10.5 us CPU per request).
+  // (MSG_MORE), in one segment. A shutdown(SHUT_WR) first would send no fewer packets, and would
+  // cost a system call per close, and an io-wq hop on the bypass tier.
   if (!unread || conn->peer_closed) return Abort(conn);
   // The receive ended with the last request (UpdateRecv), yet bytes came after it: read again,
   // and linger as for any client that may still send. (One whose cancellation is still on its

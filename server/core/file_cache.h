@@ -190,7 +190,8 @@ class FileCache : public http::FileMetaSource {
   bool EvictOne(const CacheEntry* keep = nullptr);  // any but `keep`
   // With every content buffer taken: the least recently used content that no response holds
   // goes back to the pool; its entry stays (its fd serves it). Evicting the least recently
-  // used entry instead freed a buffer only when that entry had one, and lost a file otherwise.
+  // used entry instead would free a buffer only when that entry has one, and lose a file
+  // otherwise.
   bool TakeContent();
   void DropContent(CacheEntry* e);
   void Retire(CacheEntry* e);  // out of the map; freed when unpinned and idle

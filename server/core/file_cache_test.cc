@@ -327,7 +327,7 @@ TEST_F(FileCacheTest, AMissingPathCountsAsFreshForTheRequestThatWaitedForIt) {
 }
 
 // Asking again about a path known missing takes a spare entry: a file's absent siblings never
-// evict the files (each file asks for two; in `longtail` this cost 7% of throughput).
+// evict the files (each file asks for two, and each file evicted has to be opened again).
 TEST_F(FileCacheTest, ARecheckOfAMissingPathEvictsNoFile) {
   Make(1000, 2);
   Load("a.css.gz", -ENOENT, 0, 0);
@@ -370,8 +370,8 @@ TEST_F(FileCacheTest, ARecheckThatFindsTheFileGivesItsSpareEntryBack) {
 }
 
 // More small files than content buffers: a newer one takes the least recently used content that
-// no response holds, and every file keeps its entry (evicting the least recently used entry lost
-// a file, and freed no buffer when that entry had none).
+// no response holds, and every file keeps its entry (evicting the least recently used entry would
+// lose a file, and free no buffer when that entry has none).
 TEST_F(FileCacheTest, AFullContentPoolGivesBackContentNotEntries) {
   Make(1000, 8, 2);
   Load("a.css", 10, 100, 0);
@@ -437,8 +437,8 @@ TEST_F(FileCacheTest, APrefetchOpensOnceAndEvictsNoFile) {
 }
 
 // A re-check (or a prefetch) in a spare entry that finds the file gives an entry back, but never
-// its own: with every other entry held by a response, it was the only one to evict, and was
-// freed inside its own completion, with its waiter still to be woken (found by the simulator).
+// its own: with every other entry held by a response, it would be the only one to evict, and
+// would be freed inside its own completion, with its waiter still to be woken.
 TEST_F(FileCacheTest, ASpareEntryThatFindsItsFileNeverEvictsItself) {
   Make(1000, 1);
   Load("a.css.gz", -ENOENT, 0, 0);

@@ -45,7 +45,7 @@ struct SendTicket {
 };
 
 struct SendQueueOptions {
-  bool srpt = true;  // false: every send starts at once (processor sharing, the old policy)
+  bool srpt = true;  // false: every send starts at once (processor sharing, --send-order=fair)
   uint32_t slots = 2;
   uint64_t short_bytes = 256 << 10;
   int64_t max_wait_ms = 500;

@@ -77,8 +77,8 @@ bool Shard::Setup() {
   // An input buffer holds a partial head (at most max_request_head bytes, or the parser has
   // answered 431) plus one delivery from the loop (at most recv_buffer_size): whatever arrives
   // always fits, and pipelined bytes are never clipped.
-  // (Plus the empty lines the parser skips before a request line: found by review, where a head
-  // of exactly max_request_head behind 8 bytes of CRLFs left 8 bytes too few for a delivery.)
+  // (Plus the empty lines the parser skips before a request line: a head of exactly
+  // max_request_head behind kMaxLeadingEmptyBytes of CRLFs still leaves room for a delivery.)
   const size_t input_size = RoundUp(static_cast<size_t>(config_.max_request_head) +
                                         http::kMaxLeadingEmptyBytes + config_.recv_buffer_size,
                                     4096);
@@ -384,8 +384,8 @@ void Shard::OnAccept(io::Completion* c) {
   if (c->result == -ECANCELED) return;
   if (c->result >= 0 || c->result == -EINTR || c->result == -ECONNABORTED) {
     // The kernel ended the multishot: start another (armed again, or ArmAccept would start a
-    // second accept on this listener while this one runs: found by review, with two listeners
-    // and another's EMFILE retry; the simulator now runs two).
+    // second accept on this listener while this one runs, as another listener's EMFILE retry
+    // may ask it to).
     self->accept_armed_[static_cast<size_t>(c - self->accepts_.data())] = true;
     self->loop_->Accept(c->fd, c);
     ++self->accepts_active_;

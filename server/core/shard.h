@@ -139,9 +139,9 @@ struct Connection {
   TimerNode timer;
 };
 // Every connection holds one of these, idle or not, so it is most of what an idle keep-alive
-// connection costs (issue #12: RSS per idle connection below nginx's). What only a request in
-// flight needs goes in the Exchange, and the access log's peer address in Shard::peers_; a field
-// added here costs every idle connection, so the bound moves only on purpose.
+// connection costs, which is to stay below nginx's in RSS. What only a request in flight needs
+// goes in the Exchange, and the access log's peer address in Shard::peers_; a field added here
+// costs every idle connection, so the bound moves only on purpose.
 static_assert(sizeof(Connection) <= 232);
 
 class Shard {

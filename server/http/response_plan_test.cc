@@ -427,8 +427,8 @@ TEST_F(ResponsePlanTest, ErrorPlansForParseErrors) {
   EXPECT_EQ(ReasonPhrase(431), "Request Header Fields Too Large");
 }
 
-// Found by the shard simulator: a 503 answering a HEAD (the cache could not take the lookup) had
-// a body, which the client then read as the start of the next response.
+// A 503 answering a HEAD (the cache could not take the lookup) has no body: the client would
+// read one as the start of the next response.
 TEST_F(ResponsePlanTest, ErrorsAnsweringHeadHaveNoBody) {
   Request req;
   req.method = Method::kHead;

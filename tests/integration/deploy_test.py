@@ -1,4 +1,4 @@
-"""Deployment (issue 14): the origin headers a CDN reads, dropping root, and systemd.
+"""Deployment: the origin headers a CDN reads, dropping root, and systemd.
 
 - --cache-control / --default-cache-control / --add-header on 200, 206 and 304 only, and
   --error-page serving a file (small and large) with the error status;

@@ -60,8 +60,9 @@ class FleetTest(BackendTestCase):
         self.nodes = []
         for i, host in enumerate(NODES):
             # A drain deadline no download here comes near: the drain test waits for its download
-            # to end and then for the node to exit, states, not a race with a deadline. (With 30 s,
-            # a loaded 2-core machine read the 48 MiB past it, and the node cut the rest.)
+            # to end and then for the node to exit, states, not a race with a deadline. (A loaded
+            # machine may take longer than a short deadline to read the 48 MiB, and the node
+            # would cut the rest.)
             self.nodes.append(Server(self.root, "--shards", "1", "--shutdown-timeout-ms", "600000",
                                      "--admin-listen", "%s:0" % host,
                                      "--add-header", "X-Node: node%d" % (i + 1),

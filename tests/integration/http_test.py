@@ -425,10 +425,10 @@ class LifecycleTest(BackendTestCase):
         server.stop()
 
     def test_stop_with_more_cached_files_than_the_ring_has_entries(self):
-        # At exit the file cache closes every descriptor it holds. On the uring tiers a close
-        # went through the ring from the main thread, and once the 4,096-entry queue was full
-        # the submit failed (a single-issuer ring refuses any other thread): ringd aborted with
-        # "assertion failed" instead of exiting 0.
+        # At exit the file cache closes every descriptor it holds, more than the ring's 4,096
+        # entries. On the uring tiers these closes must not go through the ring from the main
+        # thread: once its queue is full the submit fails (a single-issuer ring refuses any other
+        # thread), and ringd would abort instead of exiting 0.
         root = tempfile.mkdtemp(prefix="ringd-many-")
         try:
             count = 4500

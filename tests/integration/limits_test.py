@@ -1,7 +1,7 @@
 """Bursts, limits, timeouts and drains on the real ringd binary, on one io backend (RINGD_IO).
 
-Each test here is the regression test of a defect that once made ringd drop input silently,
-spin, or hold connections it should have let go (issue #11).
+Each test here checks that ringd, at a limit, drops no input silently, does not spin, and lets go
+of the connections it should.
 """
 import os
 import resource
@@ -84,9 +84,9 @@ class BurstTest(BackendTestCase):
         self.assertEqual(status, 431)
 
     def test_empty_lines_then_a_head_at_the_limit_is_431_not_a_crash(self):
-        # Found by review: 8 bytes of empty lines (which the parser skips) before a partial head
-        # of exactly --max-request-head left the input buffer 8 bytes short of one more delivery,
-        # and the next one tripped an assertion that took the whole server down.
+        # 8 bytes of empty lines (which the parser skips) before a partial head of exactly
+        # --max-request-head: the input buffer still has room for one more delivery, the answer
+        # is 431, and the server stays up.
         head = b"GET / HTTP/1.1\r\n"
         while len(head) < 16384 - 80:
             head += b"X-Pad: " + b"a" * 60 + b"\r\n"
@@ -219,7 +219,7 @@ class ConnectionLimitsTest(DocrootTestCase):
             self.assertEqual(server.stop(), 0)
 
     def test_twice_the_limit_in_idle_clients_then_newcomers_all_served(self):
-        # Issue #32: clients that make one request and then sit idle, never reading again (a FIN
+        # Clients that make one request and then sit idle, never reading again (a FIN
         # goes unnoticed, so they never close), twice --max-connections of them, then newcomers.
         # Each is served at once: the longest-idle connections give way, and a connection that
         # gave way holds its slot only while a newcomer does not need it. Nobody in the middle
@@ -414,11 +414,11 @@ class ConnectionLimitsTest(DocrootTestCase):
 
 
 class RequestLimitsTest(DocrootTestCase):
-    """The request limits mean what --help says, at both sides of each (issue #32, item 9): a
+    """The request limits mean what --help says, at both sides of each: a
     request line of --max-request-line bytes (CRLF not counted) is served and one byte more is
     414; a head of --max-request-head bytes (its blank line included) is served and one more is
     431; --max-headers fields are served and one more is 431. A request target is limited by the
-    request line alone (it was 414 past 4,096 bytes of path)."""
+    request line alone: no separate limit applies to its path."""
 
     def status(self, server, data):
         return raw(server, data)[0]
@@ -613,8 +613,8 @@ class SendQueueTest(DocrootTestCase):
 class ShortConnectionsTest(BackendTestCase):
     def test_thousands_of_close_requests_all_answered_whole(self):
         # Many connections each sending one `Connection: close` request, 500 at a time: every
-        # one gets its whole response, then EOF. (The bypass tier once shut down the wrong
-        # connection: a shutdown that ran after its slot had been closed and reused.)
+        # one gets its whole response, then EOF. (On the bypass tier a shutdown that runs after
+        # its slot has been closed and reused must not reach the connection now in that slot.)
         import selectors
         root, files = make_docroot()
         server = Server(root)

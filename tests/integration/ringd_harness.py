@@ -298,8 +298,8 @@ class Reader:
 
     def read_exact(self, n):
         # The chunks are joined once: `buf += chunk` copies everything read so far on every recv,
-        # quadratic in the body. A 48 MiB body read through a 64 KiB receive buffer took longer than
-        # fleet_test's 30 s drain that way on a loaded machine, and the node ended it unread.
+        # quadratic in the body, which for a body of tens of MiB on a loaded machine is slow
+        # enough to outlast a drain deadline.
         if len(self.buf) < n:
             parts, have = [self.buf], len(self.buf)
             try:

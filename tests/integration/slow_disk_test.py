@@ -1,4 +1,4 @@
-"""A disk that saturates never stalls hot requests (issue #16), on a disk that is really slow:
+"""A disk that saturates never stalls hot requests, on a disk that is really slow:
 ext4 on a loop device whose reads this test throttles itself (a blkio cgroup around ringd, the
 perf harness's perf/harness/slowdisk.py), torn down at the end. Needs root, losetup and a cgroup
 with read throttling; skipped with the reason otherwise.
@@ -7,8 +7,8 @@ with read throttling; skipped with the reason otherwise.
   puts pages in before it reads them) is not "cached" for the inline send path: a sendfile that
   met one would wait for the disk on the shard's thread (perf/cacheprobe prints the verdict).
 - While clients download files that come from the throttled disk, a small cached file is still
-  answered at once on every tier (before the fix the uring and epoll shards sat in sendfile
-  waiting for the disk, and hot requests waited seconds behind them).
+  answered at once on every tier (a shard that sat in sendfile waiting for the disk would hold
+  hot requests for seconds behind it).
 """
 import os
 import re

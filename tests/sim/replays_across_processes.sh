@@ -2,8 +2,8 @@
 # A seed replays exactly in another process: the simulator's promise, which a failure's replay
 # command relies on. Runs the same quick seeds in three processes (each with its own address
 # layout, so anything seeded from an address differs) and compares everything they print:
-# counts per run and the coverage table. Seeds 201-400 once ran differently from one process to
-# the next (the file cache's missing-path slots placed by a hash seeded per process).
+# counts per run and the coverage table. Anything seeded per process (a hash seed chosen at
+# start, say) would make a seed run differently from one process to the next.
 set -euo pipefail
 sim="$1"
 runs=()

@@ -127,11 +127,11 @@ void Sim::BuildConfig() {
   f.cancel_input_left = static_cast<uint32_t>(rng_.Range(0, 1000));
   f.read_slow = static_cast<uint32_t>(rng_.Range(0, 500));
 
-  // Flooded (issue #32): more sitters than the shard holds with its reserve (each makes one
-  // request, then sits idle and never closes), then the seed's other clients, who are accepted
-  // at once only if sitters give way for good. Sitters are not closed by the keep-alive timeout
-  // meanwhile. Drawn from a generator of its own, so that the other seeds run as they did
-  // before flooding existed.
+  // Flooded: more sitters than the shard holds with its reserve (each makes one request, then
+  // sits idle and never closes), then the seed's other clients, who are accepted at once only if
+  // sitters give way for good. Sitters are not closed by the keep-alive timeout meanwhile. Drawn
+  // from a generator of its own, so that a seed's other draws are the same whether it floods or
+  // not.
   Rng flood(seed_ ^ 0x666c6f6f64ull);
   if (flood.Chance(50)) {
     sitters_left_ =

@@ -6,7 +6,7 @@
 //   SeedResult r = RunSeed(42, SimOptions{});
 //   if (!r.ok) { puts(r.failure.c_str()); for (auto& l : r.trace) puts(l.c_str()); }
 //
-// The server bugs the simulator found, and their fixes, are listed in tests/sim/README.md.
+// What is simulated, the invariants checked and how to run it: tests/sim/README.md.
 #pragma once
 
 #include <cstdint>

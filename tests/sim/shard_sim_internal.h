@@ -169,7 +169,7 @@ class Sim {
   SeedResult result_;
   bool stats_collected_ = false;
   // TLS seeds: the TlsLoop around the SimLoop and the stand-in's sessions. Their draws come
-  // from a generator of their own, so that a seed without TLS runs as it did before TLS.
+  // from a generator of their own, so that a seed's other draws are the same with TLS or without.
   Rng tls_rng_;
   bool tls_ = false;
   uint32_t tls_stall_ = 0, tls_garbage_ = 0, tls_renegotiate_ = 0;  // per mille of clients

@@ -59,15 +59,15 @@ TEST(ShardSim, QuickSeeds) {
   EXPECT_GT(coverage["tls.client_no_close_notify"], 0u);
   EXPECT_GT(coverage["tls.stalled_handshakes"], 0u);
   EXPECT_GT(coverage["tls.stalled_closed"], 0u);
-  // Floods of sitters past the limit (issue #32): newcomers parked for a slot, and connections
-  // that gave way closed for them before their lingering ended.
+  // Floods of sitters past the limit: newcomers parked for a slot, and connections that gave way
+  // closed for them before their lingering ended.
   EXPECT_GT(coverage["sim.flooded"], 0u);
   EXPECT_GT(coverage["shard.parked"], 0u);
   EXPECT_GT(coverage["shard.gave_way_closed"], 0u);
 }
 
-// Seeds that once failed, replayed as they ran: long runs' (shard_sim --minutes=M) and quick
-// ones'.
+// Seeds known to reach the scenarios below, each replayed as it runs: long runs' seeds
+// (shard_sim --minutes=M) and quick ones'. Each must pass every check.
 TEST(ShardSim, SeedsThatOnceFailed) {
   InstallCrashReporter();
   struct Case {
@@ -75,15 +75,16 @@ TEST(ShardSim, SeedsThatOnceFailed) {
     bool quick;
   };
   for (const Case& c : {
-           // A content read found the file truncated under it, so the entry was marked out of
-           // date; the open-file cache's grace still answered from it while it revalidated.
+           // A content read finds the file truncated under it and marks the entry out of date:
+           // the open-file cache's grace must not answer from it while it revalidates.
            Case{6944899924303142946u, false},
-           // TlsLoop: a shutdown from the send's callback sent the FIN before close_notify.
+           // TlsLoop: a shutdown from the send's callback sends close_notify before the FIN.
            Case{5, true},
-           // TlsLoop: a send the session refused after bad input kept the alert from going out.
+           // TlsLoop: a send the session refuses after bad input does not keep the alert from
+           // going out.
            Case{42, true},
-           // TlsLoop: a slow reader taking a 64 KiB chunk's records showed the shard no progress
-           // and met the send timeout.
+           // TlsLoop: a slow reader taking a 64 KiB chunk's records shows the shard progress, so
+           // it does not meet the send timeout.
            Case{57, true},
        }) {
     SimOptions options;
