@@ -1,6 +1,7 @@
 """The fleet scenario's pieces: the HAProxy config made from the shipped file, its peers and
 scenario entry, the per-component CPU split, and the report's view of the launcher."""
 import os
+import subprocess
 import shutil
 import tempfile
 import unittest
@@ -86,11 +87,16 @@ class EntriesTest(unittest.TestCase):
 
 class ComponentsTest(unittest.TestCase):
     def test_cpu_by_name(self):
-        by = procfs.cpu_ticks_by_name([os.getpid(), 2 ** 22 + 1])
-        with open("/proc/self/comm") as f:
-            name = f.read().strip().split("-", 1)[0]
-        self.assertEqual(list(by), [name])
-        self.assertEqual(by[name], procfs.cpu_ticks([os.getpid()]))
+        # A sleeping process: its CPU time does not move between the two readings (this one's
+        # would, by a tick now and then).
+        sleeper = subprocess.Popen(["sleep", "60"])
+        try:
+            by = procfs.cpu_ticks_by_name([sleeper.pid, 2 ** 22 + 1])
+            self.assertEqual(list(by), ["sleep"])
+            self.assertEqual(by["sleep"], procfs.cpu_ticks([sleeper.pid]))
+        finally:
+            sleeper.kill()
+            sleeper.wait()
 
     def test_figures_and_summaries(self):
         r = Result(requests=10, rps=100.0, cpu_us_per_request=50.0, client_cpu_us_per_request=12.5,
