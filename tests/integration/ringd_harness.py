@@ -237,11 +237,6 @@ class Server:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return s
 
-    def cpu_seconds(self):
-        with open("/proc/%d/stat" % self.proc.pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
     def stop(self, sig=signal.SIGTERM, timeout=15):
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
