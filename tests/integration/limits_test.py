@@ -380,10 +380,11 @@ class ConnectionLimitsTest(DocrootTestCase):
             s.sendall(get("large.bin") + b"GET /small.txt HTTP/1.1\r\nHo")
             wait_for(lambda: server_has_read(s), what="the request and the partial head read")
             s.shutdown(socket.SHUT_WR)
-            # The server sees the FIN while the body still waits for this client to read (a
-            # server slower than this would see it after the response: the test would then
-            # pass without showing anything, never fail).
-            time.sleep(0.5)
+            # The server sees the FIN while the body still waits for this client to read: wait
+            # until its sends to us have stalled (the FIN went before, on loopback at once). A
+            # server slower than this would see it after the response: the test would then pass
+            # without showing anything, never fail.
+            wait_for(lambda: sends_stalled([s]), "the body to wait for this client")
             reader = Reader(s)
             r = reader.read_response()
             self.assertEqual((r.status, r.body), (200, self.files["large.bin"]))
@@ -412,6 +413,9 @@ class ConnectionLimitsTest(DocrootTestCase):
                 reader = Reader(s)
                 self.assertEqual(reader.read_response().status, 200)
                 s.sendall(b"x" * 10)
+                # A negative, bounded: once the server has read the whole body, the 300 ms
+                # discard timeout must not end the connection; 0.8 s of quiet shows it did not.
+                wait_for(lambda: server_has_read(s), "the body read")
                 time.sleep(0.8)
                 s.sendall(get("index.html"))
                 self.assertEqual(reader.read_response().body, self.files["index.html"])
