@@ -91,6 +91,32 @@ def _tcp_queues():
     return out
 
 
+def listening_ports(pid):
+    """The IPv4 TCP ports process `pid` listens on, from the kernel (/proc/net/tcp entries in
+    state LISTEN whose socket is one of the process's descriptors): for a peer that cannot
+    report the port it bound."""
+    inodes = set()
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except FileNotFoundError:  # it has exited
+        return set()
+    for fd in fds:
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:["):-1])
+    ports = set()
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: TCP_LISTEN
+                ports.add(int(fields[1].split(":")[1], 16))
+    return ports
+
+
 def sends_stalled(socks, settle=0.2):
     """Whether the server's sends to each client socket in `socks` (loopback) have stopped: its
     side's send queue is not empty and did not move over `settle` seconds (the client reads
