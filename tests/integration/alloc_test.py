@@ -4,10 +4,9 @@ import os
 import shutil
 import signal
 import tempfile
-import time
 import unittest
 
-from ringd_harness import BackendTestCase, Reader, Server, make_docroot
+from ringd_harness import BackendTestCase, Reader, Server, make_docroot, wait_for
 
 SHIM = os.environ.get("RINGD_WRAP_LIB", "")
 OBSERVE = os.environ.get("RINGD_ALLOC_OBSERVE") == "1"
@@ -16,13 +15,11 @@ OBSERVE = os.environ.get("RINGD_ALLOC_OBSERVE") == "1"
 class ZeroAllocationTest(BackendTestCase):
     def read_count(self, server, path):
         os.kill(server.proc.pid, signal.SIGUSR2)
-        for _ in range(50):
-            time.sleep(0.02)
+
+        def answer():
             with open(path) as f:
-                text = f.read().strip()
-            if text:
-                return int(text)
-        self.fail("the allocation counter did not answer")
+                return f.read().strip()
+        return int(wait_for(answer, "the allocation counter to answer SIGUSR2"))
 
     def test_keepalive_hits_allocate_nothing(self):
         if not SHIM or not os.path.exists(SHIM):

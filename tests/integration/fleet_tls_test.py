@@ -16,11 +16,10 @@ import socket
 import ssl
 import subprocess
 import tempfile
-import time
 import unittest
 import urllib.request
 
-from ringd_harness import BackendTestCase, Reader, Server, make_docroot, wait_for
+from ringd_harness import BackendTestCase, Reader, Server, make_docroot, server_has_read, wait_for
 from tls_pki import issue, make_pki
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -287,7 +286,8 @@ class PassthroughTest(FleetTlsCase, BackendTestCase):
                 tls.do_handshake()
             hello = out.read()
             s.sendall(hello[:40])
-            time.sleep(0.3)
+            # Two segments: the second goes once HAProxy has read the first.
+            wait_for(lambda: server_has_read(s), "HAProxy to read the first 40 bytes")
             s.sendall(hello[40:])
 
             def pump(step):

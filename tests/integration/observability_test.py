@@ -17,7 +17,7 @@ import unittest
 import urllib.request
 
 from ringd_harness import (RINGD, ROOT_FLAGS, BACKEND, BackendTestCase, Reader, Server, admin_get,
-                           make_docroot, metric_sum, request)
+                           listening_ports, make_docroot, metric_sum, request, wait_for)
 
 # nginx's combined format: $remote_addr - $remote_user [$time_local] "$request" $status
 # $body_bytes_sent "$http_referer" "$http_user_agent"
@@ -54,12 +54,6 @@ def admin_port(server):
         if m:
             return int(m.group(1))
     raise AssertionError("no admin listener line in %s" % server.log)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class KeepAliveLoad:
@@ -247,13 +241,15 @@ class ObservabilityTest(BackendTestCase):
         port = admin_port(server)
         load = KeepAliveLoad(server)
         rotated = []
+        # Each file gets lines written under load before it is rotated (the writer flushes every
+        # 100 ms, and reopens after SIGUSR1 at its next flush): states, not times.
         for i in (1, 2):
-            time.sleep(0.4)
+            wait_for(lambda: count_lines(self.log) >= 150, "150 lines in the log before rotation %d" % i)
             dest = "%s.%d" % (self.log, i)
             os.rename(self.log, dest)  # logrotate's default: rename, then signal
             rotated.append(dest)
             server.proc.send_signal(signal.SIGUSR1)
-        time.sleep(0.4)
+        wait_for(lambda: count_lines(self.log) >= 150, "150 lines in the reopened log")
         made = load.stop()
         status, text = admin_get(port, "/metrics")
         self.assertEqual(status, 200)
@@ -280,13 +276,10 @@ class ObservabilityTest(BackendTestCase):
                                 "--admin-listen", "127.0.0.1:0")
             port = admin_port(server)
             load = KeepAliveLoad(server, connections=2)
-            deadline = time.time() + 20
-            dropped = 0
-            while time.time() < deadline and dropped == 0:
-                time.sleep(0.2)
-                dropped = metric_sum(admin_get(port, "/metrics")[1], "ringd_access_log_dropped_lines_total")
+            wait_for(lambda: metric_sum(admin_get(port, "/metrics")[1],
+                                        "ringd_access_log_dropped_lines_total"),
+                     "a line dropped", timeout=20)
             made = load.stop()  # every request was answered while the log was stuck
-            self.assertGreater(dropped, 0, "no line was dropped after %d requests" % made)
             text = admin_get(port, "/metrics")[1]
             dropped = metric_sum(text, "ringd_access_log_dropped_lines_total")
             # Now drain the FIFO; stopping flushes what is still queued.
@@ -319,9 +312,8 @@ class ObservabilityTest(BackendTestCase):
         server = self.start("--access-log", self.log)
         for _ in range(10):
             self.assertEqual(request(server, "GET", "/small.txt").status, 200)
-        deadline = time.time() + 5  # the writer flushes every 100 ms (notifempty skips an empty log)
-        while count_lines(self.log) < 10 and time.time() < deadline:
-            time.sleep(0.02)
+        # The writer flushes every 100 ms (notifempty skips an empty log).
+        wait_for(lambda: count_lines(self.log) >= 10, "the 10 lines flushed")
         snippet = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
                                "logrotate", "ringd")
         with open(snippet) as f:
@@ -338,10 +330,9 @@ class ObservabilityTest(BackendTestCase):
                              capture_output=True, text=True, timeout=30)
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
         self.assertTrue(os.path.exists(self.log + ".1"), os.listdir(self.tmp))
-        deadline = time.time() + 5  # the writer reopens after its next flush
-        while not os.path.exists(self.log) and time.time() < deadline:
-            request(server, "GET", "/index.html")
-            time.sleep(0.05)
+        # The writer reopens after its next flush (a request gives it one).
+        wait_for(lambda: request(server, "GET", "/index.html") and os.path.exists(self.log),
+                 "the log reopened")
         for _ in range(10):
             self.assertEqual(request(server, "GET", "/index.html").status, 200)
         self.assertEqual(server.stop(), 0)
@@ -365,13 +356,11 @@ class ObservabilityTest(BackendTestCase):
         idle.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
         Reader(idle).read_response()
         # The server notices the clients' closes asynchronously: wait until only `idle` is open.
-        deadline = time.time() + 5
-        while time.time() < deadline:
+        def only_idle_open():
             status, text = admin_get(port, "/metrics")
             self.assertEqual(status, 200)
-            if metric_sum(text, "ringd_connections_open") == 1:
-                break
-            time.sleep(0.05)
+            return text if metric_sum(text, "ringd_connections_open") == 1 else None
+        text = wait_for(only_idle_open, "only the idle connection open", timeout=5)
         check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
                                text=True, timeout=60)
         self.assertEqual(check.returncode, 0, check.stdout + check.stderr)
@@ -435,14 +424,9 @@ class ObservabilityTest(BackendTestCase):
         slow.sendall(b"GET /large.bin HTTP/1.1\r\nHost: t\r\n\r\n")
         slow.recv(100)
         server.proc.send_signal(signal.SIGTERM)
-        deadline = time.time() + 3
-        status = None
-        while time.time() < deadline:
-            status, body = admin_get(port, "/readyz")
-            if status == 503:
-                break
-            time.sleep(0.05)
-        self.assertEqual((status, body), (503, "draining\n"))
+        got = wait_for(lambda: (lambda r: r if r[0] == 503 else None)(admin_get(port, "/readyz")),
+                       "/readyz to answer 503", timeout=3)
+        self.assertEqual(got, (503, "draining\n"))
         self.assertEqual(admin_get(port, "/healthz"), (200, "ok\n"))  # it still serves
         self.assertEqual(metric_sum(admin_get(port, "/metrics")[1], "ringd_draining"), 1)
         self.assertIsNone(server.proc.poll())
@@ -460,12 +444,16 @@ class ObservabilityTest(BackendTestCase):
             f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
                     "scrape_configs:\n  - job_name: ringd\n    static_configs:\n"
                     "      - targets: ['127.0.0.1:%d']\n" % port)
-        web = free_port()
         prom_log = open(os.path.join(self.tmp, "prometheus.log"), "w")
         prom = subprocess.Popen([prometheus, "--config.file", config, "--storage.tsdb.path", data,
-                                 "--web.listen-address", "127.0.0.1:%d" % web],
+                                 "--web.listen-address", "127.0.0.1:0"],
                                 stdout=prom_log, stderr=subprocess.STDOUT)
         try:
+            # Port 0, and the port it got read back from the kernel: no guess to lose a race.
+            web = wait_for(lambda: prom.poll() is not None or listening_ports(prom.pid),
+                           "Prometheus to listen", timeout=30)
+            self.assertIsNone(prom.poll(), "Prometheus exited")
+            (web,) = web
             query = "http://127.0.0.1:%d/api/v1/query?query=sum(ringd_requests_total)" % web
             deadline = time.time() + 60
             value = None

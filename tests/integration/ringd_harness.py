@@ -91,6 +91,32 @@ def _tcp_queues():
     return out
 
 
+def listening_ports(pid):
+    """The IPv4 TCP ports process `pid` listens on, from the kernel (/proc/net/tcp entries in
+    state LISTEN whose socket is one of the process's descriptors): for a peer that cannot
+    report the port it bound."""
+    inodes = set()
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except FileNotFoundError:  # it has exited
+        return set()
+    for fd in fds:
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:["):-1])
+    ports = set()
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: TCP_LISTEN
+                ports.add(int(fields[1].split(":")[1], 16))
+    return ports
+
+
 def sends_stalled(socks, settle=0.2):
     """Whether the server's sends to each client socket in `socks` (loopback) have stopped: its
     side's send queue is not empty and did not move over `settle` seconds (the client reads
@@ -236,11 +262,6 @@ class Server:
         s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return s
-
-    def cpu_seconds(self):
-        with open("/proc/%d/stat" % self.proc.pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self, sig=signal.SIGTERM, timeout=15):
         if self.proc.poll() is None:

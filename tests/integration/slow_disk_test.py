@@ -21,7 +21,7 @@ import threading
 import time
 import unittest
 
-from ringd_harness import BACKEND, BackendTestCase, Reader, Server
+from ringd_harness import BACKEND, BackendTestCase, Reader, Server, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUNFILES = os.path.dirname(os.path.dirname(HERE))
@@ -112,7 +112,7 @@ class SlowDiskTest(BackendTestCase):
         evict_tree(os.path.join(self.disk.mountpoint, "cold"))
         server = Server(self.disk.mountpoint, "--shards", "1", wrap=self.cg.prefix())
         stop = threading.Event()
-        cold_bytes = [0]
+        cold_bytes = [0] * COLD_FILES  # bytes each download has received
 
         def download(i):
             # A client reading cold files as fast as the disk lets it, one after another.
@@ -123,7 +123,7 @@ class SlowDiskTest(BackendTestCase):
                         chunk = s.recv(1 << 16)
                         if not chunk:
                             break
-                        cold_bytes[0] += len(chunk)
+                        cold_bytes[i] += len(chunk)
 
         threads = [threading.Thread(target=download, args=(i,), daemon=True) for i in range(COLD_FILES)]
         try:
@@ -133,7 +133,7 @@ class SlowDiskTest(BackendTestCase):
                 self.assertEqual(reader.read_response().status, 200)  # cached from here on
                 for t in threads:
                     t.start()
-                time.sleep(1)  # every download under way
+                wait_for(lambda: all(cold_bytes), "every download under way", timeout=30)
                 worst, end = 0.0, time.time() + 5
                 while time.time() < end:
                     start = time.time()
@@ -141,7 +141,7 @@ class SlowDiskTest(BackendTestCase):
                     self.assertEqual(reader.read_response().status, 200)
                     worst = max(worst, time.time() - start)
                     time.sleep(0.01)
-            self.assertGreater(cold_bytes[0], 0, "the downloads moved nothing")
+            self.assertGreater(sum(cold_bytes), 0, "the downloads moved nothing")
             # The disk gives each download a few hundred KB/s: a shard that waited for it would
             # hold a hot request for a second or more.
             self.assertLess(worst, 0.5, "a cached file took %.2f s while cold files were read (%s)" % (

@@ -19,7 +19,7 @@ import tempfile
 import time
 import unittest
 
-from ringd_harness import BackendTestCase, Server
+from ringd_harness import BackendTestCase, Server, listening_ports, wait_for
 from tls_pki import make_pki
 
 # -p protocols, -P the server's cipher order, -f forward secrecy, -U every vulnerability check.
@@ -74,22 +74,12 @@ http {
 
 
 def free_port():
+    """A port the kernel just had free. A guess (another process may take it before nginx binds
+    it), kept only for nginx, which cannot listen on port 0: start_nginx checks that nginx itself
+    holds the port and guesses again if it lost the race."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for_port(port, proc, timeout_s=20):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            return False
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return True
-        except OSError:
-            time.sleep(0.1)
-    return False
 
 
 def not_the_servers(finding):
@@ -132,32 +122,39 @@ class TestsslTest(BackendTestCase):
         return server
 
     def start_nginx(self):
-        port = free_port()
-        conf = os.path.join(self.dir, "nginx.conf")
-        with open(conf, "w") as f:
-            f.write(NGINX_CONF % {"user": "user root;" if os.geteuid() == 0 else "",
-                                  "dir": self.dir, "port": port, "root": self.root,
-                                  "pki": self.pki, "ciphers": MOZILLA_INTERMEDIATE_CIPHERS})
-        # -e: nginx opens its error log before it reads the configuration.
-        proc = subprocess.Popen([self.nginx, "-c", conf, "-p", self.dir,
-                                 "-e", os.path.join(self.dir, "nginx-error.log")],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for _ in range(3):  # a guessed port (free_port) another process may have taken first
+            conf = os.path.join(self.dir, "nginx.conf")
+            error_log = os.path.join(self.dir, "nginx-error.log")
+            port = free_port()
+            with open(conf, "w") as f:
+                f.write(NGINX_CONF % {"user": "user root;" if os.geteuid() == 0 else "",
+                                      "dir": self.dir, "port": port, "root": self.root,
+                                      "pki": self.pki, "ciphers": MOZILLA_INTERMEDIATE_CIPHERS})
+            # -e: nginx opens its error log before it reads the configuration.
+            proc = subprocess.Popen([self.nginx, "-c", conf, "-p", self.dir, "-e", error_log],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
-        def stop():
+            def stop(proc=proc):
+                if proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(timeout=15)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait(timeout=15)
+                proc.stderr.close()
+            self.addCleanup(stop)
+            # nginx's own listener, not whatever answers on the port: from the kernel's tables.
+            wait_for(lambda: proc.poll() is not None or port in listening_ports(proc.pid),
+                     "nginx to listen on port %d or exit" % port, timeout=20)
             if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(timeout=15)
-            proc.stderr.close()
-        self.addCleanup(stop)
-        if not wait_for_port(port, proc):
+                return port
             stop()
-            with open(os.path.join(self.dir, "nginx-error.log")) as f:
-                self.fail("nginx did not start on port %d: %s" % (port, f.read()))
-        return port
+            with open(error_log) as f:
+                why = f.read()
+            if "Address already in use" not in why:
+                break
+        self.fail("nginx did not start on port %d: %s" % (port, why))
 
     def scan(self, name, port, out):
         """Starts testssl against 127.0.0.1:port as localhost (SNI); returns (Popen, json path)."""

@@ -247,7 +247,8 @@ class TlsTest(BackendTestCase):
             # A reload that fails (a key that is not the certificate's) keeps what serves.
             shutil.copy(os.path.join(self.pki, "other-ec.key"), os.path.join(d, "localhost-ec.key"))
             server.proc.send_signal(signal.SIGHUP)
-            time.sleep(0.5)
+            wait_for(lambda: server.logged("SIGHUP: keeping the certificates in use"),
+                     "the failed reload logged")
             self.assertEqual(serial(), before)
             stop.set()
             for t in threads:
