@@ -320,20 +320,20 @@ void FileCache::Forget(FileWaiter* waiter) {
 CacheEntry* FileCache::Pin(std::string_view path) {
   auto it = map_.find(Key(path));
   if (it == map_.end() || !it->second->ready) return nullptr;
-  ++it->second->pins;
+  if (it->second->pins++ == 0) ++stats_.pinned;
   return it->second;
 }
 
 CacheEntry* FileCache::PinFound(CacheEntry* e, uint64_t retired_then, std::string_view path) {
   if (e == nullptr || retired_then != retirements_ || e->path != path) return Pin(path);
   RINGD_ASSERT(e->in_map && e->ready);
-  ++e->pins;
+  if (e->pins++ == 0) ++stats_.pinned;
   return e;
 }
 
 void FileCache::Unpin(CacheEntry* e) {
-  RINGD_ASSERT(e->pins > 0);
-  --e->pins;
+  RINGD_ASSERT(e->pins > 0 && stats_.pinned > 0);
+  if (--e->pins == 0) --stats_.pinned;
   MaybeFree(e);
 }
 

@@ -89,6 +89,7 @@ struct FileCacheStats {
   uint64_t content_dropped = 0;  // contents given back for newer ones (their entries stay)
   uint64_t stale_hits = 0;  // hits on an expired entry while its revalidation runs (in `hits` too)
   uint64_t entries = 0, content_buffers = 0;
+  uint64_t pinned = 0;         // entries a response holds now (in the map or retired)
   uint64_t missing_known = 0;  // paths in MissingPaths (not entries)
 };
 

@@ -241,7 +241,15 @@ TEST_F(FileCacheTest, PinningWhatTheLookupFoundSkipsAnEntryReplacedSince) {
   EXPECT_EQ(lookup.Pin("a.css"), nullptr) << "not the replaced entry: the new one is not ready";
   loop_.Finish(1, 11, 200);
   cache_->RunWakeups();
+  CacheEntry* fresh = cache_->Pin("a.css");
+  ASSERT_NE(fresh, nullptr);
+  CacheEntry* again = cache_->Pin("a.css");
+  EXPECT_EQ(cache_->Stats().pinned, 2u) << "the retired entry and the fresh one, once each";
+  cache_->Unpin(again);
+  cache_->Unpin(fresh);
+  EXPECT_EQ(cache_->Stats().pinned, 1u);
   cache_->Unpin(held);
+  EXPECT_EQ(cache_->Stats().pinned, 0u);
   EXPECT_EQ(loop_.closed, std::vector<int>{10});
 }
 

@@ -244,6 +244,7 @@ ShardUsage Shard::Usage() const {
   u.exchanges = static_cast<uint32_t>(exchanges_->InUse());
   u.input_buffers = static_cast<uint32_t>(input_pool_->count() - input_pool_->Available());
   u.cache_entries = files_->entries_in_use();
+  u.cache_pinned = static_cast<uint32_t>(files_->Stats().pinned);
   return u;
 }
 

@@ -43,6 +43,7 @@ struct ShardStats {
 // What a shard holds right now, for checks that nothing leaks (tests, the simulator).
 struct ShardUsage {
   uint32_t connections = 0, exchanges = 0, input_buffers = 0, cache_entries = 0;
+  uint32_t cache_pinned = 0;  // cache entries a response holds
 };
 
 // Where a response's body came from.

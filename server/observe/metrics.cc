@@ -420,6 +420,7 @@ std::string FormatDebugShards(const std::vector<ShardView>& shards, const Proces
     pool("pipes", s.pipes_in_use, s.pipe_capacity);
     out += '}';
     num("cache_entries", s.cache.entries);
+    num("cache_pinned", s.cache.pinned);
     num("io_operations_in_flight", s.loop.submitted - s.loop.completed);
     uint64_t requests = 0;
     for (const auto& row : s.requests.responses)

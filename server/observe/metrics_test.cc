@@ -125,6 +125,7 @@ TEST(FormatDebugShards, ConnectionsByStateAndPools) {
   a.exchanges = 2;
   a.exchange_capacity = 100;
   a.cache.entries = 7;
+  a.cache.pinned = 1;
   std::vector<ShardView> views = {{0, true, false, &a}, {1, false, true, nullptr}};
   const std::string json = FormatDebugShards(views, ProcessInfo{});
   EXPECT_NE(json.find("\"connections\":{\"reading\":3,\"waiting_file\":0,\"sending\":2,"
@@ -135,7 +136,7 @@ TEST(FormatDebugShards, ConnectionsByStateAndPools) {
                       "\"exchanges\":{\"in_use\":2,\"capacity\":100}"),
             std::string::npos)
       << json;
-  EXPECT_NE(json.find("\"cache_entries\":7"), std::string::npos);
+  EXPECT_NE(json.find("\"cache_entries\":7,\"cache_pinned\":1"), std::string::npos) << json;
   EXPECT_NE(json.find("{\"shard\":1,\"up\":false,\"stopped\":true}"), std::string::npos) << json;
 }
 

@@ -687,6 +687,9 @@ void Sim::EndPhase() {
   if (tls_loop_ != nullptr && tls_loop_->connections() != 0) {
     return Fail("no connections left, but the TlsLoop still holds %zu", tls_loop_->connections());
   }
+  if (u.cache_pinned != 0) {
+    return Fail("no connections left, but %u cache entries still pinned", u.cache_pinned);
+  }
   if (world_.file_fds.size() > u.cache_entries) {
     return Fail("%zu files open, but only %u cache entries", world_.file_fds.size(),
                 u.cache_entries);
