@@ -192,7 +192,7 @@ void Shard::ProcessInput(Connection* conn) {
       return RespondError(conn, r.error_status, std::string_view(conn->in, conn->in_len));
     ++conn->requests;
     ++stats_.requests;
-    if (Plan(conn, req)) return;  // waiting for file metadata: the head stays
+    if (Plan(conn, req, r.consumed)) return;  // waiting for file metadata: the head stays
     DropHead(conn, r.consumed);
   }
   ReleaseInputIfEmpty(conn);
@@ -226,7 +226,7 @@ void Shard::ProcessDirect(Connection* conn, const char* data, size_t n) {
       return RespondError(conn, r.error_status, std::string_view(data, n));
     ++conn->requests;
     ++stats_.requests;
-    if (Plan(conn, req)) break;  // waiting for file metadata: keep the head (below)
+    if (Plan(conn, req, r.consumed)) break;  // waiting for file metadata: keep the head (below)
     data += r.consumed;
     n -= r.consumed;
     const size_t skip = conn->discard < n ? static_cast<size_t>(conn->discard) : n;
@@ -256,7 +256,7 @@ void Shard::ProcessDirect(Connection* conn, const char* data, size_t n) {
 // Plans a parsed request and starts its response. Returns true when planning must wait for file
 // metadata (the caller keeps the request's bytes); false once a response is under way (the
 // caller then drops the head and `conn->discard` body bytes).
-bool Shard::Plan(Connection* conn, const http::Request& req) {
+bool Shard::Plan(Connection* conn, const http::Request& req, size_t head_bytes) {
   // The pool holds one exchange per connection, so this cannot fail; if it does, the process
   // stops loudly rather than serving on.
   RINGD_ASSERT_MSG(conn->ex != nullptr || TakeExchange(conn), "exchange pool exhausted");
@@ -267,6 +267,7 @@ bool Shard::Plan(Connection* conn, const http::Request& req) {
   }
   conn->client_keep_alive = req.keep_alive;
   ex->head_request = req.method == http::Method::kHead;
+  ex->input_follows = conn->in_len > head_bytes && conn->in_len - head_bytes > req.content_length;
   RequestLookup source(files_.get(), ex->plan_since);
   const http::PlanStep step = http::PlanResponse(
       req, conn->https_redirect ? redirect_planner_ : planner_, source, *scratch_, &ex->plan);
@@ -315,7 +316,7 @@ void Shard::OnFileReady(FileWaiter* w) {
       http::ParseRequest(std::string_view(conn->in, conn->in_len), 0, self->limits_, self->headers_,
                          self->config_.max_headers, &req);
   RINGD_ASSERT(r.status == http::ParseStatus::kDone);  // it parsed before it waited
-  if (self->Plan(conn, req)) return;                   // another path to look up
+  if (self->Plan(conn, req, r.consumed)) return;       // another path to look up
   if (conn->state == ConnState::kClosing) return;
   self->DropHead(conn, r.consumed);
   if (conn->state == ConnState::kReading) self->ProcessInput(conn);
@@ -364,7 +365,11 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
   http::ResponsePlan& plan = ex->plan;
   // Views into the scratch are the latest plan's: no other plan ran since (Exchange::plan).
   RINGD_ASSERT(ex->plan_number == plans_ || !ViewsScratch(plan, *scratch_));
-  if (conn->requests >= config_.max_requests_per_connection || draining_ || conn->peer_closed) {
+  // A client that has half-closed sends nothing more, so its last response closes the
+  // connection; requests it pipelined before its end of stream are here, behind this one, and
+  // are answered first (as nginx does), however long this one waited for its file.
+  const bool last_of_peer = conn->peer_closed && !ex->input_follows;
+  if (conn->requests >= config_.max_requests_per_connection || draining_ || last_of_peer) {
     plan.keep_alive = false;
   }
   size_t n = http::WriteResponseHead(plan, std::string_view(date_, http::kHttpDateLen), "ringd",

@@ -52,6 +52,8 @@ struct Exchange {
   FileWaiter waiter;          // on the file cache while a lookup is under way (kWaitingFile)
   uint32_t lookups = 0;       // file lookups the request has waited for
   bool head_request = false;  // the request is a HEAD
+  // Input behind this request (and the body it declares) is already here: pipelined requests.
+  bool input_follows = false;
   uint64_t plan_since = 0;    // the file cache's validations() when the request began planning
   // `plan` lives as long as the response, but its file_path, etag, last_modified and location
   // view the shard's PlanScratch, which the next plan (any connection's) overwrites. They are
@@ -226,7 +228,7 @@ class Shard {
   static void OnFileReady(FileWaiter* w);
   void Received(Connection* conn, const char* data, size_t n);
   void ProcessInput(Connection* conn);
-  bool Plan(Connection* conn, const http::Request& req);
+  bool Plan(Connection* conn, const http::Request& req, size_t head_bytes);
   void ProcessDirect(Connection* conn, const char* data, size_t n);
   bool Stash(Connection* conn);
   void StartResponse(Connection* conn, Exchange* ex);

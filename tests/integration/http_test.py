@@ -364,6 +364,32 @@ class LifecycleTest(BackendTestCase):
     def tearDown(self):
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def test_requests_pipelined_before_a_half_close_are_all_answered(self):
+        # The client sends whole requests, then shuts its sending side (SHUT_WR), as
+        # `printf ... | nc -N` does. Each of them is answered, and none but the last response says
+        # close; a request cut short by the half-close can never complete and is not waited for.
+        # A fresh server: the files are not cached, so the end of stream comes while the first
+        # request waits for its lookup.
+        server = Server(self.root, "--shards", "1", "--header-timeout-ms", "60000")
+        try:
+            for cut in (False, True):
+                names = ["medium.bin", "index.html", "small.txt"] if not cut else \
+                        ["app.js", "dir/index.html", "nodir/file.txt"]
+                s = server.connect(timeout=20)
+                s.sendall(b"".join(b"GET /%s HTTP/1.1\r\nHost: t\r\n\r\n" % n.encode() for n in names) +
+                          (b"GET /small.txt HTTP/1.1\r\nHo" if cut else b""))
+                s.shutdown(socket.SHUT_WR)
+                reader = Reader(s)
+                for i, name in enumerate(names):
+                    r = reader.read_response()
+                    self.assertEqual((r.status, r.body), (200, self.files[name]), name)
+                    if i < len(names) - 1:
+                        self.assertNotEqual(r.header("connection"), "close", name)
+                self.assertTrue(reader.at_eof(timeout=20), "the connection ends after them")
+                s.close()
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_file_truncated_during_send_ends_the_connection(self):
         path = os.path.join(self.root, "shrinking.bin")
         with open(path, "wb") as f:
