@@ -324,6 +324,11 @@ class EpollLoop final : public Loop {
   void Begin(Completion* c, Op op, int fd) {
     internal::BeginOp(c, op, fd);
     ++stats_.submitted;
+    ++stats_.in_flight;
+  }
+  void Ended(Completion* c) {
+    if (c->in_flight) --stats_.in_flight;
+    c->in_flight = false;
   }
 
   // Finished operations run from Poll, never from inside the call that started them. The result
@@ -340,7 +345,7 @@ class EpollLoop final : public Loop {
       // a cancel), so no socket stays corked into its next response (but for the next piece of
       // the same body: EndCork); uncorking pushes the body's last partial segment out.
       if (c->corked) internal::EndCork(c, c->fd, c->pending_result);
-      c->in_flight = false;
+      Ended(c);
       c->paused = false;
       c->result = c->pending_result;
       c->more = false;
@@ -418,7 +423,7 @@ class EpollLoop final : public Loop {
           const int err = errno;
           if (err == EAGAIN || err == EINTR || err == ECONNABORTED) return;
           SetReader(fd, nullptr);  // EMFILE and friends: the caller retries later
-          c->in_flight = false;
+          Ended(c);
           c->result = -err;
           c->more = false;
           ++stats_.completed;
@@ -445,7 +450,7 @@ class EpollLoop final : public Loop {
       return;
     }
     SetReader(fd, nullptr);  // end of stream or an error ends the "multishot"
-    c->in_flight = false;
+    Ended(c);
     c->data = nullptr;
     c->result = -err;  // 0: end of stream
     c->more = false;

@@ -196,6 +196,9 @@ struct LoopOptions {
 struct LoopStats {
   uint64_t submitted = 0;    // operations handed to the kernel (or started, for epoll)
   uint64_t completed = 0;    // callbacks run
+  // Operations started and not yet ended (their last callback not run); a multishot receive or
+  // accept counts once however many callbacks it runs.
+  uint64_t in_flight = 0;
   uint64_t recv_nobufs = 0;  // times the receive buffers ran out (multishot recv re-armed)
   uint64_t recv_held = 0;    // receives copied aside because their connection was paused
   uint64_t pipes_in_use = 0;

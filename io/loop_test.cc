@@ -33,6 +33,32 @@ TEST_P(LoopTest, ReceiveDeliversBytesThenEndsOnceAtEndOfStream) {
   EXPECT_EQ(r.ends, 1);
 }
 
+// Stats().in_flight (/debug/shards' io_operations_in_flight) counts operations started and not
+// yet ended: a multishot receive once however many deliveries it makes, and back where it was
+// once every operation has ended.
+TEST_P(LoopTest, OperationsInFlightAreThoseStartedAndNotEnded) {
+  auto [ours, theirs] = Pair();
+  const uint64_t idle = loop_->Stats().in_flight;
+  Receiver r;
+  loop_->Recv(ours, &r.c);
+  EXPECT_EQ(loop_->Stats().in_flight, idle + 1);
+  for (size_t i = 1; i <= 3; ++i) {
+    ASSERT_EQ(::write(theirs, "abc", 3), 3);
+    ASSERT_TRUE(PollUntil([&] { return r.got.size() == 3 * i; }));
+  }
+  EXPECT_EQ(loop_->Stats().in_flight, idle + 1) << "a receive's deliveries do not end it";
+  Sender s;
+  char text[] = "reply";
+  iovec v{text, 5};
+  loop_->Send(ours, &v, 1, &s.c);
+  EXPECT_EQ(loop_->Stats().in_flight, idle + 2);
+  ASSERT_TRUE(PollUntil([&] { return s.ends == 1; }));
+  EXPECT_EQ(loop_->Stats().in_flight, idle + 1);
+  ::shutdown(theirs, SHUT_WR);
+  ASSERT_TRUE(PollUntil([&] { return r.ends == 1; }));
+  EXPECT_EQ(loop_->Stats().in_flight, idle);
+}
+
 // The bypass tier (and, here, the batched waits) enter their ring by its index in the thread's
 // table of registered rings where the kernel has one: no fd-table lookup per io_uring_enter.
 // The rest of this suite runs through it on those backends; this checks that it is on, and

@@ -223,7 +223,7 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
 }
 
 void UringLoop::Accept(int listen_fd, Completion* c) {
-  internal::BeginOp(c, Op::kAccept, listen_fd);
+  Begin(c, Op::kAccept, listen_fd);
   io_uring_sqe* sqe = Sqe();
   if (direct_) {  // straight into a free slot of the registered file table
     // Non-blocking like the uring tier's sockets: a splice that finds the socket full waits in a
@@ -237,7 +237,7 @@ void UringLoop::Accept(int listen_fd, Completion* c) {
 }
 
 void UringLoop::Open(int dir_fd, const char* path, FileStat* stat, Completion* c) {
-  internal::BeginOp(c, Op::kOpen, -1);
+  Begin(c, Op::kOpen, -1);
   c->dir_fd = dir_fd;
   c->path = path;
   c->stat = stat;
@@ -256,7 +256,7 @@ void UringLoop::Open(int dir_fd, const char* path, FileStat* stat, Completion* c
 }
 
 void UringLoop::Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) {
-  internal::BeginOp(c, Op::kRead, fd);
+  Begin(c, Op::kRead, fd);
   io_uring_sqe* sqe = Sqe();
   const int index = FixedIndex(buf, length);
   if (index >= 0) {
@@ -483,8 +483,11 @@ void UringLoop::Finish(Completion* c, int64_t result) {
   // cancel), so no socket stays corked into its next response (but for the next piece of the
   // same body: EndCork); uncorking pushes the body's last partial segment out.
   if (c->corked) internal::EndCork(c, SocketFd(c->fd), result);
-  if (c->op == Op::kRecv) EndRecv(c);
-  c->in_flight = false;
+  if (c->op == Op::kRecv) {
+    EndRecv(c);
+  } else {
+    Ended(c);
+  }
   c->more = false;
   c->result = result;
   ++stats_.completed;
@@ -508,7 +511,7 @@ void UringLoop::Dispatch(uint64_t user_data, int32_t res, uint32_t flags) {
     case Op::kAccept:
       c->more = (flags & IORING_CQE_F_MORE) != 0;
       c->result = direct_ && res >= 0 ? (res | kDirectHandle) : res;
-      if (!c->more) c->in_flight = false;
+      if (!c->more) Ended(c);
       ++stats_.completed;
       c->callback(c);
       return;

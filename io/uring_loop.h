@@ -149,6 +149,16 @@ class UringLoop final : public Loop {
 
   void Finish(Completion* c, int64_t result);
 
+  // Every operation on a Completion starts and ends through these (stats_.in_flight).
+  void Begin(Completion* c, Op op, int fd) {
+    internal::BeginOp(c, op, fd);
+    ++stats_.in_flight;
+  }
+  void Ended(Completion* c) {
+    if (c->in_flight) --stats_.in_flight;
+    c->in_flight = false;
+  }
+
   void ArmRecv(Completion* c);
 
   // Receives that wait for Poll with nothing in the kernel to bring them back (waiting_recvs_),
@@ -158,7 +168,7 @@ class UringLoop final : public Loop {
     if (!waiting_recvs_.Holds(c)) waiting_recvs_.Push(c);
   }
   void EndRecv(Completion* c) {
-    c->in_flight = false;
+    Ended(c);
     if (waiting_recvs_.Holds(c)) waiting_recvs_.Remove(c);
   }
   void RunWaitingRecvs();

@@ -10,7 +10,7 @@ namespace ringd::io::uring {
 
 void UringLoop::Recv(int fd, Completion* c) {
   RINGD_ASSERT(!waiting_recvs_.Holds(c));  // a receive that has ended waits for nothing
-  internal::BeginOp(c, Op::kRecv, fd);
+  Begin(c, Op::kRecv, fd);
   c->armed = false;
   c->held_head = c->held_tail = -1;
   c->held_end = 1;

@@ -15,7 +15,7 @@
 namespace ringd::io::uring {
 
 void UringLoop::Send(int fd, iovec* iov, int iovcnt, Completion* c, bool more) {
-  internal::BeginOp(c, Op::kSend, fd);
+  Begin(c, Op::kSend, fd);
   c->send_flags = MSG_NOSIGNAL | (more ? MSG_MORE : 0);
   c->iov = iov;
   c->iovcnt = iovcnt;
@@ -26,7 +26,7 @@ void UringLoop::Send(int fd, iovec* iov, int iovcnt, Completion* c, bool more) {
 
 void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length, Completion* c,
                          bool more) {
-  internal::BeginOp(c, Op::kSendFile, sock_fd);
+  Begin(c, Op::kSendFile, sock_fd);
   c->send_flags = more ? MSG_MORE : 0;  // Finish leaves the cork on for the next piece
   c->file_fd = file_fd;
   c->offset = offset;

@@ -421,7 +421,7 @@ std::string FormatDebugShards(const std::vector<ShardView>& shards, const Proces
     out += '}';
     num("cache_entries", s.cache.entries);
     num("cache_pinned", s.cache.pinned);
-    num("io_operations_in_flight", s.loop.submitted - s.loop.completed);
+    num("io_operations_in_flight", s.loop.in_flight);
     uint64_t requests = 0;
     for (const auto& row : s.requests.responses)
       for (uint64_t n : row) requests += n;
