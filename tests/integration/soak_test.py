@@ -18,11 +18,11 @@ status and byte-exact bodies, however slow (a 60 s bound per request), with two 
 behaviour HTTP and docs/OPERATIONS.md promise:
 - in an EMFILE window (and 2 s after it, for lookups already under way) a 503 is a right answer,
   and the connection may close after it (the requests behind it are sent again);
-- in a flood or EMFILE window, a request that got no byte of its response on a connection ringd
-  may reclaim (an idle keep-alive one gives way to newcomers at the limit, and to free
-  descriptors on EMFILE; a TLS handshake not yet done gives way at the limit too) is sent again
-  on a new connection, as a client retries an idempotent request whose connection closed
-  (RFC 9112 9.3.1).
+- a request that got no byte of its response on a connection ringd may have reclaimed (one that
+  sat idle between two requests while a flood or EMFILE window was on: idle keep-alive
+  connections give way to newcomers at the limit, and to free descriptors on EMFILE; or a TLS
+  handshake under way in a flood) is sent again on a new connection, as a client retries an
+  idempotent request whose connection closed (RFC 9112 9.3.1).
 Both are counted and reported, and so is a third, which is ringd's defect, not a promise: in an
 EMFILE window a body may be cut short after its head, all of it that came right, when its
 send needs a splice pipe (and, on the bypass tier, a descriptor for its socket) that cannot be
@@ -119,7 +119,9 @@ class Ledger:
 
 
 class Conn:
-    """A client connection (plain or TLS) and its reader; `served` counts responses on it."""
+    """A client connection (plain or TLS) and its reader; `served` counts responses on it, and
+    `idle_since` is when it last had nothing outstanding (ringd may reclaim it from then until
+    its next request arrives)."""
 
     def __init__(self, port, tls_ctx=None, rcvbuf=None, timeout=VALID_TIMEOUT):
         raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -135,6 +137,7 @@ class Conn:
             raise
         self.reader = Reader(self.sock)
         self.served = 0
+        self.idle_since = time.monotonic()
 
     def reset(self):
         """Closes with an RST (SO_LINGER 0): whatever ringd was sending is cut off."""
@@ -347,6 +350,7 @@ class Soak:
                         return self.exchange(None, plans[judged:], tls, fresh_ok)
                     return None
                 self.judge(plan, resp, sent_at)
+                conn.idle_since = time.monotonic()
                 if (resp.header("connection") or "").lower() == "close":
                     conn.close()
                     if plans[judged:]:
@@ -362,15 +366,16 @@ class Soak:
             got_bytes = judged > 0 or (conn is not None and conn.reader.buf)
             if conn is not None:
                 conn.close()
-            window = self.reclaim_window(sent_at, now)
+            window = self.reclaim_window(conn.idle_since if reused else sent_at, now)
             if not got_bytes and fresh_ok and (reused or handshake) and window:
                 self.ledger.count("sent again: connection reclaimed in %s window" % window, len(plans))
                 return self.exchange(None, plans, tls, fresh_ok=False)
             for plan in plans[judged:]:
-                self.ledger.fail("%s %s (%s%s; %d of %d in a batch, on a connection that had %d "
-                                 "answers): %s: %s" % (plan.method, plan.target, plan.kind, ", tls" if tls else "",
-                                                       plans.index(plan) + 1, len(plans), conn.served if conn else -1,
-                                                       type(e).__name__, e))
+                self.ledger.fail("%s %s (%s%s; %d of %d in a batch sent at %.1fs, on a connection that "
+                                 "had %d answers): %s: %s" % (
+                                     plan.method, plan.target, plan.kind, ", tls" if tls else "",
+                                     plans.index(plan) + 1, len(plans), sent_at - self.start,
+                                     conn.served if conn else -1, type(e).__name__, e))
             return None
 
     def read_response(self, conn, plan, sent_at):
@@ -393,9 +398,11 @@ class Soak:
         return Response(status, reason, headers, body)
 
     def reclaim_window(self, start, end):
-        """The window ("flood", "EMFILE") in which ringd may have closed an idle connection
-        between `start` and `end`, or None: at the connection limit idle ones give way to
-        newcomers, and out of descriptors they give way to free some (docs/OPERATIONS.md)."""
+        """The window ("flood", "EMFILE") in which ringd may have closed a connection idle from
+        `start` (its last answer) until `end`, or None: at the connection limit idle ones give
+        way to newcomers, and out of descriptors they give way to free some
+        (docs/OPERATIONS.md). A client that took a while to send its next request finds the
+        connection closed then."""
         if self.ledger.overlaps("flood", start, end, FLOOD_GRACE):
             return "a flood"
         if self.ledger.overlaps("emfile", start, end, EMFILE_GRACE):
@@ -593,8 +600,8 @@ class Soak:
                 reused = conn is not None and conn.served > 0
                 if conn is not None:
                     conn.close()
+                window = self.reclaim_window(conn.idle_since if reused else sent_at, time.monotonic())
                 conn = None
-                window = self.reclaim_window(sent_at, time.monotonic())
                 if reused and window:
                     self.ledger.count("volatile: connection reclaimed in %s window" % window)
                 else:
@@ -604,10 +611,12 @@ class Soak:
             length = int(h.get("content-length", "0"))
             if status == 503 and self.ledger.overlaps("emfile", sent_at, time.monotonic(), EMFILE_GRACE):
                 conn.reader.read_exact(length)
+                conn.idle_since = time.monotonic()
                 self.ledger.count("503 in an EMFILE window")
                 continue
             if status == 416 and ranged:  # truncated below the start
                 conn.reader.read_exact(length)
+                conn.idle_since = time.monotonic()
                 self.ledger.count("volatile 416 (truncated below the range)")
                 continue
             if status not in (200, 206) or (status == 206) != ranged:
@@ -625,6 +634,7 @@ class Soak:
             try:
                 body = conn.reader.read_exact(length)
                 short = False
+                conn.idle_since = time.monotonic()
             except (OSError, EOFError, ssl.SSLError):
                 body, short = conn.reader.buf, True
                 conn.close()
@@ -706,7 +716,8 @@ class Soak:
     # What ringd counted in an EMFILE window (its admin listener takes no connection in one).
     WINDOW_METRICS = [("503s", "ringd_requests_total", {"code": "5xx"}),
                       ("idle reclaimed", "ringd_connections_idle_reclaimed_total", {}),
-                      ("send errors", "ringd_connection_errors_total", {"kind": "send"})]
+                      ("send errors", "ringd_connection_errors_total", {"kind": "send"}),
+                      ("recv errors", "ringd_connection_errors_total", {"kind": "recv"})]
 
     def window_metrics(self):
         status, text = admin_get(self.server.admin_port(), "/metrics")
@@ -736,6 +747,7 @@ class Soak:
     def memory_pressure(self, length):
         if self.cgroup is None:
             return
+        before = self.window_metrics()
         window = self.ledger.open_window("memory")
         try:
             self.cgroup.squeeze(margin=24 * MiB)
@@ -746,7 +758,10 @@ class Soak:
         finally:
             self.cgroup.release()
             self.ledger.close_window(window)
+        after = self.window_metrics()
         self.ledger.count("fault: memory pressure window")
+        for key, _, _ in self.WINDOW_METRICS:
+            self.ledger.count("memory windows: ringd's " + key, int(after[key] - before[key]))
 
     # ---- the monitor -----------------------------------------------------------------------
     def monitor(self):
@@ -909,6 +924,8 @@ class SoakTest(BackendTestCase):
                          "slope after warm-up %+.2f MiB/min" % (verdict[0] / MiB, verdict[1] / MiB,
                                                                 verdict[2] / MiB, verdict[3]))
         lines.append("  pools at the end: %s" % pools)
+        lines.append("  windows (s from the start): " + ", ".join(
+            "%s %.1f-%.1f" % (k, s - ledger.start, (e or s) - ledger.start) for k, s, e in ledger.windows))
         lines.append("  exit status %s; failures %d" % (rc, len(ledger.failures)))
         for f in ledger.failures[:20]:
             lines.append("    " + f)
