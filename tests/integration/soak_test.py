@@ -1,4 +1,4 @@
-"""The soak (issue #32): the real ringd on one tier (RINGD_IO) serves a site's mix of requests for
+"""The soak: the real ringd on one tier (RINGD_IO) serves a site's mix of requests for
 RINGD_SOAK_SECONDS (default 60; `tools/soak` runs 30 minutes per tier) while faults are mixed
 in, then checks that nothing went wrong and nothing was kept.
 
