@@ -2,6 +2,7 @@
 scenario entry, the per-component CPU split, and the report's view of the launcher."""
 import os
 import subprocess
+import time
 import shutil
 import tempfile
 import unittest
@@ -91,6 +92,13 @@ class ComponentsTest(unittest.TestCase):
         # would, by a tick now and then).
         sleeper = subprocess.Popen(["sleep", "60"])
         try:
+            # Until the child has exec'd sleep, /proc names it after this process.
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with open("/proc/%d/comm" % sleeper.pid) as f:
+                    if f.read().strip() == "sleep":
+                        break
+                time.sleep(0.01)
             by = procfs.cpu_ticks_by_name([sleeper.pid, 2 ** 22 + 1])
             self.assertEqual(list(by), ["sleep"])
             self.assertEqual(by["sleep"], procfs.cpu_ticks([sleeper.pid]))
