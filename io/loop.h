@@ -194,8 +194,8 @@ struct LoopOptions {
 };
 
 struct LoopStats {
-  uint64_t submitted = 0;    // operations handed to the kernel (or started, for epoll)
-  uint64_t completed = 0;    // callbacks run
+  uint64_t submitted = 0;  // operations handed to the kernel (or started, for epoll)
+  uint64_t completed = 0;  // callbacks run
   // Operations started and not yet ended (their last callback not run); a multishot receive or
   // accept counts once however many callbacks it runs.
   uint64_t in_flight = 0;

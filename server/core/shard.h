@@ -54,7 +54,7 @@ struct Exchange {
   bool head_request = false;  // the request is a HEAD
   // Input behind this request (and the body it declares) is already here: pipelined requests.
   bool input_follows = false;
-  uint64_t plan_since = 0;    // the file cache's validations() when the request began planning
+  uint64_t plan_since = 0;  // the file cache's validations() when the request began planning
   // `plan` lives as long as the response, but its file_path, etag, last_modified and location
   // view the shard's PlanScratch, which the next plan (any connection's) overwrites. They are
   // read only on the way from PlanResponse to the response head, before any other plan can
