@@ -209,8 +209,10 @@ struct LoopStats {
   uint64_t page_cache_asks = 0;  // times an inline send asked the page cache (not trusted)
   uint64_t send_zc = 0;          // zero-copy sends issued (--send-zc)
   uint64_t send_zc_fixed = 0;    // of which from registered buffers (IORING_RECVSEND_FIXED_BUF)
-  uint64_t opens_inline = 0;     // epoll: opens resolved from the kernel's caches, no worker
-  uint64_t stats_on_shard = 0;   // uring tiers: opens statx-ed on the shard (local file system)
+  // uring tiers: fixed buffers registered with the ring (each on its first use) and so pinned.
+  uint64_t fixed_buffers_registered = 0;
+  uint64_t opens_inline = 0;        // epoll: opens resolved from the kernel's caches, no worker
+  uint64_t stats_on_shard = 0;      // uring tiers: opens statx-ed on the shard (local file system)
   bool ring_fd_registered = false;  // uring tiers: the ring enters by its registered index
   uint64_t cqes = 0;                // uring tiers: completions reaped from the ring
   // A loop that runs TLS connections (server/tls's TlsLoop around a tier's loop).

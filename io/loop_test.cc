@@ -476,6 +476,56 @@ TEST_P(LoopTest, OpenStatsIntoTheCallersFileStat) {
   ::rmdir(dir);
 }
 
+// Reads into the registered region arrive whole, and on the uring tiers each buffer of it is
+// registered (and its pages pinned) only when a read first uses it: a loop that has read nothing
+// holds none of the region resident.
+TEST_P(LoopTest, RegisteredBuffersArePinnedOnFirstUse) {
+  constexpr size_t kBuf = 64 << 10;
+  constexpr uint32_t kCount = 4;
+  void* region = ::mmap(nullptr, kBuf * kCount, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(region, MAP_FAILED);
+  char* base = static_cast<char*>(region);
+  options_.registered_region = base;
+  options_.registered_buffer_size = kBuf;
+  options_.registered_buffer_count = kCount;
+  SetUp();
+  if (IsSkipped()) {
+    ::munmap(region, kBuf * kCount);
+    return;
+  }
+  const auto resident_pages = [&] {
+    std::vector<unsigned char> vec(kBuf * kCount / 4096);
+    EXPECT_EQ(::mincore(region, kBuf * kCount, vec.data()), 0);
+    return std::count_if(vec.begin(), vec.end(), [](unsigned char v) { return v & 1; });
+  };
+  EXPECT_EQ(loop_->Stats().fixed_buffers_registered, 0u);
+  EXPECT_EQ(resident_pages(), 0) << "the region is resident before any read";
+
+  const std::string content = Pattern(kBuf - 100, 7, 31);
+  const int file = TempFile(content);
+  ASSERT_GE(file, 0);
+  const auto read = [&](char* buf, uint64_t length) {
+    Sender done;
+    loop_->Read(file, buf, length, 0, &done.c);
+    EXPECT_TRUE(PollUntil([&] { return done.ends == 1; }));
+    return done.last_result;
+  };
+  ASSERT_EQ(read(base + 2 * kBuf, content.size()), static_cast<int64_t>(content.size()));
+  EXPECT_EQ(std::string(base + 2 * kBuf, content.size()), content);
+  const uint64_t want = GetParam() == "epoll" ? 0 : 1;
+  EXPECT_EQ(loop_->Stats().fixed_buffers_registered, want);
+  // The same buffer again, and a read that spans two buffers (never a fixed read): no more.
+  ASSERT_EQ(read(base + 2 * kBuf + 50, 40), 40);
+  EXPECT_EQ(std::string(base + 2 * kBuf + 50, 40), content.substr(0, 40));
+  ASSERT_EQ(read(base + kBuf - 10, 40), 40);
+  EXPECT_EQ(std::string(base + kBuf - 10, 40), content.substr(0, 40));
+  EXPECT_EQ(loop_->Stats().fixed_buffers_registered, want);
+  EXPECT_LE(resident_pages(), static_cast<long>(kBuf / 4096 + 2));
+  loop_.reset();
+  ::munmap(region, kBuf * kCount);
+}
+
 // A path that crosses a mount point beneath the root is opened by a worker on epoll, not on the
 // loop's thread: the root's file system being local says nothing of the one mounted there (an
 // NFS or FUSE mount's open may wait for a server). A tmpfs stands in for it.

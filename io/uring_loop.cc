@@ -198,11 +198,23 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
     }
   }
   if (!iovs.empty()) {
-    rc = io_uring_register_buffers(&ring_, iovs.data(), static_cast<unsigned>(iovs.size()));
-    if (rc < 0) {
-      *error = std::string("io_uring_register_buffers: ") + strerror(-rc);
-      return false;
+    // Registering pins a buffer's pages, so a table of empty slots is registered now and each
+    // buffer fills its slot when an operation first uses it (RegisteredIndex): a shard that has
+    // cached nothing holds none of the small-file pool's memory. A kernel without sparse tables
+    // registers every buffer now.
+    rc = io_uring_register_buffers_sparse(&ring_, static_cast<unsigned>(iovs.size()));
+    if (rc == 0) {
+      fixed_state_.assign(iovs.size(), kFixedEmpty);
+    } else {
+      rc = io_uring_register_buffers(&ring_, iovs.data(), static_cast<unsigned>(iovs.size()));
+      if (rc < 0) {
+        *error = std::string("io_uring_register_buffers: ") + strerror(-rc);
+        return false;
+      }
+      fixed_state_.assign(iovs.size(), kFixedRegistered);
+      stats_.fixed_buffers_registered = iovs.size();
     }
+    fixed_iovs_ = std::move(iovs);
   }
 
   slots_.resize(o.ring_entries);
@@ -258,7 +270,7 @@ void UringLoop::Open(int dir_fd, const char* path, FileStat* stat, Completion* c
 void UringLoop::Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) {
   Begin(c, Op::kRead, fd);
   io_uring_sqe* sqe = Sqe();
-  const int index = FixedIndex(buf, length);
+  const int index = RegisteredIndex(FixedIndex(buf, length));
   if (index >= 0) {
     io_uring_prep_read_fixed(sqe, fd, buf, static_cast<unsigned>(length), offset, index);
   } else {

@@ -240,6 +240,9 @@ class UringLoop final : public Loop {
   void SpliceOut(Completion* c);
 
   int FixedIndex(const char* buf, uint64_t length) const;
+  // `index` if that fixed buffer is registered (registering it on its first use), else -1; -1
+  // stays -1.
+  int RegisteredIndex(int index);
 
   void Dispatch(uint64_t user_data, int32_t res, uint32_t flags);
   bool IsNextTurn(uint64_t user_data) const;  // an inline body's writable poll
@@ -279,6 +282,11 @@ class UringLoop final : public Loop {
   const char* fixed_base_ = nullptr;
   size_t fixed_size_ = 0;
   uint32_t fixed_count_ = 0;
+  // Every fixed buffer (the small-file pool's, then the body buffers) and whether its slot in
+  // the ring's buffer table holds it yet.
+  enum : uint8_t { kFixedEmpty, kFixedRegistered, kFixedRefused };
+  std::vector<iovec> fixed_iovs_;
+  std::vector<uint8_t> fixed_state_;
   // Per Open, or Send of several buffers, in flight: what the kernel reads or writes through
   // pointers in its SQEs.
   struct OpSlot {

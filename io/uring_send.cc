@@ -74,8 +74,13 @@ void UringLoop::ReadBody(Completion* c) {
   const uint64_t n = std::min<uint64_t>(c->remaining, options_.body_buffer_size);
   c->in_pipe = 0;  // nothing read yet: the next completion is the read's
   io_uring_sqe* sqe = Sqe();
-  io_uring_prep_read_fixed(sqe, c->file_fd, BodyBuffer(c->slot), static_cast<unsigned>(n),
-                           c->offset, fixed_count_ + static_cast<uint32_t>(c->slot));
+  const int index = RegisteredIndex(static_cast<int>(fixed_count_) + c->slot);
+  if (index >= 0) {
+    io_uring_prep_read_fixed(sqe, c->file_fd, BodyBuffer(c->slot), static_cast<unsigned>(n),
+                             c->offset, index);
+  } else {
+    io_uring_prep_read(sqe, c->file_fd, BodyBuffer(c->slot), static_cast<unsigned>(n), c->offset);
+  }
   io_uring_sqe_set_data(sqe, c);
 }
 
@@ -132,8 +137,9 @@ void UringLoop::SubmitSend(Completion* c) {
   if (c->iovcnt == 1) {
     // A buffer inside the registered region (the small-file cache) goes zero-copy from the
     // registered buffer (IORING_RECVSEND_FIXED_BUF): the kernel skips pinning its pages.
-    const int fixed =
-        zc ? FixedIndex(static_cast<const char*>(c->iov[0].iov_base), c->iov[0].iov_len) : -1;
+    const int fixed = zc ? RegisteredIndex(FixedIndex(static_cast<const char*>(c->iov[0].iov_base),
+                                                      c->iov[0].iov_len))
+                         : -1;
     if (fixed >= 0) {
       ++stats_.send_zc_fixed;
       io_uring_prep_send_zc_fixed(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, flags, 0,
@@ -299,6 +305,21 @@ void UringLoop::SpliceOut(Completion* c) {
   io_uring_prep_splice(sqe, p.r, -1, c->fd, -1, c->in_pipe, SPLICE_F_MOVE | more);
   Target(sqe, c->fd);  // the socket is splice's output, the SQE's own fd
   io_uring_sqe_set_data(sqe, c);
+}
+
+int UringLoop::RegisteredIndex(int index) {
+  if (index < 0) return -1;
+  uint8_t& state = fixed_state_[static_cast<size_t>(index)];
+  if (state == kFixedEmpty) {
+    // Pins the buffer's pages now; one that cannot be (RLIMIT_MEMLOCK) is read and sent through
+    // as plain memory from then on.
+    const __u64 tag = 0;
+    const int rc = io_uring_register_buffers_update_tag(
+        &ring_, static_cast<unsigned>(index), &fixed_iovs_[static_cast<size_t>(index)], &tag, 1);
+    state = rc == 1 ? kFixedRegistered : kFixedRefused;
+    if (rc == 1) ++stats_.fixed_buffers_registered;
+  }
+  return state == kFixedRegistered ? index : -1;
 }
 
 int UringLoop::FixedIndex(const char* buf, uint64_t length) const {

@@ -227,6 +227,8 @@ def run_one(ctx, server, scenario, serve_root):
     result.rss_kib = procfs.rss_kib(pids)
     result.peak_rss_kib = procfs.peak_rss_kib(pids)
     result.threads = procfs.threads(pids)
+    if scenario.fresh_server and not scenario.warm:
+        result.start_rss_kib = rss_before  # nothing served yet: what starting it took
     if rss_idle is not None:
         result.idle_bytes_per_connection = (rss_idle - rss_before) * 1024 / max(idle_held, 1)
         result.idle_held = idle_held

@@ -29,6 +29,7 @@ OPTIONAL_COLUMNS = (
     Column("context switches/request", "ctx_switches_per_request", "%.3f"),
     Column("threads", "threads", "%d"),
     Column("peak RSS MiB", "peak_rss_kib", "%.1f", 1024),
+    Column("RSS after start MiB", "start_rss_kib", "%.1f", 1024),
 )
 CHARTS = ("throughput.svg", "latency.svg", "cold.svg")
 

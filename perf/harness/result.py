@@ -71,6 +71,8 @@ class Result:
     server_cpu_percent: Optional[float] = None
     packets_per_request: Optional[float] = None
     rss_kib: Optional[int] = None
+    # RSS of a freshly started server that has served nothing yet, before the load (idle-fresh).
+    start_rss_kib: Optional[int] = None
     idle_bytes_per_connection: Optional[float] = None
     syscalls_per_request: Optional[float] = None
     ctx_switches_per_request: Optional[float] = None
@@ -123,6 +125,7 @@ class Result:
             "syscalls_per_request": self.syscalls_per_request,
             "ctx_switches_per_request": self.ctx_switches_per_request,
             "threads": self.threads, "peak_rss_kib": self.peak_rss_kib,
+            "start_rss_kib": self.start_rss_kib,
             "mean_us": lat.mean, "page_cache_mib": self.page_cache_mib,
             **self._disk_figures(), **self._size_class_figures(),
             "client_cpu_us_per_request": self.client_cpu_us_per_request,

@@ -35,7 +35,9 @@ enum class AccessLogFormat : uint8_t { kCombined, kJson };
 // receive buffer they came in is gone by then). Fields longer than their share are truncated.
 struct RequestCapture {
   static constexpr uint32_t kRequestMax = 2048, kRefererMax = 1024, kAgentMax = 1024;
-  uint16_t request_len = 0, referer_len = 0, agent_len = 0;
+  // Not initialised: valid once Set has run (an exchange's capture is set only when it is
+  // logged, and left untouched otherwise).
+  uint16_t request_len, referer_len, agent_len;
   char text[kRequestMax + kRefererMax + kAgentMax];
 
   void Set(std::string_view request, std::string_view referer, std::string_view agent);

@@ -81,21 +81,26 @@ struct Exchange {
   // backend's): nothing, buffers (Send) or a file's bytes (SendFile).
   enum class Sending : uint8_t { kNone, kBuffers, kFile } sending = Sending::kNone;
   uint32_t head_len = 0;
-  // The response head, then multipart part heads (and the closing tail); a body that fits behind
-  // the head is copied after it (StartResponse).
+  // For the access log and metrics (shard_observe.cc).
+  int64_t started_ns = 0;   // the request head parsed (CLOCK_MONOTONIC; 0 when not timing)
+  uint64_t bytes_sent = 0;  // head and body bytes the kernel took
+  bool logged = false;      // `capture` holds the request (the access log is on)
+  // `head`: the response head, then multipart part heads (and the closing tail); a body that
+  // fits behind the head is copied after it (StartResponse).
   static constexpr size_t kHeadBytes = 4096;
-  char head[kHeadBytes];
   static_assert(http::MultipartLayout::kMaxPartHead <= kHeadBytes);
   static_assert(http::MultipartLayout::kMaxBoundary + 8 <= kHeadBytes);
   // The operator's header lines (bounded when the flags are parsed) leave room for everything
   // else a 200/206/304 head carries (no Location there); a head that still does not fit (an
   // absurd Content-Type from mime.types) is answered 500 (StartResponse).
   static_assert(http::OriginHeaders::kMaxBytes + 1024 <= kHeadBytes);
-  // For the access log and metrics (shard_observe.cc).
-  int64_t started_ns = 0;   // the request head parsed (CLOCK_MONOTONIC; 0 when not timing)
-  uint64_t bytes_sent = 0;  // head and body bytes the kernel took
-  bool logged = false;      // the request line was captured (the access log is on)
-  RequestCapture capture;   // the request line, Referer and User-Agent, for the access log
+  // The large buffers come last, after every field that each exchange sets, so that an
+  // exchange whose head is short and whose request is not logged touches only its first pages
+  // (a burst of responses leaves the pool that many exchanges resident).
+  char head[kHeadBytes];
+  // The request line, Referer and User-Agent, for the access log; set (and read) only when
+  // `logged`.
+  RequestCapture capture;
 };
 
 enum class ConnState : uint8_t {
