@@ -222,6 +222,16 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
   next_turns_.reserve(o.ring_entries * 4);  // cleared every Poll
   for (uint32_t i = 0; i < o.ring_entries; ++i) free_slots_.push_back(static_cast<int>(i));
   pipes_.resize(o.pipe_pool_size);
+  // The first pipe is made now and kept for good (GivePipe drains a dirty pipe rather than
+  // replacing it): out of descriptors later, a body that must splice waits for that pipe instead
+  // of failing after its head went out.
+  if (!pipes_.empty()) {
+    const int rc = OpenPipe(&pipes_[0]);
+    if (rc < 0) {
+      *error = std::string("pipe2: ") + strerror(-rc);
+      return false;
+    }
+  }
   if (incremental_) consumed_.assign(n, 0);
 
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -226,6 +226,7 @@ class UringLoop final : public Loop {
   static constexpr int kNoPipeFree = -1;
 
   int TakePipe();
+  int OpenPipe(Pipe* p);  // 0, or -errno
 
   void GivePipe(int index, bool dirty);
 

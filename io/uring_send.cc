@@ -245,14 +245,11 @@ int UringLoop::TakePipe() {
       continue;
     }
     if (p.r < 0) {
-      int fds[2];
-      if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
-        error = -errno;
+      const int rc = OpenPipe(&p);
+      if (rc < 0) {
+        error = rc;
         continue;
       }
-      ::fcntl(fds[1], F_SETPIPE_SZ, static_cast<int>(options_.pipe_size));  // best effort
-      p.r = fds[0];
-      p.w = fds[1];
     }
     p.busy = true;
     return static_cast<int>(i);
@@ -260,15 +257,32 @@ int UringLoop::TakePipe() {
   return any_busy || error == 0 ? kNoPipeFree : error;
 }
 
-// A pipe comes back empty, or (after an error with bytes stuck in it) is closed and replaced.
+int UringLoop::OpenPipe(Pipe* p) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return -errno;
+  ::fcntl(fds[1], F_SETPIPE_SZ, static_cast<int>(options_.pipe_size));  // best effort
+  p->r = fds[0];
+  p->w = fds[1];
+  return 0;
+}
+
+// A pipe comes back empty, or (after an error with bytes stuck in it) is drained: read out until
+// it is empty, so that it is kept without asking for new descriptors, which may have run out.
+// One that cannot be drained is closed (made again when next needed).
 void UringLoop::GivePipe(int index, bool dirty) {
   RINGD_ASSERT(index >= 0 && static_cast<size_t>(index) < pipes_.size() &&
                pipes_[static_cast<size_t>(index)].busy);
   Pipe& p = pipes_[static_cast<size_t>(index)];
   if (dirty) {
-    ::close(p.r);
-    ::close(p.w);
-    p.r = p.w = -1;
+    char sink[16384];
+    ssize_t n;
+    while ((n = ::read(p.r, sink, sizeof sink)) > 0) {
+    }
+    if (n != -1 || errno != EAGAIN) {  // not empty and readable: give it up
+      ::close(p.r);
+      ::close(p.w);
+      p.r = p.w = -1;
+    }
   }
   p.busy = false;
   // The pipe just freed serves the next waiter. If it was dirty and cannot be replaced (out of

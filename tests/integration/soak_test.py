@@ -23,10 +23,9 @@ behaviour HTTP and docs/OPERATIONS.md promise:
   connections give way to newcomers at the limit, and to free descriptors on EMFILE; or a TLS
   handshake under way in a flood) is sent again on a new connection, as a client retries an
   idempotent request whose connection closed (RFC 9112 9.3.1).
-Both are counted and reported, and so is a third, which is ringd's defect, not a promise: in an
-EMFILE window a body may be cut short after its head, all of it that came right, when its
-send needs a splice pipe (and, on the bypass tier, a descriptor for its socket) that cannot be
-made then (read_response). A request for a file that is replaced or truncated while it is
+Both are counted and reported. A response whose head went out is never cut short by EMFILE: a
+body that must splice waits for the pipe each shard makes at start and keeps. A request for a
+file that is replaced or truncated while it is
 sent may end short with the connection closed (the promised length cannot be kept), but every
 byte it got must belong to one version of the file: never bytes of another version or past
 that version's end; where the version was truncated, zeros may stand past the cut (what the
@@ -43,7 +42,6 @@ import collections
 import json
 import os
 import random
-import re
 import resource
 import shutil
 import socket
@@ -67,8 +65,6 @@ MAX_CONNECTIONS = 64      # per shard: small, so that a flood goes well past it
 EMFILE_GRACE = 2.0        # lookups started in the window may answer 503 this long after it
 FLOOD_GRACE = 1.0
 MiB = 1 << 20
-# What read_response counts for a body cut short in an EMFILE window (ringd's defect).
-CUT_IN_EMFILE = "DEFECT: body cut short in an EMFILE window (what came was right)"
 # RSS after warm-up may exceed the warm-up's peak by this much: 10 %, at least 8 MiB. Pools are
 # sized at start-up and steady serving allocates nothing (alloc_test), so once every fault has
 # run (the first period) only allocator slack from TLS sessions and pages first touched by a
@@ -160,9 +156,6 @@ def http_request(method, target, headers=()):
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-_LINE = re.compile(rb"(\S+) (\d{12})\.*\n")
-
-
 class Plan:
     """One request of the mix and how to judge its response (check returns what is wrong);
     `due` is the body it must have, where one body is due."""
@@ -173,16 +166,6 @@ class Plan:
 
     def bytes(self):
         return http_request(self.method, self.target, self.headers)
-
-    def right_so_far(self, partial):
-        """Whether `partial`, the start of a body that was cut short, is right as far as it
-        goes: a prefix of the body due, or for several ranges, every line of the file in it
-        the file's own."""
-        if self.due is not None:
-            return self.due.startswith(partial)
-        if self.kind == "multirange":
-            return all(tag == self.target[1:].encode() for tag, _ in _LINE.findall(partial))
-        return False
 
 
 def parse_multipart(resp):
@@ -343,12 +326,6 @@ class Soak:
                 resp = self.read_response(conn, plan, sent_at)
                 judged += 1
                 conn.served += 1
-                if resp is None:  # cut short in an EMFILE window (see read_response)
-                    conn.close()
-                    if plans[judged:]:
-                        self.ledger.count("sent again after a response cut short", len(plans) - judged)
-                        return self.exchange(None, plans[judged:], tls, fresh_ok)
-                    return None
                 self.judge(plan, resp, sent_at)
                 conn.idle_since = time.monotonic()
                 if (resp.header("connection") or "").lower() == "close":
@@ -379,23 +356,10 @@ class Soak:
             return None
 
     def read_response(self, conn, plan, sent_at):
-        """The response to `plan`, or None for one whose body was cut short in an EMFILE window
-        while every byte of it that came was right: a body that must splice needs a pipe, and
-        on the bypass tier any body needs one unless its socket could be given a process fd;
-        when neither can be made (EMFILE) and no pipe exists yet, the send fails after the head
-        went out (ringd's defect, reported with the soak; counted, never hidden)."""
+        """The response to `plan`, its body read whole."""
         status, reason, headers = conn.reader.read_head()
         length = 0 if plan.method == "HEAD" or status == 304 else int(headers.get("content-length", "0"))
-        try:
-            body = conn.reader.read_exact(length)
-        except (OSError, EOFError, ssl.SSLError):
-            partial = conn.reader.buf
-            if (status in (200, 206) and plan.right_so_far(partial) and
-                    self.ledger.overlaps("emfile", sent_at, time.monotonic(), EMFILE_GRACE)):
-                self.ledger.count(CUT_IN_EMFILE)
-                return None
-            raise
-        return Response(status, reason, headers, body)
+        return Response(status, reason, headers, conn.reader.read_exact(length))
 
     def reclaim_window(self, start, end):
         """The window ("flood", "EMFILE") in which ringd may have closed a connection idle from
@@ -501,10 +465,6 @@ class Soak:
                     conn.reader.buf = b""
                     while have < len(data):
                         chunk = conn.sock.recv(4096)
-                        if not chunk and data.startswith(b"".join(body)) and self.ledger.overlaps(
-                                "emfile", sent_at, time.monotonic(), EMFILE_GRACE):
-                            self.ledger.count(CUT_IN_EMFILE)
-                            break
                         if not chunk:
                             raise EOFError("closed after %d of %d bytes" % (have, len(data)))
                         body.append(chunk)
@@ -513,8 +473,6 @@ class Soak:
                         have += len(chunk)
                         time.sleep(0.002)
                 body = b"".join(body)
-                if len(body) < len(data) and data.startswith(body):
-                    continue  # cut short in an EMFILE window: counted above
                 if status != 200 or body != data:
                     self.ledger.fail("slow reader %s: status %d, %d bytes, match %s" % (
                         rel, status, len(body), body == data))
@@ -540,8 +498,6 @@ class Soak:
                     for p in plans:
                         p.due = self.site.static[p.target[1:]]
                         resp = self.read_response(conn, p, sent_at)
-                        if resp is None:
-                            break  # cut short in an EMFILE window, and the connection closed
                         if resp.status == 503 and self.ledger.overlaps("emfile", sent_at, time.monotonic(),
                                                                        EMFILE_GRACE):
                             self.ledger.count("503 in an EMFILE window")
@@ -911,9 +867,6 @@ class SoakTest(BackendTestCase):
                                                         if not k.startswith("fault")))
         lines.append("  faults: " + ", ".join("%s %d" % (k[7:], v) for k, v in sorted(c.items())
                                               if k.startswith("fault")))
-        if c[CUT_IN_EMFILE]:
-            lines.append("  ringd's defect: %d bodies cut short in EMFILE windows (no splice pipe "
-                         "could be made; see read_response)" % c[CUT_IN_EMFILE])
         lines.append("  memory cgroup: %s" % memory)
         lines.append("  latency of %d valid requests: p50 %.1f ms, p99 %.1f ms, max %.1f ms" % (
             len(lat), percentile(lat, 50) * 1e3, percentile(lat, 99) * 1e3, max(lat or [0]) * 1e3))
