@@ -61,8 +61,6 @@ struct Completion {
   bool in_flight = false;
   bool cancelled = false;  // Cancel was called: no transparent re-arm
   bool paused = false;     // Recv: PauseRecv was called; no data callbacks until ResumeRecv
-  bool armed = false;      // Recv (uring): a multishot receive is in the kernel
-  bool polling = false;    // SendFile (uring): waiting for the socket to take more
   bool corked = false;     // SendFile: TCP_CORK is on for this body's inline sendfiles
   int fd = -1;
   int file_fd = -1;
@@ -84,12 +82,10 @@ struct Completion {
   int send_flags = 0;       // Send: MSG_NOSIGNAL, plus MSG_MORE when asked; SendFile: MSG_MORE
   uint64_t turn = 0;        // SendFile: the Poll call it last sent file bytes in,
   uint64_t turn_bytes = 0;  // and how many (kept across operations on this Completion)
-  uint32_t in_pipe = 0;     // SendFile (uring): bytes spliced into the pipe, not yet out
-  int pipe_index = -1;      // SendFile (uring): the pipe borrowed from the pool
-  int slot = -1;       // Open, Send of several buffers (uring): the backend's per-operation memory
-  int held_head = -1;  // Recv (uring): copies of bytes received while paused, oldest
-  int held_tail = -1;
-  int32_t held_end = 1;        // Recv (uring): a final result that arrived while paused (<= 0)
+  // One backend's own state per operation, laid out as that backend alone knows (uring:
+  // OpState in io/uring_loop.h, which asserts that it fits); zeroed when the Completion is made.
+  static constexpr size_t kBackendBytes = 24, kBackendAlign = 8;
+  alignas(kBackendAlign) unsigned char backend[kBackendBytes] = {};
   int64_t pending_result = 0;  // the result a completion queued inside its starting call reports
   Completion* next_ready = nullptr;  // a backend's queue of finished operations
 };

@@ -221,6 +221,10 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
   deferred_.reserve(o.ring_entries * 4);
   next_turns_.reserve(o.ring_entries * 4);  // cleared every Poll
   for (uint32_t i = 0; i < o.ring_entries; ++i) free_slots_.push_back(static_cast<int>(i));
+  if (o.pipe_pool_size > INT16_MAX) {  // OpState::pipe_index
+    *error = "too many pipes: " + std::to_string(o.pipe_pool_size);
+    return false;
+  }
   pipes_.resize(o.pipe_pool_size);
   // The first pipe is made now and kept for good (GivePipe drains a dirty pipe rather than
   // replacing it): out of descriptors later, a body that must splice waits for that pipe instead
@@ -267,8 +271,8 @@ void UringLoop::Open(int dir_fd, const char* path, FileStat* stat, Completion* c
   // The open's slot holds its open_how (read by the kernel whenever the SQE is submitted, so
   // it must outlive this call), then its statx buffer. More opens in flight than SQ entries
   // (a cold burst) add slots; a deque never moves the ones in use.
-  c->slot = TakeSlot();
-  OpSlot& slot = slots_[static_cast<size_t>(c->slot)];
+  St(c).slot = TakeSlot();
+  OpSlot& slot = slots_[static_cast<size_t>(St(c).slot)];
   slot.how = open_how{};
   slot.how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;  // a FIFO must not block
   slot.how.resolve = RESOLVE_BENEATH;  // a symlink can never lead outside dir_fd
@@ -294,7 +298,7 @@ void UringLoop::Cancel(Completion* c) {
   c->cancelled = true;
   if (c->op == Op::kRecv) {
     ReleaseHeld(c);  // bytes kept for a paused receive go nowhere now
-    if (!c->armed) {
+    if (!St(c).armed) {
       // Parked (paused, ended for lack of buffers, or waiting to redeliver): nothing in the
       // kernel will end it, so its last callback comes from Poll (RunWaitingRecvs).
       WaitForPoll(c);
@@ -519,7 +523,7 @@ void UringLoop::Finish(Completion* c, int64_t result) {
 bool UringLoop::IsNextTurn(uint64_t user_data) const {
   if (user_data == 0 || (user_data & kShutdownTag) != 0) return false;
   const Completion* c = reinterpret_cast<const Completion*>(user_data);
-  return c->op == Op::kSendFile && c->polling && c->pipe_index < 0 && c->slot < 0;
+  return c->op == Op::kSendFile && St(c).polling && St(c).pipe_index < 0 && St(c).slot < 0;
 }
 
 void UringLoop::Dispatch(uint64_t user_data, int32_t res, uint32_t flags) {
@@ -559,7 +563,7 @@ void UringLoop::OnOpen(Completion* c, int32_t res) {
       return Finish(c, res);
     }
     c->file_fd = res;
-    struct statx* stx = &slots_[static_cast<size_t>(c->slot)].stx;
+    struct statx* stx = &slots_[static_cast<size_t>(St(c).slot)].stx;
     if (local_dirs_.IsLocal(c->dir_fd)) {
       // The kernel always runs IORING_OP_STATX on an io-wq worker: a thread switch there and
       // back for what a local file system answers from the open inode at once. There the shard
@@ -577,7 +581,7 @@ void UringLoop::OnOpen(Completion* c, int32_t res) {
       return;
     }
   }
-  const struct statx stx = slots_[static_cast<size_t>(c->slot)].stx;
+  const struct statx stx = slots_[static_cast<size_t>(St(c).slot)].stx;
   GiveSlot(c);
   if (res < 0) {
     ::close(c->file_fd);

@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "io/assert.h"
@@ -21,6 +23,33 @@
 #include "io/loop.h"
 
 namespace ringd::io::uring {
+
+// What this backend keeps per operation, in its Completion's backend area (Completion::backend,
+// zeroed when the Completion is made: `initialized` false until Begin fills in the defaults).
+// It carries over from one operation to the next on the same Completion: an operation ends
+// having given back its slot and pipe, and a receive's held copies are dropped with it.
+struct OpState {
+  uint32_t in_pipe = 0;    // SendFile: bytes spliced into the pipe (or read into the body
+                           // buffer), not yet out
+  int32_t slot = -1;       // Open, Send of several buffers, SendFile through a body buffer: the
+                           // backend's per-operation memory (slots_ or body_free_)
+  int32_t held_head = -1;  // Recv: copies of bytes received while paused, oldest
+  int32_t held_tail = -1;
+  int32_t held_end = 1;      // Recv: a final result that arrived while paused (<= 0)
+  int16_t pipe_index = -1;   // SendFile: the pipe borrowed from the pool (--pipes <= 4096)
+  bool armed : 1 = false;    // Recv: a multishot receive is in the kernel
+  bool polling : 1 = false;  // SendFile: waiting for the socket to take more
+  bool initialized : 1 = true;
+};
+static_assert(sizeof(OpState) <= Completion::kBackendBytes);
+static_assert(alignof(OpState) <= Completion::kBackendAlign);
+static_assert(std::is_trivially_copyable_v<OpState>);
+
+// A Completion's OpState (an implicit-lifetime type living in the Completion's byte area).
+inline OpState& St(Completion* c) { return *std::launder(reinterpret_cast<OpState*>(c->backend)); }
+inline const OpState& St(const Completion* c) {
+  return *std::launder(reinterpret_cast<const OpState*>(c->backend));
+}
 
 constexpr uint16_t kRecvGroup = 0;
 constexpr uint64_t kInlineChunk = 1 << 20;  // sendfile per call on the inline path
@@ -89,9 +118,9 @@ class UringLoop final : public Loop {
   int TakeSlot();
 
   void GiveSlot(Completion* c) {
-    if (c->slot < 0) return;
-    free_slots_.push_back(c->slot);
-    c->slot = -1;
+    if (St(c).slot < 0) return;
+    free_slots_.push_back(St(c).slot);
+    St(c).slot = -1;
   }
 
   bool IsDirect(int handle) const { return direct_ && (handle & kDirectHandle) != 0; }
@@ -151,6 +180,8 @@ class UringLoop final : public Loop {
 
   // Every operation on a Completion starts and ends through these (stats_.in_flight).
   void Begin(Completion* c, Op op, int fd) {
+    OpState& st = St(c);
+    if (!st.initialized) st = OpState{};  // the Completion's first operation on this backend
     internal::BeginOp(c, op, fd);
     ++stats_.in_flight;
   }
@@ -202,7 +233,7 @@ class UringLoop final : public Loop {
   int32_t PopHeld(Completion* c);
 
   void ReleaseHeld(Completion* c) {
-    while (c->held_head >= 0) held_free_.push_back(PopHeld(c));
+    while (St(c).held_head >= 0) held_free_.push_back(PopHeld(c));
   }
 
   void Deliver(Completion* c, const char* data, int32_t len);

@@ -11,9 +11,9 @@ namespace ringd::io::uring {
 void UringLoop::Recv(int fd, Completion* c) {
   RINGD_ASSERT(!waiting_recvs_.Holds(c));  // a receive that has ended waits for nothing
   Begin(c, Op::kRecv, fd);
-  c->armed = false;
-  c->held_head = c->held_tail = -1;
-  c->held_end = 1;
+  St(c).armed = false;
+  St(c).held_head = St(c).held_tail = -1;
+  St(c).held_end = 1;
   ArmRecv(c);
 }
 
@@ -23,7 +23,7 @@ void UringLoop::PauseRecv(Completion* c) {
   RINGD_ASSERT(c->op == Op::kRecv);
   if (!c->in_flight || c->cancelled || c->paused) return;
   c->paused = true;
-  if (c->armed) CancelInKernel(c);
+  if (St(c).armed) CancelInKernel(c);
 }
 
 void UringLoop::ResumeRecv(Completion* c) {
@@ -34,8 +34,8 @@ void UringLoop::ResumeRecv(Completion* c) {
 }
 
 void UringLoop::ArmRecv(Completion* c) {
-  RINGD_ASSERT(!c->armed && !c->paused && c->held_head < 0);
-  c->armed = true;
+  RINGD_ASSERT(!St(c).armed && !c->paused && St(c).held_head < 0);
+  St(c).armed = true;
   io_uring_sqe* sqe = Sqe();
   // With incremental consumption the length caps each completion (a buffer is larger than
   // one delivery may be); otherwise it must be 0 and a completion fills at most a buffer.
@@ -78,20 +78,20 @@ void UringLoop::Hold(Completion* c, const char* data, int32_t len) {
   std::memcpy(held_mem_[static_cast<size_t>(chunk)].get(), data, static_cast<size_t>(len));
   held_next_[static_cast<size_t>(chunk)] = -1;
   held_len_[static_cast<size_t>(chunk)] = len;
-  if (c->held_tail >= 0) {
-    held_next_[static_cast<size_t>(c->held_tail)] = chunk;
+  if (St(c).held_tail >= 0) {
+    held_next_[static_cast<size_t>(St(c).held_tail)] = chunk;
   } else {
-    c->held_head = chunk;
+    St(c).held_head = chunk;
   }
-  c->held_tail = chunk;
+  St(c).held_tail = chunk;
   ++stats_.recv_held;
 }
 
 // Takes the oldest kept chunk off a receive's list; the caller frees it.
 int32_t UringLoop::PopHeld(Completion* c) {
-  const int32_t chunk = c->held_head;
-  c->held_head = held_next_[static_cast<size_t>(chunk)];
-  if (c->held_head < 0) c->held_tail = -1;
+  const int32_t chunk = St(c).held_head;
+  St(c).held_head = held_next_[static_cast<size_t>(chunk)];
+  if (St(c).held_head < 0) St(c).held_tail = -1;
   return chunk;
 }
 
@@ -105,21 +105,21 @@ void UringLoop::Deliver(Completion* c, const char* data, int32_t len) {
 }
 
 void UringLoop::Redeliver(Completion* c) {
-  while (c->in_flight && !c->cancelled && !c->paused && c->held_head >= 0) {
+  while (c->in_flight && !c->cancelled && !c->paused && St(c).held_head >= 0) {
     const int32_t chunk = PopHeld(c);
     c->more = true;
     Deliver(c, held_mem_[static_cast<size_t>(chunk)].get(), held_len_[static_cast<size_t>(chunk)]);
     held_free_.push_back(chunk);
   }
-  if (!c->in_flight || c->cancelled || c->paused || c->held_head >= 0) return;
-  if (c->held_end <= 0) {  // end of stream or an error came while paused: deliver it last
-    const int64_t end = c->held_end;
-    c->held_end = 1;
+  if (!c->in_flight || c->cancelled || c->paused || St(c).held_head >= 0) return;
+  if (St(c).held_end <= 0) {  // end of stream or an error came while paused: deliver it last
+    const int64_t end = St(c).held_end;
+    St(c).held_end = 1;
     c->data = nullptr;
     return Finish(c, end);
   }
   // Still armed: the pause's cancellation is on its way, and its completion re-arms.
-  if (!c->armed) ArmRecv(c);
+  if (!St(c).armed) ArmRecv(c);
 }
 
 // Poll's last pass, once the completions it reaped have run and returned their buffers: each
@@ -135,7 +135,7 @@ void UringLoop::RunWaitingRecvs() {
     RINGD_ASSERT(c->op == Op::kRecv && c->in_flight);
     if (!c->cancelled) {
       Redeliver(c);
-    } else if (!c->armed) {  // armed: the kernel's answer to the cancellation ends it
+    } else if (!St(c).armed) {  // armed: the kernel's answer to the cancellation ends it
       c->data = nullptr;
       Finish(c, -ECANCELED);
     }
@@ -144,9 +144,9 @@ void UringLoop::RunWaitingRecvs() {
 
 void UringLoop::OnRecv(Completion* c, int32_t res, uint32_t flags) {
   const bool kernel_more = (flags & IORING_CQE_F_MORE) != 0;
-  if (!kernel_more) c->armed = false;
+  if (!kernel_more) St(c).armed = false;
   // Paused, or bytes kept from a pause still waiting for Redeliver: keep these behind them.
-  const bool hold = !c->cancelled && (c->paused || c->held_head >= 0);
+  const bool hold = !c->cancelled && (c->paused || St(c).held_head >= 0);
   if (res > 0) {
     const uint16_t bid = static_cast<uint16_t>(flags >> IORING_CQE_BUFFER_SHIFT);
     if (hold) {
@@ -176,7 +176,7 @@ void UringLoop::OnRecv(Completion* c, int32_t res, uint32_t flags) {
     return;
   }
   if (hold) {  // end of stream or an error while paused: after the bytes kept before it
-    c->held_end = res;
+    St(c).held_end = res;
     return;
   }
   c->data = nullptr;

@@ -31,15 +31,15 @@ void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t len
   c->file_fd = file_fd;
   c->offset = offset;
   c->remaining = length;
-  c->in_pipe = 0;
-  c->pipe_index = -1;
-  c->polling = false;
-  RINGD_ASSERT(c->slot < 0);
+  St(c).in_pipe = 0;
+  St(c).pipe_index = -1;
+  St(c).polling = false;
+  RINGD_ASSERT(St(c).slot < 0);
   // bypass with --body-buffers (off by default): read the body into a registered buffer and
   // send it from there; with every body buffer busy, on as below.
   if (IsDirect(sock_fd) && !body_free_.empty()) {
     if (c->corked) internal::UncorkBody(c, SocketFd(sock_fd));  // only inline sends cork
-    c->slot = body_free_.back();
+    St(c).slot = body_free_.back();
     body_free_.pop_back();
     return ReadBody(c);
   }
@@ -55,7 +55,7 @@ void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t len
     if (st.fd < 0 && !st.fd_refused) {
       // The first body on this connection: give its socket a process fd, once, so that cached
       // pages can go out with an inline sendfile as on the uring tier (OnSendFile goes on).
-      c->pipe_index = kInstallingFd;
+      St(c).pipe_index = kInstallingFd;
       io_uring_sqe* sqe = Sqe();
       io_uring_prep_rw(uapi::kOpFixedFdInstall, sqe, static_cast<int>(sock_fd & ~kDirectHandle),
                        nullptr, 0, 0);
@@ -72,14 +72,15 @@ void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t len
 // submitter), never on this thread.
 void UringLoop::ReadBody(Completion* c) {
   const uint64_t n = std::min<uint64_t>(c->remaining, options_.body_buffer_size);
-  c->in_pipe = 0;  // nothing read yet: the next completion is the read's
+  St(c).in_pipe = 0;  // nothing read yet: the next completion is the read's
   io_uring_sqe* sqe = Sqe();
-  const int index = RegisteredIndex(static_cast<int>(fixed_count_) + c->slot);
+  const int index = RegisteredIndex(static_cast<int>(fixed_count_) + St(c).slot);
   if (index >= 0) {
-    io_uring_prep_read_fixed(sqe, c->file_fd, BodyBuffer(c->slot), static_cast<unsigned>(n),
+    io_uring_prep_read_fixed(sqe, c->file_fd, BodyBuffer(St(c).slot), static_cast<unsigned>(n),
                              c->offset, index);
   } else {
-    io_uring_prep_read(sqe, c->file_fd, BodyBuffer(c->slot), static_cast<unsigned>(n), c->offset);
+    io_uring_prep_read(sqe, c->file_fd, BodyBuffer(St(c).slot), static_cast<unsigned>(n),
+                       c->offset);
   }
   io_uring_sqe_set_data(sqe, c);
 }
@@ -87,38 +88,38 @@ void UringLoop::ReadBody(Completion* c) {
 // What is left of the piece read (from c->buf), to the socket.
 void UringLoop::SendBody(Completion* c) {
   // MSG_MORE only while more of the body follows (as SpliceOut).
-  const int more = c->remaining > c->in_pipe ? MSG_MORE : 0;
+  const int more = c->remaining > St(c).in_pipe ? MSG_MORE : 0;
   io_uring_sqe* sqe = Sqe();
-  io_uring_prep_send(sqe, c->fd, c->buf, c->in_pipe, MSG_NOSIGNAL | more);
+  io_uring_prep_send(sqe, c->fd, c->buf, St(c).in_pipe, MSG_NOSIGNAL | more);
   Target(sqe, c->fd);
   io_uring_sqe_set_data(sqe, c);
 }
 
 void UringLoop::OnBody(Completion* c, int32_t res) {
   const auto release = [&] {
-    body_free_.push_back(c->slot);
-    c->slot = -1;
+    body_free_.push_back(St(c).slot);
+    St(c).slot = -1;
   };
-  if (c->in_pipe == 0) {  // the read finished
-    if (res <= 0) {       // 0: the file ended before `length` bytes: truncated under us
+  if (St(c).in_pipe == 0) {  // the read finished
+    if (res <= 0) {          // 0: the file ended before `length` bytes: truncated under us
       release();
       return Finish(c, res < 0 ? res : static_cast<int64_t>(c->done));
     }
-    c->in_pipe = static_cast<uint32_t>(res);
+    St(c).in_pipe = static_cast<uint32_t>(res);
     c->offset += static_cast<uint64_t>(res);
-    c->buf = BodyBuffer(c->slot);
+    c->buf = BodyBuffer(St(c).slot);
     return SendBody(c);
   }
   if (res <= 0) {  // the send failed (or the peer is gone)
     release();
     return Finish(c, res < 0 ? res : -EPIPE);
   }
-  c->in_pipe -= static_cast<uint32_t>(res);
+  St(c).in_pipe -= static_cast<uint32_t>(res);
   c->buf += res;
   c->done += static_cast<uint64_t>(res);
   c->remaining -= static_cast<uint64_t>(res);
   stats_.read_send_bytes += static_cast<uint64_t>(res);
-  if (c->in_pipe > 0) return SendBody(c);
+  if (St(c).in_pipe > 0) return SendBody(c);
   if (c->remaining > 0) return ReadBody(c);
   release();
   Finish(c, static_cast<int64_t>(c->done));
@@ -151,8 +152,8 @@ void UringLoop::SubmitSend(Completion* c) {
     }
   } else {
     // The msghdr lives in a slot until the send completes (an SQ thread may read it late).
-    if (c->slot < 0) c->slot = TakeSlot();
-    msghdr& msg = slots_[static_cast<size_t>(c->slot)].msg;
+    if (St(c).slot < 0) St(c).slot = TakeSlot();
+    msghdr& msg = slots_[static_cast<size_t>(St(c).slot)].msg;
     msg = msghdr{};
     msg.msg_iov = c->iov;
     msg.msg_iovlen = static_cast<size_t>(c->iovcnt);
@@ -209,8 +210,8 @@ bool UringLoop::SendCached(Completion* c) {
 // The inline path continues when the socket takes more (at once, if it already does: the CQE
 // then waits in the ring behind everything else that is ready).
 void UringLoop::WaitWritable(Completion* c) {
-  c->polling = true;
-  c->in_pipe = 0;
+  St(c).polling = true;
+  St(c).in_pipe = 0;
   io_uring_sqe* sqe = Sqe();
   io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
   Target(sqe, c->fd);
@@ -224,7 +225,7 @@ void UringLoop::Splice(Completion* c) {
   if (c->corked) internal::UncorkBody(c, SocketFd(c->fd));
   const int pipe = TakePipe();
   if (pipe >= 0) {
-    c->pipe_index = pipe;
+    St(c).pipe_index = pipe;
     return SpliceIn(c);
   }
   // Every pipe busy: wait (intrusively) until one comes back. No pipe busy and none to be
@@ -291,7 +292,7 @@ void UringLoop::GivePipe(int index, bool dirty) {
   while (Completion* c = pipe_wait_.Pop()) {
     const int pipe = TakePipe();
     if (pipe >= 0) {
-      c->pipe_index = pipe;
+      St(c).pipe_index = pipe;
       return SpliceIn(c);
     }
     if (pipe == kNoPipeFree) return pipe_wait_.PushFront(c);
@@ -300,8 +301,8 @@ void UringLoop::GivePipe(int index, bool dirty) {
 }
 
 void UringLoop::SpliceIn(Completion* c) {
-  RINGD_ASSERT(c->pipe_index >= 0 && static_cast<size_t>(c->pipe_index) < pipes_.size());
-  const Pipe& p = pipes_[static_cast<size_t>(c->pipe_index)];
+  RINGD_ASSERT(St(c).pipe_index >= 0 && static_cast<size_t>(St(c).pipe_index) < pipes_.size());
+  const Pipe& p = pipes_[static_cast<size_t>(St(c).pipe_index)];
   const uint64_t chunk = c->remaining < options_.pipe_size ? c->remaining : options_.pipe_size;
   io_uring_sqe* sqe = Sqe();
   io_uring_prep_splice(sqe, c->file_fd, static_cast<int64_t>(c->offset), p.w, -1,
@@ -310,13 +311,13 @@ void UringLoop::SpliceIn(Completion* c) {
 }
 
 void UringLoop::SpliceOut(Completion* c) {
-  RINGD_ASSERT(c->pipe_index >= 0 && static_cast<size_t>(c->pipe_index) < pipes_.size());
-  const Pipe& p = pipes_[static_cast<size_t>(c->pipe_index)];
+  RINGD_ASSERT(St(c).pipe_index >= 0 && static_cast<size_t>(St(c).pipe_index) < pipes_.size());
+  const Pipe& p = pipes_[static_cast<size_t>(St(c).pipe_index)];
   io_uring_sqe* sqe = Sqe();
   // SPLICE_F_MORE (MSG_MORE) only while more of the body follows: on the last piece it would
   // hold the final partial segment back until the client's delayed ACK (40 ms) pushed it.
-  const unsigned more = c->remaining > c->in_pipe ? SPLICE_F_MORE : 0;
-  io_uring_prep_splice(sqe, p.r, -1, c->fd, -1, c->in_pipe, SPLICE_F_MOVE | more);
+  const unsigned more = c->remaining > St(c).in_pipe ? SPLICE_F_MORE : 0;
+  io_uring_prep_splice(sqe, p.r, -1, c->fd, -1, St(c).in_pipe, SPLICE_F_MOVE | more);
   Target(sqe, c->fd);  // the socket is splice's output, the SQE's own fd
   io_uring_sqe_set_data(sqe, c);
 }
@@ -364,9 +365,9 @@ void UringLoop::OnSend(Completion* c, int32_t res, uint32_t flags) {
 }
 
 void UringLoop::OnSendFile(Completion* c, int32_t res) {
-  if (c->slot >= 0) return OnBody(c, res);  // through a body buffer (bypass)
-  if (c->pipe_index == kInstallingFd) {     // the socket's process fd, or why not
-    c->pipe_index = -1;
+  if (St(c).slot >= 0) return OnBody(c, res);  // through a body buffer (bypass)
+  if (St(c).pipe_index == kInstallingFd) {     // the socket's process fd, or why not
+    St(c).pipe_index = -1;
     SlotState& st = slot_state_[static_cast<uint32_t>(c->fd & ~kDirectHandle)];
     // One install per connection (its SendFiles run one at a time, and Close waits for them).
     RINGD_ASSERT(st.fd < 0 && !st.fd_refused);
@@ -378,33 +379,33 @@ void UringLoop::OnSendFile(Completion* c, int32_t res) {
     if (cold_.Take(c->file_fd, c->offset) || !SendCached(c)) Splice(c);
     return RunReady();
   }
-  if (c->polling) {  // the socket became writable (or failed)
-    c->polling = false;
-    if (c->pipe_index < 0) {  // the inline sendfile path: carry on there
+  if (St(c).polling) {  // the socket became writable (or failed)
+    St(c).polling = false;
+    if (St(c).pipe_index < 0) {  // the inline sendfile path: carry on there
       if (res < 0) return Finish(c, res);
       if (!SendCached(c)) Splice(c);
       return RunReady();
     }
     if (res < 0) {
-      GivePipe(c->pipe_index, true);
+      GivePipe(St(c).pipe_index, true);
       return Finish(c, res);
     }
     return SpliceOut(c);
   }
-  if (c->in_pipe == 0) {  // file -> pipe finished
+  if (St(c).in_pipe == 0) {  // file -> pipe finished
     if (res <= 0) {
-      GivePipe(c->pipe_index, false);
+      GivePipe(St(c).pipe_index, false);
       // 0: the file ended before `length` bytes: it was truncated under us.
       return Finish(c, res < 0 ? res : static_cast<int64_t>(c->done));
     }
-    c->in_pipe = static_cast<uint32_t>(res);
+    St(c).in_pipe = static_cast<uint32_t>(res);
     c->offset += static_cast<uint64_t>(res);
     return SpliceOut(c);
   }
   if (res == -EAGAIN) {
     // Splice runs on an io-wq worker and the socket is non-blocking: its buffer is full.
     // Wait for room with a poll rather than block a kernel worker per slow client.
-    c->polling = true;
+    St(c).polling = true;
     io_uring_sqe* sqe = Sqe();
     io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
     Target(sqe, c->fd);
@@ -412,16 +413,16 @@ void UringLoop::OnSendFile(Completion* c, int32_t res) {
     return;
   }
   if (res <= 0) {  // pipe -> socket failed: the pipe still holds bytes, so it is replaced
-    GivePipe(c->pipe_index, true);
+    GivePipe(St(c).pipe_index, true);
     return Finish(c, res < 0 ? res : -EPIPE);
   }
-  c->in_pipe -= static_cast<uint32_t>(res);
+  St(c).in_pipe -= static_cast<uint32_t>(res);
   c->done += static_cast<uint64_t>(res);
   stats_.splice_bytes += static_cast<uint64_t>(res);
   c->remaining -= static_cast<uint64_t>(res);
-  if (c->in_pipe > 0) return SpliceOut(c);
+  if (St(c).in_pipe > 0) return SpliceOut(c);
   if (c->remaining > 0) return SpliceIn(c);
-  GivePipe(c->pipe_index, false);
+  GivePipe(St(c).pipe_index, false);
   cold_.Note(c->file_fd, c->offset);
   Finish(c, static_cast<int64_t>(c->done));
 }
