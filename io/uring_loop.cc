@@ -41,6 +41,44 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
   options_ = o;
   resident_.set_trust_ms(o.page_cache_trust_ms);
   direct_ = o.direct_descriptors;
+  if (!SetupRing(o, error) || !SetupFileTable(o, error) || !SetupRecvBuffers(o, error) ||
+      !SetupFixedBuffers(o, error)) {
+    return false;
+  }
+  slots_.resize(o.ring_entries);
+  deferred_.reserve(o.ring_entries * 4);
+  next_turns_.reserve(o.ring_entries * 4);  // cleared every Poll
+  for (uint32_t i = 0; i < o.ring_entries; ++i) free_slots_.push_back(static_cast<int>(i));
+  if (o.pipe_pool_size > INT16_MAX) {  // OpState::pipe_index
+    *error = "too many pipes: " + std::to_string(o.pipe_pool_size);
+    return false;
+  }
+  pipes_.resize(o.pipe_pool_size);
+  // The first pipe is made now and kept for good (GivePipe drains a dirty pipe rather than
+  // replacing it): out of descriptors later, a body that must splice waits for that pipe instead
+  // of failing after its head went out.
+  if (!pipes_.empty()) {
+    const int rc = OpenPipe(&pipes_[0]);
+    if (rc < 0) {
+      *error = std::string("pipe2: ") + strerror(-rc);
+      return false;
+    }
+  }
+  if (incremental_) consumed_.assign(o.recv_buffer_count, 0);
+
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) {
+    *error = std::string("eventfd: ") + strerror(errno);
+    return false;
+  }
+  wake_.op = Op::kWake;
+  ArmWake();
+  return true;
+}
+
+// The ring itself, and what is registered on it whatever the tier: its fd in this thread's
+// table, batched waits, NAPI busy polling.
+bool UringLoop::SetupRing(const LoopOptions& o, std::string* error) {
   io_uring_params p{};
   if (o.sqpoll) {
     // A kernel thread polls the submission queue. DEFER_TASKRUN needs the submitter to be the
@@ -94,6 +132,12 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
     }
   }
 
+  return true;
+}
+
+// bypass: the registered file table connections are accepted into; io-wq's bounds.
+bool UringLoop::SetupFileTable(const LoopOptions& o, std::string* error) {
+  int rc = 0;
   if (direct_) {
     // The registered file table that accepted connections go into. The kernel holds its size
     // to RLIMIT_NOFILE.
@@ -123,7 +167,11 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
     }
   }
 
-  // The provided buffer ring for multishot recv.
+  return true;
+}
+
+// The provided buffer ring for multishot recv.
+bool UringLoop::SetupRecvBuffers(const LoopOptions& o, std::string* error) {
   const uint32_t n = o.recv_buffer_count;
   if (n == 0 || (n & (n - 1)) != 0 || n > kMaxRecvBuffers) {
     *error = "recv buffer count must be a power of two up to " + std::to_string(kMaxRecvBuffers);
@@ -157,7 +205,7 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
     return false;
   }
   if (incremental_) reg.pad = uapi::kPbufRingInc;
-  rc = io_uring_register_buf_ring(&ring_, &reg, 0);
+  int rc = io_uring_register_buf_ring(&ring_, &reg, 0);
   if (rc < 0) {
     *error = std::string("io_uring_register_buf_ring: ") + strerror(-rc);
     return false;
@@ -170,6 +218,10 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
   }
   io_uring_buf_ring_advance(buf_ring_, static_cast<int>(n));
 
+  return true;
+}
+
+bool UringLoop::SetupFixedBuffers(const LoopOptions& o, std::string* error) {
   // Fixed buffers: the shard's small-file pool, so file reads into it skip page pinning, then
   // (bypass) the body buffers that file bodies pass through, registered after them.
   std::vector<iovec> iovs;
@@ -202,7 +254,7 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
     // buffer fills its slot when an operation first uses it (RegisteredIndex): a shard that has
     // cached nothing holds none of the small-file pool's memory. A kernel without sparse tables
     // registers every buffer now.
-    rc = io_uring_register_buffers_sparse(&ring_, static_cast<unsigned>(iovs.size()));
+    int rc = io_uring_register_buffers_sparse(&ring_, static_cast<unsigned>(iovs.size()));
     if (rc == 0) {
       fixed_state_.assign(iovs.size(), kFixedEmpty);
     } else {
@@ -217,34 +269,6 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
     fixed_iovs_ = std::move(iovs);
   }
 
-  slots_.resize(o.ring_entries);
-  deferred_.reserve(o.ring_entries * 4);
-  next_turns_.reserve(o.ring_entries * 4);  // cleared every Poll
-  for (uint32_t i = 0; i < o.ring_entries; ++i) free_slots_.push_back(static_cast<int>(i));
-  if (o.pipe_pool_size > INT16_MAX) {  // OpState::pipe_index
-    *error = "too many pipes: " + std::to_string(o.pipe_pool_size);
-    return false;
-  }
-  pipes_.resize(o.pipe_pool_size);
-  // The first pipe is made now and kept for good (GivePipe drains a dirty pipe rather than
-  // replacing it): out of descriptors later, a body that must splice waits for that pipe instead
-  // of failing after its head went out.
-  if (!pipes_.empty()) {
-    const int rc = OpenPipe(&pipes_[0]);
-    if (rc < 0) {
-      *error = std::string("pipe2: ") + strerror(-rc);
-      return false;
-    }
-  }
-  if (incremental_) consumed_.assign(n, 0);
-
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) {
-    *error = std::string("eventfd: ") + strerror(errno);
-    return false;
-  }
-  wake_.op = Op::kWake;
-  ArmWake();
   return true;
 }
 

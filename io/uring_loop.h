@@ -256,6 +256,11 @@ class UringLoop final : public Loop {
 
   static constexpr int kNoPipeFree = -1;
 
+  bool SetupRing(const LoopOptions& o, std::string* error);
+  bool SetupFileTable(const LoopOptions& o, std::string* error);
+  bool SetupRecvBuffers(const LoopOptions& o, std::string* error);
+  bool SetupFixedBuffers(const LoopOptions& o, std::string* error);
+
   int TakePipe();
   int OpenPipe(Pipe* p);  // 0, or -errno
 
