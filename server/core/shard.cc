@@ -71,6 +71,21 @@ bool Shard::Setup() {
     CPU_SET(cpu_, &set);
     pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // best effort
   }
+  if (!SetupMemory() || !MakeLoop()) return false;
+  SetupRequestPath();
+  parked_.assign(kParkedMax, Parked{});
+  accepts_.resize(listen_fds_.size());
+  accept_armed_.assign(listen_fds_.size(), false);
+  for (io::Completion& c : accepts_) {
+    c.owner = this;
+    c.callback = &Shard::OnAccept;
+  }
+  now_ms_ = loop_->MonotonicMs();
+  ArmAccept();
+  return true;
+}
+
+bool Shard::SetupMemory() {
   // One mapping for the shard's I/O memory, carved into: input buffers (one per connection at
   // most), small-file contents (registered with the ring), and the receive buffers the loop
   // provides to the kernel.
@@ -85,14 +100,7 @@ bool Shard::Setup() {
   const size_t content_size = RoundUp(std::max<uint32_t>(config_.small_file_max, 1), 4096);
   const uint32_t content_count = static_cast<uint32_t>(std::min<uint64_t>(
       config_.small_file_max == 0 ? 0 : config_.small_file_cache_bytes / content_size, 16384));
-  // The receive pool: --recv-buffers of --recv-buffer-size, or with incremental consumption
-  // --recv-pool-kib in large buffers that many receives share (each still at most
-  // --recv-buffer-size, which the input buffer above is sized for).
-  const uint32_t recv_count =
-      features_.recv_incremental ? features_.recv_buffer_count : config_.recv_buffers;
-  const uint32_t recv_size =
-      features_.recv_incremental ? features_.recv_buffer_size : config_.recv_buffer_size;
-  const size_t recv_bytes = static_cast<size_t>(recv_count) * recv_size;
+  const size_t recv_bytes = static_cast<size_t>(RecvBufferCount()) * RecvBufferSize();
   memory_ = std::make_unique<mem::ShardMemory>(std::initializer_list<size_t>{
       input_size * capacity(), content_size * content_count, recv_bytes});
   if (!memory_->ok()) {
@@ -105,9 +113,14 @@ bool Shard::Setup() {
         std::make_unique<mem::BufferPool>(content_size, content_count, memory_->Region(1));
   }
 
+  return true;
+}
+
+// The shard's loop, on the tier chosen at start (make_loop_), with the options its flags give.
+bool Shard::MakeLoop() {
   io::LoopOptions lo;
-  lo.recv_buffer_count = recv_count;
-  lo.recv_buffer_size = recv_size;
+  lo.recv_buffer_count = RecvBufferCount();
+  lo.recv_buffer_size = RecvBufferSize();
   lo.recv_incremental = features_.recv_incremental;
   lo.register_ring_fd = features_.register_ring_fd;
   lo.skip_unread_cqes = features_.skip_unread_cqes;
@@ -150,6 +163,12 @@ bool Shard::Setup() {
   const std::string name = "ringd-shard-" + std::to_string(index_);
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
 
+  return true;
+}
+
+// What the request path needs beside the loop: the pools, the file cache, the send queue, the
+// planners and the parser's limits.
+void Shard::SetupRequestPath() {
   conns_ = std::make_unique<mem::SlabPool<Connection>>(capacity());
   exchanges_ = std::make_unique<mem::SlabPool<Exchange>>(capacity());
   if (log_ != nullptr) peers_ = std::make_unique<PeerAddress[]>(capacity());
@@ -189,17 +208,6 @@ bool Shard::Setup() {
   limits_.max_request_line = config_.max_request_line;
   limits_.max_head_bytes = config_.max_request_head;
   limits_.max_headers = config_.max_headers;
-
-  parked_.assign(kParkedMax, Parked{});
-  accepts_.resize(listen_fds_.size());
-  accept_armed_.assign(listen_fds_.size(), false);
-  for (io::Completion& c : accepts_) {
-    c.owner = this;
-    c.callback = &Shard::OnAccept;
-  }
-  now_ms_ = loop_->MonotonicMs();
-  ArmAccept();
-  return true;
 }
 
 void Shard::Serve() {

@@ -221,6 +221,19 @@ class Shard {
   void SetAttachRing(int ring_fd) { attach_ring_fd_ = ring_fd; }
 
  private:
+  // Setup's parts: the shard's one mapping and its pools; the loop; the rest of the request path.
+  bool SetupMemory();
+  bool MakeLoop();
+  void SetupRequestPath();
+  // The receive pool: --recv-buffers of --recv-buffer-size, or with incremental consumption
+  // --recv-pool-kib in large buffers that many receives share (each still at most
+  // --recv-buffer-size, which an input buffer is sized for).
+  uint32_t RecvBufferCount() const {
+    return features_.recv_incremental ? features_.recv_buffer_count : config_.recv_buffers;
+  }
+  uint32_t RecvBufferSize() const {
+    return features_.recv_incremental ? features_.recv_buffer_size : config_.recv_buffer_size;
+  }
   void Tick();
   void BeginDrain();
   void ArmAccept();
