@@ -244,6 +244,83 @@ class OpenSslSession final : public TlsSession {
 
 }  // namespace
 
+namespace {
+
+// A --tls-cert file's certificate and the chain behind it, and its --tls-key file's key; freed
+// with it (the SSL_CTX takes references of its own).
+struct LoadedPair {
+  X509* cert = nullptr;
+  STACK_OF(X509) * chain = nullptr;
+  EVP_PKEY* key = nullptr;
+  LoadedPair() = default;
+  LoadedPair(const LoadedPair&) = delete;
+  LoadedPair& operator=(const LoadedPair&) = delete;
+  ~LoadedPair() {
+    sk_X509_pop_free(chain, X509_free);
+    X509_free(cert);
+    EVP_PKEY_free(key);
+  }
+};
+
+// Reads a pair and checks that the key is the certificate's and the certificate still valid;
+// false with a line saying why.
+bool LoadPair(const TlsCertPair& pair, LoadedPair* out, std::string* error) {
+  BIO* cert_bio = BIO_new_file(pair.cert_file.c_str(), "r");
+  if (cert_bio == nullptr) {
+    *error = "--tls-cert: cannot read '" + pair.cert_file + "': " + std::strerror(errno);
+    ERR_clear_error();
+    return false;
+  }
+  out->cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+  out->chain = sk_X509_new_null();
+  while (X509* extra = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr))
+    sk_X509_push(out->chain, extra);
+  ERR_clear_error();  // the loop above ends on "no start line"
+  BIO_free(cert_bio);
+  if (out->cert == nullptr) {
+    *error = "--tls-cert: '" + pair.cert_file + "' holds no PEM certificate";
+    return false;
+  }
+  BIO* key_bio = BIO_new_file(pair.key_file.c_str(), "r");
+  if (key_bio == nullptr) {
+    *error = "--tls-key: cannot read '" + pair.key_file + "': " + std::strerror(errno);
+    ERR_clear_error();
+    return false;
+  }
+  out->key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+  BIO_free(key_bio);
+  if (out->key == nullptr) {
+    *error = "--tls-key: '" + pair.key_file + "' holds no PEM private key (or it is encrypted)";
+    ERR_clear_error();
+    return false;
+  }
+  if (X509_check_private_key(out->cert, out->key) != 1) {
+    ERR_clear_error();
+    *error = "--tls-key: '" + pair.key_file + "' is not the key of '" + pair.cert_file + "'";
+    return false;
+  }
+  if (X509_cmp_current_time(X509_get0_notAfter(out->cert)) <= 0) {
+    *error = "--tls-cert: '" + pair.cert_file + "' has expired";
+    return false;
+  }
+  return true;
+}
+
+// The certificate's issuer, from its chain, with a reference of its own; null if the chain
+// lacks it.
+X509* IssuerOf(const LoadedPair& loaded) {
+  for (int i = 0; i < sk_X509_num(loaded.chain); ++i) {
+    X509* candidate = sk_X509_value(loaded.chain, i);
+    if (X509_check_issued(candidate, loaded.cert) == X509_V_OK) {
+      X509_up_ref(candidate);
+      return candidate;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 std::shared_ptr<OpenSslFactory> OpenSslFactory::Create(const TlsOptions& options,
                                                        std::string* error) {
   if (options.pairs.empty()) {
@@ -262,91 +339,15 @@ std::shared_ptr<OpenSslFactory> OpenSslFactory::Create(const TlsOptions& options
     }
   } unref_leaves{&leaves}, unref_issuers{&issuers};
   for (const TlsCertPair& pair : options.pairs) {
-    BIO* cert_bio = BIO_new_file(pair.cert_file.c_str(), "r");
-    if (cert_bio == nullptr) {
-      *error = "--tls-cert: cannot read '" + pair.cert_file + "': " + std::strerror(errno);
-      ERR_clear_error();
+    LoadedPair loaded;
+    if (!LoadPair(pair, &loaded, error) ||
+        !f->AddCertificate(options, pair, loaded.cert, loaded.chain, loaded.key, &site_names,
+                           error)) {
       return nullptr;
     }
-    X509* cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
-    STACK_OF(X509)* chain = sk_X509_new_null();
-    while (X509* extra = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr))
-      sk_X509_push(chain, extra);
-    ERR_clear_error();  // the loop above ends on "no start line"
-    BIO_free(cert_bio);
-    auto free_chain = [&] {
-      sk_X509_pop_free(chain, X509_free);
-      X509_free(cert);
-    };
-    if (cert == nullptr) {
-      *error = "--tls-cert: '" + pair.cert_file + "' holds no PEM certificate";
-      free_chain();
-      return nullptr;
-    }
-    BIO* key_bio = BIO_new_file(pair.key_file.c_str(), "r");
-    if (key_bio == nullptr) {
-      *error = "--tls-key: cannot read '" + pair.key_file + "': " + std::strerror(errno);
-      ERR_clear_error();
-      free_chain();
-      return nullptr;
-    }
-    EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
-    BIO_free(key_bio);
-    if (key == nullptr) {
-      *error = "--tls-key: '" + pair.key_file + "' holds no PEM private key (or it is encrypted)";
-      ERR_clear_error();
-      free_chain();
-      return nullptr;
-    }
-    auto fail = [&](const std::string& why) {
-      *error = why;
-      EVP_PKEY_free(key);
-      free_chain();
-      return nullptr;
-    };
-    if (X509_check_private_key(cert, key) != 1) {
-      ERR_clear_error();
-      return fail("--tls-key: '" + pair.key_file + "' is not the key of '" + pair.cert_file + "'");
-    }
-    const int64_t not_after = NotAfter(cert);
-    if (X509_cmp_current_time(X509_get0_notAfter(cert)) <= 0)
-      return fail("--tls-cert: '" + pair.cert_file + "' has expired");
-    // Same names: the same site, another key type. Otherwise a site of its own.
-    const std::vector<std::string> names = NamesOf(cert);
-    size_t s = 0;
-    while (s < site_names.size() && site_names[s] != names) ++s;
-    if (s == site_names.size()) {
-      SSL_CTX* ctx = NewContext(options, error);
-      if (ctx == nullptr) return fail(*error);
-      f->sites_.push_back(Site{ctx, nullptr, {}});
-      site_names.push_back(names);
-    }
-    Site& site = f->sites_[s];
-    const int type = EVP_PKEY_get_base_id(key);
-    if (std::find(site.key_types.begin(), site.key_types.end(), type) != site.key_types.end())
-      return fail("--tls-cert: '" + pair.cert_file +
-                  "' has the names and key type of an earlier certificate");
-    if (SSL_CTX_use_cert_and_key(site.ctx, cert, key, chain, 1) != 1)
-      return fail("--tls-cert: OpenSSL refuses '" + pair.cert_file + "': " + LastError());
-    site.key_types.push_back(type);
-    char subject[256] = "";
-    X509_NAME_oneline(X509_get_subject_name(cert), subject, sizeof subject);
-    f->certificates_.push_back(Certificate{pair.cert_file, subject, not_after, "", 0});
-    if (site.leaf == nullptr) {
-      X509_up_ref(cert);
-      site.leaf = cert;
-    }
-    X509* issuer = nullptr;
-    for (int i = 0; i < sk_X509_num(chain) && issuer == nullptr; ++i) {
-      X509* candidate = sk_X509_value(chain, i);
-      if (X509_check_issued(candidate, cert) == X509_V_OK) issuer = candidate;
-    }
-    if (issuer != nullptr) X509_up_ref(issuer);
-    X509_up_ref(cert);
-    leaves.push_back(cert);
-    issuers.push_back(issuer);
-    EVP_PKEY_free(key);
-    free_chain();  // the context holds its own references
+    X509_up_ref(loaded.cert);
+    leaves.push_back(loaded.cert);
+    issuers.push_back(IssuerOf(loaded));
   }
   if (!f->LoadStaples(options.ocsp_files, leaves, issuers, error)) return nullptr;
   // SNI: the default site's context picks another site's by the name the client asked for.
@@ -360,6 +361,43 @@ std::shared_ptr<OpenSslFactory> OpenSslFactory::Create(const TlsOptions& options
     }
   }
   return f;
+}
+
+// A loaded pair into its site: the site whose certificates have the same names (another key
+// type), or a new one.
+bool OpenSslFactory::AddCertificate(const TlsOptions& options, const TlsCertPair& pair, X509* cert,
+                                    STACK_OF(X509) * chain, EVP_PKEY* key,
+                                    std::vector<std::vector<std::string>>* site_names,
+                                    std::string* error) {
+  const std::vector<std::string> names = NamesOf(cert);
+  size_t s = 0;
+  while (s < site_names->size() && (*site_names)[s] != names) ++s;
+  if (s == site_names->size()) {
+    SSL_CTX* ctx = NewContext(options, error);
+    if (ctx == nullptr) return false;
+    sites_.push_back(Site{ctx, nullptr, {}});
+    site_names->push_back(names);
+  }
+  Site& site = sites_[s];
+  const int type = EVP_PKEY_get_base_id(key);
+  if (std::find(site.key_types.begin(), site.key_types.end(), type) != site.key_types.end()) {
+    *error =
+        "--tls-cert: '" + pair.cert_file + "' has the names and key type of an earlier certificate";
+    return false;
+  }
+  if (SSL_CTX_use_cert_and_key(site.ctx, cert, key, chain, 1) != 1) {
+    *error = "--tls-cert: OpenSSL refuses '" + pair.cert_file + "': " + LastError();
+    return false;
+  }
+  site.key_types.push_back(type);
+  char subject[256] = "";
+  X509_NAME_oneline(X509_get_subject_name(cert), subject, sizeof subject);
+  certificates_.push_back(Certificate{pair.cert_file, subject, NotAfter(cert), "", 0});
+  if (site.leaf == nullptr) {
+    X509_up_ref(cert);
+    site.leaf = cert;
+  }
+  return true;
 }
 
 bool OpenSslFactory::LoadStaples(const std::vector<std::string>& files,

@@ -33,6 +33,8 @@
 
 typedef struct ssl_ctx_st SSL_CTX;
 typedef struct x509_st X509;
+typedef struct evp_pkey_st EVP_PKEY;
+struct stack_st_X509;  // STACK_OF(X509)
 typedef struct evp_cipher_ctx_st EVP_CIPHER_CTX;
 typedef struct evp_mac_ctx_st EVP_MAC_CTX;
 typedef struct ssl_st SSL;
@@ -123,6 +125,9 @@ class OpenSslFactory final : public TlsSessionFactory,
   OpenSslFactory() = default;
   static int OnServerName(SSL* ssl, int* alert, void* arg);
   static int OnStatusRequest(SSL* ssl, void* arg);
+  bool AddCertificate(const TlsOptions& options, const TlsCertPair& pair, X509* cert,
+                      stack_st_X509* chain, EVP_PKEY* key,
+                      std::vector<std::vector<std::string>>* site_names, std::string* error);
   bool LoadStaples(const std::vector<std::string>& files, const std::vector<X509*>& leaves,
                    const std::vector<X509*>& issuers, std::string* error);
 
