@@ -614,12 +614,10 @@ uint32_t IncrementalRecvBufferBytes(const Config& config) {
   return std::bit_ceil(std::max(kIncrementalRecvBuffer, config.recv_buffer_size));
 }
 
-bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool* exit_now) {
-  *exit_now = false;
-  std::vector<std::string> args(argv + 1, argv + argc);
-  size_t failed_at;
-  if (!ParseArgs(args, config, error, exit_now, 0, &failed_at)) return false;
-  if (*exit_now || config->probe_only) return true;
+namespace {
+
+// --root names a directory that can be used.
+bool CheckRoot(Config* config, std::string* error) {
   if (config->root.empty()) {
     *error = "--root is required (the directory to serve; see --help)";
     return false;
@@ -633,6 +631,11 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
     *error = "--root: '" + config->root + "' is not a directory";
     return false;
   }
+  return true;
+}
+
+// The receive pool's sizes.
+bool CheckReceivePool(Config* config, std::string* error) {
   if ((config->recv_buffers & (config->recv_buffers - 1)) != 0) {
     *error = "--recv-buffers: must be a power of two, got " + std::to_string(config->recv_buffers);
     return false;
@@ -648,6 +651,11 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
              std::to_string(inc_buffer / 1024) + " KiB";
     return false;
   }
+  return true;
+}
+
+// Flags that need or exclude one another.
+bool CheckCombinations(Config* config, std::string* error) {
   if (config->sqpoll_per_shard && !config->sqpoll) {
     *error = "--sqpoll-per-shard needs --sqpoll";
     return false;
@@ -661,6 +669,11 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
     *error = "--max-request-line must not exceed --max-request-head";
     return false;
   }
+  return true;
+}
+
+// The HTTPS flags: certificates and keys in pairs, and what needs a certificate.
+bool CheckTls(Config* config, std::string* error) {
   if (config->tls_cert.size() != config->tls_key.size()) {
     *error = "--tls-cert and --tls-key come in pairs: got " +
              std::to_string(config->tls_cert.size()) + " certificates and " +
@@ -681,16 +694,21 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
     *error = "--tls-ocsp without --tls-cert: there is no certificate to staple it to";
     return false;
   }
-  if (config->listen.empty() && config->listen_tls.empty()) {
-    ListenAddress a;
-    if (!ParseListen("127.0.0.1:8080", &a, error)) return false;
-    config->listen.push_back(a);
-  }
+  return true;
+}
+
+// The access log's buffer.
+bool CheckAccessLog(Config* config, std::string* error) {
   if ((config->access_log_buffer_bytes & (config->access_log_buffer_bytes - 1)) != 0) {
     *error = "--access-log-buffer-bytes: must be a power of two, got " +
              std::to_string(config->access_log_buffer_bytes);
     return false;
   }
+  return true;
+}
+
+// --user and --group, looked up now (before any privilege is dropped).
+bool ResolveUser(Config* config, std::string* error) {
   if (config->has_user) {
     const passwd* pw = ::getpwnam(config->user.c_str());
     if (pw == nullptr) {
@@ -718,8 +736,12 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
       return false;
     }
   }
+  return true;
+}
+
+// The admin listener answers on its own address only: never one that serves files.
+bool CheckAdminListen(Config* config, std::string* error) {
   if (config->has_admin_listen) {
-    // The admin listener answers on its own address only: never one that serves files.
     for (const ListenAddress& a : config->listen) {
       if (SameEndpoint(a, config->admin_listen)) {
         *error = "--admin-listen: " + config->admin_listen.text +
@@ -729,6 +751,27 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
     }
   }
   return true;
+}
+
+}  // namespace
+
+bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool* exit_now) {
+  *exit_now = false;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  size_t failed_at;
+  if (!ParseArgs(args, config, error, exit_now, 0, &failed_at)) return false;
+  if (*exit_now || config->probe_only) return true;
+  if (!CheckRoot(config, error) || !CheckReceivePool(config, error) ||
+      !CheckCombinations(config, error) || !CheckTls(config, error)) {
+    return false;
+  }
+  if (config->listen.empty() && config->listen_tls.empty()) {
+    ListenAddress a;
+    if (!ParseListen("127.0.0.1:8080", &a, error)) return false;
+    config->listen.push_back(a);
+  }
+  return CheckAccessLog(config, error) && ResolveUser(config, error) &&
+         CheckAdminListen(config, error);
 }
 
 }  // namespace ringd
