@@ -380,61 +380,62 @@ bool KnownFeature(const std::string& name) {
   return name == "provided buffer ring" || name == "io_uring";
 }
 
-ProbeReport ProbeUring(const std::vector<std::string>& masked) {
-  ProbeReport r;
-  if (Masked(masked, "io_uring")) {
-    r.reason = "io_uring: masked";
-    r.lines.push_back(r.reason);
-    return r;
-  }
-  io_uring ring;
-  io_uring_params p{};
-  int rc = io_uring_queue_init_params(8, &ring, &p);
+namespace {
+
+// io_uring itself: a ring can be set up here and a NOP goes round; false with r->reason set.
+bool ProbeSetup(io_uring* ring, io_uring_params* params, ProbeReport* r) {
+  int rc = io_uring_queue_init_params(8, ring, params);
   if (rc < 0) {
     const int err = -rc;
-    r.reason = "io_uring_setup: " + ErrnoName(err);
+    r->reason = "io_uring_setup: " + ErrnoName(err);
     const std::string disabled = ReadSysctl("/proc/sys/kernel/io_uring_disabled");
     if (err == EPERM && !disabled.empty() && disabled != "0") {
-      r.reason += " (kernel.io_uring_disabled=" + disabled + ")";
+      r->reason += " (kernel.io_uring_disabled=" + disabled + ")";
     } else if (err == ENOSYS) {
-      r.reason += " (blocked by seccomp, or a kernel without io_uring)";
+      r->reason += " (blocked by seccomp, or a kernel without io_uring)";
     } else if (err == EPERM) {
-      r.reason += " (not permitted: a seccomp profile or LSM policy?)";
+      r->reason += " (not permitted: a seccomp profile or LSM policy?)";
     }
-    r.lines.push_back(r.reason);
-    return r;
+    r->lines.push_back(r->reason);
+    return false;
   }
-  r.lines.push_back("io_uring_setup: ok (features 0x" + [&] {
+  r->lines.push_back("io_uring_setup: ok (features 0x" + [&] {
     char b[16];
-    std::snprintf(b, sizeof b, "%x", p.features);
+    std::snprintf(b, sizeof b, "%x", params->features);
     return std::string(b);
   }() + ")");
 
   // A NOP round trip: setup can succeed where submission is filtered.
-  if (const int err = NopRoundTrip(&ring); err != 0) {
-    r.reason = "io_uring_enter: NOP round trip failed (" + ErrnoName(err) + ")";
-    r.lines.push_back(r.reason);
-    io_uring_queue_exit(&ring);
-    return r;
+  if (const int err = NopRoundTrip(ring); err != 0) {
+    r->reason = "io_uring_enter: NOP round trip failed (" + ErrnoName(err) + ")";
+    r->lines.push_back(r->reason);
+    io_uring_queue_exit(ring);
+    return false;
   }
-  r.lines.push_back("NOP round trip: ok");
+  r->lines.push_back("NOP round trip: ok");
 
+  return true;
+}
+
+// What the uring tiers cannot run without: every opcode they use, NODROP, provided buffer rings.
+// The first one missing, or empty.
+std::string ProbeRequired(const std::vector<std::string>& masked, io_uring* ring,
+                          const io_uring_params& params, bool* shutdown_op, ProbeReport* r) {
   std::string missing;
-  bool shutdown_op = false;
-  io_uring_probe* probe = io_uring_get_probe_ring(&ring);
+  io_uring_probe* probe = io_uring_get_probe_ring(ring);
   if (probe == nullptr) {
     missing = "IORING_REGISTER_PROBE";
   } else {
     for (const Needed& n : kOpcodes) {
       const bool ok = io_uring_opcode_supported(probe, n.opcode) && !Masked(masked, n.name);
-      r.lines.push_back(std::string(n.name) + (ok ? ": ok" : ": missing"));
+      r->lines.push_back(std::string(n.name) + (ok ? ": ok" : ": missing"));
       if (!ok && missing.empty()) missing = n.name;
     }
-    shutdown_op = io_uring_opcode_supported(probe, IORING_OP_SHUTDOWN);
+    *shutdown_op = io_uring_opcode_supported(probe, IORING_OP_SHUTDOWN);
     io_uring_free_probe(probe);
   }
-  if ((p.features & IORING_FEAT_NODROP) == 0) {
-    r.lines.push_back("IORING_FEAT_NODROP: missing");
+  if ((params.features & IORING_FEAT_NODROP) == 0) {
+    r->lines.push_back("IORING_FEAT_NODROP: missing");
     if (missing.empty()) missing = "IORING_FEAT_NODROP";
   }
 
@@ -445,23 +446,76 @@ ProbeReport ProbeUring(const std::vector<std::string>& masked) {
   reg.ring_addr = reinterpret_cast<uint64_t>(mem);
   reg.ring_entries = 8;
   reg.bgid = 7;
-  rc = mem == MAP_FAILED                        ? -ENOMEM
-       : Masked(masked, "provided buffer ring") ? -ENOSYS
-                                                : io_uring_register_buf_ring(&ring, &reg, 0);
-  r.lines.push_back(std::string("provided buffer ring: ") + (rc == 0 ? "ok" : ErrnoName(-rc)));
+  const int rc = mem == MAP_FAILED ? -ENOMEM
+                 : Masked(masked, "provided buffer ring")
+                     ? -ENOSYS
+                     : io_uring_register_buf_ring(ring, &reg, 0);
+  r->lines.push_back(std::string("provided buffer ring: ") + (rc == 0 ? "ok" : ErrnoName(-rc)));
   if (rc != 0 && missing.empty()) missing = "IORING_REGISTER_PBUF_RING";
-  if (rc == 0) io_uring_unregister_buf_ring(&ring, 7);
+  if (rc == 0) io_uring_unregister_buf_ring(ring, 7);
   if (mem != MAP_FAILED) ::munmap(mem, bytes);
-  io_uring_queue_exit(&ring);
 
-  // SINGLE_ISSUER and DEFER_TASKRUN are optimisations: the backend runs without them.
-  p = io_uring_params{};
+  return missing;
+}
+
+// The uring tiers' optional features, each lost alone where the kernel lacks it.
+// SINGLE_ISSUER and DEFER_TASKRUN are optimisations: the backend runs without them.
+void ProbeSingleIssuer(ProbeReport* r) {
+  io_uring ring;
+  io_uring_params p{};
   p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
-  rc = io_uring_queue_init_params(8, &ring, &p);
-  r.lines.push_back(std::string("SINGLE_ISSUER + DEFER_TASKRUN: ") +
-                    (rc == 0 ? "ok" : "unavailable (optional)"));
+  const int rc = io_uring_queue_init_params(8, &ring, &p);
+  r->lines.push_back(std::string("SINGLE_ISSUER + DEFER_TASKRUN: ") +
+                     (rc == 0 ? "ok" : "unavailable (optional)"));
+  if (rc == 0) io_uring_queue_exit(&ring);
+}
+
+void ProbeOptional(const std::vector<std::string>& masked, ProbeReport* r) {
+  // SQPOLL (optional, --sqpoll): unprivileged since 5.11.
+  io_uring ring;
+  io_uring_params p{};
+  p.flags = IORING_SETUP_SQPOLL;
+  p.sq_thread_idle = 10;
+  const int rc = Masked(masked, "SQPOLL") ? -ENOSYS : io_uring_queue_init_params(8, &ring, &p);
+  r->sqpoll_usable = rc == 0;
+  r->lines.push_back(std::string("SQPOLL: ") +
+                     (rc == 0 ? "ok (optional, --sqpoll)" : ErrnoName(-rc) + " (optional)"));
   if (rc == 0) io_uring_queue_exit(&ring);
 
+  // Optional features of the uring tiers, each lost alone where the kernel lacks it.
+  auto optional = [&](const char* name, std::string (*probe)(), const char* use, bool* ok) {
+    const std::string why = Masked(masked, name) ? "masked" : probe();
+    *ok = why.empty();
+    r->lines.push_back(std::string(name) + ": " +
+                       (*ok ? std::string("ok (") + use + ")" : why + " (optional)"));
+  };
+  optional("incremental receive", &ProbeIncrementalReceive,
+           "uring tiers: a small receive pool, --recv-pool-kib", &r->recv_incremental);
+  optional("NAPI busy poll", &ProbeNapi, "--busy-poll-us", &r->napi);
+  optional("batched waits", &ProbeBatchWait, "--batch-wait-us", &r->batch_wait);
+  optional("fd install", &ProbeFdInstall, "bypass: cached bodies with sendfile", &r->fd_install);
+  optional("registered ring fd", &ProbeRegisteredRing, "bypass: no fd lookup per io_uring_enter",
+           &r->registered_ring);
+  optional("CQE skip", &ProbeCqeSkip, "uring tiers: closes and cancels post no completion",
+           &r->cqe_skip);
+}
+
+}  // namespace
+
+ProbeReport ProbeUring(const std::vector<std::string>& masked) {
+  ProbeReport r;
+  if (Masked(masked, "io_uring")) {
+    r.reason = "io_uring: masked";
+    r.lines.push_back(r.reason);
+    return r;
+  }
+  io_uring ring;
+  io_uring_params p{};
+  if (!ProbeSetup(&ring, &p, &r)) return r;
+  bool shutdown_op = false;
+  const std::string missing = ProbeRequired(masked, &ring, p, &shutdown_op, &r);
+  io_uring_queue_exit(&ring);
+  ProbeSingleIssuer(&r);
   if (!missing.empty()) {
     r.reason = "missing " + missing;
     r.bypass_reason = "needs the uring tier, which is " + r.reason;
@@ -469,34 +523,8 @@ ProbeReport ProbeUring(const std::vector<std::string>& masked) {
   }
   r.usable = true;
   r.reason = "io_uring has every opcode and feature the uring backend needs";
-
   ProbeBypass(masked, shutdown_op, &r);
-  // SQPOLL (optional, --sqpoll): unprivileged since 5.11.
-  p = io_uring_params{};
-  p.flags = IORING_SETUP_SQPOLL;
-  p.sq_thread_idle = 10;
-  rc = Masked(masked, "SQPOLL") ? -ENOSYS : io_uring_queue_init_params(8, &ring, &p);
-  r.sqpoll_usable = rc == 0;
-  r.lines.push_back(std::string("SQPOLL: ") +
-                    (rc == 0 ? "ok (optional, --sqpoll)" : ErrnoName(-rc) + " (optional)"));
-  if (rc == 0) io_uring_queue_exit(&ring);
-
-  // Optional features of the uring tiers, each lost alone where the kernel lacks it.
-  auto optional = [&](const char* name, std::string (*probe)(), const char* use, bool* ok) {
-    const std::string why = Masked(masked, name) ? "masked" : probe();
-    *ok = why.empty();
-    r.lines.push_back(std::string(name) + ": " +
-                      (*ok ? std::string("ok (") + use + ")" : why + " (optional)"));
-  };
-  optional("incremental receive", &ProbeIncrementalReceive,
-           "uring tiers: a small receive pool, --recv-pool-kib", &r.recv_incremental);
-  optional("NAPI busy poll", &ProbeNapi, "--busy-poll-us", &r.napi);
-  optional("batched waits", &ProbeBatchWait, "--batch-wait-us", &r.batch_wait);
-  optional("fd install", &ProbeFdInstall, "bypass: cached bodies with sendfile", &r.fd_install);
-  optional("registered ring fd", &ProbeRegisteredRing, "bypass: no fd lookup per io_uring_enter",
-           &r.registered_ring);
-  optional("CQE skip", &ProbeCqeSkip, "uring tiers: closes and cancels post no completion",
-           &r.cqe_skip);
+  ProbeOptional(masked, &r);
   return r;
 }
 
