@@ -125,6 +125,198 @@ std::string_view Request::Find(std::string_view name) const {
   return {};
 }
 
+namespace {
+
+// What the header section says about framing and the connection, gathered field by field.
+struct FieldScan {
+  int host_count = 0;
+  bool has_content_length = false, has_transfer_encoding = false, saw_chunked = false;
+  bool te_unsupported = false, te_bad = false, cl_bad = false;
+  bool conn_close = false, conn_keep_alive = false;
+  uint64_t content_length = 0;
+};
+
+// request-line = method SP request-target SP HTTP-version (RFC 9112 section 3), from head[*p];
+// *p ends past its line ending. False with *err set.
+bool ParseRequestLine(std::string_view head, size_t* p, const ParserLimits& limits, Request* req,
+                      ParseResult* err) {
+  const auto fail = [err](int status, const char* reason) {
+    *err = Error(status, reason);
+    return false;
+  };
+  const size_t line_start = *p;
+  size_t i = line_start;
+  while (i < head.size() && kToken[U(head[i])]) ++i;
+  if (i == line_start || i >= head.size() || head[i] != ' ') return fail(400, "bad method");
+  req->method_text = head.substr(line_start, i - line_start);
+  req->method = MethodFromText(req->method_text);
+  const size_t target_start = ++i;
+  while (i < head.size() && U(head[i]) > 0x20 && head[i] != 0x7f) ++i;
+  if (i == target_start || i >= head.size() || head[i] != ' ') {
+    return fail(400, "bad request target");
+  }
+  req->target = head.substr(target_start, i - target_start);
+  ++i;
+  if (head.substr(i, 5) != "HTTP/" || i + 8 > head.size() || head[i + 5] < '0' ||
+      head[i + 5] > '9' || head[i + 6] != '.' || head[i + 7] < '0' || head[i + 7] > '9') {
+    return fail(400, "bad HTTP version");
+  }
+  const int major = head[i + 5] - '0';
+  req->version_minor = head[i + 7] - '0';
+  i += 8;
+  const size_t line_len = i - line_start;
+  if (!EatEol(head, i)) return fail(400, "bad request line ending");
+  if (line_len > limits.max_request_line) return fail(414, "request line too long");
+  if (major != 1) return fail(505, "unsupported HTTP version");
+  if (req->version_minor > 1) req->version_minor = 1;  // RFC 9110 section 6.2: answer as 1.1
+  *p = i;
+  return true;
+}
+
+// A field the server reads, into `req` or `scan`; only names whose length matches are compared,
+// so most fields cost one switch. False with *err set (a bad Host).
+bool NoteField(std::string_view name, std::string_view value, Request* req, FieldScan* scan,
+               ParseResult* err) {
+  switch (name.size()) {
+    case 4:
+      if (NameIs(name, "host")) {
+        ++scan->host_count;
+        req->host = value;
+        for (char c : value) {
+          if (!kHostChar[U(c)]) {
+            *err = Error(400, "bad Host");
+            return false;
+          }
+        }
+      }
+      break;
+    case 5:
+      if (NameIs(name, "range") && req->range.empty()) req->range = value;
+      break;
+    case 8:
+      if (NameIs(name, "if-match") && req->if_match.empty()) req->if_match = value;
+      if (NameIs(name, "if-range") && req->if_range.empty()) req->if_range = value;
+      break;
+    case 10:
+      if (NameIs(name, "connection")) {
+        ForEachListElement(value, [&](std::string_view opt) {
+          if (EqualsIgnoreCase(opt, "close")) scan->conn_close = true;
+          if (EqualsIgnoreCase(opt, "keep-alive")) scan->conn_keep_alive = true;
+        });
+      }
+      break;
+    case 13:
+      if (NameIs(name, "if-none-match") && req->if_none_match.empty()) {
+        req->if_none_match = value;
+      }
+      break;
+    case 14:
+      if (NameIs(name, "content-length")) {
+        // RFC 9112 section 6.3: a list of identical values is one value; differing is an error.
+        bool any = false;
+        ForEachListElement(value, [&](std::string_view v) {
+          uint64_t x;
+          if (!ParseDecimal(v, &x)) {  // RFC 9110 section 8.6: 1*DIGIT, no sign
+            scan->cl_bad = true;
+            return;
+          }
+          if (scan->has_content_length && x != scan->content_length) scan->cl_bad = true;
+          scan->content_length = x;
+          scan->has_content_length = true;
+          any = true;
+        });
+        if (!any) scan->cl_bad = true;
+      }
+      break;
+    case 15:
+      if (NameIs(name, "accept-encoding") && req->accept_encoding.empty()) {
+        req->accept_encoding = value;
+      }
+      break;
+    case 17:
+      if (NameIs(name, "transfer-encoding")) {
+        scan->has_transfer_encoding = true;
+        ForEachListElement(value, [&](std::string_view coding) {
+          if (EqualsIgnoreCase(coding, "chunked")) {
+            if (scan->saw_chunked) scan->te_bad = true;
+            scan->saw_chunked = true;
+          } else {
+            if (scan->saw_chunked) scan->te_bad = true;  // chunked must be the final coding
+            scan->te_unsupported = true;
+          }
+        });
+        if (!scan->saw_chunked && !scan->te_unsupported) scan->te_bad = true;  // an empty value
+      }
+      if (NameIs(name, "if-modified-since") && req->if_modified_since.empty()) {
+        req->if_modified_since = value;
+      }
+      break;
+    case 19:
+      if (NameIs(name, "if-unmodified-since") && req->if_unmodified_since.empty()) {
+        req->if_unmodified_since = value;
+      }
+      break;
+  }
+  return true;
+}
+
+// Host and framing, once every field is in (RFC 9112 sections 3.2 and 6). False with *err set.
+bool CheckHostAndFraming(const FieldScan& scan, Request* req, ParseResult* err) {
+  // RFC 9112 section 3.2: exactly one Host in HTTP/1.1; never more than one.
+  if (scan.host_count > 1) {
+    *err = Error(400, "repeated Host");
+    return false;
+  }
+  if (scan.host_count == 0 && req->version_minor == 1) {
+    *err = Error(400, "missing Host");
+    return false;
+  }
+  // An empty Host is what section 3.2 has a client send when the target URI has no authority.
+  // The http and https URIs this server is asked for always have one (RFC 9110 section 4.2.1: a
+  // sender MUST NOT generate an "http" URI with an empty host, and a recipient MUST reject one
+  // as invalid), so an origin-form (or asterisk-form) request with an empty Host names an
+  // invalid target URI. Section 3.3 lets a server reject it or substitute a configured default;
+  // ringd has no default name (it never reads Host), and a proxy or cache in front that keys on
+  // Host would file the response under an empty one, so it rejects: 400, as nginx does. In
+  // absolute-form the target's authority is used and Host is ignored (section 3.2.2), so any
+  // valid Host goes there, the empty one included.
+  if (scan.host_count == 1 && req->host.empty() &&
+      (req->target.front() == '/' || req->target == "*")) {
+    *err = Error(400, "empty Host");
+    return false;
+  }
+  // RFC 9112 section 6: framing. Anything ambiguous closes the connection.
+  if (scan.cl_bad) {
+    *err = Error(400, "bad Content-Length");
+    return false;
+  }
+  if (scan.has_transfer_encoding) {
+    if (scan.has_content_length) {
+      *err = Error(400, "Content-Length with Transfer-Encoding");
+      return false;
+    }
+    if (req->version_minor == 0) {
+      *err = Error(400, "Transfer-Encoding in HTTP/1.0");
+      return false;
+    }
+    if (scan.te_bad) {
+      *err = Error(400, "bad Transfer-Encoding");
+      return false;
+    }
+    if (scan.te_unsupported) {
+      *err = Error(501, "unsupported transfer coding");
+      return false;
+    }
+    req->body = BodyFraming::kChunked;
+  } else if (scan.has_content_length && scan.content_length > 0) {
+    req->body = BodyFraming::kContentLength;
+    req->content_length = scan.content_length;
+  }
+  return true;
+}
+
+}  // namespace
+
 ParseResult ParseRequest(std::string_view buf, size_t prev_len, const ParserLimits& limits,
                          Header* headers, size_t headers_cap, Request* out) {
   // RFC 9112 section 2.2: ignore empty lines before the request line.
@@ -158,39 +350,13 @@ ParseResult ParseRequest(std::string_view buf, size_t prev_len, const ParserLimi
   size_t p = start;
   Request req;
 
-  // request-line = method SP request-target SP HTTP-version (RFC 9112 section 3)
-  const size_t line_start = p;
-  while (p < head.size() && kToken[U(head[p])]) ++p;
-  if (p == line_start || p >= head.size() || head[p] != ' ') return Error(400, "bad method");
-  req.method_text = head.substr(line_start, p - line_start);
-  req.method = MethodFromText(req.method_text);
-  const size_t target_start = ++p;
-  while (p < head.size() && U(head[p]) > 0x20 && head[p] != 0x7f) ++p;
-  if (p == target_start || p >= head.size() || head[p] != ' ')
-    return Error(400, "bad request target");
-  req.target = head.substr(target_start, p - target_start);
-  ++p;
-  if (head.substr(p, 5) != "HTTP/" || p + 8 > head.size() || head[p + 5] < '0' ||
-      head[p + 5] > '9' || head[p + 6] != '.' || head[p + 7] < '0' || head[p + 7] > '9') {
-    return Error(400, "bad HTTP version");
-  }
-  const int major = head[p + 5] - '0';
-  req.version_minor = head[p + 7] - '0';
-  p += 8;
-  const size_t line_len = p - line_start;
-  if (!EatEol(head, p)) return Error(400, "bad request line ending");
-  if (line_len > limits.max_request_line) return Error(414, "request line too long");
-  if (major != 1) return Error(505, "unsupported HTTP version");
-  if (req.version_minor > 1) req.version_minor = 1;  // RFC 9110 section 6.2: answer as 1.1
+  ParseResult err;
+  if (!ParseRequestLine(head, &p, limits, &req, &err)) return err;
 
   // field-line = field-name ":" OWS field-value OWS (RFC 9112 section 5)
   const size_t cap = headers_cap < limits.max_headers ? headers_cap : limits.max_headers;
   size_t n = 0;
-  int host_count = 0;
-  bool has_content_length = false, has_transfer_encoding = false, saw_chunked = false;
-  bool te_unsupported = false, te_bad = false, cl_bad = false;
-  bool conn_close = false, conn_keep_alive = false;
-  uint64_t content_length = 0;
+  FieldScan scan;
   while (true) {
     if (head[p] == '\r' || head[p] == '\n') {
       if (!EatEol(head, p)) return Error(400, "bare CR in header section");
@@ -216,116 +382,12 @@ ParseResult ParseRequest(std::string_view buf, size_t prev_len, const ParserLimi
     if (!EatEol(head, p)) return Error(400, "bare CR in header section");
     if (n == cap) return Error(431, "too many header fields");
     headers[n++] = Header{name, value};
-
-    // Only names whose length matches are compared, so most fields cost one switch.
-    switch (name.size()) {
-      case 4:
-        if (NameIs(name, "host")) {
-          ++host_count;
-          req.host = value;
-          for (char c : value) {
-            if (!kHostChar[U(c)]) return Error(400, "bad Host");
-          }
-        }
-        break;
-      case 5:
-        if (NameIs(name, "range") && req.range.empty()) req.range = value;
-        break;
-      case 8:
-        if (NameIs(name, "if-match") && req.if_match.empty()) req.if_match = value;
-        if (NameIs(name, "if-range") && req.if_range.empty()) req.if_range = value;
-        break;
-      case 10:
-        if (NameIs(name, "connection")) {
-          ForEachListElement(value, [&](std::string_view opt) {
-            if (EqualsIgnoreCase(opt, "close")) conn_close = true;
-            if (EqualsIgnoreCase(opt, "keep-alive")) conn_keep_alive = true;
-          });
-        }
-        break;
-      case 13:
-        if (NameIs(name, "if-none-match") && req.if_none_match.empty()) {
-          req.if_none_match = value;
-        }
-        break;
-      case 14:
-        if (NameIs(name, "content-length")) {
-          // RFC 9112 section 6.3: a list of identical values is one value; differing is an error.
-          bool any = false;
-          ForEachListElement(value, [&](std::string_view v) {
-            uint64_t x;
-            if (!ParseDecimal(v, &x)) {  // RFC 9110 section 8.6: 1*DIGIT, no sign
-              cl_bad = true;
-              return;
-            }
-            if (has_content_length && x != content_length) cl_bad = true;
-            content_length = x;
-            has_content_length = true;
-            any = true;
-          });
-          if (!any) cl_bad = true;
-        }
-        break;
-      case 15:
-        if (NameIs(name, "accept-encoding") && req.accept_encoding.empty()) {
-          req.accept_encoding = value;
-        }
-        break;
-      case 17:
-        if (NameIs(name, "transfer-encoding")) {
-          has_transfer_encoding = true;
-          ForEachListElement(value, [&](std::string_view coding) {
-            if (EqualsIgnoreCase(coding, "chunked")) {
-              if (saw_chunked) te_bad = true;
-              saw_chunked = true;
-            } else {
-              if (saw_chunked) te_bad = true;  // chunked must be the final coding
-              te_unsupported = true;
-            }
-          });
-          if (!saw_chunked && !te_unsupported) te_bad = true;  // an empty value
-        }
-        if (NameIs(name, "if-modified-since") && req.if_modified_since.empty()) {
-          req.if_modified_since = value;
-        }
-        break;
-      case 19:
-        if (NameIs(name, "if-unmodified-since") && req.if_unmodified_since.empty()) {
-          req.if_unmodified_since = value;
-        }
-        break;
-    }
+    if (!NoteField(name, value, &req, &scan, &err)) return err;
   }
+  if (!CheckHostAndFraming(scan, &req, &err)) return err;
 
-  // RFC 9112 section 3.2: exactly one Host in HTTP/1.1; never more than one.
-  if (host_count > 1) return Error(400, "repeated Host");
-  if (host_count == 0 && req.version_minor == 1) return Error(400, "missing Host");
-  // An empty Host is what section 3.2 has a client send when the target URI has no authority.
-  // The http and https URIs this server is asked for always have one (RFC 9110 section 4.2.1: a
-  // sender MUST NOT generate an "http" URI with an empty host, and a recipient MUST reject one
-  // as invalid), so an origin-form (or asterisk-form) request with an empty Host names an
-  // invalid target URI. Section 3.3 lets a server reject it or substitute a configured default;
-  // ringd has no default name (it never reads Host), and a proxy or cache in front that keys on
-  // Host would file the response under an empty one, so it rejects: 400, as nginx does. In
-  // absolute-form the target's authority is used and Host is ignored (section 3.2.2), so any
-  // valid Host goes there, the empty one included.
-  if (host_count == 1 && req.host.empty() && (req.target.front() == '/' || req.target == "*")) {
-    return Error(400, "empty Host");
-  }
-  // RFC 9112 section 6: framing. Anything ambiguous closes the connection.
-  if (cl_bad) return Error(400, "bad Content-Length");
-  if (has_transfer_encoding) {
-    if (has_content_length) return Error(400, "Content-Length with Transfer-Encoding");
-    if (req.version_minor == 0) return Error(400, "Transfer-Encoding in HTTP/1.0");
-    if (te_bad) return Error(400, "bad Transfer-Encoding");
-    if (te_unsupported) return Error(501, "unsupported transfer coding");
-    req.body = BodyFraming::kChunked;
-  } else if (has_content_length && content_length > 0) {
-    req.body = BodyFraming::kContentLength;
-    req.content_length = content_length;
-  }
-
-  req.keep_alive = req.version_minor == 1 ? !conn_close : (conn_keep_alive && !conn_close);
+  req.keep_alive =
+      req.version_minor == 1 ? !scan.conn_close : (scan.conn_keep_alive && !scan.conn_close);
   req.headers = headers;
   req.num_headers = n;
   *out = req;
