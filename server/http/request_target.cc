@@ -26,6 +26,42 @@ constexpr std::array<bool, 256> kPathSafe = AlnumPlus("-._~!$&'()*+,;=:@/");
 
 }  // namespace
 
+namespace {
+
+// absolute-form: "http://host[:port]/path" (RFC 9112 section 3.2.2) leaves its path in *path
+// and what follows a path-less authority in *suffix. The authority is not used for lookup:
+// ringd serves one document root.
+void StripAbsoluteForm(std::string_view* path, std::string_view* suffix) {
+  std::string_view p = *path;
+  if (p.size() <= 7 || !(EqualsIgnoreCase(p.substr(0, 7), "http://") ||
+                         (p.size() > 8 && EqualsIgnoreCase(p.substr(0, 8), "https://")))) {
+    return;
+  }
+  p.remove_prefix(p[4] == ':' ? 7 : 8);
+  const size_t end = p.find_first_of("/?#");
+  if (end == std::string_view::npos || p[end] != '/') {
+    // "http://host" or "http://host?q": the path is empty, which means "/".
+    *suffix = end == std::string_view::npos ? std::string_view() : p.substr(end);
+    *path = "/";
+  } else {
+    *path = p.substr(end);
+  }
+}
+
+// A segment of a normalised path that starts with a dot, other than a leading /.well-known.
+bool HasHiddenSegment(std::string_view path) {
+  for (size_t s = 0; s < path.size(); ++s) {
+    if (path[s] == '/' && s + 1 < path.size() && path[s + 1] == '.') {
+      const std::string_view rest = path.substr(s + 1);
+      const bool well_known = s == 0 && (rest == ".well-known" || rest.starts_with(".well-known/"));
+      if (!well_known) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 TargetResult NormalizeTarget(std::string_view target, const TargetOptions& options, char* scratch,
                              size_t scratch_cap) {
   if (target == "*") {
@@ -34,22 +70,9 @@ TargetResult NormalizeTarget(std::string_view target, const TargetOptions& optio
     r.path = "*";
     return r;
   }
-  // absolute-form: "http://host[:port]/path" (RFC 9112 section 3.2.2). The authority is not used
-  // for lookup: ringd serves one document root.
   std::string_view path = target;
   std::string_view suffix;  // "?query#fragment" after the path
-  if (path.size() > 7 && (EqualsIgnoreCase(path.substr(0, 7), "http://") ||
-                          (path.size() > 8 && EqualsIgnoreCase(path.substr(0, 8), "https://")))) {
-    path.remove_prefix(path[4] == ':' ? 7 : 8);
-    const size_t end = path.find_first_of("/?#");
-    if (end == std::string_view::npos || path[end] != '/') {
-      // "http://host" or "http://host?q": the path is empty, which means "/".
-      suffix = end == std::string_view::npos ? std::string_view() : path.substr(end);
-      path = "/";
-    } else {
-      path = path.substr(end);
-    }
-  }
+  StripAbsoluteForm(&path, &suffix);
   if (path.empty() || path.front() != '/') return Fail(400, "target is not origin-form");
 
   TargetResult r;
@@ -107,16 +130,7 @@ TargetResult NormalizeTarget(std::string_view target, const TargetOptions& optio
 
   // Hidden segments are judged on the normalised path, so "/a/../.git/x" is caught and
   // "/.x/../a" is not.
-  if (!options.serve_dot_files) {
-    for (size_t s = 0; s < r.path.size(); ++s) {
-      if (r.path[s] == '/' && s + 1 < r.path.size() && r.path[s + 1] == '.') {
-        const std::string_view rest = r.path.substr(s + 1);
-        const bool well_known =
-            s == 0 && (rest == ".well-known" || rest.starts_with(".well-known/"));
-        if (!well_known) return Fail(404, "hidden path segment");
-      }
-    }
-  }
+  if (!options.serve_dot_files && HasHiddenSegment(r.path)) return Fail(404, "hidden path segment");
   return r;
 }
 
