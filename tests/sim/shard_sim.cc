@@ -768,6 +768,35 @@ SeedResult Sim::Run() {
   for (int i = 0; i < listeners; ++i)
     world_.listen_fds.push_back(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   SetUpTls();
+  MakeShard();
+  if (!shard_->Setup()) {
+    Fail("Setup failed: %s", shard_->error().c_str());
+    result_.trace = world_.RecentTrace();
+    return result_;
+  }
+  uint64_t max_steps = 0;
+  int64_t run_until_ms = 0;
+  PickClients(&max_steps, &run_until_ms);
+  for (uint64_t step = 0;
+       (step < max_steps || (world_.now_ms < run_until_ms && step < 20 * max_steps)) && result_.ok;
+       ++step) {
+    if (!RunStep(step)) break;
+  }
+  if (result_.ok) EndPhase();
+  result_.simulated_ms = world_.now_ms;
+  if (!result_.ok) result_.trace = world_.RecentTrace();
+  CollectShardStats();
+  // A failed seed's shard may be mid-flight: destroying it would trip the pools' own checks and
+  // hide the report. Leave it (a failing run ends soon).
+  if (!result_.ok) (void)shard_.release();
+  CollectCoverage();
+  shard_.reset();
+  g_world = nullptr;
+  return result_;
+}
+
+// The shard, on the simulator's loop registered as a tier of its own.
+void Sim::MakeShard() {
   // The simulated loop is an io tier from outside io/, chosen from a tier table by name like
   // the built-in ones (io/tier.h): the shard serves through whatever the table hands it.
   io::TierTable tiers;
@@ -800,11 +829,10 @@ SeedResult Sim::Run() {
   RINGD_ASSERT(choice.tier != nullptr);
   shard_ = std::make_unique<Shard>(0, config_, world_.listen_fds, /*root_fd=*/7, &mime_,
                                    choice.tier->make, /*cpu=*/-1);
-  if (!shard_->Setup()) {
-    Fail("Setup failed: %s", shard_->error().c_str());
-    result_.trace = world_.RecentTrace();
-    return result_;
-  }
+}
+
+// How many clients, at once and in all, and how many steps the seed runs.
+void Sim::PickClients(uint64_t* max_steps_out, int64_t* run_until_out) {
   max_clients_ = static_cast<uint32_t>(rng_.Range(4, options_.quick ? 24 : 120));
   target_clients_ = static_cast<uint32_t>(
       rng_.Range(1, std::min<uint32_t>(max_clients_, config_.max_connections + 8)));
@@ -831,59 +859,59 @@ SeedResult Sim::Run() {
       static_cast<unsigned long long>(seed_), config_.max_connections, config_.recv_buffer_size,
       config_.max_request_head, config_.small_file_max, config_.open_file_cache_valid_ms,
       max_clients_, target_clients_, sitters_left_);
-  for (uint64_t step = 0;
-       (step < max_steps || (world_.now_ms < run_until_ms && step < 20 * max_steps)) && result_.ok;
-       ++step) {
-    MutateFiles();
-    uint32_t active = 0;
-    for (const auto& c : clients_) active += !c->ended;
-    if (hello_burst_ > 0 && step == 1) {
-      max_clients_ = std::max<uint32_t>(max_clients_,
-                                        static_cast<uint32_t>(clients_.size()) + hello_burst_ + 8);
-      hold_hellos_ = true;
-      hello_burst_ms_ = world_.now_ms;
-      for (uint32_t i = 0; i < hello_burst_; ++i) SpawnClient();
-      hold_hellos_ = false;
-    } else if (!held_hellos_.empty() &&
-               (world_.now_ms >= hello_burst_ms_ + kHelloHoldMs ||
-                std::all_of(held_hellos_.begin(), held_hellos_.end(), [&](uint32_t id) {
-                  return world_.sockets[clients_[id]->sock].accepted;
-                }))) {
-      for (const uint32_t id : held_hellos_) {  // all in one step, for one turn of the loop
-        Client& c = *clients_[id];
-        c.tls->Hello(&world_.sockets[c.sock]);
-        c.next_write_ms = world_.now_ms;
-      }
-      held_hellos_.clear();
-    } else if (sitters_left_ > 0) {
-      SpawnClient();  // a flood: one a step
-    } else if (active < target_clients_ && clients_.size() < max_clients_ && rng_.Chance(200)) {
-      SpawnClient();
+  *max_steps_out = max_steps;
+  *run_until_out = run_until_ms;
+}
+
+// One step: files change, clients come, every client acts, the shard takes one turn, then the
+// checks. False when the seed is done (a failure, or every client has ended).
+bool Sim::RunStep(uint64_t step) {
+  MutateFiles();
+  uint32_t active = 0;
+  for (const auto& c : clients_) active += !c->ended;
+  if (hello_burst_ > 0 && step == 1) {
+    max_clients_ =
+        std::max<uint32_t>(max_clients_, static_cast<uint32_t>(clients_.size()) + hello_burst_ + 8);
+    hold_hellos_ = true;
+    hello_burst_ms_ = world_.now_ms;
+    for (uint32_t i = 0; i < hello_burst_; ++i) SpawnClient();
+    hold_hellos_ = false;
+  } else if (!held_hellos_.empty() &&
+             (world_.now_ms >= hello_burst_ms_ + kHelloHoldMs ||
+              std::all_of(held_hellos_.begin(), held_hellos_.end(), [&](uint32_t id) {
+                return world_.sockets[clients_[id]->sock].accepted;
+              }))) {
+    for (const uint32_t id : held_hellos_) {  // all in one step, for one turn of the loop
+      Client& c = *clients_[id];
+      c.tls->Hello(&world_.sockets[c.sock]);
+      c.next_write_ms = world_.now_ms;
     }
-    for (auto& c : clients_) {
-      ClientStep(*c);
-      if (!result_.ok) break;
-    }
-    if (!result_.ok) break;
-    if (clients_.size() >= max_clients_ && active == 0) break;
-    world_.external_deadline_ms = NextClientDeadline();
-    shard_->Step();
-    ++result_.steps;
-    for (auto& c : clients_) CheckStall(*c);
-    CheckBacklog();
-    CheckLingering();
-    CheckSendQueue();
-    CheckPromises();
-    if (tls_) CheckTls();
-    if (rng_.Chance(300)) ++world_.now_ms;
+    held_hellos_.clear();
+  } else if (sitters_left_ > 0) {
+    SpawnClient();  // a flood: one a step
+  } else if (active < target_clients_ && clients_.size() < max_clients_ && rng_.Chance(200)) {
+    SpawnClient();
   }
-  if (result_.ok) EndPhase();
-  result_.simulated_ms = world_.now_ms;
-  if (!result_.ok) result_.trace = world_.RecentTrace();
-  CollectShardStats();
-  // A failed seed's shard may be mid-flight: destroying it would trip the pools' own checks and
-  // hide the report. Leave it (a failing run ends soon).
-  if (!result_.ok) (void)shard_.release();
+  for (auto& c : clients_) {
+    ClientStep(*c);
+    if (!result_.ok) break;
+  }
+  if (!result_.ok) return false;
+  if (clients_.size() >= max_clients_ && active == 0) return false;
+  world_.external_deadline_ms = NextClientDeadline();
+  shard_->Step();
+  ++result_.steps;
+  for (auto& c : clients_) CheckStall(*c);
+  CheckBacklog();
+  CheckLingering();
+  CheckSendQueue();
+  CheckPromises();
+  if (tls_) CheckTls();
+  if (rng_.Chance(300)) ++world_.now_ms;
+  return true;
+}
+
+void Sim::CollectCoverage() {
   const SimCounters& k = world_.counters;
   auto& cov = result_.coverage;
   cov["sim.open_transient"] += k.open_transient;
@@ -915,9 +943,6 @@ SeedResult Sim::Run() {
     cov["tls.stalled_handshakes"] += t.stalled_handshakes;
     cov["tls.stalled_closed"] += t.stalled_closed;
   }
-  shard_.reset();
-  g_world = nullptr;
-  return result_;
 }
 
 }  // namespace internal

@@ -119,6 +119,11 @@ class Sim {
   SeedResult Run();
 
  private:
+  // Run's parts.
+  void MakeShard();
+  void PickClients(uint64_t* max_steps, int64_t* run_until_ms);
+  bool RunStep(uint64_t step);
+  void CollectCoverage();
   void Fail(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
   void BuildConfig();
   void BuildTree();
