@@ -381,134 +381,142 @@ void Sim::StartBatch(Client& c) {
   for (uint32_t i = 0; i < n; ++i) {
     const bool last = i + 1 == n;
     // The misbehaving kinds end their last batch with their special request.
-    if (last && last_batch) {
-      std::string text;
-      Req q;
-      switch (c.style) {
-        case Style::kMalformed: {
-          static const char* kForms[] = {
-              "GET /a.txt HTTP/1.1\r\nHost: sim\r\nNoColonHere\r\n\r\n",
-              "GET /a.txt HTTP/1.1\r\nHost: sim\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
-              "G(T /a.txt HTTP/1.1\r\nHost: sim\r\n\r\n",
-              "GET /a.txt HTTP/1.1\r\nHost: sim\r\nContent-Length: -1\r\n\r\n",
-          };
-          text = kForms[rng_.Below(4)];
-          q.expect_error = true;
-          q.closes = true;
-          AddRequest(c, q, text);
-          return;
-        }
-        case Style::kBigHead:
-          text = "GET /a.txt HTTP/1.1\r\nHost: sim\r\nX-Big: " +
-                 std::string(config_.max_request_head + rng_.Range(1, 3000), 'b') + "\r\n\r\n";
-          q.expect_status = 431;
-          q.closes = true;
-          AddRequest(c, q, text);
-          return;
-        case Style::kBigBody: {
-          const uint64_t len = config_.max_discarded_body + rng_.Range(1, 5000);
-          text = "GET /a.txt HTTP/1.1\r\nHost: sim\r\nContent-Length: " + std::to_string(len) +
-                 "\r\n\r\n" + std::string(rng_.Below(len + 1), 'x');
-          q.expect_status = 413;
-          q.closes = true;
-          AddRequest(c, q, text);
-          return;
-        }
-        case Style::kChunked: {
-          const Route& route = routes_[rng_.Below(routes_.size())];
-          text =
-              "GET " + route.target +
-              " HTTP/1.1\r\nHost: sim\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
-          q.route = &route;
-          q.closes = true;
-          AddRequest(c, q, text);
-          return;
-        }
-        case Style::kTalksAfterClose: {
-          const Route& route = routes_[rng_.Below(routes_.size())];
-          q.route = &route;
-          q.closes = true;
-          // Sometimes with a body the server skips: behind a response in flight, enough of
-          // them in the input buffer pauses the receive (the loop may then hold what follows).
-          const uint64_t body = config_.max_discarded_body > 0 && rng_.Chance(500)
-                                    ? rng_.Range(1, config_.max_discarded_body)
-                                    : 0;
-          AddRequest(c, q,
-                     "GET " + route.target + " HTTP/1.1\r\nHost: sim\r\nConnection: close\r\n" +
-                         (body > 0 ? "Content-Length: " + std::to_string(body) + "\r\n" : "") +
-                         "\r\n" + std::string(body, 'z'));
-          c.after_close = "GET /a.txt HTTP/1.1\r\nHost: sim\r\n\r\n";
-          return;
-        }
-        case Style::kBodyStall: {
-          const Route& route = routes_[rng_.Below(routes_.size())];
-          const uint64_t len = std::max<uint64_t>(config_.max_discarded_body, 1);
-          text = "GET " + route.target +
-                 " HTTP/1.1\r\nHost: sim\r\nContent-Length: " + std::to_string(len) + "\r\n\r\n";
-          q.route = &route;
-          if (len > config_.max_discarded_body) {
-            q.route = nullptr;
-            q.expect_status = 413;
-            q.closes = true;
-          }
-          AddRequest(c, q, text);
-          c.outbox += std::string(rng_.Below(len), 'y');  // never all of it
-          return;
-        }
-        default:
-          break;
-      }
+    if (last && last_batch && AddMisbehavingRequest(c)) return;
+    if (AddRequestOfTheMix(c, last, last_batch)) return;
+  }
+}
+
+// A misbehaving client's special request, its last; false for a client of another style.
+bool Sim::AddMisbehavingRequest(Client& c) {
+  std::string text;
+  Req q;
+  switch (c.style) {
+    case Style::kMalformed: {
+      static const char* kForms[] = {
+          "GET /a.txt HTTP/1.1\r\nHost: sim\r\nNoColonHere\r\n\r\n",
+          "GET /a.txt HTTP/1.1\r\nHost: sim\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+          "G(T /a.txt HTTP/1.1\r\nHost: sim\r\n\r\n",
+          "GET /a.txt HTTP/1.1\r\nHost: sim\r\nContent-Length: -1\r\n\r\n",
+      };
+      text = kForms[rng_.Below(4)];
+      q.expect_error = true;
+      q.closes = true;
+      AddRequest(c, q, text);
+      return true;
     }
-    Req q;
-    std::string text;
-    const uint64_t kind = rng_.Below(1000);
-    std::string extra;
-    uint64_t body = 0;
-    if (kind < 40) {
-      text = "POST /a.txt HTTP/1.1\r\nHost: sim\r\n";
-      q.expect_status = 405;
-      body = rng_.Below(config_.max_discarded_body + 1);
-    } else if (kind < 60) {
-      text = "OPTIONS * HTTP/1.1\r\nHost: sim\r\n";
-      q.expect_status = 200;
-      q.options = true;
-    } else {
+    case Style::kBigHead:
+      text = "GET /a.txt HTTP/1.1\r\nHost: sim\r\nX-Big: " +
+             std::string(config_.max_request_head + rng_.Range(1, 3000), 'b') + "\r\n\r\n";
+      q.expect_status = 431;
+      q.closes = true;
+      AddRequest(c, q, text);
+      return true;
+    case Style::kBigBody: {
+      const uint64_t len = config_.max_discarded_body + rng_.Range(1, 5000);
+      text = "GET /a.txt HTTP/1.1\r\nHost: sim\r\nContent-Length: " + std::to_string(len) +
+             "\r\n\r\n" + std::string(rng_.Below(len + 1), 'x');
+      q.expect_status = 413;
+      q.closes = true;
+      AddRequest(c, q, text);
+      return true;
+    }
+    case Style::kChunked: {
+      const Route& route = routes_[rng_.Below(routes_.size())];
+      text = "GET " + route.target +
+             " HTTP/1.1\r\nHost: sim\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+      q.route = &route;
+      q.closes = true;
+      AddRequest(c, q, text);
+      return true;
+    }
+    case Style::kTalksAfterClose: {
       const Route& route = routes_[rng_.Below(routes_.size())];
       q.route = &route;
-      q.head = rng_.Chance(150);
-      text = std::string(q.head ? "HEAD " : "GET ") + route.target + " HTTP/1.1\r\nHost: sim\r\n";
-      if (route.kind == Route::kFile && rng_.Chance(250)) {
-        static const char* kRanges[] = {"bytes=0-0", "bytes=0-99",      "bytes=10-",
-                                        "bytes=-50", "bytes=5-9,20-29", "bytes=100000-",
-                                        "bytes=abc", "bytes=0-0,-1",    "bytes=1-2,1-3"};
-        q.range = kRanges[rng_.Below(9)];
-        extra += "Range: " + q.range + "\r\n";
-      }
-      if (route.kind == Route::kFile && rng_.Chance(200)) {
-        auto it = c.etags.find(route.path);
-        if (it != c.etags.end()) {
-          q.inm = it->second;
-          extra += "If-None-Match: " + q.inm + "\r\n";
-        }
-      }
-      if (rng_.Chance(300)) {
-        q.gzip = true;
-        extra += "Accept-Encoding: gzip\r\n";
-      }
-      if (config_.max_discarded_body > 0 && rng_.Chance(50)) {
-        body = rng_.Range(1, config_.max_discarded_body);
-      }
-    }
-    if (body > 0) extra += "Content-Length: " + std::to_string(body) + "\r\n";
-    if (last && (last_batch ? rng_.Chance(300) : rng_.Chance(30)) && c.style != Style::kSitter) {
-      extra += "Connection: close\r\n";
       q.closes = true;
+      // Sometimes with a body the server skips: behind a response in flight, enough of
+      // them in the input buffer pauses the receive (the loop may then hold what follows).
+      const uint64_t body = config_.max_discarded_body > 0 && rng_.Chance(500)
+                                ? rng_.Range(1, config_.max_discarded_body)
+                                : 0;
+      AddRequest(c, q,
+                 "GET " + route.target + " HTTP/1.1\r\nHost: sim\r\nConnection: close\r\n" +
+                     (body > 0 ? "Content-Length: " + std::to_string(body) + "\r\n" : "") + "\r\n" +
+                     std::string(body, 'z'));
+      c.after_close = "GET /a.txt HTTP/1.1\r\nHost: sim\r\n\r\n";
+      return true;
     }
-    if (rng_.Chance(100)) extra += "X-Pad: " + std::string(rng_.Below(300), 'p') + "\r\n";
-    text += extra + "\r\n" + std::string(body, 'z');
-    AddRequest(c, q, text);
-    if (q.closes) return;
+    case Style::kBodyStall: {
+      const Route& route = routes_[rng_.Below(routes_.size())];
+      const uint64_t len = std::max<uint64_t>(config_.max_discarded_body, 1);
+      text = "GET " + route.target +
+             " HTTP/1.1\r\nHost: sim\r\nContent-Length: " + std::to_string(len) + "\r\n\r\n";
+      q.route = &route;
+      if (len > config_.max_discarded_body) {
+        q.route = nullptr;
+        q.expect_status = 413;
+        q.closes = true;
+      }
+      AddRequest(c, q, text);
+      c.outbox += std::string(rng_.Below(len), 'y');  // never all of it
+      return true;
+    }
+    default:
+      return false;
   }
+}
+
+// A request of the ordinary mix (GET, HEAD, ranges, conditionals, POST, OPTIONS); true if it
+// closes the connection.
+bool Sim::AddRequestOfTheMix(Client& c, bool last, bool last_batch) {
+  Req q;
+  std::string text;
+  const uint64_t kind = rng_.Below(1000);
+  std::string extra;
+  uint64_t body = 0;
+  if (kind < 40) {
+    text = "POST /a.txt HTTP/1.1\r\nHost: sim\r\n";
+    q.expect_status = 405;
+    body = rng_.Below(config_.max_discarded_body + 1);
+  } else if (kind < 60) {
+    text = "OPTIONS * HTTP/1.1\r\nHost: sim\r\n";
+    q.expect_status = 200;
+    q.options = true;
+  } else {
+    const Route& route = routes_[rng_.Below(routes_.size())];
+    q.route = &route;
+    q.head = rng_.Chance(150);
+    text = std::string(q.head ? "HEAD " : "GET ") + route.target + " HTTP/1.1\r\nHost: sim\r\n";
+    if (route.kind == Route::kFile && rng_.Chance(250)) {
+      static const char* kRanges[] = {"bytes=0-0", "bytes=0-99",      "bytes=10-",
+                                      "bytes=-50", "bytes=5-9,20-29", "bytes=100000-",
+                                      "bytes=abc", "bytes=0-0,-1",    "bytes=1-2,1-3"};
+      q.range = kRanges[rng_.Below(9)];
+      extra += "Range: " + q.range + "\r\n";
+    }
+    if (route.kind == Route::kFile && rng_.Chance(200)) {
+      auto it = c.etags.find(route.path);
+      if (it != c.etags.end()) {
+        q.inm = it->second;
+        extra += "If-None-Match: " + q.inm + "\r\n";
+      }
+    }
+    if (rng_.Chance(300)) {
+      q.gzip = true;
+      extra += "Accept-Encoding: gzip\r\n";
+    }
+    if (config_.max_discarded_body > 0 && rng_.Chance(50)) {
+      body = rng_.Range(1, config_.max_discarded_body);
+    }
+  }
+  if (body > 0) extra += "Content-Length: " + std::to_string(body) + "\r\n";
+  if (last && (last_batch ? rng_.Chance(300) : rng_.Chance(30)) && c.style != Style::kSitter) {
+    extra += "Connection: close\r\n";
+    q.closes = true;
+  }
+  if (rng_.Chance(100)) extra += "X-Pad: " + std::string(rng_.Below(300), 'p') + "\r\n";
+  text += extra + "\r\n" + std::string(body, 'z');
+  AddRequest(c, q, text);
+  return q.closes;
 }
 
 void Sim::ClientStep(Client& c) {

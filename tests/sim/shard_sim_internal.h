@@ -124,6 +124,8 @@ class Sim {
   void PickClients(uint64_t* max_steps, int64_t* run_until_ms);
   bool RunStep(uint64_t step);
   void CollectCoverage();
+  bool AddMisbehavingRequest(Client& c);
+  bool AddRequestOfTheMix(Client& c, bool last, bool last_batch);
   void Fail(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
   void BuildConfig();
   void BuildTree();
