@@ -540,19 +540,7 @@ void Sim::ClientStep(Client& c) {
     return EndConnection(c, "reset by the server");
   }
   if (s.Readable() > 0 && now >= c.next_read_ms) {
-    size_t n = s.Readable();
-    if (rng_.Chance(300)) n = 1 + rng_.Below(n);
-    if (c.tls != nullptr) {
-      std::string why;
-      if (!c.tls->Take(tls_rng_, std::string_view(s.to_client).substr(0, n), &s, &c.inbox, &why))
-        return Fail("client %u (TLS): %s", c.id, why.c_str());
-    } else {
-      c.inbox.append(s.to_client, 0, n);
-    }
-    s.to_client.erase(0, n);
-    c.last_progress_ms = now;
-    if (rng_.Chance(50)) c.next_read_ms = now + static_cast<int64_t>(rng_.Range(1, 100));
-    ReadResponses(c);
+    ClientRead(c, s, now);
     if (!result_.ok || c.stopped_reading) return;  // a sitter now sits
   }
   if ((s.server_shut_wr || s.server_closed) && s.to_client.empty()) {
@@ -561,80 +549,105 @@ void Sim::ClientStep(Client& c) {
     return EndConnection(c, "end of stream");
   }
   if (c.close_response || c.waits_for_end) return;  // waiting for the end of stream
-  // Write.
-  if (!c.outbox.empty() && now >= c.next_write_ms) {
-    size_t n = c.outbox.size();
-    if (c.style == Style::kSlow) {
-      n = std::min<size_t>(n, 1 + rng_.Below(16));
-      c.next_write_ms = now + static_cast<int64_t>(rng_.Range(10, 300));
-    }
-    if (c.tls != nullptr) {
-      c.tls->Write(tls_rng_, std::string_view(c.outbox).substr(0, n), &s);
-    } else if (!s.server_closed) {
-      s.to_server.append(c.outbox, 0, n);
-    }
-    c.outbox.erase(0, n);
-    c.last_progress_ms = now;
-    // A TLS client that breaks the protocol after its handshake: a record the server must
-    // refuse, then nothing more; it reads until the end (the alert, then the close).
-    if (c.tls != nullptr && c.tls->server_hello() &&
-        (c.tls_fault == Client::TlsFault::kGarbageLater ||
-         c.tls_fault == Client::TlsFault::kRenegotiate) &&
-        tls_rng_.Chance(400)) {
-      c.tls->Garbage(tls_rng_, c.tls_fault == Client::TlsFault::kRenegotiate, &s);
-      c.tls_fault = Client::TlsFault::kNone;
-      c.misbehaved = true;
-      c.waits_for_end = true;
-      c.outbox.clear();
-      c.after_close.clear();
-      c.batches_left = 0;
-      world_.Trace("client %u sends a record the server must refuse", c.id);
-      return;
-    }
-    if (c.outbox.empty() && c.style == Style::kHalfClose && c.batches_left == 0) {
-      s.client_fin = true;
-      c.fin_sent = true;
-      world_.Trace("client %u shuts its sending side", c.id);
-    }
-    if (c.outbox.empty() && !c.after_close.empty()) {  // the next write step, or one soon after
-      c.outbox = std::move(c.after_close);
-      c.after_close.clear();
-      c.next_write_ms = now + static_cast<int64_t>(rng_.Below(3));
-      world_.Trace("client %u talks after its close request", c.id);
-    }
-    if (c.outbox.empty() && c.style == Style::kNoRead) {
-      c.stopped_reading = true;
-      world_.Trace("client %u stops reading", c.id);
-    }
+  if (!c.outbox.empty() && now >= c.next_write_ms) return ClientWrite(c, s, now);
+  if (c.outbox.empty() && c.pending.empty() && now >= c.next_write_ms && !c.fin_sent) {
+    ClientNext(c, s, now);
+  }
+}
+
+// Takes some or all of what the server sent (through the client's TLS, if any) and reads the
+// responses in it.
+void Sim::ClientRead(Client& c, SimSocket& s, int64_t now) {
+  size_t n = s.Readable();
+  if (rng_.Chance(300)) n = 1 + rng_.Below(n);
+  if (c.tls != nullptr) {
+    std::string why;
+    if (!c.tls->Take(tls_rng_, std::string_view(s.to_client).substr(0, n), &s, &c.inbox, &why))
+      return Fail("client %u (TLS): %s", c.id, why.c_str());
+  } else {
+    c.inbox.append(s.to_client, 0, n);
+  }
+  s.to_client.erase(0, n);
+  c.last_progress_ms = now;
+  if (rng_.Chance(50)) c.next_read_ms = now + static_cast<int64_t>(rng_.Range(1, 100));
+  ReadResponses(c);
+}
+
+// Sends some or all of the outbox; then what a client of its style does once it is empty.
+void Sim::ClientWrite(Client& c, SimSocket& s, int64_t now) {
+  size_t n = c.outbox.size();
+  if (c.style == Style::kSlow) {
+    n = std::min<size_t>(n, 1 + rng_.Below(16));
+    c.next_write_ms = now + static_cast<int64_t>(rng_.Range(10, 300));
+  }
+  if (c.tls != nullptr) {
+    c.tls->Write(tls_rng_, std::string_view(c.outbox).substr(0, n), &s);
+  } else if (!s.server_closed) {
+    s.to_server.append(c.outbox, 0, n);
+  }
+  c.outbox.erase(0, n);
+  c.last_progress_ms = now;
+  // A TLS client that breaks the protocol after its handshake: a record the server must
+  // refuse, then nothing more; it reads until the end (the alert, then the close).
+  if (c.tls != nullptr && c.tls->server_hello() &&
+      (c.tls_fault == Client::TlsFault::kGarbageLater ||
+       c.tls_fault == Client::TlsFault::kRenegotiate) &&
+      tls_rng_.Chance(400)) {
+    c.tls->Garbage(tls_rng_, c.tls_fault == Client::TlsFault::kRenegotiate, &s);
+    c.tls_fault = Client::TlsFault::kNone;
+    c.misbehaved = true;
+    c.waits_for_end = true;
+    c.outbox.clear();
+    c.after_close.clear();
+    c.batches_left = 0;
+    world_.Trace("client %u sends a record the server must refuse", c.id);
     return;
   }
-  if (c.outbox.empty() && c.pending.empty() && now >= c.next_write_ms && !c.fin_sent) {
-    if (c.style == Style::kIdler && c.batches_left > 0 && rng_.Chance(300)) {
-      c.next_write_ms = now + static_cast<int64_t>(rng_.Range(100, 4000));
-      c.batches_left = 0;
-      return;
-    }
-    if (c.batches_left > 0) return StartBatch(c);
-    // Done: close, as clients do (sometimes with a reset).
-    if (rng_.Chance(200)) {
-      s.client_reset = true;
-      world_.Trace("client %u done: resets", c.id);
-    } else {
-      if (c.tls != nullptr && c.tls->server_hello() && !c.tls->broke) {
-        if (tls_rng_.Chance(500)) {
-          c.tls->CloseNotify(&s);
-          ++tls_counters_.client_close_notify;
-        } else {
-          ++tls_counters_.client_no_close_notify;
-        }
-      }
-      s.client_fin = true;
-      s.client_closed = true;
-      world_.Trace("client %u done: closes", c.id);
-    }
-    c.ended = true;
-    c.idle_since_ms = INT64_MAX;
+  if (c.outbox.empty() && c.style == Style::kHalfClose && c.batches_left == 0) {
+    s.client_fin = true;
+    c.fin_sent = true;
+    world_.Trace("client %u shuts its sending side", c.id);
   }
+  if (c.outbox.empty() && !c.after_close.empty()) {  // the next write step, or one soon after
+    c.outbox = std::move(c.after_close);
+    c.after_close.clear();
+    c.next_write_ms = now + static_cast<int64_t>(rng_.Below(3));
+    world_.Trace("client %u talks after its close request", c.id);
+  }
+  if (c.outbox.empty() && c.style == Style::kNoRead) {
+    c.stopped_reading = true;
+    world_.Trace("client %u stops reading", c.id);
+  }
+}
+
+// Nothing to send or wait for: the next batch, a pause (an idler), or the end (a close, sometimes
+// a reset).
+void Sim::ClientNext(Client& c, SimSocket& s, int64_t now) {
+  if (c.style == Style::kIdler && c.batches_left > 0 && rng_.Chance(300)) {
+    c.next_write_ms = now + static_cast<int64_t>(rng_.Range(100, 4000));
+    c.batches_left = 0;
+    return;
+  }
+  if (c.batches_left > 0) return StartBatch(c);
+  // Done: close, as clients do (sometimes with a reset).
+  if (rng_.Chance(200)) {
+    s.client_reset = true;
+    world_.Trace("client %u done: resets", c.id);
+  } else {
+    if (c.tls != nullptr && c.tls->server_hello() && !c.tls->broke) {
+      if (tls_rng_.Chance(500)) {
+        c.tls->CloseNotify(&s);
+        ++tls_counters_.client_close_notify;
+      } else {
+        ++tls_counters_.client_no_close_notify;
+      }
+    }
+    s.client_fin = true;
+    s.client_closed = true;
+    world_.Trace("client %u done: closes", c.id);
+  }
+  c.ended = true;
+  c.idle_since_ms = INT64_MAX;
 }
 
 int64_t Sim::NextClientDeadline() const {

@@ -125,6 +125,9 @@ class Sim {
   bool RunStep(uint64_t step);
   void CollectCoverage();
   bool AddMisbehavingRequest(Client& c);
+  void ClientRead(Client& c, SimSocket& s, int64_t now);
+  void ClientWrite(Client& c, SimSocket& s, int64_t now);
+  void ClientNext(Client& c, SimSocket& s, int64_t now);
   bool AddRequestOfTheMix(Client& c, bool last, bool last_batch);
   void Fail(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
   void BuildConfig();
