@@ -4,19 +4,6 @@
 
 namespace ringd {
 
-void SendQueue::List::Append(SendTicket* t) {
-  t->older = newest;
-  t->newer = nullptr;
-  (newest != nullptr ? newest->newer : oldest) = t;
-  newest = t;
-}
-
-void SendQueue::List::Unlink(SendTicket* t) {
-  (t->older != nullptr ? t->older->newer : oldest) = t->newer;
-  (t->newer != nullptr ? t->newer->older : newest) = t->older;
-  t->older = t->newer = nullptr;
-}
-
 SendQueue::SendQueue(const SendQueueOptions& options) : options_(options) {
   heap_.reserve(options.capacity);  // the only allocation: Admit never grows it
 }
@@ -41,7 +28,7 @@ bool SendQueue::Admit(SendTicket* t, uint64_t remaining, int64_t now_ms) {
   heap_.push_back(t);
   Place(static_cast<uint32_t>(heap_.size() - 1), t);
   SiftUp(t->heap_index);
-  waiting_.Append(t);
+  waiting_.PushBack(t);
   ++stats_.queued;
   return false;
 }
@@ -50,7 +37,7 @@ void SendQueue::Hold(SendTicket* t, int64_t now_ms) {
   t->holds_slot = true;
   t->counted = true;
   t->since_ms = now_ms;
-  holders_.Append(t);
+  holders_.PushBack(t);
   ++in_flight_;
 }
 
@@ -61,7 +48,7 @@ void SendQueue::Done(SendTicket* t, int64_t now_ms) {
   if (t->slow) ++stats_.slow;
   if (!t->counted) return;  // it never counted, or stopped counting after hold_ms
   t->counted = false;
-  holders_.Unlink(t);
+  holders_.Remove(t);
   RINGD_ASSERT(in_flight_ > 0);
   --in_flight_;
 }
@@ -69,15 +56,15 @@ void SendQueue::Done(SendTicket* t, int64_t now_ms) {
 SendTicket* SendQueue::Next(int64_t now_ms) {
   if (heap_.empty()) return nullptr;
   // Slots held too long stop counting: their clients are slow, and the shard is not busy.
-  while (holders_.oldest != nullptr && now_ms - holders_.oldest->since_ms >= options_.hold_ms) {
-    SendTicket* h = holders_.oldest;
-    holders_.Unlink(h);
+  while (holders_.front() != nullptr && now_ms - holders_.front()->since_ms >= options_.hold_ms) {
+    SendTicket* h = holders_.front();
+    holders_.Remove(h);
     h->counted = false;
     --in_flight_;
   }
   SendTicket* t = nullptr;
-  if (now_ms - waiting_.oldest->since_ms >= options_.max_wait_ms) {
-    t = waiting_.oldest;
+  if (now_ms - waiting_.front()->since_ms >= options_.max_wait_ms) {
+    t = waiting_.front();
     ++stats_.aged;
   } else if (in_flight_ < options_.slots) {
     t = heap_[0];
@@ -103,14 +90,14 @@ void SendQueue::Remove(SendTicket* t) {
     SiftDown(last->heap_index);
   }
   t->heap_index = SendTicket::kNotQueued;
-  waiting_.Unlink(t);
+  waiting_.Remove(t);
 }
 
 int64_t SendQueue::NextDeadlineMs() const {
   if (heap_.empty()) return INT64_MAX;
-  int64_t at = waiting_.oldest->since_ms + options_.max_wait_ms;
-  if (holders_.oldest != nullptr && holders_.oldest->since_ms + options_.hold_ms < at) {
-    at = holders_.oldest->since_ms + options_.hold_ms;
+  int64_t at = waiting_.front()->since_ms + options_.max_wait_ms;
+  if (holders_.front() != nullptr && holders_.front()->since_ms + options_.hold_ms < at) {
+    at = holders_.front()->since_ms + options_.hold_ms;
   }
   return at;
 }

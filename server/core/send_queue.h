@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "mem/intrusive_list.h"
+
 namespace ringd {
 
 // One connection's place in the queue (intrusive: it lives in the Connection).
@@ -38,9 +40,8 @@ struct SendTicket {
   bool holds_slot = false;  // a send started with a slot and has not ended
   bool counted = false;     // and that slot still counts against the budget (within hold_ms)
   bool slow = false;        // its last chunk took hold_ms or more: the next needs no slot
-  // The waiting list, or the counted holders' list: each oldest first.
-  SendTicket* older = nullptr;
-  SendTicket* newer = nullptr;
+  // On the waiting list, or on the counted holders' list (never both): each oldest first.
+  mem::ListLink<SendTicket> link;
   bool queued() const { return heap_index != kNotQueued; }
 };
 
@@ -90,12 +91,7 @@ class SendQueue {
   const SendQueueOptions& options() const { return options_; }
 
  private:
-  struct List {  // intrusive, oldest first
-    SendTicket* oldest = nullptr;
-    SendTicket* newest = nullptr;
-    void Append(SendTicket* t);
-    void Unlink(SendTicket* t);
-  };
+  using List = mem::IntrusiveList<SendTicket, &SendTicket::link>;  // oldest first
   static bool Before(const SendTicket* a, const SendTicket* b) {
     return a->remaining != b->remaining ? a->remaining < b->remaining : a->seq < b->seq;
   }

@@ -525,7 +525,7 @@ Connection* Shard::OldestSilent(int64_t began_before) const {
   const int64_t deadline_by = began_before + header_timers_.duration_ms();
   uint32_t scanned = 0;
   for (TimerNode* t = header_timers_.Oldest(); t != nullptr && scanned < kSilentScan;
-       t = t->next, ++scanned) {
+       t = TimerList::Next(t), ++scanned) {
     if (t->deadline_ms > deadline_by) return nullptr;  // this one and all after it too young
     Connection* conn =
         reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer));

@@ -9,11 +9,12 @@
 
 #include <cstdint>
 
+#include "mem/intrusive_list.h"
+
 namespace ringd {
 
 struct TimerNode {
-  TimerNode* prev = nullptr;
-  TimerNode* next = nullptr;
+  mem::ListLink<TimerNode> link;
   int64_t deadline_ms = 0;
   class TimerList* list = nullptr;  // the list it is armed on, if any
 };
@@ -27,38 +28,21 @@ class TimerList {
     if (node->list != nullptr) node->list->Disarm(node);
     node->deadline_ms = now_ms + duration_ms_;
     node->list = this;
-    node->next = nullptr;
-    node->prev = tail_;
-    if (tail_ != nullptr) {
-      tail_->next = node;
-    } else {
-      head_ = node;
-    }
-    tail_ = node;
-    ++size_;
+    nodes_.PushBack(node);
   }
 
   void Disarm(TimerNode* node) {
     if (node->list != this) return;
-    if (node->prev != nullptr)
-      node->prev->next = node->next;
-    else
-      head_ = node->next;
-    if (node->next != nullptr)
-      node->next->prev = node->prev;
-    else
-      tail_ = node->prev;
-    node->prev = node->next = nullptr;
+    nodes_.Remove(node);
     node->list = nullptr;
-    --size_;
   }
 
   // Disarms and passes to fire() every node whose deadline has passed, oldest first. fire() may
   // arm or disarm any node, this one included.
   template <typename Fn>
   void Expire(int64_t now_ms, Fn&& fire) {
-    while (head_ != nullptr && head_->deadline_ms <= now_ms) {
-      TimerNode* node = head_;
+    while (!nodes_.empty() && nodes_.front()->deadline_ms <= now_ms) {
+      TimerNode* node = nodes_.front();
       Disarm(node);
       fire(node);
     }
@@ -66,26 +50,26 @@ class TimerList {
 
   // Disarms and returns the node armed longest ago (the earliest deadline), or nullptr.
   TimerNode* PopOldest() {
-    TimerNode* node = head_;
+    TimerNode* node = nodes_.front();
     if (node != nullptr) Disarm(node);
     return node;
   }
 
-  // The node armed longest ago, left armed (nullptr when none); its `next` is the one armed after
+  // The node armed longest ago, left armed (nullptr when none); Next(node) is the one armed after
   // it.
-  TimerNode* Oldest() const { return head_; }
+  TimerNode* Oldest() const { return nodes_.front(); }
+  static TimerNode* Next(const TimerNode* node) { return Nodes::Next(node); }
 
   // The earliest deadline, or INT64_MAX when nothing is armed.
-  int64_t NextDeadline() const { return head_ != nullptr ? head_->deadline_ms : INT64_MAX; }
-  bool Empty() const { return head_ == nullptr; }
-  uint32_t size() const { return size_; }  // nodes armed now
+  int64_t NextDeadline() const { return nodes_.empty() ? INT64_MAX : nodes_.front()->deadline_ms; }
+  bool Empty() const { return nodes_.empty(); }
+  uint32_t size() const { return static_cast<uint32_t>(nodes_.size()); }  // nodes armed now
   int64_t duration_ms() const { return duration_ms_; }
 
  private:
+  using Nodes = mem::IntrusiveList<TimerNode, &TimerNode::link>;
   int64_t duration_ms_;
-  TimerNode* head_ = nullptr;
-  TimerNode* tail_ = nullptr;
-  uint32_t size_ = 0;
+  Nodes nodes_;  // oldest (earliest deadline) first
 };
 
 }  // namespace ringd
