@@ -1,7 +1,8 @@
 // A doubly linked list threaded through its elements: each element holds a ListLink for every
 // list it can be on, so linking and unlinking allocate nothing and cost O(1). The shard's timer
-// lists, the file cache's two LRU orders and its waiters, and the send queue's two orders are
-// all one of these.
+// lists, the file cache's two LRU orders, its waiters and its woken queue, and the send queue's
+// two orders are all one of these. (io's CompletionQueue is singly linked on purpose: every
+// connection holds a Completion for its receive, and a FIFO needs one pointer there, not two.)
 //
 //   struct Entry { ListLink<Entry> lru; ... };
 //   IntrusiveList<Entry, &Entry::lru> lru;
@@ -67,6 +68,19 @@ class IntrusiveList {
     --size_;
   }
 
+  // Forgets every element without touching them: for an owner tearing down, whose elements
+  // are never linked again.
+  void Abandon() {
+    head_ = tail_ = nullptr;
+    size_ = 0;
+  }
+
+  // Whether `t` is on this list (an element of another list through the same link is not).
+  bool Contains(const T* t) const {
+    const ListLink<T>& l = t->*Link;
+    return l.prev != nullptr ? (l.prev->*Link).next == t : head_ == t;
+  }
+
   // The front element, unlinked; nullptr when empty.
   T* PopFront() {
     T* t = head_;
@@ -74,10 +88,11 @@ class IntrusiveList {
     return t;
   }
 
-  // Moves a linked element to the back (the most recent, in an LRU order).
+  // Moves an element to the back (the most recent, in an LRU order), linking it if it is not on
+  // the list yet.
   void MoveToBack(T* t) {
     if (tail_ == t) return;
-    Remove(t);
+    if (Contains(t)) Remove(t);
     PushBack(t);
   }
 

@@ -66,6 +66,11 @@ TEST(IntrusiveListTest, MoveToBackMakesAnElementTheNewest) {
   l.MoveToBack(&items[0]);  // already the newest
   EXPECT_EQ(Forward(l), (std::vector<int>{1, 2, 0}));
   EXPECT_EQ(Backward(l), (std::vector<int>{0, 2, 1}));
+  l.Remove(&items[2]);
+  EXPECT_FALSE(l.Contains(&items[2]));
+  l.MoveToBack(&items[2]);  // not on the list: linked
+  EXPECT_EQ(Forward(l), (std::vector<int>{1, 0, 2}));
+  EXPECT_TRUE(l.Contains(&items[1]) && l.Contains(&items[0]) && l.Contains(&items[2]));
 }
 
 TEST(IntrusiveListTest, AnElementIsOnOneListPerLink) {
@@ -79,6 +84,17 @@ TEST(IntrusiveListTest, AnElementIsOnOneListPerLink) {
   a.Remove(&items[0]);
   EXPECT_EQ(Forward(a), (std::vector<int>{1, 2}));
   EXPECT_EQ(Forward(b), (std::vector<int>{2, 0}));
+}
+
+TEST(IntrusiveListTest, AbandonForgetsEveryElement) {
+  Item items[2];
+  ListA l;
+  l.PushBack(&items[0]);
+  l.PushBack(&items[1]);
+  l.Abandon();
+  EXPECT_TRUE(l.empty());
+  EXPECT_EQ(l.size(), 0u);
+  EXPECT_FALSE(l.Contains(&items[0]));
 }
 
 TEST(IntrusiveListDeathTest, LinkingAnElementTwiceOrRemovingAStrangerAsserts) {

@@ -127,19 +127,19 @@ FileCache::FileCache(io::Loop* loop, int root_fd, mem::BufferPool* content_pool,
 FileCache::~FileCache() {
   // Entries still opening belong to the loop until it is gone; the shard only destroys the cache
   // after its loop has drained, so everything here is idle.
-  woken_head_ = woken_tail_ = nullptr;
+  woken_.Abandon();
   for (auto& [path, e] : map_) {
     if (CacheEntry* s = e->successor) {  // a revalidation the loop never finished
       e->successor = nullptr;
       s->replaces = nullptr;
       s->revalidating = false;
-      s->waiters = nullptr;
+      s->waiters.Abandon();
       s->ready = true;
       MaybeFree(s);
     }
     e->in_map = false;
     e->pins = 0;
-    e->waiters = nullptr;
+    e->waiters.Abandon();
     e->ready = true;  // an open the loop never finished: nothing will complete it now
     MaybeFree(e);
   }
@@ -277,10 +277,7 @@ bool FileCache::Fetch(std::string_view path, FileWaiter* waiter) {
   if (waiter == nullptr) return true;  // Prefetch
   RINGD_ASSERT(!waiter->waiting());
   waiter->entry = e;
-  waiter->prev = nullptr;
-  waiter->next = e->waiters;
-  if (e->waiters != nullptr) e->waiters->prev = waiter;
-  e->waiters = waiter;
+  e->waiters.PushFront(waiter);
   return true;
 }
 
@@ -291,15 +288,7 @@ void FileCache::Prefetch(std::string_view path) {
 void FileCache::Forget(FileWaiter* waiter) {
   if (waiter->woken) {  // off the woken queue: its wake-up never runs
     RINGD_ASSERT(waiter->entry == nullptr);
-    if (waiter->prev != nullptr)
-      waiter->prev->next = waiter->next;
-    else
-      woken_head_ = waiter->next;
-    if (waiter->next != nullptr)
-      waiter->next->prev = waiter->prev;
-    else
-      woken_tail_ = waiter->prev;
-    waiter->prev = waiter->next = nullptr;
+    woken_.Remove(waiter);
     waiter->woken = false;
     return;
   }
@@ -308,12 +297,7 @@ void FileCache::Forget(FileWaiter* waiter) {
   // On the waiter list of an entry still loading: an entry with waiters is never freed
   // (MaybeFree), and Ready moves them all to the woken queue before it can be.
   RINGD_ASSERT(!e->ready);
-  if (waiter->prev != nullptr)
-    waiter->prev->next = waiter->next;
-  else
-    e->waiters = waiter->next;
-  if (waiter->next != nullptr) waiter->next->prev = waiter->prev;
-  waiter->prev = waiter->next = nullptr;
+  e->waiters.Remove(waiter);
   waiter->entry = nullptr;
 }
 
@@ -422,20 +406,10 @@ void FileCache::Ready(CacheEntry* e) {
   if (e->in_map) Touch(e);
   // Queue everyone waiting; RunWakeups wakes them after this callback has returned, so a
   // waiter never re-plans inside the cache's own code.
-  FileWaiter* w = e->waiters;
-  e->waiters = nullptr;
-  while (w != nullptr) {
-    FileWaiter* next = w->next;
+  while (FileWaiter* w = e->waiters.PopFront()) {
     w->entry = nullptr;  // `e` may be freed below, before the wake-up runs
     w->woken = true;
-    w->next = nullptr;
-    w->prev = woken_tail_;
-    if (woken_tail_ != nullptr)
-      woken_tail_->next = w;
-    else
-      woken_head_ = w;
-    woken_tail_ = w;
-    w = next;
+    woken_.PushBack(w);
   }
   if (e->in_map) {
     // A missing path is remembered in MissingPaths, not in an entry; anything else it is now
@@ -459,55 +433,24 @@ void FileCache::Ready(CacheEntry* e) {
 
 void FileCache::RunWakeups() {
   // Bounded: a wake-up can only queue new ones through an open that completes in a later Poll.
-  while (FileWaiter* w = woken_head_) {
-    woken_head_ = w->next;
-    if (woken_head_ != nullptr)
-      woken_head_->prev = nullptr;
-    else
-      woken_tail_ = nullptr;
-    w->prev = w->next = nullptr;
+  while (FileWaiter* w = woken_.PopFront()) {
     w->woken = false;
     w->wake(w);
   }
 }
 
-template <CacheEntry* CacheEntry::*Prev, CacheEntry* CacheEntry::*Next>
-void FileCache::ToFront(Lru* list, CacheEntry* e) {
-  if (list->head == e) return;
-  Remove<Prev, Next>(list, e);
-  e->*Next = list->head;
-  if (list->head != nullptr) list->head->*Prev = e;
-  list->head = e;
-  if (list->tail == nullptr) list->tail = e;
-}
-
-template <CacheEntry* CacheEntry::*Prev, CacheEntry* CacheEntry::*Next>
-void FileCache::Remove(Lru* list, CacheEntry* e) {
-  if (e->*Prev != nullptr)
-    (e->*Prev)->*Next = e->*Next;
-  else if (list->head == e)
-    list->head = e->*Next;
-  if (e->*Next != nullptr)
-    (e->*Next)->*Prev = e->*Prev;
-  else if (list->tail == e)
-    list->tail = e->*Prev;
-  e->*Prev = e->*Next = nullptr;
-}
-
 void FileCache::Touch(CacheEntry* e) {
-  ToFront<&CacheEntry::lru_prev, &CacheEntry::lru_next>(&lru_, e);
-  if (e->content != nullptr) {
-    ToFront<&CacheEntry::content_prev, &CacheEntry::content_next>(&content_lru_, e);
-  }
+  lru_.MoveToBack(e);
+  if (e->content != nullptr) content_lru_.MoveToBack(e);
 }
 
 void FileCache::Unlink(CacheEntry* e) {
-  Remove<&CacheEntry::lru_prev, &CacheEntry::lru_next>(&lru_, e);
-  Remove<&CacheEntry::content_prev, &CacheEntry::content_next>(&content_lru_, e);
+  if (lru_.Contains(e)) lru_.Remove(e);
+  if (content_lru_.Contains(e)) content_lru_.Remove(e);
 }
 
 bool FileCache::TakeContent() {
-  for (CacheEntry* e = content_lru_.tail; e != nullptr; e = e->content_prev) {
+  for (CacheEntry* e = content_lru_.front(); e != nullptr; e = content_lru_.Next(e)) {
     if (e->pins == 0) {
       DropContent(e);
       return true;
@@ -518,7 +461,7 @@ bool FileCache::TakeContent() {
 
 void FileCache::DropContent(CacheEntry* e) {
   RINGD_ASSERT(e->pins == 0 && e->content != nullptr && !e->reading);
-  Remove<&CacheEntry::content_prev, &CacheEntry::content_next>(&content_lru_, e);
+  if (content_lru_.Contains(e)) content_lru_.Remove(e);
   content_pool_->Put(e->content);
   e->content = nullptr;
   --stats_.content_buffers;
@@ -527,8 +470,8 @@ void FileCache::DropContent(CacheEntry* e) {
 
 bool FileCache::EvictOne(const CacheEntry* keep) {
   // The least recently used entry that no response holds and that is not loading.
-  for (CacheEntry* e = lru_.tail; e != nullptr; e = e->lru_prev) {
-    if (e->pins == 0 && e->ready && e->waiters == nullptr && e != keep) {
+  for (CacheEntry* e = lru_.front(); e != nullptr; e = lru_.Next(e)) {
+    if (e->pins == 0 && e->ready && e->waiters.empty() && e != keep) {
       ++stats_.evictions;
       Retire(e);
       return true;
@@ -551,7 +494,7 @@ void FileCache::Retire(CacheEntry* e) {
 }
 
 void FileCache::MaybeFree(CacheEntry* e) {
-  if (e->in_map || e->pins > 0 || !e->ready || e->waiters != nullptr) return;
+  if (e->in_map || e->pins > 0 || !e->ready || !e->waiters.empty()) return;
   if (e->fd >= 0) loop_->Close(e->fd);
   if (e->content != nullptr) {
     content_pool_->Put(e->content);

@@ -34,6 +34,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "io/loop.h"
 #include "mem/buffer_pool.h"
+#include "mem/intrusive_list.h"
 #include "mem/slab_pool.h"
 #include "server/http/response_plan.h"
 
@@ -43,13 +44,13 @@ namespace ringd {
 // It is on one list at a time: its entry's waiters (`entry` names that entry), then the cache's
 // woken queue (`woken`; `entry` is null, since the entry may be freed before the wake-up runs).
 struct FileWaiter {
-  FileWaiter* prev = nullptr;  // on its entry's waiter list, then on the cache's woken queue
-  FileWaiter* next = nullptr;
+  mem::ListLink<FileWaiter> link;  // on its entry's waiter list, then on the cache's woken queue
   struct CacheEntry* entry = nullptr;  // the entry whose waiter list it is on
   bool woken = false;                  // on the cache's woken queue
   void (*wake)(FileWaiter*) = nullptr;
   bool waiting() const { return entry != nullptr || woken; }
 };
+using FileWaiters = mem::IntrusiveList<FileWaiter, &FileWaiter::link>;
 
 struct CacheEntry {
   std::string path;  // relative to the root; also the map key
@@ -59,15 +60,13 @@ struct CacheEntry {
   bool ready = false;       // metadata known (false while opening / reading)
   bool in_map = true;       // false once replaced by a fresher entry or evicted
   int64_t expires_ms = 0;
-  uint64_t validation = 0;  // the cache's validation count when its metadata was read
-  uint32_t pins = 0;        // responses using fd/content now
-  FileWaiter* waiters = nullptr;
-  CacheEntry* lru_prev = nullptr;  // most recent at the head
-  CacheEntry* lru_next = nullptr;
-  CacheEntry* content_prev = nullptr;  // the same order, among entries in the map with content
-  CacheEntry* content_next = nullptr;
-  io::Completion op;     // the open, then the content read
-  io::FileStat stat;     // what the open found
+  uint64_t validation = 0;             // the cache's validation count when its metadata was read
+  uint32_t pins = 0;                   // responses using fd/content now
+  FileWaiters waiters;                 // newest first
+  mem::ListLink<CacheEntry> lru_link;  // on the cache's lru_ while in the map
+  mem::ListLink<CacheEntry> content_link;  // and on its content_lru_ while it holds content
+  io::Completion op;                       // the open, then the content read
+  io::FileStat stat;                       // what the open found
   bool reading = false;  // `op` is the content read (the cache's own record, not the loop's)
   bool spare = false;    // opened in one of the spare entries (a missing path asked again)
   // Revalidation beside requests (see the top): the old entry's successor while it loads, and
@@ -204,19 +203,10 @@ class FileCache : public http::FileMetaSource {
   FileCacheOptions options_;
   mem::SlabPool<CacheEntry> entries_;
   absl::flat_hash_map<std::string, CacheEntry*> map_;
-  // Entries by last use, most recent first: all of the map's (lru_), and those with content.
-  struct Lru {
-    CacheEntry* head = nullptr;
-    CacheEntry* tail = nullptr;
-  };
-  template <CacheEntry* CacheEntry::*Prev, CacheEntry* CacheEntry::*Next>
-  static void ToFront(Lru* list, CacheEntry* e);
-  template <CacheEntry* CacheEntry::*Prev, CacheEntry* CacheEntry::*Next>
-  static void Remove(Lru* list, CacheEntry* e);  // no-op when e is not on it
-  Lru lru_;
-  Lru content_lru_;
-  FileWaiter* woken_head_ = nullptr;  // waiters whose entry is ready, wake-up not yet run
-  FileWaiter* woken_tail_ = nullptr;
+  // Entries by last use, least recent first: all of the map's (lru_), and those with content.
+  mem::IntrusiveList<CacheEntry, &CacheEntry::lru_link> lru_;
+  mem::IntrusiveList<CacheEntry, &CacheEntry::content_link> content_lru_;
+  FileWaiters woken_;  // waiters whose entry is ready, wake-up not yet run, oldest first
   int64_t now_ms_ = 0;
   uint64_t validations_ = 0;
   uint64_t retirements_ = 0;
