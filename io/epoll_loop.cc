@@ -148,8 +148,8 @@ class EpollLoop final : public Loop {
       *error = "epoll backend: mmap failed";
       return false;
     }
-    workers_ = std::make_unique<WorkerPool>(o.worker_threads, o.worker_queue, event_fd_, &RunJob,
-                                            kWarmChunk);
+    workers_ = std::make_unique<WorkerPool>(o.epoll.worker_threads, o.epoll.worker_queue, event_fd_,
+                                            &RunJob, kWarmChunk);
     return true;
   }
 

@@ -107,31 +107,16 @@ constexpr int kDirectHandle = 1 << 30;
 constexpr uint32_t kMaxRecvBuffers = 32768;
 static_assert(kMaxRecvBuffers <= 65536);
 
-struct LoopOptions {
-  uint32_t ring_entries = 4096;       // submission queue size (uring)
-  uint32_t recv_buffer_count = 1024;  // provided buffers for receiving (a power of two)
-  uint32_t recv_buffer_size = 8192;
-  // uring tiers: the kernel consumes provided buffers incrementally (IOU_PBUF_RING_INC): a
-  // receive takes only the bytes it fills, so the pool can be a few large buffers. Each
-  // receive then delivers at most recv_max_bytes (0: recv_buffer_size, which is the cap without
-  // incremental consumption).
+// What the bypass and uring tiers read (io/uring_loop.h); the epoll tier ignores it.
+struct UringOptions {
+  uint32_t ring_entries = 4096;  // submission queue size
+  // The kernel consumes provided buffers incrementally (IOU_PBUF_RING_INC): a receive takes only
+  // the bytes it fills, so the pool can be a few large buffers. Each receive then delivers at
+  // most LoopOptions::recv_max_bytes.
   bool recv_incremental = false;
-  uint32_t recv_max_bytes = 0;
-  uint32_t pipe_pool_size = 64;  // uring: reusable pipes for splice
-  uint32_t pipe_size = 1 << 20;  // uring: F_SETPIPE_SZ for each pipe
-  uint32_t worker_threads = 4;   // epoll: blocking file work
-  uint32_t worker_queue = 1024;  // epoll: queued file jobs before backpressure
-  // File bytes one SendFile Completion may send inline per Poll call; then it waits for the next
-  // turn (a POLL_ADD, or EPOLLOUT) and the loop serves everything else first. Without it a few
-  // fast large downloads (each next chunk starts from the last one's callback) hold the loop
-  // while small requests wait (nginx's sendfile_max_chunk).
-  uint64_t send_turn_bytes = 256 << 10;
-  // How long a "these pages are cached" answer is trusted before a file range is asked about
-  // again (internal::ResidentFiles); 0: ask before every inline send.
-  uint32_t page_cache_trust_ms = 100;
-  // TCP_CORK while a body's inline sendfiles run (internal::CorkBody), as nginx's tcp_nopush.
-  bool tcp_nopush = true;
-  bool send_zc = false;  // uring: IORING_OP_SEND_ZC for large buffers
+  uint32_t pipe_pool_size = 64;  // reusable pipes for splice
+  uint32_t pipe_size = 1 << 20;  // F_SETPIPE_SZ for each pipe
+  bool send_zc = false;          // IORING_OP_SEND_ZC for large buffers
   uint32_t send_zc_min_bytes = 8192;
   // The bypass tier (uring with direct descriptors): connections live in the ring's registered
   // file table, never in the process's fd table; `direct_files` slots (clamped to the
@@ -143,8 +128,8 @@ struct LoopOptions {
   // (IORING_OP_FIXED_FD_INSTALL, 6.8), so that cached pages go out with an inline sendfile(2) as
   // on the uring tier; false: every body splices through the ring.
   bool bypass_sendfile = false;
-  // uring tiers: bodies of at least this many bytes splice through the ring even when their pages
-  // are cached (0: never).
+  // Bodies of at least this many bytes splice through the ring even when their pages are cached
+  // (0: never).
   uint64_t splice_min_bytes = 0;
   // bypass: io_uring_enter names the ring by its index in the shard thread's table of registered
   // rings (IORING_REGISTER_RING_FDS, 5.18), not by its fd, so no enter looks the ring up in the
@@ -153,9 +138,9 @@ struct LoopOptions {
   // whose exit drops the registration. Where the kernel refuses it (an old
   // kernel, or a thread with every slot of its table taken) the loop enters by fd as before.
   bool register_ring_fd = false;
-  // uring tiers: the operations whose completions nothing reads (closes, cancels) ask the kernel
-  // for none when they succeed (IOSQE_CQE_SKIP_SUCCESS, 5.17), so a close does not wake a waiting
-  // shard for a completion it would drop (one io_uring_enter per Connection: close request).
+  // The operations whose completions nothing reads (closes, cancels) ask the kernel for none when
+  // they succeed (IOSQE_CQE_SKIP_SUCCESS, 5.17), so a close does not wake a waiting shard for a
+  // completion it would drop (one io_uring_enter per Connection: close request).
   bool skip_unread_cqes = false;
   bool sqpoll = false;             // a kernel thread submits: no io_uring_enter to submit
   int sqpoll_cpu = -1;             // pin the SQ thread (IORING_SETUP_SQ_AFF)
@@ -166,27 +151,55 @@ struct LoopOptions {
   // NAPI busy polling (IORING_REGISTER_NAPI, 6.9): while waiting for completions, poll the
   // receive queues of the NICs the ring's sockets arrived on for this long. 0: off.
   uint32_t busy_poll_us = 0;
-  // uring tiers without SQPOLL: a wait for completions returns once `batch_wait_count` have
-  // arrived, or once `batch_wait_us` have passed with at least one (io_uring_enter's
-  // min_wait_usec, 6.12), and every wait runs the ring's deferred completions: a shard that
-  // keeps up takes several completions a turn instead of one, for fewer system calls and
-  // wake-ups, at up to batch_wait_us of added latency. 0: off.
+  // Without SQPOLL: a wait for completions returns once `batch_wait_count` have arrived, or once
+  // `batch_wait_us` have passed with at least one (io_uring_enter's min_wait_usec, 6.12), and
+  // every wait runs the ring's deferred completions: a shard that keeps up takes several
+  // completions a turn instead of one, for fewer system calls and wake-ups, at up to
+  // batch_wait_us of added latency. 0: off.
   uint32_t batch_wait_us = 0;
   uint32_t batch_wait_count = 32;
   // io-wq workers per ring, for bounded (file) and unbounded (socket, splice) work; 0 leaves the
   // kernel's default (a worker per blocked request, up to RLIMIT_NPROC).
   uint32_t iowq_max_workers = 0;
-  // Memory for the receive buffers (recv_buffer_count x recv_buffer_size), carved by the shard
-  // from its own mapping; the loop maps its own when null.
-  char* recv_region = nullptr;
   // bypass: file bodies are read into registered buffers (IORING_OP_READ_FIXED) and sent from
   // there, `body_buffers` of `body_buffer_size` per loop (the loop maps and registers them); a
   // SendFile that finds none free splices through a pipe as before. 0: always splice.
   uint32_t body_buffers = 0;
   uint32_t body_buffer_size = 128 << 10;
-  const char* registered_region = nullptr;  // memory to register as fixed buffers (uring)
+  // Memory to register as fixed buffers (the shard's small-file pool), each on its first use.
+  const char* registered_region = nullptr;
   size_t registered_buffer_size = 0;
   uint32_t registered_buffer_count = 0;
+};
+
+// What the epoll tier reads (io/epoll_loop.cc); the uring tiers ignore it.
+struct EpollOptions {
+  uint32_t worker_threads = 4;   // blocking file work
+  uint32_t worker_queue = 1024;  // queued file jobs before backpressure
+};
+
+// A loop's options: what every tier reads, then each backend's own.
+struct LoopOptions {
+  uint32_t recv_buffer_count = 1024;  // buffers for receiving (a power of two)
+  uint32_t recv_buffer_size = 8192;
+  // The most one receive delivers (0: recv_buffer_size; less only with
+  // UringOptions::recv_incremental, where a buffer is larger than a receive).
+  uint32_t recv_max_bytes = 0;
+  // Memory for the receive buffers (recv_buffer_count x recv_buffer_size), carved by the shard
+  // from its own mapping; the loop maps its own when null.
+  char* recv_region = nullptr;
+  // File bytes one SendFile Completion may send inline per Poll call; then it waits for the next
+  // turn (a POLL_ADD, or EPOLLOUT) and the loop serves everything else first. Without it a few
+  // fast large downloads (each next chunk starts from the last one's callback) hold the loop
+  // while small requests wait (nginx's sendfile_max_chunk).
+  uint64_t send_turn_bytes = 256 << 10;
+  // How long a "these pages are cached" answer is trusted before a file range is asked about
+  // again (internal::ResidentFiles); 0: ask before every inline send.
+  uint32_t page_cache_trust_ms = 100;
+  // TCP_CORK while a body's inline sendfiles run (internal::CorkBody), as nginx's tcp_nopush.
+  bool tcp_nopush = true;
+  UringOptions uring;
+  EpollOptions epoll;
 };
 
 struct LoopStats {

@@ -168,8 +168,8 @@ TEST_P(LoopTest, SpliceWithoutDescriptorsUsesThePipeMadeAtStart) {
 // descriptors), and its body arrives whole.
 TEST_P(LoopTest, ADirtyPipeIsDrainedAndServesTheWaiter) {
   if (GetParam() != "uring") GTEST_SKIP() << "only the uring backend splices through pipes";
-  options_.pipe_pool_size = 2;
-  options_.splice_min_bytes = 1;  // every body splices, cached or not
+  options_.uring.pipe_pool_size = 2;
+  options_.uring.splice_min_bytes = 1;  // every body splices, cached or not
   SetUp();
   if (IsSkipped()) return;
   constexpr size_t kSize = 4 << 20;  // more than a socket and a pipe hold together
@@ -220,8 +220,8 @@ TEST_P(LoopTest, ADirtyPipeIsDrainedAndServesTheWaiter) {
 TEST_P(LoopTest, BypassBodiesGoThroughBodyBuffersThenSplice) {
   if (GetParam().rfind("bypass", 0) != 0)
     GTEST_SKIP() << "only the bypass tier reads bodies into body buffers";
-  options_.body_buffers = 1;
-  options_.body_buffer_size = 64 << 10;
+  options_.uring.body_buffers = 1;
+  options_.uring.body_buffer_size = 64 << 10;
   SetUp();
   if (IsSkipped()) return;
   constexpr int kConns = 3;
@@ -276,8 +276,8 @@ TEST_P(LoopTest, BypassCachedBodiesGoOutWithSendfileOnAnInstalledFd) {
     GTEST_SKIP() << "only the bypass tier installs fds for its sockets";
   static const bool usable = ProbeUring().fd_install;
   if (!usable) GTEST_SKIP() << "IORING_OP_FIXED_FD_INSTALL is missing here (ringd --probe)";
-  options_.bypass_sendfile = true;
-  options_.splice_min_bytes = 2 << 20;
+  options_.uring.bypass_sendfile = true;
+  options_.uring.splice_min_bytes = 2 << 20;
   SetUp();
   if (IsSkipped()) return;
   std::vector<int> clients;
@@ -336,7 +336,7 @@ TEST_P(LoopTest, BypassCachedBodiesGoOutWithSendfileOnAnInstalledFd) {
 // fd; splice; epoll's sendfile), while Poll keeps returning; once the client reads, it all
 // arrives. (A blocking socket would hold the first Poll until the client's reader gives up.)
 TEST_P(LoopTest, SendFileToAClientThatDoesNotReadNeverHoldsTheLoop) {
-  options_.bypass_sendfile = ProbeUring().fd_install;
+  options_.uring.bypass_sendfile = ProbeUring().fd_install;
   SetUp();
   if (IsSkipped()) return;
   std::vector<int> clients;

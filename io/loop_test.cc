@@ -92,7 +92,7 @@ TEST_P(LoopTest, TheBypassRingIsEnteredByItsRegisteredIndex) {
 TEST_P(LoopTest, AClosePostsNoCompletionWhereTheKernelCanSkipIt) {
   if (GetParam() == "epoll") GTEST_SKIP() << "epoll closes with close(2)";
   if (!ProbeUring().cqe_skip) GTEST_SKIP() << "no IOSQE_CQE_SKIP_SUCCESS here (ringd --probe)";
-  options_.skip_unread_cqes = true;
+  options_.uring.skip_unread_cqes = true;
   SetUp();
   if (IsSkipped()) return;
   auto [ours, theirs] = Pair();
@@ -486,9 +486,9 @@ TEST_P(LoopTest, RegisteredBuffersArePinnedOnFirstUse) {
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   ASSERT_NE(region, MAP_FAILED);
   char* base = static_cast<char*>(region);
-  options_.registered_region = base;
-  options_.registered_buffer_size = kBuf;
-  options_.registered_buffer_count = kCount;
+  options_.uring.registered_region = base;
+  options_.uring.registered_buffer_size = kBuf;
+  options_.uring.registered_buffer_count = kCount;
   SetUp();
   if (IsSkipped()) {
     ::munmap(region, kBuf * kCount);

@@ -134,7 +134,7 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
       static const bool usable = ProbeUring().recv_incremental;
       if (!usable) GTEST_SKIP() << "incremental receive is missing here (ringd --probe says why)";
       backend = "bypass";
-      o.recv_incremental = true;
+      o.uring.recv_incremental = true;
       o.recv_max_bytes = o.recv_buffer_size;
       o.recv_buffer_size = 64 << 10;
       o.recv_buffer_count = std::max<uint32_t>(2, options_.recv_buffer_count / 64);
@@ -146,14 +146,14 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
       static const bool usable = ProbeUring().batch_wait;
       if (!usable) GTEST_SKIP() << "batched waits are missing here (ringd --probe says why)";
       backend = "uring";
-      o.batch_wait_us = 50;
-      o.register_ring_fd = true;
+      o.uring.batch_wait_us = 50;
+      o.uring.register_ring_fd = true;
     }
     // The tiers as ringd runs them: bypass's ring registered, and on both uring tiers the
     // closes and cancels without completions, where the kernel can.
-    if (backend == "bypass") o.register_ring_fd = true;
+    if (backend == "bypass") o.uring.register_ring_fd = true;
     static const bool cqe_skip = ProbeUring().cqe_skip;
-    if (backend != "epoll") o.skip_unread_cqes = o.skip_unread_cqes || cqe_skip;
+    if (backend != "epoll") o.uring.skip_unread_cqes = o.uring.skip_unread_cqes || cqe_skip;
     loop_ = BuiltinTiers().Find(backend)->make(o, &error);
     if (loop_ == nullptr && backend != "epoll") {
       if (TierRequired(backend)) {
@@ -311,8 +311,8 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
   static constexpr const char* kNoInlineSends =
       "bypass sends inline only through an installed fd (IORING_OP_FIXED_FD_INSTALL)";
   bool SendsInline() {
-    options_.bypass_sendfile = ProbeUring().fd_install;
-    return GetParam().rfind("bypass", 0) != 0 || options_.bypass_sendfile;
+    options_.uring.bypass_sendfile = ProbeUring().fd_install;
+    return GetParam().rfind("bypass", 0) != 0 || options_.uring.bypass_sendfile;
   }
 
   // Arms `r` on `ours`; "one" arrives and pauses it; then "two" is written behind the pause.

@@ -7,30 +7,30 @@ namespace {
 
 // The optional features of the io_uring tiers, each kept only where the probe found it.
 void AdaptUring(bool direct, const ProbeReport& probe, LoopOptions* o, std::string* features) {
-  o->recv_incremental = o->recv_incremental && probe.recv_incremental;
+  o->uring.recv_incremental = o->uring.recv_incremental && probe.recv_incremental;
   *features +=
-      o->recv_incremental
+      o->uring.recv_incremental
           ? "; incremental receive buffers (" +
                 std::to_string(uint64_t{o->recv_buffer_count} * o->recv_buffer_size / 1024) +
                 " KiB per shard)"
           : "; whole receive buffers (incremental receive: unavailable)";
-  o->skip_unread_cqes = o->skip_unread_cqes && probe.cqe_skip;
-  *features += o->skip_unread_cqes ? "; closes and cancels post no completion"
-                                   : "; closes and cancels complete (CQE skip: unavailable)";
+  o->uring.skip_unread_cqes = o->uring.skip_unread_cqes && probe.cqe_skip;
+  *features += o->uring.skip_unread_cqes ? "; closes and cancels post no completion"
+                                         : "; closes and cancels complete (CQE skip: unavailable)";
   if (!direct) {
     // Process descriptors: sendfile works on every socket, and no ring table is to be gained.
-    o->bypass_sendfile = false;
-    o->register_ring_fd = false;
+    o->uring.bypass_sendfile = false;
+    o->uring.register_ring_fd = false;
     return;
   }
   // Cached file bodies: sendfile on a process fd installed for the socket (inline, without a hop
   // to io-wq and a pipe per body: docs/PERFORMANCE.md), where the kernel can.
-  o->bypass_sendfile = o->bypass_sendfile && probe.fd_install;
-  *features += o->bypass_sendfile ? "; cached bodies with sendfile on an installed fd"
-                                  : "; every body spliced";
-  o->register_ring_fd = o->register_ring_fd && probe.registered_ring;
-  *features += o->register_ring_fd ? "; registered ring fd"
-                                   : "; ring entered by fd (registered ring fd: unavailable)";
+  o->uring.bypass_sendfile = o->uring.bypass_sendfile && probe.fd_install;
+  *features += o->uring.bypass_sendfile ? "; cached bodies with sendfile on an installed fd"
+                                        : "; every body spliced";
+  o->uring.register_ring_fd = o->uring.register_ring_fd && probe.registered_ring;
+  *features += o->uring.register_ring_fd ? "; registered ring fd"
+                                         : "; ring entered by fd (registered ring fd: unavailable)";
 }
 
 }  // namespace
@@ -82,10 +82,10 @@ TierTable BuiltinTiers() {
     return true;
   };
   epoll.adapt = [](const ProbeReport&, LoopOptions* o, std::string*) {
-    o->recv_incremental = false;
-    o->skip_unread_cqes = false;
-    o->bypass_sendfile = false;
-    o->register_ring_fd = false;
+    o->uring.recv_incremental = false;
+    o->uring.skip_unread_cqes = false;
+    o->uring.bypass_sendfile = false;
+    o->uring.register_ring_fd = false;
   };
   epoll.make = &MakeEpollLoop;
   table.Register(std::move(epoll));

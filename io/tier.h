@@ -6,7 +6,7 @@
 //
 //   io::TierTable tiers = io::BuiltinTiers();
 //   io::TierChoice c = tiers.Choose("auto", probe, needs);   // c.tier (null on error), c.reason
-//   io::LoopOptions o;  o.recv_incremental = true;            // what the server would like
+//   io::LoopOptions o;  o.uring.recv_incremental = true;      // what the server would like
 //   c.tier->adapt(probe, &o, &features);                      // what the tier can do here
 //   std::unique_ptr<io::Loop> loop = c.tier->make(o, &error);
 #pragma once

@@ -40,20 +40,20 @@ UringLoop::~UringLoop() {
 bool UringLoop::Init(const LoopOptions& o, std::string* error) {
   options_ = o;
   resident_.set_trust_ms(o.page_cache_trust_ms);
-  direct_ = o.direct_descriptors;
+  direct_ = o.uring.direct_descriptors;
   if (!SetupRing(o, error) || !SetupFileTable(o, error) || !SetupRecvBuffers(o, error) ||
       !SetupFixedBuffers(o, error)) {
     return false;
   }
-  slots_.resize(o.ring_entries);
-  deferred_.reserve(o.ring_entries * 4);
-  next_turns_.reserve(o.ring_entries * 4);  // cleared every Poll
-  for (uint32_t i = 0; i < o.ring_entries; ++i) free_slots_.push_back(static_cast<int>(i));
-  if (o.pipe_pool_size > INT16_MAX) {  // OpState::pipe_index
-    *error = "too many pipes: " + std::to_string(o.pipe_pool_size);
+  slots_.resize(o.uring.ring_entries);
+  deferred_.reserve(o.uring.ring_entries * 4);
+  next_turns_.reserve(o.uring.ring_entries * 4);  // cleared every Poll
+  for (uint32_t i = 0; i < o.uring.ring_entries; ++i) free_slots_.push_back(static_cast<int>(i));
+  if (o.uring.pipe_pool_size > INT16_MAX) {  // OpState::pipe_index
+    *error = "too many pipes: " + std::to_string(o.uring.pipe_pool_size);
     return false;
   }
-  pipes_.resize(o.pipe_pool_size);
+  pipes_.resize(o.uring.pipe_pool_size);
   // The first pipe is made now and kept for good (GivePipe drains a dirty pipe rather than
   // replacing it): out of descriptors later, a body that must splice waits for that pipe instead
   // of failing after its head went out.
@@ -80,51 +80,51 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
 // table, batched waits, NAPI busy polling.
 bool UringLoop::SetupRing(const LoopOptions& o, std::string* error) {
   io_uring_params p{};
-  if (o.sqpoll) {
+  if (o.uring.sqpoll) {
     // A kernel thread polls the submission queue. DEFER_TASKRUN needs the submitter to be the
     // task that waits, which the SQ thread is not.
     p.flags = IORING_SETUP_SQPOLL | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_CQSIZE |
               IORING_SETUP_SUBMIT_ALL;
-    p.sq_thread_idle = o.sqpoll_idle_ms;
-    if (o.sqpoll_cpu >= 0) {
+    p.sq_thread_idle = o.uring.sqpoll_idle_ms;
+    if (o.uring.sqpoll_cpu >= 0) {
       p.flags |= IORING_SETUP_SQ_AFF;
-      p.sq_thread_cpu = static_cast<uint32_t>(o.sqpoll_cpu);
+      p.sq_thread_cpu = static_cast<uint32_t>(o.uring.sqpoll_cpu);
     }
-    if (o.attach_ring_fd >= 0) {  // share the first shard's SQ thread (and io-wq)
+    if (o.uring.attach_ring_fd >= 0) {  // share the first shard's SQ thread (and io-wq)
       p.flags |= IORING_SETUP_ATTACH_WQ;
-      p.wq_fd = static_cast<uint32_t>(o.attach_ring_fd);
+      p.wq_fd = static_cast<uint32_t>(o.uring.attach_ring_fd);
     }
   } else {
     p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_CQSIZE |
               IORING_SETUP_SUBMIT_ALL;
   }
-  p.cq_entries = o.ring_entries * 4;  // room for multishot bursts; NODROP covers the rest
-  int rc = io_uring_queue_init_params(o.ring_entries, &ring_, &p);
+  p.cq_entries = o.uring.ring_entries * 4;  // room for multishot bursts; NODROP covers the rest
+  int rc = io_uring_queue_init_params(o.uring.ring_entries, &ring_, &p);
   if (rc == -EINVAL) {  // older kernel: no SINGLE_ISSUER / DEFER_TASKRUN
     p.flags &= ~(IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL);
-    rc = io_uring_queue_init_params(o.ring_entries, &ring_, &p);
+    rc = io_uring_queue_init_params(o.uring.ring_entries, &ring_, &p);
   }
   if (rc < 0) {
-    *error =
-        std::string(o.sqpoll ? "io_uring_setup (SQPOLL): " : "io_uring_setup: ") + strerror(-rc);
+    *error = std::string(o.uring.sqpoll ? "io_uring_setup (SQPOLL): " : "io_uring_setup: ") +
+             strerror(-rc);
     return false;
   }
   ring_ready_ = true;
-  sqpoll_ = o.sqpoll;
-  if ((p.features & IORING_FEAT_CQE_SKIP) == 0) options_.skip_unread_cqes = false;  // probed
+  sqpoll_ = o.uring.sqpoll;
+  if ((p.features & IORING_FEAT_CQE_SKIP) == 0) options_.uring.skip_unread_cqes = false;  // probed
   // Registered in this (the shard's) thread's table of rings: liburing then enters by the
   // index. Not a reason to fail: a ring entered by its fd works the same, one fd lookup dearer.
-  if (o.register_ring_fd) stats_.ring_fd_registered = io_uring_register_ring_fd(&ring_) == 1;
-  if (o.batch_wait_us != 0 && !o.sqpoll) {
+  if (o.uring.register_ring_fd) stats_.ring_fd_registered = io_uring_register_ring_fd(&ring_) == 1;
+  if (o.uring.batch_wait_us != 0 && !o.uring.sqpoll) {
     if ((p.features & uapi::kFeatMinTimeout) == 0) {
       *error = "batched waits need IORING_FEAT_MIN_TIMEOUT (Linux 6.12)";
       return false;
     }
-    batch_wait_us_ = o.batch_wait_us;
+    batch_wait_us_ = o.uring.batch_wait_us;
   }
-  if (o.busy_poll_us != 0) {
+  if (o.uring.busy_poll_us != 0) {
     uapi::Napi napi;
-    napi.busy_poll_to = o.busy_poll_us;
+    napi.busy_poll_to = o.uring.busy_poll_us;
     rc = io_uring_register(ring_.ring_fd, uapi::kRegisterNapi, &napi, 1);
     if (rc < 0) {
       *error = std::string("IORING_REGISTER_NAPI: ") + strerror(-rc);
@@ -143,7 +143,7 @@ bool UringLoop::SetupFileTable(const LoopOptions& o, std::string* error) {
     // to RLIMIT_NOFILE.
     rlimit rl{};
     ::getrlimit(RLIMIT_NOFILE, &rl);
-    const uint32_t slots = o.direct_files != 0 ? o.direct_files : 1024;
+    const uint32_t slots = o.uring.direct_files != 0 ? o.uring.direct_files : 1024;
     if (rl.rlim_cur != RLIM_INFINITY && slots > rl.rlim_cur) {
       *error = "registered file table: " + std::to_string(slots) + " slots exceed RLIMIT_NOFILE (" +
                std::to_string(rl.rlim_cur) + ")";
@@ -155,11 +155,12 @@ bool UringLoop::SetupFileTable(const LoopOptions& o, std::string* error) {
       return false;
     }
     direct_slots_ = slots;
-    fd_install_ = o.bypass_sendfile;
+    fd_install_ = o.uring.bypass_sendfile;
     slot_state_.assign(slots, SlotState{});
   }
-  if (o.iowq_max_workers != 0) {
-    unsigned workers[2] = {o.iowq_max_workers, o.iowq_max_workers};  // bounded, unbounded
+  if (o.uring.iowq_max_workers != 0) {
+    unsigned workers[2] = {o.uring.iowq_max_workers,
+                           o.uring.iowq_max_workers};  // bounded, unbounded
     rc = io_uring_register_iowq_max_workers(&ring_, workers);
     if (rc < 0) {
       *error = std::string("io_uring_register_iowq_max_workers: ") + strerror(-rc);
@@ -198,7 +199,7 @@ bool UringLoop::SetupRecvBuffers(const LoopOptions& o, std::string* error) {
   // Incremental consumption: each receive takes only the bytes it fills from the current
   // buffer (capped at recv_max_bytes by the SQE's length), so a few large buffers serve as
   // many small receives as a pool many times their size. liburing 2.3 names the flags `pad`.
-  incremental_ = o.recv_incremental;
+  incremental_ = o.uring.recv_incremental;
   recv_max_ = o.recv_max_bytes != 0 ? o.recv_max_bytes : o.recv_buffer_size;
   if (recv_max_ > o.recv_buffer_size || (!incremental_ && recv_max_ != o.recv_buffer_size)) {
     *error = "receive cap " + std::to_string(recv_max_) + " does not fit the receive buffers";
@@ -225,17 +226,18 @@ bool UringLoop::SetupFixedBuffers(const LoopOptions& o, std::string* error) {
   // Fixed buffers: the shard's small-file pool, so file reads into it skip page pinning, then
   // (bypass) the body buffers that file bodies pass through, registered after them.
   std::vector<iovec> iovs;
-  if (o.registered_region != nullptr && o.registered_buffer_count > 0) {
-    for (uint32_t i = 0; i < o.registered_buffer_count; ++i) {
-      iovs.push_back(iovec{const_cast<char*>(o.registered_region) + i * o.registered_buffer_size,
-                           o.registered_buffer_size});
+  if (o.uring.registered_region != nullptr && o.uring.registered_buffer_count > 0) {
+    for (uint32_t i = 0; i < o.uring.registered_buffer_count; ++i) {
+      iovs.push_back(
+          iovec{const_cast<char*>(o.uring.registered_region) + i * o.uring.registered_buffer_size,
+                o.uring.registered_buffer_size});
     }
-    fixed_base_ = o.registered_region;
-    fixed_size_ = o.registered_buffer_size;
-    fixed_count_ = o.registered_buffer_count;
+    fixed_base_ = o.uring.registered_region;
+    fixed_size_ = o.uring.registered_buffer_size;
+    fixed_count_ = o.uring.registered_buffer_count;
   }
-  if (direct_ && o.body_buffers > 0) {
-    body_bytes_ = static_cast<size_t>(o.body_buffers) * o.body_buffer_size;
+  if (direct_ && o.uring.body_buffers > 0) {
+    body_bytes_ = static_cast<size_t>(o.uring.body_buffers) * o.uring.body_buffer_size;
     void* m = ::mmap(nullptr, body_bytes_, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) {
@@ -243,10 +245,10 @@ bool UringLoop::SetupFixedBuffers(const LoopOptions& o, std::string* error) {
       return false;
     }
     body_base_ = static_cast<char*>(m);
-    for (uint32_t i = 0; i < o.body_buffers; ++i) {
-      iovs.push_back(
-          iovec{body_base_ + static_cast<size_t>(i) * o.body_buffer_size, o.body_buffer_size});
-      body_free_.push_back(static_cast<int>(o.body_buffers - 1 - i));
+    for (uint32_t i = 0; i < o.uring.body_buffers; ++i) {
+      iovs.push_back(iovec{body_base_ + static_cast<size_t>(i) * o.uring.body_buffer_size,
+                           o.uring.body_buffer_size});
+      body_free_.push_back(static_cast<int>(o.uring.body_buffers - 1 - i));
     }
   }
   if (!iovs.empty()) {
@@ -397,7 +399,7 @@ int UringLoop::SubmitAndWaitBatch(const __kernel_timespec* ts) {
   unsigned flags = IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG;
   if (stats_.ring_fd_registered) flags |= IORING_ENTER_REGISTERED_RING;  // enter_ring_fd: the index
   const long rc = ::syscall(__NR_io_uring_enter, ring_.enter_ring_fd, to_submit,
-                            options_.batch_wait_count, flags, &arg, sizeof(arg));
+                            options_.uring.batch_wait_count, flags, &arg, sizeof(arg));
   return rc < 0 ? -errno : static_cast<int>(rc);
 }
 
@@ -628,7 +630,7 @@ std::unique_ptr<Loop> MakeUringLoop(const LoopOptions& options, std::string* err
 
 std::unique_ptr<Loop> MakeBypassLoop(const LoopOptions& options, std::string* error) {
   LoopOptions o = options;
-  o.direct_descriptors = true;
+  o.uring.direct_descriptors = true;
   return MakeUringLoop(o, error);
 }
 

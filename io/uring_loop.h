@@ -134,7 +134,7 @@ class UringLoop final : public Loop {
   // and where the kernel can, no completion at all when it succeeds.
   void Unread(io_uring_sqe* sqe) const {
     io_uring_sqe_set_data(sqe, nullptr);
-    if (options_.skip_unread_cqes) sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+    if (options_.uring.skip_unread_cqes) sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
   }
 
   void CloseSlot(uint32_t slot) {
@@ -271,7 +271,7 @@ class UringLoop final : public Loop {
   void SendBody(Completion* c);
   void OnBody(Completion* c, int32_t res);
   char* BodyBuffer(int index) const {
-    return body_base_ + static_cast<size_t>(index) * options_.body_buffer_size;
+    return body_base_ + static_cast<size_t>(index) * options_.uring.body_buffer_size;
   }
 
   void SpliceOut(Completion* c);

@@ -45,7 +45,8 @@ void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t len
   }
   // --splice-min-bytes: a large body splices even when cached (a pipe's 1 MiB per send, where
   // sendfile's internal pipe gives the socket 64 KiB at a time).
-  if (options_.splice_min_bytes != 0 && length >= options_.splice_min_bytes) return Splice(c);
+  if (options_.uring.splice_min_bytes != 0 && length >= options_.uring.splice_min_bytes)
+    return Splice(c);
   // Pages already in the page cache go out with sendfile on the (non-blocking) socket right
   // here: no kernel worker hop, and it cannot block on the disk. Anything else is spliced
   // through the ring, where a cold read blocks an io-wq worker, never this thread; and so is
@@ -71,7 +72,7 @@ void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t len
 // cache waits for the disk inside the kernel (buffered reads through the ring do not block the
 // submitter), never on this thread.
 void UringLoop::ReadBody(Completion* c) {
-  const uint64_t n = std::min<uint64_t>(c->remaining, options_.body_buffer_size);
+  const uint64_t n = std::min<uint64_t>(c->remaining, options_.uring.body_buffer_size);
   St(c).in_pipe = 0;  // nothing read yet: the next completion is the read's
   io_uring_sqe* sqe = Sqe();
   const int index = RegisteredIndex(static_cast<int>(fixed_count_) + St(c).slot);
@@ -129,7 +130,7 @@ void UringLoop::SubmitSend(Completion* c) {
   io_uring_sqe* sqe = Sqe();
   // send_zc pays for large buffers only: below the threshold the notification costs more than
   // the copy it saves.
-  const bool zc = options_.send_zc && c->remaining >= options_.send_zc_min_bytes;
+  const bool zc = options_.uring.send_zc && c->remaining >= options_.uring.send_zc_min_bytes;
   if (zc) ++stats_.send_zc;
   // A zero-copy send completes only once the kernel lets go of the buffer (its notification):
   // bytes held back by MSG_MORE would be let go only when the kernel sends them alone, 200 ms
@@ -261,7 +262,7 @@ int UringLoop::TakePipe() {
 int UringLoop::OpenPipe(Pipe* p) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return -errno;
-  ::fcntl(fds[1], F_SETPIPE_SZ, static_cast<int>(options_.pipe_size));  // best effort
+  ::fcntl(fds[1], F_SETPIPE_SZ, static_cast<int>(options_.uring.pipe_size));  // best effort
   p->r = fds[0];
   p->w = fds[1];
   return 0;
@@ -303,7 +304,8 @@ void UringLoop::GivePipe(int index, bool dirty) {
 void UringLoop::SpliceIn(Completion* c) {
   RINGD_ASSERT(St(c).pipe_index >= 0 && static_cast<size_t>(St(c).pipe_index) < pipes_.size());
   const Pipe& p = pipes_[static_cast<size_t>(St(c).pipe_index)];
-  const uint64_t chunk = c->remaining < options_.pipe_size ? c->remaining : options_.pipe_size;
+  const uint64_t chunk =
+      c->remaining < options_.uring.pipe_size ? c->remaining : options_.uring.pipe_size;
   io_uring_sqe* sqe = Sqe();
   io_uring_prep_splice(sqe, c->file_fd, static_cast<int64_t>(c->offset), p.w, -1,
                        static_cast<unsigned>(chunk), SPLICE_F_MOVE);

@@ -105,13 +105,13 @@ bool ChooseIo(const Config& config, const io::TierTable& tiers, const io::ProbeR
   // What the server would like; the tier keeps what it can use here and says so.
   io::LoopOptions& f = out->features;
   // Incremental receives share a --recv-pool-kib pool of large buffers.
-  f.recv_incremental = true;
+  f.uring.recv_incremental = true;
   f.recv_buffer_size = IncrementalRecvBufferBytes(config);
   f.recv_buffer_count =
       static_cast<uint32_t>(uint64_t{config.recv_pool_kib} * 1024 / f.recv_buffer_size);
-  f.skip_unread_cqes = true;
-  f.register_ring_fd = true;
-  f.bypass_sendfile = config.bypass_sendfile;
+  f.uring.skip_unread_cqes = true;
+  f.uring.register_ring_fd = true;
+  f.uring.bypass_sendfile = config.bypass_sendfile;
   choice.tier->adapt(probe, &f, &out->line);
   if (config.splice_min_bytes != 0)
     out->line += "; bodies from " + std::to_string(config.splice_min_bytes) + " bytes spliced";

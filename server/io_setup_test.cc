@@ -72,10 +72,10 @@ TEST_F(IoSetupTest, AutoTakesBypassWithEveryFeatureWhereTheKernelHasThem) {
             "bypass: direct descriptors; incremental receive buffers (1024 KiB per shard); closes "
             "and cancels post no "
             "completion; cached bodies with sendfile on an installed fd; registered ring fd");
-  EXPECT_TRUE(io.features.recv_incremental);
-  EXPECT_TRUE(io.features.skip_unread_cqes);
-  EXPECT_TRUE(io.features.bypass_sendfile);
-  EXPECT_TRUE(io.features.register_ring_fd);
+  EXPECT_TRUE(io.features.uring.recv_incremental);
+  EXPECT_TRUE(io.features.uring.skip_unread_cqes);
+  EXPECT_TRUE(io.features.uring.bypass_sendfile);
+  EXPECT_TRUE(io.features.uring.register_ring_fd);
 }
 
 TEST_F(IoSetupTest, EachTierKeepsOnlyTheFeaturesItCanUse) {
@@ -85,24 +85,24 @@ TEST_F(IoSetupTest, EachTierKeepsOnlyTheFeaturesItCanUse) {
   IoSetup io;
   std::string error;
   ASSERT_TRUE(ChooseIo(WithIo("bypass"), tiers_, probe, 0, &io, &error)) << error;
-  EXPECT_FALSE(io.features.bypass_sendfile);
-  EXPECT_FALSE(io.features.skip_unread_cqes);
+  EXPECT_FALSE(io.features.uring.bypass_sendfile);
+  EXPECT_FALSE(io.features.uring.skip_unread_cqes);
   EXPECT_NE(io.line.find("; every body spliced"), std::string::npos) << io.line;
   EXPECT_NE(io.line.find("; closes and cancels complete (CQE skip: unavailable)"),
             std::string::npos)
       << io.line;
   io = IoSetup{};
   ASSERT_TRUE(ChooseIo(WithIo("uring"), tiers_, FullProbe(), 0, &io, &error)) << error;
-  EXPECT_TRUE(io.features.recv_incremental);
-  EXPECT_FALSE(io.features.register_ring_fd);  // a process-fd ring gains nothing from it
-  EXPECT_FALSE(io.features.bypass_sendfile);
+  EXPECT_TRUE(io.features.uring.recv_incremental);
+  EXPECT_FALSE(io.features.uring.register_ring_fd);  // a process-fd ring gains nothing from it
+  EXPECT_FALSE(io.features.uring.bypass_sendfile);
   io = IoSetup{};
   ASSERT_TRUE(ChooseIo(WithIo("epoll"), tiers_, FullProbe(), 0, &io, &error)) << error;
   EXPECT_EQ(io.line,
             "epoll: chosen with --io=epoll (readiness and a worker pool, available "
             "everywhere)");
-  EXPECT_FALSE(io.features.recv_incremental || io.features.skip_unread_cqes ||
-               io.features.register_ring_fd || io.features.bypass_sendfile);
+  EXPECT_FALSE(io.features.uring.recv_incremental || io.features.uring.skip_unread_cqes ||
+               io.features.uring.register_ring_fd || io.features.uring.bypass_sendfile);
 }
 
 TEST_F(IoSetupTest, WithoutIoUringAutoFallsBackToEpollAndSaysWhy) {

@@ -213,10 +213,10 @@ class Shard {
     https_port_suffix_ = std::move(port_suffix);
   }
   // Before Setup: the optional loop features the chosen tier takes up here (io::Tier::adapt:
-  // recv_incremental, a pool of recv_buffer_count buffers of recv_buffer_size (--recv-pool-kib)
-  // instead of --recv-buffers; register_ring_fd;
-  // skip_unread_cqes; bypass_sendfile), and an SQ thread to share (another shard's ring,
-  // io::Loop::RingFd; -1 for a thread of its own).
+  // uring.recv_incremental with a pool of recv_buffer_count buffers of recv_buffer_size
+  // (--recv-pool-kib) instead of --recv-buffers; uring.register_ring_fd, skip_unread_cqes,
+  // bypass_sendfile), and an SQ thread to share (another shard's ring, io::Loop::RingFd; -1 for
+  // a thread of its own).
   void SetLoopFeatures(const io::LoopOptions& features) { features_ = features; }
   void SetAttachRing(int ring_fd) { attach_ring_fd_ = ring_fd; }
 
@@ -229,10 +229,10 @@ class Shard {
   // --recv-pool-kib in large buffers that many receives share (each still at most
   // --recv-buffer-size, which an input buffer is sized for).
   uint32_t RecvBufferCount() const {
-    return features_.recv_incremental ? features_.recv_buffer_count : config_.recv_buffers;
+    return features_.uring.recv_incremental ? features_.recv_buffer_count : config_.recv_buffers;
   }
   uint32_t RecvBufferSize() const {
-    return features_.recv_incremental ? features_.recv_buffer_size : config_.recv_buffer_size;
+    return features_.uring.recv_incremental ? features_.recv_buffer_size : config_.recv_buffer_size;
   }
   void Tick();
   void BeginDrain();
