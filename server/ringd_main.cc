@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -572,11 +573,20 @@ int Main(int argc, char** argv) {
   notifier.Ready(serving_line);  // every shard's accept is armed
 
   const int sig = WaitForStop(signals, notifier, observability, shard_list, &tls);
+  for (auto& s : shard_list) s->RequestStop();
+  // Each shard begins its drain at its next turn; the process says it drains (/readyz 503,
+  // /debug/shards) once they all have, so that nothing is served after the flag says otherwise
+  // (a shard that does not get there within a second is not waited for).
+  for (int waited_ms = 0; waited_ms < 1000; ++waited_ms) {
+    bool all = true;
+    for (auto& s : shard_list) all = all && s->DrainBegun();
+    if (all) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   observability.BeginDrain();  // /readyz answers 503 from here on
   notifier.Stopping("draining");
   std::fprintf(stderr, "ringd: %s: finishing responses in flight (up to %u ms)\n",
                sig == SIGINT ? "SIGINT" : "SIGTERM", config.shutdown_timeout_ms);
-  for (auto& s : shard_list) s->RequestStop();
   for (auto& t : threads) t.join();
   observability.Stop();  // the admin listener, then the log's last lines
   ShardStats total;

@@ -348,6 +348,7 @@ void Shard::BeginDrain() {
   // Connections still receiving a request head are not cut: one accepted a moment ago has a
   // request on its way (a restart under load would lose it). They are answered with
   // `Connection: close`, within the header timeout and the drain deadline.
+  drain_begun_.store(true, std::memory_order_release);
 }
 
 void Shard::ArmAccept() {

@@ -165,6 +165,9 @@ class Shard {
   // deadline). False once a graceful stop has completed.
   bool Step();
   void RequestStop();
+  // Whether the drain RequestStop asked for has begun: accepting stopped, listeners shut down
+  // (any thread may ask).
+  bool DrainBegun() const { return drain_begun_.load(std::memory_order_acquire); }
   io::Loop* loop() const { return loop_.get(); }
   const std::string& error() const { return error_; }
   // Connection slots beyond --max-connections: connections on their way out (lingering or
@@ -348,6 +351,7 @@ class Shard {
   char date_[http::kHttpDateLen];
 
   std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> drain_begun_{false};
   bool draining_ = false;
   int64_t drain_deadline_ms_ = 0;
   ShardStats stats_;
