@@ -8,7 +8,7 @@
 #include <cstddef>
 
 #include "io/assert.h"
-#include "server/core/shard.h"
+#include "server/core/connection.h"
 
 namespace ringd {
 namespace {
@@ -22,9 +22,9 @@ constexpr uint64_t kSlotChunk = 256 << 10;
 
 }  // namespace
 
-void Shard::OnSend(io::Completion* c) {
+void ConnectionMachine::OnSend(io::Completion* c) {
   Connection* conn = static_cast<Connection*>(c->owner);
-  Shard* self = conn->shard;
+  ConnectionMachine* self = conn->machine;
   // A body chunk that held a send slot gives it back; once this connection has had its turn
   // (its next chunk queued or started, or the response over), the queue starts whoever is next.
   const bool held_slot = conn->ex->ticket.holds_slot;
@@ -33,7 +33,7 @@ void Shard::OnSend(io::Completion* c) {
   if (held_slot) self->PumpSends();
 }
 
-void Shard::Sent(Connection* conn, io::Completion* c) {
+void ConnectionMachine::Sent(Connection* conn, io::Completion* c) {
   Exchange* ex = conn->ex;
   const Exchange::Sending sent = ex->sending;  // the send that ended
   ex->sending = Exchange::Sending::kNone;
@@ -60,12 +60,12 @@ void Shard::Sent(Connection* conn, io::Completion* c) {
 
 // A chunk that holds a slot is short, so that the queue chooses again soon; one that needs no
 // slot (its client or the disk is slow) is long, so that fewer, larger reads are in flight.
-uint64_t Shard::ChunkBytes(const Connection* conn) const {
+uint64_t ConnectionMachine::ChunkBytes(const Connection* conn) const {
   return config_.send_srpt && !conn->ex->ticket.slow ? kSlotChunk : kFileChunk;
 }
 
 // The next chunk of a file body, once the send queue has let it go.
-void Shard::StartBodyChunk(Connection* conn) {
+void ConnectionMachine::StartBodyChunk(Connection* conn) {
   Exchange* ex = conn->ex;
   RINGD_ASSERT(conn->state == ConnState::kSending && ex != nullptr &&
                ex->phase == Exchange::Phase::kSlice && ex->body_left > 0 &&
@@ -76,7 +76,7 @@ void Shard::StartBodyChunk(Connection* conn) {
 
 // Starts every queued body chunk the send queue lets go now: a freed slot's next holder, and
 // any that reached the aging bound. Never runs a callback (starting a send only submits it).
-void Shard::PumpSends() {
+void ConnectionMachine::PumpSends() {
   const int64_t now_ms = loop_->MonotonicMs();  // now_ms_ is stale after a Poll that slept
   while (SendTicket* t = sends_->Next(now_ms)) {
     StartBodyChunk(
@@ -85,7 +85,7 @@ void Shard::PumpSends() {
 }
 
 // Sends the next piece of a response whose body is not a single in-memory send.
-void Shard::SendNext(Connection* conn) {
+void ConnectionMachine::SendNext(Connection* conn) {
   Exchange* ex = conn->ex;
   const http::ResponsePlan& plan = ex->plan;
   switch (ex->phase) {

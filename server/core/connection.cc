@@ -2,6 +2,8 @@
 //
 //   recv bytes -> input buffer -> parse -> plan (file cache; may wait) -> head + body sends
 //   -> next pipelined request, or idle (no buffer held), or graceful close.
+#include "server/core/connection.h"
+
 #include <sys/socket.h>
 
 #include <cstdio>
@@ -9,7 +11,6 @@
 #include <cstring>
 
 #include "io/assert.h"
-#include "server/core/shard.h"
 
 namespace ringd {
 namespace {
@@ -33,7 +34,7 @@ bool ViewsScratch(const http::ResponsePlan& plan, const http::PlanScratch& scrat
 
 }  // namespace
 
-void Shard::ArmRecv(Connection* conn) {
+void ConnectionMachine::ArmRecv(Connection* conn) {
   conn->recv_active = true;
   conn->recv_paused = false;
   conn->recv_ending = false;
@@ -44,7 +45,7 @@ void Shard::ArmRecv(Connection* conn) {
 // keeps what arrives; once another delivery might not fit, the receive pauses and the kernel's
 // socket buffer holds the rest. A paused receive delivers nothing, so no byte is ever dropped
 // (PauseRecv's contract), and reading resumes as soon as there is room again.
-void Shard::UpdateRecv(Connection* conn) {
+void ConnectionMachine::UpdateRecv(Connection* conn) {
   if (!conn->recv_active || conn->recv_ending || conn->state == ConnState::kClosing ||
       conn->state == ConnState::kEndingRecv || conn->state == ConnState::kLingering) {
     return;
@@ -73,15 +74,15 @@ void Shard::UpdateRecv(Connection* conn) {
 
 // Between requests: no buffer held, and a deadline for the next one (or for the rest of a body
 // being skipped, which gets a short one of its own).
-void Shard::WaitForRequest(Connection* conn) {
+void ConnectionMachine::WaitForRequest(Connection* conn) {
   if (conn->peer_closed) return Abort(conn);
   (conn->discard > 0 ? discard_timers_ : idle_timers_).Arm(&conn->timer, now_ms_);
-  ResumeAcceptIfRoom();  // an idle connection can give way to a newcomer now
+  host_->RoomMayHaveChanged();  // an idle connection can give way to a newcomer now
 }
 
-void Shard::OnRecv(io::Completion* c) {
+void ConnectionMachine::OnRecv(io::Completion* c) {
   Connection* conn = static_cast<Connection*>(c->owner);
-  Shard* self = conn->shard;
+  ConnectionMachine* self = conn->machine;
   if (!c->more) conn->recv_active = false;
   // A cancelled receive that leaves bytes unread in the socket: the client is still sending, so
   // a connection closing after its last response lingers rather than close on them (a reset).
@@ -122,7 +123,7 @@ void Shard::OnRecv(io::Completion* c) {
   // itself) or with end of stream while a response is in flight: nothing more to do here.
 }
 
-void Shard::Received(Connection* conn, const char* data, size_t n) {
+void ConnectionMachine::Received(Connection* conn, const char* data, size_t n) {
   if (conn->state == ConnState::kClosing || conn->state == ConnState::kLingering) return;
   if (conn->state == ConnState::kEndingRecv) {
     conn->more_input_expected = true;  // after the last response: never answered, linger
@@ -170,7 +171,7 @@ void Shard::Received(Connection* conn, const char* data, size_t n) {
   UpdateRecv(conn);
 }
 
-void Shard::ProcessInput(Connection* conn) {
+void ConnectionMachine::ProcessInput(Connection* conn) {
   while (conn->state == ConnState::kReading && conn->in_len > 0) {
     http::Request req;
     const std::string_view buf(conn->in, conn->in_len);
@@ -201,7 +202,7 @@ void Shard::ProcessInput(Connection* conn) {
 
 // Takes an input buffer for a connection that has none. It cannot run dry: the pool has one
 // buffer per connection. Returns false (the connection is shed) if it did anyway.
-bool Shard::Stash(Connection* conn) {
+bool ConnectionMachine::Stash(Connection* conn) {
   conn->in = input_pool_->Get();
   conn->in_len = 0;
   conn->parsed_len = 0;
@@ -212,7 +213,7 @@ bool Shard::Stash(Connection* conn) {
 }
 
 // Parses and answers requests straight from bytes the loop received, copying only leftovers.
-void Shard::ProcessDirect(Connection* conn, const char* data, size_t n) {
+void ConnectionMachine::ProcessDirect(Connection* conn, const char* data, size_t n) {
   bool partial = false;
   while (n > 0 && conn->state == ConnState::kReading) {
     http::Request req;
@@ -256,7 +257,7 @@ void Shard::ProcessDirect(Connection* conn, const char* data, size_t n) {
 // Plans a parsed request and starts its response. Returns true when planning must wait for file
 // metadata (the caller keeps the request's bytes); false once a response is under way (the
 // caller then drops the head and `conn->discard` body bytes).
-bool Shard::Plan(Connection* conn, const http::Request& req, size_t head_bytes) {
+bool ConnectionMachine::Plan(Connection* conn, const http::Request& req, size_t head_bytes) {
   // The pool holds one exchange per connection, so this cannot fail; if it does, the process
   // stops loudly rather than serving on.
   RINGD_ASSERT_MSG(conn->ex != nullptr || TakeExchange(conn), "exchange pool exhausted");
@@ -304,9 +305,9 @@ bool Shard::Plan(Connection* conn, const http::Request& req, size_t head_bytes) 
   return false;
 }
 
-void Shard::OnFileReady(FileWaiter* w) {
+void ConnectionMachine::OnFileReady(FileWaiter* w) {
   Connection* conn = ConnOf(w);
-  Shard* self = conn->shard;
+  ConnectionMachine* self = conn->machine;
   RINGD_ASSERT(conn->state == ConnState::kWaitingFile);  // Abort forgets the waiter
   self->SetState(conn, ConnState::kReading);
   // Parse the head again rather than keep the parsed request: it is cheap, and it keeps the
@@ -323,7 +324,7 @@ void Shard::OnFileReady(FileWaiter* w) {
   self->UpdateRecv(conn);
 }
 
-void Shard::ConsumeInput(Connection* conn, size_t n) {
+void ConnectionMachine::ConsumeInput(Connection* conn, size_t n) {
   if (n >= conn->in_len) {
     conn->in_len = 0;
   } else {
@@ -335,7 +336,7 @@ void Shard::ConsumeInput(Connection* conn, size_t n) {
 
 // Drops an answered request's head from the input buffer, then as much of its body (the
 // `discard` bytes Plan set) as has already arrived.
-void Shard::DropHead(Connection* conn, size_t head_bytes) {
+void ConnectionMachine::DropHead(Connection* conn, size_t head_bytes) {
   ConsumeInput(conn, head_bytes);
   const uint32_t skip =
       conn->discard < conn->in_len ? static_cast<uint32_t>(conn->discard) : conn->in_len;
@@ -343,14 +344,14 @@ void Shard::DropHead(Connection* conn, size_t head_bytes) {
   conn->discard -= skip;
 }
 
-void Shard::ReleaseInputIfEmpty(Connection* conn) {
+void ConnectionMachine::ReleaseInputIfEmpty(Connection* conn) {
   if (conn->in != nullptr && conn->in_len == 0) {
     input_pool_->Put(conn->in);
     conn->in = nullptr;
   }
 }
 
-void Shard::RespondError(Connection* conn, int status, std::string_view raw) {
+void ConnectionMachine::RespondError(Connection* conn, int status, std::string_view raw) {
   if (conn->ex == nullptr && !TakeExchange(conn)) return Abort(conn);
   BeginExchange(conn, raw, nullptr);
   http::PlanError(status, false, &conn->ex->plan);
@@ -361,7 +362,7 @@ void Shard::RespondError(Connection* conn, int status, std::string_view raw) {
   StartResponse(conn, conn->ex);
 }
 
-void Shard::StartResponse(Connection* conn, Exchange* ex) {
+void ConnectionMachine::StartResponse(Connection* conn, Exchange* ex) {
   http::ResponsePlan& plan = ex->plan;
   // Views into the scratch are the latest plan's: no other plan ran since (Exchange::plan).
   RINGD_ASSERT(ex->plan_number == plans_ || !ViewsScratch(plan, *scratch_));
@@ -387,7 +388,7 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
   // after this, and an empty view is all a later reader could find.
   plan.file_path = plan.etag = plan.last_modified = plan.location = {};
   ex->send.owner = conn;
-  ex->send.callback = &Shard::OnSend;
+  ex->send.callback = &ConnectionMachine::OnSend;
   ex->part = 0;
   SetState(conn, ConnState::kSending);
   conn->wants_close = !plan.keep_alive;
@@ -438,7 +439,7 @@ void Shard::StartResponse(Connection* conn, Exchange* ex) {
 // --tcp-nopush, and only when the body starts as soon as the head is sent, not after a wait in
 // the send queue. (A body that must come from the disk still holds its head until its first
 // bytes are read, as nginx's; the kernel sends held bytes alone after about 200 ms.)
-bool Shard::BodyFollowsAtOnce(const Connection* conn) const {
+bool ConnectionMachine::BodyFollowsAtOnce(const Connection* conn) const {
   const Exchange* ex = conn->ex;
   if (!config_.tcp_nopush || ex->phase == Exchange::Phase::kDone) return false;
   if (ex->phase != Exchange::Phase::kSlice) return true;  // a part head or its slice: a Send
@@ -446,14 +447,14 @@ bool Shard::BodyFollowsAtOnce(const Connection* conn) const {
   return sends_->WouldAdmit(&ex->ticket, ex->plan.content_length);
 }
 
-void Shard::SendBuffers(Connection* conn, int iovcnt, bool more) {
+void ConnectionMachine::SendBuffers(Connection* conn, int iovcnt, bool more) {
   Exchange* ex = conn->ex;
   RINGD_ASSERT(ex->sending == Exchange::Sending::kNone);
   ex->sending = Exchange::Sending::kBuffers;
   loop_->Send(conn->fd, ex->iov, iovcnt, &ex->send, more);
 }
 
-void Shard::SendFileChunk(Connection* conn, uint64_t offset, uint64_t length) {
+void ConnectionMachine::SendFileChunk(Connection* conn, uint64_t offset, uint64_t length) {
   Exchange* ex = conn->ex;
   RINGD_ASSERT(ex->sending == Exchange::Sending::kNone);
   ex->sending = Exchange::Sending::kFile;
@@ -464,7 +465,7 @@ void Shard::SendFileChunk(Connection* conn, uint64_t offset, uint64_t length) {
   loop_->SendFile(conn->fd, ex->file->fd, offset, length, &ex->send, next_chunk_follows);
 }
 
-void Shard::FinishResponse(Connection* conn) {
+void ConnectionMachine::FinishResponse(Connection* conn) {
   ReleaseExchange(conn);
   if (conn->wants_close || draining_) return CloseGracefully(conn);
   SetState(conn, ConnState::kReading);
@@ -482,7 +483,7 @@ void Shard::FinishResponse(Connection* conn) {
 // asked to keep the connection (it may have pipelined more requests that are still on their way,
 // and closing on them would reset the connection and destroy the response), or a paused receive
 // (the loop may hold bytes that came before the pause took effect, unseen here: PauseRecv).
-bool Shard::ClientMaySend(const Connection* conn) const {
+bool ConnectionMachine::ClientMaySend(const Connection* conn) const {
   return conn->in_len > 0 || conn->discard > 0 || conn->more_input_expected ||
          conn->client_keep_alive || conn->recv_paused;
 }
@@ -491,7 +492,7 @@ bool Shard::ClientMaySend(const Connection* conn) const {
 // an error that stopped reading), stop sending (FIN) and read until it closes, so that those
 // bytes cannot turn our close into a reset that destroys the response in flight (nginx's
 // lingering close). Otherwise close at once: a client that asked to close is done sending.
-void Shard::CloseGracefully(Connection* conn) {
+void ConnectionMachine::CloseGracefully(Connection* conn) {
   const bool unread = ClientMaySend(conn);
   conn->in_len = 0;
   ReleaseInputIfEmpty(conn);
@@ -543,7 +544,7 @@ void Shard::CloseGracefully(Connection* conn) {
 //                                                more; otherwise Abort closes it)
 //   kReading -> kLingering                      (an idle connection giving way to a newcomer)
 //   any but kClosing -> kClosing                (Abort; freed once nothing is in flight)
-void Shard::SetState(Connection* conn, ConnState next) {
+void ConnectionMachine::SetState(Connection* conn, ConnState next) {
   const ConnState from = conn->state;
   bool ok = false;
   switch (next) {
@@ -575,18 +576,18 @@ void Shard::SetState(Connection* conn, ConnState next) {
 
 // A response begins (or waits for file metadata): its exchange, from the shard's pool, which
 // holds one per connection. False if it ran dry all the same.
-bool Shard::TakeExchange(Connection* conn) {
+bool ConnectionMachine::TakeExchange(Connection* conn) {
   Exchange* ex = exchanges_->Get();
   if (ex == nullptr) return false;
   ex->conn = conn;
-  ex->waiter.wake = &Shard::OnFileReady;
+  ex->waiter.wake = &ConnectionMachine::OnFileReady;
   ex->ticket.slow = conn->send_slow;
   conn->ex = ex;
   return true;
 }
 
 // The one release path for what a response holds: the file pin and the exchange.
-void Shard::ReleaseExchange(Connection* conn) {
+void ConnectionMachine::ReleaseExchange(Connection* conn) {
   Exchange* ex = conn->ex;
   if (ex == nullptr) return;
   // Not waiting for a file (Abort forgets the waiter), out of the send queue (Abort), and no
@@ -604,12 +605,12 @@ void Shard::ReleaseExchange(Connection* conn) {
 // The send-stall deadline, from now; a send that moves bytes before it passes earns another
 // (Tick checks the in-flight operation's progress), so only a client that takes nothing for
 // --send-timeout-ms is cut, however slowly it reads (nginx's send_timeout).
-void Shard::ArmSendTimer(Connection* conn) {
+void ConnectionMachine::ArmSendTimer(Connection* conn) {
   conn->ex->send_progress = 0;  // the operation about to start has sent nothing yet
   send_timers_.Arm(&conn->timer, now_ms_);
 }
 
-void Shard::Abort(Connection* conn) {
+void ConnectionMachine::Abort(Connection* conn) {
   if (conn->state == ConnState::kClosing) return;
   if (conn->ex != nullptr) {
     files_->Forget(&conn->ex->waiter);  // waiting for a file, or woken and not yet run

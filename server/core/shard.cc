@@ -2,7 +2,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,7 +13,6 @@
 namespace ringd {
 namespace {
 
-constexpr int64_t kLingerMs = 5000;      // after the last response, wait this long for EOF
 constexpr int64_t kAcceptRetryMs = 100;  // after an accept error, try accepting again after this
 constexpr int kDrainGraceMs = 1000;      // after the drain deadline's aborts, for their callbacks
 
@@ -30,28 +28,19 @@ Shard::Shard(int index, const Config& config, std::vector<int> listen_fds, int r
       root_fd_(root_fd),
       mime_(mime),
       make_loop_(std::move(make_loop)),
-      cpu_(cpu),
-      header_timers_(config.header_timeout_ms),
-      idle_timers_(config.keepalive_timeout_ms),
-      send_timers_(config.send_timeout_ms),
-      linger_timers_(kLingerMs),
-      discard_timers_(config.discard_body_timeout_ms),
-      gave_way_timers_(kLingerMs) {}
+      cpu_(cpu) {}
 
 Shard::~Shard() {
   // Quiet the loop first: after Quiesce nothing completes into the cache or the pools (the epoll
   // backend's workers would otherwise still run queued opens into cache entries). The cache then
   // closes its descriptors through the loop, and the loop goes.
   if (loop_ != nullptr) loop_->Quiesce();
-  if (live_ > 0) {
-    // Step gave up on connections whose last callback never came (an epoll worker still
-    // reading a slow disk at the drain deadline): the process is exiting, and after Quiesce
-    // nothing touches them. They are left as they are.
-    exchanges_->Abandon();
-    conns_->Abandon();
-    input_pool_->Abandon();  // their input buffers
-  }
-  files_.reset();
+  // Step gave up on connections whose last callback never came (an epoll worker still reading a
+  // slow disk at the drain deadline): the process is exiting, and after Quiesce nothing touches
+  // them. The machine (and its file cache, which closes its descriptors through the loop) goes
+  // before the loop.
+  if (machine_ != nullptr && machine_->live() > 0) machine_->Abandon();
+  machine_.reset();
   loop_.reset();
   content_pool_.reset();
   input_pool_.reset();
@@ -166,48 +155,23 @@ bool Shard::MakeLoop() {
   return true;
 }
 
-// What the request path needs beside the loop: the pools, the file cache, the send queue, the
-// planners and the parser's limits.
+// The connections' state machine, lent the loop, the pools and the shard's counters.
 void Shard::SetupRequestPath() {
-  conns_ = std::make_unique<mem::SlabPool<Connection>>(capacity());
-  exchanges_ = std::make_unique<mem::SlabPool<Exchange>>(capacity());
-  if (log_ != nullptr) peers_ = std::make_unique<PeerAddress[]>(capacity());
-  FileCacheOptions fo;
-  fo.max_entries = config_.open_file_cache_entries;
-  fo.valid_ms = config_.open_file_cache_valid_ms;
-  fo.small_file_max = config_.small_file_max;
-  files_ = std::make_unique<FileCache>(loop_.get(), root_fd_, content_pool_.get(), fo);
-  SendQueueOptions so;
-  so.srpt = config_.send_srpt;
-  so.slots = config_.send_slots;
-  so.short_bytes = config_.send_short_bytes;
-  so.max_wait_ms = config_.send_max_wait_ms;
-  so.hold_ms = config_.send_slot_hold_ms;
-  so.capacity = capacity();
-  sends_ = std::make_unique<SendQueue>(so);
-  scratch_ = std::make_unique<http::PlanScratch>();
-
-  uint64_t random = 0;
-  if (getrandom(&random, sizeof random, 0) != sizeof random)
-    random = static_cast<uint64_t>(loop_->MonotonicMs());
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(random));
-  boundary_ = std::string("ringd-") + hex;
-  planner_.target.serve_dot_files = config_.serve_dot_files;
-  planner_.mime = mime_;
-  planner_.index_file = config_.index;
-  planner_.max_ranges = config_.max_ranges;
-  planner_.precompressed = config_.precompressed;
-  planner_.max_discarded_body = config_.max_discarded_body;
-  planner_.multipart_boundary = boundary_;
-  planner_.origin = config_.origin.empty() ? nullptr : &config_.origin;
-  redirect_planner_ = planner_;
-  redirect_planner_.redirect_to_https = true;
-  redirect_planner_.https_port_suffix = https_port_suffix_;
+  ConnectionParts parts;
+  parts.config = &config_;
+  parts.loop = loop_.get();
+  parts.input_pool = input_pool_.get();
+  parts.content_pool = content_pool_.get();
+  parts.root_fd = root_fd_;
+  parts.mime = mime_;
+  parts.capacity = capacity();
+  parts.https_port_suffix = https_port_suffix_;
+  parts.log = log_;
+  parts.timing = timing_;
+  parts.stats = &stats_;
+  parts.host = this;
+  machine_ = std::make_unique<ConnectionMachine>(std::move(parts));
   redirect_listeners_.resize(listen_fds_.size(), false);
-  limits_.max_request_line = config_.max_request_line;
-  limits_.max_head_bytes = config_.max_request_head;
-  limits_.max_headers = config_.max_headers;
 }
 
 void Shard::Serve() {
@@ -218,28 +182,24 @@ void Shard::Serve() {
 
 bool Shard::Step() {
   Tick();
-  if (draining_ && live_ == 0 && accepts_active_ == 0) return false;
+  if (draining_ && machine_->live() == 0 && accepts_active_ == 0) return false;
   if (draining_ && now_ms_ >= drain_deadline_ms_ + kDrainGraceMs) {
     // Every connection was aborted at the deadline; one whose last callback has still not come
     // would keep this loop polling forever. The process is exiting: stop here.
     std::fprintf(stderr, "ringd: shard %d: %u connections still open %d ms after the deadline\n",
-                 index_, static_cast<unsigned>(live_), kDrainGraceMs);
+                 index_, static_cast<unsigned>(machine_->live()), kDrainGraceMs);
     return false;
   }
-  int64_t next = std::min({header_timers_.NextDeadline(), idle_timers_.NextDeadline(),
-                           send_timers_.NextDeadline(), linger_timers_.NextDeadline(),
-                           gave_way_timers_.NextDeadline()});
+  int64_t next = machine_->NextDeadlineMs();
   if (accept_retry_ms_ != 0) next = std::min(next, accept_retry_ms_);
-  if (parked_count_ > 0 || accept_paused_) next = std::min(next, NextSilentGiveWayMs());
+  if (parked_count_ > 0 || accept_paused_) next = std::min(next, machine_->NextSilentGiveWayMs());
   if (draining_) {
     next = std::min(next, now_ms_ < drain_deadline_ms_ ? drain_deadline_ms_
                                                        : drain_deadline_ms_ + kDrainGraceMs);
   }
-  next = std::min(next, discard_timers_.NextDeadline());
-  next = std::min(next, sends_->NextDeadlineMs());  // a queued body reaching the aging bound
   const int64_t wait = std::clamp<int64_t>(next - now_ms_, 0, 1000);
   loop_->Poll(static_cast<int>(wait));
-  files_->RunWakeups();                     // connections whose file lookups finished in that Poll
+  machine_->RunWakeups();                   // connections whose file lookups finished in that Poll
   MakeRoom();                               // newcomers over the limit, or waiting for a slot
   if (snapshot_.Pending()) FillSnapshot();  // the admin thread asked (shard_observe.cc)
   if (heartbeat_on_ && heartbeat_.Pending()) heartbeat_.Answer();  // the watchdog asked
@@ -248,75 +208,23 @@ bool Shard::Step() {
 
 ShardUsage Shard::Usage() const {
   ShardUsage u;
-  u.connections = live_;
-  u.exchanges = static_cast<uint32_t>(exchanges_->InUse());
+  u.connections = machine_->live();
+  u.exchanges = machine_->exchanges_in_use();
   u.input_buffers = static_cast<uint32_t>(input_pool_->count() - input_pool_->Available());
-  u.cache_entries = files_->entries_in_use();
-  u.cache_pinned = static_cast<uint32_t>(files_->Stats().pinned);
+  u.cache_entries = machine_->files().entries_in_use();
+  u.cache_pinned = static_cast<uint32_t>(machine_->files().Stats().pinned);
   return u;
 }
 
 void Shard::Tick() {
   now_ms_ = loop_->MonotonicMs();
-  files_->set_now(now_ms_);
-  const int64_t sec = loop_->RealtimeSec();
-  if (sec != date_sec_) {
-    date_sec_ = sec;
-    http::FormatHttpDate(sec, date_);
-  }
-  auto conn_of = [](TimerNode* t) {
-    return reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer));
-  };
-  header_timers_.Expire(now_ms_, [&](TimerNode* t) {
-    ++stats_.header_timeouts;  // slowloris, or a client that connected and said nothing
-    Abort(conn_of(t));
-  });
-  idle_timers_.Expire(now_ms_, [&](TimerNode* t) {
-    ++stats_.idle_timeouts;
-    Abort(conn_of(t));
-  });
-  send_timers_.Expire(now_ms_, [&](TimerNode* t) {
-    Connection* conn = conn_of(t);
-    Exchange* ex = conn->ex;
-    // Only a response (or its file lookup) waits on the send timer: once the last one is over,
-    // the connection closes, lingers, or waits in kEndingRecv, each without it.
-    RINGD_ASSERT(ex != nullptr);
-    if (ex != nullptr && ex->sending != Exchange::Sending::kNone &&
-        ex->send.done > ex->send_progress) {
-      ex->send_progress = ex->send.done;  // slow, but moving: another period
-      return send_timers_.Arm(t, now_ms_);
-    }
-    // Waiting for a send slot is the shard's doing, not the client's (and bounded by
-    // --send-max-wait-ms): another period.
-    if (ex != nullptr && ex->ticket.queued()) return send_timers_.Arm(t, now_ms_);
-    ++stats_.send_timeouts;
-    Abort(conn);
-  });
-  linger_timers_.Expire(now_ms_, [&](TimerNode* t) { Abort(conn_of(t)); });
-  gave_way_timers_.Expire(now_ms_, [&](TimerNode* t) { Abort(conn_of(t)); });
-  discard_timers_.Expire(now_ms_, [&](TimerNode* t) {
-    ++stats_.discard_timeouts;  // a request body that stopped arriving after its response
-    Abort(conn_of(t));
-  });
-
-  if (sends_->NextDeadlineMs() <= now_ms_) PumpSends();  // the aging bound
+  machine_->Tick(now_ms_, loop_->RealtimeSec());
   if (!draining_ && stop_requested_.load(std::memory_order_acquire)) BeginDrain();
   if (accept_retry_ms_ != 0 && now_ms_ >= accept_retry_ms_) {
     accept_retry_ms_ = 0;
     if (!draining_ && !accept_paused_) ArmAccept();
   }
-  if (draining_ && now_ms_ >= drain_deadline_ms_) {
-    // Out of time: end every connection still open.
-    auto abort_all = [&](TimerList& list) {
-      list.Expire(INT64_MAX, [&](TimerNode* t) { Abort(conn_of(t)); });
-    };
-    abort_all(header_timers_);
-    abort_all(idle_timers_);
-    abort_all(send_timers_);
-    abort_all(linger_timers_);
-    abort_all(gave_way_timers_);
-    abort_all(discard_timers_);
-  }
+  if (draining_ && now_ms_ >= drain_deadline_ms_) machine_->AbortAll();  // out of time
 }
 
 void Shard::BeginDrain() {
@@ -333,13 +241,7 @@ void Shard::BeginDrain() {
   if (!listeners_shared_) {
     for (int fd : listen_fds_) loop_->Shutdown(fd, SHUT_RDWR);
   }
-  // Connections between requests have nothing in flight: end them now. Those with a response in
-  // flight finish it and close (FinishResponse checks draining_).
-  auto conn_of = [](TimerNode* t) {
-    return reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer));
-  };
-  idle_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(conn_of(t)); });
-  discard_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(conn_of(t)); });
+  machine_->BeginDrain();
   // Newcomers parked for a slot are refused like those in the backlog.
   for (; parked_count_ > 0; --parked_count_, parked_head_ = (parked_head_ + 1) % kParkedMax) {
     ++stats_.overloaded;
@@ -370,9 +272,9 @@ void Shard::OnAccept(io::Completion* c) {
     // gave way close now, and the longest-idle ones give way, a batch of each (the accept
     // itself is retried below, kAcceptRetryMs later: a lingering connection still holds its
     // descriptor, and the next round closes it).
-    for (uint32_t i = 0; i < kReclaimBatch && self->CloseOldestGaveWay(); ++i) {
+    for (uint32_t i = 0; i < kReclaimBatch && self->machine_->CloseOldestGaveWay(); ++i) {
     }
-    for (uint32_t i = 0; i < kReclaimBatch && self->ReclaimOldestIdle(); ++i) {
+    for (uint32_t i = 0; i < kReclaimBatch && self->machine_->GiveWayOldestIdle(); ++i) {
     }
   }
   if (c->more) return;
@@ -414,8 +316,7 @@ void Shard::Accepted(int fd, size_t listener) {
     return;
   }
   // First come, first served: while newcomers are parked, the next one parks behind them.
-  Connection* conn = parked_count_ == 0 ? conns_->Get() : nullptr;
-  if (conn != nullptr) return Admit(conn, fd, listener);
+  if (parked_count_ == 0 && Admit(fd, listener)) return;
   if (parked_count_ == kParkedMax) {  // more than the listen backlog: the last resort
     ++stats_.overloaded;
     loop_->Close(fd);
@@ -430,22 +331,14 @@ void Shard::Accepted(int fd, size_t listener) {
   if (AtLimit()) PauseAccept();
 }
 
-void Shard::Admit(Connection* conn, int fd, size_t listener) {
-  ++stats_.accepted;
-  ++live_;
-  ++state_counts_[static_cast<int>(ConnState::kReading)];
-  conn->shard = this;
-  conn->fd = fd;
-  conn->https_redirect = redirect_listeners_[listener];
-  NotePeer(conn);
-  conn->recv.owner = conn;
-  conn->recv.callback = &Shard::OnRecv;
-  header_timers_.Arm(&conn->timer, now_ms_);
-  ArmRecv(conn);
+// A newcomer takes a connection slot; false if none is free.
+bool Shard::Admit(int fd, size_t listener) {
+  if (machine_->Open(fd, redirect_listeners_[listener]) == nullptr) return false;
   // Over the limit, the longest-idle connections give way to newcomers at the end of the turn
   // (MakeRoom). With nobody idle to give way, stop accepting: the kernel's backlog holds
   // newcomers until a connection closes or goes idle (ResumeAcceptIfRoom).
   if (AtLimit()) PauseAccept();
+  return true;
 }
 
 void Shard::PauseAccept() {
@@ -456,15 +349,6 @@ void Shard::PauseAccept() {
 }
 
 uint32_t Shard::capacity() const { return config_.max_connections + kReclaimReserve; }
-
-// The connections --max-connections counts: all but those on their way out (their last response
-// out, their receive ending; lingering after their last response or after giving way; or
-// closing), which take the reserve's slots.
-uint32_t Shard::Serving() const {
-  return live_ - state_counts_[static_cast<int>(ConnState::kEndingRecv)] -
-         state_counts_[static_cast<int>(ConnState::kLingering)] -
-         state_counts_[static_cast<int>(ConnState::kClosing)];
-}
 
 // The connection limit's policy, once per turn of the loop (after Poll): what nginx does when it
 // runs out of connections (ngx_drain_connections: the reusable, idle keep-alive connections,
@@ -479,93 +363,21 @@ uint32_t Shard::Serving() const {
 void Shard::MakeRoom() {
   if (draining_) return;
   while (parked_count_ > 0) {
-    Connection* conn = conns_->Get();
-    if (conn == nullptr) break;
     const Parked p = parked_[parked_head_];
+    if (machine_->Open(p.fd, redirect_listeners_[p.listener]) == nullptr) break;
     parked_head_ = (parked_head_ + 1) % kParkedMax;
     --parked_count_;
-    Admit(conn, p.fd, p.listener);
+    if (AtLimit()) PauseAccept();  // as Admit
   }
-  const uint32_t wanted = Serving() + parked_count_;
+  const uint32_t wanted = machine_->Serving() + parked_count_;
   for (uint32_t i = 0; wanted > config_.max_connections + i && i < kReclaimBatch; ++i) {
-    if (!ReclaimOldestIdle() && !ReclaimOldestSilent()) break;
+    if (!machine_->GiveWayOldestIdle() && !machine_->AbortOldestSilent()) break;
   }
-  const uint32_t freeing = state_counts_[static_cast<int>(ConnState::kClosing)];
+  const uint32_t freeing = machine_->Closing();
   for (uint32_t i = 0; parked_count_ > freeing + i && i < kReclaimBatch; ++i) {
-    if (!CloseOldestGaveWay()) break;
+    if (!machine_->CloseOldestGaveWay()) break;
   }
   ResumeAcceptIfRoom();
-}
-
-// The keep-alive connection that has been idle longest gives way to a newcomer; false if none
-// is idle. Connections with a request in progress never give way. The close lingers (FIN, then
-// read and drop until the client closes): the connection may have gone idle a moment ago, its
-// last response still unread in the client's buffer, and a request already on its way would turn
-// a plain close into a reset that destroys that response. Its slot goes to a newcomer when the
-// client closes, the linger ends, or a parked newcomer needs it (CloseOldestGaveWay).
-bool Shard::ReclaimOldestIdle() {
-  // Idle keep-alive connections first; then those whose response is done and that only wait for
-  // the rest of a body we skip (idle too, as far as serving goes).
-  TimerNode* t = idle_timers_.PopOldest();
-  if (t == nullptr) t = discard_timers_.PopOldest();
-  if (t == nullptr) return false;
-  ++stats_.idle_reclaimed;
-  Connection* conn =
-      reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer));
-  conn->more_input_expected = true;
-  CloseGracefully(conn);
-  if (conn->state == ConnState::kLingering) gave_way_timers_.Arm(&conn->timer, now_ms_);
-  return true;
-}
-
-// The connection waiting longest for the first byte of its first request, among the
-// kSilentScan waiting longest for a head (nullptr if none): those are armed on the header timers
-// in the order they began to wait. Connections with part of a head, or after an earlier
-// request, are passed over. `began_before`: only one that began waiting by then.
-Connection* Shard::OldestSilent(int64_t began_before) const {
-  const int64_t deadline_by = began_before + header_timers_.duration_ms();
-  uint32_t scanned = 0;
-  for (TimerNode* t = header_timers_.Oldest(); t != nullptr && scanned < kSilentScan;
-       t = TimerList::Next(t), ++scanned) {
-    if (t->deadline_ms > deadline_by) return nullptr;  // this one and all after it too young
-    Connection* conn =
-        reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer));
-    if (conn->state == ConnState::kReading && conn->requests == 0 && conn->in_len == 0 &&
-        conn->ex == nullptr) {
-      return conn;
-    }
-  }
-  return nullptr;
-}
-
-// A connection open for kSilentGiveWayMs with no byte of a request yet gives way (closed at
-// once: it has nothing to lose); false if none has.
-bool Shard::ReclaimOldestSilent() {
-  Connection* conn = OldestSilent(now_ms_ - kSilentGiveWayMs);
-  if (conn == nullptr) return false;
-  ++stats_.silent_reclaimed;
-  Abort(conn);
-  return true;
-}
-
-// When the oldest connection waiting for a head may give way if it is silent (INT64_MAX: none
-// waits): with newcomers parked or accepting paused, the loop wakes for it.
-int64_t Shard::NextSilentGiveWayMs() const {
-  const TimerNode* t = header_timers_.Oldest();
-  if (t == nullptr) return INT64_MAX;
-  return t->deadline_ms - header_timers_.duration_ms() + kSilentGiveWayMs;
-}
-
-// Closes the connection that gave way longest ago and still lingers; false if none does. Its
-// FIN went out first of all those lingering, and a lingering connection reads and drops whatever
-// its client sends, so only bytes still on their way turn this close into a reset, as they do
-// nginx's closes of idle connections (which do not linger at all).
-bool Shard::CloseOldestGaveWay() {
-  TimerNode* t = gave_way_timers_.PopOldest();
-  if (t == nullptr) return false;
-  ++stats_.gave_way_closed;
-  Abort(reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer)));
-  return true;
 }
 
 // Whether a newcomer now could not be served soon, so that accepting should pause: the parking
@@ -575,8 +387,8 @@ bool Shard::CloseOldestGaveWay() {
 // newcomers, and the loop wakes when the oldest silent connection may give way.
 bool Shard::AtLimit() const {
   return parked_count_ == kParkedMax ||
-         (Serving() + parked_count_ >= config_.max_connections && idle_timers_.Empty() &&
-          discard_timers_.Empty() && OldestSilent(now_ms_ - kSilentGiveWayMs) == nullptr);
+         (machine_->Serving() + parked_count_ >= config_.max_connections && !machine_->HasIdle() &&
+          !machine_->HasSilent());
 }
 
 void Shard::ResumeAcceptIfRoom() {
@@ -584,24 +396,6 @@ void Shard::ResumeAcceptIfRoom() {
     accept_paused_ = false;
     ArmAccept();
   }
-}
-
-void Shard::MaybeFree(Connection* conn) {
-  if (conn->state != ConnState::kClosing || conn->recv_active ||
-      (conn->ex != nullptr && conn->ex->sending != Exchange::Sending::kNone)) {
-    return;
-  }
-  ReleaseExchange(conn);
-  if (conn->in != nullptr) {
-    input_pool_->Put(conn->in);
-    conn->in = nullptr;
-  }
-  loop_->Close(conn->fd);
-  --state_counts_[static_cast<int>(conn->state)];
-  conns_->Put(conn);
-  --live_;
-  ++stats_.closed;
-  ResumeAcceptIfRoom();
 }
 
 }  // namespace ringd

@@ -5,59 +5,16 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 
-#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/core/scripted_loop.h"
 
 namespace ringd {
 namespace {
-
-// Records what the shard starts; the test completes it from the next Poll (Then).
-class ScriptedLoop final : public io::Loop {
- public:
-  explicit ScriptedLoop(const int64_t* now_ms) : now_ms_(now_ms) {}
-  const char* Name() const override { return "scripted"; }
-  void Accept(int, io::Completion* c) override { accepts.push_back(c); }
-  void Recv(int, io::Completion* c) override { recvs.push_back(c); }
-  void Send(int, iovec* iov, int iovcnt, io::Completion* c, bool) override {
-    uint64_t bytes = 0;
-    for (int i = 0; i < iovcnt; ++i) bytes += iov[i].iov_len;
-    sends.push_back({c, bytes});
-  }
-  void SendFile(int, int, uint64_t, uint64_t, io::Completion*, bool) override { ADD_FAILURE(); }
-  void Open(int, const char*, io::FileStat*, io::Completion*) override { ADD_FAILURE(); }
-  void Read(int, char*, uint64_t, uint64_t, io::Completion*) override { ADD_FAILURE(); }
-  void Cancel(io::Completion* c) override { cancels.push_back(c); }
-  void PauseRecv(io::Completion*) override {}
-  void ResumeRecv(io::Completion*) override {}
-  void Shutdown(int fd, int how) override { shutdowns.push_back({fd, how}); }
-  void Close(int fd) override { closes.push_back(fd); }
-  int64_t MonotonicMs() const override { return *now_ms_; }
-  int64_t RealtimeSec() const override { return 1700000000 + *now_ms_ / 1000; }
-  void Poll(int) override {
-    std::vector<std::function<void()>> now;
-    now.swap(then_);
-    for (auto& f : now) f();
-  }
-  void Wake() override {}
-  io::LoopStats Stats() const override { return {}; }
-
-  // Runs `f` (a completion) from the next Poll, as a loop runs callbacks.
-  void Then(std::function<void()> f) { then_.push_back(std::move(f)); }
-
-  std::vector<io::Completion*> accepts, recvs, cancels;
-  std::vector<std::pair<io::Completion*, uint64_t>> sends;
-  std::vector<std::pair<int, int>> shutdowns;
-  std::vector<int> closes;
-
- private:
-  const int64_t* now_ms_;
-  std::vector<std::function<void()>> then_;
-};
 
 class ShardTest : public ::testing::Test {
  protected:

@@ -1,0 +1,257 @@
+// The machine's surface toward its shard: opening a connection, the timers, the drain, the
+// connection limit's means, and the last step of every connection (MaybeFree). The state machine
+// itself is connection.cc (the request side) and body_send.cc (the response after its head).
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "io/assert.h"
+#include "server/core/connection.h"
+
+namespace ringd {
+namespace {
+
+constexpr int64_t kLingerMs = 5000;  // after the last response, wait this long for EOF
+
+Connection* ConnOfTimer(TimerNode* t) {
+  return reinterpret_cast<Connection*>(reinterpret_cast<char*>(t) - offsetof(Connection, timer));
+}
+
+}  // namespace
+
+ConnectionMachine::ConnectionMachine(ConnectionParts parts)
+    : config_(*parts.config),
+      loop_(parts.loop),
+      input_pool_(parts.input_pool),
+      host_(parts.host),
+      stats_(*parts.stats),
+      log_(parts.log),
+      timing_(parts.timing),
+      https_port_suffix_(std::move(parts.https_port_suffix)),
+      header_timers_(config_.header_timeout_ms),
+      idle_timers_(config_.keepalive_timeout_ms),
+      send_timers_(config_.send_timeout_ms),
+      linger_timers_(kLingerMs),
+      discard_timers_(config_.discard_body_timeout_ms),
+      gave_way_timers_(kLingerMs) {
+  RINGD_ASSERT(loop_ != nullptr && input_pool_ != nullptr && host_ != nullptr);
+  RINGD_ASSERT(input_pool_->count() >= parts.capacity);  // Stash: one buffer per connection
+  conns_ = std::make_unique<mem::SlabPool<Connection>>(parts.capacity);
+  exchanges_ = std::make_unique<mem::SlabPool<Exchange>>(parts.capacity);
+  if (log_ != nullptr) peers_ = std::make_unique<PeerAddress[]>(parts.capacity);
+  FileCacheOptions fo;
+  fo.max_entries = config_.open_file_cache_entries;
+  fo.valid_ms = config_.open_file_cache_valid_ms;
+  fo.small_file_max = config_.small_file_max;
+  files_ = std::make_unique<FileCache>(loop_, parts.root_fd, parts.content_pool, fo);
+  SendQueueOptions so;
+  so.srpt = config_.send_srpt;
+  so.slots = config_.send_slots;
+  so.short_bytes = config_.send_short_bytes;
+  so.max_wait_ms = config_.send_max_wait_ms;
+  so.hold_ms = config_.send_slot_hold_ms;
+  so.capacity = parts.capacity;
+  sends_ = std::make_unique<SendQueue>(so);
+  scratch_ = std::make_unique<http::PlanScratch>();
+
+  uint64_t random = 0;
+  if (getrandom(&random, sizeof random, 0) != sizeof random)
+    random = static_cast<uint64_t>(loop_->MonotonicMs());
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(random));
+  boundary_ = std::string("ringd-") + hex;
+  planner_.target.serve_dot_files = config_.serve_dot_files;
+  planner_.mime = parts.mime;
+  planner_.index_file = config_.index;
+  planner_.max_ranges = config_.max_ranges;
+  planner_.precompressed = config_.precompressed;
+  planner_.max_discarded_body = config_.max_discarded_body;
+  planner_.multipart_boundary = boundary_;
+  planner_.origin = config_.origin.empty() ? nullptr : &config_.origin;
+  redirect_planner_ = planner_;
+  redirect_planner_.redirect_to_https = true;
+  redirect_planner_.https_port_suffix = https_port_suffix_;
+  limits_.max_request_line = config_.max_request_line;
+  limits_.max_head_bytes = config_.max_request_head;
+  limits_.max_headers = config_.max_headers;
+  now_ms_ = loop_->MonotonicMs();
+}
+
+Connection* ConnectionMachine::Open(int fd, bool https_redirect) {
+  Connection* conn = conns_->Get();
+  if (conn == nullptr) return nullptr;
+  ++stats_.accepted;
+  ++live_;
+  ++state_counts_[static_cast<int>(ConnState::kReading)];
+  conn->machine = this;
+  conn->fd = fd;
+  conn->https_redirect = https_redirect;
+  NotePeer(conn);
+  conn->recv.owner = conn;
+  conn->recv.callback = &ConnectionMachine::OnRecv;
+  header_timers_.Arm(&conn->timer, now_ms_);
+  ArmRecv(conn);
+  return conn;
+}
+
+void ConnectionMachine::Tick(int64_t now_ms, int64_t realtime_sec) {
+  now_ms_ = now_ms;
+  files_->set_now(now_ms_);
+  if (realtime_sec != date_sec_) {
+    date_sec_ = realtime_sec;
+    http::FormatHttpDate(realtime_sec, date_);
+  }
+  header_timers_.Expire(now_ms_, [&](TimerNode* t) {
+    ++stats_.header_timeouts;  // slowloris, or a client that connected and said nothing
+    Abort(ConnOfTimer(t));
+  });
+  idle_timers_.Expire(now_ms_, [&](TimerNode* t) {
+    ++stats_.idle_timeouts;
+    Abort(ConnOfTimer(t));
+  });
+  send_timers_.Expire(now_ms_, [&](TimerNode* t) { ExpireSendTimer(ConnOfTimer(t)); });
+  linger_timers_.Expire(now_ms_, [&](TimerNode* t) { Abort(ConnOfTimer(t)); });
+  gave_way_timers_.Expire(now_ms_, [&](TimerNode* t) { Abort(ConnOfTimer(t)); });
+  discard_timers_.Expire(now_ms_, [&](TimerNode* t) {
+    ++stats_.discard_timeouts;  // a request body that stopped arriving after its response
+    Abort(ConnOfTimer(t));
+  });
+  if (sends_->NextDeadlineMs() <= now_ms_) PumpSends();  // the aging bound
+}
+
+// A response (or its file lookup) that waited --send-timeout-ms: cut, unless it is moving.
+void ConnectionMachine::ExpireSendTimer(Connection* conn) {
+  Exchange* ex = conn->ex;
+  // Only a response (or its file lookup) waits on the send timer: once the last one is over,
+  // the connection closes, lingers, or waits in kEndingRecv, each without it.
+  RINGD_ASSERT(ex != nullptr);
+  if (ex->sending != Exchange::Sending::kNone && ex->send.done > ex->send_progress) {
+    ex->send_progress = ex->send.done;  // slow, but moving: another period
+    return send_timers_.Arm(&conn->timer, now_ms_);
+  }
+  // Waiting for a send slot is the shard's doing, not the client's (and bounded by
+  // --send-max-wait-ms): another period.
+  if (ex->ticket.queued()) return send_timers_.Arm(&conn->timer, now_ms_);
+  ++stats_.send_timeouts;
+  Abort(conn);
+}
+
+int64_t ConnectionMachine::NextDeadlineMs() const {
+  return std::min({header_timers_.NextDeadline(), idle_timers_.NextDeadline(),
+                   send_timers_.NextDeadline(), linger_timers_.NextDeadline(),
+                   gave_way_timers_.NextDeadline(), discard_timers_.NextDeadline(),
+                   sends_->NextDeadlineMs()});  // a queued body reaching the aging bound
+}
+
+// Connections between requests have nothing in flight: they end now. Those with a response in
+// flight finish it and close (StartResponse and FinishResponse read draining_).
+void ConnectionMachine::BeginDrain() {
+  draining_ = true;
+  idle_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(ConnOfTimer(t)); });
+  discard_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(ConnOfTimer(t)); });
+}
+
+void ConnectionMachine::AbortAll() {
+  for (TimerList* list : {&header_timers_, &idle_timers_, &send_timers_, &linger_timers_,
+                          &gave_way_timers_, &discard_timers_}) {
+    list->Expire(INT64_MAX, [&](TimerNode* t) { Abort(ConnOfTimer(t)); });
+  }
+}
+
+void ConnectionMachine::Abandon() {
+  exchanges_->Abandon();
+  conns_->Abandon();
+  input_pool_->Abandon();  // their input buffers
+}
+
+uint32_t ConnectionMachine::Serving() const {
+  return live_ - state_counts_[static_cast<int>(ConnState::kEndingRecv)] -
+         state_counts_[static_cast<int>(ConnState::kLingering)] -
+         state_counts_[static_cast<int>(ConnState::kClosing)];
+}
+
+// Connections with a request in progress never give way. The close lingers (FIN, then read and
+// drop until the client closes): the connection may have gone idle a moment ago, its last
+// response still unread in the client's buffer, and a request already on its way would turn a
+// plain close into a reset that destroys that response. Its slot goes to a newcomer when the
+// client closes, the linger ends, or a parked newcomer needs it (CloseOldestGaveWay).
+bool ConnectionMachine::GiveWayOldestIdle() {
+  // Idle keep-alive connections first; then those whose response is done and that only wait for
+  // the rest of a body we skip (idle too, as far as serving goes).
+  TimerNode* t = idle_timers_.PopOldest();
+  if (t == nullptr) t = discard_timers_.PopOldest();
+  if (t == nullptr) return false;
+  ++stats_.idle_reclaimed;
+  Connection* conn = ConnOfTimer(t);
+  conn->more_input_expected = true;
+  CloseGracefully(conn);
+  if (conn->state == ConnState::kLingering) gave_way_timers_.Arm(&conn->timer, now_ms_);
+  return true;
+}
+
+// The connection waiting longest for the first byte of its first request, among the
+// kSilentScan waiting longest for a head (nullptr if none): those are armed on the header timers
+// in the order they began to wait. Connections with part of a head, or after an earlier
+// request, are passed over. `began_before`: only one that began waiting by then.
+Connection* ConnectionMachine::OldestSilent(int64_t began_before) const {
+  const int64_t deadline_by = began_before + header_timers_.duration_ms();
+  uint32_t scanned = 0;
+  for (TimerNode* t = header_timers_.Oldest(); t != nullptr && scanned < kSilentScan;
+       t = TimerList::Next(t), ++scanned) {
+    if (t->deadline_ms > deadline_by) return nullptr;  // this one and all after it too young
+    Connection* conn = ConnOfTimer(t);
+    if (conn->state == ConnState::kReading && conn->requests == 0 && conn->in_len == 0 &&
+        conn->ex == nullptr) {
+      return conn;
+    }
+  }
+  return nullptr;
+}
+
+// Closed at once: it has nothing to lose.
+bool ConnectionMachine::AbortOldestSilent() {
+  Connection* conn = OldestSilent(now_ms_ - kSilentGiveWayMs);
+  if (conn == nullptr) return false;
+  ++stats_.silent_reclaimed;
+  Abort(conn);
+  return true;
+}
+
+int64_t ConnectionMachine::NextSilentGiveWayMs() const {
+  const TimerNode* t = header_timers_.Oldest();
+  if (t == nullptr) return INT64_MAX;
+  return t->deadline_ms - header_timers_.duration_ms() + kSilentGiveWayMs;
+}
+
+// Its FIN went out first of all those lingering, and a lingering connection reads and drops
+// whatever its client sends, so only bytes still on their way turn this close into a reset, as
+// they do nginx's closes of idle connections (which do not linger at all).
+bool ConnectionMachine::CloseOldestGaveWay() {
+  TimerNode* t = gave_way_timers_.PopOldest();
+  if (t == nullptr) return false;
+  ++stats_.gave_way_closed;
+  Abort(ConnOfTimer(t));
+  return true;
+}
+
+// A closing connection is freed once nothing of it is in flight: its slot goes back.
+void ConnectionMachine::MaybeFree(Connection* conn) {
+  if (conn->state != ConnState::kClosing || conn->recv_active ||
+      (conn->ex != nullptr && conn->ex->sending != Exchange::Sending::kNone)) {
+    return;
+  }
+  ReleaseExchange(conn);
+  if (conn->in != nullptr) {
+    input_pool_->Put(conn->in);
+    conn->in = nullptr;
+  }
+  loop_->Close(conn->fd);
+  --state_counts_[static_cast<int>(conn->state)];
+  conns_->Put(conn);
+  --live_;
+  ++stats_.closed;
+  host_->RoomMayHaveChanged();
+}
+
+}  // namespace ringd

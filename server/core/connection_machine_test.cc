@@ -1,0 +1,160 @@
+// The connection state machine alone, with nothing of a shard but its parts and a host that
+// hears when a slot frees: what the shard's connection limit relies on.
+#include <sys/socket.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/core/connection.h"
+#include "server/core/scripted_loop.h"
+
+namespace ringd {
+namespace {
+
+class CountingHost final : public ConnectionHost {
+ public:
+  void RoomMayHaveChanged() override { ++calls; }
+  int calls = 0;
+};
+
+class ConnectionMachineTest : public ::testing::Test {
+ protected:
+  static constexpr int kFd = 9;
+
+  void SetUp() override {
+    config_.max_connections = 4;
+    config_.open_file_cache_entries = 16;
+    config_.small_file_max = 0;
+    config_.keepalive_timeout_ms = 2000;
+    input_ = std::make_unique<mem::BufferPool>(
+        config_.max_request_head + http::kMaxLeadingEmptyBytes + config_.recv_buffer_size,
+        config_.max_connections);
+    ConnectionParts parts;
+    parts.config = &config_;
+    parts.loop = &loop_;
+    parts.input_pool = input_.get();
+    parts.capacity = config_.max_connections;
+    parts.https_port_suffix = std::string(":8443");  // the parts go; the machine keeps its own
+    parts.stats = &stats_;
+    parts.host = &host_;
+    machine_ = std::make_unique<ConnectionMachine>(std::move(parts));
+    machine_->Tick(now_ms_, loop_.RealtimeSec());
+  }
+
+  void Complete(io::Completion* c, int64_t result, bool more, const std::string* data = nullptr) {
+    loop_.Then([=] {
+      c->result = result;
+      c->more = more;
+      c->data = data != nullptr ? data->data() : nullptr;
+      c->callback(c);
+    });
+    loop_.Poll(0);
+  }
+
+  // A connection that made one keep-alive request, had its answer, and is idle now.
+  io::Completion* IdleConnection() {
+    EXPECT_NE(machine_->Open(kFd, false), nullptr);
+    EXPECT_EQ(loop_.recvs.size(), 1u);
+    io::Completion* recv = loop_.recvs.back();
+    Complete(recv, static_cast<int64_t>(request_.size()), true, &request_);
+    EXPECT_EQ(loop_.sends.size(), 1u);
+    const int before = host_.calls;
+    Complete(loop_.sends.back().first, static_cast<int64_t>(loop_.sends.back().second), false);
+    EXPECT_EQ(host_.calls, before + 1) << "the host hears that a connection went idle";
+    return recv;
+  }
+
+  Config config_;
+  int64_t now_ms_ = 1000;
+  ScriptedLoop loop_{&now_ms_};
+  std::unique_ptr<mem::BufferPool> input_;
+  ShardStats stats_;
+  CountingHost host_;
+  std::unique_ptr<ConnectionMachine> machine_;
+  const std::string request_ = "OPTIONS / HTTP/1.1\r\nHost: t\r\n\r\n";
+};
+
+TEST_F(ConnectionMachineTest, ServesAndFreesTheSlotOnItsLastCallback) {
+  io::Completion* recv = IdleConnection();
+  EXPECT_EQ(machine_->live(), 1u);
+  EXPECT_TRUE(machine_->HasIdle());
+  now_ms_ += config_.keepalive_timeout_ms;
+  machine_->Tick(now_ms_, loop_.RealtimeSec());
+  EXPECT_EQ(stats_.idle_timeouts, 1u);
+  EXPECT_EQ(loop_.cancels, std::vector<io::Completion*>{recv});
+  EXPECT_TRUE(loop_.closes.empty()) << "closed before the receive's last callback";
+  const int before = host_.calls;
+  Complete(recv, -ECANCELED, false);
+  EXPECT_EQ(loop_.closes, std::vector<int>{kFd});
+  EXPECT_EQ(machine_->live(), 0u);
+  EXPECT_EQ(stats_.closed, 1u);
+  EXPECT_EQ(host_.calls, before + 1) << "the host hears that a slot is free";
+}
+
+// Giving way lingers (FIN, then reads until the client closes) and takes the connection out of
+// those the limit counts at once; a parked newcomer can then close it.
+TEST_F(ConnectionMachineTest, AnIdleConnectionGivesWayLingeringOutsideTheLimit) {
+  io::Completion* recv = IdleConnection();
+  EXPECT_EQ(machine_->Serving(), 1u);
+  ASSERT_TRUE(machine_->GiveWayOldestIdle());
+  EXPECT_FALSE(machine_->GiveWayOldestIdle()) << "only one was idle";
+  EXPECT_EQ(loop_.shutdowns, (std::vector<std::pair<int, int>>{{kFd, SHUT_WR}}));
+  EXPECT_EQ(machine_->Serving(), 0u);
+  EXPECT_EQ(machine_->live(), 1u);
+  ASSERT_TRUE(machine_->CloseOldestGaveWay());
+  EXPECT_EQ(machine_->Closing(), 1u);
+  Complete(recv, -ECANCELED, false);
+  EXPECT_EQ(loop_.closes, std::vector<int>{kFd});
+  EXPECT_EQ(stats_.idle_reclaimed, 1u);
+  EXPECT_EQ(stats_.gave_way_closed, 1u);
+}
+
+// A connection that has said nothing for kSilentGiveWayMs may give way; one that has sent part of
+// a head never does.
+TEST_F(ConnectionMachineTest, OnlyASilentConnectionGivesWayAfterItsTime) {
+  ASSERT_NE(machine_->Open(kFd, false), nullptr);
+  ASSERT_NE(machine_->Open(kFd + 1, false), nullptr);
+  const std::string part = "GET / HT";
+  Complete(loop_.recvs.at(1), static_cast<int64_t>(part.size()), true, &part);
+  EXPECT_FALSE(machine_->HasSilent());
+  EXPECT_EQ(machine_->NextSilentGiveWayMs(), now_ms_ + ConnectionMachine::kSilentGiveWayMs);
+  now_ms_ += ConnectionMachine::kSilentGiveWayMs;
+  machine_->Tick(now_ms_, loop_.RealtimeSec());
+  EXPECT_TRUE(machine_->HasSilent());
+  ASSERT_TRUE(machine_->AbortOldestSilent());
+  EXPECT_EQ(loop_.cancels, std::vector<io::Completion*>{loop_.recvs.at(0)});
+  EXPECT_FALSE(machine_->AbortOldestSilent()) << "the other sent part of a head";
+  Complete(loop_.recvs.at(0), -ECANCELED, false);
+  EXPECT_EQ(loop_.closes, std::vector<int>{kFd});
+  EXPECT_EQ(stats_.silent_reclaimed, 1u);
+  // The drain's deadline ends the other.
+  machine_->AbortAll();
+  Complete(loop_.recvs.at(1), -ECANCELED, false);
+  EXPECT_EQ(machine_->live(), 0u);
+}
+
+// A connection accepted on a --redirect-https listener is answered with a redirect to the TLS
+// port, whose suffix the machine keeps for its whole life.
+TEST_F(ConnectionMachineTest, ARedirectListenersRequestsGoToTheTlsPort) {
+  ASSERT_NE(machine_->Open(kFd, true), nullptr);
+  const std::string get = "GET /a?b=1 HTTP/1.1\r\nHost: example.com\r\n\r\n";
+  std::string sent;
+  loop_.on_send = [&](const iovec* iov, int iovcnt) {
+    for (int i = 0; i < iovcnt; ++i)
+      sent.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+  };
+  Complete(loop_.recvs.at(0), static_cast<int64_t>(get.size()), true, &get);
+  ASSERT_EQ(loop_.sends.size(), 1u);
+  EXPECT_EQ(sent.rfind("HTTP/1.1 301 ", 0), 0u) << sent;
+  EXPECT_NE(sent.find("\r\nLocation: https://example.com:8443/a?b=1\r\n"), std::string::npos)
+      << sent;
+  Complete(loop_.sends[0].first, static_cast<int64_t>(loop_.sends[0].second), false);
+  machine_->AbortAll();
+  Complete(loop_.recvs.at(0), -ECANCELED, false);
+  EXPECT_EQ(machine_->live(), 0u);
+}
+
+}  // namespace
+}  // namespace ringd

@@ -1,0 +1,105 @@
+// The connections' observability hooks: what a response's exchange records when it begins and
+// ends (the duration histogram, counters by status and body path, the access log line), and the
+// client's address for the log. Everything here runs on the shard's thread.
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "io/assert.h"
+#include "server/core/connection.h"
+
+namespace ringd {
+namespace {
+
+int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+// The first line of what the client sent, without its line end.
+std::string_view FirstLine(std::string_view bytes) {
+  const size_t end = bytes.find_first_of("\r\n");
+  return end == std::string_view::npos ? bytes : bytes.substr(0, end);
+}
+
+// The request line exactly as sent (nginx's $request): from the method to the line end. The
+// parser accepted a whole head, so the line end is there.
+std::string_view RequestLine(const http::Request& req) {
+  const char* begin = req.method_text.data();
+  const char* p = req.target.data() + req.target.size();
+  while (*p != '\r' && *p != '\n') ++p;
+  return std::string_view(begin, static_cast<size_t>(p - begin));
+}
+
+}  // namespace
+
+// The client's address, for the access log: kept beside the connection (in peers_, by slot)
+// rather than in it, so that without the log no connection carries one.
+void ConnectionMachine::NotePeer(Connection* conn) {
+  if (log_ == nullptr) return;
+  PeerAddress& peer = peers_[conns_->IndexOf(conn)];
+  peer = PeerAddress{};  // unknown until found: the slot's last connection was another client
+  // A direct descriptor (the bypass tier) has no process fd to ask: its peer stays unknown ("-").
+  if (conn->fd >= io::kDirectHandle) return;
+  sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (::getpeername(conn->fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) peer.Set(ss);
+}
+
+void ConnectionMachine::BeginExchange(Connection* conn, std::string_view raw,
+                                      const http::Request* req) {
+  Exchange* ex = conn->ex;
+  ex->started_ns = timing_ ? MonotonicNs() : 0;
+  ex->bytes_sent = 0;
+  ex->logged = log_ != nullptr;
+  if (log_ == nullptr) return;
+  if (req != nullptr) {
+    ex->capture.Set(RequestLine(*req), req->Find("Referer"), req->Find("User-Agent"));
+  } else {
+    ex->capture.Set(FirstLine(raw), {}, {});
+  }
+}
+
+void ConnectionMachine::EndExchange(Connection* conn, Exchange* ex) {
+  const http::ResponsePlan& plan = ex->plan;
+  const bool started = ex->head_len > 0;
+  // Closed before its response began (waiting for file metadata): nginx's 499.
+  const int status = started ? plan.status : 499;
+  BodyPath path = BodyPath::kNone;
+  if (started && plan.send_body && plan.content_length > 0) {
+    if (!plan.inline_body.empty()) {
+      path = BodyPath::kInline;
+    } else if (ex->file != nullptr && ex->file->content != nullptr) {
+      path = BodyPath::kCached;
+    } else {
+      path = BodyPath::kFile;
+    }
+  }
+  metrics_.Record(status, path, ex->bytes_sent);
+  uint64_t duration_us = 0;
+  if (ex->started_ns != 0) {
+    duration_us = static_cast<uint64_t>(MonotonicNs() - ex->started_ns) / 1000;
+    metrics_.Observe(duration_us);
+  }
+  if (log_ == nullptr || !ex->logged) return;
+  char addr[INET6_ADDRSTRLEN];
+  LogLine line;
+  const PeerAddress& peer = peers_[conns_->IndexOf(conn)];
+  line.remote_addr = std::string_view(addr, peer.Format(addr, sizeof addr));
+  line.request = ex->capture.request();
+  line.status = status;
+  line.bytes_sent = ex->bytes_sent;
+  line.body_bytes = ex->bytes_sent > ex->head_len ? ex->bytes_sent - ex->head_len : 0;
+  line.referer = ex->capture.referer();
+  line.user_agent = ex->capture.agent();
+  line.request_time_us = duration_us;
+  const io::TransportInfo transport = loop_->Transport(conn->fd);
+  line.tls_protocol = transport.protocol;
+  line.tls_cipher = transport.cipher;
+  line.tls_server_name = transport.server_name;
+  line.tls_resumed = transport.resumed;
+  log_->Write(line, date_sec_);
+}
+
+}  // namespace ringd
