@@ -549,7 +549,7 @@ void UringLoop::Finish(Completion* c, int64_t result) {
 bool UringLoop::IsNextTurn(uint64_t user_data) const {
   if (user_data == 0 || (user_data & kShutdownTag) != 0) return false;
   const Completion* c = reinterpret_cast<const Completion*>(user_data);
-  return c->op == Op::kSendFile && St(c).polling && St(c).pipe_index < 0 && St(c).slot < 0;
+  return c->op == Op::kSendFile && St(c).phase == FilePhase::kInlineWaitWritable;
 }
 
 void UringLoop::Dispatch(uint64_t user_data, int32_t res, uint32_t flags) {

@@ -28,6 +28,24 @@ namespace ringd::io::uring {
 // zeroed when the Completion is made: `initialized` false until Begin fills in the defaults).
 // It carries over from one operation to the next on the same Completion: an operation ends
 // having given back its slot and pipe, and a receive's held copies are dropped with it.
+// Where a SendFile is: which of its operations the next completion (if any) belongs to.
+//
+//   SendFile -> [kInstallingFd] -> inline sendfile (kInlineWaitWritable while the socket is full)
+//            -> or, for what is not cached: [kWaitingPipe] -> kSpliceIn <-> kSpliceOut
+//               (kSpliceWaitWritable while the socket is full)
+//            -> or, through a body buffer (bypass, --body-buffers): kReadBody <-> kSendBody
+enum class FilePhase : uint8_t {
+  kNone,
+  kInstallingFd,        // FIXED_FD_INSTALL of the socket's process fd, for inline sendfile
+  kInlineWaitWritable,  // the inline path's socket was full: a poll for POLLOUT
+  kWaitingPipe,         // every pipe busy: queued in pipe_wait_ (no operation in flight)
+  kSpliceIn,            // file -> pipe
+  kSpliceOut,           // pipe -> socket (in_pipe bytes)
+  kSpliceWaitWritable,  // the splice's socket was full: a poll for POLLOUT, in_pipe bytes held
+  kReadBody,            // file -> body buffer
+  kSendBody,            // body buffer -> socket (in_pipe bytes)
+};
+
 struct OpState {
   uint32_t in_pipe = 0;    // SendFile: bytes spliced into the pipe (or read into the body
                            // buffer), not yet out
@@ -35,10 +53,10 @@ struct OpState {
                            // backend's per-operation memory (slots_ or body_free_)
   int32_t held_head = -1;  // Recv: copies of bytes received while paused, oldest
   int32_t held_tail = -1;
-  int32_t held_end = 1;      // Recv: a final result that arrived while paused (<= 0)
-  int16_t pipe_index = -1;   // SendFile: the pipe borrowed from the pool (--pipes <= 4096)
-  bool armed : 1 = false;    // Recv: a multishot receive is in the kernel
-  bool polling : 1 = false;  // SendFile: waiting for the socket to take more
+  int32_t held_end = 1;     // Recv: a final result that arrived while paused (<= 0)
+  int16_t pipe_index = -1;  // SendFile: the pipe borrowed from the pool (--pipes <= 4096)
+  FilePhase phase = FilePhase::kNone;  // SendFile
+  bool armed : 1 = false;              // Recv: a multishot receive is in the kernel
   bool initialized : 1 = true;
 };
 static_assert(sizeof(OpState) <= Completion::kBackendBytes);
@@ -127,8 +145,6 @@ class UringLoop final : public Loop {
 
   // user_data of a direct shutdown: the slot, tagged odd (Completions are aligned: never odd).
   static constexpr uint64_t kShutdownTag = 1;
-  // Completion::pipe_index of a SendFile waiting for its socket's process fd (FIXED_FD_INSTALL).
-  static constexpr int kInstallingFd = -2;
 
   // An SQE whose completion nothing reads (a close, a cancel): user_data 0, which Dispatch drops,
   // and where the kernel can, no completion at all when it succeeds.
@@ -289,6 +305,8 @@ class UringLoop final : public Loop {
   void OnSend(Completion* c, int32_t res, uint32_t flags);
 
   void OnSendFile(Completion* c, int32_t res);
+  void OnFdInstalled(Completion* c, int32_t res);
+  void OnSpliceOut(Completion* c, int32_t res);
 
   void OnOpen(Completion* c, int32_t res);
 

@@ -33,7 +33,7 @@ void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t len
   c->remaining = length;
   St(c).in_pipe = 0;
   St(c).pipe_index = -1;
-  St(c).polling = false;
+  St(c).phase = FilePhase::kNone;
   RINGD_ASSERT(St(c).slot < 0);
   // bypass with --body-buffers (off by default): read the body into a registered buffer and
   // send it from there; with every body buffer busy, on as below.
@@ -56,7 +56,7 @@ void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t len
     if (st.fd < 0 && !st.fd_refused) {
       // The first body on this connection: give its socket a process fd, once, so that cached
       // pages can go out with an inline sendfile as on the uring tier (OnSendFile goes on).
-      St(c).pipe_index = kInstallingFd;
+      St(c).phase = FilePhase::kInstallingFd;
       io_uring_sqe* sqe = Sqe();
       io_uring_prep_rw(uapi::kOpFixedFdInstall, sqe, static_cast<int>(sock_fd & ~kDirectHandle),
                        nullptr, 0, 0);
@@ -73,7 +73,8 @@ void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t len
 // submitter), never on this thread.
 void UringLoop::ReadBody(Completion* c) {
   const uint64_t n = std::min<uint64_t>(c->remaining, options_.uring.body_buffer_size);
-  St(c).in_pipe = 0;  // nothing read yet: the next completion is the read's
+  St(c).phase = FilePhase::kReadBody;
+  St(c).in_pipe = 0;  // nothing read yet
   io_uring_sqe* sqe = Sqe();
   const int index = RegisteredIndex(static_cast<int>(fixed_count_) + St(c).slot);
   if (index >= 0) {
@@ -90,6 +91,7 @@ void UringLoop::ReadBody(Completion* c) {
 void UringLoop::SendBody(Completion* c) {
   // MSG_MORE only while more of the body follows (as SpliceOut).
   const int more = c->remaining > St(c).in_pipe ? MSG_MORE : 0;
+  St(c).phase = FilePhase::kSendBody;
   io_uring_sqe* sqe = Sqe();
   io_uring_prep_send(sqe, c->fd, c->buf, St(c).in_pipe, MSG_NOSIGNAL | more);
   Target(sqe, c->fd);
@@ -101,8 +103,8 @@ void UringLoop::OnBody(Completion* c, int32_t res) {
     body_free_.push_back(St(c).slot);
     St(c).slot = -1;
   };
-  if (St(c).in_pipe == 0) {  // the read finished
-    if (res <= 0) {          // 0: the file ended before `length` bytes: truncated under us
+  if (St(c).phase == FilePhase::kReadBody) {
+    if (res <= 0) {  // 0: the file ended before `length` bytes: truncated under us
       release();
       return Finish(c, res < 0 ? res : static_cast<int64_t>(c->done));
     }
@@ -211,7 +213,7 @@ bool UringLoop::SendCached(Completion* c) {
 // The inline path continues when the socket takes more (at once, if it already does: the CQE
 // then waits in the ring behind everything else that is ready).
 void UringLoop::WaitWritable(Completion* c) {
-  St(c).polling = true;
+  St(c).phase = FilePhase::kInlineWaitWritable;
   St(c).in_pipe = 0;
   io_uring_sqe* sqe = Sqe();
   io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
@@ -231,7 +233,10 @@ void UringLoop::Splice(Completion* c) {
   }
   // Every pipe busy: wait (intrusively) until one comes back. No pipe busy and none to be
   // made (out of descriptors): nothing would ever wake a waiter, so fail it now.
-  if (pipe == kNoPipeFree) return pipe_wait_.Push(c);
+  if (pipe == kNoPipeFree) {
+    St(c).phase = FilePhase::kWaitingPipe;
+    return pipe_wait_.Push(c);
+  }
   Ready(c, pipe);
 }
 
@@ -304,6 +309,7 @@ void UringLoop::GivePipe(int index, bool dirty) {
 void UringLoop::SpliceIn(Completion* c) {
   RINGD_ASSERT(St(c).pipe_index >= 0 && static_cast<size_t>(St(c).pipe_index) < pipes_.size());
   const Pipe& p = pipes_[static_cast<size_t>(St(c).pipe_index)];
+  St(c).phase = FilePhase::kSpliceIn;
   const uint64_t chunk =
       c->remaining < options_.uring.pipe_size ? c->remaining : options_.uring.pipe_size;
   io_uring_sqe* sqe = Sqe();
@@ -319,6 +325,7 @@ void UringLoop::SpliceOut(Completion* c) {
   // SPLICE_F_MORE (MSG_MORE) only while more of the body follows: on the last piece it would
   // hold the final partial segment back until the client's delayed ACK (40 ms) pushed it.
   const unsigned more = c->remaining > St(c).in_pipe ? SPLICE_F_MORE : 0;
+  St(c).phase = FilePhase::kSpliceOut;
   io_uring_prep_splice(sqe, p.r, -1, c->fd, -1, St(c).in_pipe, SPLICE_F_MOVE | more);
   Target(sqe, c->fd);  // the socket is splice's output, the SQE's own fd
   io_uring_sqe_set_data(sqe, c);
@@ -367,47 +374,62 @@ void UringLoop::OnSend(Completion* c, int32_t res, uint32_t flags) {
 }
 
 void UringLoop::OnSendFile(Completion* c, int32_t res) {
-  if (St(c).slot >= 0) return OnBody(c, res);  // through a body buffer (bypass)
-  if (St(c).pipe_index == kInstallingFd) {     // the socket's process fd, or why not
-    St(c).pipe_index = -1;
-    SlotState& st = slot_state_[static_cast<uint32_t>(c->fd & ~kDirectHandle)];
-    // One install per connection (its SendFiles run one at a time, and Close waits for them).
-    RINGD_ASSERT(st.fd < 0 && !st.fd_refused);
-    if (res >= 0) {
-      st.fd = res;
-    } else {
-      st.fd_refused = true;
-    }
-    if (cold_.Take(c->file_fd, c->offset) || !SendCached(c)) Splice(c);
-    return RunReady();
-  }
-  if (St(c).polling) {  // the socket became writable (or failed)
-    St(c).polling = false;
-    if (St(c).pipe_index < 0) {  // the inline sendfile path: carry on there
+  switch (St(c).phase) {
+    case FilePhase::kReadBody:
+    case FilePhase::kSendBody:
+      return OnBody(c, res);
+    case FilePhase::kInstallingFd:
+      return OnFdInstalled(c, res);
+    case FilePhase::kInlineWaitWritable:  // the socket takes more (or failed): inline again
+      St(c).phase = FilePhase::kNone;
       if (res < 0) return Finish(c, res);
       if (!SendCached(c)) Splice(c);
       return RunReady();
-    }
-    if (res < 0) {
-      GivePipe(St(c).pipe_index, true);
-      return Finish(c, res);
-    }
-    return SpliceOut(c);
+    case FilePhase::kSpliceWaitWritable:  // the same, with bytes waiting in the pipe
+      if (res < 0) {
+        GivePipe(St(c).pipe_index, true);
+        return Finish(c, res);
+      }
+      return SpliceOut(c);
+    case FilePhase::kSpliceIn:
+      if (res <= 0) {
+        GivePipe(St(c).pipe_index, false);
+        // 0: the file ended before `length` bytes: it was truncated under us.
+        return Finish(c, res < 0 ? res : static_cast<int64_t>(c->done));
+      }
+      St(c).in_pipe = static_cast<uint32_t>(res);
+      c->offset += static_cast<uint64_t>(res);
+      return SpliceOut(c);
+    case FilePhase::kSpliceOut:
+      return OnSpliceOut(c, res);
+    case FilePhase::kNone:
+    case FilePhase::kWaitingPipe:
+      break;
   }
-  if (St(c).in_pipe == 0) {  // file -> pipe finished
-    if (res <= 0) {
-      GivePipe(St(c).pipe_index, false);
-      // 0: the file ended before `length` bytes: it was truncated under us.
-      return Finish(c, res < 0 ? res : static_cast<int64_t>(c->done));
-    }
-    St(c).in_pipe = static_cast<uint32_t>(res);
-    c->offset += static_cast<uint64_t>(res);
-    return SpliceOut(c);
+  RINGD_ASSERT_MSG(false, "a SendFile completion in phase %d", static_cast<int>(St(c).phase));
+}
+
+// The socket's process fd, or why not; the body goes on as SendFile would have sent it.
+void UringLoop::OnFdInstalled(Completion* c, int32_t res) {
+  St(c).phase = FilePhase::kNone;
+  SlotState& st = slot_state_[static_cast<uint32_t>(c->fd & ~kDirectHandle)];
+  // One install per connection (its SendFiles run one at a time, and Close waits for them).
+  RINGD_ASSERT(st.fd < 0 && !st.fd_refused);
+  if (res >= 0) {
+    st.fd = res;
+  } else {
+    st.fd_refused = true;
   }
+  if (cold_.Take(c->file_fd, c->offset) || !SendCached(c)) Splice(c);
+  RunReady();
+}
+
+// Pipe -> socket ended: more of the pipe, the next piece of the file, or the end.
+void UringLoop::OnSpliceOut(Completion* c, int32_t res) {
   if (res == -EAGAIN) {
     // Splice runs on an io-wq worker and the socket is non-blocking: its buffer is full.
     // Wait for room with a poll rather than block a kernel worker per slow client.
-    St(c).polling = true;
+    St(c).phase = FilePhase::kSpliceWaitWritable;
     io_uring_sqe* sqe = Sqe();
     io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
     Target(sqe, c->fd);
