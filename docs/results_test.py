@@ -5,7 +5,9 @@ Fails when a path under perf/results/ that docs/*.md or README.md cites does not
 kept results folder is cited by no doc, when a file under perf/results/ names a path of the
 machine that ran it (/root/, /home/, /work/, /tmp/: commands and configs say DATA, PORT and
 servers/ instead), or when a report.md differs from what `perf/run --report` renders from its
-raw.json (re-render with `perf/run --report perf/results/NAME`).
+raw.json (re-render with `perf/run --report perf/results/NAME`). A folder with a README.md and no
+raw.json holds the output of a tool other than perf/run (its README.md says which and how it ran),
+so it has no report to re-render.
 
     docs/results_test.py [ROOT]    # ROOT: a checkout (default: the working directory, as Bazel runs it)
 
@@ -82,6 +84,9 @@ class ResultsTest(unittest.TestCase):
         stale = []
         for d in kept_folders():
             folder = os.path.join(RESULTS, d)
+            if (not os.path.exists(os.path.join(folder, "raw.json"))
+                    and os.path.exists(os.path.join(folder, "README.md"))):
+                continue  # a tool's output, not perf/run's: nothing to render
             if not os.path.exists(os.path.join(folder, "raw.json")):
                 stale.append("%s: no raw.json" % d)
                 continue
