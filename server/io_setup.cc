@@ -54,50 +54,47 @@ io::TierNeeds NeedsOf(const Config& config, uint64_t descriptor_limit) {
 
 }  // namespace
 
-bool CheckIoFlags(const Config& config, const io::TierTable& tiers, std::string* error) {
+absl::Status CheckIoFlags(const Config& config, const io::TierTable& tiers) {
   for (const std::string& name : config.io_mask) {
     if (!io::KnownFeature(name)) {
-      *error = "--io-mask: unknown feature '" + name + "' (names as ringd --probe prints)";
-      return false;
+      return absl::InvalidArgumentError("--io-mask: unknown feature '" + name +
+                                        "' (names as ringd --probe prints)");
     }
   }
-  if (config.io == "auto") return true;
+  if (config.io == "auto") return absl::OkStatus();
   const io::Tier* tier = tiers.Find(config.io);
   if (tier == nullptr) {
-    *error = "--io: expected " + tiers.NamesForHelp() + ", got '" + config.io + "'";
-    return false;
+    return absl::InvalidArgumentError("--io: expected " + tiers.NamesForHelp() + ", got '" +
+                                      config.io + "'");
   }
-  *error = MissingCapability(config, tiers, *tier);
-  return error->empty();
+  const std::string missing = MissingCapability(config, tiers, *tier);
+  return missing.empty() ? absl::OkStatus() : absl::InvalidArgumentError(missing);
 }
 
-bool ChooseIo(const Config& config, const io::TierTable& tiers, const io::ProbeReport& probe,
-              uint64_t descriptor_limit, IoSetup* out, std::string* error) {
+absl::StatusOr<IoSetup> ChooseIo(const Config& config, const io::TierTable& tiers,
+                                 const io::ProbeReport& probe, uint64_t descriptor_limit) {
   const io::TierChoice choice = tiers.Choose(config.io, probe, NeedsOf(config, descriptor_limit));
   if (choice.tier == nullptr) {
-    *error = choice.reason;
-    return false;
+    return absl::FailedPreconditionError(choice.reason);
   }
   if (std::string missing = MissingCapability(config, tiers, *choice.tier); !missing.empty()) {
-    *error = missing;  // auto chose a tier without what a flag needs
-    return false;
+    return absl::FailedPreconditionError(missing);  // auto chose a tier without what a flag needs
   }
   if (config.sqpoll && !probe.sqpoll_usable) {
-    *error = "--sqpoll: SQPOLL rings cannot be created here";
-    return false;
+    return absl::FailedPreconditionError("--sqpoll: SQPOLL rings cannot be created here");
   }
   if (config.busy_poll_us != 0 && !probe.napi) {
-    *error =
+    return absl::FailedPreconditionError(
         "--busy-poll-us: this kernel cannot busy-poll for io_uring (IORING_REGISTER_NAPI needs "
-        "Linux 6.9; ringd --probe says more)";
-    return false;
+        "Linux 6.9; ringd --probe says more)");
   }
   if (config.batch_wait_us != 0 && !probe.batch_wait) {
-    *error =
+    return absl::FailedPreconditionError(
         "--batch-wait-us: this kernel cannot bound a wait for completions (io_uring_enter's "
-        "min_wait_usec needs Linux 6.12; ringd --probe says more)";
-    return false;
+        "min_wait_usec needs Linux 6.12; ringd --probe says more)");
   }
+  IoSetup setup;
+  IoSetup* out = &setup;
   out->tier = choice.tier;
   out->line = choice.reason;
   if (config.sqpoll)
@@ -119,7 +116,7 @@ bool ChooseIo(const Config& config, const io::TierTable& tiers, const io::ProbeR
     out->line += "; batched waits " + std::to_string(config.batch_wait_us) + " us";
   if (config.busy_poll_us != 0)
     out->line += "; NAPI busy poll " + std::to_string(config.busy_poll_us) + " us";
-  return true;
+  return setup;
 }
 
 std::string DescribeProbe(const Config& config, const io::TierTable& tiers,

@@ -3,16 +3,17 @@
 // ringd_main.cc this is the composition root's side of io: flags meet the tier table here, and
 // everything after asks the chosen Tier's capabilities, never its name.
 //
-//   std::string error;
-//   if (!CheckIoFlags(config, tiers, &error)) Die(2, error);         // before probing
+//   if (absl::Status s = CheckIoFlags(config, tiers); !s.ok()) Die(2, s);   // before probing
 //   io::ProbeReport probe = io::ProbeUring(config.io_mask);
-//   IoSetup io;
-//   if (!ChooseIo(config, tiers, probe, descriptor_limit, &io, &error)) Die(1, error);
+//   absl::StatusOr<IoSetup> io = ChooseIo(config, tiers, probe, descriptor_limit);
+//   if (!io.ok()) Die(1, io.status());
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "io/loop.h"
 #include "io/tier.h"
 #include "server/core/config.h"
@@ -29,13 +30,13 @@ struct IoSetup {
 };
 
 // What the flags ask of io that no probe is needed to refuse: an unknown --io or --io-mask name,
-// or a flag that needs a capability the tier named by --io lacks. One line in *error.
-bool CheckIoFlags(const Config& config, const io::TierTable& tiers, std::string* error);
+// or a flag that needs a capability the tier named by --io lacks. An error of one line.
+absl::Status CheckIoFlags(const Config& config, const io::TierTable& tiers);
 
 // The tier --io asks for (or auto's choice), checked against what this machine offers and what
-// the other flags need of it. One line in *error when it cannot serve as asked.
-bool ChooseIo(const Config& config, const io::TierTable& tiers, const io::ProbeReport& probe,
-              uint64_t descriptor_limit, IoSetup* out, std::string* error);
+// the other flags need of it. An error of one line when it cannot serve as asked.
+absl::StatusOr<IoSetup> ChooseIo(const Config& config, const io::TierTable& tiers,
+                                 const io::ProbeReport& probe, uint64_t descriptor_limit);
 
 // `ringd --probe`'s text: what was checked, each tier's verdict, and what --io=auto would choose.
 std::string DescribeProbe(const Config& config, const io::TierTable& tiers,

@@ -37,111 +37,116 @@ class IoSetupTest : public testing::Test {
 };
 
 TEST_F(IoSetupTest, FlagsAreCheckedAgainstTheTableBeforeAnyProbe) {
-  std::string error;
-  EXPECT_TRUE(CheckIoFlags(WithIo("auto"), tiers_, &error)) << error;
-  EXPECT_FALSE(CheckIoFlags(WithIo("kqueue"), tiers_, &error));
-  EXPECT_EQ(error, "--io: expected auto, bypass, uring or epoll, got 'kqueue'");
+  EXPECT_EQ(CheckIoFlags(WithIo("auto"), tiers_), absl::OkStatus());
+  EXPECT_EQ(CheckIoFlags(WithIo("kqueue"), tiers_).message(),
+            "--io: expected auto, bypass, uring or epoll, got 'kqueue'");
   Config c = WithIo("uring");
   c.io_mask = {"warp drive"};
-  EXPECT_FALSE(CheckIoFlags(c, tiers_, &error));
-  EXPECT_EQ(error, "--io-mask: unknown feature 'warp drive' (names as ringd --probe prints)");
+  EXPECT_EQ(CheckIoFlags(c, tiers_).message(),
+            "--io-mask: unknown feature 'warp drive' (names as ringd --probe prints)");
   c = WithIo("uring");
   c.sqpoll = true;
-  EXPECT_FALSE(CheckIoFlags(c, tiers_, &error));
-  EXPECT_EQ(error, "--sqpoll needs a tier that has it (--io=bypass); the uring tier does not");
+  EXPECT_EQ(CheckIoFlags(c, tiers_).message(),
+            "--sqpoll needs a tier that has it (--io=bypass); the uring tier does not");
   c = WithIo("epoll");
   c.busy_poll_us = 50;
-  EXPECT_FALSE(CheckIoFlags(c, tiers_, &error));
-  EXPECT_EQ(error,
+  EXPECT_EQ(CheckIoFlags(c, tiers_).message(),
             "--busy-poll-us needs a tier that has it (--io=bypass or --io=uring); the epoll "
             "tier does not");
   c.busy_poll_us = 0;
   c.batch_wait_us = 50;
-  EXPECT_FALSE(CheckIoFlags(c, tiers_, &error));
+  EXPECT_FALSE(CheckIoFlags(c, tiers_).ok());
   c = WithIo("bypass");
   c.sqpoll = true;
-  EXPECT_TRUE(CheckIoFlags(c, tiers_, &error)) << error;
+  EXPECT_EQ(CheckIoFlags(c, tiers_), absl::OkStatus());
 }
 
 TEST_F(IoSetupTest, AutoTakesBypassWithEveryFeatureWhereTheKernelHasThem) {
-  IoSetup io;
-  std::string error;
-  ASSERT_TRUE(ChooseIo(WithIo("auto"), tiers_, FullProbe(), 0, &io, &error)) << error;
-  EXPECT_EQ(io.tier->name, "bypass");
-  EXPECT_EQ(io.line,
+  absl::StatusOr<IoSetup> io;
+  io = ChooseIo(WithIo("auto"), tiers_, FullProbe(), 0);
+  ASSERT_TRUE(io.ok()) << io.status();
+  EXPECT_EQ(io->tier->name, "bypass");
+  EXPECT_EQ(io->line,
             "bypass: direct descriptors; incremental receive buffers (1024 KiB per shard); closes "
             "and cancels post no "
             "completion; cached bodies with sendfile on an installed fd; registered ring fd");
-  EXPECT_TRUE(io.features.uring.recv_incremental);
-  EXPECT_TRUE(io.features.uring.skip_unread_cqes);
-  EXPECT_TRUE(io.features.uring.bypass_sendfile);
-  EXPECT_TRUE(io.features.uring.register_ring_fd);
+  EXPECT_TRUE(io->features.uring.recv_incremental);
+  EXPECT_TRUE(io->features.uring.skip_unread_cqes);
+  EXPECT_TRUE(io->features.uring.bypass_sendfile);
+  EXPECT_TRUE(io->features.uring.register_ring_fd);
 }
 
 TEST_F(IoSetupTest, EachTierKeepsOnlyTheFeaturesItCanUse) {
   io::ProbeReport probe = FullProbe();
   probe.fd_install = false;
   probe.cqe_skip = false;
-  IoSetup io;
-  std::string error;
-  ASSERT_TRUE(ChooseIo(WithIo("bypass"), tiers_, probe, 0, &io, &error)) << error;
-  EXPECT_FALSE(io.features.uring.bypass_sendfile);
-  EXPECT_FALSE(io.features.uring.skip_unread_cqes);
-  EXPECT_NE(io.line.find("; every body spliced"), std::string::npos) << io.line;
-  EXPECT_NE(io.line.find("; closes and cancels complete (CQE skip: unavailable)"),
+  absl::StatusOr<IoSetup> io;
+  io = ChooseIo(WithIo("bypass"), tiers_, probe, 0);
+  ASSERT_TRUE(io.ok()) << io.status();
+  EXPECT_FALSE(io->features.uring.bypass_sendfile);
+  EXPECT_FALSE(io->features.uring.skip_unread_cqes);
+  EXPECT_NE(io->line.find("; every body spliced"), std::string::npos) << io->line;
+  EXPECT_NE(io->line.find("; closes and cancels complete (CQE skip: unavailable)"),
             std::string::npos)
-      << io.line;
-  io = IoSetup{};
-  ASSERT_TRUE(ChooseIo(WithIo("uring"), tiers_, FullProbe(), 0, &io, &error)) << error;
-  EXPECT_TRUE(io.features.uring.recv_incremental);
-  EXPECT_FALSE(io.features.uring.register_ring_fd);  // a process-fd ring gains nothing from it
-  EXPECT_FALSE(io.features.uring.bypass_sendfile);
-  io = IoSetup{};
-  ASSERT_TRUE(ChooseIo(WithIo("epoll"), tiers_, FullProbe(), 0, &io, &error)) << error;
-  EXPECT_EQ(io.line,
+      << io->line;
+  io = ChooseIo(WithIo("uring"), tiers_, FullProbe(), 0);
+  ASSERT_TRUE(io.ok()) << io.status();
+  EXPECT_TRUE(io->features.uring.recv_incremental);
+  EXPECT_FALSE(io->features.uring.register_ring_fd);  // a process-fd ring gains nothing from it
+  EXPECT_FALSE(io->features.uring.bypass_sendfile);
+  io = ChooseIo(WithIo("epoll"), tiers_, FullProbe(), 0);
+  ASSERT_TRUE(io.ok()) << io.status();
+  EXPECT_EQ(io->line,
             "epoll: chosen with --io=epoll (readiness and a worker pool, available "
             "everywhere)");
-  EXPECT_FALSE(io.features.uring.recv_incremental || io.features.uring.skip_unread_cqes ||
-               io.features.uring.register_ring_fd || io.features.uring.bypass_sendfile);
+  EXPECT_FALSE(io->features.uring.recv_incremental || io->features.uring.skip_unread_cqes ||
+               io->features.uring.register_ring_fd || io->features.uring.bypass_sendfile);
 }
 
 TEST_F(IoSetupTest, WithoutIoUringAutoFallsBackToEpollAndSaysWhy) {
   io::ProbeReport probe;
   probe.reason = "io_uring_setup: ENOSYS";
   probe.bypass_reason = "needs the uring tier";
-  IoSetup io;
-  std::string error;
-  ASSERT_TRUE(ChooseIo(WithIo("auto"), tiers_, probe, 0, &io, &error)) << error;
-  EXPECT_EQ(io.tier->name, "epoll");
-  EXPECT_NE(io.line.find("; not uring: io_uring_setup: ENOSYS"), std::string::npos) << io.line;
-  EXPECT_FALSE(ChooseIo(WithIo("uring"), tiers_, probe, 0, &io, &error));
-  EXPECT_EQ(error, "--io=uring, but the uring tier is unusable: io_uring_setup: ENOSYS");
+  absl::StatusOr<IoSetup> io;
+  io = ChooseIo(WithIo("auto"), tiers_, probe, 0);
+  ASSERT_TRUE(io.ok()) << io.status();
+  EXPECT_EQ(io->tier->name, "epoll");
+  EXPECT_NE(io->line.find("; not uring: io_uring_setup: ENOSYS"), std::string::npos) << io->line;
+  io = ChooseIo(WithIo("uring"), tiers_, probe, 0);
+  ASSERT_FALSE(io.ok());
+  EXPECT_EQ(io.status().message(),
+            "--io=uring, but the uring tier is unusable: io_uring_setup: ENOSYS");
 }
 
 TEST_F(IoSetupTest, AutoPassesOverTiersThatCannotDoWhatTheFlagsNeed) {
-  IoSetup io;
-  std::string error;
+  absl::StatusOr<IoSetup> io;
   // The access log wants client addresses: bypass cannot name them.
   Config c = WithIo("auto");
   c.access_log = "/dev/null";
-  ASSERT_TRUE(ChooseIo(c, tiers_, FullProbe(), 0, &io, &error)) << error;
-  EXPECT_EQ(io.tier->name, "uring");
+  io = ChooseIo(c, tiers_, FullProbe(), 0);
+  ASSERT_TRUE(io.ok()) << io.status();
+  EXPECT_EQ(io->tier->name, "uring");
   // A descriptor limit below bypass's file table.
-  ASSERT_TRUE(ChooseIo(WithIo("auto"), tiers_, FullProbe(), 1024, &io, &error)) << error;
-  EXPECT_EQ(io.tier->name, "uring");
+  io = ChooseIo(WithIo("auto"), tiers_, FullProbe(), 1024);
+  ASSERT_TRUE(io.ok()) << io.status();
+  EXPECT_EQ(io->tier->name, "uring");
   // Auto fell back to a tier without what a flag needs: one line.
   c = WithIo("auto");
   c.sqpoll = true;
   c.access_log = "/dev/null";
-  EXPECT_FALSE(ChooseIo(c, tiers_, FullProbe(), 0, &io, &error));
-  EXPECT_EQ(error, "--sqpoll needs a tier that has it (--io=bypass); the uring tier does not");
+  io = ChooseIo(c, tiers_, FullProbe(), 0);
+  ASSERT_FALSE(io.ok());
+  EXPECT_EQ(io.status().message(),
+            "--sqpoll needs a tier that has it (--io=bypass); the uring tier does not");
   // A flag whose kernel feature is missing.
   io::ProbeReport probe = FullProbe();
   probe.batch_wait = false;
   c = WithIo("uring");
   c.batch_wait_us = 50;
-  EXPECT_FALSE(ChooseIo(c, tiers_, probe, 0, &io, &error));
-  EXPECT_NE(error.find("--batch-wait-us: this kernel cannot bound a wait"), std::string::npos);
+  io = ChooseIo(c, tiers_, probe, 0);
+  ASSERT_FALSE(io.ok());
+  EXPECT_NE(io.status().message().find("--batch-wait-us: this kernel cannot bound a wait"),
+            std::string::npos);
 }
 
 TEST_F(IoSetupTest, TheProbeTextGivesEachTiersVerdict) {

@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "io/probe.h"
 #include "io/registry.h"
 #include "io/tier.h"
@@ -42,6 +44,11 @@ namespace {
 
 // One line on stderr, always: a control byte from a flag's value (a CR or LF in --add-header)
 // is written as \xHH.
+[[noreturn]] void Die(int code, const std::string& message);
+[[noreturn]] void Die(int code, const absl::Status& status) {
+  Die(code, std::string(status.message()));
+}
+
 [[noreturn]] void Die(int code, const std::string& message) {
   std::string line;
   for (const char ch : message) {
@@ -260,15 +267,16 @@ bool SetUpIo(const Config& config, IoSetup* io) {
     ::setrlimit(RLIMIT_NOFILE, &nofile);
   }
   static const io::TierTable tiers = io::BuiltinTiers();
-  std::string error;
-  if (!CheckIoFlags(config, tiers, &error)) Die(2, error);
+  if (absl::Status s = CheckIoFlags(config, tiers); !s.ok()) Die(2, s);
   const io::ProbeReport probe = io::ProbeUring(config.io_mask);
   const uint64_t descriptor_limit = nofile.rlim_cur == RLIM_INFINITY ? 0 : nofile.rlim_cur;
   if (config.probe_only) {
     std::fputs(DescribeProbe(config, tiers, probe, descriptor_limit).c_str(), stdout);
     return false;
   }
-  if (!ChooseIo(config, tiers, probe, descriptor_limit, io, &error)) Die(1, error);
+  absl::StatusOr<IoSetup> chosen = ChooseIo(config, tiers, probe, descriptor_limit);
+  if (!chosen.ok()) Die(1, chosen.status());
+  *io = *std::move(chosen);
   std::fprintf(stderr, "ringd: io backend %s\n", io->line.c_str());
   if (!io->tier->can.names_clients && !config.access_log.empty()) {
     std::fprintf(stderr, "ringd: --io=%s: access log lines name no client address (\"-\")\n",
@@ -427,7 +435,12 @@ std::vector<std::thread> StartShards(const Config& config,
       if (first_error.empty()) first_error = shard_list[i]->error();
     }
   }
-  if (all_ok && !DropPrivileges(config, &first_error)) all_ok = false;
+  if (all_ok) {
+    if (absl::Status s = DropPrivileges(config); !s.ok()) {
+      first_error = std::string(s.message());
+      all_ok = false;
+    }
+  }
   go.set_value(all_ok);
   if (!all_ok) {
     for (auto& s : shard_list) s->RequestStop();
@@ -522,7 +535,9 @@ int Main(int argc, char** argv) {
   bool exit_now = false;
   if (!ParseFlags(argc, argv, &config, &error, &exit_now)) Die(2, error);
   if (exit_now) return 0;
-  if (!config.probe_only && !RootAllowed(config, &error)) Die(1, error);
+  if (!config.probe_only) {
+    if (absl::Status s = RootAllowed(config); !s.ok()) Die(1, s);
+  }
   Tls tls;
   LoadTls(config, &tls);
   IoSetup io;
@@ -546,7 +561,7 @@ int Main(int argc, char** argv) {
 
   const Inherited inherited = CheckListenAddresses(config, shards);
   Observability observability;  // the access log and the admin listener (before the shards)
-  if (!observability.Open(config, shards, &error)) Die(1, error);
+  if (absl::Status s = observability.Open(config, shards); !s.ok()) Die(1, s);
   if (tls.on) {
     observability.SetCertificates([&tls] {
       std::vector<ProcessInfo::Certificate> out;

@@ -20,6 +20,7 @@ _LIBRARIES = {
     # perf and test tools' command lines (perf/tool_flags.h).
     "absl_flags": (["absl_flags", "absl_flags_parse", "absl_flags_usage"], []),
     "absl_containers": (["absl_flat_hash_map", "absl_flat_hash_set", "absl_inlined_vector"], []),
+    "absl_status": (["absl_status", "absl_statusor"], []),
     "gtest": (["gtest", "gmock"], []),
     "gtest_main": (["gtest_main", "gmock"], []),
     "benchmark": (["benchmark"], ["-lpthread"]),

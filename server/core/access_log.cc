@@ -296,26 +296,27 @@ void AccessLogShard::Write(LogLine& line, int64_t now_sec) {
   }
 }
 
-std::unique_ptr<AccessLog> AccessLog::Open(const std::string& path, AccessLogFormat format,
-                                           uint32_t shards, size_t ring_bytes, std::string* error) {
+absl::StatusOr<std::unique_ptr<AccessLog>> AccessLog::Open(const std::string& path,
+                                                           AccessLogFormat format, uint32_t shards,
+                                                           size_t ring_bytes) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
-    *error = "--access-log: cannot open '" + path + "' for appending: " + strerror(errno);
-    return nullptr;
+    return absl::FailedPreconditionError("--access-log: cannot open '" + path +
+                                         "' for appending: " + strerror(errno));
   }
   const int kick = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (kick < 0) {
-    *error = std::string("--access-log: eventfd: ") + strerror(errno);
+    const std::string why = strerror(errno);
     ::close(fd);
-    return nullptr;
+    return absl::ResourceExhaustedError("--access-log: eventfd: " + why);
   }
   std::unique_ptr<AccessLog> log(new AccessLog(path, format, fd, kick));
   for (uint32_t i = 0; i < shards; ++i) {
     log->shards_.push_back(
         std::make_unique<AccessLogShard>(log.get(), static_cast<int>(i), ring_bytes));
     if (!log->shards_.back()->ok()) {
-      *error = "--access-log: cannot map a " + std::to_string(ring_bytes) + "-byte buffer";
-      return nullptr;
+      return absl::ResourceExhaustedError("--access-log: cannot map a " +
+                                          std::to_string(ring_bytes) + "-byte buffer");
     }
   }
   return log;

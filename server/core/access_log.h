@@ -27,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace ringd {
 
 enum class AccessLogFormat : uint8_t { kCombined, kJson };
@@ -156,9 +158,10 @@ class AccessLogShard {
 
 class AccessLog {
  public:
-  // Opens (creates) `path` for appending; null with one line in *error when it cannot.
-  static std::unique_ptr<AccessLog> Open(const std::string& path, AccessLogFormat format,
-                                         uint32_t shards, size_t ring_bytes, std::string* error);
+  // Opens (creates) `path` for appending; an error of one line when it cannot.
+  static absl::StatusOr<std::unique_ptr<AccessLog>> Open(const std::string& path,
+                                                         AccessLogFormat format, uint32_t shards,
+                                                         size_t ring_bytes);
   ~AccessLog();
 
   AccessLogFormat format() const { return format_; }

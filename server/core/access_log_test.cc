@@ -278,9 +278,10 @@ std::string TempDir() {
 TEST(AccessLog, WritesEveryLineAndReopensOnRequest) {
   const std::string dir = TempDir();
   const std::string path = dir + "/access.log";
-  std::string error;
-  auto log = AccessLog::Open(path, AccessLogFormat::kCombined, 2, 65536, &error);
-  ASSERT_NE(log, nullptr) << error;
+  absl::StatusOr<std::unique_ptr<AccessLog>> opened =
+      AccessLog::Open(path, AccessLogFormat::kCombined, 2, 65536);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::unique_ptr<AccessLog> log = *std::move(opened);
   log->Start();
   LogLine l = ApacheExample();
   for (int i = 0; i < 1000; ++i) log->shard(i % 2)->Write(l, kApacheExampleSec);
@@ -321,9 +322,10 @@ TEST(AccessLog, AStuckWriterDropsAndCountsInsteadOfBlocking) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
   ASSERT_GE(reader, 0);
-  std::string error;
-  auto log = AccessLog::Open(fifo, AccessLogFormat::kCombined, 1, 65536, &error);
-  ASSERT_NE(log, nullptr) << error;
+  absl::StatusOr<std::unique_ptr<AccessLog>> opened =
+      AccessLog::Open(fifo, AccessLogFormat::kCombined, 1, 65536);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::unique_ptr<AccessLog> log = *std::move(opened);
   log->Start();
   LogLine l = ApacheExample();
   constexpr int kLines = 20000;  // ~2.5 MB: far beyond the pipe (64 KiB) and the ring (64 KiB)
@@ -350,11 +352,10 @@ TEST(AccessLog, AStuckWriterDropsAndCountsInsteadOfBlocking) {
 }
 
 TEST(AccessLog, ABadPathIsOneClearError) {
-  std::string error;
-  EXPECT_EQ(
-      AccessLog::Open("/nonexistent-dir/access.log", AccessLogFormat::kCombined, 1, 65536, &error),
-      nullptr);
-  EXPECT_EQ(error,
+  const absl::StatusOr<std::unique_ptr<AccessLog>> log =
+      AccessLog::Open("/nonexistent-dir/access.log", AccessLogFormat::kCombined, 1, 65536);
+  ASSERT_FALSE(log.ok());
+  EXPECT_EQ(log.status().message(),
             "--access-log: cannot open '/nonexistent-dir/access.log' for appending: No such file "
             "or directory");
 }

@@ -45,25 +45,24 @@ bool SendAll(int fd, const char* p, size_t n) {
 
 }  // namespace
 
-std::unique_ptr<AdminServer> AdminServer::Listen(const ListenAddress& a, std::string* error) {
+absl::StatusOr<std::unique_ptr<AdminServer>> AdminServer::Listen(const ListenAddress& a) {
   const int fd = ::socket(a.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    *error = "--admin-listen: socket: " + std::string(strerror(errno));
-    return nullptr;
+    return absl::FailedPreconditionError("--admin-listen: socket: " + std::string(strerror(errno)));
   }
   const int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // TIME_WAIT leftovers only
   if (a.addr.ss_family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&a.addr), a.len) != 0 || ::listen(fd, 64) != 0) {
-    *error = "--admin-listen: cannot listen on " + a.text + ": " + strerror(errno);
+    const std::string why = "--admin-listen: cannot listen on " + a.text + ": " + strerror(errno);
     ::close(fd);
-    return nullptr;
+    return absl::FailedPreconditionError(why);
   }
   const int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake < 0) {
-    *error = "--admin-listen: eventfd: " + std::string(strerror(errno));
+    const std::string why = "--admin-listen: eventfd: " + std::string(strerror(errno));
     ::close(fd);
-    return nullptr;
+    return absl::ResourceExhaustedError(why);
   }
   return std::unique_ptr<AdminServer>(new AdminServer(fd, wake, BoundAddress(fd)));
 }

@@ -9,8 +9,8 @@
 // one request per connection (Connection: close), one connection at a time, each bounded by a
 // 2-second receive and send timeout. The handlers run on the admin thread.
 //
-//   std::unique_ptr<AdminServer> admin = AdminServer::Listen(address, &error);  // at start-up
-//   admin->Start(handlers);  ...  admin->Stop();
+//   absl::StatusOr<std::unique_ptr<AdminServer>> admin = AdminServer::Listen(address);  // at
+//   start-up admin->Start(handlers);  ...  admin->Stop();
 #pragma once
 
 #include <atomic>
@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/status/statusor.h"
 #include "server/core/config.h"
 
 namespace ringd {
@@ -38,9 +39,9 @@ struct AdminHandlers {
 
 class AdminServer {
  public:
-  // Binds and listens (no SO_REUSEPORT: an address in use is an error); null with one line in
-  // *error on failure.
-  static std::unique_ptr<AdminServer> Listen(const ListenAddress& address, std::string* error);
+  // Binds and listens (no SO_REUSEPORT: an address in use is an error); an error of one line on
+  // failure.
+  static absl::StatusOr<std::unique_ptr<AdminServer>> Listen(const ListenAddress& address);
   ~AdminServer();
 
   void Start(AdminHandlers handlers);

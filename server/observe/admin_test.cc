@@ -50,9 +50,9 @@ std::string Exchange(uint16_t port, const std::string& request) {
 class AdminTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string error;
-    admin_ = AdminServer::Listen(Loopback(0), &error);
-    ASSERT_NE(admin_, nullptr) << error;
+    absl::StatusOr<std::unique_ptr<AdminServer>> admin = AdminServer::Listen(Loopback(0));
+    ASSERT_TRUE(admin.ok()) << admin.status();
+    admin_ = *std::move(admin);
     AdminHandlers h;
     h.metrics = [] { return std::string("ringd_up 1\n"); };
     h.debug_shards = [] { return std::string("{}\n"); };
@@ -118,13 +118,13 @@ TEST_F(AdminTest, AClientThatSaysNothingIsDroppedAfterTheTimeout) {
 }
 
 TEST(Admin, AnAddressInUseIsOneClearError) {
-  std::string error;
-  auto first = AdminServer::Listen(Loopback(0), &error);
-  ASSERT_NE(first, nullptr) << error;
-  const uint16_t port = PortOf(first->address());
-  EXPECT_EQ(AdminServer::Listen(Loopback(port), &error), nullptr);
-  EXPECT_EQ(error, "--admin-listen: cannot listen on 127.0.0.1:" + std::to_string(port) +
-                       ": Address already in use");
+  absl::StatusOr<std::unique_ptr<AdminServer>> first = AdminServer::Listen(Loopback(0));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const uint16_t port = PortOf((*first)->address());
+  const absl::StatusOr<std::unique_ptr<AdminServer>> second = AdminServer::Listen(Loopback(port));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().message(), "--admin-listen: cannot listen on 127.0.0.1:" +
+                                           std::to_string(port) + ": Address already in use");
 }
 
 }  // namespace

@@ -11,20 +11,22 @@ namespace ringd {
 
 Observability::~Observability() { Stop(); }
 
-bool Observability::Open(const Config& config, uint32_t shards, std::string* error) {
+absl::Status Observability::Open(const Config& config, uint32_t shards) {
   start_time_sec_ = ::time(nullptr);
   if (!config.access_log.empty()) {
-    log_ = AccessLog::Open(
+    absl::StatusOr<std::unique_ptr<AccessLog>> log = AccessLog::Open(
         config.access_log,
         config.access_log_json ? AccessLogFormat::kJson : AccessLogFormat::kCombined, shards,
-        config.access_log_buffer_bytes, error);
-    if (log_ == nullptr) return false;
+        config.access_log_buffer_bytes);
+    if (!log.ok()) return log.status();
+    log_ = *std::move(log);
   }
   if (config.has_admin_listen) {
-    admin_ = AdminServer::Listen(config.admin_listen, error);
-    if (admin_ == nullptr) return false;
+    absl::StatusOr<std::unique_ptr<AdminServer>> admin = AdminServer::Listen(config.admin_listen);
+    if (!admin.ok()) return admin.status();
+    admin_ = *std::move(admin);
   }
-  return true;
+  return absl::OkStatus();
 }
 
 void Observability::Attach(Shard* shard, int index) {

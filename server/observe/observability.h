@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "server/core/access_log.h"
 #include "server/core/config.h"
 #include "server/core/shard.h"
@@ -30,7 +31,7 @@ namespace ringd {
 class Observability {
  public:
   ~Observability();
-  bool Open(const Config& config, uint32_t shards, std::string* error);
+  absl::Status Open(const Config& config, uint32_t shards);
   void Attach(Shard* shard, int index);
   void Start(std::vector<Shard*> shards, const std::string& backend, const std::string& io_reason);
   void ReopenLog();

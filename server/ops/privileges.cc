@@ -57,49 +57,45 @@ std::string ThreadNotRunningAs(uid_t uid) {
 
 }  // namespace
 
-bool RootAllowed(const Config& config, std::string* error) {
+absl::Status RootAllowed(const Config& config) {
   if (::geteuid() == 0) {
-    if (config.has_user || config.allow_root) return true;
-    *error =
+    if (config.has_user || config.allow_root) return absl::OkStatus();
+    return absl::FailedPreconditionError(
         "refusing to serve as root: pass --user NAME to switch to once the ports are bound "
-        "(or --allow-root to serve as root anyway)";
-    return false;
+        "(or --allow-root to serve as root anyway)");
   }
   if (config.has_user && (::getuid() != config.uid || ::getgid() != config.gid)) {
-    *error = "--user " + config.user + ": switching users needs root, and ringd runs as uid " +
-             std::to_string(::getuid());
-    return false;
+    return absl::FailedPreconditionError("--user " + config.user +
+                                         ": switching users needs root, and ringd runs as uid " +
+                                         std::to_string(::getuid()));
   }
-  return true;
+  return absl::OkStatus();
 }
 
-bool DropPrivileges(const Config& config, std::string* error) {
-  if (!config.has_user || ::geteuid() != 0) return true;  // RootAllowed checked the rest
+absl::Status DropPrivileges(const Config& config) {
+  if (!config.has_user || ::geteuid() != 0)
+    return absl::OkStatus();  // RootAllowed checked the rest
   const std::string who = "--user " + config.user;
   // glibc applies each of these to every thread of the process (the shards exist already).
   if (::initgroups(config.user.c_str(), config.gid) != 0) {
-    *error = who + ": " + Errno("initgroups");
-    return false;
+    return absl::FailedPreconditionError(who + ": " + Errno("initgroups"));
   }
   if (::setgid(config.gid) != 0) {
-    *error = who + ": " + Errno("setgid");
-    return false;
+    return absl::FailedPreconditionError(who + ": " + Errno("setgid"));
   }
   if (::setuid(config.uid) != 0) {
-    *error = who + ": " + Errno("setuid");
-    return false;
+    return absl::FailedPreconditionError(who + ": " + Errno("setuid"));
   }
   uid_t ruid, euid, suid;
   gid_t rgid, egid, sgid;
   if (::getresuid(&ruid, &euid, &suid) != 0 || ::getresgid(&rgid, &egid, &sgid) != 0 ||
       ruid != config.uid || euid != config.uid || suid != config.uid || rgid != config.gid ||
       egid != config.gid || sgid != config.gid) {
-    *error = who + ": the user and group ids did not all change";
-    return false;
+    return absl::FailedPreconditionError(who + ": the user and group ids did not all change");
   }
   if (::setuid(0) == 0 || ::setgid(0) == 0 || !NoCapabilities()) {
-    *error = who + ": root could be regained after switching; refusing to serve";
-    return false;
+    return absl::FailedPreconditionError(
+        who + ": root could be regained after switching; refusing to serve");
   }
   // Every thread follows (glibc applies the change to all of them); a kernel io thread of a ring
   // closed at start-up is given a few seconds to go away.
@@ -107,12 +103,12 @@ bool DropPrivileges(const Config& config, std::string* error) {
   std::string left;
   while (!(left = ThreadNotRunningAs(config.uid)).empty()) {
     if (std::chrono::steady_clock::now() >= deadline) {
-      *error = who + ": a thread still runs with other credentials: " + left;
-      return false;
+      return absl::FailedPreconditionError(who +
+                                           ": a thread still runs with other credentials: " + left);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  return true;
+  return absl::OkStatus();
 }
 
 }  // namespace ringd
