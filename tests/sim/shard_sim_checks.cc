@@ -90,6 +90,34 @@ std::string ErrorPage(int status) {
 // The oldest moment whose file versions a response to `q` may show: the request's own time, less
 // what the open-file cache may hold an entry for (valid_ms, and one more valid_ms while a
 // revalidation runs beside the requests; none of that with valid_ms 0).
+namespace {
+
+// A response header's value ("" when absent).
+std::string HeaderOf(const Resp& r, const char* name) {
+  const auto it = r.headers.find(name);
+  return it == r.headers.end() ? std::string() : it->second;
+}
+
+// An error page: its status, its Content-Length, and (but for a HEAD) its body.
+bool MatchErrorPage(const Req& q, const Resp& r, int status, std::string* why) {
+  if (r.status != status) {
+    *why = "status " + std::to_string(r.status) + ", expected " + std::to_string(status);
+    return false;
+  }
+  const std::string page = ErrorPage(status);
+  if (HeaderOf(r, "content-length") != std::to_string(page.size())) {
+    *why = "error page Content-Length";
+    return false;
+  }
+  if (!q.head && r.body != page) {
+    *why = "error page body";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 int64_t Sim::WindowStart(const Req& q) const {
   int64_t lo = q.sent_ms - 2 * static_cast<int64_t>(config_.open_file_cache_valid_ms) - 2;
   return lo;
@@ -105,34 +133,58 @@ bool Sim::FileChanged(const Req& q, const std::string& path) const {
   return false;
 }
 
+// A satisfiable Range of this version (`content`): 206, the Content-Range of one range or the
+// multipart layout of several, and exactly those bytes.
+bool Sim::MatchRanges(const Resp& r, const std::string& content, const http::RangeSet& set,
+                      const Route& route, std::string* why) const {
+  const uint64_t size = content.size();
+  if (r.status != 206) {
+    *why = "status " + std::to_string(r.status) + ", expected 206";
+    return false;
+  }
+  std::string expected;
+  if (set.count == 1) {
+    const http::ByteRange& b = set.ranges[0];
+    const std::string cr = "bytes " + std::to_string(b.first) + "-" + std::to_string(b.last) + "/" +
+                           std::to_string(size);
+    if (HeaderOf(r, "content-range") != cr) {
+      *why = "Content-Range " + HeaderOf(r, "content-range") + ", expected " + cr;
+      return false;
+    }
+    expected = content.substr(b.first, b.Length());
+  } else {
+    // The boundary is drawn at random by the shard: take it from the response.
+    const std::string ct = HeaderOf(r, "content-type");
+    const std::string prefix = "multipart/byteranges; boundary=";
+    if (ct.compare(0, prefix.size(), prefix) != 0) {
+      *why = "multipart Content-Type " + ct;
+      return false;
+    }
+    const std::string boundary = ct.substr(prefix.size());
+    http::MultipartLayout layout(set, mime_.ForPath(route.path), size, boundary);
+    char part[http::MultipartLayout::kMaxPartHead + 8];
+    for (size_t i = 0; i < set.count; ++i) {
+      expected.append(part, layout.PartHead(i, part));
+      expected += content.substr(set.ranges[i].first, set.ranges[i].Length());
+    }
+    char tail[http::MultipartLayout::kMaxBoundary + 16];
+    expected.append(tail, layout.Tail(tail));
+  }
+  if (r.body != expected) {
+    *why = "206 body differs from this version's bytes";
+    return false;
+  }
+  return true;
+}
+
 bool Sim::MatchVersion(const Req& q, const Resp& r, const PathVersion& v, const Route& route,
                        const std::string& selected, std::string* why) {
-  auto expect_page = [&](int status) {
-    if (r.status != status) {
-      *why = "status " + std::to_string(r.status) + ", expected " + std::to_string(status);
-      return false;
-    }
-    const std::string page = ErrorPage(status);
-    if (r.headers.count("content-length") == 0 ||
-        r.headers.at("content-length") != std::to_string(page.size())) {
-      *why = "error page Content-Length";
-      return false;
-    }
-    if (!q.head && r.body != page) {
-      *why = "error page body";
-      return false;
-    }
-    return true;
-  };
-  if (v.inode == nullptr || v.inode->dir) return expect_page(404);
+  if (v.inode == nullptr || v.inode->dir) return MatchErrorPage(q, r, 404, why);
   const std::string& content = *v.inode->content;
   const uint64_t size = content.size();
   char etag_buf[64];
   const std::string etag(etag_buf, http::FormatETag(v.inode->mtime_sec, size, etag_buf));
-  auto header = [&](const char* name) {
-    auto it = r.headers.find(name);
-    return it == r.headers.end() ? std::string() : it->second;
-  };
+  auto header = [&](const char* name) { return HeaderOf(r, name); };
   if (!q.inm.empty() && q.inm == etag) {
     if (r.status != 304) {
       *why = "status " + std::to_string(r.status) + ", expected 304";
@@ -156,46 +208,9 @@ bool Sim::MatchVersion(const Req& q, const Resp& r, const PathVersion& v, const 
       case http::RangeOutcome::kIgnore:
         break;
       case http::RangeOutcome::kUnsatisfiable:
-        return expect_page(416);
-      case http::RangeOutcome::kSatisfiable: {
-        if (r.status != 206) {
-          *why = "status " + std::to_string(r.status) + ", expected 206";
-          return false;
-        }
-        std::string expected;
-        if (set.count == 1) {
-          const http::ByteRange& b = set.ranges[0];
-          const std::string cr = "bytes " + std::to_string(b.first) + "-" + std::to_string(b.last) +
-                                 "/" + std::to_string(size);
-          if (header("content-range") != cr) {
-            *why = "Content-Range " + header("content-range") + ", expected " + cr;
-            return false;
-          }
-          expected = content.substr(b.first, b.Length());
-        } else {
-          // The boundary is drawn at random by the shard: take it from the response.
-          const std::string ct = header("content-type");
-          const std::string prefix = "multipart/byteranges; boundary=";
-          if (ct.compare(0, prefix.size(), prefix) != 0) {
-            *why = "multipart Content-Type " + ct;
-            return false;
-          }
-          const std::string boundary = ct.substr(prefix.size());
-          http::MultipartLayout layout(set, mime_.ForPath(route.path), size, boundary);
-          char part[http::MultipartLayout::kMaxPartHead + 8];
-          for (size_t i = 0; i < set.count; ++i) {
-            expected.append(part, layout.PartHead(i, part));
-            expected += content.substr(set.ranges[i].first, set.ranges[i].Length());
-          }
-          char tail[http::MultipartLayout::kMaxBoundary + 16];
-          expected.append(tail, layout.Tail(tail));
-        }
-        if (r.body != expected) {
-          *why = "206 body differs from this version's bytes";
-          return false;
-        }
-        return true;
-      }
+        return MatchErrorPage(q, r, 416, why);
+      case http::RangeOutcome::kSatisfiable:
+        return MatchRanges(r, content, set, route, why);
     }
   }
   if (r.status != 200) {
@@ -253,7 +268,6 @@ void Sim::CheckResponse(Client& c, const Req& q, const Resp& r) {
     return;
   }
   const Route& route = *q.route;
-  std::string why;
   switch (route.kind) {
     case Route::kStatus: {
       PathVersion v;  // not a file: the page for the status
@@ -277,6 +291,13 @@ void Sim::CheckResponse(Client& c, const Req& q, const Resp& r) {
     case Route::kFile:
       break;
   }
+  CheckFileResponse(c, q, r);
+}
+
+// A file's response: from its .gz sibling when the client takes gzip and it has one, and matching
+// one of the versions the file had while the request was on its way.
+void Sim::CheckFileResponse(Client& c, const Req& q, const Resp& r) {
+  const Route& route = *q.route;
   // With a .gz sibling and a client that takes gzip, the sibling is the selected file: its bytes,
   // its size for ranges (a 416 names it too, without Content-Encoding).
   const bool gz_expected = route.has_gz && q.gzip && config_.precompressed;
@@ -298,6 +319,7 @@ void Sim::CheckResponse(Client& c, const Req& q, const Resp& r) {
   if (enc == r.headers.end()) selected.push_back(route.path);
   const int64_t lo = WindowStart(q);
   int candidates = 0;
+  std::string why;
   for (const std::string& path : selected) {
     for (const PathVersion& v : world_.history[path]) {
       if (v.to_ms <= lo || v.from_ms > world_.now_ms) continue;

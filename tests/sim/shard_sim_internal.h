@@ -139,6 +139,9 @@ class Sim {
   void AddRequest(Client& c, Req q, const std::string& text);
   void ReadResponses(Client& c);
   void CheckResponse(Client& c, const Req& q, const Resp& r);
+  void CheckFileResponse(Client& c, const Req& q, const Resp& r);
+  bool MatchRanges(const Resp& r, const std::string& content, const http::RangeSet& set,
+                   const Route& route, std::string* why) const;
   bool MatchVersion(const Req& q, const Resp& r, const PathVersion& v, const Route& route,
                     const std::string& selected, std::string* why);
   bool FileChanged(const Req& q, const std::string& path) const;
