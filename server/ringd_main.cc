@@ -529,6 +529,36 @@ int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observabilit
   }
 }
 
+// After SIGINT or SIGTERM: the shards finish what is in flight and stop; the process says so.
+void Drain(const Config& config, int sig, const std::vector<std::unique_ptr<Shard>>& shard_list,
+           std::vector<std::thread>* threads, Observability* observability,
+           ServiceNotifier* notifier) {
+  for (auto& s : shard_list) s->RequestStop();
+  // Each shard begins its drain at its next turn; the process says it drains (/readyz 503,
+  // /debug/shards) once they all have, so that nothing is served after the flag says otherwise
+  // (a shard that does not get there within a second is not waited for).
+  for (int waited_ms = 0; waited_ms < 1000; ++waited_ms) {
+    bool all = true;
+    for (auto& s : shard_list) all = all && s->DrainBegun();
+    if (all) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  observability->BeginDrain();  // /readyz answers 503 from here on
+  notifier->Stopping("draining");
+  std::fprintf(stderr, "ringd: %s: finishing responses in flight (up to %u ms)\n",
+               sig == SIGINT ? "SIGINT" : "SIGTERM", config.shutdown_timeout_ms);
+  for (auto& t : *threads) t.join();
+  observability->Stop();  // the admin listener, then the log's last lines
+  ShardStats total;
+  for (auto& s : shard_list) {
+    total.accepted += s->Stats().accepted;
+    total.requests += s->Stats().requests;
+  }
+  std::fprintf(stderr, "ringd: stopped after %llu connections, %llu requests\n",
+               static_cast<unsigned long long>(total.accepted),
+               static_cast<unsigned long long>(total.requests));
+}
+
 int Main(int argc, char** argv) {
   Config config;
   std::string error;
@@ -588,30 +618,7 @@ int Main(int argc, char** argv) {
   notifier.Ready(serving_line);  // every shard's accept is armed
 
   const int sig = WaitForStop(signals, notifier, observability, shard_list, &tls);
-  for (auto& s : shard_list) s->RequestStop();
-  // Each shard begins its drain at its next turn; the process says it drains (/readyz 503,
-  // /debug/shards) once they all have, so that nothing is served after the flag says otherwise
-  // (a shard that does not get there within a second is not waited for).
-  for (int waited_ms = 0; waited_ms < 1000; ++waited_ms) {
-    bool all = true;
-    for (auto& s : shard_list) all = all && s->DrainBegun();
-    if (all) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  observability.BeginDrain();  // /readyz answers 503 from here on
-  notifier.Stopping("draining");
-  std::fprintf(stderr, "ringd: %s: finishing responses in flight (up to %u ms)\n",
-               sig == SIGINT ? "SIGINT" : "SIGTERM", config.shutdown_timeout_ms);
-  for (auto& t : threads) t.join();
-  observability.Stop();  // the admin listener, then the log's last lines
-  ShardStats total;
-  for (auto& s : shard_list) {
-    total.accepted += s->Stats().accepted;
-    total.requests += s->Stats().requests;
-  }
-  std::fprintf(stderr, "ringd: stopped after %llu connections, %llu requests\n",
-               static_cast<unsigned long long>(total.accepted),
-               static_cast<unsigned long long>(total.requests));
+  Drain(config, sig, shard_list, &threads, &observability, &notifier);
   return 0;
 }
 
