@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,21 +38,28 @@ struct ConnState {
   bool close_after = false;  // the client sent "Connection: close"
 };
 
-}  // namespace
+struct Options {
+  int port;
+  int body_bytes;
+};
 
-int main(int argc, char** argv) {
+// The flags, or nothing (the usage printed) when they are not usable.
+std::optional<Options> ParseOptions(int argc, char** argv) {
   constexpr char kUsage[] = "usage: ceiling --port P [--body-bytes N]";
   if (ringd::ParseToolFlags(argc, argv, kUsage).size() > 1) {
     std::fprintf(stderr, "%s\n", kUsage);
-    return 2;
+    return std::nullopt;
   }
-  const int port = absl::GetFlag(FLAGS_port);
-  const int body = absl::GetFlag(FLAGS_body_bytes);
-  if (port <= 0 || body < 0) {
+  const Options o{absl::GetFlag(FLAGS_port), absl::GetFlag(FLAGS_body_bytes)};
+  if (o.port <= 0 || o.body_bytes < 0) {
     std::fprintf(stderr, "%s\n", kUsage);
-    return 2;
+    return std::nullopt;
   }
-  std::signal(SIGPIPE, SIG_IGN);
+  return o;
+}
+
+// A listening socket on 127.0.0.1:port, or -1 (the error printed).
+int Listen(int port) {
   const int lfd = socket(AF_INET, SOCK_STREAM, 0);
   const int one = 1;
   setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -62,54 +70,73 @@ int main(int argc, char** argv) {
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(lfd, 4096) != 0) {
     std::perror("ceiling: bind");
-    return 1;
+    return -1;
   }
-  std::string one_response =
-      "HTTP/1.1 200 OK\r\nServer: ceiling\r\nContent-Type: text/html\r\nContent-Length: " +
-      std::to_string(body) + "\r\n\r\n" + std::string(static_cast<size_t>(body), 'x');
+  return lfd;
+}
+
+struct Responder {
+  int lfd = -1;
+  std::string one_response;
   std::string responses;  // up to 64 back to back, for pipelined requests
-  for (int i = 0; i < 64; ++i) responses += one_response;
+  io_uring ring{};
+  io_uring_buf_ring* br = nullptr;
+  std::vector<char> bufs;
+  std::vector<ConnState> conns;
 
-  io_uring ring;
-  io_uring_params p{};
-  p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
-  if (io_uring_queue_init_params(4096, &ring, &p) < 0) {
-    std::fprintf(stderr, "ceiling: io_uring unavailable\n");
-    return 1;
+  Responder(int listen_fd, int body_bytes) : lfd(listen_fd), conns(kMaxConns) {
+    one_response =
+        "HTTP/1.1 200 OK\r\nServer: ceiling\r\nContent-Type: text/html\r\nContent-Length: " +
+        std::to_string(body_bytes) + "\r\n\r\n" + std::string(static_cast<size_t>(body_bytes), 'x');
+    for (int i = 0; i < 64; ++i) responses += one_response;
   }
-  auto* br = static_cast<io_uring_buf_ring*>(mmap(nullptr, kBufCount * sizeof(io_uring_buf),
-                                                  PROT_READ | PROT_WRITE,
-                                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  io_uring_buf_reg reg{};
-  reg.ring_addr = reinterpret_cast<uint64_t>(br);
-  reg.ring_entries = kBufCount;
-  reg.bgid = 0;
-  if (br == MAP_FAILED || io_uring_register_buf_ring(&ring, &reg, 0) != 0) {
-    std::fprintf(stderr, "ceiling: cannot register the buffer ring\n");
-    return 1;
-  }
-  io_uring_buf_ring_init(br);
-  std::vector<char> bufs(static_cast<size_t>(kBufCount) * kBufSize);
-  for (unsigned i = 0; i < kBufCount; ++i) {
-    io_uring_buf_ring_add(br, bufs.data() + i * kBufSize, kBufSize, static_cast<unsigned short>(i),
-                          io_uring_buf_ring_mask(kBufCount), static_cast<int>(i));
-  }
-  io_uring_buf_ring_advance(br, kBufCount);
-  std::vector<ConnState> conns(kMaxConns);
 
-  auto arm_accept = [&] {
+  // The ring and its provided buffers (group 0); false (the error printed) if either fails.
+  bool StartRing() {
+    io_uring_params p{};
+    p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+    if (io_uring_queue_init_params(4096, &ring, &p) < 0) {
+      std::fprintf(stderr, "ceiling: io_uring unavailable\n");
+      return false;
+    }
+    br = static_cast<io_uring_buf_ring*>(mmap(nullptr, kBufCount * sizeof(io_uring_buf),
+                                              PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                                              -1, 0));
+    io_uring_buf_reg reg{};
+    reg.ring_addr = reinterpret_cast<uint64_t>(br);
+    reg.ring_entries = kBufCount;
+    reg.bgid = 0;
+    if (br == MAP_FAILED || io_uring_register_buf_ring(&ring, &reg, 0) != 0) {
+      std::fprintf(stderr, "ceiling: cannot register the buffer ring\n");
+      return false;
+    }
+    io_uring_buf_ring_init(br);
+    bufs.resize(static_cast<size_t>(kBufCount) * kBufSize);
+    for (unsigned i = 0; i < kBufCount; ++i) {
+      io_uring_buf_ring_add(br, bufs.data() + i * kBufSize, kBufSize,
+                            static_cast<unsigned short>(i), io_uring_buf_ring_mask(kBufCount),
+                            static_cast<int>(i));
+    }
+    io_uring_buf_ring_advance(br, kBufCount);
+    return true;
+  }
+
+  void ArmAccept() {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring);
     io_uring_prep_multishot_accept(sqe, lfd, nullptr, nullptr, 0);
     io_uring_sqe_set_data64(sqe, Tag(kAccept, lfd));
-  };
-  auto arm_recv = [&](int fd) {
+  }
+
+  void ArmRecv(int fd) {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring);
     io_uring_prep_recv_multishot(sqe, fd, nullptr, 0, 0);
     sqe->flags |= IOSQE_BUFFER_SELECT;
     sqe->buf_group = 0;
     io_uring_sqe_set_data64(sqe, Tag(kRecv, fd));
-  };
-  auto send_owed = [&](int fd) {
+  }
+
+  // Sends up to 64 of the responses owed, unless a send is in flight.
+  void SendOwed(int fd) {
     ConnState& c = conns[static_cast<size_t>(fd)];
     if (c.sending || c.pending == 0) return;
     const int n = c.pending > 64 ? 64 : c.pending;
@@ -119,65 +146,92 @@ int main(int argc, char** argv) {
     io_uring_prep_send(sqe, fd, responses.data(), one_response.size() * static_cast<size_t>(n),
                        MSG_NOSIGNAL);
     io_uring_sqe_set_data64(sqe, Tag(kSend, fd));
-  };
-  arm_accept();
-  std::fprintf(stderr, "ceiling: listening on 127.0.0.1:%d\n", port);
-  while (true) {
-    io_uring_submit_and_wait(&ring, 1);
-    io_uring_cqe* cqe;
-    unsigned head, seen = 0;
-    io_uring_for_each_cqe(&ring, head, cqe) {
-      ++seen;
-      const uint64_t tag = cqe->user_data;
-      const int fd = static_cast<int>(tag >> 8);
-      switch (static_cast<Kind>(tag & 0xff)) {
-        case kAccept:
-          if (cqe->res >= 0 && cqe->res < kMaxConns) {
-            conns[static_cast<size_t>(cqe->res)] = ConnState{};
-            arm_recv(cqe->res);
-          }
-          if (!(cqe->flags & IORING_CQE_F_MORE)) arm_accept();
-          break;
-        case kRecv: {
-          if (cqe->res <= 0) {
-            if (!(cqe->flags & IORING_CQE_F_MORE)) {
-              if (cqe->res == -ENOBUFS) {
-                arm_recv(fd);
-              } else {
-                close(fd);
-              }
-            }
-            break;
-          }
-          const unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
-          const char* data = bufs.data() + bid * kBufSize;
-          ConnState& c = conns[static_cast<size_t>(fd)];
-          if (memmem(data, static_cast<size_t>(cqe->res), "onnection: close", 16) != nullptr)
-            c.close_after = true;
-          for (int i = 0; i < cqe->res; ++i) {
-            c.tail = (c.tail << 8) | static_cast<unsigned char>(data[i]);
-            if (c.tail == 0x0d0a0d0a) ++c.pending;
-          }
-          io_uring_buf_ring_add(br, const_cast<char*>(data), kBufSize,
-                                static_cast<unsigned short>(bid), io_uring_buf_ring_mask(kBufCount),
-                                0);
-          io_uring_buf_ring_advance(br, 1);
-          if (!(cqe->flags & IORING_CQE_F_MORE)) arm_recv(fd);
-          send_owed(fd);
-          break;
-        }
-        case kSend: {
-          ConnState& c = conns[static_cast<size_t>(fd)];
-          c.sending = false;
-          if (cqe->res > 0 && c.close_after && c.pending == 0) {
-            shutdown(fd, SHUT_RDWR);  // the multishot recv then ends and the fd is closed there
-          } else if (cqe->res > 0) {
-            send_owed(fd);
-          }
-          break;
+  }
+
+  void OnAccept(const io_uring_cqe* cqe) {
+    if (cqe->res >= 0 && cqe->res < kMaxConns) {
+      conns[static_cast<size_t>(cqe->res)] = ConnState{};
+      ArmRecv(cqe->res);
+    }
+    if (!(cqe->flags & IORING_CQE_F_MORE)) ArmAccept();
+  }
+
+  // Counts the requests (blank lines) in what arrived, gives the buffer back and answers.
+  void OnRecv(int fd, const io_uring_cqe* cqe) {
+    if (cqe->res <= 0) {
+      if (!(cqe->flags & IORING_CQE_F_MORE)) {
+        if (cqe->res == -ENOBUFS) {
+          ArmRecv(fd);
+        } else {
+          close(fd);
         }
       }
+      return;
     }
-    io_uring_cq_advance(&ring, seen);
+    const unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+    const char* data = bufs.data() + bid * kBufSize;
+    ConnState& c = conns[static_cast<size_t>(fd)];
+    if (memmem(data, static_cast<size_t>(cqe->res), "onnection: close", 16) != nullptr)
+      c.close_after = true;
+    for (int i = 0; i < cqe->res; ++i) {
+      c.tail = (c.tail << 8) | static_cast<unsigned char>(data[i]);
+      if (c.tail == 0x0d0a0d0a) ++c.pending;
+    }
+    io_uring_buf_ring_add(br, const_cast<char*>(data), kBufSize, static_cast<unsigned short>(bid),
+                          io_uring_buf_ring_mask(kBufCount), 0);
+    io_uring_buf_ring_advance(br, 1);
+    if (!(cqe->flags & IORING_CQE_F_MORE)) ArmRecv(fd);
+    SendOwed(fd);
   }
+
+  void OnSend(int fd, const io_uring_cqe* cqe) {
+    ConnState& c = conns[static_cast<size_t>(fd)];
+    c.sending = false;
+    if (cqe->res > 0 && c.close_after && c.pending == 0) {
+      shutdown(fd, SHUT_RDWR);  // the multishot recv then ends and the fd is closed there
+    } else if (cqe->res > 0) {
+      SendOwed(fd);
+    }
+  }
+
+  // Reaps completions and acts on each, for ever.
+  [[noreturn]] void Run() {
+    while (true) {
+      io_uring_submit_and_wait(&ring, 1);
+      io_uring_cqe* cqe;
+      unsigned head, seen = 0;
+      io_uring_for_each_cqe(&ring, head, cqe) {
+        ++seen;
+        const uint64_t tag = cqe->user_data;
+        const int fd = static_cast<int>(tag >> 8);
+        switch (static_cast<Kind>(tag & 0xff)) {
+          case kAccept:
+            OnAccept(cqe);
+            break;
+          case kRecv:
+            OnRecv(fd, cqe);
+            break;
+          case kSend:
+            OnSend(fd, cqe);
+            break;
+        }
+      }
+      io_uring_cq_advance(&ring, seen);
+    }
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::optional<Options> o = ParseOptions(argc, argv);
+  if (!o) return 2;
+  std::signal(SIGPIPE, SIG_IGN);
+  const int lfd = Listen(o->port);
+  if (lfd < 0) return 1;
+  Responder responder(lfd, o->body_bytes);
+  if (!responder.StartRing()) return 1;
+  responder.ArmAccept();
+  std::fprintf(stderr, "ceiling: listening on 127.0.0.1:%d\n", o->port);
+  responder.Run();
 }

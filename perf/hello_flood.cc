@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -62,6 +63,97 @@ struct Slot {
   bool sent = false;
 };
 
+struct Counts {
+  uint64_t answered = 0, connect_errors = 0, resets = 0;
+};
+
+// The connections, each sending the same ClientHello, waiting for an answer and starting over.
+struct Flood {
+  std::string hello;
+  sockaddr_in addr{};
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  std::vector<Slot> slots;
+  Counts counts;
+  char buf[16384];  // the answers' first bytes, read and dropped
+
+  Flood(std::string client_hello, int port, int connections)
+      : hello(std::move(client_hello)), slots(static_cast<size_t>(connections)) {
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  }
+
+  void OpenSlot(size_t i) {
+    Slot& s = slots[i];
+    s.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    s.sent = false;
+    const int one = 1;
+    setsockopt(s.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(s.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 &&
+        errno != EINPROGRESS) {
+      ++counts.connect_errors;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLOUT | EPOLLIN;
+    ev.data.u64 = i;
+    epoll_ctl(ep, EPOLL_CTL_ADD, s.fd, &ev);
+  }
+
+  void CloseSlot(size_t i) {
+    // An abortive close (RST), as a flood does: nothing lingers here or there.
+    const linger abort{1, 0};
+    setsockopt(slots[i].fd, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
+    close(slots[i].fd);
+    slots[i].fd = -1;
+  }
+
+  // Slot i is ready (`what`): sends the ClientHello once it can, or counts the answer or the
+  // reset and starts the slot over.
+  void OnEvent(size_t i, uint32_t what) {
+    Slot& s = slots[i];
+    if (!s.sent && (what & EPOLLOUT) != 0 && (what & (EPOLLERR | EPOLLHUP)) == 0) {
+      if (send(s.fd, hello.data(), hello.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(hello.size())) {
+        s.sent = true;
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.u64 = i;
+        epoll_ctl(ep, EPOLL_CTL_MOD, s.fd, &ev);
+        return;
+      }
+    }
+    if (s.sent && (what & EPOLLIN) != 0) {
+      const ssize_t got = recv(s.fd, buf, sizeof buf, 0);
+      if (got > 0) {
+        ++counts.answered;
+      } else {
+        ++counts.resets;
+      }
+    } else if ((what & (EPOLLERR | EPOLLHUP)) != 0) {
+      ++counts.resets;
+    } else {
+      return;
+    }
+    CloseSlot(i);
+    OpenSlot(i);
+  }
+
+  // Floods for `duration` seconds; returns the seconds it ran.
+  double Run(double duration) {
+    const double start = Now();
+    for (size_t i = 0; i < slots.size(); ++i) OpenSlot(i);
+    std::vector<epoll_event> events(slots.size());
+    while (Now() - start < duration) {
+      const int n = epoll_wait(ep, events.data(), static_cast<int>(events.size()), 100);
+      for (int k = 0; k < n; ++k) {
+        const epoll_event& e = events[static_cast<size_t>(k)];
+        OnEvent(e.data.u64, e.events);
+      }
+    }
+    return Now() - start;
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -74,82 +166,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "hello_flood: --port, --connections and --duration-s must be positive\n");
     return 1;
   }
-  const std::string hello = MakeClientHello(absl::GetFlag(FLAGS_sni));
+  std::string hello = MakeClientHello(absl::GetFlag(FLAGS_sni));
   if (hello.empty()) {
     std::fprintf(stderr, "hello_flood: OpenSSL made no ClientHello\n");
     return 1;
   }
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const int ep = epoll_create1(EPOLL_CLOEXEC);
-  std::vector<Slot> slots(static_cast<size_t>(connections));
-  uint64_t answered = 0, connect_errors = 0, resets = 0;
-  auto open_slot = [&](size_t i) {
-    Slot& s = slots[i];
-    s.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    s.sent = false;
-    const int one = 1;
-    setsockopt(s.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (connect(s.fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 &&
-        errno != EINPROGRESS) {
-      ++connect_errors;
-    }
-    epoll_event ev{};
-    ev.events = EPOLLOUT | EPOLLIN;
-    ev.data.u64 = i;
-    epoll_ctl(ep, EPOLL_CTL_ADD, s.fd, &ev);
-  };
-  auto close_slot = [&](size_t i) {
-    // An abortive close (RST), as a flood does: nothing lingers here or there.
-    const linger abort{1, 0};
-    setsockopt(slots[i].fd, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
-    close(slots[i].fd);
-    slots[i].fd = -1;
-  };
-  const double start = Now();
-  for (size_t i = 0; i < slots.size(); ++i) open_slot(i);
-  std::vector<epoll_event> events(slots.size());
-  char buf[16384];
-  while (Now() - start < duration) {
-    const int n = epoll_wait(ep, events.data(), static_cast<int>(events.size()), 100);
-    for (int k = 0; k < n; ++k) {
-      const size_t i = events[static_cast<size_t>(k)].data.u64;
-      Slot& s = slots[i];
-      const uint32_t what = events[static_cast<size_t>(k)].events;
-      if (!s.sent && (what & EPOLLOUT) != 0 && (what & (EPOLLERR | EPOLLHUP)) == 0) {
-        if (send(s.fd, hello.data(), hello.size(), MSG_NOSIGNAL) ==
-            static_cast<ssize_t>(hello.size())) {
-          s.sent = true;
-          epoll_event ev{};
-          ev.events = EPOLLIN;
-          ev.data.u64 = i;
-          epoll_ctl(ep, EPOLL_CTL_MOD, s.fd, &ev);
-          continue;
-        }
-      }
-      if (s.sent && (what & EPOLLIN) != 0) {
-        const ssize_t got = recv(s.fd, buf, sizeof buf, 0);
-        if (got > 0) {
-          ++answered;
-        } else {
-          ++resets;
-        }
-      } else if ((what & (EPOLLERR | EPOLLHUP)) != 0) {
-        ++resets;
-      } else {
-        continue;
-      }
-      close_slot(i);
-      open_slot(i);
-    }
-  }
-  const double seconds = Now() - start;
+  Flood flood(std::move(hello), port, connections);
+  const double seconds = flood.Run(duration);
+  const Counts& c = flood.counts;
   std::printf(
       "{\"requests\": %llu, \"seconds\": %.3f, \"rps\": %.1f, \"bytes\": 0, \"bytes_per_s\": 0, "
       "\"errors\": {\"connect\": %llu, \"reset\": %llu}, \"status\": {}}\n",
-      static_cast<unsigned long long>(answered), seconds, static_cast<double>(answered) / seconds,
-      static_cast<unsigned long long>(connect_errors), static_cast<unsigned long long>(resets));
+      static_cast<unsigned long long>(c.answered), seconds,
+      static_cast<double>(c.answered) / seconds, static_cast<unsigned long long>(c.connect_errors),
+      static_cast<unsigned long long>(c.resets));
   return 0;
 }

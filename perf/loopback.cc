@@ -18,8 +18,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "perf/tool_flags.h"
@@ -55,31 +57,37 @@ bool ReadFile(const char* path, std::string* out) {
   return got == out->size();
 }
 
-}  // namespace
+struct Options {
+  int port;
+  std::string path;  // the body's file: --root/--file
+};
 
-int main(int argc, char** argv) {
+// The flags, or nothing (the usage printed) when they are not usable.
+std::optional<Options> ParseOptions(int argc, char** argv) {
   constexpr char kUsage[] = "usage: loopback --port P [--root DIR] --file F";
   const bool stray = ringd::ParseToolFlags(argc, argv, kUsage).size() > 1;
   const int port = absl::GetFlag(FLAGS_port);
   const std::string root = absl::GetFlag(FLAGS_root), file = absl::GetFlag(FLAGS_file);
-  std::string body;
   if (stray || port <= 0 || file.empty()) {
     std::fprintf(stderr, "%s\n", kUsage);
-    return 2;
+    return std::nullopt;
   }
-  const std::string path = root + "/" + file;
-  if (!ReadFile(path.c_str(), &body)) {
-    std::fprintf(stderr, "loopback: cannot read %s\n", path.c_str());
-    return 1;
-  }
-  const std::string response =
+  return Options{port, root + "/" + file};
+}
+
+// The one response, head and body, or false if the body's file cannot be read.
+bool MakeResponse(const std::string& path, std::string* response) {
+  std::string body;
+  if (!ReadFile(path.c_str(), &body)) return false;
+  *response =
       "HTTP/1.1 200 OK\r\nServer: loopback\r\n"
       "Content-Type: application/octet-stream\r\nContent-Length: " +
       std::to_string(body.size()) + "\r\n\r\n" + body;
-  body.clear();
-  body.shrink_to_fit();
+  return true;
+}
 
-  std::signal(SIGPIPE, SIG_IGN);
+// A non-blocking listening socket on 127.0.0.1:port, or -1 (the error printed).
+int Listen(int port) {
   const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
   const int one = 1;
   setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -89,23 +97,33 @@ int main(int argc, char** argv) {
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(lfd, 4096) != 0) {
     std::perror("loopback: bind");
-    return 1;
+    return -1;
   }
-  const int ep = epoll_create1(0);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = lfd;
-  epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
-  std::unordered_map<int, Conn> conns;
-  std::fprintf(stderr, "loopback: %zu-byte responses on 127.0.0.1:%d\n", response.size(), port);
+  return lfd;
+}
 
-  auto drop = [&](int fd) {
+struct Server {
+  int lfd;
+  int ep;
+  std::string response;
+  std::unordered_map<int, Conn> conns;
+
+  Server(int listen_fd, std::string one_response)
+      : lfd(listen_fd), ep(epoll_create1(0)), response(std::move(one_response)) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = lfd;
+    epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+  }
+
+  void Drop(int fd) {
     epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
     close(fd);
     conns.erase(fd);
-  };
+  }
+
   // Sends what is owed until the socket is full; false if the connection is gone.
-  auto send_owed = [&](int fd, Conn& c) {
+  bool SendOwed(int fd, Conn& c) {
     while (c.pending > 0) {
       const ssize_t n =
           send(fd, response.data() + c.offset, response.size() - c.offset, MSG_NOSIGNAL);
@@ -117,46 +135,83 @@ int main(int argc, char** argv) {
       }
     }
     return true;
-  };
-  epoll_event events[256];
-  char buf[4096];
-  while (true) {
-    const int n = epoll_wait(ep, events, 256, -1);
-    for (int i = 0; i < n; ++i) {
-      const int fd = events[i].data.fd;
-      if (fd == lfd) {
-        int cfd;
-        while ((cfd = accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK)) >= 0) {
-          setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-          conns[cfd] = Conn{};
-          epoll_event cev{};
-          cev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-          cev.data.fd = cfd;
-          epoll_ctl(ep, EPOLL_CTL_ADD, cfd, &cev);
+  }
+
+  // Accepts every waiting connection, edge-triggered for reading and writing.
+  void AcceptAll() {
+    const int one = 1;
+    int cfd;
+    while ((cfd = accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK)) >= 0) {
+      setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      conns[cfd] = Conn{};
+      epoll_event cev{};
+      cev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+      cev.data.fd = cfd;
+      epoll_ctl(ep, EPOLL_CTL_ADD, cfd, &cev);
+    }
+  }
+
+  // Reads until the socket is empty, counting the requests (blank lines); false if the
+  // connection is gone.
+  static bool ReadRequests(int fd, Conn& c) {
+    char buf[4096];
+    bool alive = true;
+    while (true) {
+      const ssize_t got = recv(fd, buf, sizeof buf, 0);
+      if (got > 0) {
+        for (ssize_t j = 0; j < got; ++j) {
+          c.tail = (c.tail << 8) | static_cast<unsigned char>(buf[j]);
+          if (c.tail == 0x0d0a0d0a) ++c.pending;
         }
         continue;
       }
-      auto it = conns.find(fd);
-      if (it == conns.end()) continue;
-      Conn& c = it->second;
-      bool alive = true;
-      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-        while (true) {
-          const ssize_t got = recv(fd, buf, sizeof buf, 0);
-          if (got > 0) {
-            for (ssize_t j = 0; j < got; ++j) {
-              c.tail = (c.tail << 8) | static_cast<unsigned char>(buf[j]);
-              if (c.tail == 0x0d0a0d0a) ++c.pending;
-            }
-            continue;
-          }
-          if (got == 0 || (errno != EAGAIN && errno != EINTR)) alive = false;
-          if (got < 0 && errno == EINTR) continue;
-          break;
+      if (got == 0 || (errno != EAGAIN && errno != EINTR)) alive = false;
+      if (got < 0 && errno == EINTR) continue;
+      break;
+    }
+    return alive;
+  }
+
+  void OnConnEvent(int fd, uint32_t events) {
+    auto it = conns.find(fd);
+    if (it == conns.end()) return;
+    Conn& c = it->second;
+    bool alive = true;
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) alive = ReadRequests(fd, c);
+    if (alive) alive = SendOwed(fd, c);
+    if (!alive) Drop(fd);
+  }
+
+  [[noreturn]] void Run() {
+    epoll_event events[256];
+    while (true) {
+      const int n = epoll_wait(ep, events, 256, -1);
+      for (int i = 0; i < n; ++i) {
+        if (events[i].data.fd == lfd) {
+          AcceptAll();
+        } else {
+          OnConnEvent(events[i].data.fd, events[i].events);
         }
       }
-      if (alive) alive = send_owed(fd, c);
-      if (!alive) drop(fd);
     }
   }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::optional<Options> o = ParseOptions(argc, argv);
+  if (!o) return 2;
+  std::string response;
+  if (!MakeResponse(o->path, &response)) {
+    std::fprintf(stderr, "loopback: cannot read %s\n", o->path.c_str());
+    return 1;
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+  const int lfd = Listen(o->port);
+  if (lfd < 0) return 1;
+  Server server(lfd, std::move(response));
+  std::fprintf(stderr, "loopback: %zu-byte responses on 127.0.0.1:%d\n", server.response.size(),
+               o->port);
+  server.Run();
 }

@@ -407,30 +407,40 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
-}  // namespace
+struct Options {
+  size_t size;
+  double seconds;
+  int rounds;
+  int server_cpu;
+  int client_cpu;
+  std::vector<Variant> variants;
+};
 
-int main(int argc, char** argv) {
+Options ParseOptions(int argc, char** argv) {
   constexpr char kUsage[] =
       "usage: tls_bodypath [--size BYTES] [--seconds S] [--rounds N] [--server-cpu C] "
       "[--client-cpu C] [--variants a-mem-64k,...]";
   const bool stray = ringd::ParseToolFlags(argc, argv, kUsage).size() > 1;
-  const size_t size = absl::GetFlag(FLAGS_size);
-  const double seconds = absl::GetFlag(FLAGS_seconds);
-  const int rounds = absl::GetFlag(FLAGS_rounds);
-  const int server_cpu = absl::GetFlag(FLAGS_server_cpu);
-  const int client_cpu = absl::GetFlag(FLAGS_client_cpu);
-  if (stray || size == 0) Die(kUsage);
-  std::vector<Variant> variants;
+  Options o;
+  o.size = absl::GetFlag(FLAGS_size);
+  o.seconds = absl::GetFlag(FLAGS_seconds);
+  o.rounds = absl::GetFlag(FLAGS_rounds);
+  o.server_cpu = absl::GetFlag(FLAGS_server_cpu);
+  o.client_cpu = absl::GetFlag(FLAGS_client_cpu);
+  if (stray || o.size == 0) Die(kUsage);
   const std::string wanted = "," + absl::GetFlag(FLAGS_variants) + ",";
   for (const Variant& v : kVariants) {
     if (wanted == ",," || wanted.find(std::string(",") + v.name + ",") != std::string::npos)
-      variants.push_back(v);
+      o.variants.push_back(v);
   }
-  if (variants.empty()) Die("--variants: none known");
+  if (o.variants.empty()) Die("--variants: none known");
+  return o;
+}
 
-  // The file, written and so in the page cache.
+// The file, written and so in the page cache, mapped for the run; returns its bytes, which the
+// client compares against.
+std::string MakeFile(Server& s, size_t size) {
   char path[] = "/tmp/tls_bodypath-XXXXXX";
-  Server s;
   s.size = size;
   s.file = mkstemp(path);
   if (s.file < 0) Die("mkstemp");
@@ -442,12 +452,20 @@ int main(int argc, char** argv) {
   if (s.mapping == MAP_FAILED) Die("mmap");
   s.residency.resize(kMaxChunk / kPage + 2);
   s.file_buf.resize(kMaxChunk);
+  return body;
+}
 
+Shared* MapShared() {
   auto* shared = static_cast<Shared*>(
       mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   if (shared == MAP_FAILED) Die("mmap shared");
   shared->bad_response = -1;
+  return shared;
+}
 
+// Listens on a loopback port, forks the client to connect to it, pins the server and accepts
+// the client's connection into s.sock; returns the client's pid.
+pid_t ForkClient(Server& s, const Options& o, const std::string& body, Shared* shared) {
   const int l = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -457,12 +475,16 @@ int main(int argc, char** argv) {
       getsockname(l, reinterpret_cast<sockaddr*>(&a), &alen) != 0)
     Die("listen");
   const pid_t child = fork();
-  if (child == 0) Client(ntohs(a.sin_port), client_cpu, size, body, shared);
-  Pin(server_cpu);
+  if (child == 0) Client(ntohs(a.sin_port), o.client_cpu, o.size, body, shared);
+  Pin(o.server_cpu);
   s.sock = accept(l, nullptr, nullptr);
   if (s.sock < 0) Die("accept");
   TuneSocket(s.sock);
+  return child;
+}
 
+// The server's TLS session and its BIOs; returns the context, for the end to free.
+SSL_CTX* StartTls(Server& s) {
   SSL_CTX* ctx = ServerContext();
   s.ssl = SSL_new(ctx);
   SSL_set_fd(s.ssl, s.sock);  // the handshake over the socket, then memory BIOs for the rest
@@ -472,7 +494,11 @@ int main(int argc, char** argv) {
   SSL_set0_rbio(s.ssl, s.rbio);
   s.memory_out = BIO_new(BIO_s_mem());
   s.direct_out = NewOutBio(&s.out);
+  return ctx;
+}
 
+// The ring and its two registered send buffers.
+void StartRing(Server& s) {
   if (io_uring_queue_init(64, &s.ring, 0) != 0) Die("io_uring_queue_init");
   iovec iov[2];
   for (int i = 0; i < 2; ++i) {
@@ -481,23 +507,32 @@ int main(int argc, char** argv) {
     iov[i] = {s.send_buf[i], kOutBytes};
   }
   if (io_uring_register_buffers(&s.ring, iov, 2) != 0) Die("io_uring_register_buffers");
+}
 
+struct Results {
+  std::vector<std::vector<Round>> rounds;        // per variant, per round
+  std::vector<std::pair<size_t, size_t>> spans;  // per (round, variant): [first, end) responses
+};
+
+// One untimed response per variant, then the timed rounds, the variants taking turns.
+Results RunRounds(Server& s, const Options& o) {
+  const std::vector<Variant>& variants = o.variants;
   size_t index = 0;                    // the next response's index in the shared arrays
   for (const Variant& v : variants) {  // one untimed response each: buffers grown, pages mapped
     s.Use(v);
     s.Respond(v);
     ++index;
   }
-  std::vector<std::vector<Round>> results(variants.size());
-  std::vector<std::pair<size_t, size_t>> spans;  // per (round, variant): [first, end) responses
-  for (int round = 0; round < rounds; ++round) {
+  Results results;
+  results.rounds.resize(variants.size());
+  for (int round = 0; round < o.rounds; ++round) {
     for (size_t m = 0; m < variants.size(); ++m) {
       s.Use(variants[m]);
       Round r;
       const size_t first = index;
       const double t0 = Now();
       const Usage u0 = ProcessUsage();
-      while (Now() - t0 < seconds && index + 8 < kMaxResponses) {
+      while (Now() - t0 < o.seconds && index + 8 < kMaxResponses) {
         for (int k = 0; k < 4; ++k, ++index) s.Respond(variants[m]);
       }
       const Usage u1 = ProcessUsage();
@@ -505,10 +540,16 @@ int main(int argc, char** argv) {
       r.cpu_s = u1.cpu_s - u0.cpu_s;
       r.minor_faults = u1.minor_faults - u0.minor_faults;
       r.responses = static_cast<double>(index - first);
-      results[m].push_back(r);
-      spans.push_back({first, index});
+      results.rounds[m].push_back(r);
+      results.spans.push_back({first, index});
     }
   }
+  return results;
+}
+
+// Closes the connection, waits for the client, checks what it decrypted and reaps the SEND_ZC
+// notifications still due.
+void EndClient(Server& s, pid_t child, const Shared* shared) {
   shutdown(s.sock, SHUT_RDWR);
   waitpid(child, nullptr, 0);
   if (shared->bad_response >= 0)
@@ -516,60 +557,86 @@ int main(int argc, char** argv) {
   if (s.notifs_due[0] + s.notifs_due[1] != 0) {
     while (s.notifs_due[0] + s.notifs_due[1] != 0) s.Reap();
   }
+}
 
-  // The client's figures, by the responses each round served (the first response of a round
-  // has no client CPU before it in the round: its delta is taken from the previous response).
+// The client's figures, by the responses each round served (the first response of a round
+// has no client CPU before it in the round: its delta is taken from the previous response).
+void AddClientFigures(const Options& o, const Shared* shared, Results& results) {
   size_t k = 0;
-  for (int round = 0; round < rounds; ++round) {
-    for (size_t m = 0; m < variants.size(); ++m, ++k) {
-      const auto [first, end] = spans[k];
-      Round& r = results[m][static_cast<size_t>(round)];
+  for (int round = 0; round < o.rounds; ++round) {
+    for (size_t m = 0; m < o.variants.size(); ++m, ++k) {
+      const auto [first, end] = results.spans[k];
+      Round& r = results.rounds[m][static_cast<size_t>(round)];
       if (first > 0 && end > first)
         r.client_cpu_s = shared->client_cpu_s[end - 1] - shared->client_cpu_s[first - 1];
       for (size_t i = first; i < end; ++i) r.ttfb_s.push_back(shared->ttfb_s[i]);
     }
   }
+}
 
+// "median [min-max]" of v, each figure written with fmt's conversions.
+std::string MedianRange(const std::vector<double>& v, const char* fmt) {
+  char b[96];
+  std::snprintf(b, sizeof b, fmt, Median(v), *std::min_element(v.begin(), v.end()),
+                *std::max_element(v.begin(), v.end()));
+  return std::string(b);
+}
+
+// Variant m's row of the table.
+void PrintRow(const Options& o, const Results& results, size_t m) {
+  std::vector<double> cpu, ratio, mbps, busy, client, ttfb;
+  double faults = 0, responses = 0;
+  for (size_t round = 0; round < results.rounds[m].size(); ++round) {
+    // The ratio to the first variant in the same round: the machine's speed drifts between
+    // rounds (other work, the host), less within one.
+    const Round& r = results.rounds[m][round];
+    const Round& base = results.rounds[0][round];
+    cpu.push_back(r.cpu_s / r.responses * 1e6);
+    ratio.push_back(r.cpu_s / r.responses / (base.cpu_s / base.responses));
+    mbps.push_back(r.responses * static_cast<double>(o.size) / r.seconds / 1e6);
+    busy.push_back(100 * r.cpu_s / r.seconds);
+    client.push_back(r.client_cpu_s / r.responses * 1e6);
+    ttfb.insert(ttfb.end(), r.ttfb_s.begin(), r.ttfb_s.end());
+    faults += static_cast<double>(r.minor_faults);
+    responses += r.responses;
+  }
+  std::printf("| %s | %s | %s | %s | %s | %s | %.0f / %.0f / %.0f | %.1f |\n", o.variants[m].name,
+              MedianRange(cpu, "%.0f [%.0f-%.0f]").c_str(),
+              MedianRange(ratio, "%.2f [%.2f-%.2f]").c_str(),
+              MedianRange(mbps, "%.0f [%.0f-%.0f]").c_str(),
+              MedianRange(busy, "%.0f%% [%.0f-%.0f]").c_str(),
+              MedianRange(client, "%.0f [%.0f-%.0f]").c_str(), Percentile(ttfb, 0.1) * 1e6,
+              Percentile(ttfb, 0.5) * 1e6, Percentile(ttfb, 0.99) * 1e6, faults / responses);
+}
+
+void PrintReport(const Options& o, const Results& results, long cold_chunks) {
   std::printf(
       "%zu-byte responses, %d rounds of %.1f s, server on CPU %d, client on CPU %d; "
       "figures: median [min-max] over the rounds\n\n",
-      size, rounds, seconds, server_cpu, client_cpu);
+      o.size, o.rounds, o.seconds, o.server_cpu, o.client_cpu);
   std::printf(
       "| variant | server CPU us per response | x %s, same round | MB/s | server busy | client "
       "CPU us per response | time to first byte us, p10 / p50 / p99 | minor faults per response "
       "|\n| --- | --- | --- | --- | --- | --- | --- | --- |\n",
-      variants[0].name);
-  for (size_t m = 0; m < variants.size(); ++m) {
-    std::vector<double> cpu, ratio, mbps, busy, client, ttfb;
-    double faults = 0, responses = 0;
-    for (size_t round = 0; round < results[m].size(); ++round) {
-      // The ratio to the first variant in the same round: the machine's speed drifts between
-      // rounds (other work, the host), less within one.
-      const Round& r = results[m][round];
-      const Round& base = results[0][round];
-      cpu.push_back(r.cpu_s / r.responses * 1e6);
-      ratio.push_back(r.cpu_s / r.responses / (base.cpu_s / base.responses));
-      mbps.push_back(r.responses * static_cast<double>(size) / r.seconds / 1e6);
-      busy.push_back(100 * r.cpu_s / r.seconds);
-      client.push_back(r.client_cpu_s / r.responses * 1e6);
-      ttfb.insert(ttfb.end(), r.ttfb_s.begin(), r.ttfb_s.end());
-      faults += static_cast<double>(r.minor_faults);
-      responses += r.responses;
-    }
-    auto range = [](const std::vector<double>& v, const char* fmt) {
-      char b[96];
-      std::snprintf(b, sizeof b, fmt, Median(v), *std::min_element(v.begin(), v.end()),
-                    *std::max_element(v.begin(), v.end()));
-      return std::string(b);
-    };
-    std::printf("| %s | %s | %s | %s | %s | %s | %.0f / %.0f / %.0f | %.1f |\n", variants[m].name,
-                range(cpu, "%.0f [%.0f-%.0f]").c_str(), range(ratio, "%.2f [%.2f-%.2f]").c_str(),
-                range(mbps, "%.0f [%.0f-%.0f]").c_str(), range(busy, "%.0f%% [%.0f-%.0f]").c_str(),
-                range(client, "%.0f [%.0f-%.0f]").c_str(), Percentile(ttfb, 0.1) * 1e6,
-                Percentile(ttfb, 0.5) * 1e6, Percentile(ttfb, 0.99) * 1e6, faults / responses);
-  }
-  std::printf("\nmapping chunks found not resident (read with pread instead): %ld\n",
-              s.cold_chunks);
+      o.variants[0].name);
+  for (size_t m = 0; m < o.variants.size(); ++m) PrintRow(o, results, m);
+  std::printf("\nmapping chunks found not resident (read with pread instead): %ld\n", cold_chunks);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = ParseOptions(argc, argv);
+  Server s;
+  const std::string body = MakeFile(s, o.size);
+  Shared* shared = MapShared();
+  const pid_t child = ForkClient(s, o, body, shared);
+  SSL_CTX* ctx = StartTls(s);
+  StartRing(s);
+  Results results = RunRounds(s, o);
+  EndClient(s, child, shared);
+  AddClientFigures(o, shared, results);
+  PrintReport(o, results, s.cold_chunks);
   io_uring_queue_exit(&s.ring);
   SSL_free(s.ssl);
   SSL_CTX_free(ctx);

@@ -281,13 +281,13 @@ uint64_t MultipartBytes(const ResponsePlan& plan) {
   return total + tail;
 }
 
-void CheckPlan(const Request& req, const Setup& s, const ResponsePlan& plan) {
-  const PlannerConfig& config = s.config;
+// The status is one ringd sends, HEAD has no body, and the framing holds: one body source, and
+// Content-Length is what it holds.
+void CheckStatusAndFraming(const Request& req, const PlannerConfig& config,
+                           const ResponsePlan& plan) {
   FUZZ_CHECK(ValidStatus(plan.status));
-  const bool get_or_head = req.method == Method::kGet || req.method == Method::kHead;
   if (req.method == Method::kHead) FUZZ_CHECK(!plan.send_body);
 
-  // Framing: one body source, and Content-Length is what it holds.
   FUZZ_CHECK(plan.inline_body.empty() || plan.file_path.empty());
   if (!plan.inline_body.empty()) FUZZ_CHECK(plan.content_length == plan.inline_body.size());
   if (!plan.file_path.empty()) {
@@ -305,11 +305,19 @@ void CheckPlan(const Request& req, const Setup& s, const ResponsePlan& plan) {
   if (IsErrorStatus(plan.status) && !plan.file_path.empty()) {
     FUZZ_CHECK(plan.content_length == plan.file.size);  // an error page goes whole
   }
+}
 
-  // Validators and origin headers belong to a file's 200, 206 and 304 only.
-  const bool file_answer =
-      plan.status == 206 || plan.status == 304 || (plan.status == 200 && !plan.file_path.empty());
-  if (!file_answer) {
+// A file's 200, 206 or 304: the answers that carry validators and origin headers.
+bool IsFileAnswer(const ResponsePlan& plan) {
+  return plan.status == 206 || plan.status == 304 ||
+         (plan.status == 200 && !plan.file_path.empty());
+}
+
+// Validators and origin headers belong to a file's 200, 206 and 304 only; a Content-Encoding
+// names the sibling sent, for a request that accepts encodings.
+void CheckOriginHeadersAndEncoding(const Request& req, const PlannerConfig& config,
+                                   const ResponsePlan& plan) {
+  if (!IsFileAnswer(plan)) {
     FUZZ_CHECK(plan.etag.empty() && plan.last_modified.empty() && plan.cache_control.empty());
     FUZZ_CHECK(plan.content_encoding.empty());
     if (!(plan.status == 200 && req.method == Method::kOptions)) {
@@ -322,42 +330,55 @@ void CheckPlan(const Request& req, const Setup& s, const ResponsePlan& plan) {
   if (plan.content_encoding == "gzip")
     FUZZ_CHECK(plan.status == 304 || plan.file_path.ends_with(".gz"));
   if (!plan.content_encoding.empty()) FUZZ_CHECK(!req.accept_encoding.empty());
+}
 
-  if (file_answer) {
-    FUZZ_CHECK(get_or_head && !config.redirect_to_https);
-    char etag[kMaxETag];
-    FUZZ_CHECK(plan.etag ==
-               std::string_view(etag, FormatETag(plan.file.mtime_sec, plan.file.size, etag)));
-    char date[kHttpDateLen];
-    FormatHttpDate(plan.file.mtime_sec, date);
-    FUZZ_CHECK(plan.last_modified == std::string_view(date, kHttpDateLen));
-    const Validators validators{plan.etag, plan.file.mtime_sec};
-    const Precondition pre = EvaluatePreconditions(req, validators);
-    if (plan.status == 304) {
-      FUZZ_CHECK(pre == Precondition::kNotModified);
-      FUZZ_CHECK(!plan.send_body && plan.content_length == 0 && plan.file_path.empty());
-    } else {
-      FUZZ_CHECK(pre == Precondition::kProceed);
-    }
-    // RFC 9110 section 14.2: a Range header applies to a GET whose If-Range allows it.
-    if (plan.status != 304) {
-      const bool range_applies = req.method == Method::kGet && !req.range.empty() &&
-                                 IfRangeAllows(req.if_range, validators);
-      RangeSet again;
-      const RangeOutcome outcome =
-          range_applies ? ParseRange(req.range, plan.file.size, config.max_ranges, &again)
-                        : RangeOutcome::kIgnore;
-      FUZZ_CHECK(outcome != RangeOutcome::kUnsatisfiable);  // that is a 416
-      FUZZ_CHECK((plan.status == 206) == (outcome == RangeOutcome::kSatisfiable));
-      if (plan.status == 206) {
-        FUZZ_CHECK(again.count == plan.ranges.count);
-        for (size_t i = 0; i < again.count; ++i) {
-          FUZZ_CHECK(again.ranges[i].first == plan.ranges.ranges[i].first);
-          FUZZ_CHECK(again.ranges[i].last == plan.ranges.ranges[i].last);
-        }
-      }
+// RFC 9110 section 14.2: a Range header applies to a GET whose If-Range allows it. A file's 200
+// or 206 is a 206 exactly when the range, parsed again, is satisfiable, with the same ranges.
+void CheckRangeApplied(const Request& req, const PlannerConfig& config, const ResponsePlan& plan,
+                       const Validators& validators) {
+  const bool range_applies =
+      req.method == Method::kGet && !req.range.empty() && IfRangeAllows(req.if_range, validators);
+  RangeSet again;
+  const RangeOutcome outcome =
+      range_applies ? ParseRange(req.range, plan.file.size, config.max_ranges, &again)
+                    : RangeOutcome::kIgnore;
+  FUZZ_CHECK(outcome != RangeOutcome::kUnsatisfiable);  // that is a 416
+  FUZZ_CHECK((plan.status == 206) == (outcome == RangeOutcome::kSatisfiable));
+  if (plan.status == 206) {
+    FUZZ_CHECK(again.count == plan.ranges.count);
+    for (size_t i = 0; i < again.count; ++i) {
+      FUZZ_CHECK(again.ranges[i].first == plan.ranges.ranges[i].first);
+      FUZZ_CHECK(again.ranges[i].last == plan.ranges.ranges[i].last);
     }
   }
+}
+
+// A file's 200, 206 or 304: its ETag and Last-Modified are the file's, and the request's
+// preconditions and range agree with the status.
+void CheckFileAnswer(const Request& req, const PlannerConfig& config, const ResponsePlan& plan) {
+  const bool get_or_head = req.method == Method::kGet || req.method == Method::kHead;
+  FUZZ_CHECK(get_or_head && !config.redirect_to_https);
+  char etag[kMaxETag];
+  FUZZ_CHECK(plan.etag ==
+             std::string_view(etag, FormatETag(plan.file.mtime_sec, plan.file.size, etag)));
+  char date[kHttpDateLen];
+  FormatHttpDate(plan.file.mtime_sec, date);
+  FUZZ_CHECK(plan.last_modified == std::string_view(date, kHttpDateLen));
+  const Validators validators{plan.etag, plan.file.mtime_sec};
+  const Precondition pre = EvaluatePreconditions(req, validators);
+  if (plan.status == 304) {
+    FUZZ_CHECK(pre == Precondition::kNotModified);
+    FUZZ_CHECK(!plan.send_body && plan.content_length == 0 && plan.file_path.empty());
+  } else {
+    FUZZ_CHECK(pre == Precondition::kProceed);
+    CheckRangeApplied(req, config, plan, validators);
+  }
+}
+
+// 412 and 416 only when their conditions hold; a 206's ranges are ordered, apart, inside the
+// file and no more than allowed, and its length is what the body sends.
+void CheckFailedConditionsAndRanges(const Request& req, const PlannerConfig& config,
+                                    const ResponsePlan& plan) {
   if (plan.status == 412) {
     FUZZ_CHECK(!req.if_match.empty() || !req.if_unmodified_since.empty());
   }
@@ -384,7 +405,10 @@ void CheckPlan(const Request& req, const Setup& s, const ResponsePlan& plan) {
       FUZZ_CHECK(plan.content_length == MultipartBytes(plan));
     }
   }
+}
 
+// A Location only on a 301, local or https, with no space or control byte; OPTIONS is 200 or 413.
+void CheckRedirectAndOptions(const Request& req, const ResponsePlan& plan) {
   if (plan.status == 301) {
     FUZZ_CHECK(!plan.location.empty());
     FUZZ_CHECK(plan.location.front() == '/' || plan.location.starts_with("https://"));
@@ -398,8 +422,10 @@ void CheckPlan(const Request& req, const Setup& s, const ResponsePlan& plan) {
   if (req.method == Method::kOptions) {
     FUZZ_CHECK(plan.status == 200 || plan.status == 413);
   }
+}
 
-  // Connection: what the request allows, closed after the errors that leave it in doubt.
+// Connection: what the request allows, closed after the errors that leave it in doubt.
+void CheckConnection(const Request& req, const PlannerConfig& config, const ResponsePlan& plan) {
   if (!req.keep_alive || req.body == BodyFraming::kChunked) FUZZ_CHECK(!plan.keep_alive);
   for (int s : {400, 413, 414, 500, 501, 503}) {
     if (plan.status == s) FUZZ_CHECK(!plan.keep_alive);
@@ -407,6 +433,17 @@ void CheckPlan(const Request& req, const Setup& s, const ResponsePlan& plan) {
   if (plan.keep_alive) FUZZ_CHECK(plan.discard_body == req.content_length);
   FUZZ_CHECK(plan.discard_body <= config.max_discarded_body);
   FUZZ_CHECK(plan.http10 == (req.version_minor == 0));
+}
+
+// Every check of the plan itself, in groups; the written head is CheckHeadSyntax's.
+void CheckPlan(const Request& req, const Setup& s, const ResponsePlan& plan) {
+  const PlannerConfig& config = s.config;
+  CheckStatusAndFraming(req, config, plan);
+  CheckOriginHeadersAndEncoding(req, config, plan);
+  if (IsFileAnswer(plan)) CheckFileAnswer(req, config, plan);
+  CheckFailedConditionsAndRanges(req, config, plan);
+  CheckRedirectAndOptions(req, plan);
+  CheckConnection(req, config, plan);
 }
 
 int FuzzOne(const uint8_t* data, size_t size) {
