@@ -46,9 +46,12 @@ class TlsSession {
   virtual size_t TakeOutput(char* out, size_t cap) = 0;
   // Queues close_notify (once).
   virtual void Close() = 0;
-  // With nothing buffered either way, gives back memory the session grew for earlier records
-  // beyond what a small exchange needs (a connection going idle calls it).
+  // Gives back the memory the session holds for records it has no bytes of (a connection going
+  // idle calls it).
   virtual void Trim() {}
+  // Bytes of buffers the session holds for records in either direction (after Trim on an idle
+  // session: none).
+  virtual size_t BufferBytes() const { return 0; }
   // Whether ciphertext or decrypted bytes are held that ReadPlain has not handed out yet (a
   // receive cancelled now leaves input unread).
   virtual bool HasBufferedInput() const = 0;
