@@ -119,6 +119,12 @@ class ByteQueue {
  public:
   size_t size() const { return end_ - begin_; }
   size_t capacity() const { return cap_; }
+  const char* data() const { return buf_.get() + begin_; }
+  void Drop(size_t n) {
+    RINGD_ASSERT(n <= size());
+    begin_ += n;
+    if (begin_ == end_) begin_ = end_ = 0;
+  }
   void Append(const char* data, size_t len) {
     if (len == 0) return;
     if (len > cap_ - end_) Make(len);
@@ -222,9 +228,16 @@ class OpenSslSession final : public TlsSession {
     return true;
   }
 
-  size_t PendingOutput() const override { return out_.size(); }
+  size_t PendingOutput() const override { return lent_.size() + out_.size(); }
 
-  size_t TakeOutput(char* out, size_t cap) override { return out_.Take(out, cap); }
+  // The records queued so far are lent whole; records made while they are out go to the other
+  // queue, so the lent bytes never move. The two buffers trade places send after send.
+  size_t PeekOutput(const char** data) override {
+    if (lent_.size() == 0 && out_.size() > 0) std::swap(lent_, out_);
+    *data = lent_.data();
+    return lent_.size();
+  }
+  void ConsumeOutput(size_t n) override { lent_.Drop(n); }
 
   void Close() override {
     if (closed_ || !handshake_done_ || ended_ == TlsEnd::kBadInput) return;
@@ -238,10 +251,13 @@ class OpenSslSession final : public TlsSession {
   // bytes); the library has released its record buffers already (SSL_MODE_RELEASE_BUFFERS).
   void Trim() override {
     in_.Release();
+    lent_.Release();
     out_.Release();
   }
 
-  size_t BufferBytes() const override { return in_.capacity() + out_.capacity(); }
+  size_t BufferBytes() const override {
+    return in_.capacity() + lent_.capacity() + out_.capacity();
+  }
 
   bool HasBufferedInput() const override { return in_.size() > 0 || SSL_pending(ssl_) > 0; }
 
@@ -259,7 +275,7 @@ class OpenSslSession final : public TlsSession {
 
  private:
   // The BIO the library reads ciphertext from (in_, filled by Feed) and writes records to (out_,
-  // emptied by TakeOutput). Empty input is "more to come" (a retry), never end of stream.
+  // lent to the sends by PeekOutput). Empty input is "more to come" (a retry), never end of stream.
   static BIO_METHOD* Method() {
     static BIO_METHOD* const method = [] {
       BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "ringd session");
@@ -288,7 +304,7 @@ class OpenSslSession final : public TlsSession {
       case BIO_CTRL_PENDING:
         return static_cast<long>(Of(bio)->in_.size());
       case BIO_CTRL_WPENDING:
-        return static_cast<long>(Of(bio)->out_.size());
+        return static_cast<long>(Of(bio)->PendingOutput());
       case BIO_CTRL_FLUSH:
       case BIO_CTRL_DUP:
         return 1;
@@ -312,8 +328,9 @@ class OpenSslSession final : public TlsSession {
   // The contexts (and the SNI callback's argument) this session was made from stay alive with it.
   std::shared_ptr<const OpenSslFactory> factory_;
   SSL* ssl_;
-  ByteQueue in_;   // ciphertext fed, not yet read by the library
-  ByteQueue out_;  // records the library wrote, not yet taken
+  ByteQueue in_;    // ciphertext fed, not yet read by the library
+  ByteQueue lent_;  // records PeekOutput has lent, until they are consumed
+  ByteQueue out_;   // records the library wrote since
   bool handshake_done_ = false;
   bool closed_ = false;
   TlsEnd ended_ = TlsEnd::kNone;

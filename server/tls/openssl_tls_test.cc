@@ -239,6 +239,34 @@ TEST(OpenSslTls, AnIdleSessionHoldsNoBufferAndRecordsSplitToBytesPassBothWays) {
   }
 }
 
+TEST(OpenSslTls, LentRecordsStayPutWhileMoreAreQueued) {
+  std::string error;
+  auto f = Factory({MakeCert("origin.test", "EC")}, &error);
+  ASSERT_NE(f, nullptr) << error;
+  std::unique_ptr<TlsSession> s = f->Make();
+  Client c(s.get());
+  c.Pump();
+  ASSERT_TRUE(s->HandshakeDone());
+  const std::string first(30000, 'a'), second(70000, 'b');
+  ASSERT_TRUE(s->WritePlain(first.data(), first.size()));
+  const char* lent = nullptr;
+  const size_t n = s->PeekOutput(&lent);
+  ASSERT_GT(n, first.size());
+  const std::string copy(lent, n);
+  ASSERT_TRUE(s->WritePlain(second.data(), second.size()));  // queued behind, in other memory
+  EXPECT_EQ(std::string(lent, n), copy);
+  const char* again = nullptr;
+  EXPECT_EQ(s->PeekOutput(&again), n);
+  EXPECT_EQ(again, lent);
+  EXPECT_GT(s->PendingOutput(), n + second.size());
+  BIO_write(SSL_get_rbio(c.ssl()), lent, static_cast<int>(n));
+  s->ConsumeOutput(n);
+  EXPECT_EQ(c.Read(), first);
+  c.Pump();
+  EXPECT_EQ(c.Read(), second);
+  EXPECT_EQ(s->PendingOutput(), 0u);
+}
+
 TEST(OpenSslTls, GarbageGetsAnAlertAndEndsTheSession) {
   std::string error;
   auto f = Factory({MakeCert("origin.test", "EC")}, &error);

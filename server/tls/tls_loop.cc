@@ -36,17 +36,17 @@ struct TlsLoop::Conn {
   bool recv_paused = false;
   bool recv_cancelled = false;
 
-  // The inner send of records from `out`.
+  // The inner send of records, from the session's memory (PeekOutput) or, for a plaintext
+  // answer, from a constant.
   io::Completion tx;
   bool tx_active = false;
+  size_t tx_lent = 0;    // bytes of the session's records the send in flight carries
   int64_t tx_error = 0;  // the socket refused a send: every later one fails the same way
   // The session refused the plaintext of the shard's Send in flight (bad input came, or it is
   // closed): that send fails, but the socket still carries the records queued before (the
   // alert), so this is no tx_error.
   bool send_refused = false;
   iovec tx_iov{};
-  std::unique_ptr<char[]> out;
-  static constexpr size_t kOutBytes = kFileChunk + 4096;  // a chunk's records and their overhead
 
   // The shard's Send or SendFile in flight: done when every record it made has gone out.
   io::Completion* send = nullptr;
@@ -290,9 +290,8 @@ void TlsLoop::Pump(Conn* conn) {
         "Connection: close\r\n\r\nA plain HTTP request was sent to HTTPS port\n";
     conn->plain_answered = true;
     ++stats_.plain_http;
-    if (conn->out == nullptr) conn->out.reset(new char[Conn::kOutBytes]);
-    std::memcpy(conn->out.get(), kAnswer, sizeof kAnswer - 1);
-    conn->tx_iov = iovec{conn->out.get(), sizeof kAnswer - 1};
+    conn->tx_iov = iovec{const_cast<char*>(kAnswer), sizeof kAnswer - 1};  // the send only reads
+    conn->tx_lent = 0;
     conn->tx_active = true;
     inner_->Send(conn->fd, &conn->tx_iov, 1, &conn->tx);
   }
@@ -483,15 +482,15 @@ void TlsLoop::FinishSend(Conn* conn, int64_t result) {
 
 // Records out -------------------------------------------------------------------------------
 
-// Sends the records the session has queued, one buffer at a time.
+// Sends the records the session has queued, from where the session holds them (they stay put
+// until OnTx gives them back).
 void TlsLoop::Flush(Conn* conn) {
   if (conn->tx_active || conn->tx_error != 0) return;
-  const size_t pending = conn->session->PendingOutput();
-  if (pending == 0) return;
-  if (conn->out == nullptr) conn->out.reset(new char[Conn::kOutBytes]);
-  const size_t n = conn->session->TakeOutput(conn->out.get(), Conn::kOutBytes);
-  RINGD_ASSERT(n > 0);
-  conn->tx_iov = iovec{conn->out.get(), n};
+  const char* records = nullptr;
+  const size_t n = conn->session->PeekOutput(&records);
+  if (n == 0) return;
+  conn->tx_iov = iovec{const_cast<char*>(records), n};  // the send only reads
+  conn->tx_lent = n;
   conn->tx_active = true;
   inner_->Send(conn->fd, &conn->tx_iov, 1, &conn->tx);
 }
@@ -502,7 +501,14 @@ void TlsLoop::OnTx(io::Completion* inner) {
   self->Enter(conn);
   conn->tx_active = false;
   if (inner->result < 0) conn->tx_error = inner->result;
-  if (inner->result > 0) conn->wire_sent += static_cast<uint64_t>(inner->result);
+  if (inner->result > 0) {
+    conn->wire_sent += static_cast<uint64_t>(inner->result);
+    if (conn->tx_lent > 0) {
+      RINGD_ASSERT(static_cast<size_t>(inner->result) == conn->tx_lent);  // a Send sends all
+      conn->session->ConsumeOutput(conn->tx_lent);
+    }
+  }
+  conn->tx_lent = 0;
   self->Flush(conn);
   if (!conn->tx_active) self->AfterOutput(conn);
   self->Leave(conn);
@@ -531,9 +537,8 @@ void TlsLoop::AfterOutput(Conn* conn) {
       conn->shutdown_how = -1;
     }
   }
-  // An idle connection holds no buffers of its own (the library releases its own too).
+  // An idle connection holds no buffers of its own (the session and the library release theirs).
   if (conn->send == nullptr && !conn->tx_active) {
-    conn->out.reset();
     conn->file_buf.reset();
     conn->session->Trim();
   }
