@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
       SSL_SESSION_free(ticket);
       ticket = got_ticket;
     }
-    SSL_free(client);
+    SSL_shutdown(client);  // its close_notify is never delivered: freed without it, the
+    SSL_free(client);      // client would mark its session not resumable
     std::printf("%s %s resumed=%d\n", std::string(s->Version()).c_str(),
                 std::string(s->Cipher()).c_str(), s->Resumed());
     kept.push_back(std::move(s));  // idle, alive
