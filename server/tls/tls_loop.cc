@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 
 #include "io/assert.h"
 
@@ -429,8 +428,6 @@ void TlsLoop::Cancel(io::Completion* c) {
 
 // Send --------------------------------------------------------------------------------------
 
-// The shard's Send or SendFile `c` starts on `conn`: it is the connection's one send, and Poll
-// copies its progress to it while its records go out.
 TlsLoop::Out* TlsLoop::OutOf(Conn* conn) {
   if (conn->out == nullptr) {
     conn->out = std::make_unique<Out>();
@@ -442,6 +439,8 @@ TlsLoop::Out* TlsLoop::OutOf(Conn* conn) {
   return conn->out.get();
 }
 
+// The shard's Send or SendFile `c` starts on `conn`: it is the connection's one send, and Poll
+// copies its progress to it while its records go out.
 void TlsLoop::BeginSend(Conn* conn, io::Completion* c, io::Op op) {
   RINGD_ASSERT(!c->in_flight && conn->send() == nullptr);
   c->op = op;
