@@ -1,7 +1,6 @@
 #include "server/tls/openssl_tls.h"
 
 #include <openssl/bio.h>
-#include <openssl/buffer.h>
 #include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/ocsp.h>
@@ -14,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 #include <ctime>
+#include <memory>
 
 #include "io/assert.h"
 
@@ -112,24 +112,88 @@ SSL_CTX* NewContext(const TlsOptions& o, std::string* error) {
   return ctx;
 }
 
+// Bytes queued one way through the session's BIO: appended at the end, taken from the front.
+// It holds no memory while empty once Release has run; while in use it keeps its capacity (a
+// connection moving a body reuses it record after record).
+class ByteQueue {
+ public:
+  size_t size() const { return end_ - begin_; }
+  size_t capacity() const { return cap_; }
+  const char* data() const { return buf_.get() + begin_; }
+  void Drop(size_t n) {
+    RINGD_ASSERT(n <= size());
+    begin_ += n;
+    if (begin_ == end_) begin_ = end_ = 0;
+  }
+  void Append(const char* data, size_t len) {
+    if (len == 0) return;
+    if (len > cap_ - end_) Make(len);
+    std::memcpy(buf_.get() + end_, data, len);
+    end_ += len;
+  }
+  size_t Take(char* out, size_t cap) {
+    const size_t n = std::min(cap, size());
+    if (n == 0) return 0;
+    std::memcpy(out, buf_.get() + begin_, n);
+    begin_ += n;
+    if (begin_ == end_) begin_ = end_ = 0;
+    return n;
+  }
+  // Frees the buffer when it holds nothing; otherwise keeps just what it holds.
+  void Release() {
+    if (size() == cap_) return;
+    if (size() == 0) {
+      buf_.reset();
+      cap_ = begin_ = end_ = 0;
+      return;
+    }
+    Resize(size());
+  }
+
+ private:
+  // Room for `len` more bytes at the end: the held bytes moved to the front, the buffer grown
+  // (at least doubled) when they still do not fit.
+  void Make(size_t len) {
+    if (cap_ - size() >= len) {
+      std::memmove(buf_.get(), buf_.get() + begin_, size());
+      end_ = size();
+      begin_ = 0;
+      return;
+    }
+    Resize(std::max({cap_ * 2, size() + len, kMinBytes}));
+  }
+  void Resize(size_t cap) {
+    std::unique_ptr<char[]> next(new char[cap]);
+    if (size() > 0) std::memcpy(next.get(), buf_.get() + begin_, size());
+    end_ = size();
+    begin_ = 0;
+    buf_ = std::move(next);
+    cap_ = cap;
+  }
+  static constexpr size_t kMinBytes = 512;
+
+  std::unique_ptr<char[]> buf_;
+  size_t cap_ = 0;
+  size_t begin_ = 0;
+  size_t end_ = 0;
+};
+
 class OpenSslSession final : public TlsSession {
  public:
   OpenSslSession(SSL_CTX* ctx, std::shared_ptr<const OpenSslFactory> factory)
       : factory_(std::move(factory)), ssl_(SSL_new(ctx)) {
     RINGD_ASSERT(ssl_ != nullptr);
-    in_ = BIO_new(BIO_s_mem());
-    out_ = BIO_new(BIO_s_mem());
-    RINGD_ASSERT(in_ != nullptr && out_ != nullptr);
-    BIO_set_mem_eof_return(in_, -1);  // empty means "more to come", not end of stream
-    SSL_set_bio(ssl_, in_, out_);     // the SSL owns both now
+    // One BIO for both directions, over the session's two queues: the SSL owns it.
+    BIO* bio = BIO_new(Method());
+    RINGD_ASSERT(bio != nullptr);
+    BIO_set_data(bio, this);
+    BIO_set_init(bio, 1);
+    SSL_set_bio(ssl_, bio, bio);
     SSL_set_accept_state(ssl_);
   }
   ~OpenSslSession() override { SSL_free(ssl_); }
 
-  void Feed(const char* data, size_t len) override {
-    size_t written = 0;
-    RINGD_ASSERT(BIO_write_ex(in_, data, len, &written) == 1 && written == len);
-  }
+  void Feed(const char* data, size_t len) override { in_.Append(data, len); }
 
   size_t ReadPlain(char* out, size_t cap) override {
     if (ended_ != TlsEnd::kNone) return 0;
@@ -164,13 +228,16 @@ class OpenSslSession final : public TlsSession {
     return true;
   }
 
-  size_t PendingOutput() const override { return BIO_ctrl_pending(out_); }
+  size_t PendingOutput() const override { return lent_.size() + out_.size(); }
 
-  size_t TakeOutput(char* out, size_t cap) override {
-    size_t n = 0;
-    if (cap == 0 || BIO_read_ex(out_, out, cap, &n) != 1) return 0;
-    return n;
+  // The records queued so far are lent whole; records made while they are out go to the other
+  // queue, so the lent bytes never move. The two buffers trade places send after send.
+  size_t PeekOutput(const char** data) override {
+    if (lent_.size() == 0 && out_.size() > 0) std::swap(lent_, out_);
+    *data = lent_.data();
+    return lent_.size();
   }
+  void ConsumeOutput(size_t n) override { lent_.Drop(n); }
 
   void Close() override {
     if (closed_ || !handshake_done_ || ended_ == TlsEnd::kBadInput) return;
@@ -180,32 +247,19 @@ class OpenSslSession final : public TlsSession {
     ERR_clear_error();
   }
 
-  // Memory BIOs keep the largest size they ever held (the handshake's flight, a body chunk's
-  // records): an idle connection swaps them for new, empty ones. Small exchanges stay under the
-  // bound and never pay for the swap.
+  // The queues give their buffers back (a partial record waiting for its rest keeps just its
+  // bytes); the library has released its record buffers already (SSL_MODE_RELEASE_BUFFERS).
   void Trim() override {
-    static constexpr size_t kKeepBytes = 1024;
-    // During the handshake the library may stack a buffering BIO on the write side: the BIOs
-    // change only between records of an established session.
-    if (!handshake_done_ || closed_ || ended_ != TlsEnd::kNone) return;
-    BUF_MEM* in_mem = nullptr;
-    BUF_MEM* out_mem = nullptr;
-    BIO_get_mem_ptr(in_, &in_mem);
-    BIO_get_mem_ptr(out_, &out_mem);
-    if (in_mem->max <= kKeepBytes && out_mem->max <= kKeepBytes) return;
-    if (BIO_ctrl_pending(in_) != 0 || BIO_ctrl_pending(out_) != 0) return;
-    BIO* in = BIO_new(BIO_s_mem());
-    BIO* out = BIO_new(BIO_s_mem());
-    RINGD_ASSERT(in != nullptr && out != nullptr);
-    BIO_set_mem_eof_return(in, -1);
-    SSL_set_bio(ssl_, in, out);  // frees the old pair
-    in_ = in;
-    out_ = out;
+    in_.Release();
+    lent_.Release();
+    out_.Release();
   }
 
-  bool HasBufferedInput() const override {
-    return BIO_ctrl_pending(in_) > 0 || SSL_pending(ssl_) > 0;
+  size_t BufferBytes() const override {
+    return in_.capacity() + lent_.capacity() + out_.capacity();
   }
+
+  bool HasBufferedInput() const override { return in_.size() > 0 || SSL_pending(ssl_) > 0; }
 
   bool HandshakeDone() const override { return handshake_done_; }
   TlsEnd Ended() const override { return ended_; }
@@ -220,6 +274,45 @@ class OpenSslSession final : public TlsSession {
   bool Resumed() const override { return handshake_done_ && SSL_session_reused(ssl_) == 1; }
 
  private:
+  // The BIO the library reads ciphertext from (in_, filled by Feed) and writes records to (out_,
+  // lent to the sends by PeekOutput). Empty input is "more to come" (a retry), never end of stream.
+  static BIO_METHOD* Method() {
+    static BIO_METHOD* const method = [] {
+      BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "ringd session");
+      RINGD_ASSERT(m != nullptr && BIO_meth_set_write_ex(m, &BioWrite) == 1 &&
+                   BIO_meth_set_read_ex(m, &BioRead) == 1 && BIO_meth_set_ctrl(m, &BioCtrl) == 1);
+      return m;
+    }();
+    return method;
+  }
+  static OpenSslSession* Of(BIO* bio) { return static_cast<OpenSslSession*>(BIO_get_data(bio)); }
+  static int BioWrite(BIO* bio, const char* data, size_t len, size_t* written) {
+    BIO_clear_retry_flags(bio);
+    Of(bio)->out_.Append(data, len);
+    *written = len;
+    return 1;
+  }
+  static int BioRead(BIO* bio, char* out, size_t cap, size_t* read) {
+    BIO_clear_retry_flags(bio);
+    *read = Of(bio)->in_.Take(out, cap);
+    if (*read > 0) return 1;
+    BIO_set_retry_read(bio);
+    return 0;
+  }
+  static long BioCtrl(BIO* bio, int cmd, long, void*) {
+    switch (cmd) {
+      case BIO_CTRL_PENDING:
+        return static_cast<long>(Of(bio)->in_.size());
+      case BIO_CTRL_WPENDING:
+        return static_cast<long>(Of(bio)->PendingOutput());
+      case BIO_CTRL_FLUSH:
+      case BIO_CTRL_DUP:
+        return 1;
+      default:
+        return 0;
+    }
+  }
+
   // After a call that did not succeed: more input needed, a clean close, or bad input (the
   // library has queued its alert in the output).
   void Fail(int err) {
@@ -235,8 +328,9 @@ class OpenSslSession final : public TlsSession {
   // The contexts (and the SNI callback's argument) this session was made from stay alive with it.
   std::shared_ptr<const OpenSslFactory> factory_;
   SSL* ssl_;
-  BIO* in_ = nullptr;
-  BIO* out_ = nullptr;
+  ByteQueue in_;    // ciphertext fed, not yet read by the library
+  ByteQueue lent_;  // records PeekOutput has lent, until they are consumed
+  ByteQueue out_;   // records the library wrote since
   bool handshake_done_ = false;
   bool closed_ = false;
   TlsEnd ended_ = TlsEnd::kNone;

@@ -4,69 +4,80 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 
 #include "io/assert.h"
 
 namespace ringd::tls {
 
-// A TLS connection: its session and the inner operations that carry its records.
-struct TlsLoop::Conn {
-  TlsLoop* loop = nullptr;
-  int fd = -1;
-  std::unique_ptr<TlsSession> session;
-  bool counted_handshake = false;
-  // The session has answered the ClientHello (or refused it): the costly step of a handshake.
-  bool hello_answered = false;
-  // Waiting for a turn's budget of ClientHellos (TlsLoop::kHellosPerTurn), in arrival order.
-  bool hello_waiting = false;
-  Conn* hello_prev = nullptr;
-  Conn* hello_next = nullptr;
-  bool plain_answered = false;  // TlsEnd::kPlainHttp: the plaintext 400 is sent
-
-  // The inner multishot receive of ciphertext, and how it ended.
-  io::Completion rx;
-  bool rx_active = false;
-  bool rx_cancel_sent = false;
-  bool rx_ended = false;
-  int64_t rx_end = 0;  // its last result: 0, -errno, -ECANCELED, io::kRecvCancelledWithInput
-
-  // The shard's receive while it runs.
-  io::Completion* recv = nullptr;
-  bool recv_paused = false;
-  bool recv_cancelled = false;
-
-  // The inner send of records from `out`.
+// A connection's sending state: made when it has records to send or the shard sends on it,
+// freed once it is idle again (as the shard keeps a request's state in an Exchange apart from
+// its Connection), so that an idle connection is a Conn alone.
+struct TlsLoop::Out {
+  // The inner send of records, from the session's memory (PeekOutput) or, for a plaintext
+  // answer, from a constant.
   io::Completion tx;
   bool tx_active = false;
-  int64_t tx_error = 0;  // the socket refused a send: every later one fails the same way
   // The session refused the plaintext of the shard's Send in flight (bad input came, or it is
   // closed): that send fails, but the socket still carries the records queued before (the
   // alert), so this is no tx_error.
   bool send_refused = false;
+  bool send_is_file = false;
+  bool file_active = false;
+  int file_fd = -1;
+  size_t tx_lent = 0;  // bytes of the session's records the send in flight carries
   iovec tx_iov{};
-  std::unique_ptr<char[]> out;
-  static constexpr size_t kOutBytes = kFileChunk + 4096;  // a chunk's records and their overhead
 
   // The shard's Send or SendFile in flight: done when every record it made has gone out.
   io::Completion* send = nullptr;
   size_t sending_at = 0;    // its place in the loop's sending_
   uint64_t wire_sent = 0;   // record bytes sent since it started (its progress)
   uint64_t send_total = 0;  // plaintext bytes handed over (Send), or sent so far (SendFile)
-  bool send_is_file = false;
   io::Completion file_op;
-  bool file_active = false;
-  int file_fd = -1;
   uint64_t file_offset = 0;
   uint64_t file_left = 0;
   uint32_t file_chunk = 0;  // plaintext bytes of the chunk whose records are going out
   std::unique_ptr<char[]> file_buf;
+};
 
+// A TLS connection: its session and the inner operations that carry its records. Every idle
+// TLS connection holds one: fields are ordered to leave no padding (the sending state is in Out).
+struct TlsLoop::Conn {
+  TlsLoop* loop = nullptr;
+  std::unique_ptr<TlsSession> session;
+  int fd = -1;
   int shutdown_how = -1;  // a SHUT_WR waiting for the records before it (close_notify last)
+
+  // The inner multishot receive of ciphertext, and how it ended.
+  io::Completion rx;
+  int64_t rx_end = 0;  // its last result: 0, -errno, -ECANCELED, io::kRecvCancelledWithInput
+  bool rx_active = false;
+  bool rx_cancel_sent = false;
+  bool rx_ended = false;
+
+  // The shard's receive while it runs.
+  bool recv_paused = false;
+  bool recv_cancelled = false;
+  io::Completion* recv = nullptr;
+
+  int64_t tx_error = 0;  // the socket refused a send: every later one fails the same way
+  // While records or a send of the shard's are under way (null while idle).
+  std::unique_ptr<Out> out;
+  bool tx_active() const { return out != nullptr && out->tx_active; }
+  bool file_active() const { return out != nullptr && out->file_active; }
+  io::Completion* send() const { return out != nullptr ? out->send : nullptr; }
+
+  bool counted_handshake = false;
+  // The session has answered the ClientHello (or refused it): the costly step of a handshake.
+  bool hello_answered = false;
+  // Waiting for a turn's budget of ClientHellos (TlsLoop::kHellosPerTurn), in arrival order.
+  bool hello_waiting = false;
+  bool plain_answered = false;  // TlsEnd::kPlainHttp: the plaintext 400 is sent
   bool close_requested = false;
-  int64_t close_deadline_ms = 0;
-  int busy = 0;  // callbacks of this loop running for it: no release until they return
   bool queued = false;
+  int busy = 0;  // callbacks of this loop running for it: no release until they return
+  Conn* hello_prev = nullptr;
+  Conn* hello_next = nullptr;
+  int64_t close_deadline_ms = 0;
   Conn* next_ready = nullptr;
 };
 
@@ -86,8 +97,12 @@ TlsLoop::TlsLoop(std::unique_ptr<io::Loop> inner, TlsSessionFactory* sessions,
       recv_max_bytes_(recv_max_bytes),
       max_handshakes_(max_handshakes),
       plain_(new char[recv_max_bytes]) {
+  // An idle TLS connection costs its Conn, its session and the library's state.
+  static_assert(sizeof(Conn) <= 256, "Conn grew: what only a send needs belongs in Out");
   RINGD_ASSERT(recv_max_bytes_ > 0);
-  conns_.reserve(max_connections);
+  // Room for the descriptors of max_connections and some more (listeners, files): the table's
+  // pages are touched only as high as the descriptors in use.
+  conns_.reserve(max_connections + 1024u);
   for (const int fd : tls_listeners_) {
     auto tap = std::make_unique<AcceptTap>();
     tap->loop = this;
@@ -101,15 +116,22 @@ TlsLoop::TlsLoop(std::unique_ptr<io::Loop> inner, TlsSessionFactory* sessions,
 TlsLoop::~TlsLoop() {
   // The shard has quiesced the loop and closed its connections; what is left was sending
   // close_notify.
-  for (auto& [fd, conn] : conns_) {
-    inner_->Close(fd);
+  for (Conn* conn : conns_) {
+    if (conn == nullptr) continue;
+    inner_->Close(conn->fd);
     delete conn;
   }
 }
 
+// The table's index for a connection handle: a process fd, or a registered file table slot
+// marked with io::kDirectHandle (one loop's connections are all one or all the other); both are
+// small and dense.
+static size_t SlotOf(int fd) { return static_cast<size_t>(fd & (io::kDirectHandle - 1)); }
+
 TlsLoop::Conn* TlsLoop::Find(int fd) const {
-  const auto it = conns_.find(fd);
-  return it == conns_.end() ? nullptr : it->second;
+  if (fd < 0 || SlotOf(fd) >= conns_.size()) return nullptr;
+  Conn* conn = conns_[SlotOf(fd)];
+  return conn != nullptr && conn->fd == fd ? conn : nullptr;
 }
 
 io::TransportInfo TlsLoop::Transport(int fd) const {
@@ -117,6 +139,21 @@ io::TransportInfo TlsLoop::Transport(int fd) const {
   if (conn == nullptr) return inner_->Transport(fd);
   const TlsSession& s = *conn->session;
   return io::TransportInfo{s.Version(), s.Cipher(), s.ServerName(), s.Resumed()};
+}
+
+void TlsLoop::AddConn(Conn* conn) {
+  RINGD_ASSERT(conn->fd >= 0);
+  const size_t slot = SlotOf(conn->fd);
+  if (slot >= conns_.size()) conns_.resize(slot + 1, nullptr);
+  RINGD_ASSERT(conns_[slot] == nullptr);
+  conns_[slot] = conn;
+  ++live_conns_;
+}
+
+void TlsLoop::RemoveConn(Conn* conn) {
+  RINGD_ASSERT(Find(conn->fd) == conn);
+  conns_[SlotOf(conn->fd)] = nullptr;
+  --live_conns_;
 }
 
 TlsLoop::Conn* TlsLoop::Owner(io::Completion* c) const {
@@ -173,11 +210,7 @@ void TlsLoop::OnAccept(io::Completion* inner) {
     conn->session = self->sessions_->Make();
     conn->rx.callback = &TlsLoop::OnRx;
     conn->rx.owner = conn;
-    conn->tx.callback = &TlsLoop::OnTx;
-    conn->tx.owner = conn;
-    conn->file_op.callback = &TlsLoop::OnFileRead;
-    conn->file_op.owner = conn;
-    RINGD_ASSERT(self->conns_.emplace(conn->fd, conn).second);
+    self->AddConn(conn);
   }
   outer->result = inner->result;
   outer->more = inner->more;
@@ -267,7 +300,7 @@ void TlsLoop::AnswerWaitingHellos() {
     StopWaitingForHelloTurn(conn);
     Enter(conn);
     Pump(conn);
-    if (!conn->tx_active) AfterOutput(conn);
+    if (!conn->tx_active()) AfterOutput(conn);
     Leave(conn);
   }
 }
@@ -283,18 +316,18 @@ void TlsLoop::Pump(Conn* conn) {
     ++stats_.handshakes;
     stats_.resumed += s.Resumed() ? 1 : 0;
   }
-  if (s.Ended() == TlsEnd::kPlainHttp && !conn->plain_answered && !conn->tx_active) {
+  if (s.Ended() == TlsEnd::kPlainHttp && !conn->plain_answered && !conn->tx_active()) {
     // nginx's answer to HTTP on an HTTPS port: a plaintext 400 that says so, then the close.
     static constexpr char kAnswer[] =
         "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 44\r\n"
         "Connection: close\r\n\r\nA plain HTTP request was sent to HTTPS port\n";
     conn->plain_answered = true;
     ++stats_.plain_http;
-    if (conn->out == nullptr) conn->out.reset(new char[Conn::kOutBytes]);
-    std::memcpy(conn->out.get(), kAnswer, sizeof kAnswer - 1);
-    conn->tx_iov = iovec{conn->out.get(), sizeof kAnswer - 1};
-    conn->tx_active = true;
-    inner_->Send(conn->fd, &conn->tx_iov, 1, &conn->tx);
+    Out* out = OutOf(conn);
+    out->tx_iov = iovec{const_cast<char*>(kAnswer), sizeof kAnswer - 1};  // the send only reads
+    out->tx_lent = 0;
+    out->tx_active = true;
+    inner_->Send(conn->fd, &out->tx_iov, 1, &out->tx);
   }
   Flush(conn);
   // Bad input, or the peer's close_notify: the receive has nothing more to give.
@@ -395,19 +428,31 @@ void TlsLoop::Cancel(io::Completion* c) {
 
 // Send --------------------------------------------------------------------------------------
 
+TlsLoop::Out* TlsLoop::OutOf(Conn* conn) {
+  if (conn->out == nullptr) {
+    conn->out = std::make_unique<Out>();
+    conn->out->tx.callback = &TlsLoop::OnTx;
+    conn->out->tx.owner = conn;
+    conn->out->file_op.callback = &TlsLoop::OnFileRead;
+    conn->out->file_op.owner = conn;
+  }
+  return conn->out.get();
+}
+
 // The shard's Send or SendFile `c` starts on `conn`: it is the connection's one send, and Poll
 // copies its progress to it while its records go out.
 void TlsLoop::BeginSend(Conn* conn, io::Completion* c, io::Op op) {
-  RINGD_ASSERT(!c->in_flight && conn->send == nullptr);
+  RINGD_ASSERT(!c->in_flight && conn->send() == nullptr);
   c->op = op;
   c->in_flight = true;
   c->done = 0;
-  conn->send = c;
-  conn->wire_sent = 0;
-  conn->sending_at = sending_.size();
+  Out* out = OutOf(conn);
+  out->send = c;
+  out->wire_sent = 0;
+  out->sending_at = sending_.size();
   sending_.push_back(conn);
-  conn->send_is_file = op == io::Op::kSendFile;
-  conn->send_total = 0;
+  out->send_is_file = op == io::Op::kSendFile;
+  out->send_total = 0;
 }
 
 void TlsLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more) {
@@ -417,11 +462,11 @@ void TlsLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more)
   bool ok = conn->tx_error == 0;
   for (int i = 0; ok && i < iovcnt; ++i) {
     ok = conn->session->WritePlain(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
-    conn->send_total += iov[i].iov_len;
+    conn->out->send_total += iov[i].iov_len;
   }
-  conn->send_refused = !ok && conn->tx_error == 0;
+  conn->out->send_refused = !ok && conn->tx_error == 0;
   Flush(conn);
-  if (!conn->tx_active) Schedule(conn);  // an error: the completion still comes from Poll
+  if (!conn->tx_active()) Schedule(conn);  // an error: the completion still comes from Poll
 }
 
 void TlsLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t length,
@@ -429,50 +474,54 @@ void TlsLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t lengt
   Conn* conn = Find(sock_fd);
   if (conn == nullptr) return inner_->SendFile(sock_fd, file_fd, offset, length, c, more);
   BeginSend(conn, c, io::Op::kSendFile);
-  conn->file_fd = file_fd;
-  conn->file_offset = offset;
-  conn->file_left = length;
-  conn->file_chunk = 0;
-  if (conn->file_buf == nullptr) conn->file_buf.reset(new char[kFileChunk]);
+  Out* out = conn->out.get();
+  out->file_fd = file_fd;
+  out->file_offset = offset;
+  out->file_left = length;
+  out->file_chunk = 0;
+  if (out->file_buf == nullptr) out->file_buf.reset(new char[kFileChunk]);
   ReadFileChunk(conn);
 }
 
 void TlsLoop::ReadFileChunk(Conn* conn) {
+  Out* out = conn->out.get();
   if (conn->tx_error != 0) return FinishSend(conn, conn->tx_error);
-  if (conn->file_left == 0) return FinishSend(conn, static_cast<int64_t>(conn->send_total));
-  const uint64_t n = std::min<uint64_t>(conn->file_left, kFileChunk);
-  conn->file_active = true;
-  inner_->Read(conn->file_fd, conn->file_buf.get(), n, conn->file_offset, &conn->file_op);
+  if (out->file_left == 0) return FinishSend(conn, static_cast<int64_t>(out->send_total));
+  const uint64_t n = std::min<uint64_t>(out->file_left, kFileChunk);
+  out->file_active = true;
+  inner_->Read(out->file_fd, out->file_buf.get(), n, out->file_offset, &out->file_op);
 }
 
 void TlsLoop::OnFileRead(io::Completion* inner) {
   auto* conn = static_cast<Conn*>(inner->owner);
   TlsLoop* self = conn->loop;
   self->Enter(conn);
-  conn->file_active = false;
+  Out* out = conn->out.get();
+  out->file_active = false;
   if (inner->result < 0) {
     self->FinishSend(conn, inner->result);
   } else if (inner->result == 0) {
     // The file ended early (truncated under us): fewer bytes than asked, as SendFile says.
-    self->FinishSend(conn, static_cast<int64_t>(conn->send_total));
-  } else if (!conn->session->WritePlain(conn->file_buf.get(), static_cast<size_t>(inner->result))) {
+    self->FinishSend(conn, static_cast<int64_t>(out->send_total));
+  } else if (!conn->session->WritePlain(out->file_buf.get(), static_cast<size_t>(inner->result))) {
     self->FinishSend(conn, -EPIPE);
   } else {
-    conn->file_chunk = static_cast<uint32_t>(inner->result);
-    conn->file_offset += static_cast<uint64_t>(inner->result);
-    conn->file_left -= static_cast<uint64_t>(inner->result);
+    out->file_chunk = static_cast<uint32_t>(inner->result);
+    out->file_offset += static_cast<uint64_t>(inner->result);
+    out->file_left -= static_cast<uint64_t>(inner->result);
     self->Flush(conn);
-    if (!conn->tx_active) self->AfterOutput(conn);  // a socket error already known
+    if (!conn->tx_active()) self->AfterOutput(conn);  // a socket error already known
   }
   self->Leave(conn);
 }
 
 void TlsLoop::FinishSend(Conn* conn, int64_t result) {
-  io::Completion* c = conn->send;
+  Out* out = conn->out.get();
+  io::Completion* c = out->send;
   RINGD_ASSERT(c != nullptr);
-  conn->send = nullptr;
-  sending_.back()->sending_at = conn->sending_at;
-  std::swap(sending_[conn->sending_at], sending_.back());
+  out->send = nullptr;
+  sending_.back()->out->sending_at = out->sending_at;
+  std::swap(sending_[out->sending_at], sending_.back());
   sending_.pop_back();
   c->in_flight = false;
   c->more = false;
@@ -483,58 +532,69 @@ void TlsLoop::FinishSend(Conn* conn, int64_t result) {
 
 // Records out -------------------------------------------------------------------------------
 
-// Sends the records the session has queued, one buffer at a time.
+// Sends the records the session has queued, from where the session holds them (they stay put
+// until OnTx gives them back).
 void TlsLoop::Flush(Conn* conn) {
-  if (conn->tx_active || conn->tx_error != 0) return;
-  const size_t pending = conn->session->PendingOutput();
-  if (pending == 0) return;
-  if (conn->out == nullptr) conn->out.reset(new char[Conn::kOutBytes]);
-  const size_t n = conn->session->TakeOutput(conn->out.get(), Conn::kOutBytes);
-  RINGD_ASSERT(n > 0);
-  conn->tx_iov = iovec{conn->out.get(), n};
-  conn->tx_active = true;
-  inner_->Send(conn->fd, &conn->tx_iov, 1, &conn->tx);
+  if (conn->tx_active() || conn->tx_error != 0) return;
+  const char* records = nullptr;
+  const size_t n = conn->session->PeekOutput(&records);
+  if (n == 0) return;
+  Out* out = OutOf(conn);
+  out->tx_iov = iovec{const_cast<char*>(records), n};  // the send only reads
+  out->tx_lent = n;
+  out->tx_active = true;
+  inner_->Send(conn->fd, &out->tx_iov, 1, &out->tx);
 }
 
 void TlsLoop::OnTx(io::Completion* inner) {
   auto* conn = static_cast<Conn*>(inner->owner);
   TlsLoop* self = conn->loop;
   self->Enter(conn);
-  conn->tx_active = false;
+  Out* out = conn->out.get();
+  out->tx_active = false;
   if (inner->result < 0) conn->tx_error = inner->result;
-  if (inner->result > 0) conn->wire_sent += static_cast<uint64_t>(inner->result);
+  if (inner->result > 0) {
+    out->wire_sent += static_cast<uint64_t>(inner->result);
+    if (out->tx_lent > 0) {
+      RINGD_ASSERT(static_cast<size_t>(inner->result) == out->tx_lent);  // a Send sends all
+      conn->session->ConsumeOutput(out->tx_lent);
+    }
+  }
+  out->tx_lent = 0;
   self->Flush(conn);
-  if (!conn->tx_active) self->AfterOutput(conn);
+  if (!conn->tx_active()) self->AfterOutput(conn);
   self->Leave(conn);
 }
 
 // Every queued record is out (or the socket refused them): what waited for that goes on.
 void TlsLoop::AfterOutput(Conn* conn) {
-  if (conn->send != nullptr && !conn->file_active) {
-    if (!conn->send_is_file) {
-      FinishSend(conn, conn->tx_error != 0  ? conn->tx_error
-                       : conn->send_refused ? -EPIPE
-                                            : static_cast<int64_t>(conn->send_total));
-    } else if (conn->file_chunk > 0) {
-      conn->send_total += conn->file_chunk;
-      conn->send->done = conn->send_total;  // progress, for the shard's send timer
-      conn->file_chunk = 0;
+  if (conn->send() != nullptr && !conn->file_active()) {
+    Out* out = conn->out.get();
+    if (!out->send_is_file) {
+      FinishSend(conn, conn->tx_error != 0 ? conn->tx_error
+                       : out->send_refused ? -EPIPE
+                                           : static_cast<int64_t>(out->send_total));
+    } else if (out->file_chunk > 0) {
+      out->send_total += out->file_chunk;
+      out->send->done = out->send_total;  // progress, for the shard's send timer
+      out->file_chunk = 0;
       ReadFileChunk(conn);
     }
   }
   // The FIN goes after every record, close_notify the last. The send's callback above may just
   // have queued them (the shard shuts its side down from there): they go out first.
-  if (conn->shutdown_how >= 0 && conn->send == nullptr) {
+  if (conn->shutdown_how >= 0 && conn->send() == nullptr) {
     Flush(conn);
-    if (!conn->tx_active) {
+    if (!conn->tx_active()) {
       inner_->Shutdown(conn->fd, conn->shutdown_how);
       conn->shutdown_how = -1;
     }
   }
-  // An idle connection holds no buffers of its own (the library releases its own too).
-  if (conn->send == nullptr && !conn->tx_active) {
+  // An idle connection holds no sending state or buffers of its own (the session and the library
+  // release theirs).
+  if (conn->send() == nullptr && !conn->tx_active()) {
+    RINGD_ASSERT(!conn->file_active());  // a file read belongs to a send
     conn->out.reset();
-    conn->file_buf.reset();
     conn->session->Trim();
   }
 }
@@ -551,11 +611,11 @@ void TlsLoop::Shutdown(int fd, int how) {
 void TlsLoop::Close(int fd) {
   Conn* conn = Find(fd);
   if (conn == nullptr) return inner_->Close(fd);
-  RINGD_ASSERT(conn->recv == nullptr && conn->send == nullptr && !conn->close_requested);
+  RINGD_ASSERT(conn->recv == nullptr && conn->send() == nullptr && !conn->close_requested);
   conn->close_requested = true;
   if (quiesced_) {
     if (!conn->counted_handshake) --handshaking_;
-    conns_.erase(fd);
+    RemoveConn(conn);
     inner_->Close(fd);
     delete conn;
     return;
@@ -574,9 +634,9 @@ void TlsLoop::Release(Conn* conn) {
   if (conn->busy > 0 || conn->queued) return;
   StopWaitingForHelloTurn(conn);  // closed while its ClientHello waited: never answered
   Flush(conn);
-  if (conn->tx_active || conn->rx_active || conn->file_active) return;  // their callbacks return
+  if (conn->tx_active() || conn->rx_active || conn->file_active()) return;  // callbacks to come
   if (!conn->counted_handshake) --handshaking_;
-  conns_.erase(conn->fd);
+  RemoveConn(conn);
   closing_.erase(std::find(closing_.begin(), closing_.end(), conn));
   inner_->Close(conn->fd);
   delete conn;
@@ -596,15 +656,16 @@ void TlsLoop::Poll(int timeout_ms) {
   // has completed yet (a file chunk's are one send). Their progress is the send's, in
   // plaintext bytes at most.
   for (Conn* conn : sending_) {
-    const uint64_t moved = conn->wire_sent + (conn->tx_active ? conn->tx.done : 0);
-    const uint64_t plain = conn->send_total + (conn->send_is_file ? conn->file_chunk : 0);
-    conn->send->done = std::max(conn->send->done, std::min(moved, plain));
+    const Out& out = *conn->out;
+    const uint64_t moved = out.wire_sent + (out.tx_active ? out.tx.done : 0);
+    const uint64_t plain = out.send_total + (out.send_is_file ? out.file_chunk : 0);
+    out.send->done = std::max(out.send->done, std::min(moved, plain));
   }
   // Connections whose close_notify the peer will not take in time are cut.
   if (closing) {
     const int64_t now = inner_->MonotonicMs();
     for (Conn* conn : closing_) {
-      if (conn->tx_active && now >= conn->close_deadline_ms) {
+      if (conn->tx_active() && now >= conn->close_deadline_ms) {
         conn->close_deadline_ms = INT64_MAX;
         inner_->Shutdown(conn->fd, SHUT_RDWR);  // the send ends with an error; OnTx releases
       }
@@ -622,7 +683,7 @@ void TlsLoop::Poll(int timeout_ms) {
       Flush(conn);
     } else {
       Pump(conn);
-      if (!conn->tx_active) AfterOutput(conn);
+      if (!conn->tx_active()) AfterOutput(conn);
     }
     Leave(conn);
   }
@@ -630,7 +691,7 @@ void TlsLoop::Poll(int timeout_ms) {
 
 io::LoopStats TlsLoop::Stats() const {
   io::LoopStats s = inner_->Stats();
-  s.tls_connections = conns_.size();
+  s.tls_connections = live_conns_;
   s.tls_handshakes = stats_.handshakes;
   s.tls_resumed = stats_.resumed;
   s.tls_handshake_failures = stats_.handshake_failures;

@@ -15,7 +15,6 @@
 #include <memory>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "io/loop.h"
 #include "server/tls/tls_session.h"
 
@@ -72,7 +71,7 @@ class TlsLoop final : public io::Loop {
 
   const TlsLoopStats& tls_stats() const { return stats_; }
   // TLS connections this loop holds (open, or sending close_notify before their close).
-  size_t connections() const { return conns_.size(); }
+  size_t connections() const { return live_conns_; }
 
   // How long a closed connection may take to send its close_notify before it is cut.
   static constexpr int64_t kCloseNotifyMs = 1000;
@@ -83,9 +82,12 @@ class TlsLoop final : public io::Loop {
 
  private:
   struct Conn;
+  struct Out;
   struct AcceptTap;
 
   Conn* Find(int fd) const;
+  void AddConn(Conn* conn);
+  void RemoveConn(Conn* conn);
   Conn* Owner(io::Completion* c) const;  // the TLS connection whose receive `c` is, if any
   static void OnAccept(io::Completion* inner);
   static void OnRx(io::Completion* inner);
@@ -97,6 +99,7 @@ class TlsLoop final : public io::Loop {
   void Flush(Conn* conn);
   void AfterOutput(Conn* conn);
   void ReadFileChunk(Conn* conn);
+  Out* OutOf(Conn* conn);  // the connection's sending state, made if it has none
   void BeginSend(Conn* conn, io::Completion* c, io::Op op);
   void FinishSend(Conn* conn, int64_t result);
   void Schedule(Conn* conn);
@@ -118,7 +121,8 @@ class TlsLoop final : public io::Loop {
   uint32_t hello_budget_ = kHellosPerTurn;  // ClientHellos this turn may still answer
   Conn* hellos_head_ = nullptr;             // ClientHellos waiting for a turn, oldest first
   Conn* hellos_tail_ = nullptr;
-  absl::flat_hash_map<int, Conn*> conns_;
+  std::vector<Conn*> conns_;  // by the handle's slot (SlotOf: small and dense), null for none
+  size_t live_conns_ = 0;
   Conn* ready_ = nullptr;       // connections to pump from Poll, newest first
   std::vector<Conn*> closing_;  // closed by the shard, still sending their last records
   std::vector<Conn*> sending_;  // with a Send or SendFile of the shard's in flight

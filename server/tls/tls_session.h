@@ -1,18 +1,23 @@
 // The TLS seam: one connection's TLS session as a state machine over buffers, with no socket and
-// no IO of its own (picotls's model, and what OpenSSL does over memory BIOs). Ciphertext from the
-// ring goes in with Feed; plaintext comes out of ReadPlain; plaintext to send goes in with
-// WritePlain; the records to send (handshake, application data, alerts, close_notify) come out
-// of TakeOutput. TlsLoop (tls_loop.h) drives it from the loop's completions; OpenSSL implements
-// it in production (openssl_tls.h) and the shard simulator can stand in a deterministic one.
+// no IO of its own (picotls's model, and what OpenSSL does over a BIO of ours). Ciphertext from
+// the ring goes in with Feed; plaintext comes out of ReadPlain; plaintext to send goes in with
+// WritePlain; the records to send (handshake, application data, alerts, close_notify) are sent
+// from the session's own memory (PeekOutput, ConsumeOutput). TlsLoop (tls_loop.h) drives it from
+// the loop's completions; OpenSSL implements it in production (openssl_tls.h) and the shard
+// simulator can stand in a deterministic one.
 //
 //   session->Feed(ciphertext, n);
 //   while ((got = session->ReadPlain(buf, sizeof buf)) > 0) Deliver(buf, got);
 //   session->WritePlain(head, head_len);
-//   size_t n = session->TakeOutput(send_buffer, sizeof send_buffer);   // then send them
+//   const char* records;
+//   size_t n = session->PeekOutput(&records);   // send them from where they are, then
+//   session->ConsumeOutput(n);                  // once the send has completed
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,7 +37,7 @@ class TlsSession {
   virtual ~TlsSession() = default;
 
   // Ciphertext the peer sent; the session keeps what it cannot use yet. Handshake records it
-  // answers are queued for TakeOutput.
+  // answers are queued for output.
   virtual void Feed(const char* data, size_t len) = 0;
   // Decrypted application bytes, up to `cap`: > 0 bytes; 0 when it needs more ciphertext (or the
   // peer closed: see Ended()); the handshake advances as a side effect.
@@ -40,15 +45,36 @@ class TlsSession {
   // Encrypts all of `data` into records queued for output (never partial: the output grows).
   // False once the session cannot send (an error, or not yet past the handshake).
   virtual bool WritePlain(const char* data, size_t len) = 0;
-  // The records waiting to be sent: how many bytes, and up to `cap` of them moved, oldest first,
-  // into the caller's buffer (which stays the caller's while a send of it is in flight).
+  // The records waiting to be sent: how many bytes.
   virtual size_t PendingOutput() const = 0;
-  virtual size_t TakeOutput(char* out, size_t cap) = 0;
+  // The oldest of them, in the session's own memory (no copy): *data and the count returned
+  // (0: none) stay valid and unchanged, whatever the session queues meanwhile, until
+  // ConsumeOutput gives them back; until then PeekOutput returns the same bytes. The count may
+  // be less than PendingOutput (what was queued after them comes next).
+  virtual size_t PeekOutput(const char** data) = 0;
+  // The first `n` bytes PeekOutput returned have been sent.
+  virtual void ConsumeOutput(size_t n) = 0;
+  // Up to `cap` of the waiting records copied into `out` and consumed, oldest first.
+  size_t TakeOutput(char* out, size_t cap) {
+    size_t taken = 0;
+    const char* data = nullptr;
+    while (taken < cap) {
+      const size_t n = std::min(PeekOutput(&data), cap - taken);
+      if (n == 0) break;
+      std::memcpy(out + taken, data, n);
+      ConsumeOutput(n);
+      taken += n;
+    }
+    return taken;
+  }
   // Queues close_notify (once).
   virtual void Close() = 0;
-  // With nothing buffered either way, gives back memory the session grew for earlier records
-  // beyond what a small exchange needs (a connection going idle calls it).
+  // Gives back the memory the session holds for records it has no bytes of (a connection going
+  // idle calls it).
   virtual void Trim() {}
+  // Bytes of buffers the session holds for records in either direction (after Trim on an idle
+  // session: none).
+  virtual size_t BufferBytes() const { return 0; }
   // Whether ciphertext or decrypted bytes are held that ReadPlain has not handed out yet (a
   // receive cancelled now leaves input unread).
   virtual bool HasBufferedInput() const = 0;

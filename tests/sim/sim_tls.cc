@@ -32,8 +32,8 @@ size_t RecordSize(Rng& rng, size_t left) {
 }
 
 // The server's session: records in (Feed), plaintext out (ReadPlain), plaintext in
-// (WritePlain), records out (TakeOutput). Input is parsed in ReadPlain, as OpenSSL does
-// (SSL_read advances the handshake), so a paused receive parses nothing.
+// (WritePlain), records out (PeekOutput, ConsumeOutput). Input is parsed in ReadPlain, as OpenSSL
+// does (SSL_read advances the handshake), so a paused receive parses nothing.
 class SimTlsSession final : public tls::TlsSession {
  public:
   SimTlsSession(SimWorld* world, Rng* rng, SimTlsCounters* counters, size_t socket)
@@ -115,14 +115,22 @@ class SimTlsSession final : public tls::TlsSession {
     return true;
   }
 
-  size_t PendingOutput() const override { return out_.size(); }
+  size_t PendingOutput() const override { return lent_.size() + out_.size(); }
 
-  size_t TakeOutput(char* out, size_t cap) override {
-    size_t n = std::min(cap, out_.size());
-    if (n > 0 && rng_->Chance(200)) n = 1 + rng_->Below(n);  // records split across sends
-    std::memcpy(out, out_.data(), n);
-    out_.erase(0, n);
-    return n;
+  // What is lent stays put until consumed; records queued meanwhile wait in out_.
+  size_t PeekOutput(const char** data) override {
+    if (lent_.empty() && !out_.empty()) {
+      size_t n = out_.size();
+      if (rng_->Chance(200)) n = 1 + rng_->Below(n);  // records split across sends
+      lent_.assign(out_, 0, n);
+      out_.erase(0, n);
+    }
+    *data = lent_.data();
+    return lent_.size();
+  }
+  void ConsumeOutput(size_t n) override {
+    RINGD_ASSERT(n <= lent_.size());
+    lent_.erase(0, n);
   }
 
   void Close() override {
@@ -176,7 +184,8 @@ class SimTlsSession final : public tls::TlsSession {
   size_t sock_;
   std::string in_;     // ciphertext not parsed yet
   std::string plain_;  // decrypted, not handed out yet
-  std::string out_;    // records queued to send
+  std::string lent_;   // records lent to the send in flight (PeekOutput)
+  std::string out_;    // records queued to send after them
   bool handshake_done_ = false;
   bool closed_ = false;
   tls::TlsEnd ended_ = tls::TlsEnd::kNone;
