@@ -24,10 +24,6 @@
 
 namespace ringd::io::uring {
 
-// What this backend keeps per operation, in its Completion's backend area (Completion::backend,
-// zeroed when the Completion is made: `initialized` false until Begin fills in the defaults).
-// It carries over from one operation to the next on the same Completion: an operation ends
-// having given back its slot and pipe, and a receive's held copies are dropped with it.
 // Where a SendFile is: which of its operations the next completion (if any) belongs to.
 //
 //   SendFile -> [kInstallingFd] -> inline sendfile (kInlineWaitWritable while the socket is full)
@@ -46,6 +42,11 @@ enum class FilePhase : uint8_t {
   kSendBody,            // body buffer -> socket (in_pipe bytes)
 };
 
+// What this backend keeps per operation, in its Completion's backend area (Completion::backend,
+// zeroed when the Completion is made: `initialized` false until Begin fills in the defaults).
+// It carries over from one operation to the next on the same Completion: an operation ends
+// having given back its slot and pipe, and a receive's held copies are dropped with it; `phase`
+// means something only while a SendFile is in flight (each SendFile starts it at kNone).
 struct OpState {
   uint32_t in_pipe = 0;    // SendFile: bytes spliced into the pipe (or read into the body
                            // buffer), not yet out

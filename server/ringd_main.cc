@@ -42,12 +42,13 @@
 namespace ringd {
 namespace {
 
-// One line on stderr, always: a control byte from a flag's value (a CR or LF in --add-header)
-// is written as \xHH.
 [[noreturn]] void Die(int code, const std::string& message);
 [[noreturn]] void Die(int code, const absl::Status& status) {
   Die(code, std::string(status.message()));
 }
+
+// One line on stderr, always: a control byte from a flag's value (a CR or LF in --add-header)
+// is written as \xHH.
 
 [[noreturn]] void Die(int code, const std::string& message) {
   std::string line;

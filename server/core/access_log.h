@@ -8,11 +8,11 @@
 // A ring that is full drops the line and counts it: a slow disk never stalls serving. Reopen()
 // (SIGUSR1) makes the writer finish the old file and open the path again (logrotate).
 //
-//   std::unique_ptr<AccessLog> log = AccessLog::Open(path, AccessLogFormat::kCombined, shards,
-//                                                    1 << 20, &error);
-//   log->Start();                                  // the writer thread
-//   log->shard(i)->Write(line, now_sec);           // on shard i's thread
-//   log->Reopen();  log->Stop();                   // from the main thread
+//   absl::StatusOr<std::unique_ptr<AccessLog>> log =
+//       AccessLog::Open(path, AccessLogFormat::kCombined, shards, 1 << 20);   // or an error
+//   (*log)->Start();                               // the writer thread
+//   (*log)->shard(i)->Write(line, now_sec);        // on shard i's thread
+//   (*log)->Reopen();  (*log)->Stop();             // from the main thread
 #pragma once
 
 #include <netinet/in.h>

@@ -55,13 +55,13 @@ struct Exchange {
   bool input_follows = false;
   uint64_t plan_since = 0;  // the file cache's validations() when the request began planning
   // `plan` lives as long as the response, but its file_path, etag, last_modified and location
-  // view the shard's PlanScratch, which the next plan (any connection's) overwrites. They are
+  // view the machine's PlanScratch, which the next plan (any connection's) overwrites. They are
   // read only on the way from PlanResponse to the response head, before any other plan can
   // run (Plan pins the file, StartResponse writes the head), and cleared once the head is
   // written. A plan that stopped for a file lookup is made again, whole, when the lookup ends
   // (PlanResponse starts from an empty plan); a pipelined request is planned only after the
   // response before it has its head; the access log and the metrics read no view (EndExchange:
-  // the status, lengths, and the request line copied at parse time). plan_number (the shard's
+  // the status, lengths, and the request line copied at parse time). plan_number (the machine's
   // count of plans when this one was made) lets StartResponse assert that the views it writes
   // are still the latest plan's.
   http::ResponsePlan plan;
@@ -80,7 +80,7 @@ struct Exchange {
   // backend's): nothing, buffers (Send) or a file's bytes (SendFile).
   enum class Sending : uint8_t { kNone, kBuffers, kFile } sending = Sending::kNone;
   uint32_t head_len = 0;
-  // For the access log and metrics (shard_observe.cc).
+  // For the access log and metrics (connection_observe.cc).
   int64_t started_ns = 0;   // the request head parsed (CLOCK_MONOTONIC; 0 when not timing)
   uint64_t bytes_sent = 0;  // head and body bytes the kernel took
   bool logged = false;      // `capture` holds the request (the access log is on)

@@ -68,8 +68,8 @@ class Shard final : private ConnectionHost {
   const SendQueue& send_queue() const { return machine_->sends(); }
   ShardUsage Usage() const;
 
-  // Observability (shard_observe.cc). Before Setup: the shard's side of the access log (null:
-  // off), and whether to time requests (for the log and the duration histogram).
+  // Observability (connection_observe.cc, shard_observe.cc). Before Setup: the shard's side of the
+  // access log (null: off), and whether to time requests (for the log and the duration histogram).
   void SetAccessLog(AccessLogShard* log) { log_ = log; }
   void SetTiming(bool on) { timing_ = on; }
   // The admin thread's way in: Request() on the slot, then loop()->Wake().

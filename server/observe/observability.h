@@ -3,8 +3,8 @@
 // ringd_main.cc so that the start-up sequence there stays a list of steps.
 //
 //   Observability obs;
-//   if (!obs.Open(config, shards, &error)) Die(1, error);   // bad log path, admin port in use
-//   obs.Attach(shard, i);                                    // each shard, before Setup
+//   if (absl::Status s = obs.Open(config, shards); !s.ok()) Die(1, s);   // bad log path, port in
+//   use obs.Attach(shard, i);                                    // each shard, before Setup
 //   obs.Start(shards, backend, reason);                      // once every shard serves
 //   obs.ReopenLog();                                         // SIGUSR1
 //   obs.Tick();                                              // every second or so

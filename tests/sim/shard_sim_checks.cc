@@ -87,9 +87,6 @@ std::string ErrorPage(int status) {
   return std::string(plan.inline_body);
 }
 
-// The oldest moment whose file versions a response to `q` may show: the request's own time, less
-// what the open-file cache may hold an entry for (valid_ms, and one more valid_ms while a
-// revalidation runs beside the requests; none of that with valid_ms 0).
 namespace {
 
 // A response header's value ("" when absent).
@@ -118,6 +115,9 @@ bool MatchErrorPage(const Req& q, const Resp& r, int status, std::string* why) {
 
 }  // namespace
 
+// The oldest moment whose file versions a response to `q` may show: the request's own time, less
+// what the open-file cache may hold an entry for (valid_ms, and one more valid_ms while a
+// revalidation runs beside the requests; none of that with valid_ms 0).
 int64_t Sim::WindowStart(const Req& q) const {
   int64_t lo = q.sent_ms - 2 * static_cast<int64_t>(config_.open_file_cache_valid_ms) - 2;
   return lo;
