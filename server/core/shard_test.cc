@@ -125,5 +125,21 @@ TEST_F(ShardTest, AnUnfinishedHeadAfterEndOfStreamClosesOnceTheResponseIsOut) {
   EXPECT_EQ(shard_->Stats().header_timeouts, 0u);
 }
 
+// At the limit with nobody idle, accepting pauses (the kernel's backlog holds newcomers); once a
+// connection goes idle it can give way to a newcomer, and accepting resumes.
+TEST_F(ShardTest, AcceptingResumesWhenAConnectionAtTheLimitGoesIdle) {
+  io::Completion* accept = loop_->accepts[0];
+  for (uint32_t i = 0; i < config_.max_connections; ++i) Complete(accept, 100 + i, true);
+  EXPECT_EQ(loop_->cancels, std::vector<io::Completion*>{accept}) << "paused at the limit";
+  Complete(accept, -ECANCELED, false);  // the cancelled accept's last callback
+  EXPECT_EQ(loop_->accepts.size(), 1u) << "nobody can give way yet: still paused";
+  const std::string request = "OPTIONS / HTTP/1.1\r\nHost: t\r\n\r\n";
+  Complete(loop_->recvs.at(0), static_cast<int64_t>(request.size()), true, &request);
+  ASSERT_EQ(loop_->sends.size(), 1u);
+  Complete(loop_->sends[0].first, static_cast<int64_t>(loop_->sends[0].second), false);
+  EXPECT_EQ(loop_->accepts.size(), 2u) << "an idle connection can give way: accepting again";
+  EXPECT_EQ(shard_->Stats().accept_paused, 1u);
+}
+
 }  // namespace
 }  // namespace ringd
