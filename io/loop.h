@@ -39,6 +39,7 @@ struct FileStat {
 };
 
 struct Completion;
+class FaultPlan;  // io/fault.h: faults a test injects under a backend
 using Callback = void (*)(Completion* c);
 
 struct Completion {
@@ -200,6 +201,9 @@ struct LoopOptions {
   bool tcp_nopush = true;
   UringOptions uring;
   EpollOptions epoll;
+  // Tests only: faults the backend injects where its system calls and completions return
+  // (io/fault.h). It must outlive the loop. Null (always, in ringd): none.
+  FaultPlan* faults = nullptr;
 };
 
 struct LoopStats {
@@ -224,6 +228,12 @@ struct LoopStats {
   uint64_t stats_on_shard = 0;      // uring tiers: opens statx-ed on the shard (local file system)
   bool ring_fd_registered = false;  // uring tiers: the ring enters by its registered index
   uint64_t cqes = 0;                // uring tiers: completions reaped from the ring
+  // uring tiers: what operations in flight hold, all given back when they end: per-operation
+  // slots (Open, Send of several buffers), body buffers (bypass), and chunks of bytes kept for
+  // paused receives.
+  uint64_t op_slots_in_use = 0;
+  uint64_t body_buffers_in_use = 0;
+  uint64_t recv_held_in_use = 0;
   // A loop that runs TLS connections (server/tls's TlsLoop around a tier's loop).
   uint64_t tls_connections = 0;         // open now (or sending their close_notify)
   uint64_t tls_handshakes = 0;          // completed

@@ -44,6 +44,7 @@ void UringLoop::ArmRecv(Completion* c) {
   sqe->flags |= IOSQE_BUFFER_SELECT;
   sqe->buf_group = kRecvGroup;
   io_uring_sqe_set_data(sqe, c);
+  FailSqe(sqe, c, Fault::kEnomem, ENOMEM, "recv (multishot)");
 }
 
 // Once a receive's bytes have been delivered or copied: the buffer goes back to the kernel,
