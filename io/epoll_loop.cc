@@ -294,10 +294,15 @@ class EpollLoop final : public Loop {
       Completion* w = fds_[fd].writer;
       if (w != nullptr && w->op == Op::kSendFile) DoWrite(w);
     }
-    // Jobs the workers finished, then jobs held back while their queue was full.
+    // Jobs the workers finished, then jobs held back while their queue was full, in order. Each
+    // leaves the held list before it joins the worker queue (a Completion is on one queue at a
+    // time), and goes back to its head if there is still no room.
     while (Completion* c = workers_->TakeDone()) WorkerDone(c);
-    while (!held_.empty() && workers_->TrySubmit(held_.head, held_.head->op == Op::kSendFile)) {
-      held_.Pop();
+    while (Completion* c = held_.Pop()) {
+      if (!workers_->TrySubmit(c, c->op == Op::kSendFile)) {
+        held_.PushFront(c);
+        break;
+      }
     }
     RunReady();
   }
