@@ -95,8 +95,9 @@ struct Completion {
 // -errno and no code that reads errors can take one for another.
 constexpr int64_t kFirstLoopResult = -(int64_t{1} << 16);
 // The last result of a cancelled receive that ended with bytes waiting in the socket, unread
-// (the kernel had no free buffer for them when the cancel came): cancelled, as -ECANCELED, but
-// its owner knows the client has sent more.
+// (the kernel had no free buffer for them when the cancel came), or with bytes received that it
+// dropped (it was paused, or held bytes kept while paused, when the cancel came: PauseRecv):
+// cancelled, as -ECANCELED, but its owner knows the client has sent more.
 constexpr int64_t kRecvCancelledWithInput = kFirstLoopResult - 1;
 static_assert(kRecvCancelledWithInput < -4095);
 
@@ -288,10 +289,11 @@ class Loop {
   // Reads up to `length` bytes at `offset` into `buf`; result is the bytes read.
   virtual void Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) = 0;
   // Ends a multishot operation; its last callback arrives with more == false. A cancelled
-  // receive's last callback is -ECANCELED, kRecvCancelledWithInput (cancelled, and the socket
-  // had bytes the receive found no buffer for: the client is still sending), bytes received
-  // before the cancel took effect, end of stream (0), or an error of the socket itself (a
-  // reset): never the backend's own want of buffers as an error.
+  // receive's last callback is -ECANCELED, kRecvCancelledWithInput (cancelled, and the client
+  // sent bytes the receive did not deliver: the client is still sending), bytes received
+  // before the cancel took effect (never for a receive paused when cancelled, which delivers
+  // nothing more), end of stream (0), or an error of the socket itself (a reset): never the
+  // backend's own want of buffers as an error.
   virtual void Cancel(Completion* c) = 0;
   // Backpressure for a Recv in flight: after PauseRecv returns, no callback with data comes until
   // ResumeRecv (bytes the kernel had already received are kept, in order, by the backend), so a

@@ -326,7 +326,13 @@ void UringLoop::Cancel(Completion* c) {
   if (!c->in_flight || c->cancelled) return;
   c->cancelled = true;
   if (c->op == Op::kRecv) {
-    ReleaseHeld(c);  // bytes kept for a paused receive go nowhere now
+    // Bytes kept for a paused receive go nowhere now, and neither do any still to come: a paused
+    // receive delivers nothing, and one that kept bytes cannot deliver later ones without them.
+    if (c->paused || St(c).held_head >= 0) {
+      St(c).discard = true;
+      St(c).dropped = St(c).held_head >= 0;
+    }
+    ReleaseHeld(c);
     if (!St(c).armed) {
       // Parked (paused, ended for lack of buffers, or waiting to redeliver): nothing in the
       // kernel will end it, so its last callback comes from Poll (RunWaitingRecvs).

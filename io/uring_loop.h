@@ -58,6 +58,11 @@ struct OpState {
   int16_t pipe_index = -1;  // SendFile: the pipe borrowed from the pool (--pipes <= 4096)
   FilePhase phase = FilePhase::kNone;  // SendFile
   bool armed : 1 = false;              // Recv: a multishot receive is in the kernel
+  // Recv: cancelled while paused or with bytes kept: bytes still to come are dropped too (they
+  // would break the pause, or arrive after kept ones that were dropped); and whether any were,
+  // which its last callback says (kRecvCancelledWithInput).
+  bool discard : 1 = false;
+  bool dropped : 1 = false;
   bool initialized : 1 = true;
 };
 static_assert(sizeof(OpState) <= Completion::kBackendBytes);
