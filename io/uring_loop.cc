@@ -608,11 +608,16 @@ void UringLoop::DispatchEvent(uint64_t user_data, int32_t res, uint32_t flags) {
 
 // Test faults at the completion boundary (io/fault.h). The rules that keep each a state the
 // kernel can be in: an operation's completions reach the loop in the order the kernel posted
-// them, however late; a multishot receive ends early only once the kernel has really ended it.
+// them, however late; with incrementally consumed buffers, so do all receives' (each takes the
+// bytes after the last one's from a shared buffer: Received and Consumed count on that order),
+// and no multishot ends early (its completions would wait for the end while others' went on);
+// a multishot receive ends early only once the kernel has really ended it.
 bool UringLoop::Intercept(const Event& e) {
   if (e.user_data == 0) return false;  // dropped anyway
+  const bool ordered = incremental_ && (e.flags & IORING_CQE_F_BUFFER) != 0;
   const auto held = std::find(held_ops_.begin(), held_ops_.end(), e.user_data);
-  if (held != held_ops_.end()) {  // behind one of its own held back: after it
+  if (held != held_ops_.end() || (ordered && buffers_held_)) {  // behind one held back: after it
+    if (held == held_ops_.end()) held_ops_.push_back(e.user_data);  // and so are its next ones
     held_back_.push_back(e);
     return true;
   }
@@ -639,12 +644,13 @@ bool UringLoop::Intercept(const Event& e) {
   }
   if (Inject(Fault::kHoldBack, "completion")) {
     held_ops_.push_back(e.user_data);
+    buffers_held_ = buffers_held_ || ordered;
     held_back_.push_back(e);
     return true;
   }
   if ((e.user_data & kShutdownTag) != 0) return false;
   Completion* c = reinterpret_cast<Completion*>(e.user_data);
-  if (c->op == Op::kRecv && e.res > 0 && (e.flags & IORING_CQE_F_MORE) &&
+  if (!incremental_ && c->op == Op::kRecv && e.res > 0 && (e.flags & IORING_CQE_F_MORE) &&
       Inject(Fault::kEndMultishot, "recv completion")) {
     // The kernel ends the multishot here: cancelled in the kernel, whose last completion (the
     // cancellation's, after any bytes already on their way) decides the end.
@@ -663,6 +669,7 @@ void UringLoop::ReleaseFaults() {
   }
   withheld_bufs_.clear();
   held_ops_.clear();
+  buffers_held_ = false;
   if (held_back_.empty()) return;
   std::vector<Event> held;
   held.swap(held_back_);

@@ -414,6 +414,7 @@ class UringLoop final : public Loop {
   FaultPlan* faults_ = nullptr;
   std::vector<Event> held_back_;
   std::vector<uint64_t> held_ops_;
+  bool buffers_held_ = false;  // incremental buffers: a receive's held back, so all that follow
   struct Ending {
     uint64_t user_data;
     std::vector<Event> events;
