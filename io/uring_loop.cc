@@ -429,6 +429,14 @@ void UringLoop::Poll(int timeout_ms) {
     rc = -EBUSY;
   } else if (batch_wait_us_ != 0 && timeout_ms != 0) {
     rc = SubmitAndWaitBatch(timeout_ms >= 0 ? &ts : nullptr);
+  } else if (io_uring_cq_ready(&ring_) > 0) {
+    // Completions already wait (a submit since the last Poll, of a full queue, posted what
+    // finished at once). liburing's wait would return them without asking the kernel for
+    // completions, entering at most to submit, and the ring's deferred work (DEFER_TASKRUN:
+    // receives, polls, zero-copy notifications) would wait for a Poll that finds the queue
+    // empty: a loop that fills its queue every turn would never see its sockets again. Ask
+    // for completions, without waiting.
+    rc = io_uring_submit_and_get_events(&ring_);
   } else {
     io_uring_cqe* cqe = nullptr;
     rc =
