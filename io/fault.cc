@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace ringd::io {
 
@@ -41,6 +42,14 @@ void FaultPlan::Set(Fault f, double probability) {
 
 void FaultPlan::Note(Fault f, const char* site, uint64_t detail) {
   ++counts_[static_cast<size_t>(f)];
+  auto it = std::find_if(sites_.begin(), sites_.end(), [&](const SiteCount& sc) {
+    return sc.fault == f && std::strcmp(sc.site, site) == 0;
+  });
+  if (it == sites_.end()) {
+    sites_.push_back(SiteCount{f, site, 1});
+  } else {
+    ++it->count;
+  }
   const Entry e{total_++, site, f, detail};
   if (log_.size() < kLogLines) {
     log_.push_back(e);

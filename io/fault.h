@@ -73,6 +73,13 @@ class FaultPlan {
 
   uint64_t injected(Fault f) const { return counts_[static_cast<size_t>(f)]; }
   uint64_t injected_total() const { return total_; }
+  // How many of each fault each site injected (a long run's account of what it reached).
+  struct SiteCount {
+    Fault fault;
+    const char* site;
+    uint64_t count;
+  };
+  const std::vector<SiteCount>& sites() const { return sites_; }
   // The seed, what was injected per kind, then the last kLogLines injections in order.
   std::string Log() const;
 
@@ -98,6 +105,7 @@ class FaultPlan {
   std::array<uint64_t, static_cast<size_t>(Fault::kCount)> counts_{};
   uint64_t total_ = 0;
   std::vector<Entry> log_;  // a ring of the last kLogLines
+  std::vector<SiteCount> sites_;
 };
 
 }  // namespace ringd::io
