@@ -123,7 +123,8 @@ struct Harness {
   // What the seed covered, for the long run's summary.
   uint64_t recv_ends[6] = {};  // eof, cancelled, cancelled with input, bytes, ENOMEM, other
   uint64_t send_fails = 0;
-  LoopStats stats;  // the loop's, at the end
+  LoopStats stats;      // the loop's, at the end
+  std::string options;  // what the seed chose, for its failure
 
   Harness(std::string t, uint64_t s) : tier(std::move(t)), seed(s), rng(s * 7919 + 1), plan(s) {}
 
@@ -272,6 +273,17 @@ struct Harness {
     o.epoll.worker_threads = 2;
     o.epoll.worker_queue = static_cast<uint32_t>(pick({1, 16}));
     o.faults = &plan;
+    options = "options: ring_entries " + std::to_string(o.uring.ring_entries) +
+              ", receive buffers " + std::to_string(o.recv_buffer_count) + " x " +
+              std::to_string(o.recv_buffer_size) +
+              (o.uring.recv_incremental ? " incremental" : "") + ", pipes " +
+              std::to_string(o.uring.pipe_pool_size) + " x " + std::to_string(o.uring.pipe_size) +
+              ", splice_min_bytes " + std::to_string(o.uring.splice_min_bytes) +
+              ", send_turn_bytes " + std::to_string(o.send_turn_bytes) +
+              (o.uring.send_zc ? ", send_zc" : "") + (o.tcp_nopush ? ", tcp_nopush" : "") +
+              (o.uring.bypass_sendfile ? ", bypass_sendfile" : "") + ", body_buffers " +
+              std::to_string(o.uring.body_buffers) + ", worker_queue " +
+              std::to_string(o.epoll.worker_queue);
     return o;
   }
 
@@ -297,10 +309,11 @@ struct Harness {
     acc.c.owner = &acc;
     acc.c.callback = &Acceptor::On;
     loop->Accept(listener, &acc.c);
-    const int rcvbuf = Chance(0.5) ? 16 << 10 : 0;
+    // The peers keep the default receive buffer: one smaller than a loopback segment (64 KiB)
+    // never announces room for one, and the sender then waits on its zero-window probes, whose
+    // interval doubles up to seconds. Sockets fill anyway while a peer does not read.
     for (Conn& k : conns) {
       k.peer = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (rcvbuf != 0) ::setsockopt(k.peer, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
       if (::connect(k.peer, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return false;
       ::fcntl(k.peer, F_SETFL, O_NONBLOCK);
     }
@@ -493,6 +506,7 @@ struct Harness {
     // sends only whole segments, and a loopback segment (64 KiB) never fits: every one would
     // wait for the cork's 200 ms timer.
     const int sndbuf = !o.tcp_nopush && Chance(0.5) ? 16 << 10 : 0;
+    if (sndbuf != 0) options += ", SO_SNDBUF 16 KiB";
     if (sndbuf != 0) ::setsockopt(listener, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     if (::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
         ::listen(listener, 16) != 0 ||
@@ -508,7 +522,7 @@ struct Harness {
     for (int i = 0; i < kSteps && failure.empty(); ++i) Step();
     if (!Drain()) Fail("operations still in flight after the drain:" + InFlight());
     for (Conn& k : conns) {  // what the sends queued in the socket reaches the peer
-      for (int i = 0; i < 200 && k.arrived.size() < k.expected.size(); ++i) {
+      for (int i = 0; i < 400 && k.arrived.size() < k.expected.size(); ++i) {
         PeerRead(&k, 1 << 20);
         if (k.arrived.size() < k.expected.size()) ::usleep(5000);
       }
@@ -602,6 +616,7 @@ TEST_P(LoopFaultTest, TheContractHoldsUnderInjectedFaults) {
       ADD_FAILURE() << GetParam() << ", seed " << seed << ": " << h.failure
                     << "\nreplay: bazel-bin/io/loop_fault_test --gtest_filter='*/" << GetParam()
                     << "' --seed=" << seed << "\n"
+                    << h.options << "\n"
                     << h.Traced() << h.plan.Log();
       return;
     }
