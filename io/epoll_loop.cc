@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "io/backend_util.h"
+#include "io/fault.h"
 #include "io/loop.h"
 #include "io/worker_pool.h"
 
@@ -150,6 +151,7 @@ class EpollLoop final : public Loop {
     }
     workers_ = std::make_unique<WorkerPool>(o.epoll.worker_threads, o.epoll.worker_queue, event_fd_,
                                             &RunJob, kWarmChunk);
+    faults_ = o.faults;  // from here on: set-up itself never fails for a test's fault
     return true;
   }
 
@@ -262,7 +264,9 @@ class EpollLoop final : public Loop {
     const bool ran = RunReady();
     epoll_event events[kMaxEvents];
     const int n =
-        ::epoll_wait(epoll_fd_, events, kMaxEvents, ran || !ready_.empty() ? 0 : timeout_ms);
+        Inject(Fault::kEintr, "epoll_wait")
+            ? -1  // a signal: no events this time
+            : ::epoll_wait(epoll_fd_, events, kMaxEvents, ran || !ready_.empty() ? 0 : timeout_ms);
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       const uint32_t ev = events[i].events;
@@ -290,10 +294,15 @@ class EpollLoop final : public Loop {
       Completion* w = fds_[fd].writer;
       if (w != nullptr && w->op == Op::kSendFile) DoWrite(w);
     }
-    // Jobs the workers finished, then jobs held back while their queue was full.
+    // Jobs the workers finished, then jobs held back while their queue was full, in order. Each
+    // leaves the held list before it joins the worker queue (a Completion is on one queue at a
+    // time), and goes back to its head if there is still no room.
     while (Completion* c = workers_->TakeDone()) WorkerDone(c);
-    while (!held_.empty() && workers_->TrySubmit(held_.head, held_.head->op == Op::kSendFile)) {
-      held_.Pop();
+    while (Completion* c = held_.Pop()) {
+      if (!workers_->TrySubmit(c, c->op == Op::kSendFile)) {
+        held_.PushFront(c);
+        break;
+      }
     }
     RunReady();
   }
@@ -320,6 +329,12 @@ class EpollLoop final : public Loop {
     uint32_t interest;   // events registered with epoll
     bool registered;
   };
+
+  // Test faults (LoopOptions::faults, io/fault.h); nothing is injected without a plan.
+  bool Inject(Fault f, const char* site) { return faults_ != nullptr && faults_->Inject(f, site); }
+  uint64_t Shorten(const char* site, uint64_t n) {
+    return faults_ == nullptr ? n : faults_->Shorten(site, n);
+  }
 
   void Begin(Completion* c, Op op, int fd) {
     internal::BeginOp(c, op, fd);
@@ -358,7 +373,9 @@ class EpollLoop final : public Loop {
 
   void Offload(Completion* c) {
     // Reading ahead for sendfile is bulk work; opens, stats and small reads are quick.
-    if (workers_->TrySubmit(c, /*bulk=*/c->op == Op::kSendFile)) return;
+    if (!Inject(Fault::kEbusy, "worker queue") &&
+        workers_->TrySubmit(c, /*bulk=*/c->op == Op::kSendFile))
+      return;
     held_.Push(c);  // the worker queue is full: hold it here (intrusive, so no allocation)
   }
 
@@ -384,7 +401,9 @@ class EpollLoop final : public Loop {
     epoll_event ev{};
     ev.events = want;
     ev.data.fd = fd;
-    if (::epoll_ctl(epoll_fd_, st.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) {
+    const bool refused = Inject(Fault::kEnomem, "epoll_ctl") ? (errno = ENOMEM, true) : false;
+    if (refused ||
+        ::epoll_ctl(epoll_fd_, st.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) {
       // Out of kernel memory or of epoll watches: the operations on this descriptor fail, and
       // their owner ends the connection. Any other error is a bug (a closed or unknown fd).
       const int err = errno;
@@ -438,8 +457,11 @@ class EpollLoop final : public Loop {
       return;
     }
     // One read per readiness event (level-triggered: more data means another event).
-    const ssize_t n = ::recv(fd, scratch_, options_.recv_buffer_size, 0);
-    const int err = n < 0 ? errno : 0;  // taken at once: SetReader's epoll_ctl may change errno
+    const int injected = faults_ != nullptr ? faults_->Errno("recv") : 0;
+    const ssize_t n =
+        injected != 0 ? -1 : ::recv(fd, scratch_, Shorten("recv", options_.recv_buffer_size), 0);
+    // Taken at once: SetReader's epoll_ctl may change errno.
+    const int err = injected != 0 ? injected : n < 0 ? errno : 0;
     if (err == EAGAIN || err == EINTR) return;
     if (n > 0) {
       c->data = scratch_;
@@ -466,7 +488,13 @@ class EpollLoop final : public Loop {
         msghdr msg{};
         msg.msg_iov = c->iov;
         msg.msg_iovlen = static_cast<size_t>(c->iovcnt);
-        n = ::sendmsg(fd, &msg, c->send_flags);
+        iovec prefix;
+        if (faults_ != nullptr && c->iovcnt > 0) {  // a short send: part of the first buffer
+          prefix = {c->iov[0].iov_base, Shorten("sendmsg", c->iov[0].iov_len)};
+          if (prefix.iov_len < c->iov[0].iov_len) msg.msg_iov = &prefix, msg.msg_iovlen = 1;
+        }
+        const int injected = faults_ != nullptr ? faults_->Errno("sendmsg") : 0;
+        n = injected != 0 ? (errno = injected, -1) : ::sendmsg(fd, &msg, c->send_flags);
       } else {
         const uint64_t budget = internal::TurnBudget(c, turn_, options_.send_turn_bytes);
         if (budget == 0) {  // this connection had its turn: EPOLLOUT brings it back next Poll
@@ -481,7 +509,8 @@ class EpollLoop final : public Loop {
         // warmed there first (ColdTransfers).
         const uint64_t len = std::min(budget, WarmBytes(c));
         if (ask && (cold_.Take(c->file_fd, c->offset) ||
-                    !resident_.Cached(c->file_fd, c->offset, len, MonotonicMs()))) {
+                    !resident_.Cached(c->file_fd, c->offset, len, MonotonicMs()) ||
+                    Inject(Fault::kNotCached, "page cache"))) {
           c->more = false;
           fds_[fd].writer = nullptr;
           UpdateInterest(fd);
@@ -490,7 +519,9 @@ class EpollLoop final : public Loop {
         }
         if (options_.tcp_nopush) internal::CorkBody(c, fd);
         off_t off = static_cast<off_t>(c->offset);
-        n = ::sendfile(fd, c->file_fd, &off, len);
+        const int injected = faults_ != nullptr ? faults_->Errno("sendfile") : 0;
+        n = injected != 0 ? (errno = injected, -1)
+                          : ::sendfile(fd, c->file_fd, &off, Shorten("sendfile", len));
         if (n == 0) break;  // the file ended early: truncated; the short result says so
       }
       if (n < 0) {
@@ -524,6 +555,7 @@ class EpollLoop final : public Loop {
   }
 
   LoopOptions options_;
+  FaultPlan* faults_ = nullptr;
   bool inline_opens_ = true;  // RESOLVE_CACHED works here (until an EINVAL says otherwise)
   internal::LocalDirs local_dirs_;
   int epoll_fd_ = -1;

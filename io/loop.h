@@ -39,6 +39,7 @@ struct FileStat {
 };
 
 struct Completion;
+class FaultPlan;  // io/fault.h: faults a test injects under a backend
 using Callback = void (*)(Completion* c);
 
 struct Completion {
@@ -94,8 +95,9 @@ struct Completion {
 // -errno and no code that reads errors can take one for another.
 constexpr int64_t kFirstLoopResult = -(int64_t{1} << 16);
 // The last result of a cancelled receive that ended with bytes waiting in the socket, unread
-// (the kernel had no free buffer for them when the cancel came): cancelled, as -ECANCELED, but
-// its owner knows the client has sent more.
+// (the kernel had no free buffer for them when the cancel came), or with bytes received that it
+// dropped (it was paused, or held bytes kept while paused, when the cancel came: PauseRecv):
+// cancelled, as -ECANCELED, but its owner knows the client has sent more.
 constexpr int64_t kRecvCancelledWithInput = kFirstLoopResult - 1;
 static_assert(kRecvCancelledWithInput < -4095);
 
@@ -200,6 +202,9 @@ struct LoopOptions {
   bool tcp_nopush = true;
   UringOptions uring;
   EpollOptions epoll;
+  // Tests only: faults the backend injects where its system calls and completions return
+  // (io/fault.h). It must outlive the loop. Null (always, in ringd): none.
+  FaultPlan* faults = nullptr;
 };
 
 struct LoopStats {
@@ -224,6 +229,12 @@ struct LoopStats {
   uint64_t stats_on_shard = 0;      // uring tiers: opens statx-ed on the shard (local file system)
   bool ring_fd_registered = false;  // uring tiers: the ring enters by its registered index
   uint64_t cqes = 0;                // uring tiers: completions reaped from the ring
+  // uring tiers: what operations in flight hold, all given back when they end: per-operation
+  // slots (Open, Send of several buffers), body buffers (bypass), and chunks of bytes kept for
+  // paused receives.
+  uint64_t op_slots_in_use = 0;
+  uint64_t body_buffers_in_use = 0;
+  uint64_t recv_held_in_use = 0;
   // A loop that runs TLS connections (server/tls's TlsLoop around a tier's loop).
   uint64_t tls_connections = 0;         // open now (or sending their close_notify)
   uint64_t tls_handshakes = 0;          // completed
@@ -278,10 +289,11 @@ class Loop {
   // Reads up to `length` bytes at `offset` into `buf`; result is the bytes read.
   virtual void Read(int fd, char* buf, uint64_t length, uint64_t offset, Completion* c) = 0;
   // Ends a multishot operation; its last callback arrives with more == false. A cancelled
-  // receive's last callback is -ECANCELED, kRecvCancelledWithInput (cancelled, and the socket
-  // had bytes the receive found no buffer for: the client is still sending), bytes received
-  // before the cancel took effect, end of stream (0), or an error of the socket itself (a
-  // reset): never the backend's own want of buffers as an error.
+  // receive's last callback is -ECANCELED, kRecvCancelledWithInput (cancelled, and the client
+  // sent bytes the receive did not deliver: the client is still sending), bytes received
+  // before the cancel took effect (never for a receive paused when cancelled, which delivers
+  // nothing more), end of stream (0), or an error of the socket itself (a reset): never the
+  // backend's own want of buffers as an error.
   virtual void Cancel(Completion* c) = 0;
   // Backpressure for a Recv in flight: after PauseRecv returns, no callback with data comes until
   // ResumeRecv (bytes the kernel had already received are kept, in order, by the backend), so a

@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "io/backend_util.h"
+#include "io/fault.h"
 #include "io/loop_test_fixture.h"
 
 namespace ringd::io::loop_test {
@@ -310,6 +311,72 @@ TEST_P(LoopTest, PausedReceiveDeliversNothingThenEverythingInOrder) {
 }
 
 // The end of stream that comes while paused is delivered after the bytes before it.
+// A Poll that finds completions already waiting still runs the ring's deferred work, where a
+// receive's bytes wait (DEFER_TASKRUN: the kernel runs it only when asked for completions).
+// Completions wait before a Poll when the loop queued more SQEs than the ring has entries since
+// the last one: the full queue was submitted then, and what finished at once was posted. Each
+// turn here does that, and the receive must still see its bytes.
+TEST_P(LoopTest, CompletionsWaitingBeforePollDoNotStarveTheRest) {
+  options_.uring.ring_entries = 8;
+  SetUp();
+  if (IsSkipped()) return;
+  auto [ours, theirs] = Pair();
+  Receiver r;
+  loop_->Recv(ours, &r.c);
+  loop_->Poll(0);
+  ASSERT_EQ(::write(theirs, "ping", 4), 4);
+  auto [out, sink] = Pair();
+  constexpr int kSends = 12;  // more than the submission queue holds
+  Sender senders[kSends];
+  char byte = 'x';
+  iovec iov[kSends];
+  for (int turn = 0; turn < 50 && r.got.empty(); ++turn) {
+    for (int i = 0; i < kSends; ++i) {
+      if (senders[i].c.in_flight) continue;
+      iov[i] = {&byte, 1};
+      loop_->Send(out, &iov[i], 1, &senders[i].c);
+    }
+    loop_->Poll(1);
+    char drain[256];
+    while (::read(sink, drain, sizeof drain) > 0) {
+    }
+  }
+  EXPECT_EQ(r.got, "ping") << "the receive's completion never ran";
+  for (Sender& s : senders) PollUntil([&] { return !s.c.in_flight; });
+  loop_->Cancel(&r.c);
+  PollUntil([&] { return r.ends > 0; });
+}
+
+// A receive paused, then cancelled, delivers nothing more: bytes already on their way (their
+// completion reaped late, as a busy ring's are) go with those it kept, since delivering them would
+// break the pause and skip the kept ones; and its end says the client sent bytes nobody read.
+TEST_P(LoopTest, ACancelledPausedReceiveDeliversNothingMore) {
+  FaultPlan plan(1);
+  options_.faults = &plan;
+  SetUp();
+  if (IsSkipped()) return;
+  auto [ours, theirs] = Pair();
+  Receiver r;
+  loop_->Recv(ours, &r.c);
+  loop_->Poll(0);
+  ASSERT_EQ(::write(theirs, "one", 3), 3);
+  plan.Set(Fault::kHoldBack, 1);  // uring: the bytes' completion reaches the loop a Poll late
+  loop_->Poll(10);
+  plan.Clear();
+  const std::string before = r.got;  // epoll has read them by now; the uring tiers hold them
+  loop_->PauseRecv(&r.c);
+  loop_->Cancel(&r.c);
+  ASSERT_TRUE(PollUntil([&] { return r.ends > 0; }));
+  EXPECT_EQ(r.got, before) << "bytes delivered after the pause";
+  EXPECT_TRUE(r.last_result == -ECANCELED || r.last_result == kRecvCancelledWithInput)
+      << r.last_result;
+  if (plan.injected(Fault::kHoldBack) > 0) {
+    EXPECT_EQ(r.last_result, kRecvCancelledWithInput) << "the bytes dropped went unsaid";
+  }
+  loop_->Poll(10);
+  EXPECT_EQ(r.ends, 1);
+}
+
 TEST_P(LoopTest, EndOfStreamWhilePausedComesAfterTheBytes) {
   auto [ours, theirs] = Pair();
   PausingReceiver r;

@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 
@@ -73,6 +74,7 @@ bool UringLoop::Init(const LoopOptions& o, std::string* error) {
   }
   wake_.op = Op::kWake;
   ArmWake();
+  faults_ = o.faults;  // from here on: set-up itself never fails for a test's fault
   return true;
 }
 
@@ -245,6 +247,7 @@ bool UringLoop::SetupFixedBuffers(const LoopOptions& o, std::string* error) {
       return false;
     }
     body_base_ = static_cast<char*>(m);
+    body_count_ = o.uring.body_buffers;
     for (uint32_t i = 0; i < o.uring.body_buffers; ++i) {
       iovs.push_back(iovec{body_base_ + static_cast<size_t>(i) * o.uring.body_buffer_size,
                            o.uring.body_buffer_size});
@@ -323,7 +326,13 @@ void UringLoop::Cancel(Completion* c) {
   if (!c->in_flight || c->cancelled) return;
   c->cancelled = true;
   if (c->op == Op::kRecv) {
-    ReleaseHeld(c);  // bytes kept for a paused receive go nowhere now
+    // Bytes kept for a paused receive go nowhere now, and neither do any still to come: a paused
+    // receive delivers nothing, and one that kept bytes cannot deliver later ones without them.
+    if (c->paused || St(c).held_head >= 0) {
+      St(c).discard = true;
+      St(c).dropped = St(c).held_head >= 0;
+    }
+    ReleaseHeld(c);
     if (!St(c).armed) {
       // Parked (paused, ended for lack of buffers, or waiting to redeliver): nothing in the
       // kernel will end it, so its last callback comes from Poll (RunWaitingRecvs).
@@ -407,15 +416,27 @@ void UringLoop::Poll(int timeout_ms) {
   ++turn_;
   // Work already waiting (finished inside a call, resumed, parked, or reaped by a busy submit)
   // runs now: do not sleep first.
-  if (!ready_.empty() || !waiting_recvs_.empty() || !deferred_.empty()) {
+  if (!ready_.empty() || !waiting_recvs_.empty() || !deferred_.empty() || !held_back_.empty()) {
     timeout_ms = 0;
   }
   __kernel_timespec ts{};
   ts.tv_sec = timeout_ms / 1000;
   ts.tv_nsec = (timeout_ms % 1000) * 1000000L;
   int rc;
-  if (batch_wait_us_ != 0 && timeout_ms != 0) {
+  if (faults_ != nullptr && Inject(Fault::kEintr, "io_uring_enter (wait)")) {
+    rc = -EINTR;  // a signal: nothing submitted, nothing waited for
+  } else if (faults_ != nullptr && Inject(Fault::kEbusy, "io_uring_enter (wait)")) {
+    rc = -EBUSY;
+  } else if (batch_wait_us_ != 0 && timeout_ms != 0) {
     rc = SubmitAndWaitBatch(timeout_ms >= 0 ? &ts : nullptr);
+  } else if (io_uring_cq_ready(&ring_) > 0) {
+    // Completions already wait (a submit since the last Poll, of a full queue, posted what
+    // finished at once). liburing's wait would return them without asking the kernel for
+    // completions, entering at most to submit, and the ring's deferred work (DEFER_TASKRUN:
+    // receives, polls, zero-copy notifications) would wait for a Poll that finds the queue
+    // empty: a loop that fills its queue every turn would never see its sockets again. Ask
+    // for completions, without waiting.
+    rc = io_uring_submit_and_get_events(&ring_);
   } else {
     io_uring_cqe* cqe = nullptr;
     rc =
@@ -425,6 +446,7 @@ void UringLoop::Poll(int timeout_ms) {
   // the reaping below empties; anything else cannot happen.
   RINGD_ASSERT_MSG(rc >= 0 || rc == -ETIME || rc == -EINTR || rc == -EBUSY || rc == -EAGAIN,
                    "io_uring_submit_and_wait: %s", strerror(-rc));
+  if (faults_ != nullptr) ReleaseFaults();
   while (true) {
     // Completions reaped while a submit found the ring busy come first: they are older than
     // anything still in the completion queue (a multishot receive's bytes stay in order).
@@ -465,6 +487,9 @@ LoopStats UringLoop::Stats() const {
   s.pipes_in_use = 0;
   s.pipe_capacity = pipes_.size();
   for (const Pipe& p : pipes_) s.pipes_in_use += p.busy ? 1 : 0;
+  s.op_slots_in_use = slots_.size() - free_slots_.size();
+  s.body_buffers_in_use = body_count_ - body_free_.size();
+  s.recv_held_in_use = held_mem_.size() - held_free_.size();
   return s;
 }
 
@@ -516,7 +541,14 @@ void UringLoop::Target(io_uring_sqe* sqe, int handle) const {
 // Poll (never from here: we may be inside a callback), and the submit is retried.
 void UringLoop::Submit() {
   for (int attempt = 0;; ++attempt) {
-    const int rc = io_uring_submit(&ring_);
+    int rc;
+    if (attempt < 2 && Inject(Fault::kEintr, "io_uring_enter (submit)")) {
+      rc = -EINTR;
+    } else if (attempt < 2 && Inject(Fault::kEbusy, "io_uring_enter (submit)")) {
+      rc = -EBUSY;  // nothing submitted: reap, then submit again
+    } else {
+      rc = io_uring_submit(&ring_);
+    }
     if (rc >= 0) return;
     if (rc == -EINTR) continue;
     RINGD_ASSERT_MSG(rc == -EBUSY || rc == -EAGAIN, "io_uring_submit: %s", strerror(-rc));
@@ -552,7 +584,7 @@ bool UringLoop::IsNextTurn(uint64_t user_data) const {
   return c->op == Op::kSendFile && St(c).phase == FilePhase::kInlineWaitWritable;
 }
 
-void UringLoop::Dispatch(uint64_t user_data, int32_t res, uint32_t flags) {
+void UringLoop::DispatchEvent(uint64_t user_data, int32_t res, uint32_t flags) {
   if (user_data == 0) return;  // close and cancel requests
   if (user_data & kShutdownTag) return ShutdownDone(static_cast<uint32_t>(user_data >> 1));
   Completion* c = reinterpret_cast<Completion*>(user_data);
@@ -580,6 +612,76 @@ void UringLoop::Dispatch(uint64_t user_data, int32_t res, uint32_t flags) {
     case Op::kNone:
       return;
   }
+}
+
+// Test faults at the completion boundary (io/fault.h). The rules that keep each a state the
+// kernel can be in: an operation's completions reach the loop in the order the kernel posted
+// them, however late; with incrementally consumed buffers, so do all receives' (each takes the
+// bytes after the last one's from a shared buffer: Received and Consumed count on that order),
+// and no multishot ends early (its completions would wait for the end while others' went on);
+// a multishot receive ends early only once the kernel has really ended it.
+bool UringLoop::Intercept(const Event& e) {
+  if (e.user_data == 0) return false;  // dropped anyway
+  const bool ordered = incremental_ && (e.flags & IORING_CQE_F_BUFFER) != 0;
+  const auto held = std::find(held_ops_.begin(), held_ops_.end(), e.user_data);
+  if (held != held_ops_.end() || (ordered && buffers_held_)) {  // behind one held back: after it
+    if (held == held_ops_.end()) held_ops_.push_back(e.user_data);  // and so are its next ones
+    held_back_.push_back(e);
+    return true;
+  }
+  for (size_t i = 0; i < endings_.size(); ++i) {
+    if (endings_[i].user_data != e.user_data) continue;
+    std::vector<Event>& events = endings_[i].events;
+    events.push_back(e);
+    if (e.flags & IORING_CQE_F_MORE) return true;
+    // The receive's last completion. If it is the cancellation's, the kernel ended the
+    // multishot with the bytes before it: those go out with their last one as the end (no
+    // F_MORE), and the cancellation's completion is dropped. Otherwise the kernel ended it first
+    // (end of stream, an error, no buffers) and everything goes out as it came.
+    if (e.res == -ECANCELED) {
+      size_t last = events.size();
+      while (last > 0 && events[last - 1].res <= 0) --last;
+      RINGD_ASSERT(last > 0);  // the first, the bytes that started the ending
+      events.resize(last);
+      events.back().flags &= ~IORING_CQE_F_MORE;
+    }
+    std::vector<Event> out = std::move(events);
+    endings_.erase(endings_.begin() + static_cast<ptrdiff_t>(i));
+    for (const Event& ev : out) DispatchEvent(ev.user_data, ev.res, ev.flags);
+    return true;
+  }
+  if (Inject(Fault::kHoldBack, "completion")) {
+    held_ops_.push_back(e.user_data);
+    buffers_held_ = buffers_held_ || ordered;
+    held_back_.push_back(e);
+    return true;
+  }
+  if ((e.user_data & kShutdownTag) != 0) return false;
+  Completion* c = reinterpret_cast<Completion*>(e.user_data);
+  if (!incremental_ && c->op == Op::kRecv && e.res > 0 && (e.flags & IORING_CQE_F_MORE) &&
+      Inject(Fault::kEndMultishot, "recv completion")) {
+    // The kernel ends the multishot here: cancelled in the kernel, whose last completion (the
+    // cancellation's, after any bytes already on their way) decides the end.
+    CancelInKernel(c);
+    endings_.push_back(Ending{e.user_data, {e}});
+    return true;
+  }
+  return false;
+}
+
+void UringLoop::ReleaseFaults() {
+  for (uint16_t bid : withheld_bufs_) {
+    io_uring_buf_ring_add(buf_ring_, RecvBuffer(bid), options_.recv_buffer_size, bid,
+                          io_uring_buf_ring_mask(options_.recv_buffer_count), 0);
+    io_uring_buf_ring_advance(buf_ring_, 1);
+  }
+  withheld_bufs_.clear();
+  held_ops_.clear();
+  buffers_held_ = false;
+  if (held_back_.empty()) return;
+  std::vector<Event> held;
+  held.swap(held_back_);
+  for (const Event& e : held) Dispatch(e.user_data, e.res, e.flags);  // may be held again
 }
 
 void UringLoop::OnOpen(Completion* c, int32_t res) {

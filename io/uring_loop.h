@@ -20,6 +20,7 @@
 
 #include "io/assert.h"
 #include "io/backend_util.h"
+#include "io/fault.h"
 #include "io/loop.h"
 
 namespace ringd::io::uring {
@@ -58,6 +59,11 @@ struct OpState {
   int16_t pipe_index = -1;  // SendFile: the pipe borrowed from the pool (--pipes <= 4096)
   FilePhase phase = FilePhase::kNone;  // SendFile
   bool armed : 1 = false;              // Recv: a multishot receive is in the kernel
+  // Recv: cancelled while paused or with bytes kept: bytes still to come are dropped too (they
+  // would break the pause, or arrive after kept ones that were dropped); and whether any were,
+  // which its last callback says (kRecvCancelledWithInput).
+  bool discard : 1 = false;
+  bool dropped : 1 = false;
   bool initialized : 1 = true;
 };
 static_assert(sizeof(OpState) <= Completion::kBackendBytes);
@@ -232,6 +238,10 @@ class UringLoop final : public Loop {
   }
 
   void RecycleBuffer(uint16_t bid) {
+    if (faults_ != nullptr) [[unlikely]] {
+      if (faults_->Inject(Fault::kEnobufs, "recv buffer recycle"))
+        return withheld_bufs_.push_back(bid);
+    }
     io_uring_buf_ring_add(buf_ring_, RecvBuffer(bid), options_.recv_buffer_size, bid,
                           io_uring_buf_ring_mask(options_.recv_buffer_count), 0);
     io_uring_buf_ring_advance(buf_ring_, 1);
@@ -298,7 +308,34 @@ class UringLoop final : public Loop {
   // stays -1.
   int RegisteredIndex(int index);
 
-  void Dispatch(uint64_t user_data, int32_t res, uint32_t flags);
+  void Dispatch(uint64_t user_data, int32_t res, uint32_t flags) {
+    if (faults_ != nullptr) [[unlikely]] {
+      if (Intercept(Event{user_data, res, flags})) return;
+    }
+    DispatchEvent(user_data, res, flags);
+  }
+  void DispatchEvent(uint64_t user_data, int32_t res, uint32_t flags);
+
+  // Test faults (LoopOptions::faults, io/fault.h); nothing here runs without a plan.
+  bool Inject(Fault f, const char* site) { return faults_ != nullptr && faults_->Inject(f, site); }
+  uint64_t Shorten(const char* site, uint64_t n) {
+    return faults_ == nullptr ? n : faults_->Shorten(site, n);
+  }
+  // The SQE just prepared for `c` fails with -err before the kernel does anything (as the
+  // operation can, having moved nothing): it becomes a NOP whose completion nothing reads, and
+  // `c`'s completion with -err reaches the next Poll.
+  bool FailSqe(io_uring_sqe* sqe, Completion* c, Fault f, int err, const char* site) {
+    if (!Inject(f, site)) return false;
+    io_uring_prep_nop(sqe);
+    Unread(sqe);
+    held_back_.push_back(Event{reinterpret_cast<uint64_t>(c), -err, 0});
+    return true;
+  }
+  // A completion on its way to Dispatch: true when a fault takes it, to reach the loop later.
+  bool Intercept(const Event& e);
+  // Poll's first step under a plan: withheld receive buffers back to the ring, and the
+  // completions held back by the last Poll dispatched, older than any it reaps.
+  void ReleaseFaults();
   bool IsNextTurn(uint64_t user_data) const;  // an inline body's writable poll
 
   void OnRecv(Completion* c, int32_t res, uint32_t flags);
@@ -335,6 +372,7 @@ class UringLoop final : public Loop {
   char* body_base_ = nullptr;
   size_t body_bytes_ = 0;
   std::vector<int> body_free_;
+  uint32_t body_count_ = 0;
   const char* fixed_base_ = nullptr;
   size_t fixed_size_ = 0;
   uint32_t fixed_count_ = 0;
@@ -370,6 +408,20 @@ class UringLoop final : public Loop {
   // none was in the kernel. Linked through Completion::next_ready (a receive is on no other
   // queue): no allocation, and membership is known without a search.
   internal::CompletionQueue waiting_recvs_;
+  // Test faults (io/fault.h), all empty without a plan: completions held back to the next Poll
+  // (and the operations they belong to, whose later completions follow them there); multishot
+  // receives being ended early (the kernel cancelled, their completions kept until its last);
+  // receive buffers withheld from the ring until the next Poll.
+  FaultPlan* faults_ = nullptr;
+  std::vector<Event> held_back_;
+  std::vector<uint64_t> held_ops_;
+  bool buffers_held_ = false;  // incremental buffers: a receive's held back, so all that follow
+  struct Ending {
+    uint64_t user_data;
+    std::vector<Event> events;
+  };
+  std::vector<Ending> endings_;
+  std::vector<uint16_t> withheld_bufs_;
   bool incremental_ = false;        // the kernel consumes receive buffers incrementally
   uint32_t recv_max_ = 0;           // bytes per receive completion at most
   std::vector<uint32_t> consumed_;  // incremental: per buffer, the bytes receives took so far

@@ -14,6 +14,7 @@ void UringLoop::Recv(int fd, Completion* c) {
   St(c).armed = false;
   St(c).held_head = St(c).held_tail = -1;
   St(c).held_end = 1;
+  St(c).discard = St(c).dropped = false;
   ArmRecv(c);
 }
 
@@ -44,6 +45,7 @@ void UringLoop::ArmRecv(Completion* c) {
   sqe->flags |= IOSQE_BUFFER_SELECT;
   sqe->buf_group = kRecvGroup;
   io_uring_sqe_set_data(sqe, c);
+  FailSqe(sqe, c, Fault::kEnomem, ENOMEM, "recv (multishot)");
 }
 
 // Once a receive's bytes have been delivered or copied: the buffer goes back to the kernel,
@@ -137,7 +139,7 @@ void UringLoop::RunWaitingRecvs() {
       Redeliver(c);
     } else if (!St(c).armed) {  // armed: the kernel's answer to the cancellation ends it
       c->data = nullptr;
-      Finish(c, -ECANCELED);
+      Finish(c, St(c).dropped ? kRecvCancelledWithInput : -ECANCELED);
     }
   }
 }
@@ -149,6 +151,13 @@ void UringLoop::OnRecv(Completion* c, int32_t res, uint32_t flags) {
   const bool hold = !c->cancelled && (c->paused || St(c).held_head >= 0);
   if (res > 0) {
     const uint16_t bid = static_cast<uint16_t>(flags >> IORING_CQE_BUFFER_SHIFT);
+    if (St(c).discard) {  // cancelled while paused or holding bytes: these go too (Cancel)
+      Consumed(bid, res, flags);
+      St(c).dropped = true;
+      if (kernel_more) return;
+      c->data = nullptr;
+      return Finish(c, kRecvCancelledWithInput);
+    }
     if (hold) {
       Hold(c, Received(bid), res);
       Consumed(bid, res, flags);
@@ -183,7 +192,8 @@ void UringLoop::OnRecv(Completion* c, int32_t res, uint32_t flags) {
   // A cancelled receive the kernel ended for lack of buffers was not to be re-armed anyway, and no
   // socket error happened; but the socket had bytes for it: its owner hears that the client is
   // still sending (a connection closing after its last response lingers then).
-  if (res == -ENOBUFS) res = kRecvCancelledWithInput;
+  // So did one that dropped bytes when it was cancelled (Cancel).
+  if (res == -ENOBUFS || (res == -ECANCELED && St(c).dropped)) res = kRecvCancelledWithInput;
   Finish(c, res);  // 0: end of stream; < 0: error or cancelled
 }
 

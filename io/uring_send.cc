@@ -62,6 +62,7 @@ void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t len
                        nullptr, 0, 0);
       sqe->flags |= IOSQE_FIXED_FILE;
       io_uring_sqe_set_data(sqe, c);
+      FailSqe(sqe, c, Fault::kEmfile, EMFILE, "fixed fd install");
       return;
     }
   }
@@ -72,7 +73,8 @@ void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t len
 // cache waits for the disk inside the kernel (buffered reads through the ring do not block the
 // submitter), never on this thread.
 void UringLoop::ReadBody(Completion* c) {
-  const uint64_t n = std::min<uint64_t>(c->remaining, options_.uring.body_buffer_size);
+  const uint64_t n = Shorten("read (body buffer)",
+                             std::min<uint64_t>(c->remaining, options_.uring.body_buffer_size));
   St(c).phase = FilePhase::kReadBody;
   St(c).in_pipe = 0;  // nothing read yet
   io_uring_sqe* sqe = Sqe();
@@ -85,6 +87,7 @@ void UringLoop::ReadBody(Completion* c) {
                        c->offset);
   }
   io_uring_sqe_set_data(sqe, c);
+  FailSqe(sqe, c, Fault::kEnomem, ENOMEM, "read (body buffer)");
 }
 
 // What is left of the piece read (from c->buf), to the socket.
@@ -93,9 +96,11 @@ void UringLoop::SendBody(Completion* c) {
   const int more = c->remaining > St(c).in_pipe ? MSG_MORE : 0;
   St(c).phase = FilePhase::kSendBody;
   io_uring_sqe* sqe = Sqe();
-  io_uring_prep_send(sqe, c->fd, c->buf, St(c).in_pipe, MSG_NOSIGNAL | more);
+  io_uring_prep_send(sqe, c->fd, c->buf, Shorten("send (body buffer)", St(c).in_pipe),
+                     MSG_NOSIGNAL | more);
   Target(sqe, c->fd);
   io_uring_sqe_set_data(sqe, c);
+  FailSqe(sqe, c, Fault::kEnomem, ENOMEM, "send (body buffer)");
 }
 
 void UringLoop::OnBody(Completion* c, int32_t res) {
@@ -139,6 +144,7 @@ void UringLoop::SubmitSend(Completion* c) {
   // later, while what was to push them (the body, the close) waits for this completion.
   const int flags = zc ? c->send_flags & ~MSG_MORE : c->send_flags;
   if (c->iovcnt == 1) {
+    const size_t len = Shorten("send", c->iov[0].iov_len);
     // A buffer inside the registered region (the small-file cache) goes zero-copy from the
     // registered buffer (IORING_RECVSEND_FIXED_BUF): the kernel skips pinning its pages.
     const int fixed = zc ? RegisteredIndex(FixedIndex(static_cast<const char*>(c->iov[0].iov_base),
@@ -146,12 +152,12 @@ void UringLoop::SubmitSend(Completion* c) {
                          : -1;
     if (fixed >= 0) {
       ++stats_.send_zc_fixed;
-      io_uring_prep_send_zc_fixed(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, flags, 0,
+      io_uring_prep_send_zc_fixed(sqe, c->fd, c->iov[0].iov_base, len, flags, 0,
                                   static_cast<unsigned>(fixed));
     } else if (zc) {
-      io_uring_prep_send_zc(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, flags, 0);
+      io_uring_prep_send_zc(sqe, c->fd, c->iov[0].iov_base, len, flags, 0);
     } else {
-      io_uring_prep_send(sqe, c->fd, c->iov[0].iov_base, c->iov[0].iov_len, flags);
+      io_uring_prep_send(sqe, c->fd, c->iov[0].iov_base, len, flags);
     }
   } else {
     // The msghdr lives in a slot until the send completes (an SQ thread may read it late).
@@ -159,7 +165,7 @@ void UringLoop::SubmitSend(Completion* c) {
     msghdr& msg = slots_[static_cast<size_t>(St(c).slot)].msg;
     msg = msghdr{};
     msg.msg_iov = c->iov;
-    msg.msg_iovlen = static_cast<size_t>(c->iovcnt);
+    msg.msg_iovlen = Shorten("sendmsg (buffers)", static_cast<size_t>(c->iovcnt));
     if (zc) {
       io_uring_prep_sendmsg_zc(sqe, c->fd, &msg, flags);
     } else {
@@ -168,6 +174,7 @@ void UringLoop::SubmitSend(Completion* c) {
   }
   Target(sqe, c->fd);
   io_uring_sqe_set_data(sqe, c);
+  FailSqe(sqe, c, Fault::kEnomem, ENOMEM, "send");
 }
 
 // Tries the inline path; true if the operation is finished or waiting for socket space.
@@ -183,12 +190,19 @@ bool UringLoop::SendCached(Completion* c) {
       return true;
     }
     const uint64_t chunk = std::min({c->remaining, kInlineChunk, budget});
-    if (!resident_.Cached(c->file_fd, c->offset, chunk, MonotonicMs())) {
+    if (!resident_.Cached(c->file_fd, c->offset, chunk, MonotonicMs()) ||
+        Inject(Fault::kNotCached, "page cache (inline)")) {
       return c->done > 0 ? (Splice(c), true) : false;
     }
     if (options_.tcp_nopush) internal::CorkBody(c, sock);
     off_t off = static_cast<off_t>(c->offset);
-    const ssize_t n = ::sendfile(sock, c->file_fd, &off, chunk);
+    ssize_t n = -1;
+    const int injected = faults_ != nullptr ? faults_->Errno("sendfile (inline)") : 0;
+    if (injected != 0) {
+      errno = injected;  // the call failed so, having sent nothing
+    } else {
+      n = ::sendfile(sock, c->file_fd, &off, Shorten("sendfile (inline)", chunk));
+    }
     if (n > 0) {
       c->offset += static_cast<uint64_t>(n);
       c->done += static_cast<uint64_t>(n);
@@ -219,6 +233,7 @@ void UringLoop::WaitWritable(Completion* c) {
   io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
   Target(sqe, c->fd);
   io_uring_sqe_set_data(sqe, c);
+  FailSqe(sqe, c, Fault::kEnomem, ENOMEM, "poll (inline, writable)");
 }
 
 // The splice path for what is left of a SendFile.
@@ -265,6 +280,7 @@ int UringLoop::TakePipe() {
 }
 
 int UringLoop::OpenPipe(Pipe* p) {
+  if (Inject(Fault::kEmfile, "pipe2")) return -EMFILE;
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return -errno;
   ::fcntl(fds[1], F_SETPIPE_SZ, static_cast<int>(options_.uring.pipe_size));  // best effort
@@ -311,11 +327,13 @@ void UringLoop::SpliceIn(Completion* c) {
   const Pipe& p = pipes_[static_cast<size_t>(St(c).pipe_index)];
   St(c).phase = FilePhase::kSpliceIn;
   const uint64_t chunk =
-      c->remaining < options_.uring.pipe_size ? c->remaining : options_.uring.pipe_size;
+      Shorten("splice file->pipe",
+              c->remaining < options_.uring.pipe_size ? c->remaining : options_.uring.pipe_size);
   io_uring_sqe* sqe = Sqe();
   io_uring_prep_splice(sqe, c->file_fd, static_cast<int64_t>(c->offset), p.w, -1,
                        static_cast<unsigned>(chunk), SPLICE_F_MOVE);
   io_uring_sqe_set_data(sqe, c);
+  FailSqe(sqe, c, Fault::kEnomem, ENOMEM, "splice file->pipe");
 }
 
 void UringLoop::SpliceOut(Completion* c) {
@@ -326,9 +344,15 @@ void UringLoop::SpliceOut(Completion* c) {
   // hold the final partial segment back until the client's delayed ACK (40 ms) pushed it.
   const unsigned more = c->remaining > St(c).in_pipe ? SPLICE_F_MORE : 0;
   St(c).phase = FilePhase::kSpliceOut;
-  io_uring_prep_splice(sqe, p.r, -1, c->fd, -1, St(c).in_pipe, SPLICE_F_MOVE | more);
+  io_uring_prep_splice(sqe, p.r, -1, c->fd, -1,
+                       static_cast<unsigned>(Shorten("splice pipe->socket", St(c).in_pipe)),
+                       SPLICE_F_MOVE | more);
   Target(sqe, c->fd);  // the socket is splice's output, the SQE's own fd
   io_uring_sqe_set_data(sqe, c);
+  // The socket full (the splice runs on an io-wq worker, non-blocking), or no memory.
+  if (!FailSqe(sqe, c, Fault::kEagain, EAGAIN, "splice pipe->socket")) {
+    FailSqe(sqe, c, Fault::kEnomem, ENOMEM, "splice pipe->socket");
+  }
 }
 
 int UringLoop::RegisteredIndex(int index) {
@@ -434,6 +458,7 @@ void UringLoop::OnSpliceOut(Completion* c, int32_t res) {
     io_uring_prep_poll_add(sqe, c->fd, POLLOUT);
     Target(sqe, c->fd);
     io_uring_sqe_set_data(sqe, c);
+    FailSqe(sqe, c, Fault::kEnomem, ENOMEM, "poll (splice, writable)");
     return;
   }
   if (res <= 0) {  // pipe -> socket failed: the pipe still holds bytes, so it is replaced
