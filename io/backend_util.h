@@ -38,11 +38,12 @@ inline void BeginOp(Completion* c, Op op, int fd) {
 // delays what else the turn serves (a page waits behind the downloads), so each connection has a
 // budget per turn, `per_connection` (--send-turn-bytes); but every sendfile call costs a fixed
 // part, and a 4 MiB body sent 256 KiB a turn takes 16 calls and 16 polls where 1 MiB a turn takes
-// 4, for 12-20% more CPU per body (docs/PERFORMANCE.md, "Shared send turns"). So the turn's first
+// 4, for 12-20% more CPU per body (docs/PERFORMANCE.md, decisions). So the turn's first
 // `share` bytes are shared among the connections that sent in the turn before, up to kMaxBytes
 // each: a few downloads get large sends, and many get `per_connection` each, as before. Once a
-// turn has sent `share` bytes every connection is held to `per_connection`, so a turn sends at
-// most max(share, senders x per_connection) plus one large send, however the senders changed.
+// turn has sent `share` bytes every connection is held to `per_connection`. A turn then sends
+// about max(share, senders x per_connection) while the senders stay as many, and at most
+// share + kMaxBytes + senders x per_connection when many more send than in the turn before.
 //
 //   SendTurns turns;                     // one per loop
 //   const uint64_t budget = turns.Budget(c, turn, per_connection, share);
