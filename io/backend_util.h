@@ -8,6 +8,7 @@
 #include <sys/statfs.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -33,14 +34,56 @@ inline void BeginOp(Completion* c, Op op, int fd) {
   c->data = nullptr;
 }
 
-// How many more file bytes SendFile may send for `c` in Poll call `turn` (per_turn in all).
-inline uint64_t TurnBudget(Completion* c, uint64_t turn, uint64_t per_turn) {
-  if (c->turn != turn) {
-    c->turn = turn;
-    c->turn_bytes = 0;
+// SendFile's file bytes per turn of a loop (a Poll call), per connection. Every byte a turn sends
+// delays what else the turn serves (a page waits behind the downloads), so each connection has a
+// budget per turn, `per_connection` (--send-turn-bytes); but every sendfile call costs a fixed
+// part, and a 4 MiB body sent 256 KiB a turn takes 16 calls and 16 polls where 1 MiB a turn takes
+// 4, for 12-20% more CPU per body (docs/PERFORMANCE.md, decisions). So the turn's first
+// `share` bytes are shared among the connections that sent in the turn before, up to kMaxBytes
+// each: a few downloads get large sends, and many get `per_connection` each, as before. Once a
+// turn has sent `share` bytes every connection is held to `per_connection`. A turn then sends
+// about max(share, senders x per_connection) while the senders stay as many, and at most
+// share + kMaxBytes + senders x per_connection when many more send than in the turn before.
+//
+//   SendTurns turns;                     // one per loop
+//   const uint64_t budget = turns.Budget(c, turn, per_connection, share);
+//   n = sendfile(sock, file, &off, std::min(budget, left));
+//   turns.Sent(c, n);
+class SendTurns {
+ public:
+  static constexpr uint64_t kMaxBytes = 1 << 20;  // the most one connection gets in a turn
+
+  // How many more file bytes `c` may send in Poll call `turn`.
+  uint64_t Budget(Completion* c, uint64_t turn, uint64_t per_connection, uint64_t share) {
+    if (turn != turn_) {  // the first sender of a new turn
+      turn_ = turn;
+      last_senders_ = senders_;
+      senders_ = 0;
+      bytes_ = 0;
+    }
+    if (c->turn != turn) {  // this connection's first send in the turn
+      c->turn = turn;
+      c->turn_bytes = 0;
+      ++senders_;
+    }
+    uint64_t allowance = per_connection;
+    if (bytes_ < share) {
+      const uint64_t fair = share / std::max<uint64_t>(last_senders_, 1);
+      allowance = std::max(per_connection, std::min(fair, kMaxBytes));
+    }
+    return c->turn_bytes < allowance ? allowance - c->turn_bytes : 0;
   }
-  return c->turn_bytes < per_turn ? per_turn - c->turn_bytes : 0;
-}
+  void Sent(Completion* c, uint64_t n) {
+    c->turn_bytes += n;
+    bytes_ += n;
+  }
+
+ private:
+  uint64_t turn_ = 0;
+  uint64_t senders_ = 0;       // connections that have sent in turn_,
+  uint64_t last_senders_ = 0;  // in the turn before it (with file sends)
+  uint64_t bytes_ = 0;         // and the file bytes sent in turn_
+};
 
 // TCP_CORK around a body's inline sendfiles (nginx's tcp_nopush). A sendfile that stops short on
 // a full socket, or whose length ends inside a segment, pushes out a partial segment when it

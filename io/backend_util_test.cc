@@ -183,6 +183,44 @@ TEST_F(ResidentFilesTest, NoTrustAsksEveryTime) {
   EXPECT_EQ(scripted_asks, 2);
 }
 
+// SendTurns: a turn's share is divided among the connections that sent in the turn before (up
+// to kMaxBytes each, at least the per-connection budget); a spent share holds everyone to it.
+TEST(SendTurns, ATurnsShareIsDividedAmongTheLastTurnsSenders) {
+  constexpr uint64_t kPer = 256 << 10, kShare = 8 << 20;
+  SendTurns turns;
+  Completion c[20];
+  // Turn 1: no turn before it, so a lone sender may take the most one connection gets.
+  EXPECT_EQ(turns.Budget(&c[0], 1, kPer, kShare), SendTurns::kMaxBytes);
+  turns.Sent(&c[0], 1 << 20);
+  EXPECT_EQ(turns.Budget(&c[0], 1, kPer, kShare), 0u) << "its turn is over";
+  // Turn 2: one sender before, still capped at kMaxBytes; 16 connections send.
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(turns.Budget(&c[i], 2, kPer, kShare), i < 8 ? SendTurns::kMaxBytes : kPer)
+        << "connection " << i << ": the share is spent after 8 MiB";
+    turns.Sent(&c[i], i < 8 ? 1 << 20 : kPer);
+  }
+  // Turn 3: 16 senders before: 8 MiB / 16 = 512 KiB each.
+  EXPECT_EQ(turns.Budget(&c[0], 3, kPer, kShare), 512u << 10);
+  turns.Sent(&c[0], 100 << 10);
+  EXPECT_EQ(turns.Budget(&c[0], 3, kPer, kShare), 412u << 10) << "what is left of it";
+  turns.Sent(&c[0], 412 << 10);
+  // Turn 4: one sender before; no share: every connection its own budget.
+  EXPECT_EQ(turns.Budget(&c[1], 4, kPer, 0), kPer);
+  // Turn 5: a budget above kMaxBytes stands.
+  EXPECT_EQ(turns.Budget(&c[1], 5, 2 << 20, kShare), 2u << 20);
+}
+
+TEST(SendTurns, ManySendersGetThePerConnectionBudget) {
+  constexpr uint64_t kPer = 256 << 10, kShare = 8 << 20;
+  SendTurns turns;
+  Completion c[64];
+  for (uint64_t turn = 1; turn <= 2; ++turn) {
+    for (Completion& k : c) turns.Sent(&k, turns.Budget(&k, turn, kPer, kShare));
+  }
+  // 64 senders before: 8 MiB / 64 = 128 KiB, below the per-connection budget, which stands.
+  EXPECT_EQ(turns.Budget(&c[0], 3, kPer, kShare), kPer);
+}
+
 // EndCork, at a SendFile's end: the cork stays on only for a piece that asked (SendFile's
 // `more`, kept as MSG_MORE in send_flags) and sent every byte; an error, a truncated file and a
 // body's last piece uncork. Checked on a real TCP socket (loopback), where TCP_CORK applies.

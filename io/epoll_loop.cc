@@ -496,7 +496,8 @@ class EpollLoop final : public Loop {
         const int injected = faults_ != nullptr ? faults_->Errno("sendmsg") : 0;
         n = injected != 0 ? (errno = injected, -1) : ::sendmsg(fd, &msg, c->send_flags);
       } else {
-        const uint64_t budget = internal::TurnBudget(c, turn_, options_.send_turn_bytes);
+        const uint64_t budget =
+            send_turns_.Budget(c, turn_, options_.send_turn_bytes, options_.send_turn_share_bytes);
         if (budget == 0) {  // this connection had its turn: EPOLLOUT brings it back next Poll
           c->more = true;
           UpdateInterest(fd);
@@ -539,7 +540,7 @@ class EpollLoop final : public Loop {
         internal::AdvanceIov(c, static_cast<size_t>(n));
       } else {
         c->offset += static_cast<uint64_t>(n);
-        c->turn_bytes += static_cast<uint64_t>(n);
+        send_turns_.Sent(c, static_cast<uint64_t>(n));
         stats_.sendfile_bytes += static_cast<uint64_t>(n);
       }
     }
@@ -571,6 +572,7 @@ class EpollLoop final : public Loop {
   internal::ResidentFiles resident_{0};  // page-cache answers trusted for a while
   LoopStats stats_;
   uint64_t turn_ = 0;  // Poll calls so far: SendFile's per-turn budget
+  internal::SendTurns send_turns_;
 };
 
 }  // namespace

@@ -195,6 +195,10 @@ struct LoopOptions {
   // fast large downloads (each next chunk starts from the last one's callback) hold the loop
   // while small requests wait (nginx's sendfile_max_chunk).
   uint64_t send_turn_bytes = 256 << 10;
+  // A turn's first this many file bytes are shared among the connections sending (up to 1 MiB
+  // each, at least send_turn_bytes): a few downloads send in fewer, larger calls
+  // (internal::SendTurns).
+  uint64_t send_turn_share_bytes = 8 << 20;
   // How long a "these pages are cached" answer is trusted before a file range is asked about
   // again (internal::ResidentFiles); 0: ask before every inline send.
   uint32_t page_cache_trust_ms = 100;

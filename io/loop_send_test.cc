@@ -36,6 +36,7 @@ int OpenFds() {
 // whole and in order.
 TEST_P(LoopTest, SendFileTakesTurnsAndArrivesWhole) {
   options_.send_turn_bytes = 64 << 10;
+  options_.send_turn_share_bytes = 0;  // each turn send_turn_bytes, not a share
   SetUp();
   if (IsSkipped()) return;
   constexpr size_t kSize = 1 << 20;
@@ -68,11 +69,42 @@ TEST_P(LoopTest, SendFileTakesTurnsAndArrivesWhole) {
   }
 }
 
+// A lone download gets the turn's share (up to 1 MiB a turn, internal::SendTurns), not only
+// send_turn_bytes: a 4 MiB body goes out in a few turns of large sendfiles.
+TEST_P(LoopTest, ALoneDownloadSendsTheTurnsShare) {
+  options_.send_turn_bytes = 64 << 10;
+  options_.send_turn_share_bytes = 8 << 20;
+  SetUp();
+  if (IsSkipped()) return;
+  constexpr size_t kSize = 4 << 20;
+  const std::string content = Pattern(kSize, 3, 4096);
+  const int file = TempFile(content);
+  ASSERT_GE(file, 0);
+  auto [ours, theirs] = Pair();
+  const int big = 8 << 20;
+  if (::setsockopt(ours, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big) != 0 ||
+      ::setsockopt(theirs, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big) != 0) {
+    GTEST_SKIP() << "no room for a turn's 1 MiB in the socket without CAP_NET_ADMIN";
+  }
+  Sender dl;
+  loop_->SendFile(ours, file, 0, kSize, &dl.c);  // its first turn, inside the call
+  int queued = 0;
+  ASSERT_EQ(::ioctl(theirs, FIONREAD, &queued), 0);
+  EXPECT_EQ(queued, 1 << 20) << "the first turn: 1 MiB, the most one connection gets";
+  std::string got;
+  std::thread reader = ReadInThread(theirs, kSize, &got);
+  EXPECT_TRUE(PollUntil([&] { return dl.ends == 1; }));
+  reader.join();
+  EXPECT_EQ(dl.last_result, static_cast<int64_t>(kSize));
+  EXPECT_TRUE(got == content);
+}
+
 // A request received in the same Poll as a download's next turn runs first: a page or an asset
 // does not wait behind every download's next 256 KiB. (Before, the completions ran in the order
 // the kernel posted them, and a writable socket's came first.)
 TEST_P(LoopTest, ARequestRunsBeforeADownloadsNextTurn) {
   options_.send_turn_bytes = 16 << 10;
+  options_.send_turn_share_bytes = 0;
   SetUp();
   if (IsSkipped()) return;
   constexpr size_t kSize = 1 << 20;

@@ -432,6 +432,7 @@ class UringLoop final : public Loop {
   std::vector<int32_t> held_len_;
   std::vector<int32_t> held_free_;
   uint64_t turn_ = 0;  // Poll calls so far: SendFile's per-turn budget
+  internal::SendTurns send_turns_;
   int wake_fd_ = -1;
   uint64_t wake_value_ = 0;
   Completion wake_;

@@ -184,7 +184,8 @@ bool UringLoop::SendCached(Completion* c) {
   const int sock = SocketFd(c->fd);
   if (sock < 0) return false;
   while (c->remaining > 0) {
-    const uint64_t budget = internal::TurnBudget(c, turn_, options_.send_turn_bytes);
+    const uint64_t budget =
+        send_turns_.Budget(c, turn_, options_.send_turn_bytes, options_.send_turn_share_bytes);
     if (budget == 0) {  // this connection had its turn: wait for the next Poll's
       WaitWritable(c);
       return true;
@@ -207,7 +208,7 @@ bool UringLoop::SendCached(Completion* c) {
       c->offset += static_cast<uint64_t>(n);
       c->done += static_cast<uint64_t>(n);
       c->remaining -= static_cast<uint64_t>(n);
-      c->turn_bytes += static_cast<uint64_t>(n);
+      send_turns_.Sent(c, static_cast<uint64_t>(n));
       stats_.sendfile_bytes += static_cast<uint64_t>(n);
       continue;
     }

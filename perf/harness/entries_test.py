@@ -42,6 +42,12 @@ class ScenarioTest(unittest.TestCase):
         finally:
             shutil.rmtree(root)
 
+    def test_large_read_is_large_with_every_byte_read(self):
+        large, read = SCENARIOS["large"].load, SCENARIOS["large-read"].load
+        self.assertTrue(large.bulk)
+        self.assertEqual(read, replace(large, bulk=False))
+        self.assertNotIn("--bulk", replace(read, paths_glob=None).command("load", 7, "/d", 1, "0"))
+
     def test_warm_up_is_closed_loop(self):
         self.assertEqual(Load(10, rate=5, idle=7).warm(), Load(10, rate=0, idle=0, bulk=True))
 

@@ -259,6 +259,13 @@ _ENTRIES = [
          scenarios=frozenset({"large", "mixed", "mixed-at-rate"})),
     Peer("ringd-bypass-turn2m", ringd("bypass", "--max-connections", "15000", "--send-turn-bytes", "2097152"),
          scenarios=frozenset({"large", "mixed", "mixed-at-rate"})),
+    # Every connection held to --send-turn-bytes in every turn (--send-turn-share-bytes 0), as
+    # before the turn's share: 256 KiB sendfiles for a lone download too.
+    Peer("ringd-bypass-share0",
+         ringd("bypass", "--max-connections", "15000", "--send-turn-share-bytes", "0"),
+         scenarios=frozenset({"large", "large-read", "mixed", "mixed-at-rate"})),
+    Peer("ringd-uring-share0", ringd("uring", "--send-turn-share-bytes", "0"),
+         scenarios=frozenset({"large", "large-read", "mixed"})),
     # No TCP_CORK around bodies (--tcp-nopush=false): partial segments wherever a sendfile stops.
     Peer("ringd-bypass-push", ringd("bypass", "--max-connections", "15000", "--tcp-nopush=false"),
          scenarios=frozenset({"large", "mixed", "mixed-at-rate"})),

@@ -277,6 +277,12 @@ _ENTRIES = [
              reference_note="loopback is raw loopback TCP: perf/loopback sends the same 4 MiB response from memory"
                             " with plain send(2) loops (no file, no parsing) into the same client, in the same run;"
                             " fraction of loopback is a server's throughput over loopback's median."),
+    Scenario("large-read", "large's 4 MiB files and 10 keep-alive connections; the client reads every body byte"
+             " into a buffer, as real clients do (no MSG_TRUNC)",
+             "000 (4 MB files, sendfile) and issue 30 (CPU per big body)", Load(10, paths_glob="4mb"),
+             metric=THROUGHPUT, columns=(CORE_CPU, CLIENT_CPU),
+             notes=("CPU us/request is per 4 MiB response. The client's copy of every byte shares the"
+                    " machine with the server: read server CPU per response, not the rate alone.",)),
     Scenario("mixed", "the data set's size mix (612 B page, 4-100 KiB assets, 4 MiB files), 100 connections",
              "000 and 004 (a site rather than one file)",
              Load(100, paths_file="paths-mixed.txt", bulk=True), metric=THROUGHPUT,

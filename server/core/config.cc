@@ -340,8 +340,14 @@ const std::vector<Flag>& Flags() {
                &Config::send_zc_min_bytes, 1, 1 << 30),
       UintFlag("send-turn-bytes",
                "file bytes one connection sends per turn of its shard's loop before the others "
-               "get theirs, like nginx's sendfile_max_chunk (default 262144)",
+               "get theirs, like nginx's sendfile_max_chunk, once the turn's "
+               "--send-turn-share-bytes are spent (default 262144)",
                &Config::send_turn_bytes, 16384, 1 << 30),
+      UintFlag("send-turn-share-bytes",
+               "a turn's first file bytes, shared among the connections that sent in the turn "
+               "before: up to 1 MiB each, at least --send-turn-bytes, so a few downloads send in "
+               "fewer, larger calls; 0: every connection --send-turn-bytes (default 8388608)",
+               &Config::send_turn_share_bytes, 0, 1 << 30),
       UintFlag("page-cache-trust-ms",
                "how long a file range found in the page cache is trusted before a send of it asks "
                "the page cache again; 0 asks before every send (default 100)",
