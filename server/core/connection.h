@@ -227,8 +227,17 @@ class ConnectionMachine {
   bool AbortOldestSilent();
   // When the oldest connection waiting for a head may give way if it is silent (INT64_MAX: none).
   int64_t NextSilentGiveWayMs() const;
-  // The connection that gave way longest ago, still lingering, closes now; false if none.
+  // The connection that gave way longest ago, still lingering, closes now; false if none has
+  // lingered kGaveWayLingerMs yet.
   bool CloseOldestGaveWay();
+  // When the connection that gave way longest ago will have lingered kGaveWayLingerMs
+  // (INT64_MAX: none lingers).
+  int64_t NextGaveWayClosableMs() const;
+  // A connection that gave way lingers at least this long before a newcomer's need (or a want of
+  // descriptors) closes it: long enough for its client to read the last response and see the
+  // FIN, so that bytes the client still sends (a body being skipped) do not make the close a
+  // reset that destroys that response in the client's buffer.
+  static constexpr int64_t kGaveWayLingerMs = 100;
 
   // For the shard's snapshot and usage.
   bool draining() const { return draining_; }

@@ -224,12 +224,18 @@ int64_t ConnectionMachine::NextSilentGiveWayMs() const {
   return t->deadline_ms - header_timers_.duration_ms() + kSilentGiveWayMs;
 }
 
+int64_t ConnectionMachine::NextGaveWayClosableMs() const {
+  const TimerNode* t = gave_way_timers_.Oldest();
+  if (t == nullptr) return INT64_MAX;
+  return t->deadline_ms - gave_way_timers_.duration_ms() + kGaveWayLingerMs;
+}
+
 // Its FIN went out first of all those lingering, and a lingering connection reads and drops
 // whatever its client sends, so only bytes still on their way turn this close into a reset, as
 // they do nginx's closes of idle connections (which do not linger at all).
 bool ConnectionMachine::CloseOldestGaveWay() {
+  if (NextGaveWayClosableMs() > now_ms_) return false;
   TimerNode* t = gave_way_timers_.PopOldest();
-  if (t == nullptr) return false;
   ++stats_.gave_way_closed;
   Abort(ConnOfTimer(t));
   return true;

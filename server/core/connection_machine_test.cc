@@ -94,7 +94,8 @@ TEST_F(ConnectionMachineTest, ServesAndFreesTheSlotOnItsLastCallback) {
 }
 
 // Giving way lingers (FIN, then reads until the client closes) and takes the connection out of
-// those the limit counts at once; a parked newcomer can then close it.
+// those the limit counts at once; once it has lingered kGaveWayLingerMs, a parked newcomer can
+// close it.
 TEST_F(ConnectionMachineTest, AnIdleConnectionGivesWayLingeringOutsideTheLimit) {
   io::Completion* recv = IdleConnection();
   EXPECT_EQ(machine_->Serving(), 1u);
@@ -103,6 +104,11 @@ TEST_F(ConnectionMachineTest, AnIdleConnectionGivesWayLingeringOutsideTheLimit) 
   EXPECT_EQ(loop_.shutdowns, (std::vector<std::pair<int, int>>{{kFd, SHUT_WR}}));
   EXPECT_EQ(machine_->Serving(), 0u);
   EXPECT_EQ(machine_->live(), 1u);
+  // Its client may still be reading the last response, and sending: it lingers a while first.
+  EXPECT_FALSE(machine_->CloseOldestGaveWay()) << "closed before it could linger";
+  EXPECT_EQ(machine_->NextGaveWayClosableMs(), now_ms_ + ConnectionMachine::kGaveWayLingerMs);
+  now_ms_ += ConnectionMachine::kGaveWayLingerMs;
+  machine_->Tick(now_ms_, loop_.RealtimeSec());
   ASSERT_TRUE(machine_->CloseOldestGaveWay());
   EXPECT_EQ(machine_->Closing(), 1u);
   Complete(recv, -ECANCELED, false);

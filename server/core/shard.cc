@@ -194,6 +194,7 @@ bool Shard::Step() {
   int64_t next = machine_->NextDeadlineMs();
   if (accept_retry_ms_ != 0) next = std::min(next, accept_retry_ms_);
   if (parked_count_ > 0 || accept_paused_) next = std::min(next, machine_->NextSilentGiveWayMs());
+  if (parked_count_ > 0) next = std::min(next, machine_->NextGaveWayClosableMs());
   if (draining_) {
     next = std::min(next, now_ms_ < drain_deadline_ms_ ? drain_deadline_ms_
                                                        : drain_deadline_ms_ + kDrainGraceMs);
@@ -270,7 +271,8 @@ void Shard::OnAccept(io::Completion* c) {
   } else if ((c->result == -EMFILE || c->result == -ENFILE) && !self->draining_) {
     // Out of descriptors (EMFILE; ENFILE: the system's, or on the bypass tier the ring's file
     // table, which a burst of newcomers can fill while closes are in flight): connections that
-    // gave way close now, and the longest-idle ones give way, a batch of each (the accept
+    // gave way (and have lingered their while) close now, and the longest-idle ones give way, a
+    // batch of each (the accept
     // itself is retried below, kAcceptRetryMs later: a lingering connection still holds its
     // descriptor, and the next round closes it).
     for (uint32_t i = 0; i < kReclaimBatch && self->machine_->CloseOldestGaveWay(); ++i) {
