@@ -363,6 +363,7 @@ void SimLoop::Cancel(io::Completion* c) {
     if (!op.held.empty()) {  // as uring: what a pause kept goes with the receive
       w_->Trace("cancel drops %zu bytes held from a pause", op.held.size());
       op.held.clear();
+      op.held_dropped = true;
       ++w_->counters.held_dropped;
     }
     for (const auto& [seq, other] : ops_) {
@@ -583,9 +584,10 @@ void SimLoop::ProgressRecv(uint64_t seq) {
   };
   if (c->cancelled) {
     // As io_uring: bytes the kernel had received may still arrive before the cancellation (even
-    // on the last callback), unless the receive was paused (nothing is delivered then); twice at
-    // most, and a second time as the last callback.
-    if (!c->paused && !s.to_server.empty() && !s.client_reset && op.data_after_cancel < 2 &&
+    // on the last callback), unless the receive was paused or dropped what a pause kept (nothing
+    // is delivered then: the stream would have a hole); twice at most, and a second time as the
+    // last callback.
+    if (!c->paused && !op.held_dropped && !s.to_server.empty() && !s.client_reset && op.data_after_cancel < 2 &&
         rng.Chance(w_->faults.data_after_cancel)) {
       ++op.data_after_cancel;
       ++w_->counters.data_after_cancel;
@@ -596,7 +598,12 @@ void SimLoop::ProgressRecv(uint64_t seq) {
       return Deliver(c, n, !last, recv_buf_.data());
     }
     int64_t end = -ECANCELED;
-    if (s.client_reset && rng.Chance(w_->faults.cancel_reset)) {
+    if (op.held_dropped) {
+      // As uring: bytes received and dropped with the receive; its owner hears that the client
+      // sent more than was delivered.
+      end = io::kRecvCancelledWithInput;
+      if (op.cancelled_beside_send) s.told_input_left = true;
+    } else if (s.client_reset && rng.Chance(w_->faults.cancel_reset)) {
       end = -ECONNRESET;
     } else if (s.client_fin && s.to_server.empty() && !c->paused && rng.Chance(200)) {
       end = 0;
