@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "perf/bench_util.h"
 #include "perf/tool_flags.h"
 
 ABSL_FLAG(uint64_t, size, 65536, "bytes per body");
@@ -44,25 +45,14 @@ ABSL_FLAG(int, client_cpu, 0, "the receiver's CPU (--client-cpu)");
 
 namespace {
 
+using ringd::perf::Now;
+using ringd::perf::Pin;
+
 constexpr size_t kChunk = 1 << 20;  // per operation, as ringd's pipes and inline sendfile
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "bodypath: %s\n", what.c_str());
   std::exit(1);
-}
-
-void Pin(int cpu) {
-  if (cpu < 0) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  sched_setaffinity(0, sizeof set, &set);
-}
-
-double Now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
 double ProcessCpu() {  // every thread of this process: io-wq workers are threads of it

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "perf/bench_util.h"
 #include "perf/tool_flags.h"
 
 ABSL_FLAG(int, port, 0, "the TLS server's port (on 127.0.0.1)");
@@ -32,11 +33,7 @@ ABSL_FLAG(std::string, sni, "localhost", "the server name the ClientHello asks f
 
 namespace {
 
-double Now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
+using ringd::perf::Now;
 
 // OpenSSL's first flight as a client: the ClientHello record, over memory BIOs.
 std::string MakeClientHello(const std::string& sni) {

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "perf/bench_util.h"
 #include "perf/tool_flags.h"
 
 ABSL_FLAG(uint64_t, size, 4 << 20, "bytes per response");
@@ -60,6 +61,9 @@ ABSL_FLAG(int, client_cpu, 0, "the client's CPU (--client-cpu)");
 ABSL_FLAG(std::string, variants, "", "comma-separated variants (default: all)");
 
 namespace {
+
+using ringd::perf::Now;
+using ringd::perf::Pin;
 
 constexpr size_t kPage = 4096;
 constexpr size_t kMaxChunk = 256 << 10;
@@ -106,20 +110,6 @@ struct Shared {
   std::fprintf(stderr, "tls_bodypath: %s\n", what.c_str());
   ERR_print_errors_fp(stderr);
   std::exit(1);
-}
-
-void Pin(int cpu) {
-  if (cpu < 0) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  sched_setaffinity(0, sizeof set, &set);
-}
-
-double Now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
 struct Usage {
