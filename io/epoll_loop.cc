@@ -577,9 +577,10 @@ class EpollLoop final : public Loop {
 
 }  // namespace
 
-std::unique_ptr<Loop> MakeEpollLoop(const LoopOptions& options, std::string* error) {
+absl::StatusOr<std::unique_ptr<Loop>> MakeEpollLoop(const LoopOptions& options) {
   auto loop = std::make_unique<EpollLoop>();
-  if (!loop->Init(options, error)) return nullptr;
+  std::string error;
+  if (!loop->Init(options, &error)) return absl::FailedPreconditionError(error);
   return loop;
 }
 

@@ -36,9 +36,9 @@ namespace ringd::io {
 namespace {
 
 TEST(EpollLoopTest, AReadErrorIsTheReadsEvenWhenTheEpollSetCannotBeChanged) {
-  std::string error;
-  std::unique_ptr<Loop> loop = MakeEpollLoop(LoopOptions{}, &error);
-  ASSERT_NE(loop, nullptr) << error;
+  absl::StatusOr<std::unique_ptr<Loop>> made = MakeEpollLoop(LoopOptions{});
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::unique_ptr<Loop> loop = *std::move(made);
   int sv[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
   struct Receiver {
@@ -75,9 +75,9 @@ TEST(EpollLoopTest, JobsHeldBackForAFullWorkerQueueAllReachTheWorkers) {
   plan.Set(Fault::kEbusy, 1);      // whose queue is full: each is held back
   LoopOptions o;
   o.faults = &plan;
-  std::string error;
-  std::unique_ptr<Loop> loop = MakeEpollLoop(o, &error);
-  ASSERT_NE(loop, nullptr) << error;
+  absl::StatusOr<std::unique_ptr<Loop>> made = MakeEpollLoop(o);
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::unique_ptr<Loop> loop = *std::move(made);
   char path[] = "/tmp/ringd-epoll-test-XXXXXX";
   const int file = ::mkstemp(path);
   ASSERT_GE(file, 0);

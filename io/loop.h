@@ -25,6 +25,8 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/statusor.h"
+
 namespace ringd::io {
 
 enum class Op : uint8_t { kNone, kAccept, kRecv, kSend, kSendFile, kOpen, kRead, kWake };
@@ -343,11 +345,11 @@ class Loop {
   virtual int RingFd() const { return -1; }
 };
 
-// Creates the loop for a shard; `error` gets one line on failure (nullptr returned).
-using LoopFactory = std::function<std::unique_ptr<Loop>(const LoopOptions&, std::string* error)>;
-std::unique_ptr<Loop> MakeUringLoop(const LoopOptions& options, std::string* error);
+// Creates the loop for a shard, or an error of one line.
+using LoopFactory = std::function<absl::StatusOr<std::unique_ptr<Loop>>(const LoopOptions&)>;
+absl::StatusOr<std::unique_ptr<Loop>> MakeUringLoop(const LoopOptions& options);
 // The bypass tier: MakeUringLoop with direct descriptors (options.direct_descriptors set).
-std::unique_ptr<Loop> MakeBypassLoop(const LoopOptions& options, std::string* error);
-std::unique_ptr<Loop> MakeEpollLoop(const LoopOptions& options, std::string* error);
+absl::StatusOr<std::unique_ptr<Loop>> MakeBypassLoop(const LoopOptions& options);
+absl::StatusOr<std::unique_ptr<Loop>> MakeEpollLoop(const LoopOptions& options);
 
 }  // namespace ringd::io

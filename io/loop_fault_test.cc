@@ -490,7 +490,12 @@ struct Harness {
     }
     std::string error;
     const LoopOptions o = Options();
-    loop = BuiltinTiers().Find(tier)->make(o, &error);
+    absl::StatusOr<std::unique_ptr<Loop>> made = BuiltinTiers().Find(tier)->make(o);
+    if (made.ok()) {
+      loop = *std::move(made);
+    } else {
+      error = std::string(made.status().message());
+    }
     if (loop == nullptr) {
       *skip = tier + " is not usable here: " + error;
       if (tier == "epoll") Fail(error);

@@ -154,7 +154,12 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
     if (backend == "bypass") o.uring.register_ring_fd = true;
     static const bool cqe_skip = ProbeUring().cqe_skip;
     if (backend != "epoll") o.uring.skip_unread_cqes = o.uring.skip_unread_cqes || cqe_skip;
-    loop_ = BuiltinTiers().Find(backend)->make(o, &error);
+    absl::StatusOr<std::unique_ptr<Loop>> made = BuiltinTiers().Find(backend)->make(o);
+    if (made.ok()) {
+      loop_ = *std::move(made);
+    } else {
+      error = std::string(made.status().message());
+    }
     if (loop_ == nullptr && backend != "epoll") {
       if (TierRequired(backend)) {
         FAIL() << "the " << backend << " tier is required here (RINGD_REQUIRED_TIERS) but "

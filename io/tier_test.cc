@@ -23,9 +23,8 @@ Tier MakeTier(const std::string& name, bool* works, bool names_clients = true,
     return *works;
   };
   t.adapt = [](const ProbeReport&, LoopOptions*, std::string*) {};
-  t.make = [](const LoopOptions&, std::string* error) -> std::unique_ptr<Loop> {
-    *error = "not made in this test";
-    return nullptr;
+  t.make = [](const LoopOptions&) -> absl::StatusOr<std::unique_ptr<Loop>> {
+    return absl::FailedPreconditionError("not made in this test");
   };
   return t;
 }

@@ -724,16 +724,17 @@ void UringLoop::OnOpen(Completion* c, int32_t res) {
 
 }  // namespace uring
 
-std::unique_ptr<Loop> MakeUringLoop(const LoopOptions& options, std::string* error) {
+absl::StatusOr<std::unique_ptr<Loop>> MakeUringLoop(const LoopOptions& options) {
   auto loop = std::make_unique<uring::UringLoop>();
-  if (!loop->Init(options, error)) return nullptr;
+  std::string error;
+  if (!loop->Init(options, &error)) return absl::FailedPreconditionError(error);
   return loop;
 }
 
-std::unique_ptr<Loop> MakeBypassLoop(const LoopOptions& options, std::string* error) {
+absl::StatusOr<std::unique_ptr<Loop>> MakeBypassLoop(const LoopOptions& options) {
   LoopOptions o = options;
   o.uring.direct_descriptors = true;
-  return MakeUringLoop(o, error);
+  return MakeUringLoop(o);
 }
 
 }  // namespace ringd::io

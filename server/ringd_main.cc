@@ -206,11 +206,11 @@ io::LoopFactory WithTls(io::LoopFactory make, tls::TlsSessionFactory* sessions,
                         std::vector<int> tls_fds, uint32_t max_connections,
                         uint32_t max_handshakes) {
   if (tls_fds.empty()) return make;
-  return [=](const io::LoopOptions& o, std::string* error) -> std::unique_ptr<io::Loop> {
-    std::unique_ptr<io::Loop> inner = make(o, error);
-    if (inner == nullptr) return nullptr;
+  return [=](const io::LoopOptions& o) -> absl::StatusOr<std::unique_ptr<io::Loop>> {
+    absl::StatusOr<std::unique_ptr<io::Loop>> inner = make(o);
+    if (!inner.ok()) return inner.status();
     const uint32_t recv_max = o.recv_max_bytes != 0 ? o.recv_max_bytes : o.recv_buffer_size;
-    return std::make_unique<tls::TlsLoop>(std::move(inner), sessions, tls_fds, recv_max,
+    return std::make_unique<tls::TlsLoop>(*std::move(inner), sessions, tls_fds, recv_max,
                                           max_connections, max_handshakes);
   };
 }

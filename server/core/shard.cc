@@ -141,12 +141,12 @@ bool Shard::MakeLoop() {
     lo.uring.registered_buffer_size = content_pool_->buffer_size();
     lo.uring.registered_buffer_count = content_pool_->count();
   }
-  std::string err;
-  loop_ = make_loop_(lo, &err);
-  if (loop_ == nullptr) {
-    error_ = "shard " + std::to_string(index_) + ": " + err;
+  absl::StatusOr<std::unique_ptr<io::Loop>> loop = make_loop_(lo);
+  if (!loop.ok()) {
+    error_ = "shard " + std::to_string(index_) + ": " + std::string(loop.status().message());
     return false;
   }
+  loop_ = *std::move(loop);
   if (log_ != nullptr) log_->set_io(loop_->Name());
   // "top -H" and /proc/PID/task/*/comm name the shard (at most 15 bytes); named after the loop
   // is made, so that the epoll backend's workers do not inherit the name.

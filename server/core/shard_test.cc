@@ -30,7 +30,7 @@ class ShardTest : public ::testing::Test {
     ASSERT_GE(listener, 0);
     shard_ = std::make_unique<Shard>(
         0, config_, std::vector<int>{listener}, -1, nullptr,
-        [this](const io::LoopOptions&, std::string*) -> std::unique_ptr<io::Loop> {
+        [this](const io::LoopOptions&) -> absl::StatusOr<std::unique_ptr<io::Loop>> {
           auto loop = std::make_unique<ScriptedLoop>(&now_ms_);
           loop_ = loop.get();
           return loop;

@@ -831,7 +831,7 @@ void Sim::MakeShard() {
   sim.adapt = [](const io::ProbeReport&, io::LoopOptions*, std::string*) {};
   // TLS seeds wrap it in the production TlsLoop, with the stand-in's sessions (as ringd_main's
   // WithTls does); every seed checks that callbacks come only from Poll.
-  sim.make = [this](const io::LoopOptions& o, std::string*) -> std::unique_ptr<io::Loop> {
+  sim.make = [this](const io::LoopOptions& o) -> absl::StatusOr<std::unique_ptr<io::Loop>> {
     auto sim_loop = std::make_unique<SimLoop>(&world_, o);
     loop_ = sim_loop.get();
     std::unique_ptr<io::Loop> loop = std::move(sim_loop);
