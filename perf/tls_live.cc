@@ -126,16 +126,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tls_live: OpenSSL has allocated already\n");
     return 1;
   }
-  std::string error;
   ringd::tls::TicketKeys keys(43200);
   ringd::tls::TlsOptions o;
   o.pairs = {MakeCert()};
   o.tickets = &keys;
-  auto factory = ringd::tls::OpenSslFactory::Create(o, &error);
-  if (factory == nullptr) {
-    std::fprintf(stderr, "tls_live: %s\n", error.c_str());
+  absl::StatusOr<std::shared_ptr<ringd::tls::OpenSslFactory>> made =
+      ringd::tls::OpenSslFactory::Create(o);
+  if (!made.ok()) {
+    std::fprintf(stderr, "tls_live: %s\n", std::string(made.status().message()).c_str());
     return 1;
   }
+  std::shared_ptr<ringd::tls::OpenSslFactory> factory = *std::move(made);
   SSL_CTX* cctx = SSL_CTX_new(TLS_client_method());
   SSL_CTX_set_max_proto_version(
       cctx, absl::GetFlag(FLAGS_version) == "1.2" ? TLS1_2_VERSION : TLS1_3_VERSION);

@@ -240,21 +240,20 @@ void LoadTls(const Config& config, Tls* tls) {
   tls->options.ciphers = config.tls_ciphers;
   tls->options.ciphersuites = config.tls_ciphersuites;
   tls->options.tickets = tls->ticket_keys.get();
-  std::string error;
-  if (!tls->sessions.Load(tls->options, &error)) Die(1, error);
+  if (absl::Status s = tls->sessions.Load(tls->options); !s.ok()) Die(1, s);
 }
 
 // SIGHUP: new connections get the new certificates; connections and handshakes already under
 // way finish on the ones they began with. A failed reload keeps the old ones.
 void ReloadTls(Tls* tls) {
-  std::string error;
   if (!tls->on) {
     std::fprintf(stderr, "ringd: SIGHUP: nothing to reload (no --listen-tls)\n");
-  } else if (tls->sessions.Load(tls->options, &error)) {
+  } else if (absl::Status s = tls->sessions.Load(tls->options); s.ok()) {
     std::fprintf(stderr, "ringd: SIGHUP: TLS certificates reloaded (%zu)\n",
                  tls->options.pairs.size());
   } else {
-    std::fprintf(stderr, "ringd: SIGHUP: keeping the certificates in use: %s\n", error.c_str());
+    std::fprintf(stderr, "ringd: SIGHUP: keeping the certificates in use: %s\n",
+                 std::string(s.message()).c_str());
   }
 }
 

@@ -415,12 +415,12 @@ X509* IssuerOf(const LoadedPair& loaded) {
 
 }  // namespace
 
-std::shared_ptr<OpenSslFactory> OpenSslFactory::Create(const TlsOptions& options,
-                                                       std::string* error) {
+absl::StatusOr<std::shared_ptr<OpenSslFactory>> OpenSslFactory::Create(const TlsOptions& options) {
   if (options.pairs.empty()) {
-    *error = "TLS: no certificate (--tls-cert FILE --tls-key FILE)";
-    return nullptr;
+    return absl::InvalidArgumentError("TLS: no certificate (--tls-cert FILE --tls-key FILE)");
   }
+  std::string why;  // what the loading steps below say on failure
+  std::string* error = &why;
   std::shared_ptr<OpenSslFactory> f(new OpenSslFactory());
   std::vector<std::vector<std::string>> site_names;
   // Each certificate and its issuer (from its chain; null if the chain lacks it), in order, with
@@ -437,13 +437,15 @@ std::shared_ptr<OpenSslFactory> OpenSslFactory::Create(const TlsOptions& options
     if (!LoadPair(pair, &loaded, error) ||
         !f->AddCertificate(options, pair, loaded.cert, loaded.chain, loaded.key, &site_names,
                            error)) {
-      return nullptr;
+      return absl::FailedPreconditionError(why);
     }
     X509_up_ref(loaded.cert);
     leaves.push_back(loaded.cert);
     issuers.push_back(IssuerOf(loaded));
   }
-  if (!f->LoadStaples(options.ocsp_files, leaves, issuers, error)) return nullptr;
+  if (!f->LoadStaples(options.ocsp_files, leaves, issuers, error)) {
+    return absl::FailedPreconditionError(why);
+  }
   // SNI: the default site's context picks another site's by the name the client asked for.
   SSL_CTX_set_tlsext_servername_callback(f->sites_[0].ctx, &OpenSslFactory::OnServerName);
   SSL_CTX_set_tlsext_servername_arg(f->sites_[0].ctx, f.get());
@@ -684,13 +686,13 @@ int TicketKeys::Callback(SSL* ssl, unsigned char* key_name, unsigned char* iv,
 
 // Reloading --------------------------------------------------------------------------------
 
-bool ReloadableTls::Load(const TlsOptions& options, std::string* error) {
-  std::shared_ptr<OpenSslFactory> next = OpenSslFactory::Create(options, error);
-  if (next == nullptr) return false;
+absl::Status ReloadableTls::Load(const TlsOptions& options) {
+  absl::StatusOr<std::shared_ptr<OpenSslFactory>> next = OpenSslFactory::Create(options);
+  if (!next.ok()) return next.status();
   std::lock_guard<std::mutex> lock(mu_);
-  current_ = std::move(next);
+  current_ = *std::move(next);
   ++generation_;
-  return true;
+  return absl::OkStatus();
 }
 
 std::unique_ptr<TlsSession> ReloadableTls::Make() {

@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "server/tls/tls_session.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
@@ -94,9 +96,9 @@ struct TlsOptions {
 class OpenSslFactory final : public TlsSessionFactory,
                              public std::enable_shared_from_this<OpenSslFactory> {
  public:
-  // Loads and checks every pair: readable, the key matches the certificate, not expired. One
-  // line in *error naming the file otherwise. Each session keeps its factory alive.
-  static std::shared_ptr<OpenSslFactory> Create(const TlsOptions& options, std::string* error);
+  // Loads and checks every pair: readable, the key matches the certificate, not expired; an
+  // error of one line naming the file otherwise. Each session keeps its factory alive.
+  static absl::StatusOr<std::shared_ptr<OpenSslFactory>> Create(const TlsOptions& options);
   ~OpenSslFactory() override;
 
   std::unique_ptr<TlsSession> Make() override;
@@ -140,8 +142,8 @@ class OpenSslFactory final : public TlsSessionFactory,
 // generation; sessions (handshakes in flight included) finish on the generation they began with.
 class ReloadableTls final : public TlsSessionFactory {
  public:
-  // Loads a generation; on failure the current one stays and *error says why.
-  bool Load(const TlsOptions& options, std::string* error);
+  // Loads a generation; on failure the current one stays and the error says why.
+  absl::Status Load(const TlsOptions& options);
   std::unique_ptr<TlsSession> Make() override;
   std::vector<OpenSslFactory::Certificate> certificates() const;
   uint64_t generation() const;

@@ -120,10 +120,20 @@ class Client {
   BIO* out_;
 };
 
+// The factory, or null with the error's one line in *error.
+std::shared_ptr<OpenSslFactory> Create(const TlsOptions& o, std::string* error) {
+  absl::StatusOr<std::shared_ptr<OpenSslFactory>> f = OpenSslFactory::Create(o);
+  if (!f.ok()) {
+    *error = std::string(f.status().message());
+    return nullptr;
+  }
+  return *std::move(f);
+}
+
 std::shared_ptr<OpenSslFactory> Factory(std::vector<TlsCertPair> pairs, std::string* error) {
   TlsOptions o;
   o.pairs = std::move(pairs);
-  return OpenSslFactory::Create(o, error);
+  return Create(o, error);
 }
 
 TEST(OpenSslTls, HandshakesAndCarriesRequestsBothWays) {
@@ -365,8 +375,8 @@ TEST(OpenSslTls, TicketKeysOutliveAReloadAndRotateWithThePreviousStillAccepted) 
   o.pairs = {MakeCert("origin.test", "EC")};
   o.tickets = &keys;
   std::string error;
-  auto before = OpenSslFactory::Create(o, &error);
-  auto after = OpenSslFactory::Create(o, &error);  // a reload: new contexts, the same keys
+  auto before = Create(o, &error);
+  auto after = Create(o, &error);  // a reload: new contexts, the same keys
   ASSERT_NE(after, nullptr) << error;
   EXPECT_TRUE(ResumesAcross(before.get(), after.get()));
   // One rotation: the ticket's key is the previous one, still accepted.
@@ -376,8 +386,8 @@ TEST(OpenSslTls, TicketKeysOutliveAReloadAndRotateWithThePreviousStillAccepted) 
   EXPECT_FALSE(ResumesAcross(after.get(), after.get(), [] { fake_now += 250; }));
   // Without shared keys, another generation's contexts cannot read the ticket.
   o.tickets = nullptr;
-  auto own_a = OpenSslFactory::Create(o, &error);
-  auto own_b = OpenSslFactory::Create(o, &error);
+  auto own_a = Create(o, &error);
+  auto own_b = Create(o, &error);
   EXPECT_FALSE(ResumesAcross(own_a.get(), own_b.get()));
 }
 
@@ -385,15 +395,15 @@ TEST(OpenSslTls, AFailedReloadKeepsTheCertificatesInUse) {
   ReloadableTls tls;
   TlsOptions o;
   o.pairs = {MakeCert("origin.test", "EC")};
-  std::string error;
-  ASSERT_TRUE(tls.Load(o, &error)) << error;
+  ASSERT_EQ(tls.Load(o), absl::OkStatus());
   std::unique_ptr<TlsSession> in_flight = tls.Make();  // a handshake begun before the reload
   TlsOptions bad = o;
   bad.pairs[0].key_file = "/nonexistent.key";
-  EXPECT_FALSE(tls.Load(bad, &error));
-  EXPECT_NE(error.find("cannot read '/nonexistent.key'"), std::string::npos) << error;
+  const absl::Status failed = tls.Load(bad);
+  EXPECT_NE(failed.message().find("cannot read '/nonexistent.key'"), absl::string_view::npos)
+      << failed;
   EXPECT_EQ(tls.generation(), 1u);
-  ASSERT_TRUE(tls.Load(o, &error)) << error;
+  ASSERT_EQ(tls.Load(o), absl::OkStatus());
   EXPECT_EQ(tls.generation(), 2u);
   // The session made before both reloads still completes its handshake.
   Client c(in_flight.get());
@@ -575,7 +585,7 @@ TEST(OpenSslTls, StaplesTheOcspResponseOfTheCertificateChosen) {
   // In any order: each response finds its certificate.
   o.ocsp_files = {WriteOcsp(b, "b.ocsp"), WriteOcsp(a, "a.ocsp")};
   std::string error;
-  auto f = OpenSslFactory::Create(o, &error);
+  auto f = Create(o, &error);
   ASSERT_NE(f, nullptr) << error;
   for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
     int status = -2;
@@ -591,7 +601,7 @@ TEST(OpenSslTls, StaplesTheOcspResponseOfTheCertificateChosen) {
   EXPECT_GT(f->certificates()[0].ocsp_next_update_sec, 0);
   // Without --tls-ocsp, nothing is stapled.
   o.ocsp_files.clear();
-  auto plain = OpenSslFactory::Create(o, &error);
+  auto plain = Create(o, &error);
   ASSERT_NE(plain, nullptr) << error;
   int status = -2;
   EXPECT_EQ(Stapled(plain.get(), "staple-a.test", TLS1_3_VERSION, &status), "");
@@ -607,7 +617,7 @@ TEST(OpenSslTls, BadOcspResponsesAreOneClearLine) {
     TlsOptions o;
     o.pairs = std::move(pairs);
     o.ocsp_files = std::move(ocsp);
-    return OpenSslFactory::Create(o, error);
+    return Create(o, error);
   };
   std::string error;
   EXPECT_EQ(load({a.pair}, {"/nonexistent.ocsp"}, &error), nullptr);
