@@ -298,7 +298,10 @@ struct Inherited {
 Inherited CheckListenAddresses(const Config& config, uint32_t shards) {
   std::string error;
   Inherited in;
-  if (!TakeListenSockets(&in.fds, &in.tls_fds, &error)) Die(1, error);
+  absl::StatusOr<ListenSockets> passed = TakeListenSockets();
+  if (!passed.ok()) Die(1, passed.status());
+  in.fds = std::move(passed->fds);
+  in.tls_fds = std::move(passed->tls_fds);
   in.by_shard = AssignInheritedSockets(in.fds, shards, &error);
   if (!error.empty()) Die(1, error);
   in.tls_by_shard = AssignInheritedSockets(in.tls_fds, shards, &error);
@@ -561,9 +564,8 @@ void Drain(const Config& config, int sig, const std::vector<std::unique_ptr<Shar
 
 int Main(int argc, char** argv) {
   Config config;
-  std::string error;
   bool exit_now = false;
-  if (!ParseFlags(argc, argv, &config, &error, &exit_now)) Die(2, error);
+  if (absl::Status s = ParseFlags(argc, argv, &config, &exit_now); !s.ok()) Die(2, s);
   if (exit_now) return 0;
   if (!config.probe_only) {
     if (absl::Status s = RootAllowed(config); !s.ok()) Die(1, s);

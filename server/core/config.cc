@@ -761,8 +761,10 @@ bool CheckAdminListen(Config* config, std::string* error) {
 
 }  // namespace
 
-bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool* exit_now) {
-  *exit_now = false;
+namespace {
+
+// The command line's checks, in order; false with one line in *error at the first that fails.
+bool Parse(int argc, char** argv, Config* config, std::string* error, bool* exit_now) {
   std::vector<std::string> args(argv + 1, argv + argc);
   size_t failed_at;
   if (!ParseArgs(args, config, error, exit_now, 0, &failed_at)) return false;
@@ -778,6 +780,15 @@ bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool*
   }
   return CheckAccessLog(config, error) && ResolveUser(config, error) &&
          CheckAdminListen(config, error);
+}
+
+}  // namespace
+
+absl::Status ParseFlags(int argc, char** argv, Config* config, bool* exit_now) {
+  *exit_now = false;
+  std::string error;
+  if (!Parse(argc, argv, config, &error, exit_now)) return absl::InvalidArgumentError(error);
+  return absl::OkStatus();
 }
 
 }  // namespace ringd

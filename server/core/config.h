@@ -2,8 +2,8 @@
 // line and from --flagfile. A bad flag or value is one line on stderr and exit status 2.
 //
 //   Config config;
-//   std::string error;
-//   if (!ParseFlags(argc, argv, &config, &error)) { fprintf(stderr, "ringd: %s\n", ...); exit(2); }
+//   bool exit_now;
+//   if (absl::Status s = ParseFlags(argc, argv, &config, &exit_now); !s.ok()) Die(2, s);
 #pragma once
 
 #include <netinet/in.h>
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "server/http/origin_headers.h"
 
 namespace ringd {
@@ -151,9 +152,9 @@ struct Config {
   bool probe_only = false;  // --probe: print what io_uring offers here, and exit
 };
 
-// Parses argv into config. On failure returns false with one line in *error; on --help or
-// --version prints to stdout and sets *exit_now.
-bool ParseFlags(int argc, char** argv, Config* config, std::string* error, bool* exit_now);
+// Parses argv into config; an error of one line on failure. On --help or --version prints to
+// stdout and sets *exit_now.
+absl::Status ParseFlags(int argc, char** argv, Config* config, bool* exit_now);
 
 std::string Usage();
 

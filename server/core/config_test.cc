@@ -23,7 +23,10 @@ Parsed Parse(std::vector<std::string> args) {
   for (std::string& a : args) argv.push_back(a.data());
   Parsed p;
   bool exit_now = false;
-  p.ok = ParseFlags(static_cast<int>(argv.size()), argv.data(), &p.config, &p.error, &exit_now);
+  const absl::Status s =
+      ParseFlags(static_cast<int>(argv.size()), argv.data(), &p.config, &exit_now);
+  p.ok = s.ok();
+  p.error = std::string(s.message());
   return p;
 }
 

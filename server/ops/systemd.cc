@@ -13,9 +13,8 @@
 
 namespace ringd {
 
-bool TakeListenSockets(std::vector<int>* fds, std::vector<int>* tls_fds, std::string* error) {
-  fds->clear();
-  tls_fds->clear();
+absl::StatusOr<ListenSockets> TakeListenSockets() {
+  ListenSockets passed;
   char** names = nullptr;
   const int n = sd_listen_fds_with_names(/*unset_environment=*/1, &names);
   std::vector<std::string> name_of;
@@ -25,28 +24,29 @@ bool TakeListenSockets(std::vector<int>* fds, std::vector<int>* tls_fds, std::st
   }
   std::free(names);
   if (n < 0) {
-    *error = std::string("LISTEN_FDS: cannot take the sockets systemd passed: ") + strerror(-n);
-    return false;
+    return absl::FailedPreconditionError(
+        std::string("LISTEN_FDS: cannot take the sockets systemd passed: ") + strerror(-n));
   }
   for (int fd = SD_LISTEN_FDS_START; fd < SD_LISTEN_FDS_START + n; ++fd) {
     if (sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, /*listening=*/1) <= 0) {
-      *error = "LISTEN_FDS: descriptor " + std::to_string(fd) +
-               " is not a listening stream socket (the socket unit needs ListenStream=)";
-      return false;
+      return absl::FailedPreconditionError(
+          "LISTEN_FDS: descriptor " + std::to_string(fd) +
+          " is not a listening stream socket (the socket unit needs ListenStream=)");
     }
     const int flags = ::fcntl(fd, F_GETFL);
     if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
-      *error = "LISTEN_FDS: descriptor " + std::to_string(fd) + ": " + strerror(errno);
-      return false;
+      return absl::FailedPreconditionError("LISTEN_FDS: descriptor " + std::to_string(fd) + ": " +
+                                           strerror(errno));
     }
     if (sd_is_socket_inet(fd, AF_UNSPEC, SOCK_STREAM, 1, 0) > 0) {
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
     const size_t i = static_cast<size_t>(fd - SD_LISTEN_FDS_START);
-    (i < name_of.size() && name_of[i] == kTlsSocketName ? tls_fds : fds)->push_back(fd);
+    (i < name_of.size() && name_of[i] == kTlsSocketName ? passed.tls_fds : passed.fds)
+        .push_back(fd);
   }
-  return true;
+  return passed;
 }
 
 ServiceNotifier::ServiceNotifier() {

@@ -2,8 +2,8 @@
 // (LISTEN_FDS / LISTEN_PID) and the notify protocol (READY=1, STOPPING=1, WATCHDOG=1 on
 // NOTIFY_SOCKET). Outside systemd every call here does nothing.
 //
-//   std::vector<int> fds, tls_fds;
-//   if (!TakeListenSockets(&fds, &tls_fds, &error)) Die(1, error);  // empty: not activated
+//   absl::StatusOr<ListenSockets> passed = TakeListenSockets();    // empty: not activated
+//   if (!passed.ok()) Die(1, passed.status());
 //   ServiceNotifier notify;
 //   notify.Ready("serving ...");                           // once every shard serves
 //   if (notify.watchdog_interval_ms() > 0) ...             // ping with Watchdog() that often
@@ -14,16 +14,22 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace ringd {
 
 // Takes the sockets systemd passed to this process (and unsets LISTEN_FDS and friends, so no
 // child inherits them). Each must be a listening stream socket; it is made non-blocking (and,
-// for TCP, TCP_NODELAY, inherited by accepted connections). Returns false with one line when a
-// passed descriptor cannot serve; true with both empty when nothing was passed. Sockets named
-// `https` (FileDescriptorName=https in their socket unit: LISTEN_FDNAMES) go to `tls_fds` and
-// serve HTTPS; every other one goes to `fds` and serves plain HTTP.
+// for TCP, TCP_NODELAY, inherited by accepted connections). An error of one line when a passed
+// descriptor cannot serve; both lists empty when nothing was passed. Sockets named `https`
+// (FileDescriptorName=https in their socket unit: LISTEN_FDNAMES) go to `tls_fds` and serve
+// HTTPS; every other one goes to `fds` and serves plain HTTP.
 inline constexpr const char* kTlsSocketName = "https";
-bool TakeListenSockets(std::vector<int>* fds, std::vector<int>* tls_fds, std::string* error);
+struct ListenSockets {
+  std::vector<int> fds;
+  std::vector<int> tls_fds;
+};
+absl::StatusOr<ListenSockets> TakeListenSockets();
 
 class ServiceNotifier {
  public:
