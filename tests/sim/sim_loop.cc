@@ -587,8 +587,8 @@ void SimLoop::ProgressRecv(uint64_t seq) {
     // on the last callback), unless the receive was paused or dropped what a pause kept (nothing
     // is delivered then: the stream would have a hole); twice at most, and a second time as the
     // last callback.
-    if (!c->paused && !op.held_dropped && !s.to_server.empty() && !s.client_reset && op.data_after_cancel < 2 &&
-        rng.Chance(w_->faults.data_after_cancel)) {
+    if (!c->paused && !op.held_dropped && !s.to_server.empty() && !s.client_reset &&
+        op.data_after_cancel < 2 && rng.Chance(w_->faults.data_after_cancel)) {
       ++op.data_after_cancel;
       ++w_->counters.data_after_cancel;
       const bool last = op.data_after_cancel == 2 || rng.Chance(300);

@@ -257,7 +257,7 @@ class SimLoop final : public io::Loop {
     uint8_t data_after_cancel = 0;       // deliveries after a cancel
     bool cancelled_beside_send = false;  // Recv: cancelled while a send on its socket was in flight
     bool held_dropped = false;  // Recv: cancelled holding bytes a pause kept, which went with it
-    std::string held;                    // Recv: bytes taken from the socket as it was paused
+    std::string held;           // Recv: bytes taken from the socket as it was paused
   };
 
   uint64_t Begin(io::Completion* c, io::Op kind, int fd);
