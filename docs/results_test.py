@@ -84,11 +84,10 @@ class ResultsTest(unittest.TestCase):
         stale = []
         for d in kept_folders():
             folder = os.path.join(RESULTS, d)
-            if (not os.path.exists(os.path.join(folder, "raw.json"))
-                    and os.path.exists(os.path.join(folder, "README.md"))):
-                continue  # a tool's output, not perf/run's: nothing to render
             if not os.path.exists(os.path.join(folder, "raw.json")):
-                stale.append("%s: no raw.json" % d)
+                # A tool's output, not perf/run's (its README.md says so): nothing to render.
+                if not os.path.exists(os.path.join(folder, "README.md")):
+                    stale.append("%s: no raw.json" % d)
                 continue
             with open(os.path.join(folder, "report.md")) as f:
                 checked_in = f.read()

@@ -209,16 +209,11 @@ int main(int argc, char** argv) {
   s.mapping = static_cast<char*>(mmap(nullptr, size, PROT_READ, MAP_SHARED, s.file, 0));
   if (s.mapping == MAP_FAILED) Die("mmap");
 
-  const int l = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t alen = sizeof a;
-  if (bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(l, 1) != 0 ||
-      getsockname(l, reinterpret_cast<sockaddr*>(&a), &alen) != 0)
-    Die("listen");
+  uint16_t port = 0;
+  const int l = ringd::perf::ListenLoopback(&port);
+  if (l < 0) Die("listen");
   const pid_t child = fork();
-  if (child == 0) Sink(ntohs(a.sin_port), client_cpu);
+  if (child == 0) Sink(port, client_cpu);
   Pin(server_cpu);
   s.sock = accept(l, nullptr, nullptr);
   if (s.sock < 0) Die("accept");

@@ -456,16 +456,11 @@ Shared* MapShared() {
 // Listens on a loopback port, forks the client to connect to it, pins the server and accepts
 // the client's connection into s.sock; returns the client's pid.
 pid_t ForkClient(Server& s, const Options& o, const std::string& body, Shared* shared) {
-  const int l = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t alen = sizeof a;
-  if (bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(l, 1) != 0 ||
-      getsockname(l, reinterpret_cast<sockaddr*>(&a), &alen) != 0)
-    Die("listen");
+  uint16_t port = 0;
+  const int l = ringd::perf::ListenLoopback(&port);
+  if (l < 0) Die("listen");
   const pid_t child = fork();
-  if (child == 0) Client(ntohs(a.sin_port), o.client_cpu, o.size, body, shared);
+  if (child == 0) Client(port, o.client_cpu, o.size, body, shared);
   Pin(o.server_cpu);
   s.sock = accept(l, nullptr, nullptr);
   if (s.sock < 0) Die("accept");
