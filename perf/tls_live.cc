@@ -3,7 +3,8 @@
 // through a handshake and one request and response, then trimmed as an idle connection is; the
 // client is freed, and every allocation made since the session began that is still alive is
 // listed by the site that made it (OpenSSL's file:line), with the bytes asked for and the bytes
-// the allocator gave (malloc_usable_size).
+// the allocator gave (malloc_usable_size: mimalloc's class) and what ringd's routing takes
+// (tls/tls_memory.h: the smaller of that and glibc's chunk).
 //
 //   bazel build //perf:tls_live && bazel-bin/perf/tls_live --version 1.3 --response_bytes 600
 //
@@ -31,6 +32,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "server/tls/openssl_tls.h"
+#include "server/tls/tls_memory.h"
 
 ABSL_FLAG(std::string, version, "1.3", "the client's highest TLS version: 1.2 or 1.3");
 ABSL_FLAG(int, response_bytes, 600, "plaintext bytes of the response the server sends");
@@ -190,7 +192,7 @@ int main(int argc, char** argv) {
   ticket = nullptr;
   // The listed connection's allocations still alive, by site.
   struct Total {
-    size_t count = 0, asked = 0, usable = 0;
+    size_t count = 0, asked = 0, usable = 0, routed = 0;
   };
   std::map<std::string, Total> by_site;
   Total all;
@@ -201,17 +203,19 @@ int main(int argc, char** argv) {
     ++t.count;
     t.asked += site.size;
     t.usable += usable;
+    t.routed += ringd::tls::RoutedBytes(site.size);
     ++all.count;
     all.asked += site.size;
     all.usable += usable;
+    all.routed += ringd::tls::RoutedBytes(site.size);
   }
   std::vector<std::pair<std::string, Total>> rows(by_site.begin(), by_site.end());
   std::sort(rows.begin(), rows.end(),
             [](const auto& a, const auto& b) { return a.second.asked > b.second.asked; });
-  std::printf("%-50s %6s %8s %8s\n", "site", "count", "asked", "usable");
+  std::printf("%-50s %6s %8s %8s %8s\n", "site", "count", "asked", "usable", "routed");
   for (const auto& [name, t] : rows)
-    std::printf("%-50s %6zu %8zu %8zu\n", name.c_str(), t.count, t.asked, t.usable);
-  std::printf("%-50s %6zu %8zu %8zu\n", "total", all.count, all.asked, all.usable);
+    std::printf("%-50s %6zu %8zu %8zu %8zu\n", name.c_str(), t.count, t.asked, t.usable, t.routed);
+  std::printf("%-50s %6zu %8zu %8zu %8zu\n", "total", all.count, all.asked, all.usable, all.routed);
   SSL_CTX_free(cctx);
   return 0;
 }

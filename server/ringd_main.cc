@@ -38,6 +38,7 @@
 #include "server/ops/systemd.h"
 #include "server/tls/openssl_tls.h"
 #include "server/tls/tls_loop.h"
+#include "server/tls/tls_memory.h"
 
 namespace ringd {
 namespace {
@@ -563,6 +564,9 @@ void Drain(const Config& config, int sig, const std::vector<std::unique_ptr<Shar
 }
 
 int Main(int argc, char** argv) {
+  // Before anything asks OpenSSL for memory (tls_memory.h: an idle TLS connection's allocations
+  // in fewer bytes). Where it cannot be routed the library uses plain malloc.
+  tls::RouteOpenSslAllocations();
   Config config;
   bool exit_now = false;
   if (absl::Status s = ParseFlags(argc, argv, &config, &exit_now); !s.ok()) Die(2, s);
