@@ -48,6 +48,12 @@ class ScenarioTest(unittest.TestCase):
         self.assertEqual(read, replace(large, bulk=False))
         self.assertNotIn("--bulk", replace(read, paths_glob=None).command("load", 7, "/d", 1, "0"))
 
+    def test_the_flood_runs_only_when_the_measured_client_waits(self):
+        flood = SCENARIOS["tls-handshake-flood"].loads(quick=False)[1]
+        self.assertTrue(flood.hello_flood)
+        self.assertEqual(" ".join(flood.command("hello_flood", 9, "/d", 4, "0")),
+                         "chrt --idle 0 taskset -c 0 hello_flood --port 9 --connections 100 --duration-s 4")
+
     def test_warm_up_is_closed_loop(self):
         self.assertEqual(Load(10, rate=5, idle=7).warm(), Load(10, rate=0, idle=0, bulk=True))
 

@@ -49,7 +49,11 @@ class Load:
         cmd = ["taskset", "-c", client_cpus, load_bin, "--port", str(port),
                "--connections", str(self.connections), "--duration-s", str(duration_s)]
         if self.hello_flood:
-            return cmd  # load_bin is hello_flood: it takes nothing more
+            # load_bin is hello_flood: it takes nothing more. It shares the client core with the
+            # load it floods beside, so it runs there only when that load has nothing to do
+            # (SCHED_IDLE): the measured clients' latency is then the server's, not the shared
+            # core's, as with an attacker on machines of its own.
+            return ["chrt", "--idle", "0"] + cmd
         if threads > 1:
             cmd += ["--threads", str(threads)]
         if self.close:
