@@ -132,6 +132,10 @@ class Result:
             "core_us_per_request": self.core_us_per_request,
             "tls_handshakes_per_s": self.tls_handshakes / self.seconds
             if self.tls_handshakes is not None and self.seconds else None,
+            # What one server core would complete at 100% busy: the handshake scenarios are bound
+            # by the client's core, which does as much cryptography as the server's.
+            "tls_handshakes_per_cpu_s": self.tls_handshakes / self.cpu_s
+            if self.tls_handshakes and self.cpu_s else None,
             "tls_resumed_percent": 100 * self.tls_resumed / self.tls_handshakes
             if self.tls_handshakes and self.tls_resumed is not None else None,
             **{"cpu_us_per_request_%s" % k: v for k, v in (self.cpu_us_per_request_by or {}).items()},

@@ -361,6 +361,7 @@ _TLS_NOTE = ("Every server but ringd-plaintext serves HTTPS with the run's certi
 _TLS = dict(tls=True, hooks=TlsCertificate, ratio_to=("h2o",), cpu_ratio_to=("nginx", "h2o", "haproxy-tls"))
 _HANDSHAKES = Column("handshakes/s", "tls_handshakes_per_s", "%.0f")
 _RESUMED = Column("resumed %", "tls_resumed_percent", "%.1f")
+_PER_CORE = Column("handshakes per server CPU second", "tls_handshakes_per_cpu_s", "%.0f")
 _SPLIT = (Column("HAProxy CPU us/request", "cpu_us_per_request_haproxy"),
           Column("ringd CPU us/request", "cpu_us_per_request_ringd"))
 
@@ -372,13 +373,13 @@ _ENTRIES += [
              "612-byte index.html over HTTPS, `Connection: close` on every request, 100 connections:"
              " one full handshake per request (the client keeps no session)",
              "issue 28 (HTTPS on the ring)", Load(100, paths=("/index.html",), close=True),
-             columns=(_HANDSHAKES, _RESUMED, CORE_CPU, CLIENT_CPU) + _SPLIT, notes=(_TLS_NOTE,),
+             columns=(_HANDSHAKES, _PER_CORE, _RESUMED, CORE_CPU, CLIENT_CPU) + _SPLIT, notes=(_TLS_NOTE,),
              quick_skip=True, **_TLS),
     Scenario("tls-handshake-resumed",
              "tls-handshake with resumption: each connection offers the session ticket its slot's"
              " previous connection ended with (resumed % says how many the server took)",
              "issue 28 (HTTPS on the ring)", Load(100, paths=("/index.html",), close=True, tls_resume=True),
-             columns=(_HANDSHAKES, _RESUMED, CORE_CPU, CLIENT_CPU) + _SPLIT, notes=(_TLS_NOTE,), **_TLS),
+             columns=(_HANDSHAKES, _PER_CORE, _RESUMED, CORE_CPU, CLIENT_CPU) + _SPLIT, notes=(_TLS_NOTE,), **_TLS),
     Scenario("tls-at-rate",
              "612-byte index.html over HTTPS at a fixed 2,000 requests/s over 50 established keep-alive"
              " connections: tls-handshake-flood's latency without the flood",
