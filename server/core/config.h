@@ -45,6 +45,7 @@ struct Config {
   bool redirect_https = false;        // plaintext listeners answer 301 to https://
   // A new ticket key this often; the previous one still resumes.
   uint32_t tls_ticket_rotate_s = 43200;
+  uint32_t tls_tickets = 1;  // TLS 1.3 tickets per handshake; 0: no ticket resumption
   std::string tls_ciphers = "ECDHE+AESGCM:ECDHE+CHACHA20";
   std::string tls_ciphersuites =
       "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";

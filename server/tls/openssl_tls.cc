@@ -105,6 +105,8 @@ SSL_CTX* NewContext(const TlsOptions& o, std::string* error) {
   // Idle connections hold no record buffers (nginx does the same).
   SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
   SSL_CTX_set_alpn_select_cb(ctx, &SelectAlpn, nullptr);
+  SSL_CTX_set_num_tickets(ctx, o.tickets_per_handshake);
+  if (o.tickets_per_handshake == 0) SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
   if (o.tickets != nullptr) {
     SSL_CTX_set_app_data(ctx, o.tickets);
     SSL_CTX_set_tlsext_ticket_key_evp_cb(ctx, &TicketKeys::Callback);

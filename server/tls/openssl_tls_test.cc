@@ -342,6 +342,47 @@ TEST(OpenSslTls, ResumesWithATicketOnBothVersions) {
   }
 }
 
+int tickets_seen = 0;
+int CountTicket(SSL*, SSL_SESSION*) {
+  ++tickets_seen;
+  return 0;  // not kept: the library frees it
+}
+
+TEST(OpenSslTls, SendsTheTicketsAskedForAndNoneWhenOff) {
+  std::string error;
+  const TlsCertPair cert = MakeCert("origin.test", "EC");
+  for (uint32_t n : {0u, 1u, 2u}) {
+    TlsOptions o;
+    o.pairs = {cert};
+    o.tickets_per_handshake = n;
+    auto f = Create(o, &error);
+    ASSERT_NE(f, nullptr) << error;
+    for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+      std::unique_ptr<TlsSession> s = f->Make();
+      Client c(s.get(), nullptr, version);
+      SSL_CTX* cctx = SSL_get_SSL_CTX(c.ssl());
+      SSL_CTX_set_session_cache_mode(cctx,
+                                     SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+      SSL_CTX_sess_set_new_cb(cctx, &CountTicket);
+      tickets_seen = 0;
+      c.Pump();
+      ASSERT_TRUE(s->HandshakeDone());
+      ASSERT_TRUE(s->WritePlain("x", 1));
+      c.Pump();
+      c.Read();
+      SSL_SESSION* session = SSL_get1_session(c.ssl());
+      ASSERT_NE(session, nullptr);
+      if (version == TLS1_3_VERSION) {
+        EXPECT_EQ(tickets_seen, static_cast<int>(n)) << "TLS 1.3, " << n << " asked for";
+      } else {
+        EXPECT_EQ(SSL_SESSION_has_ticket(session), n > 0 ? 1 : 0) << "TLS 1.2, " << n;
+      }
+      SSL_SESSION_free(session);
+      SSL_shutdown(c.ssl());
+    }
+  }
+}
+
 int64_t fake_now = 1000;
 int64_t FakeNow() { return fake_now; }
 

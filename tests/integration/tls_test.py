@@ -158,6 +158,25 @@ class TlsTest(BackendTestCase):
                 self.assertTrue(s.session_reused, version)
                 self.assertEqual(self.get(s, "/small.txt").status, 200)
 
+    def test_tickets_off_means_no_resumption_on_either_version(self):
+        p = lambda n: os.path.join(self.pki, n)
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--tls-tickets", "0",
+                        "--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"))
+        try:
+            for version in [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3]:
+                ctx = self.context(maximum_version=version)
+                raw = socket.create_connection(("127.0.0.1", server.tls_port), timeout=10)
+                with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                    self.assertEqual(self.get(s, "/small.txt").status, 200)
+                    session = s.session
+                self.assertFalse(session.has_ticket, version)
+                raw = socket.create_connection(("127.0.0.1", server.tls_port), timeout=10)
+                with ctx.wrap_socket(raw, server_hostname="localhost", session=session) as s:
+                    self.assertFalse(s.session_reused, version)
+                    self.assertEqual(self.get(s, "/small.txt").status, 200)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log)
+
     def test_a_closing_response_ends_with_close_notify(self):
         with self.tls() as s:
             r = self.get(s, "/small.txt", "Connection: close\r\n")
