@@ -83,7 +83,8 @@ class TicketKeys {
 
 struct TlsOptions {
   TicketKeys* tickets = nullptr;  // null: OpenSSL's own keys, per context
-  // TLS 1.3 tickets sent after a handshake (full or resumed); 0: none, and none on TLS 1.2.
+  // TLS 1.3 tickets sent after a full handshake (OpenSSL sends at most one after a resumed one);
+  // 0: none, and none on TLS 1.2.
   uint32_t tickets_per_handshake = 1;
   std::vector<TlsCertPair> pairs;
   // DER OCSP responses, each for one of the certificates (in any order).
