@@ -4,7 +4,7 @@
 // client is freed, and every allocation made since the session began that is still alive is
 // listed by the site that made it (OpenSSL's file:line), with the bytes asked for and the bytes
 // the allocator gave (malloc_usable_size: mimalloc's class) and what ringd's routing takes
-// (tls/tls_memory.h: the smaller of that and glibc's chunk).
+// (tls/tls_memory.h: the smaller of that and a 16-byte step's block).
 //
 //   bazel build //perf:tls_live && bazel-bin/perf/tls_live --version 1.3 --response_bytes 600
 //

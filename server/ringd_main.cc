@@ -567,7 +567,8 @@ void Drain(const Config& config, int sig, const std::vector<std::unique_ptr<Shar
 int Main(int argc, char** argv) {
   // Before anything asks OpenSSL for memory (tls_memory.h: an idle TLS connection's allocations
   // in fewer bytes). Where it cannot be routed the library uses plain malloc.
-  tls::RouteOpenSslAllocations();
+  if (!tls::RouteOpenSslAllocations() && tls::RoutingBuiltIn())
+    std::fprintf(stderr, "ringd: OpenSSL's allocations not routed: it uses malloc\n");
   Config config;
   bool exit_now = false;
   if (absl::Status s = ParseFlags(argc, argv, &config, &exit_now); !s.ok()) Die(2, s);

@@ -132,8 +132,10 @@ class Result:
             "core_us_per_request": self.core_us_per_request,
             "tls_handshakes_per_s": self.tls_handshakes / self.seconds
             if self.tls_handshakes is not None and self.seconds else None,
-            # What one server core would complete at 100% busy: the handshake scenarios are bound
-            # by the client's core, which does as much cryptography as the server's.
+            # Handshakes per second of the server process's CPU time (over the same window as CPU
+            # per request, so about 1e6 / that): the handshake scenarios are bound by the client's
+            # core, which does as much cryptography as the server's. Kernel work that loopback
+            # charges to the client's side is in neither.
             "tls_handshakes_per_cpu_s": self.tls_handshakes / self.cpu_s
             if self.tls_handshakes and self.cpu_s else None,
             "tls_resumed_percent": 100 * self.tls_resumed / self.tls_handshakes

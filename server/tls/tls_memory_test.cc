@@ -1,7 +1,8 @@
-// OpenSSL's allocations routed by size between mimalloc and glibc's malloc: each goes where it
-// takes fewer bytes, is freed and resized there, and a whole handshake allocates and frees
-// through the routing. Routing must come before OpenSSL's first allocation, so every test here
-// calls it first (gtest runs nothing that touches OpenSSL before).
+// OpenSSL's allocations routed by size between mimalloc and ringd's 16-byte-step slabs: the
+// slabs themselves (sizes, reuse, the region's end, another thread's free), where sizes go, and
+// OpenSSL allocating, resizing and freeing through the routing, a whole handshake included.
+// Routing must come before OpenSSL's first allocation: every test that needs it routes first
+// (gtest runs nothing that touches OpenSSL before).
 #include "server/tls/tls_memory.h"
 
 #include <openssl/crypto.h>
@@ -9,7 +10,10 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -20,26 +24,80 @@
 namespace ringd::tls {
 namespace {
 
+TEST(StepSlabs, BlocksInSixteenByteStepsReusedAndOwnedByAddress) {
+  StepSlabs slabs(4 * StepSlabs::kRunBytes);
+  ASSERT_TRUE(slabs.ok());
+  void* a = slabs.Alloc(7608);
+  void* b = slabs.Alloc(7608);
+  void* c = slabs.Alloc(1);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_NE(c, nullptr);
+  EXPECT_TRUE(slabs.Owns(a));
+  EXPECT_EQ(static_cast<char*>(b) - static_cast<char*>(a), 7616);  // no header between blocks
+  EXPECT_EQ(slabs.BlockBytes(a), 7616u);
+  EXPECT_EQ(slabs.BlockBytes(c), 16u);
+  EXPECT_EQ(slabs.runs_used(), 2u);  // one run per size
+  std::memset(a, 0xab, 7608);
+  int on_the_stack = 0;
+  EXPECT_FALSE(slabs.Owns(&on_the_stack));
+  std::vector<char> heap(64);
+  EXPECT_FALSE(slabs.Owns(heap.data()));
+  slabs.Free(a);
+  EXPECT_EQ(slabs.Alloc(7601), a);  // the same size's freed block first
+  slabs.Free(b);
+  slabs.Free(c);
+}
+
+TEST(StepSlabs, ASpentRegionSaysSoAndFreedBlocksStillServe) {
+  StepSlabs slabs(2 * StepSlabs::kRunBytes);
+  ASSERT_TRUE(slabs.ok());
+  std::vector<void*> got;
+  while (void* p = slabs.Alloc(StepSlabs::kMaxBytes)) got.push_back(p);
+  EXPECT_EQ(got.size(), 2 * (StepSlabs::kRunBytes / StepSlabs::kMaxBytes));
+  EXPECT_EQ(slabs.Alloc(32), nullptr);  // no run left for a new size
+  slabs.Free(got.back());
+  EXPECT_EQ(slabs.Alloc(StepSlabs::kMaxBytes), got.back());
+}
+
+TEST(StepSlabs, ABlockFreedOnAnotherThreadIsReused) {
+  StepSlabs slabs(4 * StepSlabs::kRunBytes);
+  void* p = slabs.Alloc(960);
+  std::thread([&] { slabs.Free(p); }).join();
+  EXPECT_EQ(slabs.Alloc(960), p);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&slabs] {
+      for (int i = 0; i < 2000; ++i) {
+        void* q = slabs.Alloc(928);
+        ASSERT_NE(q, nullptr);
+        std::memset(q, i, 928);
+        slabs.Free(q);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(slabs.runs_used(), 2u);
+}
+
 #ifdef RINGD_NO_MIMALLOC
 TEST(TlsMemory, RoutesNothingWithoutMimalloc) {
   EXPECT_FALSE(RouteOpenSslAllocations());
-  EXPECT_EQ(RoutedAllocator(7608), Allocator::kLibc);
+  EXPECT_EQ(RoutedAllocator(7608), Allocator::kMimalloc);
 }
 #else
 
 TEST(TlsMemory, SizesGoWhereTheyTakeFewerBytes) {
-  EXPECT_EQ(LibcChunkBytes(1), 32u);
-  EXPECT_EQ(LibcChunkBytes(24), 32u);
-  EXPECT_EQ(LibcChunkBytes(25), 48u);
-  EXPECT_EQ(LibcChunkBytes(7608), 7616u);
-  // The SSL object: 8 KiB in mimalloc's class, 7,616 bytes in glibc's.
-  EXPECT_EQ(RoutedAllocator(7608), Allocator::kLibc);
+  EXPECT_EQ(StepBytes(1), 16u);
+  EXPECT_EQ(StepBytes(7608), 7616u);
+  // The SSL object: 8 KiB in mimalloc's class, 7,616 bytes in a slab.
+  EXPECT_EQ(RoutedAllocator(7608), Allocator::kSlabs);
   EXPECT_EQ(RoutedBytes(7608), 7616u);
-  // Small ones sit exactly in mimalloc's classes, without a header.
+  // Small ones sit exactly in mimalloc's classes.
   EXPECT_EQ(RoutedAllocator(64), Allocator::kMimalloc);
   EXPECT_EQ(RoutedBytes(64), 64u);
-  // Large ones stay with mimalloc: glibc maps them one by one.
-  EXPECT_EQ(RoutedAllocator(200 << 10), Allocator::kMimalloc);
+  // Beyond the slabs' largest step: mimalloc.
+  EXPECT_EQ(RoutedAllocator(StepSlabs::kMaxBytes + 1), Allocator::kMimalloc);
   for (size_t n = 1; n <= (70 << 10); n += 7) {
     ASSERT_LE(RoutedBytes(n), mi_good_size(n)) << n;
     ASSERT_GE(RoutedBytes(n), n) << n;
@@ -53,26 +111,30 @@ TEST(TlsMemory, OpenSslAllocatesFreesAndResizesWhereRouted) {
   void* small = OPENSSL_malloc(64);
   ASSERT_NE(big, nullptr);
   ASSERT_NE(small, nullptr);
-  EXPECT_FALSE(mi_is_in_heap_region(big)) << "a 7,608-byte block came from mimalloc";
-  EXPECT_TRUE(mi_is_in_heap_region(small));
-  // Resized, each block stays with its allocator, contents kept.
+  EXPECT_TRUE(InRoutedSlabs(big)) << "a 7,608-byte block came from mimalloc";
+  EXPECT_FALSE(InRoutedSlabs(small));
   static_cast<char*>(big)[0] = 'b';
   static_cast<char*>(small)[0] = 's';
+  // Shrunk within its block, a slab block stays; grown, it moves to a block routed for the size.
+  EXPECT_EQ(OPENSSL_realloc(big, 7000), big);
   big = OPENSSL_realloc(big, 9000);
-  small = OPENSSL_realloc(small, 7608);
   ASSERT_NE(big, nullptr);
-  ASSERT_NE(small, nullptr);
-  EXPECT_FALSE(mi_is_in_heap_region(big));
-  EXPECT_TRUE(mi_is_in_heap_region(small));
+  EXPECT_TRUE(InRoutedSlabs(big));
   EXPECT_EQ(static_cast<char*>(big)[0], 'b');
+  big = OPENSSL_realloc(big, 40000);  // beyond the slabs: mimalloc
+  ASSERT_NE(big, nullptr);
+  EXPECT_FALSE(InRoutedSlabs(big));
+  EXPECT_EQ(static_cast<char*>(big)[0], 'b');
+  small = OPENSSL_realloc(small, 7608);  // a mimalloc block resizes in mimalloc
+  ASSERT_NE(small, nullptr);
   EXPECT_EQ(static_cast<char*>(small)[0], 's');
+  EXPECT_EQ(OPENSSL_realloc(small, 0), nullptr);  // freed, as OpenSSL's own realloc does
   OPENSSL_free(big);
-  OPENSSL_free(small);
   OPENSSL_free(nullptr);
 }
 
 // A TLS 1.3 handshake between two OpenSSL objects over memory: everything the library allocates
-// and frees on the way goes through the routing (a block freed by the wrong allocator aborts).
+// and frees on the way goes through the routing.
 TEST(TlsMemory, AHandshakeRunsThroughTheRouting) {
   ASSERT_TRUE(RouteOpenSslAllocations());
   EVP_PKEY* key = EVP_EC_gen("P-256");
@@ -93,7 +155,7 @@ TEST(TlsMemory, AHandshakeRunsThroughTheRouting) {
   SSL* server = SSL_new(sctx);
   SSL* client = SSL_new(cctx);
   // The SSL object is the library's largest allocation a connection keeps.
-  EXPECT_FALSE(mi_is_in_heap_region(server));
+  EXPECT_TRUE(InRoutedSlabs(server));
   BIO *s_bio = nullptr, *c_bio = nullptr;
   ASSERT_EQ(BIO_new_bio_pair(&s_bio, 0, &c_bio, 0), 1);
   SSL_set_bio(server, s_bio, s_bio);
