@@ -44,6 +44,9 @@ inline void BeginOp(Completion* c, Op op, int fd) {
 // turn has sent `share` bytes every connection is held to `per_connection`. A turn then sends
 // about max(share, senders x per_connection) while the senders stay as many, and at most
 // share + kMaxBytes + senders x per_connection when many more send than in the turn before.
+// The share raises only a `per_connection` below kMaxBytes (the default is 1 MiB): "the
+// connections that sent" include every page and asset, so in a site's mix the share came to
+// less than 256 KiB a download (docs/PERFORMANCE.md, "Downloads in a mix").
 //
 //   SendTurns turns;                     // one per loop
 //   const uint64_t budget = turns.Budget(c, turn, per_connection, share);

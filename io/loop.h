@@ -195,11 +195,12 @@ struct LoopOptions {
   // File bytes one SendFile Completion may send inline per Poll call; then it waits for the next
   // turn (a POLL_ADD, or EPOLLOUT) and the loop serves everything else first. Without it a few
   // fast large downloads (each next chunk starts from the last one's callback) hold the loop
-  // while small requests wait (nginx's sendfile_max_chunk).
-  uint64_t send_turn_bytes = 256 << 10;
+  // while small requests wait (nginx's sendfile_max_chunk). 1 MiB: a download in a site's mix
+  // takes 4 turns, not 13 (docs/PERFORMANCE.md, "Downloads in a mix").
+  uint64_t send_turn_bytes = 1 << 20;
   // A turn's first this many file bytes are shared among the connections sending (up to 1 MiB
-  // each, at least send_turn_bytes): a few downloads send in fewer, larger calls
-  // (internal::SendTurns).
+  // each, at least send_turn_bytes; so only a send_turn_bytes below 1 MiB is raised): a few
+  // downloads send in fewer, larger calls (internal::SendTurns).
   uint64_t send_turn_share_bytes = 8 << 20;
   // How long a "these pages are cached" answer is trusted before a file range is asked about
   // again (internal::ResidentFiles); 0: ask before every inline send.

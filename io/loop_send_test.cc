@@ -99,6 +99,53 @@ TEST_P(LoopTest, ALoneDownloadSendsTheTurnsShare) {
   EXPECT_TRUE(got == content);
 }
 
+// At the default options a download sends 1 MiB a turn however many pages and assets sent in
+// the turn before (--send-turn-bytes). With 256 KiB turns the turn's share was divided among
+// every connection that had sent, most of them small responses that needed little of it, so in a
+// site's mix a download got 256 KiB a turn and took 16 turns (docs/PERFORMANCE.md, "Downloads
+// in a mix").
+TEST_P(LoopTest, ADownloadBesideManySmallResponsesSends1MiBATurn) {
+  SetUp();  // the default send turns
+  if (IsSkipped()) return;
+  constexpr size_t kSize = 4 << 20, kSmall = 16 << 10;
+  constexpr int kSmallResponses = 40;
+  const std::string content = Pattern(kSize, 11, 4096);
+  const int file = TempFile(content);
+  ASSERT_GE(file, 0);
+  auto [down, down_client] = Pair();
+  const int big = 8 << 20;
+  if (::setsockopt(down, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big) != 0 ||
+      ::setsockopt(down_client, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big) != 0) {
+    GTEST_SKIP() << "no room for a turn's 1 MiB in the socket without CAP_NET_ADMIN";
+  }
+  std::vector<std::pair<int, int>> smalls;
+  std::vector<Sender> small_senders(kSmallResponses);
+  for (int i = 0; i < kSmallResponses; ++i) smalls.push_back(Pair());
+  loop_->Poll(0);  // past the loop's first turn, in which no connection counts as a sender
+  // One turn (outside Poll): the download's first 1 MiB and 40 small responses, each whole.
+  Sender dl;
+  loop_->SendFile(down, file, 0, kSize, &dl.c);
+  for (int i = 0; i < kSmallResponses; ++i) {
+    loop_->SendFile(smalls[i].first, file, 0, kSmall, &small_senders[i].c);
+  }
+  int before = 0, after = 0;
+  ASSERT_EQ(::ioctl(down_client, FIONREAD, &before), 0);
+  loop_->Poll(0);  // the next turn: 41 connections sent in the turn before
+  ASSERT_EQ(::ioctl(down_client, FIONREAD, &after), 0);
+  EXPECT_EQ(before, 1 << 20);
+  EXPECT_EQ(after - before, 1 << 20) << "the download's next turn: 1 MiB";
+  std::string got;
+  std::thread reader = ReadInThread(down_client, kSize, &got);
+  EXPECT_TRUE(PollUntil([&] {
+    int ended = dl.ends;
+    for (const Sender& s : small_senders) ended += s.ends;
+    return ended == kSmallResponses + 1;
+  }));
+  reader.join();
+  EXPECT_TRUE(got == content);
+  for (const Sender& s : small_senders) EXPECT_EQ(s.last_result, static_cast<int64_t>(kSmall));
+}
+
 // A request received in the same Poll as a download's next turn runs first: a page or an asset
 // does not wait behind every download's next 256 KiB. (Before, the completions ran in the order
 // the kernel posted them, and a writable socket's came first.)

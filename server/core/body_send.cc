@@ -16,7 +16,7 @@ namespace {
 // The send budget per SendFile call: each completion is progress, which re-arms the send
 // timer, and a slow client cannot hold a pipe for long. With --send-order=srpt a chunk that holds
 // a send slot is a quarter of that, and the queue chooses again after each, so that a shorter
-// response waits for less (one loop turn's worth at the default --send-turn-bytes).
+// response waits for less (one loop turn's worth at --send-turn-bytes 256 KiB).
 constexpr uint64_t kFileChunk = 1 << 20;
 constexpr uint64_t kSlotChunk = 256 << 10;
 

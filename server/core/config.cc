@@ -347,12 +347,13 @@ const std::vector<Flag>& Flags() {
       UintFlag("send-turn-bytes",
                "file bytes one connection sends per turn of its shard's loop before the others "
                "get theirs, like nginx's sendfile_max_chunk, once the turn's "
-               "--send-turn-share-bytes are spent (default 262144)",
+               "--send-turn-share-bytes are spent (default 1048576)",
                &Config::send_turn_bytes, 16384, 1 << 30),
       UintFlag("send-turn-share-bytes",
                "a turn's first file bytes, shared among the connections that sent in the turn "
-               "before: up to 1 MiB each, at least --send-turn-bytes, so a few downloads send in "
-               "fewer, larger calls; 0: every connection --send-turn-bytes (default 8388608)",
+               "before: up to 1 MiB each, at least --send-turn-bytes (so only below 1 MiB of "
+               "those: a few downloads send in fewer, larger calls); 0: every connection "
+               "--send-turn-bytes (default 8388608)",
                &Config::send_turn_share_bytes, 0, 1 << 30),
       UintFlag("page-cache-trust-ms",
                "how long a file range found in the page cache is trusted before a send of it asks "

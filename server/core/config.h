@@ -110,7 +110,7 @@ struct Config {
   uint32_t pipes = 64;   // per shard, for splice
   bool send_zc = false;  // uring: IORING_OP_SEND_ZC for sends of at least send_zc_min_bytes
   uint32_t send_zc_min_bytes = 8192;
-  uint32_t send_turn_bytes = 256 << 10;  // file bytes per connection per loop turn,
+  uint32_t send_turn_bytes = 1 << 20;  // file bytes per connection per loop turn,
   uint32_t send_turn_share_bytes = 8
                                    << 20;  // after the turn's first bytes, shared up to 1 MiB each
   // A page-cache hit for a file range is trusted this long before an inline send asks again.
