@@ -69,6 +69,13 @@ TEST_P(LoopTest, SendFileTakesTurnsAndArrivesWhole) {
   }
 }
 
+// Socket buffers that hold a whole turn's 1 MiB on both ends (false without CAP_NET_ADMIN).
+bool RoomForATurn(int sender, int receiver) {
+  const int big = 8 << 20;
+  return ::setsockopt(sender, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big) == 0 &&
+         ::setsockopt(receiver, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big) == 0;
+}
+
 // A lone download gets the turn's share (up to 1 MiB a turn, internal::SendTurns), not only
 // send_turn_bytes: a 4 MiB body goes out in a few turns of large sendfiles.
 TEST_P(LoopTest, ALoneDownloadSendsTheTurnsShare) {
@@ -81,9 +88,7 @@ TEST_P(LoopTest, ALoneDownloadSendsTheTurnsShare) {
   const int file = TempFile(content);
   ASSERT_GE(file, 0);
   auto [ours, theirs] = Pair();
-  const int big = 8 << 20;
-  if (::setsockopt(ours, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big) != 0 ||
-      ::setsockopt(theirs, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big) != 0) {
+  if (!RoomForATurn(ours, theirs)) {
     GTEST_SKIP() << "no room for a turn's 1 MiB in the socket without CAP_NET_ADMIN";
   }
   Sender dl;
@@ -113,9 +118,7 @@ TEST_P(LoopTest, ADownloadBesideManySmallResponsesSends1MiBATurn) {
   const int file = TempFile(content);
   ASSERT_GE(file, 0);
   auto [down, down_client] = Pair();
-  const int big = 8 << 20;
-  if (::setsockopt(down, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof big) != 0 ||
-      ::setsockopt(down_client, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big) != 0) {
+  if (!RoomForATurn(down, down_client)) {
     GTEST_SKIP() << "no room for a turn's 1 MiB in the socket without CAP_NET_ADMIN";
   }
   std::vector<std::pair<int, int>> smalls;
