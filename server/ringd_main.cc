@@ -233,6 +233,11 @@ void LoadTls(const Config& config, Tls* tls) {
   // (CheckListenAddresses): sockets named https are TLS listeners too.
   tls->on = !config.tls_cert.empty() && !config.probe_only;
   if (!tls->on) return;
+  // Before anything asks OpenSSL for memory (tls_memory.h: an idle TLS connection's allocations
+  // in fewer bytes; nothing before this point uses the library, and a plaintext ringd reserves
+  // nothing for it). Where it cannot be routed the library uses plain malloc.
+  if (!tls::RouteOpenSslAllocations() && tls::RoutingBuiltIn())
+    std::fprintf(stderr, "ringd: OpenSSL's allocations not routed: it uses malloc\n");
   tls->ticket_keys = std::make_unique<tls::TicketKeys>(config.tls_ticket_rotate_s);
   for (size_t i = 0; i < config.tls_cert.size(); ++i)
     tls->options.pairs.push_back(tls::TlsCertPair{config.tls_cert[i], config.tls_key[i]});
@@ -565,10 +570,6 @@ void Drain(const Config& config, int sig, const std::vector<std::unique_ptr<Shar
 }
 
 int Main(int argc, char** argv) {
-  // Before anything asks OpenSSL for memory (tls_memory.h: an idle TLS connection's allocations
-  // in fewer bytes). Where it cannot be routed the library uses plain malloc.
-  if (!tls::RouteOpenSslAllocations() && tls::RoutingBuiltIn())
-    std::fprintf(stderr, "ringd: OpenSSL's allocations not routed: it uses malloc\n");
   Config config;
   bool exit_now = false;
   if (absl::Status s = ParseFlags(argc, argv, &config, &exit_now); !s.ok()) Die(2, s);
