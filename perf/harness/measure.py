@@ -164,13 +164,13 @@ def run_one(ctx, server, scenario, serve_root):
                                        args.client_cpus, args.client_threads,
                                        tls=server.peer.serves_tls(scenario))
         extra = subprocess.Popen(extra_cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    rss_before = procfs.rss_kib(pids)
+    rss_before, anon_before = procfs.rss_kib(pids), procfs.anon_kib(pids)
     t0, c0, p0 = procfs.cpu_ticks(pids), procfs.ctx_switches(pids), procfs.lo_packets()
     by0, client0 = procfs.cpu_ticks_by_name(pids), _children_cpu_s()
     cores = procfs.parse_cpu_list(args.server_cpus)
     core0 = procfs.core_busy_ticks(cores)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    rss_idle, idle_held, out_lines = None, 0, []
+    anon_idle, idle_held, out_lines = None, 0, []
     # A load generator that does not finish in time is stopped, and the run is recorded as failed
     # rather than stalling the whole harness.
     killer = threading.Timer(args.duration + 90, proc.kill)
@@ -179,7 +179,7 @@ def run_one(ctx, server, scenario, serve_root):
     for line in proc.stdout:
         if line.startswith("IDLE_READY"):
             time.sleep(0.2)
-            rss_idle = procfs.rss_kib(server.pids())
+            anon_idle = procfs.anon_kib(server.pids())
             idle_held = int(line.split()[1])
         else:
             out_lines.append(line)
@@ -229,8 +229,10 @@ def run_one(ctx, server, scenario, serve_root):
     result.threads = procfs.threads(pids)
     if scenario.fresh_server and not scenario.warm:
         result.start_rss_kib = rss_before  # nothing served yet: what starting it took
-    if rss_idle is not None:
-        result.idle_bytes_per_connection = (rss_idle - rss_before) * 1024 / max(idle_held, 1)
+    if anon_idle is not None:
+        # Anonymous memory only: a file page of the program faulted in meanwhile is not a
+        # connection's, and VmRSS's file part moves by megabytes between starts of one server.
+        result.idle_bytes_per_connection = (anon_idle - anon_before) * 1024 / max(idle_held, 1)
         result.idle_held = idle_held
     return result
 

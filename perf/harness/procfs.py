@@ -78,6 +78,12 @@ def rss_kib(pids):
     return _status_kib(pids, "VmRSS")
 
 
+def anon_kib(pids):
+    """RssAnon summed: the resident memory the processes allocated, without the file pages (program
+    text, libraries) whose residency follows the page cache and the kernel's fault-around."""
+    return _status_kib(pids, "RssAnon")
+
+
 def peak_rss_kib(pids):
     """VmHWM summed over the processes: each one's peak resident set since it started."""
     return _status_kib(pids, "VmHWM")

@@ -14,6 +14,14 @@ class ProcfsTest(unittest.TestCase):
         self.assertGreaterEqual(procfs.peak_rss_kib(pids), procfs.rss_kib(pids))
         self.assertGreaterEqual(procfs.cpu_ticks(pids), 0)
 
+    def test_anonymous_memory_grows_with_what_is_touched_not_with_files(self):
+        pids = [os.getpid()]
+        self.assertLess(procfs.anon_kib(pids), procfs.rss_kib(pids))  # the interpreter's text is not
+        before = procfs.anon_kib(pids)
+        block = bytearray(8 << 20)  # zero-filled: every page written
+        self.assertGreaterEqual(procfs.anon_kib(pids) - before, 7 << 10)
+        del block
+
     def test_threads_and_context_switches(self):
         pids = [os.getpid()]
         before = procfs.ctx_switches(pids)
