@@ -319,6 +319,7 @@ class EpollLoop final : public Loop {
   LoopStats Stats() const override {
     LoopStats s = stats_;
     s.page_cache_asks = resident_.asks();
+    s.recv_pool_bytes = options_.recv_buffer_size;
     return s;
   }
 

@@ -221,6 +221,9 @@ struct LoopStats {
   // accept counts once however many callbacks it runs.
   uint64_t in_flight = 0;
   uint64_t recv_nobufs = 0;  // times the receive buffers ran out (multishot recv re-armed)
+  // Receive memory the kernel has been given (uring tiers: the pool's first buffers, more each
+  // time it ran dry; epoll: its one read buffer); pages beyond it were never touched.
+  uint64_t recv_pool_bytes = 0;
   uint64_t recv_held = 0;    // receives copied aside because their connection was paused
   uint64_t pipes_in_use = 0;
   uint64_t pipe_capacity = 0;    // pipes for splicing bodies (0: the tier never splices)

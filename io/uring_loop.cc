@@ -214,13 +214,35 @@ bool UringLoop::SetupRecvBuffers(const LoopOptions& o, std::string* error) {
     return false;
   }
   io_uring_buf_ring_init(buf_ring_);
-  for (uint32_t i = 0; i < n; ++i) {
-    io_uring_buf_ring_add(buf_ring_, recv_bufs_ + static_cast<size_t>(i) * o.recv_buffer_size,
-                          o.recv_buffer_size, static_cast<uint16_t>(i), io_uring_buf_ring_mask(n),
-                          static_cast<int>(i));
-  }
-  io_uring_buf_ring_advance(buf_ring_, static_cast<int>(n));
+  // The kernel is given the pool's first buffers only (kFirstRecvBytes' worth, at least two):
+  // it fills the buffers it has in ring order, so a pool given whole would have all its pages
+  // touched by the first connections' requests, however few bytes each brings. More are given
+  // when the ring runs dry (GrowRecvPool), so what is touched is what bursts have needed.
+  GiveRecvBuffers(std::max<uint32_t>(
+      2, static_cast<uint32_t>(std::min<uint64_t>(n, kFirstRecvBytes / o.recv_buffer_size))));
+  return true;
+}
 
+// Hands the pool's next `count` never-used buffers to the kernel (fewer if it has no more).
+void UringLoop::GiveRecvBuffers(uint32_t count) {
+  const uint32_t n = options_.recv_buffer_count;
+  count = std::min(count, n - recv_given_);
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t bid = recv_given_ + i;
+    io_uring_buf_ring_add(buf_ring_, RecvBuffer(static_cast<uint16_t>(bid)),
+                          options_.recv_buffer_size, static_cast<uint16_t>(bid),
+                          io_uring_buf_ring_mask(n), static_cast<int>(i));
+  }
+  io_uring_buf_ring_advance(buf_ring_, static_cast<int>(count));
+  recv_given_ += count;
+  stats_.recv_pool_bytes = uint64_t{recv_given_} * options_.recv_buffer_size;
+}
+
+// The ring ran dry (a receive ended with ENOBUFS): the kernel gets as many buffers again as
+// it had, up to the whole pool. Returns false when it already had them all.
+bool UringLoop::GrowRecvPool() {
+  if (recv_given_ >= options_.recv_buffer_count) return false;
+  GiveRecvBuffers(recv_given_);
   return true;
 }
 

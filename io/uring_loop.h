@@ -78,6 +78,10 @@ inline const OpState& St(const Completion* c) {
 
 constexpr uint16_t kRecvGroup = 0;
 constexpr uint64_t kInlineChunk = 1 << 20;  // sendfile per call on the inline path
+// The part of the receive pool the kernel is given at start; the rest as receives run it dry.
+// Two 64 KiB buffers of incremental receive serve many connections' small requests at a time:
+// the kernel fills one while the other comes back.
+constexpr uint64_t kFirstRecvBytes = 128 << 10;
 constexpr int kBatch = 256;
 
 class UringLoop final : public Loop {
@@ -286,6 +290,8 @@ class UringLoop final : public Loop {
   bool SetupRing(const LoopOptions& o, std::string* error);
   bool SetupFileTable(const LoopOptions& o, std::string* error);
   bool SetupRecvBuffers(const LoopOptions& o, std::string* error);
+  void GiveRecvBuffers(uint32_t count);
+  bool GrowRecvPool();
   bool SetupFixedBuffers(const LoopOptions& o, std::string* error);
 
   int TakePipe();
@@ -367,6 +373,7 @@ class UringLoop final : public Loop {
   size_t buf_ring_bytes_ = 0;
   char* recv_bufs_ = nullptr;
   size_t recv_bufs_bytes_ = 0;
+  uint32_t recv_given_ = 0;  // buffers 0..recv_given_-1 have been given to the kernel
   // bypass: registered buffers file bodies are read into and sent from (fixed indices after the
   // small-file pool's); free ones by index.
   char* body_base_ = nullptr;

@@ -173,7 +173,7 @@ void UringLoop::OnRecv(Completion* c, int32_t res, uint32_t flags) {
     return;
   }
   if (res == -ENOBUFS && !c->cancelled) {  // every buffer was in use: re-arm after this batch
-    ++stats_.recv_nobufs;
+    if (!GrowRecvPool()) ++stats_.recv_nobufs;  // the whole pool was in use
     if (!c->paused) WaitForPoll(c);  // a paused one is re-armed by ResumeRecv
     return;
   }

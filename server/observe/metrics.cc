@@ -284,6 +284,10 @@ const Metric kMetrics[] = {
     {"ringd_recv_buffers_exhausted_total", "counter",
      "Times the shard's receive buffers ran out (uring ENOBUFS: a receive was delayed)",
      RINGD_SHARD(s.loop.recv_nobufs)},
+    {"ringd_recv_pool_bytes", "gauge",
+     "Receive memory the kernel has been given (uring: the pool's buffers handed out so far, "
+     "more each time it ran dry, up to --recv-pool-kib; epoll: its one read buffer)",
+     RINGD_SHARD(s.loop.recv_pool_bytes)},
     {"ringd_io_operations_total", "counter",
      "Operations the shard's loop started (submitted to the ring, or begun on epoll)",
      RINGD_SHARD(s.loop.submitted)},
@@ -295,6 +299,10 @@ const Metric kMetrics[] = {
     {"ringd_body_splice_bytes_total", "counter",
      "File body bytes spliced file -> pipe -> socket through the ring (bypass, uring)",
      RINGD_SHARD(s.loop.splice_bytes)},
+    {"ringd_page_cache_asks_total", "counter",
+     "Times a body's inline send asked the page cache whether its pages were there (an answer is "
+     "trusted for --page-cache-trust-ms)",
+     RINGD_SHARD(s.loop.page_cache_asks)},
     {"ringd_body_read_send_bytes_total", "counter",
      "File body bytes read into registered body buffers and sent from there (bypass)",
      RINGD_SHARD(s.loop.read_send_bytes)},
