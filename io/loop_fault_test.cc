@@ -246,7 +246,8 @@ struct Harness {
   LoopOptions Options() {
     LoopOptions o;
     const auto pick = [&](std::initializer_list<uint64_t> v) { return v.begin()[Below(v.size())]; };
-    o.recv_buffer_count = static_cast<uint32_t>(pick({2, 4, 8}));
+    // 64 x 8 KiB: more than the pool's first 128 KiB, so it grows under the faults too.
+    o.recv_buffer_count = static_cast<uint32_t>(pick({2, 4, 8, 64}));
     o.recv_buffer_size = static_cast<uint32_t>(pick({512, 2048, 8192}));
     o.send_turn_bytes = pick({8 << 10, 64 << 10, 256 << 10});
     o.page_cache_trust_ms = static_cast<uint32_t>(pick({0, 100}));
@@ -269,7 +270,7 @@ struct Harness {
       o.uring.recv_incremental = true;
       o.recv_max_bytes = o.recv_buffer_size;
       o.recv_buffer_size = 16 << 10;
-      o.recv_buffer_count = 2;
+      o.recv_buffer_count = static_cast<uint32_t>(pick({2, 2, 16}));  // 16: a pool that grows
     }
     o.epoll.worker_threads = 2;
     o.epoll.worker_queue = static_cast<uint32_t>(pick({1, 16}));

@@ -173,7 +173,16 @@ void UringLoop::OnRecv(Completion* c, int32_t res, uint32_t flags) {
     return;
   }
   if (res == -ENOBUFS && !c->cancelled) {  // every buffer was in use: re-arm after this batch
-    if (!GrowRecvPool()) ++stats_.recv_nobufs;  // the whole pool was in use
+    // The pool grows once a Poll: one burst that finds the ring dry ends every receive it
+    // reaches with ENOBUFS, all posted before the first is seen, and each doubling the pool
+    // would give the kernel all of it. Receives still short after the re-arm grow it again.
+    if (recv_grown_turn_ != turn_) {
+      if (GrowRecvPool()) {
+        recv_grown_turn_ = turn_;
+      } else {
+        ++stats_.recv_nobufs;  // the whole pool was in use
+      }
+    }
     if (!c->paused) WaitForPoll(c);  // a paused one is re-armed by ResumeRecv
     return;
   }
