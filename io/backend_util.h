@@ -48,31 +48,16 @@ inline void BeginOp(Completion* c, Op op, int fd) {
 // connections that sent" include every page and asset, so in a site's mix the share came to
 // less than 256 KiB a download (docs/PERFORMANCE.md, "Downloads in a mix").
 //
-// A turn that follows one in which no small response started (NoteSmall: a whole response sent
-// from memory, a whole file under kMaxBytes), and in which none has started yet, serves nothing
-// but downloads: no page waits behind them, so each may send up to `alone` bytes
-// (--send-turn-alone-bytes), in fewer, larger sendfile calls. A site's mix starts small
-// responses in nearly every turn and keeps `per_connection`.
-//
 //   SendTurns turns;                     // one per loop
-//   turns.NoteSmall(turn);               // a small response started in this turn
-//   const uint64_t budget = turns.Budget(c, turn, per_connection, share, alone);
+//   const uint64_t budget = turns.Budget(c, turn, per_connection, share);
 //   n = sendfile(sock, file, &off, std::min(budget, left));
 //   turns.Sent(c, n);
 class SendTurns {
  public:
-  static constexpr uint64_t kMaxBytes = 1 << 20;  // the most one connection gets in a shared turn
-
-  // Whether a response is small in the sense above: whole (nothing of it follows) and under
-  // kMaxBytes, from memory, or a file from its start.
-  static bool Small(uint64_t offset, uint64_t length, bool more) {
-    return !more && offset == 0 && length < kMaxBytes;
-  }
-  void NoteSmall(uint64_t turn) { small_turn_ = turn; }
+  static constexpr uint64_t kMaxBytes = 1 << 20;  // the most one connection gets in a turn
 
   // How many more file bytes `c` may send in Poll call `turn`.
-  uint64_t Budget(Completion* c, uint64_t turn, uint64_t per_connection, uint64_t share,
-                  uint64_t alone) {
+  uint64_t Budget(Completion* c, uint64_t turn, uint64_t per_connection, uint64_t share) {
     if (turn != turn_) {  // the first sender of a new turn
       turn_ = turn;
       last_senders_ = senders_;
@@ -89,16 +74,8 @@ class SendTurns {
       const uint64_t fair = share / std::max<uint64_t>(last_senders_, 1);
       allowance = std::max(per_connection, std::min(fair, kMaxBytes));
     }
-    if (alone > allowance && turn >= small_turn_ + 2) {
-      allowance = alone;
-      if (alone_turn_ != turn) {
-        alone_turn_ = turn;
-        ++alone_turns_;
-      }
-    }
     return c->turn_bytes < allowance ? allowance - c->turn_bytes : 0;
   }
-  uint64_t alone_turns() const { return alone_turns_; }  // turns that granted `alone`
   void Sent(Completion* c, uint64_t n) {
     c->turn_bytes += n;
     bytes_ += n;
@@ -109,9 +86,6 @@ class SendTurns {
   uint64_t senders_ = 0;       // connections that have sent in turn_,
   uint64_t last_senders_ = 0;  // in the turn before it (with file sends)
   uint64_t bytes_ = 0;         // and the file bytes sent in turn_
-  uint64_t small_turn_ = 0;    // the last turn in which a small response started
-  uint64_t alone_turn_ = 0;
-  uint64_t alone_turns_ = 0;
 };
 
 // TCP_CORK around a body's inline sendfiles (nginx's tcp_nopush). A sendfile that stops short on

@@ -185,54 +185,29 @@ TEST_F(ResidentFilesTest, NoTrustAsksEveryTime) {
 
 // SendTurns: a turn's share is divided among the connections that sent in the turn before (up
 // to kMaxBytes each, at least the per-connection budget); a spent share holds everyone to it.
-// Downloads alone: a turn that follows one with no small response started (and in which none
-// has started yet) gives each connection `alone`; a small response in a turn holds that turn and
-// the next to the usual budget.
-TEST(SendTurns, DownloadsAloneGetTheAloneBudget) {
-  constexpr uint64_t kPer = 1 << 20, kShare = 8 << 20, kAlone = 4 << 20;
-  SendTurns turns;
-  Completion c;
-  EXPECT_TRUE(SendTurns::Small(0, 612, false));
-  EXPECT_FALSE(SendTurns::Small(0, 612, true)) << "a head with its body to follow";
-  EXPECT_FALSE(SendTurns::Small(0, 4 << 20, false));
-  EXPECT_FALSE(SendTurns::Small(3 << 20, 1 << 20, false)) << "a download's last chunk";
-  turns.NoteSmall(5);
-  EXPECT_EQ(turns.Budget(&c, 5, kPer, kShare, kAlone), SendTurns::kMaxBytes);
-  EXPECT_EQ(turns.Budget(&c, 6, kPer, kShare, kAlone), SendTurns::kMaxBytes) << "the turn after";
-  EXPECT_EQ(turns.alone_turns(), 0u);
-  EXPECT_EQ(turns.Budget(&c, 7, kPer, kShare, kAlone), kAlone);
-  turns.Sent(&c, kAlone - 100);
-  EXPECT_EQ(turns.Budget(&c, 7, kPer, kShare, kAlone), 100u);
-  EXPECT_EQ(turns.alone_turns(), 1u);
-  turns.NoteSmall(8);  // a page's response starts before this turn's downloads send
-  EXPECT_EQ(turns.Budget(&c, 8, kPer, kShare, kAlone), SendTurns::kMaxBytes);
-  EXPECT_EQ(turns.Budget(&c, 10, kPer, kShare, 0), SendTurns::kMaxBytes) << "0: off";
-  EXPECT_EQ(turns.alone_turns(), 1u);
-}
-
 TEST(SendTurns, ATurnsShareIsDividedAmongTheLastTurnsSenders) {
   constexpr uint64_t kPer = 256 << 10, kShare = 8 << 20;
   SendTurns turns;
   Completion c[20];
   // Turn 1: no turn before it, so a lone sender may take the most one connection gets.
-  EXPECT_EQ(turns.Budget(&c[0], 1, kPer, kShare, 0), SendTurns::kMaxBytes);
+  EXPECT_EQ(turns.Budget(&c[0], 1, kPer, kShare), SendTurns::kMaxBytes);
   turns.Sent(&c[0], 1 << 20);
-  EXPECT_EQ(turns.Budget(&c[0], 1, kPer, kShare, 0), 0u) << "its turn is over";
+  EXPECT_EQ(turns.Budget(&c[0], 1, kPer, kShare), 0u) << "its turn is over";
   // Turn 2: one sender before, still capped at kMaxBytes; 16 connections send.
   for (int i = 0; i < 16; ++i) {
-    EXPECT_EQ(turns.Budget(&c[i], 2, kPer, kShare, 0), i < 8 ? SendTurns::kMaxBytes : kPer)
+    EXPECT_EQ(turns.Budget(&c[i], 2, kPer, kShare), i < 8 ? SendTurns::kMaxBytes : kPer)
         << "connection " << i << ": the share is spent after 8 MiB";
     turns.Sent(&c[i], i < 8 ? 1 << 20 : kPer);
   }
   // Turn 3: 16 senders before: 8 MiB / 16 = 512 KiB each.
-  EXPECT_EQ(turns.Budget(&c[0], 3, kPer, kShare, 0), 512u << 10);
+  EXPECT_EQ(turns.Budget(&c[0], 3, kPer, kShare), 512u << 10);
   turns.Sent(&c[0], 100 << 10);
-  EXPECT_EQ(turns.Budget(&c[0], 3, kPer, kShare, 0), 412u << 10) << "what is left of it";
+  EXPECT_EQ(turns.Budget(&c[0], 3, kPer, kShare), 412u << 10) << "what is left of it";
   turns.Sent(&c[0], 412 << 10);
   // Turn 4: one sender before; no share: every connection its own budget.
-  EXPECT_EQ(turns.Budget(&c[1], 4, kPer, 0, 0), kPer);
+  EXPECT_EQ(turns.Budget(&c[1], 4, kPer, 0), kPer);
   // Turn 5: a budget above kMaxBytes stands.
-  EXPECT_EQ(turns.Budget(&c[1], 5, 2 << 20, kShare, 0), 2u << 20);
+  EXPECT_EQ(turns.Budget(&c[1], 5, 2 << 20, kShare), 2u << 20);
 }
 
 TEST(SendTurns, ManySendersGetThePerConnectionBudget) {
@@ -240,10 +215,10 @@ TEST(SendTurns, ManySendersGetThePerConnectionBudget) {
   SendTurns turns;
   Completion c[64];
   for (uint64_t turn = 1; turn <= 2; ++turn) {
-    for (Completion& k : c) turns.Sent(&k, turns.Budget(&k, turn, kPer, kShare, 0));
+    for (Completion& k : c) turns.Sent(&k, turns.Budget(&k, turn, kPer, kShare));
   }
   // 64 senders before: 8 MiB / 64 = 128 KiB, below the per-connection budget, which stands.
-  EXPECT_EQ(turns.Budget(&c[0], 3, kPer, kShare, 0), kPer);
+  EXPECT_EQ(turns.Budget(&c[0], 3, kPer, kShare), kPer);
 }
 
 // EndCork, at a SendFile's end: the cork stays on only for a piece that asked (SendFile's

@@ -175,7 +175,6 @@ class EpollLoop final : public Loop {
     c->iovcnt = iovcnt;
     c->remaining = 0;
     for (int i = 0; i < iovcnt; ++i) c->remaining += iov[i].iov_len;
-    if (internal::SendTurns::Small(0, c->remaining, more)) send_turns_.NoteSmall(turn_);
     fds_[fd].writer = c;
     DoWrite(c);  // most sends finish here; the callback still waits for Poll
   }
@@ -184,7 +183,6 @@ class EpollLoop final : public Loop {
                 bool more) override {
     Begin(c, Op::kSendFile, sock_fd);
     c->send_flags = more ? MSG_MORE : 0;  // RunReady leaves the cork on for the next piece
-    if (internal::SendTurns::Small(offset, length, more)) send_turns_.NoteSmall(turn_);
     RINGD_ASSERT_MSG(sock_fd >= 0 && static_cast<uint64_t>(sock_fd) < max_fds_, "fd %d", sock_fd);
     c->file_fd = file_fd;
     c->offset = offset;
@@ -322,7 +320,6 @@ class EpollLoop final : public Loop {
     LoopStats s = stats_;
     s.page_cache_asks = resident_.asks();
     s.recv_pool_bytes = options_.recv_buffer_size;
-    s.send_turns_alone = send_turns_.alone_turns();
     return s;
   }
 
@@ -501,8 +498,7 @@ class EpollLoop final : public Loop {
         n = injected != 0 ? (errno = injected, -1) : ::sendmsg(fd, &msg, c->send_flags);
       } else {
         const uint64_t budget =
-            send_turns_.Budget(c, turn_, options_.send_turn_bytes, options_.send_turn_share_bytes,
-                           options_.send_turn_alone_bytes);
+            send_turns_.Budget(c, turn_, options_.send_turn_bytes, options_.send_turn_share_bytes);
         if (budget == 0) {  // this connection had its turn: EPOLLOUT brings it back next Poll
           c->more = true;
           UpdateInterest(fd);

@@ -202,9 +202,6 @@ struct LoopOptions {
   // each, at least send_turn_bytes; so only a send_turn_bytes below 1 MiB is raised): a few
   // downloads send in fewer, larger calls (internal::SendTurns).
   uint64_t send_turn_share_bytes = 8 << 20;
-  // A connection's budget in a turn that serves nothing but downloads (internal::SendTurns): no
-  // small response started in it or in the turn before. 0: never more than the above.
-  uint64_t send_turn_alone_bytes = 4 << 20;
   // How long a "these pages are cached" answer is trusted before a file range is asked about
   // again (internal::ResidentFiles); 0: ask before every inline send.
   uint32_t page_cache_trust_ms = 100;
@@ -234,7 +231,6 @@ struct LoopStats {
   uint64_t splice_bytes = 0;     // file body bytes spliced through the ring (uring tiers)
   uint64_t read_send_bytes = 0;  // file body bytes read into registered buffers, then sent (bypass)
   uint64_t page_cache_asks = 0;  // times an inline send asked the page cache (not trusted)
-  uint64_t send_turns_alone = 0;  // turns in which downloads sent up to send_turn_alone_bytes
   uint64_t send_zc = 0;          // zero-copy sends issued (--send-zc)
   uint64_t send_zc_fixed = 0;    // of which from registered buffers (IORING_RECVSEND_FIXED_BUF)
   // uring tiers: fixed buffers registered with the ring (each on its first use) and so pinned.

@@ -250,7 +250,6 @@ struct Harness {
     o.recv_buffer_count = static_cast<uint32_t>(pick({2, 4, 8, 64}));
     o.recv_buffer_size = static_cast<uint32_t>(pick({512, 2048, 8192}));
     o.send_turn_bytes = pick({8 << 10, 64 << 10, 256 << 10});
-    o.send_turn_alone_bytes = pick({0, 512 << 10});
     o.page_cache_trust_ms = static_cast<uint32_t>(pick({0, 100}));
     o.tcp_nopush = Chance(0.5);
     o.uring.ring_entries = static_cast<uint32_t>(pick({2, 8, 32, 256}));  // 2: a queue full at once

@@ -15,7 +15,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -37,8 +36,7 @@ int OpenFds() {
 // whole and in order.
 TEST_P(LoopTest, SendFileTakesTurnsAndArrivesWhole) {
   options_.send_turn_bytes = 64 << 10;
-  options_.send_turn_share_bytes = 0;  // each turn send_turn_bytes, not a share,
-  options_.send_turn_alone_bytes = 0;  // even where the download is alone
+  options_.send_turn_share_bytes = 0;  // each turn send_turn_bytes, not a share
   SetUp();
   if (IsSkipped()) return;
   constexpr size_t kSize = 1 << 20;
@@ -106,60 +104,6 @@ TEST_P(LoopTest, ALoneDownloadSendsTheTurnsShare) {
   EXPECT_TRUE(got == content);
 }
 
-// Where only downloads are served (no small response started in this turn or the one before),
-// a download sends up to --send-turn-alone-bytes a turn: a 4 MiB body in one turn, not four.
-// A page's response in a turn holds that turn and the next to 1 MiB again.
-TEST_P(LoopTest, DownloadsAloneSendTheAloneBudgetATurn) {
-  SetUp();  // the default send turns: 1 MiB, 4 MiB alone
-  if (IsSkipped()) return;
-  constexpr size_t kSize = 8 << 20;
-  const std::string content = Pattern(kSize, 13, 4096);
-  const int file = TempFile(content);
-  ASSERT_GE(file, 0);
-  auto [down, down_client] = Pair();
-  if (!RoomForATurn(down, down_client)) {
-    GTEST_SKIP() << "no room for a turn's 4 MiB in the socket without CAP_NET_ADMIN";
-  }
-  auto [page, page_client] = Pair();
-  for (int i = 0; i < 3; ++i) loop_->Poll(0);  // turns with nothing small in them
-  Sender dl;
-  loop_->SendFile(down, file, 0, kSize, &dl.c);  // its first turn, inside the call
-  int queued = 0;
-  ASSERT_EQ(::ioctl(down_client, FIONREAD, &queued), 0);
-  EXPECT_EQ(queued, 4 << 20) << "a turn of downloads alone: 4 MiB";
-  EXPECT_EQ(loop_->Stats().send_turns_alone, 1u);
-  // A page's whole response in every turn from here: the download's next turns send 1 MiB.
-  char body[612];
-  std::memset(body, 'p', sizeof body);
-  iovec v{body, sizeof body};
-  std::string got;
-  std::thread reader = ReadInThread(down_client, kSize, &got);
-  std::deque<Sender> pages;
-  int turns = 0;
-  uint64_t most = 0;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (uint64_t last = loop_->Stats().sendfile_bytes;
-       dl.ends == 0 && std::chrono::steady_clock::now() < until; ++turns) {
-    pages.emplace_back();
-    loop_->Send(page, &v, 1, &pages[turns].c);
-    loop_->Poll(1);
-    char drain[4096];
-    while (::read(page_client, drain, sizeof drain) > 0) {
-    }
-    most = std::max(most, loop_->Stats().sendfile_bytes - last);
-    last = loop_->Stats().sendfile_bytes;
-  }
-  EXPECT_EQ(dl.ends, 1);
-  EXPECT_EQ(most, uint64_t{1} << 20) << "turns with pages in them: 1 MiB";
-  EXPECT_TRUE(PollUntil([&] {
-    for (int i = 0; i < turns; ++i)
-      if (pages[i].ends != 1) return false;
-    return true;
-  }));
-  reader.join();
-  EXPECT_TRUE(got == content);
-}
-
 // At the default options a download sends 1 MiB a turn however many pages and assets sent in
 // the turn before (--send-turn-bytes). With 256 KiB turns the turn's share was divided among
 // every connection that had sent, most of them small responses that needed little of it, so in a
@@ -211,7 +155,6 @@ TEST_P(LoopTest, ADownloadBesideManySmallResponsesSends1MiBATurn) {
 TEST_P(LoopTest, ARequestRunsBeforeADownloadsNextTurn) {
   options_.send_turn_bytes = 16 << 10;
   options_.send_turn_share_bytes = 0;
-  options_.send_turn_alone_bytes = 0;
   SetUp();
   if (IsSkipped()) return;
   constexpr size_t kSize = 1 << 20;

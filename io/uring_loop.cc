@@ -506,7 +506,6 @@ void UringLoop::Poll(int timeout_ms) {
 LoopStats UringLoop::Stats() const {
   LoopStats s = stats_;
   s.page_cache_asks = resident_.asks();
-  s.send_turns_alone = send_turns_.alone_turns();
   s.pipes_in_use = 0;
   s.pipe_capacity = pipes_.size();
   for (const Pipe& p : pipes_) s.pipes_in_use += p.busy ? 1 : 0;

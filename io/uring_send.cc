@@ -21,7 +21,6 @@ void UringLoop::Send(int fd, iovec* iov, int iovcnt, Completion* c, bool more) {
   c->iovcnt = iovcnt;
   c->remaining = 0;
   for (int i = 0; i < iovcnt; ++i) c->remaining += iov[i].iov_len;
-  if (internal::SendTurns::Small(0, c->remaining, more)) send_turns_.NoteSmall(turn_);
   SubmitSend(c);
 }
 
@@ -29,7 +28,6 @@ void UringLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t len
                          bool more) {
   Begin(c, Op::kSendFile, sock_fd);
   c->send_flags = more ? MSG_MORE : 0;  // Finish leaves the cork on for the next piece
-  if (internal::SendTurns::Small(offset, length, more)) send_turns_.NoteSmall(turn_);
   c->file_fd = file_fd;
   c->offset = offset;
   c->remaining = length;
@@ -187,8 +185,7 @@ bool UringLoop::SendCached(Completion* c) {
   if (sock < 0) return false;
   while (c->remaining > 0) {
     const uint64_t budget =
-        send_turns_.Budget(c, turn_, options_.send_turn_bytes, options_.send_turn_share_bytes,
-                           options_.send_turn_alone_bytes);
+        send_turns_.Budget(c, turn_, options_.send_turn_bytes, options_.send_turn_share_bytes);
     if (budget == 0) {  // this connection had its turn: wait for the next Poll's
       WaitWritable(c);
       return true;

@@ -265,11 +265,6 @@ _ENTRIES = [
          scenarios=frozenset({"large", "large-read", "mixed", "mixed-at-rate"})),
     Peer("ringd-bypass-turn2m", ringd("bypass", "--max-connections", "15000", "--send-turn-bytes", "2097152"),
          scenarios=frozenset({"large", "mixed", "mixed-at-rate"})),
-    # 1 MiB turns for downloads alone too (--send-turn-alone-bytes 0): each 4 MiB body in four.
-    Peer("ringd-bypass-alone0", ringd("bypass", "--max-connections", "15000", "--send-turn-alone-bytes", "0"),
-         scenarios=frozenset({"large", "large-read", "mixed", "mixed-at-rate"})),
-    Peer("ringd-uring-alone0", ringd("uring", "--send-turn-alone-bytes", "0"),
-         scenarios=frozenset({"large", "large-read", "mixed", "mixed-at-rate"})),
     # 256 KiB turns without the turn's share (--send-turn-share-bytes 0), as before the share:
     # 256 KiB sendfiles for a lone download too.
     Peer("ringd-bypass-share0",

@@ -13,13 +13,11 @@
 namespace ringd {
 namespace {
 
-// The most one SendFile asks for: a 4 MiB body is one operation (the loop sends it over as
-// many turns as its budget needs: 1 MiB a turn in a site's mix, 4 MiB where only downloads are
-// served), and a slow client holds a splice pipe for at most this much. The send timer counts
-// the loop's progress inside it (send_progress). With --send-order=srpt a chunk that holds a
-// send slot is 256 KiB, and the queue chooses again after each, so that a shorter response
-// waits for less.
-constexpr uint64_t kFileChunk = 4 << 20;
+// The send budget per SendFile call: each completion is progress, which re-arms the send
+// timer, and a slow client cannot hold a pipe for long. With --send-order=srpt a chunk that holds
+// a send slot is a quarter of that, and the queue chooses again after each, so that a shorter
+// response waits for less (one loop turn's worth at --send-turn-bytes 256 KiB).
+constexpr uint64_t kFileChunk = 1 << 20;
 constexpr uint64_t kSlotChunk = 256 << 10;
 
 }  // namespace

@@ -355,11 +355,6 @@ const std::vector<Flag>& Flags() {
                "those: a few downloads send in fewer, larger calls); 0: every connection "
                "--send-turn-bytes (default 8388608)",
                &Config::send_turn_share_bytes, 0, 1 << 30),
-      UintFlag("send-turn-alone-bytes",
-               "file bytes a connection may send in a loop turn that serves nothing but "
-               "downloads (no whole response under 1 MiB started in it or the turn before); "
-               "0: never more than --send-turn-bytes (default 4194304)",
-               &Config::send_turn_alone_bytes, 0, 1 << 30),
       UintFlag("page-cache-trust-ms",
                "how long a file range found in the page cache is trusted before a send of it asks "
                "the page cache again; 0 asks before every send (default 100)",

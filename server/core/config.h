@@ -113,7 +113,6 @@ struct Config {
   uint32_t send_turn_bytes = 1 << 20;  // file bytes per connection per loop turn,
   uint32_t send_turn_share_bytes = 8
                                    << 20;  // after the turn's first bytes, shared up to 1 MiB each
-  uint32_t send_turn_alone_bytes = 4 << 20;  // per connection in a turn of downloads alone
   // A page-cache hit for a file range is trusted this long before an inline send asks again.
   uint32_t page_cache_trust_ms = 100;
   // Send scheduling (server/core/send_queue.h): shortest remaining response first, at most

@@ -127,7 +127,6 @@ bool Shard::MakeLoop() {
   lo.uring.send_zc_min_bytes = config_.send_zc_min_bytes;
   lo.send_turn_bytes = config_.send_turn_bytes;
   lo.send_turn_share_bytes = config_.send_turn_share_bytes;
-  lo.send_turn_alone_bytes = config_.send_turn_alone_bytes;
   lo.page_cache_trust_ms = config_.page_cache_trust_ms;
   lo.tcp_nopush = config_.tcp_nopush;
   lo.epoll.worker_threads = config_.workers;

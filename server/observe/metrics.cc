@@ -299,10 +299,6 @@ const Metric kMetrics[] = {
     {"ringd_body_splice_bytes_total", "counter",
      "File body bytes spliced file -> pipe -> socket through the ring (bypass, uring)",
      RINGD_SHARD(s.loop.splice_bytes)},
-    {"ringd_send_turns_alone_total", "counter",
-     "Loop turns in which downloads could send up to --send-turn-alone-bytes each (no whole "
-     "response under 1 MiB started in that turn or the one before)",
-     RINGD_SHARD(s.loop.send_turns_alone)},
     {"ringd_page_cache_asks_total", "counter",
      "Times a body's inline send asked the page cache whether its pages were there (an answer is "
      "trusted for --page-cache-trust-ms)",
