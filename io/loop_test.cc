@@ -466,29 +466,7 @@ TEST_P(LoopTest, ManySmallReceivesShareASmallPool) {
   options_.recv_buffer_count = 128;  // bypass-inc: 2 buffers of 64 KiB for 150 KB of receives
   SetUp();
   if (IsSkipped()) return;
-  constexpr int kConns = 300;
-  constexpr size_t kBytes = 500;
-  std::vector<std::unique_ptr<Receiver>> receivers;
-  std::vector<std::string> sent(kConns);
-  for (int i = 0; i < kConns; ++i) {
-    auto [ours, theirs] = Pair();
-    receivers.push_back(std::make_unique<Receiver>());
-    loop_->Recv(ours, &receivers.back()->c);
-    for (size_t k = 0; k < kBytes; ++k) sent[i].push_back(static_cast<char>('A' + (i + k) % 57));
-    ASSERT_EQ(::write(theirs, sent[i].data(), kBytes), static_cast<ssize_t>(kBytes));
-  }
-  ASSERT_TRUE(PollUntil([&] {
-    for (auto& r : receivers)
-      if (r->got.size() < kBytes) return false;
-    return true;
-  }));
-  for (int i = 0; i < kConns; ++i) EXPECT_EQ(receivers[i]->got, sent[i]) << "connection " << i;
-  for (auto& r : receivers) loop_->Cancel(&r->c);
-  ASSERT_TRUE(PollUntil([&] {
-    for (auto& r : receivers)
-      if (r->ends == 0) return false;
-    return true;
-  }));
+  ReceiveBurst(300, 500);
 }
 
 // The kernel is given the receive pool's first 128 KiB only: it fills the buffers it has in
@@ -517,14 +495,14 @@ TEST_P(LoopTest, TheReceivePoolIsGivenToTheKernelAsReceivesNeedIt) {
   const uint64_t first = epoll ? 4096 : 128 << 10;
   EXPECT_EQ(loop_->Stats().recv_pool_bytes, first);
 
-  {  // 400 small requests, one at a time: 40 KB through the first buffers, again and again.
+  {  // 400 requests of 400 bytes, one at a time: 160 KB through the first buffers, again and again.
     auto [ours, theirs] = Pair();
     Receiver r;
     loop_->Recv(ours, &r.c);
     std::string sent;
     for (int i = 0; i < 400; ++i) {
-      const std::string request = Pattern(100, i, 31);
-      ASSERT_EQ(::write(theirs, request.data(), request.size()), 100);
+      const std::string request = Pattern(400, i, 31);
+      ASSERT_EQ(::write(theirs, request.data(), request.size()), 400);
       sent += request;
       ASSERT_TRUE(PollUntil([&] { return r.got.size() == sent.size(); }));
     }
@@ -535,41 +513,17 @@ TEST_P(LoopTest, TheReceivePoolIsGivenToTheKernelAsReceivesNeedIt) {
     ASSERT_TRUE(PollUntil([&] { return r.ends == 1; }));
   }
 
-  // Bursts: connections' 3,000 bytes each before the loop looks, more than the first buffers
-  // hold. Every byte arrives, in order, on the right connection.
-  const auto burst = [&](int conns) {
-    std::vector<std::unique_ptr<Receiver>> receivers;
-    std::vector<std::string> sent(conns);
-    for (int i = 0; i < conns; ++i) {
-      auto [ours, theirs] = Pair();
-      receivers.push_back(std::make_unique<Receiver>());
-      loop_->Recv(ours, &receivers.back()->c);
-      sent[i] = Pattern(3000, i, 57);
-      EXPECT_EQ(::write(theirs, sent[i].data(), sent[i].size()), 3000);
-    }
-    EXPECT_TRUE(PollUntil([&] {
-      for (auto& r : receivers)
-        if (r->got.size() < 3000) return false;
-      return true;
-    }));
-    for (int i = 0; i < conns; ++i) EXPECT_EQ(receivers[i]->got, sent[i]) << "connection " << i;
-    for (auto& r : receivers) loop_->Cancel(&r->c);
-    EXPECT_TRUE(PollUntil([&] {
-      for (auto& r : receivers)
-        if (r->ends == 0) return false;
-      return true;
-    }));
-  };
+  // Bursts of receives of 3,000 bytes each, more than the first buffers hold.
   // 60 receives: 60 buffers of 4 KiB, or 180 KB of 64 KiB buffers. The ring runs dry once, and
   // every receive it reaches ends with ENOBUFS; the pool doubles once for all of them, to what
   // the burst needs, and was never all in use.
-  burst(60);
+  ReceiveBurst(60, 3000);
   if (!epoll) {
     EXPECT_EQ(loop_->Stats().recv_pool_bytes, 2 * first) << "the pool grew, once";
   }
   EXPECT_EQ(loop_->Stats().recv_nobufs, 0u);
   // 300 receives: more than 256 buffers of 4 KiB (the whole pool, and then some), or 900 KB.
-  burst(300);
+  ReceiveBurst(300, 3000);
   EXPECT_LE(loop_->Stats().recv_pool_bytes, kRegion);
   loop_.reset();
   ::munmap(region, kRegion);

@@ -218,6 +218,35 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
     return file;
   }
 
+  // A burst of receives: `conns` connections' `bytes` each, all written before the loop looks.
+  // Every byte must arrive, in order, on the right connection (each one's bytes start with its
+  // number); then the receives are cancelled and end.
+  void ReceiveBurst(int conns, size_t bytes) {
+    std::vector<std::unique_ptr<Receiver>> receivers;
+    std::vector<std::string> sent(conns);
+    for (int i = 0; i < conns; ++i) {
+      auto [ours, theirs] = Pair();
+      receivers.push_back(std::make_unique<Receiver>());
+      loop_->Recv(ours, &receivers.back()->c);
+      sent[i] = std::to_string(i) + ":";
+      for (size_t k = sent[i].size(); k < bytes; ++k)
+        sent[i].push_back(static_cast<char>('A' + (i + k) % 57));
+      EXPECT_EQ(::write(theirs, sent[i].data(), bytes), static_cast<ssize_t>(bytes));
+    }
+    EXPECT_TRUE(PollUntil([&] {
+      for (auto& r : receivers)
+        if (r->got.size() < bytes) return false;
+      return true;
+    }));
+    for (int i = 0; i < conns; ++i) EXPECT_EQ(receivers[i]->got, sent[i]) << "connection " << i;
+    for (auto& r : receivers) loop_->Cancel(&r->c);
+    EXPECT_TRUE(PollUntil([&] {
+      for (auto& r : receivers)
+        if (r->ends == 0) return false;
+      return true;
+    }));
+  }
+
   // Bytes 'a'..'z' in a pattern that repeats only after `period` blocks (a reordering shows).
   static std::string Pattern(size_t size, size_t mul, size_t period) {
     std::string content(size, '\0');
