@@ -156,7 +156,8 @@ def run_one(ctx, server, scenario, serve_root):
     args = ctx.args
     generator, cmd = _generator(ctx, server, scenario, serve_root, args.duration)
     _, background = scenario.loads(args.quick)
-    pids = server.pids()
+    # A fresh server's memory before any connection counts only once every shard or worker is up.
+    pids = procfs.wait_settled(server.pids) if scenario.fresh_server else server.pids()
     extra, extra_cmd = None, None
     if background is not None:
         extra_cmd = background.command(ctx.bins["hello_flood" if background.hello_flood else "load"],

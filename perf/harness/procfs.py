@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -82,6 +83,22 @@ def anon_kib(pids):
     """RssAnon summed: the resident memory the processes allocated, without the file pages (program
     text, libraries) whose residency follows the page cache and the kernel's fault-around."""
     return _status_kib(pids, "RssAnon")
+
+
+def wait_settled(get_pids, interval=0.1, timeout=3.0):
+    """Waits until a just-started server has finished starting: its processes, and their
+    anonymous memory, the same over one interval (a server answers once its first shard or
+    worker listens; the others may still be setting up). Returns its pids, as they were last seen,
+    once settled or after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        pids = get_pids()
+        now = (tuple(sorted(pids)), anon_kib(pids))
+        if now == last or time.monotonic() > deadline:
+            return pids
+        last = now
+        time.sleep(interval)
 
 
 def peak_rss_kib(pids):

@@ -1,6 +1,7 @@
 """What the harness reads from /proc and perf stat, on this test's own process."""
 import os
 import threading
+import time
 import unittest
 
 from harness import procfs
@@ -21,6 +22,27 @@ class ProcfsTest(unittest.TestCase):
         block = bytearray(8 << 20)  # zero-filled: every page written
         self.assertGreaterEqual(procfs.anon_kib(pids) - before, 7 << 10)
         del block
+
+    def test_a_process_settles_once_its_memory_stops_growing(self):
+        blocks, stop = [], threading.Event()
+
+        def grow():  # a shard still setting up: 1 MiB more every 50 ms for 0.4 s
+            for _ in range(8):
+                blocks.append(bytearray(1 << 20))
+                time.sleep(0.05)
+            stop.set()
+
+        t = threading.Thread(target=grow)
+        t.start()
+        try:
+            pids = procfs.wait_settled(lambda: [os.getpid()], interval=0.1, timeout=5)
+            self.assertTrue(stop.is_set(), "settled while the memory still grew")
+            self.assertEqual(pids, [os.getpid()])
+        finally:
+            t.join()
+        start = time.monotonic()
+        procfs.wait_settled(lambda: [os.getpid()], interval=0.1, timeout=5)
+        self.assertLess(time.monotonic() - start, 1.0, "an idle process settles at once")
 
     def test_threads_and_context_switches(self):
         pids = [os.getpid()]
