@@ -224,7 +224,7 @@ struct LoopStats {
   // Receive memory the kernel has been given (uring tiers: the pool's first buffers, more each
   // time it ran dry; epoll: its one read buffer); pages beyond it were never touched.
   uint64_t recv_pool_bytes = 0;
-  uint64_t recv_held = 0;    // receives copied aside because their connection was paused
+  uint64_t recv_held = 0;  // receives copied aside because their connection was paused
   uint64_t pipes_in_use = 0;
   uint64_t pipe_capacity = 0;    // pipes for splicing bodies (0: the tier never splices)
   uint64_t sendfile_bytes = 0;   // file body bytes sent with sendfile(2) (page-cache hits)

@@ -373,7 +373,7 @@ class UringLoop final : public Loop {
   size_t buf_ring_bytes_ = 0;
   char* recv_bufs_ = nullptr;
   size_t recv_bufs_bytes_ = 0;
-  uint32_t recv_given_ = 0;  // buffers 0..recv_given_-1 have been given to the kernel
+  uint32_t recv_given_ = 0;                // buffers 0..recv_given_-1 have been given to the kernel
   uint64_t recv_grown_turn_ = UINT64_MAX;  // the Poll (turn_) that last grew the pool
   // bypass: registered buffers file bodies are read into and sent from (fixed indices after the
   // small-file pool's); free ones by index.
