@@ -264,7 +264,9 @@ _ENTRIES = [
     Peer("ringd-uring-turn256k", ringd("uring", "--send-turn-bytes", "262144"),
          scenarios=frozenset({"large", "large-read", "mixed", "mixed-at-rate"})),
     Peer("ringd-bypass-turn2m", ringd("bypass", "--max-connections", "15000", "--send-turn-bytes", "2097152"),
-         scenarios=frozenset({"large", "mixed", "mixed-at-rate"})),
+         scenarios=frozenset({"large", "large-read", "mixed", "mixed-at-rate"})),
+    Peer("ringd-uring-turn2m", ringd("uring", "--send-turn-bytes", "2097152"),
+         scenarios=frozenset({"large", "large-read", "mixed", "mixed-at-rate"})),
     # 256 KiB turns without the turn's share (--send-turn-share-bytes 0), as before the share:
     # 256 KiB sendfiles for a lone download too.
     Peer("ringd-bypass-share0",
