@@ -77,6 +77,7 @@ inline const OpState& St(const Completion* c) {
 }
 
 constexpr uint16_t kRecvGroup = 0;
+constexpr uint64_t kInlineChunk = 1 << 20;  // sendfile per call on the inline path
 // The part of the receive pool the kernel is given at start; the rest as receives run it dry.
 // Two 64 KiB buffers of incremental receive serve many connections' small requests at a time:
 // the kernel fills one while the other comes back.

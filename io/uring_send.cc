@@ -190,8 +190,7 @@ bool UringLoop::SendCached(Completion* c) {
       WaitWritable(c);
       return true;
     }
-    // (The budget bounds one call: at most max(--send-turn-bytes, 1 MiB).)
-    const uint64_t chunk = std::min(c->remaining, budget);
+    const uint64_t chunk = std::min({c->remaining, kInlineChunk, budget});
     if (!resident_.Cached(c->file_fd, c->offset, chunk, MonotonicMs()) ||
         Inject(Fault::kNotCached, "page cache (inline)")) {
       return c->done > 0 ? (Splice(c), true) : false;

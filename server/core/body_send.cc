@@ -13,11 +13,10 @@
 namespace ringd {
 namespace {
 
-// The least a SendFile call asks for (a turn's --send-turn-bytes where that is more): each
-// completion is progress, which re-arms the send timer, and a slow client cannot hold a pipe for
-// long. With --send-order=srpt a chunk that holds a send slot is 256 KiB, and the queue chooses
-// again after each, so that a shorter response waits for less (one loop turn's worth at
-// --send-turn-bytes 256 KiB).
+// The send budget per SendFile call: each completion is progress, which re-arms the send
+// timer, and a slow client cannot hold a pipe for long. With --send-order=srpt a chunk that holds
+// a send slot is a quarter of that, and the queue chooses again after each, so that a shorter
+// response waits for less (one loop turn's worth at --send-turn-bytes 256 KiB).
 constexpr uint64_t kFileChunk = 1 << 20;
 constexpr uint64_t kSlotChunk = 256 << 10;
 
@@ -60,11 +59,9 @@ void ConnectionMachine::Sent(Connection* conn, io::Completion* c) {
 }
 
 // A chunk that holds a slot is short, so that the queue chooses again soon; one that needs no
-// slot (its client or the disk is slow) is long, so that fewer, larger reads are in flight, and
-// a turn's bytes go in one SendFile (one sendfile(2) call where the kernel takes them at once).
+// slot (its client or the disk is slow) is long, so that fewer, larger reads are in flight.
 uint64_t ConnectionMachine::ChunkBytes(const Connection* conn) const {
-  if (config_.send_srpt && !conn->ex->ticket.slow) return kSlotChunk;
-  return std::max<uint64_t>(kFileChunk, config_.send_turn_bytes);
+  return config_.send_srpt && !conn->ex->ticket.slow ? kSlotChunk : kFileChunk;
 }
 
 // The next chunk of a file body, once the send queue has let it go.
