@@ -17,7 +17,7 @@ from . import charts
 from .peers import PEERS
 from .result import Result
 from .scenarios import SCENARIOS, Column
-from .stats import ratio, summarize_runs
+from .stats import by_round, ratio, summarize_runs
 
 MACHINE_KEYS = ("machine", "cpus", "kernel", "server_cpus", "client_cpus", "shards", "generator", "ringd",
                 "nginx", "h2o", "lighttpd", "cold_disk")
@@ -70,6 +70,11 @@ def _cell(summary, column):
     return column.fmt % (v["median"] / column.per) if v else ""
 
 
+def _range(s):
+    """A ratio's median and range over the rounds: 0.95 [0.91-1.02]."""
+    return "%.2f [%.2f-%.2f]" % (s["median"], s["min"], s["max"]) if s else ""
+
+
 def _ratio_cells(s, metric, others, cpu_others):
     """The scenario's extra ratios (Scenario.ratio_to, cpu_ratio_to) for one row."""
     cells = []
@@ -91,10 +96,14 @@ def _table(scenario, per_server, summary, meta=None):
     meta_value = (meta or {}).get(scenario.meta_reference[0]) if scenario.meta_reference else None
     extra = list(scenario.columns) + [c for c in OPTIONAL_COLUMNS
                                       if any(s.get(c.key) for s in summary.values())]
+    # CPU per request over nginx's within each round of the interleaved repeats (stats.by_round).
+    rounds = {server: by_round(runs, per_server["nginx"], "cpu_us_per_request")
+              for server, runs in per_server.items()} if scenario.cpu_column and "nginx" in per_server else {}
+    by_rounds = any(rounds.values())
     cols = ["server", metric.label, "x nginx"] + ["x %s" % p for p in ratio_to] + (
         ["fraction of %s" % scenario.reference] if reference else []) + (
         [scenario.meta_reference[1]] if meta_value else []) + [
-        "CPU us/request"] + ["CPU x %s" % p for p in cpu_ratio_to] + [
+        "CPU us/request"] + (["CPU x nginx by round"] if by_rounds else []) + ["CPU x %s" % p for p in cpu_ratio_to] + [
         "server CPU %", "p50 ms", "p99 ms", "errors"]
     lines = ["| " + " | ".join(cols + [c.header for c in extra]) + " |",
              "|" + " --- |" * (len(cols) + len(extra))]
@@ -112,7 +121,8 @@ def _table(scenario, per_server, summary, meta=None):
         of_meta = ["%.2f" % (m["median"] / meta_value) if m else ""] if meta_value else []
         row = [server, main, shown] + ratios[:len(others)] + (
                ["%.2f" % fraction if fraction is not None else ""] if reference else []) + of_meta + [
-               ("%.2f" % cpu["median"] if cpu else "") if scenario.cpu_column else "-"] + ratios[len(others):] + [
+               ("%.2f" % cpu["median"] if cpu else "") if scenario.cpu_column else "-"] + (
+               [_range(rounds.get(server))] if by_rounds else []) + ratios[len(others):] + [
                "%.0f" % busy["median"] if busy else "",
                "%.2f" % (p50["median"] / 1000) if p50 else "", "%.2f" % (p99["median"] / 1000) if p99 else "",
                "%d" % s["errors"]["median"]]

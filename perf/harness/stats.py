@@ -2,6 +2,7 @@
 
     s = summarize_runs(results)        # {figure: {"median", "min", "max", "n"} or None}
     ratio(s["rps"], nginx["rps"])      # median over median, None if either is missing or zero
+    by_round(runs, nginx_runs, "cpu_us_per_request")  # the same ratio round by round, summarized
 """
 import statistics
 
@@ -26,3 +27,14 @@ def ratio(value, base):
     if not value or not base or not base["median"]:
         return None
     return value["median"] / base["median"]
+
+
+def by_round(runs, base_runs, key):
+    """`key` over the base's, round by round, summarized (median, min, max, n); None with fewer than
+    two rounds where both ran whole and measured it. The i-th run of every server belongs to one round of the
+    interleaved repeats, so a ratio within a round leaves out what drifted between rounds (the
+    machine's own speed, other tenants), and its range says whether a lead holds in every round."""
+    pairs = [(r.figures().get(key), b.figures().get(key)) for r, b in zip(runs, base_runs)
+             if not r.failed and not b.failed]
+    s = summarize([v / b for v, b in pairs if v is not None and b])
+    return s if s and s["n"] >= 2 else None

@@ -2,7 +2,7 @@
 import unittest
 
 from harness.result import Result, failed
-from harness.stats import ratio, summarize, summarize_runs
+from harness.stats import by_round, ratio, summarize, summarize_runs
 
 
 class StatsTest(unittest.TestCase):
@@ -28,6 +28,25 @@ class StatsTest(unittest.TestCase):
         self.assertIsNone(ratio({"median": 3.0}, {"median": 0}))
         self.assertIsNone(ratio(None, {"median": 2.0}))
         self.assertIsNone(ratio({"median": 3.0}, None))
+
+    def test_by_round(self):
+        def runs(*cpu):
+            return [Result(requests=10, rps=1.0, cpu_us_per_request=c) for c in cpu]
+        # The machine's speed moved between rounds: the medians, taken from different rounds, say
+        # 1.1x; round by round it was 0.8x, 1.1x and 0.9x.
+        mine, base = runs(8.0, 22.0, 27.0), runs(10.0, 20.0, 30.0)
+        self.assertAlmostEqual(ratio(summarize_runs(mine)["cpu_us_per_request"],
+                                     summarize_runs(base)["cpu_us_per_request"]), 1.1)
+        s = by_round(mine, base, "cpu_us_per_request")
+        self.assertAlmostEqual(s["median"], 0.9)
+        self.assertEqual((s["min"], s["n"]), (0.8, 3))
+        self.assertAlmostEqual(s["max"], 1.1)
+        # A round either side failed to measure is left out; one round is not a range.
+        self.assertEqual(by_round(runs(8.0, None, 27.0), base, "cpu_us_per_request")["n"], 2)
+        self.assertIsNone(by_round(runs(8.0), base, "cpu_us_per_request"))
+        self.assertIsNone(by_round(mine, runs(10.0, 0, None), "cpu_us_per_request"))
+        # A failed run's CPU per request is no measure of the server: its round is left out.
+        self.assertEqual(by_round(mine, [base[0], failed("stopped"), base[2]], "cpu_us_per_request")["n"], 2)
 
 
 if __name__ == "__main__":
