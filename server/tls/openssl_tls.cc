@@ -358,18 +358,28 @@ struct LoadedPair {
   }
 };
 
+// The PEM readers' passphrase callback: ringd has no passphrase to give. Without one, OpenSSL
+// asks for it on the terminal, or on stdin where there is none: start-up, or a SIGHUP reload on
+// the thread that handles signals, would wait there for a line that never comes. `asked` says
+// that a key wanted one.
+int NoPassphrase(char*, int, int, void* asked) {
+  *static_cast<bool*>(asked) = true;
+  return -1;
+}
+
 // Reads a pair and checks that the key is the certificate's and the certificate still valid;
 // false with a line saying why.
 bool LoadPair(const TlsCertPair& pair, LoadedPair* out, std::string* error) {
+  bool asked = false;
   BIO* cert_bio = BIO_new_file(pair.cert_file.c_str(), "r");
   if (cert_bio == nullptr) {
     *error = "--tls-cert: cannot read '" + pair.cert_file + "': " + std::strerror(errno);
     ERR_clear_error();
     return false;
   }
-  out->cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+  out->cert = PEM_read_bio_X509(cert_bio, nullptr, NoPassphrase, &asked);
   out->chain = sk_X509_new_null();
-  while (X509* extra = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr))
+  while (X509* extra = PEM_read_bio_X509(cert_bio, nullptr, NoPassphrase, &asked))
     sk_X509_push(out->chain, extra);
   ERR_clear_error();  // the loop above ends on "no start line"
   BIO_free(cert_bio);
@@ -383,10 +393,14 @@ bool LoadPair(const TlsCertPair& pair, LoadedPair* out, std::string* error) {
     ERR_clear_error();
     return false;
   }
-  out->key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+  asked = false;
+  out->key = PEM_read_bio_PrivateKey(key_bio, nullptr, NoPassphrase, &asked);
   BIO_free(key_bio);
   if (out->key == nullptr) {
-    *error = "--tls-key: '" + pair.key_file + "' holds no PEM private key (or it is encrypted)";
+    *error = asked ? "--tls-key: '" + pair.key_file +
+                         "' is encrypted: give ringd the key without a passphrase (openssl pkey "
+                         "-in KEY -out PLAIN)"
+                   : "--tls-key: '" + pair.key_file + "' holds no PEM private key";
     ERR_clear_error();
     return false;
   }

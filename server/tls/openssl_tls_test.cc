@@ -10,6 +10,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
@@ -502,6 +503,38 @@ TEST(OpenSslTls, BadCertificatesAndKeysAreOneClearLine) {
   EXPECT_EQ(Factory({a, a}, &error), nullptr);
   EXPECT_NE(error.find("the names and key type of an earlier certificate"), std::string::npos);
   EXPECT_EQ(ERR_peek_error(), 0u);  // nothing left on the thread's error queue
+}
+
+// A key with a passphrase is refused in one line, and its passphrase is never asked for: OpenSSL
+// would ask on the terminal, or read stdin where there is none, and wait there (at start-up, or
+// on the thread that handles signals when SIGHUP reloads). stdin here is a pipe that stays open:
+// a read of it would never return.
+TEST(OpenSslTls, AnEncryptedKeyIsOneClearLineNotAPrompt) {
+  const TlsCertPair a = MakeCert("enc.test", "EC");
+  const std::string encrypted = a.key_file + ".enc";
+  {
+    FILE* in = std::fopen(a.key_file.c_str(), "r");
+    EVP_PKEY* key = PEM_read_PrivateKey(in, nullptr, nullptr, nullptr);
+    std::fclose(in);
+    ASSERT_NE(key, nullptr);
+    FILE* out = std::fopen(encrypted.c_str(), "w");
+    char pass[] = "secret";
+    ASSERT_EQ(PEM_write_PrivateKey(out, key, EVP_aes_256_cbc(), nullptr, 0, nullptr, pass), 1);
+    std::fclose(out);
+    EVP_PKEY_free(key);
+  }
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const int saved_stdin = ::dup(0);
+  ASSERT_EQ(::dup2(pipe_fds[0], 0), 0);
+  std::string error;
+  EXPECT_EQ(Factory({{a.cert_file, encrypted}}, &error), nullptr);
+  ::dup2(saved_stdin, 0);
+  for (int fd : {saved_stdin, pipe_fds[0], pipe_fds[1]}) ::close(fd);
+  EXPECT_EQ(error, "--tls-key: '" + encrypted +
+                       "' is encrypted: give ringd the key without a passphrase (openssl pkey -in "
+                       "KEY -out PLAIN)");
+  EXPECT_EQ(ERR_peek_error(), 0u);
 }
 
 // A CA, and a leaf for `name` it signed, written as PEM files: the leaf's file holds its chain
