@@ -76,7 +76,7 @@ void ConnectionMachine::UpdateRecv(Connection* conn) {
 // being skipped, which gets a short one of its own).
 void ConnectionMachine::WaitForRequest(Connection* conn) {
   if (conn->peer_closed) return Abort(conn);
-  (conn->discard > 0 ? discard_timers_ : idle_timers_).Arm(&conn->timer, now_ms_);
+  (conn->discard > 0 ? discard_timers_ : idle_timers_).Arm(&conn->timer, loop_->MonotonicMs());
   host_->RoomMayHaveChanged();  // an idle connection can give way to a newcomer now
 }
 
@@ -186,7 +186,8 @@ void ConnectionMachine::ProcessInput(Connection* conn) {
       // an incomplete head at end of stream (OnRecv): closed now. Abort may free the connection
       // here (nothing is in flight), and FinishResponse, the caller then, returns at once.
       if (conn->peer_closed) return Abort(conn);
-      if (conn->timer.list != &header_timers_) header_timers_.Arm(&conn->timer, now_ms_);
+      if (conn->timer.list != &header_timers_)
+        header_timers_.Arm(&conn->timer, loop_->MonotonicMs());
       return;
     }
     if (r.status == http::ParseStatus::kError)
@@ -275,7 +276,7 @@ bool ConnectionMachine::Plan(Connection* conn, const http::Request& req, size_t 
   ex->plan_number = ++plans_;
   if (step.status == http::PlanStatus::kNeedLookup) {
     SetState(conn, ConnState::kWaitingFile);
-    send_timers_.Arm(&conn->timer, now_ms_);
+    send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
     if (++ex->lookups <= kMaxLookupsPerRequest && files_->Fetch(step.lookup_path, &ex->waiter)) {
       for (std::string_view p : step.prefetch) {
         if (!p.empty()) files_->Prefetch(p);
@@ -531,7 +532,7 @@ void ConnectionMachine::CloseGracefully(Connection* conn) {
     conn->recv_paused = false;
     loop_->ResumeRecv(&conn->recv);
   }
-  linger_timers_.Arm(&conn->timer, now_ms_);
+  linger_timers_.Arm(&conn->timer, loop_->MonotonicMs());
 }
 
 // Every change of a connection's state goes through here, and only these changes exist:
@@ -607,7 +608,7 @@ void ConnectionMachine::ReleaseExchange(Connection* conn) {
 // --send-timeout-ms is cut, however slowly it reads (nginx's send_timeout).
 void ConnectionMachine::ArmSendTimer(Connection* conn) {
   conn->ex->send_progress = 0;  // the operation about to start has sent nothing yet
-  send_timers_.Arm(&conn->timer, now_ms_);
+  send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
 }
 
 void ConnectionMachine::Abort(Connection* conn) {

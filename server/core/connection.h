@@ -318,11 +318,14 @@ class ConnectionMachine {
   http::ParserLimits limits_;
   http::Header headers_[kMaxHeaderFields];
 
+  // Armed by the loop's clock, not now_ms_: a callback runs in the Poll after Tick, and a Poll
+  // that slept up to a second would otherwise set its deadlines that much early. The clock only
+  // moves forward, so each list stays in deadline order.
   TimerList header_timers_, idle_timers_, send_timers_, linger_timers_, discard_timers_;
   // Lingering connections that gave way to newcomers, the longest lingering first: closed for
   // parked newcomers, or when their linger ends.
   TimerList gave_way_timers_;
-  int64_t now_ms_ = 0;
+  int64_t now_ms_ = 0;  // the last Tick's: for expiring timers, and comparisons within a turn
   int64_t date_sec_ = -1;
   char date_[http::kHttpDateLen];
   bool draining_ = false;

@@ -90,7 +90,7 @@ Connection* ConnectionMachine::Open(int fd, bool https_redirect) {
   NotePeer(conn);
   conn->recv.owner = conn;
   conn->recv.callback = &ConnectionMachine::OnRecv;
-  header_timers_.Arm(&conn->timer, now_ms_);
+  header_timers_.Arm(&conn->timer, loop_->MonotonicMs());
   ArmRecv(conn);
   return conn;
 }
@@ -128,11 +128,11 @@ void ConnectionMachine::ExpireSendTimer(Connection* conn) {
   RINGD_ASSERT(ex != nullptr);
   if (ex->sending != Exchange::Sending::kNone && ex->send.done > ex->send_progress) {
     ex->send_progress = ex->send.done;  // slow, but moving: another period
-    return send_timers_.Arm(&conn->timer, now_ms_);
+    return send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
   }
   // Waiting for a send slot is the shard's doing, not the client's (and bounded by
   // --send-max-wait-ms): another period.
-  if (ex->ticket.queued()) return send_timers_.Arm(&conn->timer, now_ms_);
+  if (ex->ticket.queued()) return send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
   ++stats_.send_timeouts;
   Abort(conn);
 }
@@ -186,7 +186,8 @@ bool ConnectionMachine::GiveWayOldestIdle() {
   Connection* conn = ConnOfTimer(t);
   conn->more_input_expected = true;
   CloseGracefully(conn);
-  if (conn->state == ConnState::kLingering) gave_way_timers_.Arm(&conn->timer, now_ms_);
+  if (conn->state == ConnState::kLingering)
+    gave_way_timers_.Arm(&conn->timer, loop_->MonotonicMs());
   return true;
 }
 

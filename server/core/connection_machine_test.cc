@@ -93,6 +93,23 @@ TEST_F(ConnectionMachineTest, ServesAndFreesTheSlotOnItsLastCallback) {
   EXPECT_EQ(host_.calls, before + 1) << "the host hears that a slot is free";
 }
 
+// A connection accepted in a Poll that slept gets its whole header timeout: its deadline counts
+// from the loop's clock when it came, not from the Tick before that Poll.
+TEST_F(ConnectionMachineTest, AHeaderTimeoutCountsFromTheAcceptNotTheTickBefore) {
+  const int64_t ticked = now_ms_;
+  now_ms_ += 900;  // the Poll slept 900 ms, then the accept completed
+  ASSERT_NE(machine_->Open(kFd, false), nullptr);
+  now_ms_ = ticked + config_.header_timeout_ms + 100;
+  machine_->Tick(now_ms_, loop_.RealtimeSec());
+  EXPECT_EQ(stats_.header_timeouts, 0u) << "timed out 800 ms early";
+  now_ms_ = ticked + 900 + config_.header_timeout_ms;
+  machine_->Tick(now_ms_, loop_.RealtimeSec());
+  EXPECT_EQ(stats_.header_timeouts, 1u);
+  ASSERT_EQ(loop_.cancels.size(), 1u);
+  Complete(loop_.cancels.back(), -ECANCELED, false);  // the receive's last callback
+  EXPECT_EQ(machine_->live(), 0u);
+}
+
 // Giving way lingers (FIN, then reads until the client closes) and takes the connection out of
 // those the limit counts at once; once it has lingered kGaveWayLingerMs, a parked newcomer can
 // close it.
