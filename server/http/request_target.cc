@@ -28,24 +28,13 @@ constexpr std::array<bool, 256> kPathSafe = AlnumPlus("-._~!$&'()*+,;=:@/");
 
 namespace {
 
-// absolute-form: "http://host[:port]/path" (RFC 9112 section 3.2.2) leaves its path in *path
-// and what follows a path-less authority in *suffix. The authority is not used for lookup:
-// ringd serves one document root.
+// absolute-form (RFC 9112 section 3.2.2) leaves its path in *path and what follows a path-less
+// authority in *suffix. The authority is not used for lookup: ringd serves one document root.
 void StripAbsoluteForm(std::string_view* path, std::string_view* suffix) {
-  std::string_view p = *path;
-  if (p.size() <= 7 || !(EqualsIgnoreCase(p.substr(0, 7), "http://") ||
-                         (p.size() > 8 && EqualsIgnoreCase(p.substr(0, 8), "https://")))) {
-    return;
-  }
-  p.remove_prefix(p[4] == ':' ? 7 : 8);
-  const size_t end = p.find_first_of("/?#");
-  if (end == std::string_view::npos || p[end] != '/') {
-    // "http://host" or "http://host?q": the path is empty, which means "/".
-    *suffix = end == std::string_view::npos ? std::string_view() : p.substr(end);
-    *path = "/";
-  } else {
-    *path = p.substr(end);
-  }
+  AbsoluteForm form;
+  if (!SplitAbsoluteForm(*path, &form)) return;
+  *path = form.path;
+  *suffix = form.suffix;
 }
 
 // A segment of a normalised path that starts with a dot, other than a leading /.well-known.
@@ -61,6 +50,26 @@ bool HasHiddenSegment(std::string_view path) {
 }
 
 }  // namespace
+
+bool SplitAbsoluteForm(std::string_view target, AbsoluteForm* out) {
+  std::string_view p = target;
+  if (p.size() <= 7 || !(EqualsIgnoreCase(p.substr(0, 7), "http://") ||
+                         (p.size() > 8 && EqualsIgnoreCase(p.substr(0, 8), "https://")))) {
+    return false;
+  }
+  p.remove_prefix(p[4] == ':' ? 7 : 8);
+  const size_t end = p.find_first_of("/?#");
+  out->authority = p.substr(0, end);
+  if (end == std::string_view::npos || p[end] != '/') {
+    // "http://host" or "http://host?q": the path is empty, which means "/".
+    out->suffix = end == std::string_view::npos ? std::string_view() : p.substr(end);
+    out->path = "/";
+  } else {
+    out->suffix = std::string_view();
+    out->path = p.substr(end);
+  }
+  return true;
+}
 
 TargetResult NormalizeTarget(std::string_view target, const TargetOptions& options, char* scratch,
                              size_t scratch_cap) {

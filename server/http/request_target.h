@@ -29,6 +29,16 @@ struct TargetResult {
   bool HasTrailingSlash() const { return path.size() > 0 && path.back() == '/'; }
 };
 
+// An absolute-form target ("http://host[:port]/path?query", RFC 9112 section 3.2.2), apart:
+// the authority, and the rest ("/path?query"; "/" alone, or "/?query", where the path is empty).
+struct AbsoluteForm {
+  std::string_view authority;
+  std::string_view path;    // starts with '/'
+  std::string_view suffix;  // what follows a path-less authority ("?query"), or empty
+};
+// Whether `target` is in absolute-form (an http or https URI); *out its parts.
+bool SplitAbsoluteForm(std::string_view target, AbsoluteForm* out);
+
 // `scratch` must hold at least target.size() + 1 bytes; the result's path lives there.
 TargetResult NormalizeTarget(std::string_view target, const TargetOptions& options, char* scratch,
                              size_t scratch_cap);

@@ -203,27 +203,35 @@ std::optional<PlanStep> PlanBodyAndMethod(const Request& req, const PlannerConfi
 }
 
 // --redirect-https: 301 to https://HOST[:PORT]TARGET, the request's host without its port and
-// its target as received (origin-form; an absolute-form target keeps its path and query).
+// its target as received; an absolute-form target gives its own host (RFC 9112 section 3.2.2,
+// Host ignored), its path and its query.
 PlanStep PlanHttpsRedirect(const Request& req, const PlannerConfig& config, FileMetaSource& source,
                            PlanScratch& scratch, ResponsePlan* out) {
   std::string_view host = req.host;
+  std::string_view target = req.target;
+  std::string_view suffix;
+  AbsoluteForm form;
+  if (SplitAbsoluteForm(req.target, &form)) {
+    // RFC 9112 section 3.2.2: the target's authority names the host, whatever Host says.
+    if (form.authority.find('@') != std::string_view::npos)
+      return Error(400, "userinfo in the target", req, config, source, out);
+    host = form.authority;
+    target = form.path;
+    suffix = form.suffix;
+  } else if (target.empty() || target.front() != '/') {
+    return Error(400, "target is not origin-form", req, config, source, out);
+  }
   if (!host.empty() && host.front() == '[') {
     host = host.substr(0, host.find(']') + 1);  // an IPv6 literal keeps its brackets
   } else {
     host = host.substr(0, host.find(':'));
   }
   if (host.empty()) return Error(400, "no host to redirect to", req, config, source, out);
-  std::string_view target = req.target;
-  if (!target.empty() && target.front() != '/') {  // absolute-form: from the path on
-    const size_t authority = target.find("//");
-    const size_t path = authority == std::string_view::npos ? std::string_view::npos
-                                                            : target.find('/', authority + 2);
-    target = path == std::string_view::npos ? std::string_view("/") : target.substr(path);
-  }
   const std::string_view origin =
       Join(scratch.location, sizeof scratch.location, "https://", host, config.https_port_suffix);
   const std::string_view location =
-      origin.empty() ? origin : Join(scratch.location, sizeof scratch.location, origin, target, "");
+      origin.empty() ? origin
+                     : Join(scratch.location, sizeof scratch.location, origin, target, suffix);
   if (location.empty()) return Error(414, "redirect target too long", req, config, source, out);
   out->location = location;
   return Page(301, "redirect to https", req, out);

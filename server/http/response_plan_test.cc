@@ -212,6 +212,12 @@ TEST_F(ResponsePlanTest, RedirectsToHttpsOnTheRequestsHost) {
   EXPECT_EQ(location("HEAD / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n"), "https://[::1]:8443/");
   EXPECT_EQ(location("GET http://example.org/x?y HTTP/1.1\r\nHost: example.org\r\n\r\n"),
             "https://example.org:8443/x?y");
+  // In absolute-form the target's authority names the host and Host is ignored (RFC 9112
+  // section 3.2.2), an empty one included; a path-less authority keeps its query.
+  EXPECT_EQ(location("GET http://other.test:80/p?q HTTP/1.1\r\nHost: a.test\r\n\r\n"),
+            "https://other.test:8443/p?q");
+  EXPECT_EQ(location("GET HTTP://[::1]?q HTTP/1.1\r\nHost:\r\n\r\n"), "https://[::1]:8443/?q");
+  EXPECT_EQ(Plan("GET http://u@other.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n").plan.status, 400);
   // Files are never looked up: the redirect needs none, whether the target exists or not.
   EXPECT_EQ(location("GET /nope HTTP/1.1\r\nHost: example.org\r\n\r\n"),
             "https://example.org:8443/nope");
