@@ -442,9 +442,13 @@ void SimLoop::Close(int fd) {
     // held by the loop from a pause) before its receive ended, or was told of bytes left.
     const uint64_t taken = s.TakenBeforeEnd();
     // (A TLS session that refused the client's input has sent its alert: no response is owed
-    // after it, and nothing the client sends can be read.)
+    // after it, and nothing the client sends can be read. Nor is one owed on a TLS connection
+    // whose server read no byte of a request, as when the header timeout ends it just after its
+    // handshake: only the session's own records, a server hello or close_notify, were going out
+    // beside the receive's end, and a reset loses nothing more than a plain connection's would.)
+    const bool tls_before_any_request = s.tls && s.received == 0;
     if (!quiesced_ && !s.client_reset && !s.client_fin && !s.server_shut_wr && !s.response_cut &&
-        !s.tls_bad_input &&
+        !s.tls_bad_input && !tls_before_any_request &&
         (s.told_input_left || (s.close_request_end != UINT64_MAX && taken > s.close_request_end))) {
       s.closed_on_talker = true;
     }
