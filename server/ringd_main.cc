@@ -284,12 +284,17 @@ bool SetUpIo(const Config& config, IoSetup* io) {
   absl::StatusOr<IoSetup> chosen = ChooseIo(config, tiers, probe, descriptor_limit);
   if (!chosen.ok()) Die(1, chosen.status());
   *io = *std::move(chosen);
-  std::fprintf(stderr, "ringd: io backend %s\n", io->line.c_str());
-  if (!io->tier->can.names_clients && !config.access_log.empty()) {
-    std::fprintf(stderr, "ringd: --io=%s: access log lines name no client address (\"-\")\n",
-                 io->tier->name.c_str());
-  }
   return true;
+}
+
+// The tier chosen and why, once every start-up check has passed: a start-up that fails says
+// why in one line.
+void LogIo(const Config& config, const IoSetup& io) {
+  std::fprintf(stderr, "ringd: io backend %s\n", io.line.c_str());
+  if (!io.tier->can.names_clients && !config.access_log.empty()) {
+    std::fprintf(stderr, "ringd: --io=%s: access log lines name no client address (\"-\")\n",
+                 io.tier->name.c_str());
+  }
 }
 
 // Socket activation: systemd bound the sockets (ringd.socket, and ringd-https.socket for those
@@ -322,6 +327,8 @@ Inherited CheckListenAddresses(const Config& config, uint32_t shards) {
     Die(2, "--tls-cert without --listen-tls: no listener would use it");
   if (config.redirect_https && config.listen_tls.empty() && in.tls_fds.empty())
     Die(2, "--redirect-https needs --listen-tls: there is no HTTPS to redirect to");
+  if (config.redirect_https && config.listen.empty() && in.fds.empty())
+    Die(2, "--redirect-https needs --listen: there is no plaintext listener to redirect from");
   if (!config.takeover) {
     if (!in.any()) {
       for (const ListenAddress& a : config.listen) {
@@ -409,8 +416,9 @@ std::vector<std::unique_ptr<Shard>> MakeShards(Config& config, const Inherited& 
 }
 
 // Each shard creates its ring (and pools) on its own thread, then waits for `go`: ringd drops
-// root (--user) between the two, so that nothing is served, and no file opened, as root.
-std::vector<std::thread> StartShards(const Config& config,
+// root (--user) between the two, so that nothing is served, and no file opened, as root, and
+// checks that the user it serves as can search the root.
+std::vector<std::thread> StartShards(const Config& config, int root_fd,
                                      const std::vector<std::unique_ptr<Shard>>& shard_list) {
   const size_t shards = shard_list.size();
   std::vector<std::thread> threads;
@@ -448,6 +456,12 @@ std::vector<std::thread> StartShards(const Config& config,
   if (all_ok) {
     if (absl::Status s = DropPrivileges(config); !s.ok()) {
       first_error = std::string(s.message());
+      all_ok = false;
+    } else if (::faccessat(root_fd, ".", X_OK, AT_EACCESS) != 0) {
+      // Every file is opened beneath the root as the user that serves (the root's descriptor
+      // was opened before the switch): without search permission there, every request is a 403.
+      first_error = "--root: the user ringd serves as cannot search '" + config.root +
+                    "': " + strerror(errno);
       all_ok = false;
     }
   }
@@ -584,7 +598,10 @@ int Main(int argc, char** argv) {
 
   const int root_fd = ::open(config.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (root_fd < 0) Die(1, "--root: cannot open '" + config.root + "': " + strerror(errno));
-  const http::MimeTypes mime = http::MimeTypes::Load(config.mime_types);
+  std::string mime_error;
+  const http::MimeTypes mime = http::MimeTypes::Load(
+      config.mime_types.empty() ? http::MimeTypes::kSystemFile : config.mime_types, &mime_error);
+  if (!config.mime_types.empty() && !mime_error.empty()) Die(1, "--mime-types: " + mime_error);
   const uint32_t shards =
       config.shards != 0 ? config.shards : static_cast<uint32_t>(UsableCpus().size());
 
@@ -615,7 +632,8 @@ int Main(int argc, char** argv) {
       config, inherited, shards, root_fd, &mime, io, &tls, notifier.watchdog_interval_ms() > 0);
   for (size_t i = 0; i < shard_list.size(); ++i)
     observability.Attach(shard_list[i].get(), static_cast<int>(i));
-  std::vector<std::thread> threads = StartShards(config, shard_list);
+  std::vector<std::thread> threads = StartShards(config, root_fd, shard_list);
+  LogIo(config, io);
 
   std::vector<Shard*> serving;
   for (auto& s : shard_list) serving.push_back(s.get());

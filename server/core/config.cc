@@ -305,7 +305,9 @@ const std::vector<Flag>& Flags() {
       UintFlag("max-ranges", "more ranges in one request are answered 200 (default 16)",
                &Config::max_ranges, 1, kMaxRangesPerRequest),
       StringFlag("index", "file served for a directory (default index.html)", &Config::index),
-      StringFlag("mime-types", "mime.types file read at start-up (default /etc/mime.types)",
+      StringFlag("mime-types",
+                 "mime.types file read at start-up; one named here must be readable (default: "
+                 "/etc/mime.types when it exists, else the built-in table)",
                  &Config::mime_types),
       BoolFlag("precompressed",
                "serve file.br / file.gz to clients that accept them (default true)",
@@ -752,15 +754,32 @@ bool ResolveUser(Config* config, std::string* error) {
   return true;
 }
 
-// The admin listener answers on its own address only: never one that serves files.
-bool CheckAdminListen(Config* config, std::string* error) {
-  if (config->has_admin_listen) {
-    for (const ListenAddress& a : config->listen) {
-      if (SameEndpoint(a, config->admin_listen)) {
-        *error = "--admin-listen: " + config->admin_listen.text +
-                 " is a --listen address; the admin listener needs an address of its own";
-        return false;
+// Every listener has an address of its own. Two sockets of one SO_REUSEPORT group would split
+// its connections between them: a port given to --listen and --listen-tls would answer half its
+// clients in the other protocol, and the admin listener would take files' requests. A wildcard
+// host overlaps every host of its family on the same port.
+bool CheckListenAddresses(Config* config, std::string* error) {
+  struct Named {
+    const char* flag;
+    const ListenAddress* address;
+  };
+  std::vector<Named> all;
+  for (const ListenAddress& a : config->listen) all.push_back({"--listen", &a});
+  for (const ListenAddress& a : config->listen_tls) all.push_back({"--listen-tls", &a});
+  if (config->has_admin_listen) all.push_back({"--admin-listen", &config->admin_listen});
+  for (size_t j = 1; j < all.size(); ++j) {
+    for (size_t i = 0; i < j; ++i) {
+      if (!SameEndpoint(*all[i].address, *all[j].address)) continue;
+      const std::string what = std::string(all[j].flag) + " " + all[j].address->text;
+      const std::string other = std::string(all[i].flag) + " " + all[i].address->text;
+      if (std::string_view(all[j].flag) == "--admin-listen") {
+        *error = "--admin-listen: " + all[j].address->text + " overlaps " + other +
+                 "; the admin listener needs an address of its own";
+      } else {
+        *error = what + (what == other ? " is given twice" : " overlaps " + other) +
+                 ": one port, one listener";
       }
+      return false;
     }
   }
   return true;
@@ -786,7 +805,7 @@ bool Parse(int argc, char** argv, Config* config, std::string* error, bool* exit
     config->listen.push_back(a);
   }
   return CheckAccessLog(config, error) && ResolveUser(config, error) &&
-         CheckAdminListen(config, error);
+         CheckListenAddresses(config, error);
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ struct Config {
 
   // Files.
   std::string index = "index.html";
-  std::string mime_types = "/etc/mime.types";
+  std::string mime_types;  // empty: /etc/mime.types when it exists
   bool precompressed = true;
   bool serve_dot_files = false;
   uint32_t small_file_max = 16384;  // files up to this size are served from memory

@@ -210,14 +210,43 @@ TEST(Config, ObservabilityErrors) {
   // Never the public port: the same address, or a wildcard that covers it.
   EXPECT_EQ(
       Parse({"--root", "/tmp", "--listen=127.0.0.1:8080", "--admin-listen=127.0.0.1:8080"}).error,
-      "--admin-listen: 127.0.0.1:8080 is a --listen address; the admin listener needs an "
-      "address of its own");
+      "--admin-listen: 127.0.0.1:8080 overlaps --listen 127.0.0.1:8080; the admin listener needs "
+      "an address of its own");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--listen=127.0.0.1:8080", "--listen-tls=127.0.0.1:8443",
+                   "--tls-cert=c", "--tls-key=k", "--admin-listen=127.0.0.1:8443"})
+                .error,
+            "--admin-listen: 127.0.0.1:8443 overlaps --listen-tls 127.0.0.1:8443; the admin "
+            "listener needs an address of its own");
   EXPECT_FALSE(
       Parse({"--root", "/tmp", "--listen=0.0.0.0:8080", "--admin-listen=127.0.0.1:8080"}).ok);
   EXPECT_FALSE(Parse({"--root", "/tmp", "--admin-listen=127.0.0.1:8080"}).ok);  // the default
   EXPECT_TRUE(
       Parse({"--root", "/tmp", "--listen=127.0.0.1:8080", "--admin-listen=127.0.0.1:9100"}).ok);
   EXPECT_TRUE(Parse({"--root", "/tmp", "--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0"}).ok);
+}
+
+// One port, one listener: the kernel would split a port's connections between two sockets of
+// one SO_REUSEPORT group, half of them answered in the other protocol.
+TEST(Config, ListenersNeedAddressesOfTheirOwn) {
+  const std::vector<std::string> tls = {"--tls-cert=c", "--tls-key=k"};
+  auto with_tls = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--root", "/tmp"});
+    args.insert(args.end(), tls.begin(), tls.end());
+    return Parse(args);
+  };
+  EXPECT_EQ(with_tls({"--listen=127.0.0.1:19020", "--listen-tls=127.0.0.1:19020"}).error,
+            "--listen-tls 127.0.0.1:19020 overlaps --listen 127.0.0.1:19020: one port, one "
+            "listener");
+  EXPECT_EQ(with_tls({"--listen=0.0.0.0:80", "--listen-tls=127.0.0.1:80"}).error,
+            "--listen-tls 127.0.0.1:80 overlaps --listen 0.0.0.0:80: one port, one listener");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--listen=127.0.0.1:8080", "--listen=127.0.0.1:8080"}).error,
+            "--listen 127.0.0.1:8080 is given twice: one port, one listener");
+  EXPECT_EQ(with_tls({"--listen-tls=[::1]:443", "--listen-tls=[::]:443"}).error,
+            "--listen-tls [::]:443 overlaps --listen-tls [::1]:443: one port, one listener");
+  EXPECT_TRUE(with_tls({"--listen=127.0.0.1:80", "--listen-tls=127.0.0.1:443"}).ok);
+  EXPECT_TRUE(with_tls({"--listen=127.0.0.1:80", "--listen=127.0.0.2:80"}).ok);
+  EXPECT_TRUE(with_tls({"--listen=127.0.0.1:80", "--listen-tls=[::1]:80"}).ok);  // two families
+  EXPECT_TRUE(with_tls({"--listen=127.0.0.1:0", "--listen-tls=127.0.0.1:0"}).ok);
 }
 
 TEST(Config, OriginHeaders) {

@@ -1,5 +1,9 @@
 #include "server/http/mime_types.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -62,13 +66,21 @@ MimeTypes::MimeTypes() {
   for (const auto& [ext, type] : kBuiltIn) Add(ext, type);
 }
 
-MimeTypes MimeTypes::Load(const std::string& path) {
+MimeTypes MimeTypes::Load(const std::string& path, std::string* error) {
   MimeTypes types;
-  std::ifstream in(path);
-  if (in) {
+  struct stat st;
+  std::ifstream in;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    errno = EISDIR;  // opens, and reads as empty
+  } else {
+    in.open(path);
+  }
+  if (in.is_open()) {
     std::stringstream ss;
     ss << in.rdbuf();
     types.AddFromText(ss.str());
+  } else if (error != nullptr) {
+    *error = "cannot read '" + path + "': " + std::strerror(errno);
   }
   types.Pin();
   return types;

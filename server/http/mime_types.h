@@ -17,9 +17,13 @@ class MimeTypes {
   // Built-in defaults only.
   MimeTypes();
 
-  // Built-in defaults, then every entry of a mime.types file in `path` (when it can be read),
-  // then the types ringd pins whatever the file says (.wasm = application/wasm).
-  static MimeTypes Load(const std::string& path);
+  // The file read when --mime-types names none (when it exists).
+  static constexpr const char* kSystemFile = "/etc/mime.types";
+
+  // Built-in defaults, then every entry of a mime.types file in `path` (when it can be read;
+  // otherwise *error, if given, says why), then the types ringd pins whatever the file says
+  // (.wasm = application/wasm).
+  static MimeTypes Load(const std::string& path, std::string* error = nullptr);
 
   // Adds the entries of mime.types-format text ("type ext1 ext2", '#' comments).
   void AddFromText(std::string_view text);

@@ -48,6 +48,14 @@ TEST(MimeTypes, LoadsAFileAndPinsWasm) {
   std::remove(path.c_str());
   MimeTypes missing = MimeTypes::Load("/nonexistent/mime.types");
   EXPECT_EQ(missing.ForPath("a.css"), "text/css; charset=utf-8");
+  // Built-in defaults either way; the caller hears why the file was not read.
+  std::string error;
+  missing = MimeTypes::Load("/nonexistent/mime.types", &error);
+  EXPECT_EQ(error, "cannot read '/nonexistent/mime.types': No such file or directory");
+  EXPECT_EQ(missing.ForPath("a.css"), "text/css; charset=utf-8");
+  error.clear();
+  MimeTypes::Load(::testing::TempDir(), &error);
+  EXPECT_EQ(error, "cannot read '" + ::testing::TempDir() + "': Is a directory");
 }
 
 }  // namespace

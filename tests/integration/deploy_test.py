@@ -286,6 +286,23 @@ class PrivilegesTest(BackendTestCase):
             proc.send_signal(signal.SIGTERM)
             self.assertEqual(proc.wait(timeout=15), 0)
 
+    def test_a_root_the_user_cannot_search_is_refused(self):
+        # Opened as root at start-up, the root would be served as nobody with a 403 for
+        # everything; ringd checks it as the user it serves as, and says so.
+        d = tempfile.mkdtemp(prefix="ringd-private-root-")
+        try:
+            write(d, "index.html", b"private")
+            os.chmod(d, 0o700)
+            out = subprocess.run([RINGD, "--root", d, "--listen", "127.0.0.1:0", "--io", BACKEND,
+                                  "--user", "nobody"], capture_output=True, text=True, timeout=10)
+            self.assertEqual(out.returncode, 1, out.stderr)
+            lines = out.stderr.strip().splitlines()
+            self.assertEqual(lines[-1], "ringd: --root: the user ringd serves as cannot search "
+                                        "'%s': Permission denied" % d, out.stderr)
+            self.assertFalse(any("serving" in l for l in lines), out.stderr)
+        finally:
+            shutil.rmtree(d)
+
     def test_an_unknown_user_is_a_flag_error(self):
         out = subprocess.run([RINGD, "--root", self.root, "--listen", "127.0.0.1:0", "--io", BACKEND,
                               "--user", "no-such-user-ringd"], capture_output=True, text=True, timeout=10)

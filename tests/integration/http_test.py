@@ -510,6 +510,29 @@ class LifecycleTest(BackendTestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_a_mime_types_file_named_is_read_or_refused(self):
+        run = lambda *flags: subprocess.run(
+            [os.environ["RINGD_BINARY"], "--root", self.root, "--listen", "127.0.0.1:0", "--io",
+             os.environ.get("RINGD_IO", "auto")] + ROOT_FLAGS + list(flags),
+            capture_output=True, text=True, timeout=10)
+        for path, why in [("/nonexistent/mime.types", "No such file or directory"),
+                          (self.root, "Is a directory")]:
+            out = run("--mime-types", path)
+            self.assertEqual(out.returncode, 1, out.stderr)
+            self.assertEqual(out.stderr.strip(), "ringd: --mime-types: cannot read '%s': %s" % (path, why))
+        d = tempfile.mkdtemp(prefix="ringd-mime-")
+        try:
+            with open(os.path.join(d, "mime.types"), "w") as f:
+                f.write("text/x-ringd-test txt\n")
+            server = Server(self.root, "--mime-types", os.path.join(d, "mime.types"))
+            try:
+                r = request(server, "GET", "/small.txt")
+                self.assertEqual(r.header("content-type"), "text/x-ringd-test; charset=utf-8")
+            finally:
+                self.assertEqual(server.stop(), 0)
+        finally:
+            shutil.rmtree(d)
+
     def test_out_of_descriptors_does_not_spin_and_recovers(self):
         if BACKEND == "bypass":
             self.skipTest("bypass: connections live in the ring's file table and use no "

@@ -377,7 +377,9 @@ class TlsTest(BackendTestCase):
                   "--tls-ocsp", p("localhost-ec.crt")], 1, "holds no DER OCSP response"),
                 (["--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
                   "--tls-ocsp", p("missing.ocsp")], 1, "--tls-ocsp: cannot read"),
-                ([], 2, "--listen-tls needs a certificate")]:
+                ([], 2, "--listen-tls needs a certificate"),
+                (["--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
+                  "--redirect-https"], 2, "--redirect-https needs --listen")]:
             out = subprocess.run([RINGD, "--root", self.root, "--listen-tls", "127.0.0.1:0"] +
                                  flags + ROOT_FLAGS, capture_output=True, text=True, timeout=10)
             self.assertEqual(out.returncode, code, out.stderr)
