@@ -327,7 +327,8 @@ Inherited CheckListenAddresses(const Config& config, uint32_t shards) {
     Die(2, "--tls-cert without --listen-tls: no listener would use it");
   if (config.redirect_https && config.listen_tls.empty() && in.tls_fds.empty())
     Die(2, "--redirect-https needs --listen-tls: there is no HTTPS to redirect to");
-  if (config.redirect_https && config.listen.empty() && in.fds.empty())
+  // (With sockets passed, the plaintext listeners are those, whatever --listen says.)
+  if (config.redirect_https && (in.any() ? in.fds.empty() : config.listen.empty()))
     Die(2, "--redirect-https needs --listen: there is no plaintext listener to redirect from");
   if (!config.takeover) {
     if (!in.any()) {

@@ -15,8 +15,6 @@ namespace {
 
 // tchar (RFC 9110 section 5.6.2).
 constexpr std::array<bool, 256> kToken = AlnumPlus("!#$%&'*+-.^_`|~");
-// Characters a Host value may hold: reg-name, IP-literal and port (RFC 3986 section 3.2).
-constexpr std::array<bool, 256> kHostChar = AlnumPlus("-._~%!$&'()*+,;=:[]");
 
 // field-vchar, SP and HTAB: what a field value may hold (RFC 9110 section 5.5; obs-text allowed).
 constexpr std::array<bool, 256> MakeValueTable() {

@@ -6,6 +6,7 @@
 #include "server/http/accept_encoding.h"
 #include "server/http/conditional.h"
 #include "server/http/http_date.h"
+#include "server/http/text.h"
 
 namespace ringd::http {
 namespace {
@@ -212,9 +213,13 @@ PlanStep PlanHttpsRedirect(const Request& req, const PlannerConfig& config, File
   std::string_view suffix;
   AbsoluteForm form;
   if (SplitAbsoluteForm(req.target, &form)) {
-    // RFC 9112 section 3.2.2: the target's authority names the host, whatever Host says.
+    // RFC 9112 section 3.2.2: the target's authority names the host, whatever Host says. It
+    // is held to what a Host value may hold (the parser lets any visible byte into a target),
+    // so that a Location is never built from what Host would have refused; no userinfo.
     if (form.authority.find('@') != std::string_view::npos)
       return Error(400, "userinfo in the target", req, config, source, out);
+    if (!AllHostChars(form.authority))
+      return Error(400, "bad host in the target", req, config, source, out);
     host = form.authority;
     target = form.path;
     suffix = form.suffix;

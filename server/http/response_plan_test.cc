@@ -218,6 +218,10 @@ TEST_F(ResponsePlanTest, RedirectsToHttpsOnTheRequestsHost) {
             "https://other.test:8443/p?q");
   EXPECT_EQ(location("GET HTTP://[::1]?q HTTP/1.1\r\nHost:\r\n\r\n"), "https://[::1]:8443/?q");
   EXPECT_EQ(Plan("GET http://u@other.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n").plan.status, 400);
+  // The authority holds only what a Host value may: never a Location a Host would not give.
+  EXPECT_EQ(Plan("GET http://a.test\\evil/ HTTP/1.1\r\nHost: a.test\r\n\r\n").plan.status, 400);
+  EXPECT_EQ(Plan("GET http://a.t\xe9st/ HTTP/1.1\r\nHost: a.test\r\n\r\n").plan.status, 400);
+  EXPECT_EQ(Plan("GET http://a<b>/ HTTP/1.1\r\nHost: a.test\r\n\r\n").plan.status, 400);
   // Files are never looked up: the redirect needs none, whether the target exists or not.
   EXPECT_EQ(location("GET /nope HTTP/1.1\r\nHost: example.org\r\n\r\n"),
             "https://example.org:8443/nope");

@@ -30,6 +30,18 @@ constexpr std::array<bool, 256> AlnumPlus(std::string_view extra) {
   return t;
 }
 
+// Characters a host may hold, with its port: reg-name, IP-literal and port (RFC 3986 section
+// 3.2). The Host field's, and an absolute-form target's authority's.
+inline constexpr std::array<bool, 256> kHostChar = AlnumPlus("-._~%!$&'()*+,;=:[]");
+
+// Whether every byte of `s` is one of kHostChar.
+inline bool AllHostChars(std::string_view s) {
+  for (char c : s) {
+    if (!kHostChar[static_cast<unsigned char>(c)]) return false;
+  }
+  return true;
+}
+
 // Removes optional whitespace (SP and HTAB) from both ends.
 inline std::string_view TrimOws(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);

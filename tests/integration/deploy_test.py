@@ -538,6 +538,19 @@ class SystemdTest(BackendTestCase):
         self.assertEqual(out.returncode, 1, out.stderr)
         self.assertIn("systemd passed HTTPS sockets (FileDescriptorName=https) but there is no "
                       "certificate", out.stderr.strip().splitlines()[-1])
+        # Only the https socket passed: --redirect-https has no plaintext listener to answer on
+        # (the default --listen is not bound when sockets are passed).
+        only_https = ["/bin/sh", "-c", 'exec 3<&%d; export LISTEN_PID=$$ LISTEN_FDS=1 '
+                      'LISTEN_FDNAMES=https; exec "$@"' % fds[1], "sh", RINGD, "--root", self.root,
+                      "--io", BACKEND, "--shards", "2"] + ROOT_FLAGS
+        out = subprocess.run(only_https + ["--tls-cert", os.path.join(pki, "localhost-ec.crt"),
+                                           "--tls-key", os.path.join(pki, "localhost-ec.key"),
+                                           "--redirect-https"],
+                             pass_fds=fds, capture_output=True, text=True, timeout=10)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertEqual(out.stderr.strip().splitlines()[-1],
+                         "ringd: --redirect-https needs --listen: there is no plaintext listener "
+                         "to redirect from")
         proc = subprocess.Popen(
             base + ["--tls-cert", os.path.join(pki, "localhost-ec.crt"),
                     "--tls-key", os.path.join(pki, "localhost-ec.key"), "--redirect-https"],
