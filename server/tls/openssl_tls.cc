@@ -6,6 +6,7 @@
 #include <openssl/ocsp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
@@ -53,6 +54,28 @@ std::vector<std::string> NamesOf(X509* cert) {
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+// The host name of the ClientHello's server_name extension (RFC 6066 section 3), or "" when it
+// has none or it is malformed (then the handshake goes on with the default site, and OpenSSL's
+// own parse of the extension refuses what it must).
+std::string ServerNameOf(SSL* ssl) {
+  const unsigned char* p = nullptr;
+  size_t len = 0;
+  if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &p, &len) != 1 || len < 2) return "";
+  size_t list = (size_t{p[0]} << 8) | p[1];
+  if (list != len - 2) return "";
+  p += 2;
+  while (list >= 3) {
+    const unsigned type = p[0];
+    const size_t n = (size_t{p[1]} << 8) | p[2];
+    if (n > list - 3) return "";
+    if (type == TLSEXT_NAMETYPE_host_name)
+      return std::string(reinterpret_cast<const char*>(p + 3), n);
+    p += 3 + n;
+    list -= 3 + n;
+  }
+  return "";
 }
 
 int64_t NotAfter(X509* cert) {
@@ -462,9 +485,10 @@ absl::StatusOr<std::shared_ptr<OpenSslFactory>> OpenSslFactory::Create(const Tls
   if (!f->LoadStaples(options.ocsp_files, leaves, issuers, error)) {
     return absl::FailedPreconditionError(why);
   }
-  // SNI: the default site's context picks another site's by the name the client asked for.
-  SSL_CTX_set_tlsext_servername_callback(f->sites_[0].ctx, &OpenSslFactory::OnServerName);
-  SSL_CTX_set_tlsext_servername_arg(f->sites_[0].ctx, f.get());
+  // SNI: the default site's context picks another site's by the name the client asked for, as
+  // the ClientHello arrives: before a ticket is looked at, so that the session id context it is
+  // checked against is the chosen site's.
+  SSL_CTX_set_client_hello_cb(f->sites_[0].ctx, &OpenSslFactory::OnClientHello, f.get());
   // The library asks the context in use after SNI chose one: every site's gets the callback.
   if (!f->staples_.empty()) {
     for (Site& site : f->sites_) {
@@ -487,6 +511,15 @@ bool OpenSslFactory::AddCertificate(const TlsOptions& options, const TlsCertPair
   if (s == site_names->size()) {
     SSL_CTX* ctx = NewContext(options, error);
     if (ctx == nullptr) return false;
+    // A session resumes only on the site that issued it (RFC 6066 section 3: a server MUST NOT
+    // resume a session for another name): its session id context is a digest of the site's
+    // names, the same across reloads while the names stay.
+    std::string joined;
+    for (const std::string& n : names) joined += n + '\n';
+    unsigned char digest[SHA256_DIGEST_LENGTH];
+    SHA256(reinterpret_cast<const unsigned char*>(joined.data()), joined.size(), digest);
+    static_assert(sizeof digest <= SSL_MAX_SID_CTX_LENGTH);
+    SSL_CTX_set_session_id_context(ctx, digest, sizeof digest);
     sites_.push_back(Site{ctx, nullptr, {}});
     site_names->push_back(names);
   }
@@ -618,17 +651,17 @@ OpenSslFactory::~OpenSslFactory() {
   }
 }
 
-int OpenSslFactory::OnServerName(SSL* ssl, int*, void* arg) {
+int OpenSslFactory::OnClientHello(SSL* ssl, int*, void* arg) {
   const auto* self = static_cast<const OpenSslFactory*>(arg);
-  const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
-  if (name == nullptr) return SSL_TLSEXT_ERR_OK;
+  const std::string name = ServerNameOf(ssl);
+  if (name.empty()) return SSL_CLIENT_HELLO_SUCCESS;
   for (size_t i = 1; i < self->sites_.size(); ++i) {
-    if (X509_check_host(self->sites_[i].leaf, name, 0, 0, nullptr) == 1) {
-      SSL_set_SSL_CTX(ssl, self->sites_[i].ctx);
+    if (X509_check_host(self->sites_[i].leaf, name.data(), name.size(), 0, nullptr) == 1) {
+      SSL_set_SSL_CTX(ssl, self->sites_[i].ctx);  // and its session id context
       break;
     }
   }
-  return SSL_TLSEXT_ERR_OK;  // no match: the default site, as nginx's default_server
+  return SSL_CLIENT_HELLO_SUCCESS;  // no match: the default site, as nginx's default_server
 }
 
 std::unique_ptr<TlsSession> OpenSslFactory::Make() {

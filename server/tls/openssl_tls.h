@@ -128,7 +128,7 @@ class OpenSslFactory final : public TlsSessionFactory,
     int64_t next_update_sec = 0;  // 0: none given
   };
   OpenSslFactory() = default;
-  static int OnServerName(SSL* ssl, int* alert, void* arg);
+  static int OnClientHello(SSL* ssl, int* alert, void* arg);
   static int OnStatusRequest(SSL* ssl, void* arg);
   bool AddCertificate(const TlsOptions& options, const TlsCertPair& pair, X509* cert,
                       stack_st_X509* chain, EVP_PKEY* key,

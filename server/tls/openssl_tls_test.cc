@@ -485,6 +485,51 @@ TEST(OpenSslTls, SniAndKeyTypeChooseTheCertificate) {
   EXPECT_EQ(f->certificates().size(), 3u);
 }
 
+// RFC 6066 section 3: a server MUST NOT resume a session for another name than it was made for;
+// it makes a new one. A ticket from a.test offered with SNI b.test gets a full handshake and
+// b.test's certificate; offered to a.test again, it resumes. On both versions.
+TEST(OpenSslTls, ATicketResumesOnlyOnTheSiteThatIssuedIt) {
+  std::string error;
+  auto f = Factory({MakeCert("a.test", "EC"), MakeCert("b.test", "EC")}, &error);
+  ASSERT_NE(f, nullptr) << error;
+  for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+    SSL_SESSION* ticket = nullptr;
+    {
+      std::unique_ptr<TlsSession> s = f->Make();
+      Client c(s.get(), "a.test", version);
+      c.Pump();
+      ASSERT_TRUE(s->HandshakeDone());
+      ASSERT_TRUE(s->WritePlain("x", 1));
+      c.Pump();
+      c.Read();
+      ticket = SSL_get1_session(c.ssl());
+      ASSERT_EQ(SSL_SESSION_is_resumable(ticket), 1);
+      SSL_shutdown(c.ssl());
+    }
+    auto offer = [&](const char* sni, std::string* cn) {
+      std::unique_ptr<TlsSession> s = f->Make();
+      Client c(s.get(), sni, version);
+      SSL_set_session(c.ssl(), ticket);
+      c.Pump();
+      EXPECT_TRUE(s->HandshakeDone()) << sni;
+      X509* peer = SSL_get1_peer_certificate(c.ssl());
+      char name[64] = "";
+      if (peer != nullptr)
+        X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, name, sizeof name);
+      X509_free(peer);
+      *cn = name;
+      return s->Resumed();
+    };
+    std::string cn;
+    EXPECT_FALSE(offer("b.test", &cn)) << "TLS version " << version;
+    EXPECT_EQ(cn, "b.test");
+    EXPECT_TRUE(offer("a.test", &cn)) << "TLS version " << version;
+    EXPECT_EQ(cn, "a.test");
+    SSL_SESSION_free(ticket);
+  }
+  EXPECT_EQ(ERR_peek_error(), 0u);
+}
+
 TEST(OpenSslTls, BadCertificatesAndKeysAreOneClearLine) {
   std::string error;
   const TlsCertPair a = MakeCert("a.test", "EC");
