@@ -310,26 +310,30 @@ TEST(OpenSslTls, PlainHttpOnATlsPortIsToldApart) {
   EXPECT_EQ(s->PendingOutput(), 0u);  // no alert: the peer does not speak TLS
 }
 
+// A full handshake with `f` (server name `sni`, at most `version`), a record read so that TLS
+// 1.3's tickets arrive, and a clean close: the session the client keeps.
+SSL_SESSION* TicketFrom(OpenSslFactory* f, const char* sni, int version) {
+  std::unique_ptr<TlsSession> s = f->Make();
+  Client c(s.get(), sni, version);
+  c.Pump();
+  EXPECT_TRUE(s->HandshakeDone());
+  // TLS 1.3 tickets come after the handshake: a read takes them in.
+  EXPECT_TRUE(s->WritePlain("x", 1));
+  c.Pump();
+  c.Read();
+  SSL_SESSION* ticket = SSL_get1_session(c.ssl());
+  SSL_shutdown(c.ssl());  // a client freed without its close_notify drops the session
+  return ticket;
+}
+
 TEST(OpenSslTls, ResumesWithATicketOnBothVersions) {
   std::string error;
   auto f = Factory({MakeCert("origin.test", "EC")}, &error);
   ASSERT_NE(f, nullptr) << error;
   for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
-    SSL_SESSION* ticket = nullptr;
-    {
-      std::unique_ptr<TlsSession> s = f->Make();
-      Client c(s.get(), nullptr, version);
-      c.Pump();
-      ASSERT_TRUE(s->HandshakeDone());
-      // TLS 1.3 tickets come after the handshake: a read takes them in.
-      ASSERT_TRUE(s->WritePlain("x", 1));
-      c.Pump();
-      c.Read();
-      ticket = SSL_get1_session(c.ssl());
-      ASSERT_NE(ticket, nullptr);
-      ASSERT_EQ(SSL_SESSION_is_resumable(ticket), 1);
-      SSL_shutdown(c.ssl());  // a client freed without its close_notify drops the session
-    }
+    SSL_SESSION* ticket = TicketFrom(f.get(), nullptr, version);
+    ASSERT_NE(ticket, nullptr);
+    ASSERT_EQ(SSL_SESSION_is_resumable(ticket), 1);
     std::unique_ptr<TlsSession> s = f->Make();  // another connection, any shard
     Client c(s.get(), nullptr, version);
     SSL_set_session(c.ssl(), ticket);
@@ -390,17 +394,7 @@ int64_t FakeNow() { return fake_now; }
 // A full handshake then a resumption attempt with its ticket, on `first` then `second`; whether
 // the second resumed.
 bool ResumesAcross(OpenSslFactory* first, OpenSslFactory* second, void (*between)() = nullptr) {
-  SSL_SESSION* ticket = nullptr;
-  {
-    std::unique_ptr<TlsSession> s = first->Make();
-    Client c(s.get());
-    c.Pump();
-    s->WritePlain("x", 1);
-    c.Pump();
-    c.Read();
-    ticket = SSL_get1_session(c.ssl());
-    SSL_shutdown(c.ssl());
-  }
+  SSL_SESSION* ticket = TicketFrom(first, nullptr, TLS1_3_VERSION);
   if (between != nullptr) between();
   std::unique_ptr<TlsSession> s = second->Make();
   Client c(s.get());
@@ -493,19 +487,9 @@ TEST(OpenSslTls, ATicketResumesOnlyOnTheSiteThatIssuedIt) {
   auto f = Factory({MakeCert("a.test", "EC"), MakeCert("b.test", "EC")}, &error);
   ASSERT_NE(f, nullptr) << error;
   for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
-    SSL_SESSION* ticket = nullptr;
-    {
-      std::unique_ptr<TlsSession> s = f->Make();
-      Client c(s.get(), "a.test", version);
-      c.Pump();
-      ASSERT_TRUE(s->HandshakeDone());
-      ASSERT_TRUE(s->WritePlain("x", 1));
-      c.Pump();
-      c.Read();
-      ticket = SSL_get1_session(c.ssl());
-      ASSERT_EQ(SSL_SESSION_is_resumable(ticket), 1);
-      SSL_shutdown(c.ssl());
-    }
+    SSL_SESSION* ticket = TicketFrom(f.get(), "a.test", version);
+    ASSERT_NE(ticket, nullptr);
+    ASSERT_EQ(SSL_SESSION_is_resumable(ticket), 1);
     auto offer = [&](const char* sni, std::string* cn) {
       std::unique_ptr<TlsSession> s = f->Make();
       Client c(s.get(), sni, version);
