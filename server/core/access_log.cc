@@ -393,26 +393,22 @@ bool AccessLog::Drain() {
     if (total == 0) continue;
     size_t done = 0;
     int first = 0;
-    while (done < total) {
+    bool failed = false;
+    int error = 0;  // the failed write's errno; 0: it wrote nothing
+    // The line a write stopped inside ends first; while even that fails, batches are lost whole.
+    while (torn_ && !failed) {
+      const ssize_t n = ::write(fd_, "\n", 1);
+      if (n < 0 && errno == EINTR) continue;
+      torn_ = n != 1;
+      failed = torn_;
+      error = n < 0 ? errno : 0;
+    }
+    while (done < total && !failed) {
       const ssize_t n = ::writev(fd_, iov + first, 2 - first);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        // A full disk, an I/O error: these lines are lost. Count them (the rest of the batch
-        // holds whole lines, bar the one the failed write had started).
-        uint64_t lost = 0;
-        for (int i = first; i < 2; ++i) {
-          const char* b = static_cast<const char*>(iov[i].iov_base);
-          for (size_t k = 0; k < iov[i].iov_len; ++k) lost += b[k] == '\n';
-        }
-        write_failed_.store(write_failed_.load(std::memory_order_relaxed) + lost,
-                            std::memory_order_relaxed);
-        const int64_t now = NowMs();
-        if (last_write_error_ms_ == INT64_MIN || now - last_write_error_ms_ >= 60000) {
-          last_write_error_ms_ = now;
-          std::fprintf(stderr, "ringd: access log: writing '%s': %s (%llu lines lost)\n",
-                       path_.c_str(), n < 0 ? strerror(errno) : "wrote nothing",
-                       static_cast<unsigned long long>(lost));
-        }
+        failed = true;
+        error = n < 0 ? errno : 0;
         break;
       }
       done += static_cast<size_t>(n);
@@ -426,14 +422,38 @@ bool AccessLog::Drain() {
         iov[first].iov_len -= adv;
       }
       wrote = true;
+      // A write that stopped inside a line: the next byte to go is not a line's first.
+      torn_ = done < total;
+    }
+    if (failed) {
+      // A full disk, an I/O error: the rest of the batch is lost. Count its lines (whole lines,
+      // bar the one a short write tore, whose end is among them).
+      uint64_t lost = 0;
+      for (int i = first; i < 2; ++i) {
+        const char* b = static_cast<const char*>(iov[i].iov_base);
+        for (size_t k = 0; k < iov[i].iov_len; ++k) lost += b[k] == '\n';
+      }
+      write_failed_.store(write_failed_.load(std::memory_order_relaxed) + lost,
+                          std::memory_order_relaxed);
+      const int64_t now = NowMs();
+      if (last_write_error_ms_ == INT64_MIN || now - last_write_error_ms_ >= 60000) {
+        last_write_error_ms_ = now;
+        std::fprintf(stderr,
+                     "ringd: access log: writing '%s': %s (%llu lines lost; "
+                     "ringd_access_log_lost_lines_total)\n",
+                     path_.c_str(), error != 0 ? strerror(error) : "wrote nothing",
+                     static_cast<unsigned long long>(lost));
+      }
     }
     ring.Consume(total);
   }
   return wrote;
 }
 
+// Lines dropped for a full backlog (ringd_access_log_dropped_lines_total); lines lost to failed
+// writes have their own counter and line (Drain).
 void AccessLog::ReportDrops(int64_t now_ms) {
-  uint64_t dropped = write_failed_.load(std::memory_order_relaxed);
+  uint64_t dropped = 0;
   for (auto& s : shards_) dropped += s->ring().dropped();
   if (dropped == reported_drops_) return;
   if (last_report_ms_ != INT64_MIN && now_ms - last_report_ms_ < 60000) return;

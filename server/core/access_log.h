@@ -198,6 +198,9 @@ class AccessLog {
   uint64_t reported_drops_ = 0;              // ReportDrops's caller only
   int64_t last_report_ms_ = INT64_MIN;       // ReportDrops's caller only
   int64_t last_write_error_ms_ = INT64_MIN;  // the writer only
+  // A write stopped inside a line (a full disk): the next write starts with a newline, so that
+  // the torn line ends and no line is glued to it. The writer only.
+  bool torn_ = false;
 };
 
 }  // namespace ringd

@@ -2,8 +2,11 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -348,6 +351,61 @@ TEST(AccessLog, AStuckWriterDropsAndCountsInsteadOfBlocking) {
   ::close(reader);
   EXPECT_EQ(CountLines(got) + static_cast<int>(dropped), kLines);
   std::remove(fifo.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// A write that stops part-way (a full disk; here RLIMIT_FSIZE) loses the rest of its batch,
+// counted as lost, and the line it tore is ended before anything else is written: no line is
+// glued to it, and every line after it is whole.
+TEST(AccessLog, AShortWriteEndsItsLineBeforeTheNext) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/access.log";
+  absl::StatusOr<std::unique_ptr<AccessLog>> opened =
+      AccessLog::Open(path, AccessLogFormat::kCombined, 1, 65536);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::unique_ptr<AccessLog> log = *std::move(opened);
+  LogLine l = ApacheExample();
+  const std::string whole = [&] {
+    LogTime t;
+    t.Update(kApacheExampleSec);
+    char buf[1024];
+    return std::string(buf, FormatCombined(l, t, buf, sizeof buf));
+  }();
+  ASSERT_NE(1000 % whole.size(), 0u);  // the limit falls inside a line
+  ::signal(SIGXFSZ, SIG_IGN);          // a write past the limit fails with EFBIG instead
+  rlimit saved;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  rlimit small = saved;
+  small.rlim_cur = 1000;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  log->Start();
+  for (int i = 0; i < 20; ++i) log->shard(0)->Write(l, kApacheExampleSec);
+  log->Kick();
+  for (int i = 0; i < 500 && log->write_failed_lines() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GT(log->write_failed_lines(), 0u);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &saved), 0);  // the disk has room again
+  for (int i = 0; i < 5; ++i) log->shard(0)->Write(l, kApacheExampleSec);
+  log->Stop();
+  const std::string got = ReadFile(path);
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.back(), '\n');
+  std::istringstream lines(got);
+  std::string one;
+  int complete = 0, torn = 0;
+  while (std::getline(lines, one)) {
+    if (one + "\n" == whole) {
+      ++complete;
+    } else {
+      ++torn;
+      EXPECT_EQ(whole.compare(0, one.size(), one), 0) << "not the start of a line: " << one;
+    }
+  }
+  EXPECT_EQ(torn, 1);
+  EXPECT_EQ(got.substr(got.size() - 5 * whole.size()), whole + whole + whole + whole + whole);
+  EXPECT_EQ(
+      complete + static_cast<int>(log->write_failed_lines() + log->shard(0)->ring().dropped()), 25);
+  std::remove(path.c_str());
   ::rmdir(dir.c_str());
 }
 
