@@ -289,7 +289,9 @@ const std::vector<Flag>& Flags() {
                "on SIGTERM, time to finish responses in flight (default 10000)",
                &Config::shutdown_timeout_ms, 0, 3600000),
       UintFlag("max-connections",
-               "connections per shard; at the limit idle keep-alive ones give way (default 10000)",
+               "connections per shard; at the limit idle keep-alive ones give way (a burst may "
+               "take up to 32 more, the slots kept for connections on their way out; default "
+               "10000)",
                &Config::max_connections, 1, 1000000),
       UintFlag("max-requests-per-connection", "then the connection closes (default 1000)",
                &Config::max_requests_per_connection, 1, 100000000),
