@@ -180,11 +180,9 @@ bool NoteField(std::string_view name, std::string_view value, Request* req, Fiel
       if (NameIs(name, "host")) {
         ++scan->host_count;
         req->host = value;
-        for (char c : value) {
-          if (!kHostChar[U(c)]) {
-            *err = Error(400, "bad Host");
-            return false;
-          }
+        if (!AllHostChars(value)) {
+          *err = Error(400, "bad Host");
+          return false;
         }
       }
       break;

@@ -28,15 +28,6 @@ constexpr std::array<bool, 256> kPathSafe = AlnumPlus("-._~!$&'()*+,;=:@/");
 
 namespace {
 
-// absolute-form (RFC 9112 section 3.2.2) leaves its path in *path and what follows a path-less
-// authority in *suffix. The authority is not used for lookup: ringd serves one document root.
-void StripAbsoluteForm(std::string_view* path, std::string_view* suffix) {
-  AbsoluteForm form;
-  if (!SplitAbsoluteForm(*path, &form)) return;
-  *path = form.path;
-  *suffix = form.suffix;
-}
-
 // A segment of a normalised path that starts with a dot, other than a leading /.well-known.
 bool HasHiddenSegment(std::string_view path) {
   for (size_t s = 0; s < path.size(); ++s) {
@@ -81,7 +72,12 @@ TargetResult NormalizeTarget(std::string_view target, const TargetOptions& optio
   }
   std::string_view path = target;
   std::string_view suffix;  // "?query#fragment" after the path
-  StripAbsoluteForm(&path, &suffix);
+  // absolute-form (RFC 9112 section 3.2.2): its path, and what follows a path-less authority.
+  // The authority is not used for lookup: ringd serves one document root.
+  if (AbsoluteForm form; SplitAbsoluteForm(target, &form)) {
+    path = form.path;
+    suffix = form.suffix;
+  }
   if (path.empty() || path.front() != '/') return Fail(400, "target is not origin-form");
 
   TargetResult r;

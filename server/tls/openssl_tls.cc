@@ -15,6 +15,7 @@
 #include <cstring>
 #include <ctime>
 #include <memory>
+#include <string_view>
 
 #include "io/assert.h"
 
@@ -58,8 +59,9 @@ std::vector<std::string> NamesOf(X509* cert) {
 
 // The host name of the ClientHello's server_name extension (RFC 6066 section 3), or "" when it
 // has none or it is malformed (then the handshake goes on with the default site, and OpenSSL's
-// own parse of the extension refuses what it must).
-std::string ServerNameOf(SSL* ssl) {
+// own parse of the extension refuses what it must). It views the ClientHello: valid in the
+// ClientHello callback only.
+std::string_view ServerNameOf(SSL* ssl) {
   const unsigned char* p = nullptr;
   size_t len = 0;
   if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &p, &len) != 1 || len < 2) return "";
@@ -71,7 +73,7 @@ std::string ServerNameOf(SSL* ssl) {
     const size_t n = (size_t{p[1]} << 8) | p[2];
     if (n > list - 3) return "";
     if (type == TLSEXT_NAMETYPE_host_name)
-      return std::string(reinterpret_cast<const char*>(p + 3), n);
+      return std::string_view(reinterpret_cast<const char*>(p + 3), n);
     p += 3 + n;
     list -= 3 + n;
   }
@@ -653,7 +655,7 @@ OpenSslFactory::~OpenSslFactory() {
 
 int OpenSslFactory::OnClientHello(SSL* ssl, int*, void* arg) {
   const auto* self = static_cast<const OpenSslFactory*>(arg);
-  const std::string name = ServerNameOf(ssl);
+  const std::string_view name = ServerNameOf(ssl);
   if (name.empty()) return SSL_CLIENT_HELLO_SUCCESS;
   for (size_t i = 1; i < self->sites_.size(); ++i) {
     if (X509_check_host(self->sites_[i].leaf, name.data(), name.size(), 0, nullptr) == 1) {
