@@ -6,11 +6,20 @@
 //   /readyz         200 while accepting; 503 from the moment a drain begins
 //   /debug/shards   per-shard JSON: connections by state, pool occupancy, cache entries
 //
-// one request per connection (Connection: close), one connection at a time, each bounded by a
-// 2-second receive and send timeout. The handlers run on the admin thread.
+// one request per connection (Connection: close). One thread serves every connection: a poll(2)
+// loop over the listener and up to kMaxConnections nonblocking sockets, so a client that says
+// nothing delays no one else. Each connection has kIoTimeoutMs from its accept to send its head
+// and take the answer, and is closed when that passes. When kMaxConnections are open, accepting
+// one more closes the oldest (as nginx, out of connections, closes its oldest idle keep-alive
+// ones): a flood of silent connections cannot keep a health check out, which is answered as soon
+// as its head is read, usually at its accept. The handlers run on the admin thread once a head is
+// complete; they may block it for up to a second waiting on shard snapshots, and every other
+// admin connection waits meanwhile.
 //
-//   absl::StatusOr<std::unique_ptr<AdminServer>> admin = AdminServer::Listen(address);  // at
-//   start-up admin->Start(handlers);  ...  admin->Stop();
+//   absl::StatusOr<std::unique_ptr<AdminServer>> admin = AdminServer::Listen(address);
+//   admin->Start(handlers);  // after start-up
+//   ...
+//   admin->Stop();           // closes every open admin connection
 #pragma once
 
 #include <atomic>
@@ -51,20 +60,20 @@ class AdminServer {
   // Routes one request (exposed for tests): method and target as sent.
   AdminResponse Handle(std::string_view method, std::string_view target) const;
 
-  static constexpr int kIoTimeoutMs = 2000;
-  static constexpr size_t kMaxRequestHead = 8192;
+  static constexpr int kIoTimeoutMs = 2000;        // per connection, from its accept to its close
+  static constexpr size_t kMaxRequestHead = 8192;  // longer: 431
+  static constexpr size_t kMaxConnections = 64;    // open at once; one more closes the oldest
 
  private:
   AdminServer(int listen_fd, int wake_fd, std::string address)
       : listen_fd_(listen_fd), wake_fd_(wake_fd), address_(std::move(address)) {}
   void Run();
-  void Serve(int fd) const;
 
   int listen_fd_;
   int wake_fd_;  // eventfd: Stop
   std::string address_;
   AdminHandlers handlers_;
-  std::thread thread_;
+  std::thread thread_;  // runs Run(), which owns the open connections
   std::atomic<bool> stop_{false};
 };
 

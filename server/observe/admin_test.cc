@@ -2,8 +2,15 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "server/http/decimal.h"
@@ -28,23 +35,59 @@ uint16_t PortOf(const std::string& address) {
   return static_cast<uint16_t>(port);
 }
 
-std::string Exchange(uint16_t port, const std::string& request) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+// A connected socket to the admin port; -1 if connect fails. `rcvbuf`: SO_RCVBUF, if not 0.
+int Connect(uint16_t port, int rcvbuf = 0) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (rcvbuf != 0) ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  // Answers come within a second; a failing server is a failed test, not a hung one.
+  const timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     ::close(fd);
-    return "connect failed";
+    return -1;
   }
-  ::send(fd, request.data(), request.size(), 0);
+  return fd;
+}
+
+// Everything the server sends until it closes (or 5 s pass with nothing).
+std::string ReadAll(int fd) {
   std::string out;
-  char buf[4096];
+  char buf[65536];
   ssize_t n;
   while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+void Send(int fd, std::string_view bytes) { ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL); }
+
+std::string Exchange(uint16_t port, const std::string& request) {
+  const int fd = Connect(port);
+  if (fd < 0) return "connect failed";
+  Send(fd, request);
+  std::string out = ReadAll(fd);
   ::close(fd);
   return out;
+}
+
+// Whether the server has closed `fd` (EOF or reset) within `limit_ms`; what it sent is dropped.
+bool ClosedWithin(int fd, int limit_ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
+  for (;;) {
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, std::max(0, static_cast<int>(left.count()))) <= 0) return false;
+    char buf[4096];
+    if (::recv(fd, buf, sizeof buf, MSG_DONTWAIT) <= 0) return true;
+  }
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 class AdminTest : public ::testing::Test {
@@ -54,7 +97,10 @@ class AdminTest : public ::testing::Test {
     ASSERT_TRUE(admin.ok()) << admin.status();
     admin_ = *std::move(admin);
     AdminHandlers h;
-    h.metrics = [] { return std::string("ringd_up 1\n"); };
+    h.metrics = [this] {
+      const size_t big = big_metrics_bytes_;
+      return big == 0 ? std::string("ringd_up 1\n") : std::string(big, '#');
+    };
     h.debug_shards = [] { return std::string("{}\n"); };
     h.healthz = [] { return AdminResponse{200, "text/plain; charset=utf-8", "ok\n"}; };
     h.readyz = [this] {
@@ -67,6 +113,7 @@ class AdminTest : public ::testing::Test {
   std::unique_ptr<AdminServer> admin_;
   uint16_t port_ = 0;
   std::atomic<bool> ready_{true};
+  std::atomic<size_t> big_metrics_bytes_{0};  // /metrics answers this many bytes when not 0
 };
 
 TEST_F(AdminTest, Routes) {
@@ -101,20 +148,113 @@ TEST_F(AdminTest, Routes) {
   EXPECT_EQ(r.rfind("HTTP/1.1 400 ", 0), 0u) << r;
 }
 
-TEST_F(AdminTest, AClientThatSaysNothingIsDroppedAfterTheTimeout) {
-  const int idle = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port_);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(idle, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  // Served one at a time: the next scrape waits for the idle client's timeout, then succeeds.
+TEST_F(AdminTest, SilentConnectionsDelayNoHealthCheck) {
+  std::vector<int> silent;
+  for (int i = 0; i < 5; ++i) silent.push_back(Connect(port_));
+  const auto start = std::chrono::steady_clock::now();
+  std::string r = Exchange(port_, "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << r;
+  r = Exchange(port_, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << r;
+  // Served one at a time, each silent connection would hold them for its 2 s: 10 s.
+  EXPECT_LT(SecondsSince(start), 1.0);
+  for (const int fd : silent) ::close(fd);
+}
+
+TEST_F(AdminTest, EachConnectionIsClosedTwoSecondsAfterItsAccept) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int> fds;
+  for (int i = 0; i < 3; ++i) fds.push_back(Connect(port_));
+  const int trickle = Connect(port_);  // one byte of a head that never ends every 100 ms
+  fds.push_back(trickle);
+  const std::string head = "GET /healthz HTTP/1.1\r\nX-Slow: " + std::string(100, 'a');
+  std::vector<double> closed_at(fds.size(), -1);
+  size_t sent = 0;
+  while (SecondsSince(start) < 2.0 * AdminServer::kIoTimeoutMs / 1000) {
+    if (closed_at.back() < 0 && sent < head.size()) Send(trickle, head.substr(sent++, 1));
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (closed_at[i] < 0 && ClosedWithin(fds[i], 0)) closed_at[i] = SecondsSince(start);
+    }
+    ::poll(nullptr, 0, 100);
+  }
+  // Not before the deadline, and each by its own: not one after the other, not refreshed by
+  // every byte that arrives.
+  for (size_t i = 0; i < fds.size(); ++i) {
+    EXPECT_GE(closed_at[i], AdminServer::kIoTimeoutMs / 1000.0) << "connection " << i;
+    EXPECT_LT(closed_at[i], AdminServer::kIoTimeoutMs / 1000.0 + 1.0) << "connection " << i;
+    ::close(fds[i]);
+  }
+}
+
+TEST_F(AdminTest, AFullListenerClosesItsOldestConnectionForANewOne) {
+  std::vector<int> silent;
+  for (size_t i = 0; i < AdminServer::kMaxConnections + 1; ++i) silent.push_back(Connect(port_));
+  EXPECT_TRUE(ClosedWithin(silent[0], 500));
+  EXPECT_FALSE(ClosedWithin(silent[1], 0));
+  // The listener is still full of silent connections: a health check still gets in.
   const auto start = std::chrono::steady_clock::now();
   const std::string r = Exchange(port_, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(r.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << r;
-  EXPECT_LT(std::chrono::steady_clock::now() - start,
-            std::chrono::milliseconds(AdminServer::kIoTimeoutMs + 2000));
-  ::close(idle);
+  EXPECT_LT(SecondsSince(start), 1.0);
+  EXPECT_TRUE(ClosedWithin(silent[1], 500));
+  EXPECT_FALSE(ClosedWithin(silent[2], 0));
+  for (const int fd : silent) ::close(fd);
+}
+
+TEST_F(AdminTest, HeadsSplitAcrossSendsAreEachAnsweredWhenComplete) {
+  const int a = Connect(port_);
+  const int b = Connect(port_);
+  Send(a, "GET /rea");
+  Send(b, "GET /hea");
+  ::poll(nullptr, 0, 50);
+  Send(b, "lthz HTTP/1.1\r\nHo");
+  ::poll(nullptr, 0, 50);
+  Send(b, "st: x\r\n\r\n");
+  // b is answered while a's head is still incomplete.
+  const timeval one_second{1, 0};
+  ::setsockopt(b, SOL_SOCKET, SO_RCVTIMEO, &one_second, sizeof one_second);
+  std::string r = ReadAll(b);
+  EXPECT_NE(r.find("\r\n\r\nok\n"), std::string::npos) << r;
+  Send(a, "dyz HTTP/1.1\r\nHost: x\r\n\r\n");
+  r = ReadAll(a);
+  EXPECT_NE(r.find("\r\n\r\nready\n"), std::string::npos) << r;
+  ::close(a);
+  ::close(b);
+}
+
+TEST_F(AdminTest, AnAnswerTheClientReadsSlowlyDelaysNoOne) {
+  // Far more than the socket buffers hold: the answer leaves in pieces as the client reads.
+  constexpr size_t kBody = 8 << 20;
+  big_metrics_bytes_ = kBody;
+  const int slow = Connect(port_, 16384);
+  Send(slow, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  ::poll(nullptr, 0, 100);  // the answer fills the buffers; the client reads none of it yet
+  const auto start = std::chrono::steady_clock::now();
+  const std::string r = Exchange(port_, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << r;
+  EXPECT_LT(SecondsSince(start), 1.0);
+  // The rest of the answer is sent as the client makes room, within its 2 s.
+  const std::string big = ReadAll(slow);
+  EXPECT_NE(big.find("Content-Length: " + std::to_string(kBody) + "\r\n"), std::string::npos);
+  EXPECT_EQ(big.size() - big.find("\r\n\r\n") - 4, kBody);
+  ::close(slow);
+}
+
+TEST_F(AdminTest, StopClosesOpenConnectionsAndReturnsPromptly) {
+  std::vector<int> open;
+  for (int i = 0; i < 5; ++i) open.push_back(Connect(port_));
+  const int partial = Connect(port_);
+  Send(partial, "GET /healthz HTTP/1.1\r\n");
+  open.push_back(partial);
+  ::poll(nullptr, 0, 100);  // accepted
+  const auto start = std::chrono::steady_clock::now();
+  admin_->Stop();
+  EXPECT_LT(SecondsSince(start), 0.5);
+  admin_.reset();  // closes the listener too, with anything not yet accepted
+  for (const int fd : open) {
+    EXPECT_TRUE(ClosedWithin(fd, 500));
+    ::close(fd);
+  }
 }
 
 TEST(Admin, AnAddressInUseIsOneClearError) {
