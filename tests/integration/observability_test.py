@@ -433,6 +433,21 @@ class ObservabilityTest(BackendTestCase):
         slow.close()
         self.assertEqual(server.stop(), 0)
 
+    def test_silent_admin_connections_delay_no_health_check(self):
+        # HAProxy's check in deploy/ gives /readyz 2 s; connections that say nothing must not
+        # queue it behind their own 2 s each.
+        server = self.start("--admin-listen", "127.0.0.1:0")
+        port = admin_port(server)
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
+        try:
+            start = time.monotonic()
+            self.assertEqual(admin_get(port, "/readyz", timeout=15), (200, "ready\n"))
+            self.assertLess(time.monotonic() - start, 1.0)
+        finally:
+            for s in silent:
+                s.close()
+        self.assertEqual(server.stop(), 0)
+
     def test_a_real_prometheus_scrapes_ringd_requests_total(self):
         prometheus = require_binary("prometheus", "prometheus")
         server = self.start("--admin-listen", "127.0.0.1:0")
