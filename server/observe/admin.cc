@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "io/assert.h"
 #include "server/http/request_parser.h"
 #include "server/http/response_plan.h"
 
@@ -209,6 +210,7 @@ void AdminServer::Run() {
       ::close(open.front().fd);
       open.erase(open.begin());
     }
+    RINGD_ASSERT(open.size() < kMaxConnections);  // p holds every open connection
     now = Clock::now();
     AdminConnection& c = open.emplace_back();
     c.fd = fd;
