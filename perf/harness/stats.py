@@ -3,6 +3,7 @@
     s = summarize_runs(results)        # {figure: {"median", "min", "max", "n"} or None}
     ratio(s["rps"], nginx["rps"])      # median over median, None if either is missing or zero
     by_round(runs, nginx_runs, "cpu_us_per_request")  # the same ratio round by round, summarized
+    round_order(servers, rep)          # the order of the servers in round `rep`
 """
 import statistics
 
@@ -27,6 +28,17 @@ def ratio(value, base):
     if not value or not base or not base["median"]:
         return None
     return value["median"] / base["median"]
+
+
+def round_order(items, rep):
+    """The order of one round of interleaved repeats: every other round reversed (A, B, C, C, B,
+    A, ...). Where a server stands in a round changes what it is measured against: the run before
+    it leaves TIME_WAIT sockets, reclaimable memory and warm or cold caches behind. In a fixed
+    order the same server always follows the same one and a small lead can be the order's (two
+    io tiers measured in pairs of runs, one order then the other: in one order each tier looked
+    1-2% cheaper when it ran second). Over an even number of rounds every server stands, on
+    average, in the middle, and follows each neighbour as often as it precedes it."""
+    return list(items) if rep % 2 == 0 else list(reversed(items))
 
 
 def by_round(runs, base_runs, key):

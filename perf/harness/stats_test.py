@@ -2,7 +2,7 @@
 import unittest
 
 from harness.result import Result, failed
-from harness.stats import by_round, ratio, summarize, summarize_runs
+from harness.stats import by_round, ratio, round_order, summarize, summarize_runs
 
 
 class StatsTest(unittest.TestCase):
@@ -47,6 +47,14 @@ class StatsTest(unittest.TestCase):
         self.assertIsNone(by_round(mine, runs(10.0, 0, None), "cpu_us_per_request"))
         # A failed run's CPU per request is no measure of the server: its round is left out.
         self.assertEqual(by_round(mine, [base[0], failed("stopped"), base[2]], "cpu_us_per_request")["n"], 2)
+
+    def test_round_order(self):
+        servers = ("a", "b", "c")
+        order = [round_order(servers, rep) for rep in range(4)]
+        self.assertEqual(order, [["a", "b", "c"], ["c", "b", "a"], ["a", "b", "c"], ["c", "b", "a"]])
+        # Over an even number of rounds every server's mean position is the middle.
+        for name in servers:
+            self.assertEqual(sum(o.index(name) for o in order) / len(order), 1.0)
 
 
 if __name__ == "__main__":
