@@ -574,14 +574,15 @@ void Drain(const Config& config, int sig, const std::vector<std::unique_ptr<Shar
                sig == SIGINT ? "SIGINT" : "SIGTERM", config.shutdown_timeout_ms);
   for (auto& t : *threads) t.join();
   observability->Stop();  // the admin listener, then the log's last lines
-  ShardStats total;
+  // Requests as ringd_requests_total counts them: every response, 400s to unparseable input too.
+  uint64_t accepted = 0, responses = 0;
   for (auto& s : shard_list) {
-    total.accepted += s->Stats().accepted;
-    total.requests += s->Stats().requests;
+    accepted += s->Stats().accepted;
+    responses += s->Responses();
   }
   std::fprintf(stderr, "ringd: stopped after %llu connections, %llu requests\n",
-               static_cast<unsigned long long>(total.accepted),
-               static_cast<unsigned long long>(total.requests));
+               static_cast<unsigned long long>(accepted),
+               static_cast<unsigned long long>(responses));
 }
 
 int Main(int argc, char** argv) {

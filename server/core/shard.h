@@ -66,6 +66,9 @@ class Shard final : private ConnectionHost {
   static constexpr int64_t kSilentGiveWayMs = ConnectionMachine::kSilentGiveWayMs;
   const ShardStats& Stats() const { return stats_; }
   const SendQueue& send_queue() const { return machine_->sends(); }
+  // Responses ended (completed or aborted), 400s to unparseable input included: the sum of
+  // ringd_requests_total. Stats().requests counts requests parsed whole.
+  uint64_t Responses() const;
   ShardUsage Usage() const;
 
   // Observability (connection_observe.cc, shard_observe.cc). Before Setup: the shard's side of the

@@ -12,6 +12,14 @@ static_assert(static_cast<int>(ConnState::kClosing) + 1 == kConnStates);
 
 }  // namespace
 
+uint64_t Shard::Responses() const {
+  if (machine_ == nullptr) return 0;  // never set up
+  uint64_t n = 0;
+  for (const auto& row : machine_->metrics().responses)
+    for (uint64_t v : row) n += v;
+  return n;
+}
+
 void Shard::FillSnapshot() {
   ShardSnapshot& s = snapshot_.data();
   s.shard = index_;

@@ -413,6 +413,23 @@ class ObservabilityTest(BackendTestCase):
         self.assertEqual(admin_get(port, "/index.html")[0], 404)
         self.assertEqual(server.stop(), 0)
 
+    def test_the_stop_line_counts_requests_as_ringd_requests_total_does(self):
+        server = self.start("--admin-listen", "127.0.0.1:0")
+        port = admin_port(server)
+        for _ in range(3):
+            self.assertEqual(request(server, "GET", "/index.html").status, 200)
+        bad = server.connect()  # unparseable: answered 400, and counted as a request
+        bad.sendall(b"GET /index.html HTTP/1.1\r\nBad Header\r\n\r\n")
+        self.assertEqual(Reader(bad).read_response().status, 400)
+        bad.close()
+        text = wait_for(lambda: (lambda t: t if metric_sum(t, "ringd_requests_total") == 4 else None)(
+            admin_get(port, "/metrics")[1]), "four requests counted", timeout=5)
+        self.assertEqual(metric_sum(text, "ringd_requests_total", code="4xx"), 1)
+        self.assertEqual(server.stop(), 0)
+        stopped = [l for l in server.log if "stopped after" in l]
+        self.assertEqual(len(stopped), 1, server.log)
+        self.assertRegex(stopped[0], r" 4 requests$")
+
     def test_readyz_turns_503_when_the_drain_begins_while_healthz_stays_200(self):
         server = self.start("--admin-listen", "127.0.0.1:0", "--shutdown-timeout-ms", "5000")
         port = admin_port(server)
