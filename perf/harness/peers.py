@@ -258,12 +258,14 @@ _ENTRIES = [
     Peer("ringd-uring-splice-1m", ringd("uring", "--splice-min-bytes", "1048576"),
          scenarios=frozenset({"large", "mixed"})),
     # Send turns of another length than the default 1 MiB (--send-turn-bytes): 256 KiB, the
-    # default before "Downloads in a mix", with the turn's share; 2 MiB, nginx's sendfile_max_chunk.
+    # default before "Downloads in a mix", with the turn's share; 1.5 MiB; 2 MiB, nginx's sendfile_max_chunk.
     Peer("ringd-bypass-turn256k", ringd("bypass", "--max-connections", "15000", "--send-turn-bytes", "262144"),
          scenarios=frozenset({"large", "large-read", "mixed", "mixed-at-rate"})),
     Peer("ringd-uring-turn256k", ringd("uring", "--send-turn-bytes", "262144"),
          scenarios=frozenset({"large", "large-read", "mixed", "mixed-at-rate"})),
     Peer("ringd-bypass-turn2m", ringd("bypass", "--max-connections", "15000", "--send-turn-bytes", "2097152"),
+         scenarios=frozenset({"large", "large-read", "mixed", "mixed-at-rate"})),
+    Peer("ringd-bypass-turn1536k", ringd("bypass", "--max-connections", "15000", "--send-turn-bytes", "1572864"),
          scenarios=frozenset({"large", "large-read", "mixed", "mixed-at-rate"})),
     Peer("ringd-uring-turn2m", ringd("uring", "--send-turn-bytes", "2097152"),
          scenarios=frozenset({"large", "large-read", "mixed", "mixed-at-rate"})),
