@@ -4,8 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <vector>
 
 #include "absl/hash/hash.h"
 #include "io/assert.h"
@@ -98,6 +100,15 @@ std::optional<MissingPaths::Known> MissingPaths::Find(std::string_view path) con
   const Slot* s = Match(h1, h2);
   if (s == nullptr) return std::nullopt;
   return Known{s->expires_ms, s->validation, s->revalidating != 0};
+}
+
+void MissingPaths::ForgetAll() {
+  for (uint64_t i = 0; i <= mask_ && known_ > 0; ++i) {
+    Slot* s = &slots_[i];
+    if (s->h1 == 0 && s->h2 == 0) continue;
+    *s = Slot{};
+    --known_;
+  }
 }
 
 void MissingPaths::MarkRevalidating(std::string_view path, bool on) {
@@ -231,6 +242,7 @@ CacheEntry* FileCache::StartOpen(std::string_view path) {
   ++stats_.opens;
   e->reading = false;
   e->spare = false;
+  e->root_generation = root_generation_;
   loop_->Open(root_fd_, e->path.c_str(), &e->stat, &e->op);
   return e;
 }
@@ -321,6 +333,32 @@ void FileCache::Unpin(CacheEntry* e) {
   MaybeFree(e);
 }
 
+void FileCache::SwitchRoot(int root_fd) {
+  root_fd_ = root_fd;
+  ++root_generation_;
+  const int64_t gone = now_ms_ - static_cast<int64_t>(options_.valid_ms);
+  std::vector<CacheEntry*> loading;
+  for (auto& [path, e] : map_) {
+    if (!e->ready) {
+      loading.push_back(e);
+      continue;
+    }
+    // Expired with no grace: the next request opens the path again. A revalidation under way
+    // beneath the old root carries on alone (Ready drops it: the path has another entry, or
+    // this one, by then).
+    e->expires_ms = std::min(e->expires_ms, gone);
+    if (e->successor != nullptr) {
+      e->successor->replaces = nullptr;
+      e->successor = nullptr;
+    }
+  }
+  // Opens under way beneath the old root leave the map: a request from now on opens the path
+  // beneath the new one, and those waiting plan again when it is done (Ready), beneath the new.
+  for (CacheEntry* e : loading) Retire(e);
+  missing_.ForgetAll();
+  stats_.missing_known = missing_.known();
+}
+
 void FileCache::OnOp(io::Completion* c) {
   CacheEntry* e = static_cast<CacheEntry*>(c->owner);
   FileCache* self = e->cache;
@@ -348,6 +386,10 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
   // tries again.
   e->validation = ++validations_;
   e->expires_ms = now_ms_ + options_.valid_ms;
+  // Opened beneath a root that has been switched since: it answers the requests that wait for
+  // it, and the next one opens the path again (as for a short read, below: no grace).
+  if (e->root_generation != root_generation_)
+    e->expires_ms = now_ms_ - static_cast<int64_t>(options_.valid_ms);
   if (result < 0) {
     e->meta = MetaFromError(result);
     if (e->meta.kind == http::FileMeta::Kind::kUnavailable) e->expires_ms = now_ms_;

@@ -69,6 +69,7 @@ struct CacheEntry {
   io::FileStat stat;                       // what the open found
   bool reading = false;  // `op` is the content read (the cache's own record, not the loop's)
   bool spare = false;    // opened in one of the spare entries (a missing path asked again)
+  uint32_t root_generation = 0;  // the cache's root (SwitchRoot) when its open began
   // Revalidation beside requests (see the top): the old entry's successor while it loads, and
   // the successor's link back (null once the old one has left the map).
   bool revalidating = false;  // this entry is a successor, not in the map yet
@@ -114,6 +115,7 @@ class MissingPaths {
   std::optional<Known> Find(std::string_view path) const;
   void MarkRevalidating(std::string_view path, bool on);
   void Forget(std::string_view path);
+  void ForgetAll();  // writes only the slots in use: untouched pages stay untouched
   uint64_t known() const { return known_; }
 
  private:
@@ -172,6 +174,11 @@ class FileCache : public http::FileMetaSource {
   void Unpin(CacheEntry* e);
 
   void set_now(int64_t now_ms) { now_ms_ = now_ms; }
+  // Opens from now on go beneath `root_fd` (DocumentRoot: --root names another directory).
+  // Every entry and missing path known so far is expired with no grace, so each is opened again
+  // at its next request; opens under way beneath the old root leave the map (their waiters plan
+  // again once they finish) and are not remembered. Responses holding entries finish from them.
+  void SwitchRoot(int root_fd);
   uint32_t entries_in_use() const { return static_cast<uint32_t>(stats_.entries); }
   const FileCacheStats& Stats() const { return stats_; }
 
@@ -199,6 +206,7 @@ class FileCache : public http::FileMetaSource {
 
   io::Loop* loop_;
   int root_fd_;
+  uint32_t root_generation_ = 0;
   mem::BufferPool* content_pool_;
   FileCacheOptions options_;
   mem::SlabPool<CacheEntry> entries_;

@@ -5,6 +5,7 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -21,7 +22,8 @@ class ScriptedLoop final : public io::Loop {
   void Recv(int, io::Completion*) override { ADD_FAILURE(); }
   void Send(int, iovec*, int, io::Completion*, bool) override { ADD_FAILURE(); }
   void SendFile(int, int, uint64_t, uint64_t, io::Completion*, bool) override { ADD_FAILURE(); }
-  void Open(int, const char* path, io::FileStat* stat, io::Completion* c) override {
+  void Open(int dir, const char* path, io::FileStat* stat, io::Completion* c) override {
+    dirs.push_back(dir);
     opens.push_back(c);
     stats.push_back(stat);
     paths.push_back(path);
@@ -57,6 +59,7 @@ class ScriptedLoop final : public io::Loop {
   }
 
   std::vector<std::pair<io::Completion*, uint64_t>> reads;
+  std::vector<int> dirs;  // each open's directory
   std::vector<io::Completion*> opens;
   std::vector<io::FileStat*> stats;
   std::vector<std::string> paths;
@@ -468,6 +471,93 @@ TEST_F(FileCacheTest, ASpareEntryThatFindsItsFileNeverEvictsItself) {
   ASSERT_TRUE(meta);
   EXPECT_EQ(meta->kind, http::FileMeta::Kind::kRegular);
   cache_->Unpin(held);
+}
+
+// --root renamed over (DocumentRoot): every path known, found or missing, is opened again beneath
+// the new root at its next request, with no grace; an open under way when the root changed
+// answers its waiters but is not remembered.
+TEST_F(FileCacheTest, ASwitchedRootOpensEveryPathAgainBeneathTheNewOne) {
+  Make(1000);
+  Load("a.css", 10, 100, 0);
+  cache_->set_now(1);
+  FileWaiter gone;
+  gone.wake = [](FileWaiter*) {};
+  ASSERT_FALSE(cache_->Lookup("gone.txt"));
+  ASSERT_TRUE(cache_->Fetch("gone.txt", &gone));
+  loop_.Finish(loop_.opens.size() - 1, -ENOENT);
+  cache_->RunWakeups();
+  ASSERT_TRUE(cache_->Lookup("gone.txt"));  // known missing, fresh
+  FileWaiter late;
+  bool late_woken = false;
+  static bool* late_flag;
+  late_flag = &late_woken;
+  late.wake = [](FileWaiter*) { *late_flag = true; };
+  ASSERT_FALSE(cache_->Lookup("b.js"));
+  ASSERT_TRUE(cache_->Fetch("b.js", &late));  // under way beneath the old root
+  const size_t b_open = loop_.opens.size() - 1;
+
+  cache_->SwitchRoot(7);
+  cache_->set_now(2);  // all of it fresh by the clock
+  EXPECT_FALSE(cache_->Lookup("a.css"));
+  EXPECT_FALSE(cache_->Lookup("gone.txt"));
+  loop_.Finish(b_open, 12, 300);
+  cache_->RunWakeups();
+  EXPECT_TRUE(late_woken);  // it plans again: beneath the new root
+  EXPECT_FALSE(cache_->Lookup("b.js"));
+  ASSERT_TRUE(cache_->Fetch("b.js", &late));
+  EXPECT_EQ(loop_.dirs.back(), 7);
+  loop_.Finish(loop_.opens.size() - 1, 13, 310);
+  cache_->RunWakeups();
+  EXPECT_EQ(cache_->Lookup("b.js")->size, 310u);
+
+  const size_t before = loop_.opens.size();
+  Load("a.css", 20, 200, 3);
+  ASSERT_EQ(loop_.opens.size(), before + 1);
+  EXPECT_EQ(loop_.dirs.back(), 7);
+  EXPECT_EQ(cache_->Lookup("a.css")->size, 200u);
+  Load("gone.txt", 21, 50, 3);  // there beneath the new root
+  EXPECT_EQ(loop_.dirs.back(), 7);
+  EXPECT_EQ(cache_->Lookup("gone.txt")->size, 50u);
+  EXPECT_EQ(loop_.dirs.front(), -1);
+}
+
+TEST_F(FileCacheTest, ARevalidationUnderWayBeneathTheOldRootIsNotTakenUp) {
+  Make(1000);
+  Load("c.css", 10, 100, 0);
+  cache_->set_now(1500);
+  ASSERT_TRUE(cache_->Lookup("c.css"));  // a stale hit: its revalidation starts, beneath -1
+  const size_t beside = loop_.opens.size() - 1;
+  cache_->SwitchRoot(7);
+  EXPECT_FALSE(cache_->Lookup("c.css"));
+  loop_.Finish(beside, 11, 111);
+  cache_->RunWakeups();
+  EXPECT_FALSE(cache_->Lookup("c.css"));
+  Load("c.css", 12, 222, 1500);
+  EXPECT_EQ(loop_.dirs.back(), 7);
+  EXPECT_EQ(cache_->Lookup("c.css")->size, 222u);
+  EXPECT_EQ(loop_.closed.size(), 2u);  // the old entry's fd and its successor's
+}
+
+TEST_F(FileCacheTest, AMissingPathsRecheckUnderWayBeneathTheOldRootIsNotRemembered) {
+  Make(1000);
+  FileWaiter w;
+  w.wake = [](FileWaiter*) {};
+  ASSERT_FALSE(cache_->Lookup("m.txt"));
+  ASSERT_TRUE(cache_->Fetch("m.txt", &w));
+  loop_.Finish(loop_.opens.size() - 1, -ENOENT);
+  cache_->RunWakeups();
+  cache_->set_now(1500);
+  ASSERT_TRUE(cache_->Lookup("m.txt"));  // a stale hit: its re-check starts, beneath -1
+  const size_t recheck = loop_.opens.size() - 1;
+  EXPECT_EQ(loop_.dirs.back(), -1);
+  cache_->SwitchRoot(7);
+  loop_.Finish(recheck, 11, 5);  // there beneath the old root
+  cache_->RunWakeups();
+  cache_->set_now(1501);
+  EXPECT_FALSE(cache_->Lookup("m.txt"));  // not fresh: opened beneath the new root first
+  Load("m.txt", 12, 6, 1501);
+  EXPECT_EQ(loop_.dirs.back(), 7);
+  EXPECT_EQ(cache_->Lookup("m.txt")->size, 6u);
 }
 
 }  // namespace
