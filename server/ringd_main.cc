@@ -29,6 +29,7 @@
 #include "io/registry.h"
 #include "io/tier.h"
 #include "server/core/config.h"
+#include "server/core/document_root.h"
 #include "server/core/shard.h"
 #include "server/core/version.h"
 #include "server/http/mime_types.h"
@@ -521,11 +522,17 @@ std::string ServingLine(const Config& config, const Inherited& inherited, uint32
          (shards == 1 ? "" : "s") + " (ringd " + BuildVersion() + ", commit " + BuildCommit() + ")";
 }
 
-// The main loop: signals, the once-a-second ticks, and the watchdog. Each watchdog period it
+// The main loop: signals, the once-a-second ticks (each checks what --root names), and the
+// watchdog. Each watchdog period it
 // sends WATCHDOG=1 if every shard answered the question asked one period before (its loop
 // turned), then asks again. Returns the signal that stops ringd.
 int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observability& observability,
-                const std::vector<std::unique_ptr<Shard>>& shard_list, Tls* tls) {
+                const std::vector<std::unique_ptr<Shard>>& shard_list, Tls* tls,
+                DocumentRoot* root) {
+  const auto check_root = [root] {
+    const std::string line = root->Check();
+    if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+  };
   const int64_t watchdog_ms = static_cast<int64_t>(notifier.watchdog_interval_ms());
   const int64_t tick_ms = watchdog_ms > 0 && watchdog_ms < 1000 ? watchdog_ms : 1000;
   for (;;) {
@@ -538,8 +545,10 @@ int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observabilit
     }
     if (sig == SIGHUP) {
       ReloadTls(tls);
+      check_root();
       continue;
     }
+    check_root();
     observability.Tick();  // a tick passed (or EINTR)
     if (watchdog_ms == 0) continue;
     bool all_turned = true;
@@ -600,6 +609,7 @@ int Main(int argc, char** argv) {
 
   const int root_fd = ::open(config.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (root_fd < 0) Die(1, "--root: cannot open '" + config.root + "': " + strerror(errno));
+  DocumentRoot document_root(config.root, root_fd);  // followed when --root is renamed over
   std::string mime_error;
   const http::MimeTypes mime = http::MimeTypes::Load(
       config.mime_types.empty() ? http::MimeTypes::kSystemFile : config.mime_types, &mime_error);
@@ -632,8 +642,10 @@ int Main(int argc, char** argv) {
   ServiceNotifier notifier;  // systemd's Type=notify; nothing without NOTIFY_SOCKET
   const std::vector<std::unique_ptr<Shard>> shard_list = MakeShards(
       config, inherited, shards, root_fd, &mime, io, &tls, notifier.watchdog_interval_ms() > 0);
-  for (size_t i = 0; i < shard_list.size(); ++i)
+  for (size_t i = 0; i < shard_list.size(); ++i) {
+    shard_list[i]->SetDocumentRoot(document_root.state_word());
     observability.Attach(shard_list[i].get(), static_cast<int>(i));
+  }
   std::vector<std::thread> threads = StartShards(config, root_fd, shard_list);
   LogIo(config, io);
 
@@ -646,7 +658,7 @@ int Main(int argc, char** argv) {
   std::fprintf(stderr, "ringd: %s\n", serving_line.c_str());
   notifier.Ready(serving_line);  // every shard's accept is armed
 
-  const int sig = WaitForStop(signals, notifier, observability, shard_list, &tls);
+  const int sig = WaitForStop(signals, notifier, observability, shard_list, &tls, &document_root);
   Drain(config, sig, shard_list, &threads, &observability, &notifier);
   return 0;
 }

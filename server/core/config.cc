@@ -142,7 +142,10 @@ Flag StringFlag(const char* name, const char* help, std::string Config::*field) 
 
 const std::vector<Flag>& Flags() {
   static const std::vector<Flag> flags = {
-      StringFlag("root", "directory to serve (required)", &Config::root),
+      StringFlag("root",
+                 "directory to serve (required); followed within a second when its name is "
+                 "renamed over (a deploy switching releases)",
+                 &Config::root),
       Flag{"listen", "HOST:PORT or [IPV6]:PORT to listen on; repeatable (default 127.0.0.1:8080)",
            false,
            [](Config* c, const std::string& v, std::string* error) {

@@ -10,6 +10,7 @@
 //   machine.Tick(now_ms, realtime_sec);                // timers, each turn
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,6 +22,7 @@
 #include "mem/slab_pool.h"
 #include "server/core/access_log.h"
 #include "server/core/config.h"
+#include "server/core/document_root.h"
 #include "server/core/file_cache.h"
 #include "server/core/send_queue.h"
 #include "server/core/shard_snapshot.h"
@@ -168,6 +170,8 @@ struct ConnectionParts {
   mem::BufferPool* input_pool = nullptr;    // at least one input buffer per connection slot
   mem::BufferPool* content_pool = nullptr;  // small files' contents (null: none kept)
   int root_fd = -1;                         // the directory served
+  // Where root_fd moves: DocumentRoot's state word (null: it stays).
+  const std::atomic<uint64_t>* root_state = nullptr;
   const http::MimeTypes* mime = nullptr;
   uint32_t capacity = 0;          // connection slots: --max-connections and the reserve
   std::string https_port_suffix;  // for the redirects of --redirect-https listeners
@@ -308,6 +312,8 @@ class ConnectionMachine {
   // With the access log only: each connection slot's client (conns_->IndexOf), taken at accept.
   std::unique_ptr<PeerAddress[]> peers_;
   std::unique_ptr<FileCache> files_;
+  const std::atomic<uint64_t>* root_word_ = nullptr;
+  uint64_t root_state_ = 0;           // *root_word_ as this machine last took it up
   std::unique_ptr<SendQueue> sends_;  // which long bodies send now (send_queue.h)
   std::unique_ptr<http::PlanScratch> scratch_;
   uint64_t plans_ = 0;             // PlanResponse calls so far (Exchange::plan_number)

@@ -44,7 +44,13 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
   fo.max_entries = config_.open_file_cache_entries;
   fo.valid_ms = config_.open_file_cache_valid_ms;
   fo.small_file_max = config_.small_file_max;
-  files_ = std::make_unique<FileCache>(loop_, parts.root_fd, parts.content_pool, fo);
+  root_word_ = parts.root_state;
+  int root_fd = parts.root_fd;
+  if (root_word_ != nullptr) {
+    root_state_ = root_word_->load(std::memory_order_acquire);
+    root_fd = DocumentRoot::Fd(root_state_);
+  }
+  files_ = std::make_unique<FileCache>(loop_, root_fd, parts.content_pool, fo);
   SendQueueOptions so;
   so.srpt = config_.send_srpt;
   so.slots = config_.send_slots;
@@ -98,6 +104,13 @@ Connection* ConnectionMachine::Open(int fd, bool https_redirect) {
 void ConnectionMachine::Tick(int64_t now_ms, int64_t realtime_sec) {
   now_ms_ = now_ms;
   files_->set_now(now_ms_);
+  if (root_word_ != nullptr) {
+    const uint64_t state = root_word_->load(std::memory_order_acquire);
+    if (state != root_state_) {
+      root_state_ = state;
+      files_->SwitchRoot(DocumentRoot::Fd(state));
+    }
+  }
   if (realtime_sec != date_sec_) {
     date_sec_ = realtime_sec;
     http::FormatHttpDate(realtime_sec, date_);

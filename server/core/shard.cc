@@ -164,6 +164,7 @@ void Shard::SetupRequestPath() {
   parts.input_pool = input_pool_.get();
   parts.content_pool = content_pool_.get();
   parts.root_fd = root_fd_;
+  parts.root_state = root_state_;
   parts.mime = mime_;
   parts.capacity = capacity();
   parts.https_port_suffix = https_port_suffix_;

@@ -75,6 +75,9 @@ class Shard final : private ConnectionHost {
   // access log (null: off), and whether to time requests (for the log and the duration histogram).
   void SetAccessLog(AccessLogShard* log) { log_ = log; }
   void SetTiming(bool on) { timing_ = on; }
+  // Before Setup: where the root moves (DocumentRoot::state_word); without it the shard serves
+  // root_fd throughout.
+  void SetDocumentRoot(const std::atomic<uint64_t>* state) { root_state_ = state; }
   // The admin thread's way in: Request() on the slot, then loop()->Wake().
   SnapshotSlot& snapshot_slot() { return snapshot_; }
   // The watchdog's way in (systemd WATCHDOG=1): before Setup, turn it on; then Ask() and
@@ -132,6 +135,7 @@ class Shard final : private ConnectionHost {
   const Config& config_;
   std::vector<int> listen_fds_;
   int root_fd_;
+  const std::atomic<uint64_t>* root_state_ = nullptr;
   const http::MimeTypes* mime_;
   io::LoopFactory make_loop_;
   int cpu_;

@@ -498,6 +498,49 @@ class LifecycleTest(BackendTestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_a_root_renamed_over_is_followed_as_a_deploy_expects(self):
+        # Deploys switch releases by renaming a symlink (or a directory) over the name --root
+        # gives; nginx resolves `root` per request. ringd checks the name once a second.
+        d = tempfile.mkdtemp(prefix="ringd-deploy-")
+        try:
+            def release(name, files):
+                path = os.path.join(d, name)
+                os.mkdir(path)
+                for f, body in files.items():
+                    with open(os.path.join(path, f), "wb") as out:
+                        out.write(body)
+                return path
+
+            rel1 = release("rel1", {"v.txt": b"v1"})
+            release("rel2", {"v.txt": b"v2", "only2.txt": b"new"})
+            current = os.path.join(d, "current")
+            os.symlink("rel1", current)
+            server = Server(current)
+            try:
+                self.assertEqual(request(server, "GET", "/v.txt").body, b"v1")
+                self.assertEqual(request(server, "GET", "/only2.txt").status, 404)
+                os.symlink("rel2", current + ".new")
+                os.rename(current + ".new", current)
+                wait_for(lambda: request(server, "GET", "/v.txt").body == b"v2",
+                         "the new release served", timeout=5)
+                self.assertEqual(request(server, "GET", "/only2.txt").body, b"new")  # missing before
+                self.assertTrue(server.logged("names another directory now"), server.log)
+                shutil.rmtree(rel1)  # the old release removed: nothing changes
+                self.assertEqual(request(server, "GET", "/v.txt").body, b"v2")
+                # The name gone for a moment (not an atomic switch): the release in use stays.
+                os.unlink(current)
+                wait_for(lambda: server.logged("still serving the directory it named before"),
+                         "the missing root said once", timeout=5)
+                self.assertEqual(request(server, "GET", "/v.txt").body, b"v2")
+                os.rename(release("rel3", {"v.txt": b"v3"}), current)  # a directory, renamed
+                wait_for(lambda: request(server, "GET", "/v.txt").body == b"v3",
+                         "the renamed directory served", timeout=5)
+                self.assertEqual(request(server, "GET", "/only2.txt").status, 404)
+            finally:
+                self.assertEqual(server.stop(), 0)
+        finally:
+            shutil.rmtree(d)
+
     def test_port_in_use_is_one_line_and_exit_1(self):
         server = Server(self.root)
         try:

@@ -53,7 +53,8 @@ Sim::Sim(uint64_t seed, const SimOptions& options, bool trace)
       options_(options),
       world_(seed),
       rng_(world_.rng),
-      tls_rng_(seed ^ 0x7a5d1e55c0ffee11ull) {
+      tls_rng_(seed ^ 0x7a5d1e55c0ffee11ull),
+      root_rng_(seed ^ 0x5eed0f7007d1e5ull) {
   world_.tracing = trace;
   world_.one_buffer_max = Exchange::kHeadBytes;
 }
@@ -244,6 +245,15 @@ void Sim::MutateFiles() {
     const size_t max = path == "mut2.bin" ? (options_.quick ? 30000 : 200000) : 5000;
     world_.ReplaceFile(path, RandomContent(rng_, rng_.Below(max)));
   }
+}
+
+void Sim::MaybeSwitchRoot() {
+  if (root_switch_ == 0 || root_generation_ >= 400 || !root_rng_.Chance(root_switch_)) return;
+  // Numbers of the simulation's own: below AllocFd's, and never a real descriptor it holds.
+  const int fd = 500 + static_cast<int>(++root_generation_);
+  world_.SwitchRoot(fd);
+  root_word_.store(DocumentRoot::State(root_generation_, fd), std::memory_order_release);
+  result_.coverage["sim.root_switched"] += 1;
 }
 
 // A third of the seeds serve TLS: the one listener, or one or both of two. Its draws come from
@@ -848,8 +858,10 @@ void Sim::MakeShard() {
   tiers.Register(std::move(sim));
   const io::TierChoice choice = tiers.Choose("sim", io::ProbeReport{}, io::TierNeeds{});
   RINGD_ASSERT(choice.tier != nullptr);
-  shard_ = std::make_unique<Shard>(0, config_, world_.listen_fds, /*root_fd=*/7, &mime_,
+  shard_ = std::make_unique<Shard>(0, config_, world_.listen_fds, world_.root_fd, &mime_,
                                    choice.tier->make, /*cpu=*/-1);
+  root_switch_ = root_rng_.Chance(150) ? static_cast<uint32_t>(root_rng_.Range(1, 5)) : 0;
+  if (root_switch_ != 0) shard_->SetDocumentRoot(&root_word_);
 }
 
 // How many clients, at once and in all, and how many steps the seed runs.
@@ -888,6 +900,7 @@ void Sim::PickClients(uint64_t* max_steps_out, int64_t* run_until_out) {
 // checks. False when the seed is done (a failure, or every client has ended).
 bool Sim::RunStep(uint64_t step) {
   MutateFiles();
+  MaybeSwitchRoot();
   uint32_t active = 0;
   for (const auto& c : clients_) active += !c->ended;
   if (hello_burst_ > 0 && step == 1) {

@@ -4,6 +4,7 @@
 // files' history) and the invariants checked after every step. Not for use outside tests/sim.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "server/core/config.h"
+#include "server/core/document_root.h"
 #include "server/core/shard.h"
 #include "server/http/mime_types.h"
 #include "server/tls/tls_loop.h"
@@ -184,6 +186,14 @@ class Sim {
   // TLS seeds: the TlsLoop around the SimLoop and the stand-in's sessions. Their draws come
   // from a generator of their own, so that a seed's other draws are the same with TLS or without.
   Rng tls_rng_;
+  // Deploys (SwitchRoot): in some seeds the root moves now and then, to a directory of the same
+  // paths; the shard takes it up from this word as ringd's shards do from DocumentRoot's. Their
+  // draws come from a generator of their own, as TLS's do.
+  Rng root_rng_;
+  uint32_t root_switch_ = 0;  // per mille of steps (0: the root never moves)
+  uint64_t root_generation_ = 0;
+  std::atomic<uint64_t> root_word_{DocumentRoot::State(0, 7)};
+  void MaybeSwitchRoot();
   bool tls_ = false;
   uint32_t tls_stall_ = 0, tls_garbage_ = 0, tls_renegotiate_ = 0;  // per mille of clients
   // TLS clients that connect in one step, their ClientHellos in one turn: more than a turn

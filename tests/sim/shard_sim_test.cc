@@ -62,6 +62,8 @@ TEST(ShardSim, QuickSeeds) {
   // Floods of sitters past the limit: newcomers parked for a slot, and connections that gave way
   // closed for them before their lingering ended.
   EXPECT_GT(coverage["sim.flooded"], 0u);
+  // Deploys: the root moved under requests (each path a new inode beneath a new directory).
+  EXPECT_GT(coverage["sim.root_switched"], 0u);
   EXPECT_GT(coverage["shard.parked"], 0u);
   EXPECT_GT(coverage["shard.gave_way_closed"], 0u);
 }

@@ -156,6 +156,21 @@ void SimWorld::TruncateInPlace(const std::string& path, uint64_t size) {
   Trace("file %s truncated in place to %llu", path.c_str(), static_cast<unsigned long long>(size));
 }
 
+void SimWorld::SwitchRoot(int fd) {
+  RINGD_ASSERT(fd != root_fd && old_roots.count(fd) == 0);
+  const std::map<std::string, std::shared_ptr<Inode>> old = tree;
+  old_roots[root_fd] = old;
+  for (const auto& [path, inode] : old) {
+    if (inode->dir) {
+      MakeDir(path);
+    } else {
+      PutFile(path, *inode->content, inode->unreadable);
+    }
+  }
+  root_fd = fd;
+  Trace("root switched: fd %d, %zu paths", fd, old.size());
+}
+
 void SimWorld::Remove(const std::string& path) {
   tree.erase(path);
   Record(path);
@@ -740,6 +755,10 @@ void SimLoop::ProgressOpen(uint64_t seq) {
   io::Completion* c = ops_.at(seq).c;
   Rng& rng = w_->rng;
   const std::string path = c->path;
+  // Beneath the root the open named: an old root's tree stays as it was when the root moved.
+  RINGD_ASSERT_MSG(c->dir_fd == w_->root_fd || w_->old_roots.count(c->dir_fd) != 0,
+                   "open beneath fd %d, not a root", c->dir_fd);
+  const auto& tree = c->dir_fd == w_->root_fd ? w_->tree : w_->old_roots.at(c->dir_fd);
   int64_t result;
   if (rng.Chance(w_->faults.open_transient)) {
     ++w_->counters.open_transient;
@@ -748,7 +767,7 @@ void SimLoop::ProgressOpen(uint64_t seq) {
              path.find("/../") != std::string::npos ||
              (path.size() >= 3 && path.compare(path.size() - 3, 3, "/..") == 0)) {
     result = -EXDEV;  // RESOLVE_BENEATH
-  } else if (auto it = w_->tree.find(path); it != w_->tree.end()) {
+  } else if (auto it = tree.find(path); it != tree.end()) {
     const Inode& inode = *it->second;
     if (inode.unreadable) {
       result = -EACCES;
@@ -763,8 +782,8 @@ void SimLoop::ProgressOpen(uint64_t seq) {
     result = -ENOENT;
     for (size_t slash = path.find('/'); slash != std::string::npos;
          slash = path.find('/', slash + 1)) {
-      auto parent = w_->tree.find(path.substr(0, slash));
-      if (parent != w_->tree.end() && !parent->second->dir) result = -ENOTDIR;
+      auto parent = tree.find(path.substr(0, slash));
+      if (parent != tree.end() && !parent->second->dir) result = -ENOTDIR;
     }
   }
   w_->Trace("open %s -> %lld", path.c_str(), static_cast<long long>(result));

@@ -185,6 +185,11 @@ struct SimWorld {
   std::vector<SimSocket> sockets;
   // The file tree: path relative to the root ("." is the root) -> inode.
   std::map<std::string, std::shared_ptr<Inode>> tree;
+  // The root's directory descriptor (a number of the simulation's own, below AllocFd's), and the
+  // trees of the roots served before, as they were when the root moved (SwitchRoot): opens
+  // beneath an old root's descriptor still find its files, as in a directory renamed away.
+  int root_fd = 7;
+  std::map<int, std::map<std::string, std::shared_ptr<Inode>>> old_roots;
   std::map<std::string, std::vector<PathVersion>> history;
   uint64_t next_ino = 100;
   // Descriptors the server holds: sockets (-> index in `sockets`) and files (-> inode).
@@ -206,6 +211,9 @@ struct SimWorld {
   void ReplaceFile(const std::string& path, std::string content);  // a new inode (rename over)
   void TruncateInPlace(const std::string& path, uint64_t size);    // same inode, shorter
   void Remove(const std::string& path);
+  // A deploy: another directory, `fd`, with every path of this one, each a new inode of the
+  // same contents, takes the root's name; the old tree stays beneath the old descriptor.
+  void SwitchRoot(int fd);
   int64_t RealtimeSec() const { return realtime_base_sec + now_ms / 1000; }
   void Trace(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
   std::vector<std::string> RecentTrace() const;

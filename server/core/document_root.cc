@@ -1,0 +1,75 @@
+#include "server/core/document_root.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "io/assert.h"
+
+namespace ringd {
+
+DocumentRoot::DocumentRoot(std::string path, int fd)
+    : path_(std::move(path)), state_(static_cast<uint32_t>(fd)), fd_(fd), dev_(0), ino_(0) {
+  RINGD_ASSERT(fd >= 0);
+  struct stat st;
+  if (::fstat(fd, &st) == 0) {
+    dev_ = st.st_dev;
+    ino_ = st.st_ino;
+  }
+}
+
+DocumentRoot::~DocumentRoot() {
+  ::close(fd_);
+  for (const int fd : retired_) ::close(fd);
+}
+
+void DocumentRoot::Publish(int fd) {
+  const uint64_t generation = (state_.load(std::memory_order_relaxed) >> 32) + 1;
+  retired_.push_back(fd_);
+  if (retired_.size() > kRetiredMax) {
+    ::close(retired_.front());
+    retired_.pop_front();
+  }
+  fd_ = fd;
+  state_.store(State(generation, fd), std::memory_order_release);
+}
+
+std::string DocumentRoot::Check() {
+  struct stat st;
+  std::string error;
+  int fd = -1;
+  if (::stat(path_.c_str(), &st) != 0) {
+    error = std::strerror(errno);
+  } else if (!S_ISDIR(st.st_mode)) {
+    error = "not a directory";
+  } else if (st.st_dev == dev_ && st.st_ino == ino_) {
+    if (last_error_.empty()) return "";
+  } else {
+    fd = ::open(path_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    // What was opened, which may differ from what stat saw if the name moved again between.
+    if (fd < 0 || ::fstat(fd, &st) != 0) error = std::strerror(errno);
+  }
+  if (!error.empty()) {
+    if (fd >= 0) ::close(fd);
+    if (error == last_error_) return "";
+    last_error_ = error;
+    return "ringd: --root " + path_ + ": " + error +
+           "; still serving the directory it named before";
+  }
+  last_error_.clear();
+  if (fd < 0) return "ringd: --root " + path_ + ": a directory again; serving it as before";
+  if (st.st_dev == dev_ && st.st_ino == ino_) {  // it moved back before the open
+    ::close(fd);
+    return "";
+  }
+  dev_ = st.st_dev;
+  ino_ = st.st_ino;
+  Publish(fd);
+  return "ringd: --root " + path_ + " names another directory now: serving it (files cached " +
+         "from the one before are opened again at their next request)";
+}
+
+}  // namespace ringd
