@@ -39,6 +39,11 @@ size_t FormatUint(uint64_t v, char* out) {
 RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ranges,
                         RangeSet* out) {
   out->count = 0;
+  // An empty representation has no byte to select: RFC 9110 section 14.1.1 counts a suffix range
+  // as satisfiable there, yet no Content-Range can name it. The whole (empty) representation with
+  // 200, as nginx answers; players and download managers probe with `bytes=0-` and take a 416 for
+  // an error.
+  if (length == 0) return RangeOutcome::kIgnore;
   header = TrimOws(header);
   if (header.size() < 6 || !EqualsIgnoreCase(header.substr(0, 6), "bytes=")) {
     return RangeOutcome::kIgnore;  // absent, or a unit we do not know (RFC 9110 section 14.2)

@@ -35,7 +35,8 @@ enum class RangeOutcome : uint8_t {
 
 // RFC 9110 section 14.2. A header that is not valid `bytes=` syntax is ignored (200). To refuse
 // amplification, more than `max_ranges` ranges, or ranges whose lengths add up to more than the
-// representation, are ignored too (200 with the whole file, as nginx does).
+// representation, are ignored too (200 with the whole file, as nginx does), and so is every
+// range of an empty representation.
 RangeOutcome ParseRange(std::string_view header, uint64_t length, size_t max_ranges, RangeSet* out);
 
 // The bytes of a multipart/byteranges body (RFC 9110 section 14.6) around the file slices:

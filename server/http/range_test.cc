@@ -49,8 +49,9 @@ TEST(Range, ParsesAndClampsRanges) {
       {"bytes=100-", 100, k416, ""},
       {"bytes=100-200,300-400", 100, k416, ""},
       {"bytes=-0", 100, k416, ""},
-      {"bytes=0-", 0, k416, ""},
-      {"bytes=-5", 0, k416, ""},
+      {"bytes=0-", 0, kIgnore, ""},  // an empty representation: 200, whatever the ranges
+      {"bytes=-5", 0, kIgnore, ""},
+      {"bytes=0-0", 0, kIgnore, ""},
       {"bytes=18446744073709551615-", 100, k416, ""},  // 2^64 - 1: a number, past the end
       {"bytes=100-200,0-1", 100, kOk, "0-1"},          // unsatisfiable parts are dropped
       // invalid syntax is ignored (200)

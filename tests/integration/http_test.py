@@ -81,6 +81,11 @@ class ServingTest(BackendTestCase):
         r = request(self.server, "GET", "/large.bin", {"Range": "bytes=%d-" % size})
         self.assertEqual(r.status, 416)
         self.assertEqual(r.header("content-range"), "bytes */%d" % size)
+        # An empty file has no byte to select: 200 and the (empty) whole, as nginx answers.
+        for spec in ("bytes=0-", "bytes=-1", "bytes=0-0"):
+            r = request(self.server, "GET", "/empty.txt", {"Range": spec})
+            self.assertEqual((r.status, r.header("content-length"), r.body), (200, "0", b""), spec)
+            self.assertIsNone(r.header("content-range"))
         # Several ranges: multipart/byteranges, parsed here part by part.
         for name in ("small.txt", "large.bin"):
             body = self.files[name]
