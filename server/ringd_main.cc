@@ -611,9 +611,10 @@ int Main(int argc, char** argv) {
   if (root_fd < 0) Die(1, "--root: cannot open '" + config.root + "': " + strerror(errno));
   DocumentRoot document_root(config.root, root_fd);  // followed when --root is renamed over
   std::string mime_error;
-  const http::MimeTypes mime = http::MimeTypes::Load(
+  http::MimeTypes mime = http::MimeTypes::Load(
       config.mime_types.empty() ? http::MimeTypes::kSystemFile : config.mime_types, &mime_error);
   if (!config.mime_types.empty() && !mime_error.empty()) Die(1, "--mime-types: " + mime_error);
+  mime.SetCharset(config.charset);
   const uint32_t shards =
       config.shards != 0 ? config.shards : static_cast<uint32_t>(UsableCpus().size());
 

@@ -314,6 +314,29 @@ const std::vector<Flag>& Flags() {
                  "mime.types file read at start-up; one named here must be readable (default: "
                  "/etc/mime.types when it exists, else the built-in table)",
                  &Config::mime_types),
+      Flag{"charset",
+           "charset parameter of text types (text/*, JavaScript, JSON, XML, SVG); off: none, "
+           "as nginx's charset off (default utf-8)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v == "off") {
+               c->charset.clear();
+               return true;
+             }
+             // An RFC 9110 token, as a charset name is (RFC 2978): nothing that could end the
+             // parameter or the header.
+             const bool token = !v.empty() && std::all_of(v.begin(), v.end(), [](char ch) {
+               return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                      (ch >= '0' && ch <= '9') || std::strchr("!#$%&'*+-.^_`|~", ch) != nullptr;
+             });
+             if (!token) {
+               *error = "--charset: '" + v + "' is not a charset name (utf-8, iso-8859-1, ...; " +
+                        "or off)";
+               return false;
+             }
+             c->charset = v;
+             return true;
+           }},
       BoolFlag("precompressed",
                "serve file.br / file.gz to clients that accept them (default true)",
                &Config::precompressed),

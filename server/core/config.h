@@ -86,7 +86,8 @@ struct Config {
 
   // Files.
   std::string index = "index.html";
-  std::string mime_types;  // empty: /etc/mime.types when it exists
+  std::string mime_types;         // empty: /etc/mime.types when it exists
+  std::string charset = "utf-8";  // text types' charset parameter; empty: none (--charset off)
   bool precompressed = true;
   bool serve_dot_files = false;
   uint32_t small_file_max = 16384;  // files up to this size are served from memory

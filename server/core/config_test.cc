@@ -139,6 +139,8 @@ TEST(Config, RejectsBadInputWithOneLine) {
       {{"--root=/tmp", "--page-cache-trust-ms=60001"},
        "--page-cache-trust-ms: expected an integer from 0 to 60000, got '60001'"},
       {{"--root=/tmp", "--tcp-nopush=sometimes"}, "--tcp-nopush: expected true or false"},
+      {{"--root=/tmp", "--charset=utf-8; q=1"}, "--charset: 'utf-8; q=1' is not a charset name"},
+      {{"--root=/tmp", "--charset="}, "--charset: '' is not a charset name"},
   };
   for (const auto& [args, message] : cases) {
     Parsed p = Parse(args);
@@ -146,6 +148,14 @@ TEST(Config, RejectsBadInputWithOneLine) {
     EXPECT_NE(p.error.find(message), std::string::npos) << p.error;
     EXPECT_EQ(p.error.find('\n'), std::string::npos) << p.error;
   }
+}
+
+TEST(Config, Charset) {
+  EXPECT_EQ(Parse({"--root=/tmp"}).config.charset, "utf-8");
+  EXPECT_EQ(Parse({"--root=/tmp", "--charset=off"}).config.charset, "");
+  Parsed p = Parse({"--root=/tmp", "--charset", "iso-8859-1"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.charset, "iso-8859-1");
 }
 
 TEST(Config, SendOrder) {

@@ -119,9 +119,20 @@ void MimeTypes::Add(std::string_view ext, std::string_view type) {
   if (ext.empty() || ext.size() > kMaxExtension) return;
   std::string key(ext);
   for (char& c : key) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+  by_extension_[key] = WithCharset(type);
+  types_[std::move(key)] = std::string(type);
+}
+
+std::string MimeTypes::WithCharset(std::string_view type) const {
   std::string value(type);
-  if (IsTextual(type)) value += "; charset=utf-8";
-  by_extension_[key] = std::move(value);
+  if (!charset_.empty() && IsTextual(type) && type.find(';') == std::string_view::npos)
+    value += "; charset=" + charset_;
+  return value;
+}
+
+void MimeTypes::SetCharset(std::string_view charset) {
+  charset_ = std::string(charset);
+  for (const auto& [ext, type] : types_) by_extension_[ext] = WithCharset(type);
 }
 
 std::string_view MimeTypes::ForPath(std::string_view path) const {

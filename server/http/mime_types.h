@@ -17,6 +17,9 @@ class MimeTypes {
   // Built-in defaults only.
   MimeTypes();
 
+  // The charset parameter text types carry unless SetCharset says otherwise.
+  static constexpr const char* kDefaultCharset = "utf-8";
+
   // The file read when --mime-types names none (when it exists).
   static constexpr const char* kSystemFile = "/etc/mime.types";
 
@@ -28,17 +31,25 @@ class MimeTypes {
   // Adds the entries of mime.types-format text ("type ext1 ext2", '#' comments).
   void AddFromText(std::string_view text);
 
+  // The charset parameter of text types (text/*, JavaScript, JSON, XML, SVG, manifests; --charset):
+  // "" for none, as nginx's `charset off`. A type that names parameters of its own in the
+  // mime.types file keeps them and gets none added.
+  void SetCharset(std::string_view charset);
+
   // The Content-Type for the file's extension (case-insensitive); text types carry
-  // "; charset=utf-8". Unknown: application/octet-stream.
+  // "; charset=utf-8" (SetCharset). Unknown: application/octet-stream.
   std::string_view ForPath(std::string_view path) const;
 
   size_t size() const { return by_extension_.size(); }
 
  private:
   void Add(std::string_view ext, std::string_view type);
+  std::string WithCharset(std::string_view type) const;
   void Pin();
 
-  absl::flat_hash_map<std::string, std::string> by_extension_;
+  std::string charset_ = kDefaultCharset;
+  absl::flat_hash_map<std::string, std::string> types_;         // as given
+  absl::flat_hash_map<std::string, std::string> by_extension_;  // with the charset
 };
 
 }  // namespace ringd::http

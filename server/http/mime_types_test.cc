@@ -58,5 +58,24 @@ TEST(MimeTypes, LoadsAFileAndPinsWasm) {
   EXPECT_EQ(error, "cannot read '" + ::testing::TempDir() + "': Is a directory");
 }
 
+// --charset: another name, or none (nginx's `charset off`); a type the file gives parameters of
+// its own keeps them alone (one charset, never two: RFC 6838 section 4.3).
+TEST(MimeTypes, TheCharsetIsChosenAndNeverAddedTwice) {
+  MimeTypes t;
+  t.AddFromText("text/plain;charset=iso-8859-1 latin\n");
+  EXPECT_EQ(t.ForPath("a.latin"), "text/plain;charset=iso-8859-1");
+  t.SetCharset("");
+  EXPECT_EQ(t.ForPath("a.css"), "text/css");
+  EXPECT_EQ(t.ForPath("a.json"), "application/json");
+  EXPECT_EQ(t.ForPath("a.png"), "image/png");
+  EXPECT_EQ(t.ForPath("a.latin"), "text/plain;charset=iso-8859-1");
+  t.SetCharset("iso-8859-1");
+  EXPECT_EQ(t.ForPath("a.html"), "text/html; charset=iso-8859-1");
+  EXPECT_EQ(t.ForPath("a.svg"), "image/svg+xml; charset=iso-8859-1");
+  t.AddFromText("text/x-later later\n");
+  EXPECT_EQ(t.ForPath("a.later"), "text/x-later; charset=iso-8859-1");
+  EXPECT_EQ(t.ForPath("a.latin"), "text/plain;charset=iso-8859-1");
+}
+
 }  // namespace
 }  // namespace ringd::http

@@ -558,6 +558,26 @@ class LifecycleTest(BackendTestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_the_charset_of_text_types_is_chosen_or_off(self):
+        d = tempfile.mkdtemp(prefix="ringd-mime-")
+        try:
+            # A type with parameters of its own keeps them alone: one charset, never two.
+            with open(os.path.join(d, "mime.types"), "w") as f:
+                f.write("text/plain;charset=iso-8859-1 txt\ntext/css css\n")
+            types = os.path.join(d, "mime.types")
+            for flags, small, page in [((), "text/plain;charset=iso-8859-1", "text/html; charset=utf-8"),
+                                       (("--charset", "off"), "text/plain;charset=iso-8859-1", "text/html"),
+                                       (("--charset", "windows-1252"), "text/plain;charset=iso-8859-1",
+                                        "text/html; charset=windows-1252")]:
+                server = Server(self.root, "--mime-types", types, *flags)
+                try:
+                    self.assertEqual(request(server, "GET", "/small.txt").header("content-type"), small)
+                    self.assertEqual(request(server, "GET", "/index.html").header("content-type"), page)
+                finally:
+                    self.assertEqual(server.stop(), 0)
+        finally:
+            shutil.rmtree(d)
+
     def test_a_mime_types_file_named_is_read_or_refused(self):
         run = lambda *flags: subprocess.run(
             [os.environ["RINGD_BINARY"], "--root", self.root, "--listen", "127.0.0.1:0", "--io",
