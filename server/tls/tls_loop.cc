@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <string_view>
 
 #include "io/assert.h"
+#include "server/http/http_date.h"
 
 namespace ringd::tls {
 
@@ -37,6 +40,7 @@ struct TlsLoop::Out {
   uint64_t file_left = 0;
   uint32_t file_chunk = 0;  // plaintext bytes of the chunk whose records are going out
   std::unique_ptr<char[]> file_buf;
+  std::unique_ptr<char[]> plain;  // the plaintext 400 to HTTP on this TLS port, while it goes
 };
 
 // A TLS connection: its session and the inner operations that carry its records. Every idle
@@ -317,14 +321,23 @@ void TlsLoop::Pump(Conn* conn) {
     stats_.resumed += s.Resumed() ? 1 : 0;
   }
   if (s.Ended() == TlsEnd::kPlainHttp && !conn->plain_answered && !conn->tx_active()) {
-    // nginx's answer to HTTP on an HTTPS port: a plaintext 400 that says so, then the close.
-    static constexpr char kAnswer[] =
-        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 44\r\n"
-        "Connection: close\r\n\r\nA plain HTTP request was sent to HTTPS port\n";
+    // nginx's answer to HTTP on an HTTPS port: a plaintext 400 that says so, with the Date an
+    // origin with a clock sends on every response (RFC 9110 section 6.6.1), then the close.
+    static constexpr std::string_view kHead = "HTTP/1.1 400 Bad Request\r\nDate: ";
+    static constexpr std::string_view kTail =
+        "\r\nContent-Type: text/plain\r\nContent-Length: 44\r\nConnection: close\r\n\r\n"
+        "A plain HTTP request was sent to HTTPS port\n";
+    static constexpr size_t kDate = http::kHttpDateLen;
+    static constexpr size_t kLength = kHead.size() + kDate + kTail.size();
     conn->plain_answered = true;
     ++stats_.plain_http;
     Out* out = OutOf(conn);
-    out->tx_iov = iovec{const_cast<char*>(kAnswer), sizeof kAnswer - 1};  // the send only reads
+    out->plain = std::make_unique<char[]>(kLength);  // an error's answer: not on the serving path
+    char* p = out->plain.get();
+    std::memcpy(p, kHead.data(), kHead.size());
+    http::FormatHttpDate(inner_->RealtimeSec(), p + kHead.size());
+    std::memcpy(p + kHead.size() + kDate, kTail.data(), kTail.size());
+    out->tx_iov = iovec{p, kLength};
     out->tx_lent = 0;
     out->tx_active = true;
     inner_->Send(conn->fd, &out->tx_iov, 1, &out->tx);

@@ -1,6 +1,7 @@
 """HTTPS on the real ringd binary, on one io backend (RINGD_IO): real clients (Python's ssl, curl,
 openssl s_client) against --listen-tls, with certificates signed by a test CA the test makes with
 the openssl command line."""
+import email.utils
 import json
 import os
 import shutil
@@ -190,6 +191,9 @@ class TlsTest(BackendTestCase):
             r = Reader(s).read_response()
             self.assertEqual(r.status, 400)
             self.assertIn(b"HTTPS port", r.body)
+            # RFC 9110 section 6.6.1: an origin with a clock sends Date, on this answer too.
+            date = email.utils.parsedate_to_datetime(r.header("date"))
+            self.assertLess(abs(time.time() - date.timestamp()), 5)
             self.assertTrue(Reader(s).at_eof())
 
     def test_tls_to_the_plain_port_is_refused_and_serving_goes_on(self):
