@@ -559,7 +559,19 @@ bool ReadFlagfile(const std::string& path, Config* config, std::string* error, b
     const size_t start = line.find_first_not_of(" \t\r");
     if (start == std::string::npos || line[start] == '#') continue;
     const size_t end = line.find_last_not_of(" \t\r");
-    args.push_back(line.substr(start, end - start + 1));  // one flag per line, as gflags reads them
+    // One flag per line, as gflags reads them: --name=value, or --name value as on a command
+    // line (the value is the rest of the line, spaces and all).
+    const std::string arg = line.substr(start, end - start + 1);
+    const size_t space = arg.find_first_of(" \t");
+    const size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && space != std::string::npos &&
+        (eq == std::string::npos || space < eq)) {
+      args.push_back(arg.substr(0, space));
+      args.push_back(arg.substr(arg.find_first_not_of(" \t", space)));
+      line_numbers.push_back(number);
+    } else {
+      args.push_back(arg);
+    }
     line_numbers.push_back(number);
   }
   size_t failed_at = 0;
@@ -648,7 +660,8 @@ std::string Usage() {
     out += name + f.help + "\n";
   }
   out +=
-      "  --flagfile=FILE                 read more flags from FILE, one per line ('#' comments)\n";
+      "  --flagfile=FILE                 read more flags from FILE, one per line: --name=value or "
+      "--name value ('#' comments)\n";
   out += "  --help, --version\n";
   return out;
 }

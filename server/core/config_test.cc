@@ -65,6 +65,16 @@ TEST(Config, ReadsAFlagfile) {
   ASSERT_TRUE(p.ok) << p.error;
   EXPECT_EQ(p.config.shards, 4u);  // later flags win
   EXPECT_EQ(p.config.io, "uring");
+  // The command line's form too: the value is the rest of the line.
+  {
+    std::ofstream f(path);
+    f << "--root /tmp\n--add-header  X-Note: a b=c\n--serve-dot-files\n--shards 3\n";
+  }
+  p = Parse({"--flagfile=" + path});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.root, "/tmp");
+  EXPECT_EQ(p.config.shards, 3u);
+  EXPECT_TRUE(p.config.serve_dot_files);
   std::remove(path.c_str());
 }
 
@@ -92,6 +102,13 @@ TEST(Config, FlagfileErrorsNameTheFileAndLine) {
   p = Parse({"--flagfile=" + path});
   EXPECT_FALSE(p.ok);
   EXPECT_EQ(p.error, path + ":2: --header-timeout-ms: needs a value");
+  {
+    std::ofstream f(path);
+    f << "--root=/tmp\n--serve-dot-files true\n";  // a bool takes no separate value
+  }
+  p = Parse({"--flagfile=" + path});
+  EXPECT_FALSE(p.ok);
+  EXPECT_EQ(p.error.rfind(path + ":2: unexpected argument 'true'", 0), 0u) << p.error;
   std::remove(path.c_str());
 }
 
