@@ -58,11 +58,12 @@ bool IsBytesUnit(std::string_view s) {
 // (empty list elements and OWS around commas), and range.h's policy: a header that is not the
 // syntax, more than `limit` range-specs, or satisfiable ranges adding up to more than the
 // representation are ignored (200). A range-spec is satisfiable per section 14.1.1 (an int-range
-// that starts inside the representation, a suffix-range of non-zero length), except that ringd,
-// as nginx, finds none satisfiable in a zero-length representation (there is no Content-Range for
-// an empty part).
+// that starts inside the representation, a suffix-range of non-zero length); a zero-length
+// representation has no byte to select (no Content-Range could name one), and ringd, as nginx,
+// ignores every range of it (200).
 Expected Reference(std::string_view header, uint64_t length, size_t limit) {
   Expected ignore;
+  if (length == 0) return ignore;
   header = TrimOws(header);
   if (!IsBytesUnit(header)) return ignore;
   std::string_view list = header.substr(6);
