@@ -336,25 +336,26 @@ void FileCache::Unpin(CacheEntry* e) {
 void FileCache::SwitchRoot(int root_fd) {
   root_fd_ = root_fd;
   ++root_generation_;
-  const int64_t gone = now_ms_ - static_cast<int64_t>(options_.valid_ms);
-  std::vector<CacheEntry*> loading;
-  for (auto& [path, e] : map_) {
-    if (!e->ready) {
-      loading.push_back(e);
-      continue;
+  // Every entry leaves the map: a request from now on opens its path beneath the new root, and
+  // the old release's files close now (those a response holds, when it ends), so that deleting
+  // that release frees its space. Requests waiting on an open beneath the old root plan again at
+  // once, beneath the new one (the open finishes alone; Ready frees it). A revalidation under
+  // way carries on alone and is not taken up (Ready: root_generation).
+  // In the order of their paths, not the map's, which abseil seeds per process: the wake-ups
+  // and the closes go out alike in every process, so the simulator's seeds replay anywhere.
+  std::vector<CacheEntry*> all;
+  all.reserve(map_.size());
+  for (auto& [path, e] : map_) all.push_back(e);
+  std::sort(all.begin(), all.end(),
+            [](const CacheEntry* a, const CacheEntry* b) { return a->path < b->path; });
+  for (CacheEntry* e : all) {
+    while (FileWaiter* w = e->waiters.PopFront()) {
+      w->entry = nullptr;
+      w->woken = true;
+      woken_.PushBack(w);
     }
-    // Expired with no grace: the next request opens the path again. A revalidation under way
-    // beneath the old root carries on alone (Ready drops it: the path has another entry, or
-    // this one, by then).
-    e->expires_ms = std::min(e->expires_ms, gone);
-    if (e->successor != nullptr) {
-      e->successor->replaces = nullptr;
-      e->successor = nullptr;
-    }
+    Retire(e);
   }
-  // Opens under way beneath the old root leave the map: a request from now on opens the path
-  // beneath the new one, and those waiting plan again when it is done (Ready), beneath the new.
-  for (CacheEntry* e : loading) Retire(e);
   missing_.ForgetAll();
   stats_.missing_known = missing_.known();
 }
@@ -386,10 +387,6 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
   // tries again.
   e->validation = ++validations_;
   e->expires_ms = now_ms_ + options_.valid_ms;
-  // Opened beneath a root that has been switched since: it answers the requests that wait for
-  // it, and the next one opens the path again (as for a short read, below: no grace).
-  if (e->root_generation != root_generation_)
-    e->expires_ms = now_ms_ - static_cast<int64_t>(options_.valid_ms);
   if (result < 0) {
     e->meta = MetaFromError(result);
     if (e->meta.kind == http::FileMeta::Kind::kUnavailable) e->expires_ms = now_ms_;
@@ -437,7 +434,9 @@ void FileCache::Ready(CacheEntry* e) {
     if (old != nullptr) old->successor = nullptr;
     auto it = map_.find(Key(e->path));
     const bool failed = e->meta.kind == http::FileMeta::Kind::kUnavailable;
-    if (!failed && (it == map_.end() || it->second == old)) {
+    // Opened beneath a root that has moved since (SwitchRoot): never taken up.
+    const bool moved = e->root_generation != root_generation_;
+    if (!failed && !moved && (it == map_.end() || it->second == old)) {
       if (old != nullptr) Retire(old);
       e->in_map = true;
       map_[e->path] = e;

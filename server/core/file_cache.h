@@ -175,9 +175,9 @@ class FileCache : public http::FileMetaSource {
 
   void set_now(int64_t now_ms) { now_ms_ = now_ms; }
   // Opens from now on go beneath `root_fd` (DocumentRoot: --root names another directory).
-  // Every entry and missing path known so far is expired with no grace, so each is opened again
-  // at its next request; opens under way beneath the old root leave the map (their waiters plan
-  // again once they finish) and are not remembered. Responses holding entries finish from them.
+  // Every entry leaves the map and every missing path is forgotten, so each is opened again at
+  // its next request; requests waiting on an open beneath the old root plan again at once, and
+  // nothing opened beneath it is remembered. Responses holding entries finish from them.
   void SwitchRoot(int root_fd);
   uint32_t entries_in_use() const { return static_cast<uint32_t>(stats_.entries); }
   const FileCacheStats& Stats() const { return stats_; }

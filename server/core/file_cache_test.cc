@@ -497,15 +497,17 @@ TEST_F(FileCacheTest, ASwitchedRootOpensEveryPathAgainBeneathTheNewOne) {
   const size_t b_open = loop_.opens.size() - 1;
 
   cache_->SwitchRoot(7);
-  cache_->set_now(2);  // all of it fresh by the clock
+  EXPECT_EQ(loop_.closed, std::vector<int>{10});  // the old release's file, closed now
+  cache_->RunWakeups();
+  EXPECT_TRUE(late_woken);  // it plans again at once, without waiting for the old root's open
+  cache_->set_now(2);       // all of it fresh by the clock
   EXPECT_FALSE(cache_->Lookup("a.css"));
   EXPECT_FALSE(cache_->Lookup("gone.txt"));
-  loop_.Finish(b_open, 12, 300);
-  cache_->RunWakeups();
-  EXPECT_TRUE(late_woken);  // it plans again: beneath the new root
   EXPECT_FALSE(cache_->Lookup("b.js"));
   ASSERT_TRUE(cache_->Fetch("b.js", &late));
   EXPECT_EQ(loop_.dirs.back(), 7);
+  loop_.Finish(b_open, 12, 300);  // the old root's open ends alone: closed, not remembered
+  EXPECT_EQ(loop_.closed.back(), 12);
   loop_.Finish(loop_.opens.size() - 1, 13, 310);
   cache_->RunWakeups();
   EXPECT_EQ(cache_->Lookup("b.js")->size, 310u);
@@ -529,9 +531,10 @@ TEST_F(FileCacheTest, ARevalidationUnderWayBeneathTheOldRootIsNotTakenUp) {
   const size_t beside = loop_.opens.size() - 1;
   cache_->SwitchRoot(7);
   EXPECT_FALSE(cache_->Lookup("c.css"));
+  const uint64_t since = cache_->validations();  // a request that begins after the switch
   loop_.Finish(beside, 11, 111);
   cache_->RunWakeups();
-  EXPECT_FALSE(cache_->Lookup("c.css"));
+  EXPECT_FALSE(cache_->LookupSince("c.css", since));
   Load("c.css", 12, 222, 1500);
   EXPECT_EQ(loop_.dirs.back(), 7);
   EXPECT_EQ(cache_->Lookup("c.css")->size, 222u);
@@ -551,10 +554,12 @@ TEST_F(FileCacheTest, AMissingPathsRecheckUnderWayBeneathTheOldRootIsNotRemember
   const size_t recheck = loop_.opens.size() - 1;
   EXPECT_EQ(loop_.dirs.back(), -1);
   cache_->SwitchRoot(7);
-  loop_.Finish(recheck, 11, 5);  // there beneath the old root
+  const uint64_t since = cache_->validations();  // a request that begins after the switch
+  loop_.Finish(recheck, 11, 5);                  // there beneath the old root
   cache_->RunWakeups();
   cache_->set_now(1501);
-  EXPECT_FALSE(cache_->Lookup("m.txt"));  // not fresh: opened beneath the new root first
+  EXPECT_FALSE(cache_->LookupSince("m.txt", since));  // opened beneath the new root first
+  EXPECT_EQ(loop_.closed.back(), 11);
   Load("m.txt", 12, 6, 1501);
   EXPECT_EQ(loop_.dirs.back(), 7);
   EXPECT_EQ(cache_->Lookup("m.txt")->size, 6u);

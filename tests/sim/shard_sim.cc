@@ -252,6 +252,7 @@ void Sim::MaybeSwitchRoot() {
   // Numbers of the simulation's own: below AllocFd's, and never a real descriptor it holds.
   const int fd = 500 + static_cast<int>(++root_generation_);
   world_.SwitchRoot(fd);
+  root_switch_ms_.push_back(world_.now_ms);
   root_word_.store(DocumentRoot::State(root_generation_, fd), std::memory_order_release);
   result_.coverage["sim.root_switched"] += 1;
 }
@@ -372,6 +373,7 @@ void Sim::AddRequest(Client& c, Req q, const std::string& text) {
   SimSocket& s = world_.sockets[c.sock];
   if (q.closes && s.close_request_end == UINT64_MAX) s.close_request_end = q.end_offset;
   q.sent_ms = world_.now_ms;
+  q.root_generation = root_generation_;
   q.transient_at_send = world_.counters.open_transient;
   q.refused_at_send = Refused();
   q.nth = ++c.requests;

@@ -117,9 +117,12 @@ bool MatchErrorPage(const Req& q, const Resp& r, int status, std::string* why) {
 
 // The oldest moment whose file versions a response to `q` may show: the request's own time, less
 // what the open-file cache may hold an entry for (valid_ms, and one more valid_ms while a
-// revalidation runs beside the requests; none of that with valid_ms 0).
+// revalidation runs beside the requests; none of that with valid_ms 0). Never before the last
+// root switch before it was sent: the shard takes a switch up at the start of its next turn,
+// before it reads anything sent after it, and nothing from the old root may answer then.
 int64_t Sim::WindowStart(const Req& q) const {
   int64_t lo = q.sent_ms - 2 * static_cast<int64_t>(config_.open_file_cache_valid_ms) - 2;
+  if (q.root_generation > 0) lo = std::max(lo, root_switch_ms_[q.root_generation - 1]);
   return lo;
 }
 

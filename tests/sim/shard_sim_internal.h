@@ -68,6 +68,7 @@ struct Req {
   bool options = false;
   uint64_t start_offset = 0, end_offset = 0;  // in the client -> server byte stream
   int64_t sent_ms = 0;
+  uint64_t root_generation = 0;  // the roots switched before it was sent (Sim::MaybeSwitchRoot)
   uint64_t transient_at_send = 0, refused_at_send = 0;
   uint32_t nth = 0;  // its number on the connection, from 1
 };
@@ -192,6 +193,7 @@ class Sim {
   Rng root_rng_;
   uint32_t root_switch_ = 0;  // per mille of steps (0: the root never moves)
   uint64_t root_generation_ = 0;
+  std::vector<int64_t> root_switch_ms_;  // when each switch happened, by generation - 1
   std::atomic<uint64_t> root_word_{DocumentRoot::State(0, 7)};
   void MaybeSwitchRoot();
   bool tls_ = false;
