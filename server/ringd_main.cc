@@ -14,11 +14,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -522,17 +525,64 @@ std::string ServingLine(const Config& config, const Inherited& inherited, uint32
          (shards == 1 ? "" : "s") + " (ringd " + BuildVersion() + ", commit " + BuildCommit() + ")";
 }
 
-// The main loop: signals, the once-a-second ticks (each checks what --root names), and the
-// watchdog. Each watchdog period it
+// What --root names, checked once a second and at once on SIGHUP (DocumentRoot::Check), on a
+// thread of its own: a stat of a root on a network file system whose server is gone waits
+// there, not in the thread that handles signals and the watchdog. Started after the signals
+// are blocked, so it takes none.
+class RootWatch {
+ public:
+  // `moved` runs after a new root is published: it wakes the shards, which take it up at the
+  // start of their next turn (an idle shard would otherwise sleep up to a second first).
+  RootWatch(DocumentRoot* root, std::function<void()> moved)
+      : root_(root), moved_(std::move(moved)), thread_([this] { Run(); }) {}
+  ~RootWatch() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  void CheckNow() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      now_ = true;
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void Run() {
+    pthread_setname_np(pthread_self(), "ringd-root");
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_ || now_; });
+      if (stop_) break;
+      now_ = false;
+      lock.unlock();
+      const uint64_t before = root_->state();
+      const std::string line = root_->Check();
+      if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+      if (root_->state() != before) moved_();
+      lock.lock();
+    }
+  }
+
+  DocumentRoot* root_;
+  std::function<void()> moved_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool now_ = false;
+  std::thread thread_;  // last: it runs once the rest is built
+};
+
+// The main loop: signals, the once-a-second ticks, and the watchdog. Each watchdog period it
 // sends WATCHDOG=1 if every shard answered the question asked one period before (its loop
 // turned), then asks again. Returns the signal that stops ringd.
 int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observability& observability,
                 const std::vector<std::unique_ptr<Shard>>& shard_list, Tls* tls,
-                DocumentRoot* root) {
-  const auto check_root = [root] {
-    const std::string line = root->Check();
-    if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
-  };
+                RootWatch* root_watch) {
   const int64_t watchdog_ms = static_cast<int64_t>(notifier.watchdog_interval_ms());
   const int64_t tick_ms = watchdog_ms > 0 && watchdog_ms < 1000 ? watchdog_ms : 1000;
   for (;;) {
@@ -545,10 +595,9 @@ int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observabilit
     }
     if (sig == SIGHUP) {
       ReloadTls(tls);
-      check_root();
+      root_watch->CheckNow();
       continue;
     }
-    check_root();
     observability.Tick();  // a tick passed (or EINTR)
     if (watchdog_ms == 0) continue;
     bool all_turned = true;
@@ -659,8 +708,12 @@ int Main(int argc, char** argv) {
   std::fprintf(stderr, "ringd: %s\n", serving_line.c_str());
   notifier.Ready(serving_line);  // every shard's accept is armed
 
-  const int sig = WaitForStop(signals, notifier, observability, shard_list, &tls, &document_root);
+  auto root_watch = std::make_unique<RootWatch>(&document_root, [&shard_list] {
+    for (auto& s : shard_list) s->loop()->Wake();
+  });
+  const int sig = WaitForStop(signals, notifier, observability, shard_list, &tls, root_watch.get());
   Drain(config, sig, shard_list, &threads, &observability, &notifier);
+  root_watch.reset();  // after the drain: a stat stuck on a dead server holds up only the exit
   return 0;
 }
 

@@ -50,7 +50,12 @@ std::string DocumentRoot::Check() {
   } else {
     fd = ::open(path_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
     // What was opened, which may differ from what stat saw if the name moved again between.
-    if (fd < 0 || ::fstat(fd, &st) != 0) error = std::strerror(errno);
+    if (fd < 0 || ::fstat(fd, &st) != 0) {
+      error = std::strerror(errno);
+    } else if (::faccessat(fd, ".", X_OK, AT_EACCESS) != 0) {
+      // As at start-up: a root the serving user cannot search would answer 403 to everything.
+      error = std::string("the user ringd serves as cannot search it: ") + std::strerror(errno);
+    }
   }
   if (!error.empty()) {
     if (fd >= 0) ::close(fd);

@@ -2,12 +2,13 @@
 // when the name comes to mean another directory. Deploys switch a release by renaming a symlink
 // or a directory over the old name (`ln -sfn releases/42 current.new && mv -T current.new
 // current`); nginx resolves `root` for every request and serves the new release at once. ringd
-// opens files relative to a directory descriptor (RESOLVE_BENEATH), so the main thread checks
-// the name once a second and on SIGHUP (Check), opens the directory it names now when that is
-// another one, and publishes it; each shard takes it up at its next turn (FileCache::SwitchRoot).
+// opens files relative to a directory descriptor (RESOLVE_BENEATH), so a thread of its own
+// (ringd_main's RootWatch) checks the name once a second and on SIGHUP (Check), opens the
+// directory it names now when that is another one, and publishes it; each shard takes it up at
+// its next turn (FileCache::SwitchRoot).
 //
 //   DocumentRoot root(config.root, fd);     // fd: the O_PATH directory opened at start-up
-//   std::string line = root.Check();        // main thread: "" unless something changed
+//   std::string line = root.Check();        // one thread: "" unless something changed
 //   uint64_t s = root.state();              // shard: changes when the root does; Fd(s)
 //
 // Descriptors of directories served before stay open (a shard's opens in flight, or queued on
@@ -42,10 +43,10 @@ class DocumentRoot {
   }
   static int Fd(uint64_t state) { return static_cast<int>(state & 0xffffffffu); }
 
-  // Main thread only. When the path names another directory than the one served, opens it and
-  // publishes it. Returns a line for the log when the root changed, or when the path stopped
-  // (or resumed) naming a directory that can be opened; "" otherwise. An error keeps the
-  // directory in use.
+  // One thread only. When the path names another directory than the one served (and the user
+  // ringd serves as can search it), opens it and publishes it. Returns a line for the log when the
+  // root changed, or when the path stopped (or resumed) naming a directory that can be opened; ""
+  // otherwise. An error keeps the directory in use.
   std::string Check();
 
  private:
