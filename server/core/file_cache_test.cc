@@ -77,7 +77,8 @@ class FileCacheTest : public ::testing::Test {
     if (content_buffers > 0) pool_ = std::make_unique<mem::BufferPool>(4096, content_buffers);
     cache_ = std::make_unique<FileCache>(&loop_, -1, pool_.get(), o);
   }
-  // A waited-for first lookup: the entry is ready and fresh at time `now`.
+  // A waited-for first lookup: the entry is ready and fresh at time `now` (`fd` -ENOENT: the
+  // path known missing).
   void Load(const char* path, int fd, uint64_t size, int64_t now) {
     cache_->set_now(now);
     ASSERT_FALSE(cache_->Lookup(path));
@@ -479,14 +480,7 @@ TEST_F(FileCacheTest, ASpareEntryThatFindsItsFileNeverEvictsItself) {
 TEST_F(FileCacheTest, ASwitchedRootOpensEveryPathAgainBeneathTheNewOne) {
   Make(1000);
   Load("a.css", 10, 100, 0);
-  cache_->set_now(1);
-  FileWaiter gone;
-  gone.wake = [](FileWaiter*) {};
-  ASSERT_FALSE(cache_->Lookup("gone.txt"));
-  ASSERT_TRUE(cache_->Fetch("gone.txt", &gone));
-  loop_.Finish(loop_.opens.size() - 1, -ENOENT);
-  cache_->RunWakeups();
-  ASSERT_TRUE(cache_->Lookup("gone.txt"));  // known missing, fresh
+  Load("gone.txt", -ENOENT, 0, 1);  // known missing, fresh
   FileWaiter late;
   bool late_woken = false;
   static bool* late_flag;
@@ -543,12 +537,7 @@ TEST_F(FileCacheTest, ARevalidationUnderWayBeneathTheOldRootIsNotTakenUp) {
 
 TEST_F(FileCacheTest, AMissingPathsRecheckUnderWayBeneathTheOldRootIsNotRemembered) {
   Make(1000);
-  FileWaiter w;
-  w.wake = [](FileWaiter*) {};
-  ASSERT_FALSE(cache_->Lookup("m.txt"));
-  ASSERT_TRUE(cache_->Fetch("m.txt", &w));
-  loop_.Finish(loop_.opens.size() - 1, -ENOENT);
-  cache_->RunWakeups();
+  Load("m.txt", -ENOENT, 0, 0);  // known missing
   cache_->set_now(1500);
   ASSERT_TRUE(cache_->Lookup("m.txt"));  // a stale hit: its re-check starts, beneath -1
   const size_t recheck = loop_.opens.size() - 1;
