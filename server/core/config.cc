@@ -309,7 +309,20 @@ const std::vector<Flag>& Flags() {
                &Config::max_discarded_body, 0, uint64_t{1} << 40),
       UintFlag("max-ranges", "more ranges in one request are answered 200 (default 16)",
                &Config::max_ranges, 1, kMaxRangesPerRequest),
-      StringFlag("index", "file served for a directory (default index.html)", &Config::index),
+      Flag{"index", "file served for a directory (default index.html)", false,
+           [](Config* c, const std::string& v, std::string* error) {
+             // A name beneath each directory: one that leaves it (or starts at the root) would
+             // answer 403 for every directory.
+             const bool leaves = v.empty() || v[0] == '/' || v == ".." || v.starts_with("../") ||
+                                 v.ends_with("/..") || v.find("/../") != std::string::npos ||
+                                 v.find('\0') != std::string::npos;
+             if (leaves) {
+               *error = "--index: '" + v + "' is not a file name beneath the directory";
+               return false;
+             }
+             c->index = v;
+             return true;
+           }},
       StringFlag("mime-types",
                  "mime.types file read at start-up; one named here must be readable (default: "
                  "/etc/mime.types when it exists, else the built-in table)",

@@ -158,6 +158,10 @@ TEST(Config, RejectsBadInputWithOneLine) {
       {{"--root=/tmp", "--tcp-nopush=sometimes"}, "--tcp-nopush: expected true or false"},
       {{"--root=/tmp", "--charset=utf-8; q=1"}, "--charset: 'utf-8; q=1' is not a charset name"},
       {{"--root=/tmp", "--charset="}, "--charset: '' is not a charset name"},
+      {{"--root=/tmp", "--index=../x"}, "--index: '../x' is not a file name beneath the directory"},
+      {{"--root=/tmp", "--index=/index.html"}, "--index: '/index.html' is not a file name"},
+      {{"--root=/tmp", "--index=a/../../b"}, "--index: 'a/../../b' is not a file name"},
+      {{"--root=/tmp", "--index="}, "--index: '' is not a file name"},
   };
   for (const auto& [args, message] : cases) {
     Parsed p = Parse(args);
