@@ -349,11 +349,7 @@ void FileCache::SwitchRoot(int root_fd) {
   std::sort(all.begin(), all.end(),
             [](const CacheEntry* a, const CacheEntry* b) { return a->path < b->path; });
   for (CacheEntry* e : all) {
-    while (FileWaiter* w = e->waiters.PopFront()) {
-      w->entry = nullptr;
-      w->woken = true;
-      woken_.PushBack(w);
-    }
+    QueueWakeups(e);
     Retire(e);
   }
   missing_.ForgetAll();
@@ -447,11 +443,7 @@ void FileCache::Ready(CacheEntry* e) {
   if (e->in_map) Touch(e);
   // Queue everyone waiting; RunWakeups wakes them after this callback has returned, so a
   // waiter never re-plans inside the cache's own code.
-  while (FileWaiter* w = e->waiters.PopFront()) {
-    w->entry = nullptr;  // `e` may be freed below, before the wake-up runs
-    w->woken = true;
-    woken_.PushBack(w);
-  }
+  QueueWakeups(e);
   if (e->in_map) {
     // A missing path is remembered in MissingPaths, not in an entry; anything else it is now
     // says it is no longer missing.
@@ -470,6 +462,14 @@ void FileCache::Ready(CacheEntry* e) {
     if (e->spare && stats_.entries > options_.max_entries) EvictOne(e);
   }
   if (!e->in_map) MaybeFree(e);
+}
+
+void FileCache::QueueWakeups(CacheEntry* e) {
+  while (FileWaiter* w = e->waiters.PopFront()) {
+    w->entry = nullptr;  // `e` may be freed before the wake-up runs
+    w->woken = true;
+    woken_.PushBack(w);
+  }
 }
 
 void FileCache::RunWakeups() {

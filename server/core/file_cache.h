@@ -186,6 +186,8 @@ class FileCache : public http::FileMetaSource {
   static void OnOp(io::Completion* c);
   void Opened(CacheEntry* e, int64_t result);
   void Ready(CacheEntry* e);
+  // Moves `e`'s waiters to the woken queue (RunWakeups wakes them, never from inside the cache).
+  void QueueWakeups(CacheEntry* e);
   // Starts revalidating an expired entry beside the requests that use it; false when it may not
   // (no grace left, a failure entry, or no free entry for the successor).
   bool RevalidateBeside(CacheEntry* e);
