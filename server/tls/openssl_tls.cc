@@ -655,7 +655,10 @@ OpenSslFactory::~OpenSslFactory() {
 
 int OpenSslFactory::OnClientHello(SSL* ssl, int*, void* arg) {
   const auto* self = static_cast<const OpenSslFactory*>(arg);
-  const std::string_view name = ServerNameOf(ssl);
+  std::string_view name = ServerNameOf(ssl);
+  // A fully qualified name's trailing dot names the same host (RFC 1034 section 3.1); RFC 6066
+  // leaves it out of server_name, yet some clients send it, and nginx matches it without.
+  if (name.size() > 1 && name.back() == '.') name.remove_suffix(1);
   if (name.empty()) return SSL_CLIENT_HELLO_SUCCESS;
   for (size_t i = 1; i < self->sites_.size(); ++i) {
     if (X509_check_host(self->sites_[i].leaf, name.data(), name.size(), 0, nullptr) == 1) {

@@ -474,6 +474,9 @@ TEST(OpenSslTls, SniAndKeyTypeChooseTheCertificate) {
   EXPECT_EQ(served("a.test", nullptr, TLS1_3_VERSION), "a.test/EC");
   EXPECT_EQ(served("a.test", "rsa_pss_rsae_sha256", TLS1_3_VERSION), "a.test/RSA");
   EXPECT_EQ(served("a.test", "RSA+SHA256", TLS1_2_VERSION), "a.test/RSA");
+  EXPECT_EQ(served("b.test.", nullptr, TLS1_3_VERSION), "b.test/EC");  // fully qualified
+  EXPECT_EQ(served("B.Test", nullptr, TLS1_3_VERSION), "b.test/EC");
+  EXPECT_EQ(served("b.test..", nullptr, TLS1_3_VERSION), "a.test/EC");      // not a host name
   EXPECT_EQ(served("unknown.test", nullptr, TLS1_3_VERSION), "a.test/EC");  // the default site
   EXPECT_EQ(served(nullptr, nullptr, TLS1_3_VERSION), "a.test/EC");
   EXPECT_EQ(f->certificates().size(), 3u);
