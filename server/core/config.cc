@@ -351,7 +351,8 @@ const std::vector<Flag>& Flags() {
              return true;
            }},
       BoolFlag("precompressed",
-               "serve file.br / file.gz to clients that accept them (default true)",
+               "serve file.br / file.gz to clients that accept them, when not older than file,"
+               " or in file's place when there is no file (default true)",
                &Config::precompressed),
       BoolFlag("serve-dot-files", "serve path segments starting with '.' (default false: 404)",
                &Config::serve_dot_files),
