@@ -241,6 +241,7 @@ _ENTRIES = [
          scenarios=frozenset({"small-keepalive", "idle-10k", "idle-fresh"})),
     Peer("ringd-bypass-iowq4", ringd("bypass", "--max-connections", "15000", "--io-wq-max-workers", "4"),
          scenarios=frozenset({"large"}) | _COLD),
+    Peer("ringd-bypass-twin", ringd("bypass", "--max-connections", "15000")),
     Peer("ringd-uring", ringd("uring"), in_tls="serves"),
     # Two TLS 1.3 session tickets per handshake (--tls-tickets; ringd sends 1, OpenSSL and nginx 2).
     Peer("ringd-bypass-tickets2", ringd("bypass", "--max-connections", "15000", "--tls-tickets", "2"),
@@ -291,6 +292,10 @@ _ENTRIES = [
          scenarios=_OBSERVED),
     Peer("nginx", _nginx, needs="nginx", template=NGINX_CONF, config_name="nginx.conf",
          extra={"aio": "", "access_log": "off"}, in_tls="serves"),
+    # A/A twins: the same server started again under another name, so a run reads how far two
+    # identical servers' figures stand apart (the resolution of a bound on this machine).
+    Peer("nginx-twin", _nginx, needs="nginx", template=NGINX_CONF, config_name="nginx-twin.conf",
+         extra={"aio": "", "access_log": "off"}),
     Peer("nginx-aio", _nginx, needs="nginx", scenarios=frozenset({"large", "mixed", "longtail-nvme", "longtail-hdd"}) | _COLD,
          template=NGINX_CONF, config_name="nginx-aio.conf", extra={"aio": "aio threads;", "access_log": "off"}),
     Peer("nginx-log", _nginx, needs="nginx", scenarios=_OBSERVED, template=NGINX_CONF,

@@ -126,7 +126,9 @@ def _table(scenario, per_server, summary, meta=None):
                "%.0f" % busy["median"] if busy else "",
                "%.2f" % (p50["median"] / 1000) if p50 else "", "%.2f" % (p99["median"] / 1000) if p99 else "",
                "%d" % s["errors"]["median"]]
-        lines.append("| " + " | ".join(row + [_cell(s, c) for c in extra]) + " |")
+        lines.append("| " + " | ".join(row + [
+            _range(by_round(per_server[server], per_server["nginx"], c.key)) if c.by_round and "nginx" in per_server
+            else "" if c.by_round else _cell(s, c) for c in extra]) + " |")
     return lines
 
 

@@ -38,6 +38,28 @@ class ReportTest(unittest.TestCase):
         self.assertNotIn("fraction of loopback", text)
         self.assertNotIn("perf/loopback", text)
 
+    def test_mixed_gives_its_bounds_round_by_round(self):
+        with open(os.path.join(self.dir, "raw.json")) as f:
+            raw = json.load(f)
+
+        def run(run, mb, small_ms, large_ms):
+            run = {k: v for k, v in run.items() if k != "failed"}
+            return dict(run, bytes_per_s=mb * 1e6, latency_small_us={"count": 900, "p99": small_ms * 1000},
+                        latency_large_us={"count": 100, "p99": large_ms * 1000})
+        ringd, nginx = raw["results"]["small-keepalive"]["ringd-uring"], raw["results"]["small-keepalive"]["nginx"]
+        # Three rounds: ringd's downloads' p99 over nginx's 1.5, 0.5 and 1.0 (median 1.0), its
+        # pages' 0.5, 1.0, 2.0, its bytes 1.2x, 1.1x, 0.9x.
+        raw["results"] = {"mixed": {
+            "ringd-uring": [run(ringd[0], 120, 5, 30), run(ringd[1], 110, 10, 10), run(ringd[2], 90, 40, 40)],
+            "nginx": [run(nginx[0], 100, 10, 20), run(nginx[1], 100, 10, 20), run(nginx[2], 100, 20, 40)]}}
+        with open(os.path.join(self.dir, "raw.json"), "w") as f:
+            json.dump(raw, f)
+        text = report.render(*report.load_raw(self.dir))
+        self.assertIn("| MB/s x nginx by round | p99 < 1 MiB x nginx by round | p99 >= 1 MiB x nginx by round |",
+                      text)
+        self.assertIn("| 1.10 [0.90-1.20] | 1.00 [0.50-2.00] | 1.00 [0.50-1.50] |", text)
+        self.assertIn("| 1.00 [1.00-1.00] | 1.00 [1.00-1.00] | 1.00 [1.00-1.00] |", text)
+
     def test_check_accepts_what_write_produces(self):
         report.write(self.dir)
         self.assertEqual(report.check(self.dir), [])

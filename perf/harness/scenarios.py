@@ -110,6 +110,8 @@ class Column:
     fmt: str = "%.2f"
     per: float = 1    # shown as value / per
     key2: Optional[str] = None  # a second figure in the same cell: "value / value2"
+    # The cell is the figure over nginx's round by round (stats.by_round), not the figure.
+    by_round: bool = False
 
 
 RPS = Metric("rps", "requests/s", 1, True)
@@ -292,7 +294,10 @@ _ENTRIES = [
              Load(100, paths_file="paths-mixed.txt", bulk=True), metric=THROUGHPUT,
              columns=(Column("p99 ms, responses < 1 MiB", "p99_small_us", "%.2f", 1000),
                       Column("mean ms", "mean_us", "%.2f", 1000),
-                      Column("p99 ms, responses >= 1 MiB", "p99_large_us", "%.1f", 1000))),
+                      Column("p99 ms, responses >= 1 MiB", "p99_large_us", "%.1f", 1000),
+                      Column("MB/s x nginx by round", "bytes_per_s", by_round=True),
+                      Column("p99 < 1 MiB x nginx by round", "p99_small_us", by_round=True),
+                      Column("p99 >= 1 MiB x nginx by round", "p99_large_us", by_round=True))),
     Scenario("idle-10k",
              "10,000 idle keep-alive connections (one request done on each, set up 100 at a time) held while"
              " small-keepalive runs; each run on a freshly started server, so memory growth is measured"
