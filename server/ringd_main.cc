@@ -14,14 +14,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <future>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -525,58 +522,6 @@ std::string ServingLine(const Config& config, const Inherited& inherited, uint32
          (shards == 1 ? "" : "s") + " (ringd " + BuildVersion() + ", commit " + BuildCommit() + ")";
 }
 
-// What --root names, checked once a second and at once on SIGHUP (DocumentRoot::Check), on a
-// thread of its own: a stat of a root on a network file system whose server is gone waits
-// there, not in the thread that handles signals and the watchdog. Started after the signals
-// are blocked, so it takes none.
-class RootWatch {
- public:
-  // `moved` runs after a new root is published: it wakes the shards, which take it up at the
-  // start of their next turn (an idle shard would otherwise sleep up to a second first).
-  RootWatch(DocumentRoot* root, std::function<void()> moved)
-      : root_(root), moved_(std::move(moved)), thread_([this] { Run(); }) {}
-  ~RootWatch() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_one();
-    thread_.join();
-  }
-  void CheckNow() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      now_ = true;
-    }
-    cv_.notify_one();
-  }
-
- private:
-  void Run() {
-    pthread_setname_np(pthread_self(), "ringd-root");
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stop_) {
-      cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_ || now_; });
-      if (stop_) break;
-      now_ = false;
-      lock.unlock();
-      const uint64_t before = root_->state();
-      const std::string line = root_->Check();
-      if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
-      if (root_->state() != before) moved_();
-      lock.lock();
-    }
-  }
-
-  DocumentRoot* root_;
-  std::function<void()> moved_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  bool now_ = false;
-  std::thread thread_;  // last: it runs once the rest is built
-};
-
 // The main loop: signals, the once-a-second ticks, and the watchdog. Each watchdog period it
 // sends WATCHDOG=1 if every shard answered the question asked one period before (its loop
 // turned), then asks again. Returns the signal that stops ringd.
@@ -708,12 +653,25 @@ int Main(int argc, char** argv) {
   std::fprintf(stderr, "ringd: %s\n", serving_line.c_str());
   notifier.Ready(serving_line);  // every shard's accept is armed
 
-  auto root_watch = std::make_unique<RootWatch>(&document_root, [&shard_list] {
-    for (auto& s : shard_list) s->loop()->Wake();
+  // A moved root is taken up by each shard at the start of its next turn: the shards are woken
+  // (an idle one would otherwise sleep up to a second first).
+  RootWatch root_watch([&document_root, &shard_list] {
+    const uint64_t before = document_root.state();
+    const std::string line = document_root.Check();
+    if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+    if (document_root.state() != before) {
+      for (auto& s : shard_list) s->loop()->Wake();
+    }
   });
-  const int sig = WaitForStop(signals, notifier, observability, shard_list, &tls, root_watch.get());
+  const int sig = WaitForStop(signals, notifier, observability, shard_list, &tls, &root_watch);
   Drain(config, sig, shard_list, &threads, &observability, &notifier);
-  root_watch.reset();  // after the drain: a stat stuck on a dead server holds up only the exit
+  if (!root_watch.Stop(std::chrono::seconds(1))) {
+    // Everything is served and said; only a stat of --root on a server that does not answer
+    // is left, and it would hold the exit until the supervisor's stop timeout.
+    std::fprintf(stderr, "ringd: a check of --root has not returned; exiting without it\n");
+    std::fflush(nullptr);
+    ::_exit(0);
+  }
   return 0;
 }
 

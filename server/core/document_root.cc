@@ -1,6 +1,7 @@
 #include "server/core/document_root.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,6 +76,51 @@ std::string DocumentRoot::Check() {
   Publish(fd);
   return "ringd: --root " + path_ + " names another directory now: serving it (files cached " +
          "from the one before are opened again at their next request)";
+}
+
+RootWatch::RootWatch(std::function<void()> check)
+    : check_(std::move(check)), thread_([this] { Run(); }) {}
+
+RootWatch::~RootWatch() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void RootWatch::CheckNow() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    now_ = true;
+  }
+  cv_.notify_one();
+}
+
+bool RootWatch::Stop(std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  stop_ = true;
+  cv_.notify_one();
+  if (!ended_cv_.wait_for(lock, wait, [this] { return ended_; })) return false;
+  lock.unlock();
+  thread_.join();
+  return true;
+}
+
+void RootWatch::Run() {
+  pthread_setname_np(pthread_self(), "ringd-root");
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_ || now_; });
+    if (stop_) break;
+    now_ = false;
+    lock.unlock();
+    check_();
+    lock.lock();
+  }
+  ended_ = true;
+  ended_cv_.notify_all();
 }
 
 }  // namespace ringd

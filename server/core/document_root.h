@@ -3,7 +3,7 @@
 // or a directory over the old name (`ln -sfn releases/42 current.new && mv -T current.new
 // current`); nginx resolves `root` for every request and serves the new release at once. ringd
 // opens files relative to a directory descriptor (RESOLVE_BENEATH), so a thread of its own
-// (ringd_main's RootWatch) checks the name once a second and on SIGHUP (Check), opens the
+// (RootWatch, below) checks the name once a second and on SIGHUP (Check), opens the
 // directory it names now when that is another one, and publishes it; each shard takes it up at
 // its next turn (FileCache::SwitchRoot).
 //
@@ -18,9 +18,14 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 
 namespace ringd {
 
@@ -59,6 +64,40 @@ class DocumentRoot {
   ino_t ino_;
   std::deque<int> retired_;
   std::string last_error_;  // said once until the path works again
+};
+
+// The thread that runs a root's check: once a second and at once on CheckNow (SIGHUP). A stat
+// of a root on a network file system whose server is gone waits here, not in the thread that
+// handles signals and the watchdog. Start it after the signals are blocked, so it takes none.
+//
+//   RootWatch watch([&] { ... root.Check() ...; wake the shards if it moved; });
+//   watch.CheckNow();
+//   if (!watch.Stop(std::chrono::seconds(1))) _exit(0);  // a check stuck past the drain
+class RootWatch {
+ public:
+  explicit RootWatch(std::function<void()> check);
+  // Joins the thread: after a Stop that returned true, or with a check that returns.
+  ~RootWatch();
+  RootWatch(const RootWatch&) = delete;
+  RootWatch& operator=(const RootWatch&) = delete;
+
+  void CheckNow();
+  // Asks the thread to end and waits up to `wait` for it. False while a check is still under way
+  // then: the caller ends the process without it (nothing the check touches may be destroyed
+  // while it runs, this included).
+  bool Stop(std::chrono::milliseconds wait);
+
+ private:
+  void Run();
+
+  std::function<void()> check_;
+  std::mutex mu_;
+  std::condition_variable cv_;        // to the thread: stop_ or now_
+  std::condition_variable ended_cv_;  // from the thread: ended_
+  bool stop_ = false;
+  bool now_ = false;
+  bool ended_ = false;
+  std::thread thread_;  // last: it runs once the rest is built
 };
 
 }  // namespace ringd

@@ -7,9 +7,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdio>
+#include <future>
 #include <string>
+#include <thread>
 
 #include "gtest/gtest.h"
 
@@ -118,6 +122,44 @@ TEST_F(DocumentRootTest, KeepsTheRootsBeforeUpToABound) {
     EXPECT_EQ(OpenOnReleases(), static_cast<int>(DocumentRoot::kRetiredMax) + 1);
   }
   EXPECT_EQ(OpenOnReleases(), 0);  // all of them closed with it
+}
+
+// The watch runs its check at once when asked, and about once a second otherwise.
+TEST(RootWatchTest, ChecksWhenAskedAndEachSecond) {
+  std::atomic<int> checks{0};
+  RootWatch watch([&checks] { checks.fetch_add(1); });
+  watch.CheckNow();
+  const auto start = std::chrono::steady_clock::now();
+  while (checks.load() == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_GE(checks.load(), 2);  // at least one tick in 2.5 s
+  EXPECT_TRUE(watch.Stop(std::chrono::seconds(5)));
+  const int after = checks.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  EXPECT_EQ(checks.load(), after);  // none after Stop
+}
+
+// A check that does not return (a stat on a dead NFS server) leaves Stop false after its wait,
+// so ringd can exit without it; once it returns the thread ends.
+TEST(RootWatchTest, StopDoesNotWaitForAStuckCheck) {
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  bool first = true;
+  RootWatch watch([&] {
+    if (!first) return;
+    first = false;
+    entered.set_value();
+    released.wait();
+  });
+  watch.CheckNow();
+  entered.get_future().wait();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(watch.Stop(std::chrono::milliseconds(100)));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
+  release.set_value();
+  EXPECT_TRUE(watch.Stop(std::chrono::seconds(5)));
 }
 
 }  // namespace
