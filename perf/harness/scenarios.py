@@ -352,6 +352,19 @@ _ENTRIES = [
                       Column("p99 ms, all", "p99_us", "%.1f", 1000),
                       Column("mean ms, responses >= 1 MiB", "mean_large_us", "%.1f", 1000),
                       Column("p99 ms, responses >= 1 MiB", "p99_large_us", "%.1f", 1000))),
+    Scenario("mixed-at-load",
+             "the mixed scenario's requests at a fixed 15,000 requests/s over 100 connections (open loop: about"
+             " 55% of nginx's rate in `mixed` on this machine, up to 90% in its slow rounds): both servers"
+             " get the same work, so the downloads' and the pages' times compare without the closed loop's"
+             " trade between them",
+             "000 and 004; issue 30 (large responses in a mix)",
+             Load(100, paths_file="paths-mixed.txt", bulk=True, rate=15000), quick={"rate": 4},
+             metric=Metric("mean_us", "mean response (ms)", 1e-3, False), opt_in=True,
+             columns=(Column("MB/s", "bytes_per_s", "%.0f", 1e6),
+                      Column("p99 ms, responses < 1 MiB", "p99_small_us", "%.2f", 1000),
+                      Column("p99 ms, responses >= 1 MiB", "p99_large_us", "%.1f", 1000),
+                      Column("p99 < 1 MiB x nginx by round", "p99_small_us", by_round=True),
+                      Column("p99 >= 1 MiB x nginx by round", "p99_large_us", by_round=True))),
     Scenario("latency-at-rate", "612-byte index.html at a fixed 20,000 requests/s over 100 connections (open loop)",
              "004 (latency figures under load)", Load(100, paths=("/index.html",), rate=20000),
              quick={"rate": 4}, metric=Metric("p99_us", "p99 latency (ms)", 1e-3, False)),
