@@ -406,7 +406,14 @@ int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observabilit
   for (;;) {
     const timespec wait{tick_ms / 1000, (tick_ms % 1000) * 1000000};
     const int sig = sigtimedwait(&signals, nullptr, &wait);
-    if (sig == SIGINT || sig == SIGTERM) return sig;
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGQUIT) return sig;
+    if (sig == SIGUSR2) {
+      // nginx's binary upgrade: an nginx habit must not kill ringd (its default action).
+      std::fprintf(stderr,
+                   "ringd: SIGUSR2 ignored (a new binary takes over with --takeover or the "
+                   "socket unit: docs/OPERATIONS.md)\n");
+      continue;
+    }
     if (sig == SIGUSR1) {
       observability.ReopenLog();
       continue;
@@ -430,7 +437,8 @@ int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observabilit
   }
 }
 
-// After SIGINT or SIGTERM: the shards finish what is in flight and stop; the process says so.
+// After SIGINT, SIGTERM or SIGQUIT: the shards finish what is in flight and stop; the process says
+// so.
 void Drain(const Config& config, int sig, const std::vector<std::unique_ptr<Shard>>& shard_list,
            std::vector<std::thread>* threads, Observability* observability,
            ServiceNotifier* notifier) {
@@ -447,7 +455,10 @@ void Drain(const Config& config, int sig, const std::vector<std::unique_ptr<Shar
   observability->BeginDrain();  // /readyz answers 503 from here on
   notifier->Stopping("draining");
   std::fprintf(stderr, "ringd: %s: finishing responses in flight (up to %u ms)\n",
-               sig == SIGINT ? "SIGINT" : "SIGTERM", config.shutdown_timeout_ms);
+               sig == SIGINT    ? "SIGINT"
+               : sig == SIGQUIT ? "SIGQUIT"
+                                : "SIGTERM",
+               config.shutdown_timeout_ms);
   for (auto& t : *threads) t.join();
   observability->Stop();  // the admin listener, then the log's last lines
   // Requests as ringd_requests_total counts them: every response, 400s to unparseable input too.
@@ -490,6 +501,8 @@ int Main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGQUIT);  // nginx's graceful stop: the same here
+  sigaddset(&signals, SIGUSR2);  // ignored, with a line (nginx's binary upgrade)
   sigaddset(&signals, SIGUSR1);  // reopen the access log
   sigaddset(&signals, SIGHUP);   // reload the TLS certificates and keys
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);

@@ -444,6 +444,12 @@ class LifecycleTest(BackendTestCase):
             self.assertEqual(server.stop(), 0)
 
     def test_graceful_shutdown_finishes_transfers_in_flight(self):
+        # SIGQUIT is nginx's graceful stop: ringd's too.
+        for sig in (signal.SIGTERM, signal.SIGQUIT):
+            with self.subTest(signal=sig.name):
+                self.graceful_stop_finishes_a_transfer(sig)
+
+    def graceful_stop_finishes_a_transfer(self, sig):
         server = Server(self.root, "--shutdown-timeout-ms", "20000", *ADMIN)
         s = server.connect(timeout=20)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
@@ -453,7 +459,7 @@ class LifecycleTest(BackendTestCase):
         idle = server.connect()
         idle.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
         Reader(idle).read_response()
-        server.proc.send_signal(signal.SIGTERM)
+        server.proc.send_signal(sig)
         wait_for(server.draining, "the drain to begin")
         body = reader.buf
         while len(body) < int(headers["content-length"]):
@@ -470,6 +476,17 @@ class LifecycleTest(BackendTestCase):
         s.close()
         idle.close()
         server.stop()
+
+    def test_sigusr2_is_ignored_with_a_line(self):
+        # nginx's binary upgrade signal; its default action would kill ringd mid-response.
+        server = Server(self.root)
+        try:
+            server.proc.send_signal(signal.SIGUSR2)
+            wait_for(lambda: server.logged("SIGUSR2 ignored"), "the line")
+            self.assertIsNone(server.proc.poll())
+            self.assertEqual(request(server, "GET", "/small.txt").body, self.files["small.txt"])
+        finally:
+            self.assertEqual(server.stop(), 0)
 
     def test_stop_with_more_cached_files_than_the_ring_has_entries(self):
         # At exit the file cache closes every descriptor it holds, more than the ring's 4,096
