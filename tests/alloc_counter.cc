@@ -1,7 +1,8 @@
 // An LD_PRELOAD shim that counts calls into the allocator (malloc, calloc, realloc, free,
 // aligned allocation, and operator new/delete, which mimalloc overrides itself) and forwards them
-// to the next allocator in line (mimalloc for ringd). On SIGUSR2 it writes the running count, in
-// decimal, to the file named by $RINGD_ALLOC_COUNT_FILE. Used by the zero-allocation test.
+// to the next allocator in line (mimalloc for ringd). On SIGRTMIN+5 (a signal ringd neither
+// blocks nor handles) it writes the running count, in decimal, to the file named by
+// $RINGD_ALLOC_COUNT_FILE. Used by the zero-allocation test.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -74,7 +75,7 @@ __attribute__((constructor)) void Init() {
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = Dump;
   sa.sa_flags = SA_RESTART;
-  sigaction(SIGUSR2, &sa, nullptr);
+  sigaction(SIGRTMIN + 5, &sa, nullptr);
 }
 
 }  // namespace

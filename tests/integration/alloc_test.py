@@ -14,12 +14,12 @@ OBSERVE = os.environ.get("RINGD_ALLOC_OBSERVE") == "1"
 
 class ZeroAllocationTest(BackendTestCase):
     def read_count(self, server, path):
-        os.kill(server.proc.pid, signal.SIGUSR2)
+        os.kill(server.proc.pid, signal.SIGRTMIN + 5)  # tests/alloc_counter.cc
 
         def answer():
             with open(path) as f:
                 return f.read().strip()
-        return int(wait_for(answer, "the allocation counter to answer SIGUSR2"))
+        return int(wait_for(answer, "the allocation counter to answer SIGRTMIN+5"))
 
     def test_keepalive_hits_allocate_nothing(self):
         if not SHIM or not os.path.exists(SHIM):
