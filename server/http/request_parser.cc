@@ -330,6 +330,14 @@ ParseResult ParseRequest(std::string_view buf, size_t prev_len, const ParserLimi
   if (from < start) from = start;
   const size_t head_end = FindHeadEnd(buf, from);
   if (head_end == std::string_view::npos) {
+    // The method is a token ending in a space (RFC 9112 section 3): a byte that cannot be in it
+    // makes the request line bad however the line goes on, so say so now, not at a line end
+    // that another protocol may never send (a TLS ClientHello to a plaintext port would wait
+    // for --header-timeout-ms). A lone CR at the end may begin an empty line to skip.
+    size_t m = start;
+    while (m < buf.size() && kToken[U(buf[m])]) ++m;
+    if (m < buf.size() && buf[m] != ' ' && !(m == start && m + 1 == buf.size() && buf[m] == '\r'))
+      return Error(400, "bad method");
     const void* first_nl = std::memchr(buf.data() + start, '\n', buf.size() - start);
     // A line not yet ended is too long once it is longer than the limit without the CR that may
     // be its end (a line of exactly the limit whose LF comes in the next delivery is fine).

@@ -50,6 +50,22 @@ TEST(RequestParser, NeedsMoreUntilTheBlankLine) {
   EXPECT_EQ(StatusOf("GET / HTTP/1.1\r\nHost: a\r\n\r"), -1);
 }
 
+// A byte no method can hold is a 400 at once, before the line ends: a TLS ClientHello sent to a
+// plaintext port has no line end to wait for.
+TEST(RequestParser, ABadMethodByteIsAnErrorBeforeTheLineEnds) {
+  EXPECT_EQ(StatusOf("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"s), 400);
+  EXPECT_EQ(std::string_view(Parse("\x16\x03\x01"s).result.error_reason), "bad method");
+  EXPECT_EQ(StatusOf("GE\x16"s), 400);
+  EXPECT_EQ(StatusOf("\r\nGET\t"), 400);
+  EXPECT_EQ(StatusOf("\r\n\rX"), 400);  // a CR that begins no empty line
+  // What may still become a request needs more.
+  EXPECT_EQ(StatusOf("GE"), -1);
+  EXPECT_EQ(StatusOf("GET"), -1);
+  EXPECT_EQ(StatusOf("GET /\x16"s), -1);  // the target's bytes are judged with the line
+  EXPECT_EQ(StatusOf("\r\n\r"), -1);      // maybe an empty line to skip
+  EXPECT_EQ(StatusOf("\r"), -1);
+}
+
 // RFC 9112 section 2.2: bare LF line endings may be accepted; empty lines before the request
 // line are ignored.
 TEST(RequestParser, AcceptsBareLfAndLeadingEmptyLines) {
