@@ -169,7 +169,8 @@ void StartPlan(const Request& req, ResponsePlan* out) {
 }
 
 // The request's body framing and method: a step when they decide the response alone (413, an
-// OPTIONS answer, 405, 501), nothing when the request goes on to a file (GET, HEAD).
+// OPTIONS answer, 405, 501), nothing when the request goes on to a file (GET, HEAD) or to the
+// redirect (those and a resource's OPTIONS, with --redirect-https).
 std::optional<PlanStep> PlanBodyAndMethod(const Request& req, const PlannerConfig& config,
                                           FileMetaSource& source, ResponsePlan* out) {
   // A body we will not read is never parsed as the next request: a small one is skipped, a
@@ -188,12 +189,16 @@ std::optional<PlanStep> PlanBodyAndMethod(const Request& req, const PlannerConfi
     case Method::kHead:
       return std::nullopt;
     case Method::kOptions:  // RFC 9110 section 9.3.7
+      // A plaintext listener that redirects sends a resource's OPTIONS to HTTPS as it does a
+      // GET; the site's added headers (CORS, HSTS) go out over TLS alone.
+      if (config.redirect_to_https && req.target != "*") return std::nullopt;
       out->status = 200;
       out->allow_header = true;
       out->content_length = 0;
       out->send_body = false;
       out->reason = "options";
-      if (config.origin != nullptr) out->added_headers = config.origin->added();
+      if (config.origin != nullptr && !config.redirect_to_https)
+        out->added_headers = config.origin->added();
       return PlanStep{};
     case Method::kUnknown:
       return Error(501, "unknown method", req, config, source, out);

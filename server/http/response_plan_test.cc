@@ -556,6 +556,17 @@ TEST_F(OriginPlanTest, ErrorsAndRedirectsCarryNeither) {
   EXPECT_EQ(options.plan.status, 200);
   EXPECT_TRUE(Has(options, "Access-Control-Allow-Origin: *")) << options.head;
   EXPECT_EQ(options.head.find("Cache-Control"), std::string::npos) << options.head;
+
+  // A plaintext listener that redirects sends them over TLS alone: a resource's OPTIONS is
+  // redirected as its GET is, and OPTIONS * answers without them.
+  config_.redirect_to_https = true;
+  Planned redirected = Plan("OPTIONS /style.css HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_EQ(redirected.plan.status, 301);
+  EXPECT_TRUE(Has(redirected, "Location: https://t/style.css")) << redirected.head;
+  EXPECT_EQ(redirected.head.find("Access-Control"), std::string::npos) << redirected.head;
+  Planned asterisk = Plan("OPTIONS * HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_EQ(asterisk.plan.status, 200);
+  EXPECT_EQ(asterisk.head.find("Access-Control"), std::string::npos) << asterisk.head;
 }
 
 // --error-page: the file beneath the root, whole, with the error status.

@@ -366,6 +366,7 @@ class TlsTest(BackendTestCase):
     def test_redirect_https_sends_plain_requests_to_the_tls_port(self):
         p = lambda n: os.path.join(self.pki, n)
         server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--redirect-https",
+                        "--add-header", "Strict-Transport-Security: max-age=31536000",
                         "--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"))
         try:
             with server.connect() as s:
@@ -374,6 +375,14 @@ class TlsTest(BackendTestCase):
             self.assertEqual(r.status, 301)
             self.assertEqual(r.header("location"),
                              "https://localhost:%d/small.txt?v=1" % server.tls_port)
+            # A resource's OPTIONS (a CORS preflight) is redirected too; the added headers
+            # (HSTS here) go out over TLS alone, OPTIONS * included (RFC 6797 section 7.2).
+            for target, status in ((b"/small.txt", 301), (b"*", 200)):
+                with server.connect() as s:
+                    s.sendall(b"OPTIONS %s HTTP/1.1\r\nHost: localhost\r\n\r\n" % target)
+                    r = Reader(s).read_response()
+                self.assertEqual(r.status, status, target)
+                self.assertIsNone(r.header("strict-transport-security"), target)
             out = subprocess.run(["curl", "-sSL", "--cacert", p("ca.crt"),
                                   "http://localhost:%d/small.txt" % server.port],
                                  capture_output=True, timeout=30)
