@@ -354,7 +354,8 @@ const std::vector<Flag>& Flags() {
                "serve file.br / file.gz to clients that accept them, when not older than file,"
                " or in file's place when there is no file (default true)",
                &Config::precompressed),
-      BoolFlag("serve-dot-files", "serve path segments starting with '.' (default false: 404)",
+      BoolFlag("serve-dot-files", "serve path segments starting with '.' (default false: 404, but for a leading"
+               " /.well-known/, RFC 8615, which ACME's http-01 challenges use)",
                &Config::serve_dot_files),
       UintFlag("small-file-max", "files up to this size are cached in memory (default 16384)",
                &Config::small_file_max, 0, 16384),
