@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <future>
 #include <memory>
@@ -102,6 +103,23 @@ struct Tls {
 // Every certificate and key is read and checked here, before privileges are dropped (a SIGHUP
 // reads them again as the user ringd runs as); one generation of certificates serves every shard,
 // and one set of ticket keys every generation.
+// A certificate not valid yet loads (as in nginx; a renewal may come early) but no client takes
+// it: one line each, at start-up and on every reload.
+void WarnNotYetValid(const Tls& tls) {
+  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  for (const tls::OpenSslFactory::Certificate& c : tls.sessions.certificates()) {
+    if (c.not_before_sec <= now) continue;
+    const time_t from = static_cast<time_t>(c.not_before_sec);
+    tm t{};
+    gmtime_r(&from, &t);
+    char when[32];
+    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &t);
+    std::fprintf(stderr,
+                 "ringd: --tls-cert '%s' is not valid before %s: clients refuse it until then\n",
+                 c.file.c_str(), when);
+  }
+}
+
 void LoadTls(const Config& config, Tls* tls) {
   // Certificates without a TLS listener are refused once the sockets systemd passed are known
   // (CheckListenAddresses): sockets named https are TLS listeners too.
@@ -122,6 +140,7 @@ void LoadTls(const Config& config, Tls* tls) {
   tls->options.tickets_per_handshake = config.tls_tickets;
   tls->options.tickets = tls->ticket_keys.get();
   if (absl::Status s = tls->sessions.Load(tls->options); !s.ok()) Die(1, s);
+  WarnNotYetValid(*tls);
 }
 
 // SIGHUP: new connections get the new certificates; connections and handshakes already under
@@ -132,6 +151,7 @@ void ReloadTls(Tls* tls) {
   } else if (absl::Status s = tls->sessions.Load(tls->options); s.ok()) {
     std::fprintf(stderr, "ringd: SIGHUP: TLS certificates reloaded (%zu)\n",
                  tls->options.pairs.size());
+    WarnNotYetValid(*tls);
   } else {
     std::fprintf(stderr, "ringd: SIGHUP: keeping the certificates in use: %s\n",
                  std::string(s.message()).c_str());
@@ -347,6 +367,19 @@ std::vector<std::thread> StartShards(const Config& config, int root_fd,
     Die(1, first_error);
   }
   if (config.has_user) {
+    // The files were read as root; a SIGHUP reads them again as the user, and fails then.
+    auto unreadable = [&config](const char* flag, const std::vector<std::string>& files) {
+      for (const std::string& f : files) {
+        if (::faccessat(AT_FDCWD, f.c_str(), R_OK, AT_EACCESS) == 0) continue;
+        std::fprintf(stderr,
+                     "ringd: %s '%s': %s can not read it, so a SIGHUP reload will fail (make it "
+                     "readable by that user or its group)\n",
+                     flag, f.c_str(), config.user.c_str());
+      }
+    };
+    unreadable("--tls-cert", config.tls_cert);
+    unreadable("--tls-key", config.tls_key);
+    unreadable("--tls-ocsp", config.tls_ocsp);
     std::fprintf(stderr, "ringd: running as %s (uid %u, gid %u)\n", config.user.c_str(),
                  static_cast<unsigned>(::getuid()), static_cast<unsigned>(::getgid()));
   }

@@ -80,9 +80,9 @@ std::string_view ServerNameOf(SSL* ssl) {
   return "";
 }
 
-int64_t NotAfter(X509* cert) {
+int64_t Seconds(const ASN1_TIME* time) {
   tm t{};
-  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &t) != 1) return 0;
+  if (ASN1_TIME_to_tm(time, &t) != 1) return 0;
   return static_cast<int64_t>(timegm(&t));
 }
 
@@ -539,7 +539,8 @@ bool OpenSslFactory::AddCertificate(const TlsOptions& options, const TlsCertPair
   site.key_types.push_back(type);
   char subject[256] = "";
   X509_NAME_oneline(X509_get_subject_name(cert), subject, sizeof subject);
-  certificates_.push_back(Certificate{pair.cert_file, subject, NotAfter(cert), "", 0});
+  certificates_.push_back(Certificate{pair.cert_file, subject, Seconds(X509_get0_notAfter(cert)),
+                                      "", 0, Seconds(X509_get0_notBefore(cert))});
   if (site.leaf == nullptr) {
     X509_up_ref(cert);
     site.leaf = cert;

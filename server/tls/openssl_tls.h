@@ -112,6 +112,7 @@ class OpenSslFactory final : public TlsSessionFactory,
     int64_t not_after_sec = 0;         // expiry, seconds since the epoch
     std::string ocsp_file;             // its stapled OCSP response, if any
     int64_t ocsp_next_update_sec = 0;  // when that response goes stale (0: it never says)
+    int64_t not_before_sec = 0;        // valid from, seconds since the epoch
   };
   const std::vector<Certificate>& certificates() const { return certificates_; }
 

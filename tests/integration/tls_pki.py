@@ -57,8 +57,9 @@ commonName = supplied
 """
 
 
-def issue(d, name, seconds, sans="DNS:localhost,IP:127.0.0.1"):
-    """A leaf (EC P-256) valid for `seconds` from now, signed by make_pki's CA with `openssl ca`,
+def issue(d, name, seconds, sans="DNS:localhost,IP:127.0.0.1", starts_in=0):
+    """A leaf (EC P-256) valid for `seconds` from now (from `starts_in` seconds ahead, when
+    given; else from a minute ago), signed by make_pki's CA with `openssl ca`,
     so that the CA's index (d/index.txt) knows it and `openssl ocsp` can answer for it. Writes
     d/name.key, d/name.crt and d/name-chain.crt (the leaf, then the CA: what stapling needs)."""
     if not os.path.exists(os.path.join(d, "ca.cnf")):
@@ -74,7 +75,8 @@ def issue(d, name, seconds, sans="DNS:localhost,IP:127.0.0.1"):
     now = time.time()
     openssl("ca", "-batch", "-config", "ca.cnf", "-cert", "ca.crt", "-keyfile", "ca.key",
             "-in", name + ".csr", "-out", name + ".crt", "-notext",
-            "-startdate", stamp(now - 60), "-enddate", stamp(now + seconds), cwd=d)
+            "-startdate", stamp(now + starts_in if starts_in else now - 60),
+            "-enddate", stamp(now + seconds), cwd=d)
     with open(os.path.join(d, name + "-chain.crt"), "w") as out:
         for part in (name + ".crt", "ca.crt"):
             with open(os.path.join(d, part)) as f:

@@ -465,6 +465,35 @@ class TlsTest(BackendTestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_a_certificate_not_valid_yet_loads_with_a_line(self):
+        issue(self.pki, "future", 3 * 86400, starts_in=86400)
+        p = lambda n: os.path.join(self.pki, n)
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--tls-cert", p("future.crt"),
+                        "--tls-key", p("future.key"))
+        try:
+            says = "--tls-cert '%s' is not valid before " % p("future.crt")
+            wait_for(lambda: server.logged(says), "the start-up line")
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: server.logged(says) and sum(says in l for l in server.log) == 2,
+                     "the line again after the reload")
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_files_the_user_cannot_read_are_named_at_start_up(self):
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("dropping root needs root; the tests run as uid %d" % os.geteuid())
+        # Read as root at start-up; a SIGHUP reads them as the user, and would fail.
+        p = lambda n: os.path.join(self.pki, n)
+        os.chmod(self.pki, 0o711)  # searchable: only the key's own mode (0600, root's) is in the way
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--tls-cert", p("localhost-ec.crt"),
+                        "--tls-key", p("localhost-ec.key"), "--user", "nobody")
+        try:
+            wait_for(lambda: server.logged("--tls-key '%s': nobody can not read it" % p("localhost-ec.key")),
+                     "the key's line")
+            self.assertFalse([l for l in server.log if "--tls-cert '" in l], server.log)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_access_log_json_names_protocol_cipher_sni_and_resumption(self):
         log = os.path.join(tempfile.mkdtemp(prefix="ringd-tls-log-"), "access.json")
         p = lambda n: os.path.join(self.pki, n)
