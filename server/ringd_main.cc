@@ -1,5 +1,5 @@
 // ringd: flags, the io probe, listening sockets, one thread per shard, and graceful shutdown on
-// SIGTERM/SIGINT. Everything on the request path lives in the shards.
+// SIGTERM/SIGINT/SIGQUIT. Everything on the request path lives in the shards.
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>

@@ -1,6 +1,5 @@
 #include "server/observe/admin.h"
 
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -19,6 +18,7 @@
 #include "io/assert.h"
 #include "server/http/request_parser.h"
 #include "server/http/response_plan.h"
+#include "server/ops/listeners.h"
 
 namespace ringd {
 namespace {
@@ -27,15 +27,7 @@ std::string BoundAddress(int fd) {
   sockaddr_storage a{};
   socklen_t len = sizeof a;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  char host[INET6_ADDRSTRLEN] = "?";
-  if (a.ss_family == AF_INET) {
-    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
-    inet_ntop(AF_INET, &v4->sin_addr, host, sizeof host);
-    return std::string(host) + ":" + std::to_string(ntohs(v4->sin_port));
-  }
-  const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
-  inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof host);
-  return "[" + std::string(host) + "]:" + std::to_string(ntohs(v6->sin6_port));
+  return AddressText(a);
 }
 
 using Clock = std::chrono::steady_clock;
