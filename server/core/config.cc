@@ -351,8 +351,7 @@ const std::vector<Flag>& Flags() {
              return true;
            }},
       BoolFlag("precompressed",
-               "serve file.br / file.gz to clients that accept them, when not older than file,"
-               " or in file's place when there is no file (default true)",
+               "serve file.br / file.gz to clients that accept them (default true)",
                &Config::precompressed),
       BoolFlag("serve-dot-files", "serve path segments starting with '.' (default false: 404, but for a leading"
                " /.well-known/, RFC 8615, which ACME's http-01 challenges use)",
