@@ -17,6 +17,8 @@ _LIBRARIES = {
     "libseccomp": (["libseccomp"], []),
     # TLS: libssl and libcrypto of OpenSSL 3 (Debian's libssl-dev).
     "openssl": (["openssl"], []),
+    # HTTP/2 framing, HPACK and flow control, driven sans-IO (Debian's libnghttp2-dev).
+    "nghttp2": (["libnghttp2"], []),
     # perf and test tools' command lines (perf/tool_flags.h).
     "absl_flags": (["absl_flags", "absl_flags_parse", "absl_flags_usage"], []),
     "absl_containers": (["absl_flat_hash_map", "absl_flat_hash_set", "absl_inlined_vector"], []),

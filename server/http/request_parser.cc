@@ -66,31 +66,6 @@ ParseResult Error(int status, const char* reason) {
   return r;
 }
 
-Method MethodFromText(std::string_view m) {
-  switch (m.size()) {
-    case 3:
-      if (m == "GET") return Method::kGet;
-      if (m == "PUT") return Method::kPut;
-      break;
-    case 4:
-      if (m == "HEAD") return Method::kHead;
-      if (m == "POST") return Method::kPost;
-      break;
-    case 5:
-      if (m == "PATCH") return Method::kPatch;
-      if (m == "TRACE") return Method::kTrace;
-      break;
-    case 6:
-      if (m == "DELETE") return Method::kDelete;
-      break;
-    case 7:
-      if (m == "OPTIONS") return Method::kOptions;
-      if (m == "CONNECT") return Method::kConnect;
-      break;
-  }
-  return Method::kUnknown;
-}
-
 // Finds the end of the head: the index just past the blank line, or npos.
 size_t FindHeadEnd(std::string_view buf, size_t from) {
   for (size_t i = from; i < buf.size(); ++i) {
@@ -115,6 +90,31 @@ bool EatEol(std::string_view head, size_t& p) {
 }
 
 }  // namespace
+
+Method MethodFromText(std::string_view m) {
+  switch (m.size()) {
+    case 3:
+      if (m == "GET") return Method::kGet;
+      if (m == "PUT") return Method::kPut;
+      break;
+    case 4:
+      if (m == "HEAD") return Method::kHead;
+      if (m == "POST") return Method::kPost;
+      break;
+    case 5:
+      if (m == "PATCH") return Method::kPatch;
+      if (m == "TRACE") return Method::kTrace;
+      break;
+    case 6:
+      if (m == "DELETE") return Method::kDelete;
+      break;
+    case 7:
+      if (m == "OPTIONS") return Method::kOptions;
+      if (m == "CONNECT") return Method::kConnect;
+      break;
+  }
+  return Method::kUnknown;
+}
 
 std::string_view Request::Find(std::string_view name) const {
   for (size_t i = 0; i < num_headers; ++i) {

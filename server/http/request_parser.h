@@ -80,6 +80,9 @@ struct ParseResult {
   // trusted as a request.
 };
 
+// The method a token names (case-sensitive, RFC 9110 section 9.1); kUnknown for any other.
+Method MethodFromText(std::string_view text);
+
 ParseResult ParseRequest(std::string_view buf, size_t prev_len, const ParserLimits& limits,
                          Header* headers, size_t headers_cap, Request* out);
 
