@@ -138,6 +138,7 @@ void LoadTls(const Config& config, Tls* tls) {
   tls->options.ciphers = config.tls_ciphers;
   tls->options.ciphersuites = config.tls_ciphersuites;
   tls->options.tickets_per_handshake = config.tls_tickets;
+  tls->options.http2 = config.http2;
   tls->options.tickets = tls->ticket_keys.get();
   if (absl::Status s = tls->sessions.Load(tls->options); !s.ok()) Die(1, s);
   WarnNotYetValid(*tls);

@@ -350,6 +350,15 @@ const std::vector<Flag>& Flags() {
              c->charset = v;
              return true;
            }},
+      BoolFlag("http2",
+               "HTTP/2: h2 offered by ALPN on --listen-tls listeners, and h2c with prior "
+               "knowledge beside HTTP/1.1 on plaintext ones, as nginx's http2 switch; false: "
+               "HTTP/1.1 alone (default true)",
+               &Config::http2),
+      UintFlag("http2-max-streams",
+               "HTTP/2 streams a connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS,"
+               " as nginx's http2_max_concurrent_streams; default 100)",
+               &Config::http2_max_streams, 1, 1000),
       BoolFlag("precompressed",
                "serve file.br / file.gz to clients that accept them (default true)",
                &Config::precompressed),

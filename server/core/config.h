@@ -89,6 +89,10 @@ struct Config {
   std::string mime_types;         // empty: /etc/mime.types when it exists
   std::string charset = "utf-8";  // text types' charset parameter; empty: none (--charset off)
   bool precompressed = true;
+  // HTTP/2: h2 by ALPN over TLS, and h2c with prior knowledge beside HTTP/1.1 on plaintext
+  // listeners (the connection preface picks the protocol).
+  bool http2 = true;
+  uint32_t http2_max_streams = 100;  // SETTINGS_MAX_CONCURRENT_STREAMS per connection
   bool serve_dot_files = false;
   uint32_t small_file_max = 16384;  // files up to this size are served from memory
   // Per shard. The buffers are registered with the ring, which makes them resident: keep it modest.

@@ -101,6 +101,11 @@ void ConnectionMachine::OnRecv(io::Completion* c) {
     if (conn->state == ConnState::kReading || conn->state == ConnState::kLingering) {
       return self->Abort(conn);
     }
+    // HTTP/2: streams in flight finish, then the connection closes (H2Settle).
+    if (conn->state == ConnState::kH2) {
+      if (!self->H2Busy(conn)) self->H2Settle(conn);
+      return;
+    }
   } else if (result != -ECANCELED && conn->state != ConnState::kClosing) {
     ++self->stats_.recv_errors;
     return self->Abort(conn);  // a reset or other socket error
@@ -130,6 +135,23 @@ void ConnectionMachine::Received(Connection* conn, const char* data, size_t n) {
     return;
   }
   RINGD_ASSERT(n <= config_.recv_buffer_size);  // the loop's contract: one buffer at most
+  if (conn->state == ConnState::kH2) return H2Received(conn, data, n);
+  // A connection's first bytes say its protocol: the HTTP/2 preface, or an HTTP/1.1 request.
+  // Until 24 bytes have come, a prefix of the preface waits in the input buffer (its first 18
+  // bytes would parse as an HTTP/1.1 head).
+  if (conn->requests == 0 && conn->state == ConnState::kReading && conn->discard == 0) {
+    switch (H2Preface(conn, data, n)) {
+      case Preface::kYes:
+        return StartH2(conn, data, n);
+      case Preface::kPartial:
+        if (conn->in == nullptr && !Stash(conn)) return;
+        std::memcpy(conn->in + conn->in_len, data, n);
+        conn->in_len += static_cast<uint32_t>(n);
+        return;
+      case Preface::kNo:
+        break;
+    }
+  }
   if (conn->state == ConnState::kSending && conn->wants_close) {
     // The response in flight is the last: nothing after it will be answered. Drop the bytes
     // (lingering close reads and drops the rest) rather than let them fill the buffer.
@@ -263,40 +285,13 @@ bool ConnectionMachine::Plan(Connection* conn, const http::Request& req, size_t 
   // stops loudly rather than serving on.
   RINGD_ASSERT_MSG(conn->ex != nullptr || TakeExchange(conn), "exchange pool exhausted");
   Exchange* ex = conn->ex;
-  if (ex->lookups == 0) {  // a new request
-    ex->plan_since = files_->validations();
-    BeginExchange(conn, {}, &req);
-  }
+  if (ex->lookups == 0) BeginExchange(ex, {}, &req);  // a new request
   conn->client_keep_alive = req.keep_alive;
-  ex->head_request = req.method == http::Method::kHead;
   ex->input_follows = conn->in_len > head_bytes && conn->in_len - head_bytes > req.content_length;
-  RequestLookup source(files_.get(), ex->plan_since);
-  const http::PlanStep step = http::PlanResponse(
-      req, conn->https_redirect ? redirect_planner_ : planner_, source, *scratch_, &ex->plan);
-  ex->plan_number = ++plans_;
-  if (step.status == http::PlanStatus::kNeedLookup) {
+  if (!PlanExchange(ex, req, conn->https_redirect)) {
     SetState(conn, ConnState::kWaitingFile);
     send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
-    if (++ex->lookups <= kMaxLookupsPerRequest && files_->Fetch(step.lookup_path, &ex->waiter)) {
-      for (std::string_view p : step.prefetch) {
-        if (!p.empty()) files_->Prefetch(p);
-      }
-      return true;
-    }
-    // The cache cannot take another entry now (all pinned or loading), or this request keeps
-    // needing lookups: answer 503 rather than wait without bound.
-    ++stats_.lookup_refused;
-    SetState(conn, ConnState::kReading);
-    http::PlanError(503, req, &ex->plan);
-    ex->lookups = 0;
-    StartResponse(conn, ex);
-    return false;
-  }
-  ex->lookups = 0;
-  if (!ex->plan.file_path.empty()) {
-    ex->file = source.Pin(ex->plan.file_path);
-    // Planned from a cached entry that must still be there.
-    RINGD_ASSERT_MSG(ex->file != nullptr, "planned file not in the cache");
+    return true;
   }
   if (req.body == http::BodyFraming::kChunked || req.content_length > ex->plan.discard_body) {
     conn->more_input_expected = true;  // a body we will not read: linger before closing
@@ -304,6 +299,33 @@ bool ConnectionMachine::Plan(Connection* conn, const http::Request& req, size_t 
   conn->discard = ex->plan.discard_body;
   StartResponse(conn, ex);
   return false;
+}
+
+bool ConnectionMachine::PlanExchange(Exchange* ex, const http::Request& req, bool https_redirect) {
+  if (ex->lookups == 0) ex->plan_since = files_->validations();
+  ex->head_request = req.method == http::Method::kHead;
+  RequestLookup source(files_.get(), ex->plan_since);
+  const http::PlanStep step = http::PlanResponse(req, https_redirect ? redirect_planner_ : planner_,
+                                                 source, *scratch_, &ex->plan);
+  ex->plan_number = ++plans_;
+  if (step.status == http::PlanStatus::kNeedLookup) {
+    if (++ex->lookups <= kMaxLookupsPerRequest && files_->Fetch(step.lookup_path, &ex->waiter)) {
+      for (std::string_view p : step.prefetch) {
+        if (!p.empty()) files_->Prefetch(p);
+      }
+      return false;
+    }
+    // The cache cannot take another entry now (all pinned or loading), or this request keeps
+    // needing lookups: answer 503 rather than wait without bound.
+    ++stats_.lookup_refused;
+    http::PlanError(503, req, &ex->plan);
+  } else if (!ex->plan.file_path.empty()) {
+    ex->file = source.Pin(ex->plan.file_path);
+    // Planned from a cached entry that must still be there.
+    RINGD_ASSERT_MSG(ex->file != nullptr, "planned file not in the cache");
+  }
+  ex->lookups = 0;
+  return true;
 }
 
 void ConnectionMachine::OnFileReady(FileWaiter* w) {
@@ -354,7 +376,7 @@ void ConnectionMachine::ReleaseInputIfEmpty(Connection* conn) {
 
 void ConnectionMachine::RespondError(Connection* conn, int status, std::string_view raw) {
   if (conn->ex == nullptr && !TakeExchange(conn)) return Abort(conn);
-  BeginExchange(conn, raw, nullptr);
+  BeginExchange(conn->ex, raw, nullptr);
   http::PlanError(status, false, &conn->ex->plan);
   conn->more_input_expected = true;
   conn->in_len = 0;  // nothing after a framing error can be trusted
@@ -374,20 +396,7 @@ void ConnectionMachine::StartResponse(Connection* conn, Exchange* ex) {
   if (conn->requests >= config_.max_requests_per_connection || draining_ || last_of_peer) {
     plan.keep_alive = false;
   }
-  size_t n = http::WriteResponseHead(plan, std::string_view(date_, http::kHttpDateLen), "ringd",
-                                     ex->head, sizeof ex->head);
-  if (n == 0) {  // a head larger than its buffer (a very long Location): answer 500 instead
-    if (ex->file != nullptr) files_->Unpin(ex->file);
-    ex->file = nullptr;
-    http::PlanError(500, plan.keep_alive, &plan);
-    if (ex->head_request) plan.send_body = false;  // a HEAD's answer has no body
-    n = http::WriteResponseHead(plan, std::string_view(date_, http::kHttpDateLen), "ringd",
-                                ex->head, sizeof ex->head);
-  }
-  ex->head_len = static_cast<uint32_t>(n);
-  // The head holds them now, and the next plan overwrites what they view: nothing reads them
-  // after this, and an empty view is all a later reader could find.
-  plan.file_path = plan.etag = plan.last_modified = plan.location = {};
+  const size_t n = WriteHead(ex);
   ex->send.owner = conn;
   ex->send.callback = &ConnectionMachine::OnSend;
   ex->part = 0;
@@ -433,6 +442,25 @@ void ConnectionMachine::StartResponse(Connection* conn, Exchange* ex) {
   // in their first segment.
   const bool fin_follows = ex->phase == Exchange::Phase::kDone && conn->wants_close;
   SendBuffers(conn, iovcnt, fin_follows || BodyFollowsAtOnce(conn));
+}
+
+size_t ConnectionMachine::WriteHead(Exchange* ex) {
+  http::ResponsePlan& plan = ex->plan;
+  size_t n = http::WriteResponseHead(plan, std::string_view(date_, http::kHttpDateLen), "ringd",
+                                     ex->head, sizeof ex->head);
+  if (n == 0) {  // a head larger than its buffer (a very long Location): answer 500 instead
+    if (ex->file != nullptr) files_->Unpin(ex->file);
+    ex->file = nullptr;
+    http::PlanError(500, plan.keep_alive, &plan);
+    if (ex->head_request) plan.send_body = false;  // a HEAD's answer has no body
+    n = http::WriteResponseHead(plan, std::string_view(date_, http::kHttpDateLen), "ringd",
+                                ex->head, sizeof ex->head);
+  }
+  ex->head_len = static_cast<uint32_t>(n);
+  // The head holds them now, and the next plan overwrites what they view: nothing reads them
+  // after this, and an empty view is all a later reader could find.
+  plan.file_path = plan.etag = plan.last_modified = plan.location = {};
+  return n;
 }
 
 // Whether a head (or a multipart part head) about to go out can wait in the socket for the body
@@ -563,7 +591,10 @@ void ConnectionMachine::SetState(Connection* conn, ConnState next) {
       break;
     case ConnState::kLingering:  // after the last response, or an idle one giving way
       ok = from == ConnState::kSending || from == ConnState::kEndingRecv ||
-           from == ConnState::kReading;
+           from == ConnState::kReading || from == ConnState::kH2;
+      break;
+    case ConnState::kH2:  // the connection preface came
+      ok = from == ConnState::kReading && conn->ex == nullptr && conn->requests == 0;
       break;
     case ConnState::kClosing:
       ok = from != ConnState::kClosing;
@@ -617,6 +648,7 @@ void ConnectionMachine::Abort(Connection* conn) {
     files_->Forget(&conn->ex->waiter);  // waiting for a file, or woken and not yet run
     sends_->Remove(&conn->ex->ticket);  // waiting for a send slot
   }
+  if (conn->h2) H2Abort(conn);
   SetState(conn, ConnState::kClosing);
   if (conn->timer.list != nullptr) conn->timer.list->Disarm(&conn->timer);
   // A send in flight may wait on a slow client: shutdown ends it now. The receive is cancelled

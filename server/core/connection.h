@@ -27,14 +27,20 @@
 #include "server/core/send_queue.h"
 #include "server/core/shard_snapshot.h"
 #include "server/core/timer_list.h"
+#include "server/http/h2_fields.h"
 #include "server/http/http_date.h"
 #include "server/http/request_parser.h"
 #include "server/http/response_plan.h"
+
+struct nghttp2_rcbuf;
+struct nghttp2_session_callbacks;
+struct nghttp2_option;
 
 namespace ringd {
 
 class ConnectionMachine;
 struct Connection;
+struct H2Session;
 
 // One response in flight: its plan, the head bytes, and where the body has got to. It exists
 // from the moment a request is planned (file waits included) until its response has gone out,
@@ -82,6 +88,23 @@ struct Exchange {
   // backend's): nothing, buffers (Send) or a file's bytes (SendFile).
   enum class Sending : uint8_t { kNone, kBuffers, kFile } sending = Sending::kNone;
   uint32_t head_len = 0;
+  // HTTP/2 (h2_connection.cc): the stream this exchange answers (0: an HTTP/1.1 exchange), its
+  // place on its connection's list of streams, the request fields the planner reads (nghttp2's
+  // buffers, referenced until the response begins), and where the DATA frame being written
+  // takes its payload from (h2_piece_file: bytes of `file`'s fd at h2_piece_offset, else
+  // memory at h2_piece).
+  int32_t stream_id = 0;
+  mem::ListLink<Exchange> h2_link;
+  nghttp2_rcbuf* h2_fields[http::kH2FieldCount] = {};
+  uint32_t h2_head_bytes = 0;  // the request's field section, as HTTP/1.1 would count it
+  uint32_t h2_fields_seen = 0;
+  bool h2_refused = false;     // its fields passed --max-request-head or --max-headers: 431
+  bool h2_waiting = false;     // planning waits for a file lookup
+  bool h2_deferred = false;    // its next DATA frame waits for room in the send buffer
+  bool h2_closed = false;      // on H2Session::closed, not H2Session::streams
+  bool h2_piece_file = false;
+  const char* h2_piece = nullptr;
+  uint64_t h2_piece_offset = 0;
   // For the access log and metrics (connection_observe.cc).
   int64_t started_ns = 0;   // the request head parsed (CLOCK_MONOTONIC; 0 when not timing)
   uint64_t bytes_sent = 0;  // head and body bytes the kernel took
@@ -114,6 +137,10 @@ enum class ConnState : uint8_t {
   kEndingRecv,
   kLingering,  // the last response is out; reading until the client closes
   kClosing,    // waiting for operations in flight to end, then freed
+  // HTTP/2 (h2_connection.cc): the connection preface came; its streams own exchanges, and the
+  // connection's H2Session owns its sends. Leaves for kLingering (GOAWAY sent, every stream
+  // done) or kClosing.
+  kH2,
 };
 
 struct Connection {
@@ -137,6 +164,8 @@ struct Connection {
   bool send_slow : 1 = false;
   // Accepted on a listener that redirects every request to HTTPS (--redirect-https).
   bool https_redirect : 1 = false;
+  // Spoke HTTP/2: an H2Session (ConnectionMachine::h2_) serves it, until it is freed.
+  bool h2 : 1 = false;
   uint32_t requests = 0;
   char* in = nullptr;  // pending input, from the shard's input pool; null when empty
   uint32_t in_len = 0;
@@ -184,6 +213,7 @@ struct ConnectionParts {
 class ConnectionMachine {
  public:
   explicit ConnectionMachine(ConnectionParts parts);
+  ~ConnectionMachine();
   ConnectionMachine(const ConnectionMachine&) = delete;
   ConnectionMachine& operator=(const ConnectionMachine&) = delete;
 
@@ -285,6 +315,36 @@ class ConnectionMachine {
   Connection* OldestSilent(int64_t began_before) const;
   void ExpireSendTimer(Connection* conn);
 
+  // Shared by both protocols: plans `ex` for `req`; false while it waits for a file lookup
+  // (its waiter fetched), true once the plan is ready (its file pinned). The response head, or
+  // a 500 if it does not fit its buffer; returns the head's length.
+  bool PlanExchange(Exchange* ex, const http::Request& req, bool https_redirect);
+  size_t WriteHead(Exchange* ex);
+
+  // HTTP/2 (h2_connection.cc): a connection whose first bytes are the preface becomes an
+  // H2Session; its streams' exchanges come from h2_exchanges_.
+  enum class Preface : uint8_t { kNo, kPartial, kYes };
+  Preface H2Preface(const Connection* conn, const char* data, size_t n) const;
+  void StartH2(Connection* conn, const char* data, size_t n);
+  H2Session*& SessionOf(const Connection* conn) { return h2_[conns_->IndexOf(conn)]; }
+  void H2Received(Connection* conn, const char* data, size_t n);
+  void H2Flush(Connection* conn);
+  void H2Settle(Connection* conn);
+  void H2GoAway(Connection* conn);
+  void H2PlanStream(Connection* conn, Exchange* ex);
+  void H2StartResponse(Connection* conn, Exchange* ex);
+  void H2ReleaseStream(Connection* conn, Exchange* ex);
+  bool H2Busy(const Connection* conn);
+  void H2Abort(Connection* conn);
+  void H2Free(Connection* conn);
+  void H2ExpireSendTimer(Connection* conn);
+  static void OnH2Send(io::Completion* c);
+  static void OnH2Read(io::Completion* c);
+  static void OnStreamFileReady(FileWaiter* w);
+  void MakeH2Callbacks();
+  void FreeH2Callbacks();
+  friend struct H2Callbacks;
+
   // The response after its head (body_send.cc).
   static void OnSend(io::Completion* c);
   void Sent(Connection* conn, io::Completion* c);
@@ -295,7 +355,7 @@ class ConnectionMachine {
 
   // Observability (connection_observe.cc): a response's exchange begins (the raw request line,
   // and the parsed request when there is one) and ends (metrics, the access log line).
-  void BeginExchange(Connection* conn, std::string_view request_line, const http::Request* req);
+  void BeginExchange(Exchange* ex, std::string_view request_line, const http::Request* req);
   void EndExchange(Connection* conn, Exchange* ex);
   void NotePeer(Connection* conn);
 
@@ -309,6 +369,13 @@ class ConnectionMachine {
 
   std::unique_ptr<mem::SlabPool<Connection>> conns_;
   std::unique_ptr<mem::SlabPool<Exchange>> exchanges_;
+  // HTTP/2: each connection slot's session (null unless it speaks h2), the exchanges its streams
+  // own (one per connection slot, all connections' streams together: a stream that finds none
+  // is refused, REFUSED_STREAM), and nghttp2's callbacks and options, made once.
+  std::unique_ptr<H2Session*[]> h2_;
+  std::unique_ptr<mem::SlabPool<Exchange>> h2_exchanges_;
+  nghttp2_session_callbacks* h2_callbacks_ = nullptr;
+  nghttp2_option* h2_options_ = nullptr;
   // With the access log only: each connection slot's client (conns_->IndexOf), taken at accept.
   std::unique_ptr<PeerAddress[]> peers_;
   std::unique_ptr<FileCache> files_;

@@ -8,6 +8,7 @@
 
 #include "io/assert.h"
 #include "server/core/connection.h"
+#include "server/core/h2_session.h"
 
 namespace ringd {
 namespace {
@@ -39,6 +40,11 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
   RINGD_ASSERT(input_pool_->count() >= parts.capacity);  // Stash: one buffer per connection
   conns_ = std::make_unique<mem::SlabPool<Connection>>(parts.capacity);
   exchanges_ = std::make_unique<mem::SlabPool<Exchange>>(parts.capacity);
+  if (config_.http2) {
+    h2_ = std::make_unique<H2Session*[]>(parts.capacity);
+    h2_exchanges_ = std::make_unique<mem::SlabPool<Exchange>>(parts.capacity);
+    MakeH2Callbacks();
+  }
   if (log_ != nullptr) peers_ = std::make_unique<PeerAddress[]>(parts.capacity);
   FileCacheOptions fo;
   fo.max_entries = config_.open_file_cache_entries;
@@ -84,6 +90,8 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
   now_ms_ = loop_->MonotonicMs();
 }
 
+ConnectionMachine::~ConnectionMachine() { FreeH2Callbacks(); }
+
 Connection* ConnectionMachine::Open(int fd, bool https_redirect) {
   Connection* conn = conns_->Get();
   if (conn == nullptr) return nullptr;
@@ -121,7 +129,8 @@ void ConnectionMachine::Tick(int64_t now_ms, int64_t realtime_sec) {
   });
   idle_timers_.Expire(now_ms_, [&](TimerNode* t) {
     ++stats_.idle_timeouts;
-    Abort(ConnOfTimer(t));
+    Connection* conn = ConnOfTimer(t);
+    conn->h2 ? H2GoAway(conn) : Abort(conn);  // HTTP/2 says GOAWAY first
   });
   send_timers_.Expire(now_ms_, [&](TimerNode* t) { ExpireSendTimer(ConnOfTimer(t)); });
   linger_timers_.Expire(now_ms_, [&](TimerNode* t) { Abort(ConnOfTimer(t)); });
@@ -135,6 +144,7 @@ void ConnectionMachine::Tick(int64_t now_ms, int64_t realtime_sec) {
 
 // A response (or its file lookup) that waited --send-timeout-ms: cut, unless it is moving.
 void ConnectionMachine::ExpireSendTimer(Connection* conn) {
+  if (conn->h2) return H2ExpireSendTimer(conn);
   Exchange* ex = conn->ex;
   // Only a response (or its file lookup) waits on the send timer: once the last one is over,
   // the connection closes, lingers, or waits in kEndingRecv, each without it.
@@ -161,7 +171,17 @@ int64_t ConnectionMachine::NextDeadlineMs() const {
 // flight finish it and close (StartResponse and FinishResponse read draining_).
 void ConnectionMachine::BeginDrain() {
   draining_ = true;
-  idle_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(ConnOfTimer(t)); });
+  // HTTP/2 connections send GOAWAY: idle ones close once it is out, busy ones once the streams
+  // it names are done.
+  for (TimerNode* t = send_timers_.Oldest(); t != nullptr;) {
+    TimerNode* next = TimerList::Next(t);
+    if (ConnOfTimer(t)->h2) H2GoAway(ConnOfTimer(t));
+    t = next;
+  }
+  idle_timers_.Expire(INT64_MAX, [&](TimerNode* t) {
+    Connection* conn = ConnOfTimer(t);
+    conn->h2 ? H2GoAway(conn) : Abort(conn);
+  });
   discard_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(ConnOfTimer(t)); });
 }
 
@@ -174,6 +194,7 @@ void ConnectionMachine::AbortAll() {
 
 void ConnectionMachine::Abandon() {
   exchanges_->Abandon();
+  if (h2_exchanges_ != nullptr) h2_exchanges_->Abandon();
   conns_->Abandon();
   input_pool_->Abandon();  // their input buffers
 }
@@ -197,6 +218,10 @@ bool ConnectionMachine::GiveWayOldestIdle() {
   if (t == nullptr) return false;
   ++stats_.idle_reclaimed;
   Connection* conn = ConnOfTimer(t);
+  if (conn->h2) {
+    H2GoAway(conn);
+    return true;
+  }
   conn->more_input_expected = true;
   CloseGracefully(conn);
   if (conn->state == ConnState::kLingering)
@@ -258,9 +283,10 @@ bool ConnectionMachine::CloseOldestGaveWay() {
 // A closing connection is freed once nothing of it is in flight: its slot goes back.
 void ConnectionMachine::MaybeFree(Connection* conn) {
   if (conn->state != ConnState::kClosing || conn->recv_active ||
-      (conn->ex != nullptr && conn->ex->sending != Exchange::Sending::kNone)) {
+      (conn->ex != nullptr && conn->ex->sending != Exchange::Sending::kNone) || H2Busy(conn)) {
     return;
   }
+  H2Free(conn);
   ReleaseExchange(conn);
   if (conn->in != nullptr) {
     input_pool_->Put(conn->in);

@@ -5,6 +5,9 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "io/assert.h"
 #include "server/core/connection.h"
 
@@ -47,14 +50,25 @@ void ConnectionMachine::NotePeer(Connection* conn) {
   if (::getpeername(conn->fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) peer.Set(ss);
 }
 
-void ConnectionMachine::BeginExchange(Connection* conn, std::string_view raw,
+void ConnectionMachine::BeginExchange(Exchange* ex, std::string_view raw,
                                       const http::Request* req) {
-  Exchange* ex = conn->ex;
   ex->started_ns = timing_ ? MonotonicNs() : 0;
   ex->bytes_sent = 0;
   ex->logged = log_ != nullptr;
   if (log_ == nullptr) return;
-  if (req != nullptr) {
+  if (req != nullptr && ex->stream_id != 0) {
+    // HTTP/2 has no request line: nginx logs "$method $path HTTP/2.0".
+    char line[RequestCapture::kRequestMax];
+    const size_t method = std::min(req->method_text.size(), sizeof line);
+    std::memcpy(line, req->method_text.data(), method);
+    size_t n = method;
+    for (std::string_view part : {std::string_view(" "), req->target, std::string_view(" HTTP/2.0")}) {
+      const size_t take = std::min(part.size(), sizeof line - n);
+      std::memcpy(line + n, part.data(), take);
+      n += take;
+    }
+    ex->capture.Set(std::string_view(line, n), req->Find("Referer"), req->Find("User-Agent"));
+  } else if (req != nullptr) {
     ex->capture.Set(RequestLine(*req), req->Find("Referer"), req->Find("User-Agent"));
   } else {
     ex->capture.Set(FirstLine(raw), {}, {});

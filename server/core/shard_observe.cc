@@ -8,7 +8,7 @@
 namespace ringd {
 namespace {
 
-static_assert(static_cast<int>(ConnState::kClosing) + 1 == kConnStates);
+static_assert(static_cast<int>(ConnState::kH2) + 1 == kConnStates);
 
 }  // namespace
 

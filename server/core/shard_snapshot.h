@@ -38,6 +38,12 @@ struct ShardStats {
   // Receives ended beside the last response (the client asked to close and had sent all), and
   // of those, re-armed because bytes came after all (the connection then lingers as any other).
   uint64_t recv_ended_early = 0, recv_rearmed_to_linger = 0;
+  // HTTP/2: connections that sent the preface, streams answered, streams refused for want of an
+  // exchange, malformed requests (RST_STREAM PROTOCOL_ERROR), connection errors (GOAWAY, then
+  // closed), RST_STREAM and GOAWAY frames each way.
+  uint64_t h2_connections = 0, h2_streams = 0, h2_streams_refused = 0, h2_malformed = 0;
+  uint64_t h2_connection_errors = 0, h2_resets_received = 0, h2_resets_sent = 0;
+  uint64_t h2_goaways_received = 0, h2_goaways_sent = 0;
 };
 
 // What a shard holds right now, for checks that nothing leaks (tests, the simulator).
@@ -84,9 +90,9 @@ struct RequestMetrics {
 };
 
 // Connection states as the debug view names them (ConnState's order).
-constexpr int kConnStates = 6;
-constexpr const char* kConnStateNames[kConnStates] = {"reading",     "waiting_file", "sending",
-                                                      "ending_recv", "lingering",    "closing"};
+constexpr int kConnStates = 7;
+constexpr const char* kConnStateNames[kConnStates] = {
+    "reading", "waiting_file", "sending", "ending_recv", "lingering", "closing", "h2"};
 
 // A shard's state at one moment, copied on its own thread.
 struct ShardSnapshot {

@@ -244,6 +244,32 @@ const Metric kMetrics[] = {
      "Requests answered 503 because the open-file cache was full or the request needed too many "
      "lookups",
      RINGD_SHARD(s.stats.lookup_refused)},
+    {"ringd_http2_connections_total", "counter",
+     "Connections that spoke HTTP/2 (h2 by ALPN, or h2c with prior knowledge)",
+     RINGD_SHARD(s.stats.h2_connections)},
+    {"ringd_http2_streams_total", "counter", "HTTP/2 requests (streams) answered",
+     RINGD_SHARD(s.stats.h2_streams)},
+    {"ringd_http2_streams_refused_total", "counter",
+     "HTTP/2 streams refused (REFUSED_STREAM) because the shard had no exchange left",
+     RINGD_SHARD(s.stats.h2_streams_refused)},
+    {"ringd_http2_malformed_total", "counter",
+     "HTTP/2 requests refused as malformed (RST_STREAM PROTOCOL_ERROR, RFC 9113 8.1.1)",
+     RINGD_SHARD(s.stats.h2_malformed)},
+    {"ringd_http2_connection_errors_total", "counter",
+     "HTTP/2 connections ended by a connection error (GOAWAY: a protocol error or a flood)",
+     RINGD_SHARD(s.stats.h2_connection_errors)},
+    {"ringd_http2_frames_total", "counter",
+     "HTTP/2 RST_STREAM and GOAWAY frames by direction",
+     nullptr,
+     [](Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
+       KindSamples<4>(w, name, shards, [](const ShardStats& s) {
+         return std::array<std::pair<const char*, uint64_t>, 4>{
+             {{"rst_stream_received", s.h2_resets_received},
+              {"rst_stream_sent", s.h2_resets_sent},
+              {"goaway_received", s.h2_goaways_received},
+              {"goaway_sent", s.h2_goaways_sent}}};
+       });
+     }},
     {"ringd_sends_queued_total", "counter",
      "File body chunks that waited for a send slot (--send-order=srpt)",
      RINGD_SHARD(s.stats.sends_queued)},

@@ -129,7 +129,7 @@ TEST(FormatDebugShards, ConnectionsByStateAndPools) {
   std::vector<ShardView> views = {{0, true, false, &a}, {1, false, true, nullptr}};
   const std::string json = FormatDebugShards(views, ProcessInfo{});
   EXPECT_NE(json.find("\"connections\":{\"reading\":3,\"waiting_file\":0,\"sending\":2,"
-                      "\"ending_recv\":0,\"lingering\":0,\"closing\":0,\"idle\":2,\"open\":5}"),
+                      "\"ending_recv\":0,\"lingering\":0,\"closing\":0,\"h2\":0,\"idle\":2,\"open\":5}"),
             std::string::npos)
       << json;
   EXPECT_NE(json.find("\"pools\":{\"connections\":{\"in_use\":5,\"capacity\":100},"

@@ -86,14 +86,19 @@ int64_t Seconds(const ASN1_TIME* time) {
   return static_cast<int64_t>(timegm(&t));
 }
 
-// ALPN: HTTP/1.1 when the client offers it; otherwise no ALPN at all (the client may still
-// speak HTTP/1.1, as clients without ALPN do).
+// ALPN: h2 when the client offers it and HTTP/2 is on (`arg` non-null), else HTTP/1.1 when the
+// client offers it; otherwise no ALPN at all (the client may still speak HTTP/1.1, as clients
+// without ALPN do). The server's order decides (RFC 7301 3.2): a client offering both gets h2.
 int SelectAlpn(SSL*, const unsigned char** out, unsigned char* out_len, const unsigned char* in,
-               unsigned int in_len, void*) {
+               unsigned int in_len, void* arg) {
+  static const unsigned char kH2First[] = {2,   'h', '2', 8,   'h', 't',
+                                           't', 'p', '/', '1', '.', '1'};
   static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+  const bool h2 = arg != nullptr;
   unsigned char* selected = nullptr;
-  if (SSL_select_next_proto(&selected, out_len, kHttp11, sizeof kHttp11, in, in_len) !=
-      OPENSSL_NPN_NEGOTIATED) {
+  if (SSL_select_next_proto(&selected, out_len, h2 ? kH2First : kHttp11,
+                            h2 ? sizeof kH2First : sizeof kHttp11, in,
+                            in_len) != OPENSSL_NPN_NEGOTIATED) {
     return SSL_TLSEXT_ERR_NOACK;
   }
   *out = selected;
@@ -129,7 +134,9 @@ SSL_CTX* NewContext(const TlsOptions& o, std::string* error) {
   SSL_CTX_set_max_early_data(ctx, 0);
   // Idle connections hold no record buffers (nginx does the same).
   SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
-  SSL_CTX_set_alpn_select_cb(ctx, &SelectAlpn, nullptr);
+  // The callback's argument says only whether h2 is offered: any non-null pointer means yes.
+  static char h2_on;
+  SSL_CTX_set_alpn_select_cb(ctx, &SelectAlpn, o.http2 ? &h2_on : nullptr);
   SSL_CTX_set_num_tickets(ctx, o.tickets_per_handshake);
   if (o.tickets_per_handshake == 0) SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
   if (o.tickets != nullptr) {

@@ -90,6 +90,8 @@ struct TlsOptions {
   // DER OCSP responses, each for one of the certificates (in any order).
   std::vector<std::string> ocsp_files;
   std::string min_version = "1.2";  // "1.2" or "1.3"
+  // ALPN offers h2 before http/1.1 (--http2); false: http/1.1 alone.
+  bool http2 = true;
   // TLS 1.2 suites (OpenSSL cipher list syntax) and TLS 1.3 suites (OpenSSL ciphersuites).
   std::string ciphers = "ECDHE+AESGCM:ECDHE+CHACHA20";
   std::string ciphersuites =

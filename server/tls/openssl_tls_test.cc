@@ -137,6 +137,25 @@ std::shared_ptr<OpenSslFactory> Factory(std::vector<TlsCertPair> pairs, std::str
   return Create(o, error);
 }
 
+// ALPN picks h2 from a client offering h2 and http/1.1 while HTTP/2 is on (above), and
+// http/1.1 with --http2=false.
+TEST(OpenSslTls, AlpnOffersHttp11AloneWithoutHttp2) {
+  std::string error;
+  TlsOptions o;
+  o.pairs = {MakeCert("origin.test", "EC")};
+  o.http2 = false;
+  auto f = Create(o, &error);
+  ASSERT_NE(f, nullptr) << error;
+  std::unique_ptr<TlsSession> s = f->Make();
+  Client c(s.get(), "origin.test");
+  c.Pump();
+  ASSERT_TRUE(s->HandshakeDone());
+  const unsigned char* alpn = nullptr;
+  unsigned int alpn_len = 0;
+  SSL_get0_alpn_selected(c.ssl(), &alpn, &alpn_len);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(alpn), alpn_len), "http/1.1");
+}
+
 TEST(OpenSslTls, HandshakesAndCarriesRequestsBothWays) {
   std::string error;
   auto f = Factory({MakeCert("origin.test", "EC")}, &error);
@@ -152,7 +171,7 @@ TEST(OpenSslTls, HandshakesAndCarriesRequestsBothWays) {
     const unsigned char* alpn = nullptr;
     unsigned int alpn_len = 0;
     SSL_get0_alpn_selected(c.ssl(), &alpn, &alpn_len);
-    EXPECT_EQ(std::string(reinterpret_cast<const char*>(alpn), alpn_len), "http/1.1");
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(alpn), alpn_len), "h2");
     const std::string request = "GET / HTTP/1.1\r\nHost: origin.test\r\n\r\n";
     SSL_write(c.ssl(), request.data(), static_cast<int>(request.size()));
     EXPECT_EQ(c.Pump(), request);

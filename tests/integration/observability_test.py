@@ -404,7 +404,7 @@ class ObservabilityTest(BackendTestCase):
         for s in debug["shards"]:
             self.assertTrue(s["up"])
             self.assertEqual(set(s["connections"]), {"reading", "waiting_file", "sending", "ending_recv",
-                                                     "lingering", "closing", "idle", "open"})
+                                                     "lingering", "closing", "h2", "idle", "open"})
             self.assertEqual(set(s["pools"]), {"connections", "exchanges", "input_buffers",
                                                "content_buffers", "pipes"})
             self.assertGreater(s["pools"]["connections"]["capacity"], 0)

@@ -110,8 +110,11 @@ class TlsTest(BackendTestCase):
         ctx = self.context()
         ctx.set_alpn_protocols(["h2", "http/1.1"])
         with self.tls(ctx) as s:
-            self.assertEqual(s.selected_alpn_protocol(), "http/1.1")
+            self.assertEqual(s.selected_alpn_protocol(), "h2")  # --http2, the default
             self.assertEqual(s.version(), "TLSv1.3")
+        ctx.set_alpn_protocols(["http/1.1"])
+        with self.tls(ctx) as s:
+            self.assertEqual(s.selected_alpn_protocol(), "http/1.1")
         ctx = self.context(maximum_version=ssl.TLSVersion.TLSv1_2)
         with self.tls(ctx) as s:
             self.assertEqual(s.version(), "TLSv1.2")

@@ -1,0 +1,477 @@
+"""HTTP/2 with real clients on every tier: curl (h2 by ALPN over TLS, h2c with prior knowledge),
+nghttp, h2load, and Python's h2 for the frames clients will not send. The same requests over
+HTTP/1.1 and HTTP/2 get the same status, the same fields and the same body bytes."""
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import unittest
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.settings
+import hpack
+import hyperframe.frame
+
+from ringd_harness import ADMIN, BackendTestCase, Server, make_docroot, wait_for
+from tls_pki import make_pki
+
+
+class H2Client:
+    """A Python h2 client over a plain or TLS socket; validates nothing it sends, so tests can
+    send what a conforming client never would."""
+
+    def __init__(self, port, tls_ctx=None, window=None, max_frame=None):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        if tls_ctx is not None:
+            sock = tls_ctx.wrap_socket(sock, server_hostname="localhost")
+            assert sock.selected_alpn_protocol() == "h2", sock.selected_alpn_protocol()
+        self.sock = sock
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(
+            client_side=True, header_encoding="utf-8", validate_outbound_headers=False,
+            normalize_outbound_headers=False, validate_inbound_headers=False))
+        self.conn.initiate_connection()
+        settings = {}
+        if window is not None:
+            settings[h2.settings.SettingCodes.INITIAL_WINDOW_SIZE] = window
+        if settings:
+            self.conn.update_settings(settings)
+        self.flush()
+        self.bodies = {}
+        self.headers = {}
+        self.ended = set()
+        self.resets = {}
+        self.goaway = None
+        self.eof = False
+        self.auto_ack = window is None
+
+    def flush(self):
+        data = self.conn.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def request(self, path, method="GET", extra=(), end=True):
+        sid = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(sid, [(":method", method), (":scheme", "http"), (":path", path),
+                                     (":authority", "localhost")] + list(extra), end_stream=end)
+        self.flush()
+        return sid
+
+    def pump(self, until, timeout=10):
+        """Reads and handles frames until `until()` is true, or end of stream; returns until()."""
+        self.sock.settimeout(timeout)
+        deadline = time.monotonic() + timeout
+        while not until() and not self.eof and time.monotonic() < deadline:
+            try:
+                data = self.sock.recv(65536)
+            except (ConnectionResetError, ssl.SSLError):
+                data = b""
+            except socket.timeout:
+                break
+            if not data:
+                self.eof = True
+                break
+            for e in self.conn.receive_data(data):
+                if isinstance(e, h2.events.ResponseReceived):
+                    self.headers[e.stream_id] = dict(e.headers)
+                elif isinstance(e, h2.events.DataReceived):
+                    self.bodies[e.stream_id] = self.bodies.get(e.stream_id, b"") + e.data
+                    if self.auto_ack:
+                        self.conn.acknowledge_received_data(e.flow_controlled_length, e.stream_id)
+                elif isinstance(e, h2.events.StreamEnded):
+                    self.ended.add(e.stream_id)
+                elif isinstance(e, h2.events.StreamReset):
+                    self.resets[e.stream_id] = e.error_code
+                elif isinstance(e, h2.events.ConnectionTerminated):
+                    self.goaway = (e.last_stream_id, e.error_code)
+            try:
+                self.flush()
+            except OSError:
+                self.eof = True
+        return until()
+
+    def close(self):
+        self.sock.close()
+
+
+def curl(url, *args):
+    """(HTTP version, status, lowercased header dict, body) of one curl request."""
+    d = tempfile.mkdtemp(prefix="ringd-h2-")
+    try:
+        out = subprocess.run(["curl", "-sk", "--max-time", "20", "-D", os.path.join(d, "h"),
+                              "-o", os.path.join(d, "b"), "-w", "%{http_version} %{http_code}",
+                              *args, url], capture_output=True, text=True, timeout=30)
+        version, status = out.stdout.split()
+        headers = {}
+        with open(os.path.join(d, "h"), "rb") as f:
+            for line in f.read().decode("latin-1").split("\r\n")[1:]:
+                if ":" in line:
+                    k, v = line.split(":", 1)
+                    headers[k.strip().lower()] = v.strip()
+        body = b""
+        if os.path.exists(os.path.join(d, "b")):
+            with open(os.path.join(d, "b"), "rb") as f:
+                body = f.read()
+        return version, int(status), headers, body
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# Fields both protocols must carry alike (Date may tick between the two requests; Connection and
+# Keep-Alive are HTTP/1.1's own).
+SAME_FIELDS = ["content-type", "content-length", "etag", "last-modified", "content-range",
+               "content-encoding", "vary", "location", "cache-control", "accept-ranges", "allow",
+               "server", "x-test"]
+
+
+class Http2Test(BackendTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root, cls.files = make_docroot()
+        cls.pki = tempfile.mkdtemp(prefix="ringd-h2-tls-")
+        make_pki(cls.pki)
+        cls.log = os.path.join(cls.pki, "access.log")
+        cls.server = cls.start("--access-log", cls.log, "--add-header", "X-Test: yes", *ADMIN)
+        cls.ctx = ssl.create_default_context(cafile=os.path.join(cls.pki, "ca.crt"))
+        cls.ctx.set_alpn_protocols(["h2", "http/1.1"])
+
+    @classmethod
+    def start(cls, *flags):
+        p = lambda n: os.path.join(cls.pki, n)
+        server = Server(cls.root, "--listen-tls", "127.0.0.1:0", "--tls-cert",
+                        p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"), *flags)
+        assert server.tls_port, server.log
+        return server
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.server.stop()
+        shutil.rmtree(cls.root, ignore_errors=True)
+        shutil.rmtree(cls.pki, ignore_errors=True)
+        assert rc == 0, cls.server.log
+
+    def h2c(self, path):
+        return "http://127.0.0.1:%d%s" % (self.server.port, path)
+
+    def h2s(self, path):
+        return "https://localhost:%d%s" % (self.server.tls_port, path)
+
+    def curl_tls(self, path, *args):
+        return curl(self.h2s(path), "--resolve", "localhost:%d:127.0.0.1" % self.server.tls_port,
+                    "--cacert", os.path.join(self.pki, "ca.crt"), *args)
+
+    def test_every_file_byte_for_byte_over_h2c_and_h2(self):
+        for name, data in self.files.items():
+            if name.startswith("."):
+                continue
+            for version, status, _, body in (
+                    curl(self.h2c("/" + name), "--http2-prior-knowledge"),
+                    self.curl_tls("/" + name, "--http2")):
+                self.assertEqual((version, status), ("2", 200), name)
+                self.assertEqual(body, data, name)
+
+    def test_same_answers_as_http11(self):
+        etag = curl(self.h2c("/medium.bin"))[2]["etag"]
+        cases = [
+            ("/", []), ("/small.txt", []), ("/large.bin", []), ("/empty.txt", []),
+            ("/dir/", []), ("/dir", []), ("/nodir/", []), ("/missing", []), ("/.hidden", []),
+            ("/escape", []), ("/%2e%2e/etc/passwd", []), ("/link.txt", []),
+            ("/app.js", ["-H", "Accept-Encoding: gzip"]),
+            ("/medium.bin", ["-H", "Range: bytes=0-99"]),
+            ("/large.bin", ["-H", "Range: bytes=-1000"]),
+            ("/medium.bin", ["-H", "Range: bytes=0-9,100-109,50000-"]),
+            ("/large.bin", ["-H", "Range: bytes=0-9,4000000-4000100"]),
+            ("/medium.bin", ["-H", "Range: bytes=999999999-"]),
+            ("/medium.bin", ["-H", "If-None-Match: " + etag]),
+            ("/medium.bin", ["-H", "If-Match: \"nope\""]),
+            ("/large.bin", ["-I"]),
+            ("/small.txt", ["-X", "OPTIONS"]),
+            ("/small.txt", ["-X", "POST", "--data", "x"]),
+            ("/small.txt", ["-X", "DELETE"]),
+        ]
+        for path, args in cases:
+            v1, s1, h1, b1 = curl(self.h2c(path), "--http1.1", *args)
+            v2, s2, h2_, b2 = curl(self.h2c(path), "--http2-prior-knowledge", *args)
+            v3, s3, h3, b3 = self.curl_tls(path, "--http2", *args)
+            what = "%s %s" % (path, args)
+            self.assertEqual((v1, v2, v3), ("1.1", "2", "2"), what)
+            self.assertEqual(s1, s2, what)
+            self.assertEqual(s1, s3, what)
+            boundary = lambda b: re.sub(rb"ringd-[0-9a-f]+", b"B", b)
+            if "-I" not in args:  # curl -I writes the head where the body would go
+                self.assertEqual(boundary(b1), boundary(b2), what)
+                self.assertEqual(boundary(b1), boundary(b3), what)
+            for field in SAME_FIELDS:
+                f = lambda h: re.sub(r"ringd-[0-9a-f]+", "B", h.get(field, ""))
+                self.assertEqual(f(h1), f(h2_), "%s: %s" % (what, field))
+                self.assertEqual(f(h1), f(h3), "%s: %s" % (what, field))
+            self.assertNotIn("connection", h2_, what)
+            self.assertNotIn("keep-alive", h2_, what)
+
+    def test_alpn_prefers_h2_and_keeps_http11(self):
+        for offer, chosen in (("h2,http/1.1", "h2"), ("http/1.1,h2", "h2"),
+                              ("http/1.1", "http/1.1")):
+            out = subprocess.run(["openssl", "s_client", "-connect",
+                                  "127.0.0.1:%d" % self.server.tls_port, "-alpn", offer,
+                                  "-servername", "localhost"], input="", capture_output=True,
+                                 text=True, timeout=20).stdout
+            self.assertIn("ALPN protocol: " + chosen, out, offer)
+
+    def test_http2_off_speaks_http11_alone(self):
+        server = self.start("--http2=false")
+        try:
+            out = subprocess.run(["openssl", "s_client", "-connect",
+                                  "127.0.0.1:%d" % server.tls_port, "-alpn", "h2,http/1.1"],
+                                 input="", capture_output=True, text=True, timeout=20).stdout
+            self.assertIn("ALPN protocol: http/1.1", out)
+            # The preface is then an HTTP/1.1 request of version 2.0: refused.
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 505 "))
+            s.close()
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_preface_split_at_every_byte(self):
+        preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+        for split in range(1, len(preface)):
+            c = H2Client.__new__(H2Client)
+            sock = socket.create_connection(("127.0.0.1", self.server.port), timeout=10)
+            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+            conn.initiate_connection()
+            data = conn.data_to_send()
+            self.assertTrue(data.startswith(preface))
+            sock.sendall(data[:split])
+            time.sleep(0.002)
+            sock.sendall(data[split:])
+            c.__dict__.update(sock=sock, conn=conn, bodies={}, headers={}, ended=set(),
+                              resets={}, goaway=None, eof=False, auto_ack=True)
+            sid = c.request("/small.txt")
+            self.assertTrue(c.pump(lambda: sid in c.ended), split)
+            self.assertEqual(c.bodies[sid], self.files["small.txt"], split)
+            c.close()
+
+    def test_h2load_many_streams_no_error(self):
+        for url in (self.h2c("/"), self.h2s("/small.txt")):
+            out = subprocess.run(["h2load", "-n", "3000", "-c", "10", "-m", "20", url],
+                                 capture_output=True, text=True, timeout=60).stdout
+            self.assertIn("3000 succeeded, 0 failed, 0 errored, 0 timeout", out, out)
+            self.assertIn("status codes: 3000 2xx", out, out)
+        out = subprocess.run(["h2load", "-n", "40", "-c", "2", "-m", "8", self.h2s("/large.bin")],
+                             capture_output=True, text=True, timeout=60).stdout
+        self.assertIn("40 succeeded, 0 failed, 0 errored, 0 timeout", out, out)
+
+    def test_nghttp_sees_the_settings(self):
+        out = subprocess.run(["nghttp", "-nv", self.h2c("/small.txt")], capture_output=True,
+                             text=True, timeout=20).stdout
+        self.assertIn("[SETTINGS_MAX_CONCURRENT_STREAMS(0x03):100]", out)
+        self.assertIn("(0x09):1]", out)  # SETTINGS_NO_RFC7540_PRIORITIES
+        self.assertIn("recv DATA frame <length=612, flags=0x01", out)
+
+    def test_many_streams_on_one_connection_interleave(self):
+        c = H2Client(self.server.tls_port, self.ctx)
+        ids = [c.request(p) for p in ["/large.bin", "/medium.bin", "/small.txt"] * 5]
+        self.assertTrue(c.pump(lambda: all(i in c.ended for i in ids), timeout=30))
+        for i, p in zip(ids, ["/large.bin", "/medium.bin", "/small.txt"] * 5):
+            self.assertEqual(c.bodies.get(i, b""), self.files[p[1:]], p)
+        c.close()
+
+    def test_malformed_requests_are_stream_errors_and_the_connection_lives(self):
+        c = H2Client(self.server.port)
+        bad = [
+            c.request("/small.txt", extra=[("connection", "keep-alive")]),
+            c.request("/small.txt", extra=[("Upper", "x")]),
+            c.request("/small.txt", extra=[("te", "gzip")]),
+            c.request("relative"),
+            c.request("/small.txt", extra=[(":bogus", "x")]),
+        ]
+        ok = c.request("/small.txt")
+        self.assertTrue(c.pump(lambda: ok in c.ended and all(b in c.resets for b in bad)))
+        for b in bad:
+            self.assertEqual(c.resets[b], h2.errors.ErrorCodes.PROTOCOL_ERROR, b)
+        self.assertEqual(c.bodies[ok], self.files["small.txt"])
+        self.assertIsNone(c.goaway)
+        c.close()
+
+    def test_content_length_against_data(self):
+        c = H2Client(self.server.port)
+        sid = c.request("/large.bin", extra=[("content-length", "10")], end=False)
+        c.conn.send_data(sid, b"x" * 20, end_stream=False)
+        c.flush()
+        self.assertTrue(c.pump(lambda: sid in c.resets))
+        self.assertEqual(c.resets[sid], h2.errors.ErrorCodes.PROTOCOL_ERROR)
+        c.close()
+
+    def test_field_section_past_the_head_limit_is_431(self):
+        c = H2Client(self.server.port)
+        sid = c.request("/small.txt", extra=[("x-big", "a" * 4000 + str(i)) for i in range(6)])
+        self.assertTrue(c.pump(lambda: sid in c.ended))
+        self.assertEqual(c.headers[sid][":status"], "431")
+        ok = c.request("/small.txt")
+        self.assertTrue(c.pump(lambda: ok in c.ended))
+        c.close()
+
+    def test_streams_past_the_limit_are_refused(self):
+        server = self.start("--http2-max-streams", "2")
+        try:
+            c = H2Client(server.port, window=0)  # responses wait: their streams stay open
+            first = [c.request("/medium.bin"), c.request("/medium.bin")]
+            self.assertTrue(c.pump(lambda: all(s in c.headers for s in first), timeout=5))
+            # Python's h2 keeps to the server's limit; this client does not.
+            c.conn.remote_settings[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = 100
+            c.conn.remote_settings.acknowledge()
+            third = c.request("/medium.bin")
+            # RFC 9113 5.1.2: a stream error; nghttp2 makes it a connection error once the
+            # limit is acknowledged. Either way the stream is never served.
+            self.assertTrue(c.pump(lambda: third in c.resets or c.goaway is not None, timeout=5))
+            self.assertNotIn(third, c.headers)
+            if c.goaway is not None:
+                self.assertEqual(c.goaway[1], h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            else:
+                self.assertIn(c.resets[third], (h2.errors.ErrorCodes.REFUSED_STREAM,
+                                                h2.errors.ErrorCodes.PROTOCOL_ERROR))
+            c.close()
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_a_window_held_shut_is_cut_by_the_send_timeout(self):
+        server = self.start("--send-timeout-ms", "1000", *ADMIN)
+        try:
+            c = H2Client(server.port, window=0)
+            sid = c.request("/medium.bin")
+            self.assertTrue(c.pump(lambda: sid in c.headers, timeout=5))
+            began = time.monotonic()
+            c.pump(lambda: False, timeout=10)  # until the server closes
+            self.assertTrue(c.eof)
+            self.assertLess(time.monotonic() - began, 8)
+            wait_for(lambda: server.metric("ringd_timeouts_total", kind="send") >= 1, "a send timeout")
+            c.close()
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_rapid_reset_gets_goaway(self):
+        c = H2Client(self.server.port)
+        for _ in range(1500):
+            sid = c.request("/large.bin")
+            c.conn.reset_stream(sid)
+        c.flush()
+        self.assertTrue(c.pump(lambda: c.goaway is not None, timeout=20) or c.eof)
+        c.close()
+        self.assertEqual(curl(self.h2c("/small.txt"), "--http2-prior-knowledge")[1], 200)
+
+    def raw_session(self):
+        """A socket that has sent the preface and an empty SETTINGS."""
+        s = socket.create_connection(("127.0.0.1", self.server.port), timeout=10)
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + hyperframe.frame.SettingsFrame(0).serialize())
+        return s
+
+    def until_closed(self, s, timeout=10):
+        """Reads until the server closes; returns the frames' bytes."""
+        s.settimeout(timeout)
+        got = b""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                d = s.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not d:
+                break
+            got += d
+        return got
+
+    def test_continuation_flood_gets_goaway(self):
+        s = self.raw_session()
+        block = hpack.Encoder().encode([(":method", "GET"), (":scheme", "http"),
+                                        (":path", "/"), (":authority", "localhost")])
+        frames = hyperframe.frame.HeadersFrame(1, block).serialize()
+        for _ in range(1000):
+            frames += hyperframe.frame.ContinuationFrame(1, b"").serialize()
+        s.sendall(frames)
+        got = self.until_closed(s)
+        self.assertTrue(any(got[i + 3] == 0x07 for i in self._frame_offsets(got)), "no GOAWAY")
+        s.close()
+
+    @staticmethod
+    def _frame_offsets(data):
+        i = 0
+        while i + 9 <= len(data):
+            yield i
+            i += 9 + int.from_bytes(data[i:i + 3], "big")
+
+    def test_ping_and_settings_floods_end_the_connection_not_the_server(self):
+        for frame in (hyperframe.frame.PingFrame(0, b"12345678"),
+                      hyperframe.frame.SettingsFrame(0)):
+            s = self.raw_session()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            one = frame.serialize()
+            try:
+                for _ in range(200):
+                    s.sendall(one * 500)
+            except OSError:
+                pass  # closed on us: the flood was seen
+            self.until_closed(s, timeout=5)
+            s.close()
+        self.assertEqual(curl(self.h2c("/small.txt"), "--http2-prior-knowledge")[1], 200)
+
+    def test_access_log_and_metrics_say_http2(self):
+        curl(self.h2c("/small.txt?h2c-log"), "--http2-prior-knowledge")
+        self.curl_tls("/small.txt?h2-log", "--http2")
+        def logged():
+            if not os.path.exists(self.log):
+                return False
+            with open(self.log) as f:
+                return "h2-log" in f.read()
+        wait_for(logged, "the access log line")
+        with open(self.log) as f:
+            text = f.read()
+        self.assertRegex(text, r'"GET /small.txt\?h2c-log HTTP/2.0" 200 612 ')
+        self.assertRegex(text, r'"GET /small.txt\?h2-log HTTP/2.0" 200 612 ')
+        self.assertGreaterEqual(self.server.metric("ringd_http2_connections_total"), 2)
+        self.assertGreaterEqual(self.server.metric("ringd_http2_streams_total"), 2)
+
+    def test_drain_lets_streams_in_flight_finish(self):
+        server = self.start(*ADMIN)
+        out = os.path.join(self.pki, "drained.bin")
+        for url, args in ((self.h2c_of(server, "/large.bin"), ["--http2-prior-knowledge"]),):
+            client = subprocess.Popen(["curl", "-s", "--limit-rate", "2M", "-o", out, "-w",
+                                       "%{http_version} %{http_code} %{size_download}", *args,
+                                       url], stdout=subprocess.PIPE, text=True)
+            wait_for(lambda: os.path.exists(out) and os.path.getsize(out) > 100000,
+                     "the download to begin")
+            server.proc.send_signal(signal.SIGTERM)
+            version, status, size = client.communicate(timeout=30)[0].split()
+            self.assertEqual((version, status), ("2", "200"))
+            with open(out, "rb") as f:
+                self.assertEqual(f.read(), self.files["large.bin"])
+        self.assertEqual(server.stop(), 0)
+
+    @staticmethod
+    def h2c_of(server, path):
+        return "http://127.0.0.1:%d%s" % (server.port, path)
+
+    def test_idle_connection_gets_goaway_at_its_timeout(self):
+        server = self.start("--keepalive-timeout-ms", "300")
+        try:
+            c = H2Client(server.port)
+            sid = c.request("/small.txt")
+            self.assertTrue(c.pump(lambda: sid in c.ended))
+            self.assertTrue(c.pump(lambda: c.goaway is not None, timeout=5))
+            self.assertEqual(c.goaway, (sid, h2.errors.ErrorCodes.NO_ERROR))
+            c.pump(lambda: False, timeout=3)
+            self.assertTrue(c.eof)
+            c.close()
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
