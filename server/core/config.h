@@ -155,7 +155,8 @@ struct Config {
 };
 
 // Parses argv into config; an error of one line on failure. On --help or --version prints to
-// stdout and sets *exit_now.
+// stdout and sets *exit_now. A flag that takes one value is refused the second time it is given
+// (on the command line, in a flagfile, or in both); lists (--listen, --add-header, ...) repeat.
 absl::Status ParseFlags(int argc, char** argv, Config* config, bool* exit_now);
 
 std::string Usage();
