@@ -551,6 +551,11 @@ const std::vector<Flag>& Flags() {
                &Config::takeover),
       BoolFlag("probe", "print what the io_uring probe finds on this machine, then exit",
                &Config::probe_only),
+      BoolFlag("check-config",
+               "check the flags and every file they name as start-up does, without listening or "
+               "serving: print each problem and exit 1, or 'ringd: configuration ok' and exit 0 "
+               "(-t is the same, as nginx -t)",
+               &Config::check_config),
   };
   return flags;
 }
@@ -683,7 +688,7 @@ bool ParseArgs(const std::vector<std::string>& args,
                bool* exit_now, int depth, FirstSeen* seen, size_t* failed_at) {
   for (size_t i = 0; i < args.size(); ++i) {
     *failed_at = i;
-    const std::string& arg = args[i];
+    const std::string& arg = args[i] == "-t" ? "--check-config" : args[i];  // nginx -t
     if (arg == "--help" || arg == "-h") {
       std::fputs(Usage().c_str(), stdout);
       *exit_now = true;
@@ -966,6 +971,11 @@ bool Parse(int argc, char** argv, Config* config, std::string* error, bool* exit
 
 absl::Status ParseFlags(int argc, char** argv, Config* config, bool* exit_now) {
   *exit_now = false;
+  // A configuration test reports a flag it cannot parse as a problem too, wherever -t stands.
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "-t" || arg == "--check-config") config->check_config = true;
+  }
   std::string error;
   if (!Parse(argc, argv, config, &error, exit_now)) return absl::InvalidArgumentError(error);
   return absl::OkStatus();

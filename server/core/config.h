@@ -152,6 +152,9 @@ struct Config {
   bool takeover = false;
 
   bool probe_only = false;  // --probe: print what io_uring offers here, and exit
+  // -t, --check-config: check as start-up does, short of listening; say what is wrong, and exit.
+  // Set (before the other flags are parsed) wherever it stands on the command line.
+  bool check_config = false;
 };
 
 // Parses argv into config; an error of one line on failure. On --help or --version prints to

@@ -168,6 +168,16 @@ TEST(Config, RefusesASingleValuedFlagGivenTwice) {
   EXPECT_EQ(p.config.tls_cert.size(), 2u);
 }
 
+// -t and --check-config are one flag; a flag the parser refuses still leaves it known.
+TEST(Config, CheckConfig) {
+  EXPECT_FALSE(Parse({"--root=/tmp"}).config.check_config);
+  EXPECT_TRUE(Parse({"--root=/tmp", "-t"}).config.check_config);
+  EXPECT_TRUE(Parse({"--check-config", "--root=/tmp"}).config.check_config);
+  Parsed p = Parse({"--root=/tmp", "--shard=2", "-t"});
+  EXPECT_FALSE(p.ok);
+  EXPECT_TRUE(p.config.check_config);
+}
+
 // A flagfile's mistake names the file, the line and the flag: /etc/ringd/ringd.conf is one.
 TEST(Config, FlagfileErrorsNameTheFileAndLine) {
   const std::string path = ::testing::TempDir() + "/ringd.conf";
@@ -296,10 +306,10 @@ TEST(Config, PageCacheTrustAndTcpNopush) {
 
 TEST(Config, UsageListsEveryFlag) {
   const std::string usage = Usage();
-  for (const char* flag :
-       {"--root", "--listen", "--shards", "--io", "--pin", "--header-timeout-ms",
-        "--keepalive-timeout-ms", "--send-timeout-ms", "--max-connections",
-        "--max-requests-per-connection", "--shutdown-timeout-ms", "--flagfile"}) {
+  for (const char* flag : {"--root", "--listen", "--shards", "--io", "--pin", "--header-timeout-ms",
+                           "--keepalive-timeout-ms", "--send-timeout-ms", "--max-connections",
+                           "--max-requests-per-connection", "--shutdown-timeout-ms", "--flagfile",
+                           "--check-config", "-t is the same"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
 }

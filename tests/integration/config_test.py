@@ -3,7 +3,10 @@
 - a flagfile quoted as a shell quotes, with comments after a '#': the served response carries
   the added header without its quotes, and / finds its index despite the comment;
 - a quote left open, and a flag that takes one value given twice (in the flagfile, on the
-  command line, or both): one line naming the file and line or the flag, exit status 2.
+  command line, or both): one line naming the file and line or the flag, exit status 2;
+- `ringd -t` / `--check-config`: `ringd: configuration ok` and exit 0 for a configuration that
+  starts (without binding: its address may be in use), each problem and exit 1 for one that
+  does not (a flagfile's mistake with its file and line, a missing root, a bad certificate).
 """
 import os
 import shutil
@@ -96,6 +99,70 @@ class DuplicateFlagTest(ConfigTestCase):
             self.assertEqual((r.header("X-A"), r.header("X-B")), ("1", "2"))
         finally:
             self.assertEqual(server.stop(), 0, server.log)
+
+
+class ConfigCheckTest(ConfigTestCase):
+    def check(self, *flags, **kwargs):
+        """`ringd -t` with `flags` after the tier's; (exit status, stderr lines)."""
+        out = run("-t", "--io", BACKEND, *(ROOT_FLAGS + list(flags)), **kwargs)
+        self.assertEqual(out.stdout, "")
+        return out.returncode, out.stderr.strip().splitlines()
+
+    def test_a_configuration_that_starts_is_ok_without_binding(self):
+        # The address is in use by a ringd that serves: -t does not bind, so it is no problem.
+        server = Server(self.root)
+        try:
+            conf = self.flagfile("good.conf", (
+                "--root='%s'   # the site\n--listen=127.0.0.1:%d\n--shards=1\n"
+                "--add-header='X-Frame-Options: DENY'\n" % (self.root, server.port)))
+            for first in ("-t", "--check-config"):
+                out = run(first, "--flagfile", conf, "--io", BACKEND, *ROOT_FLAGS)
+                self.assertEqual(out.returncode, 0, out.stderr)
+                self.assertEqual(out.stderr.strip().splitlines()[-1], "ringd: configuration ok")
+                self.assertFalse([l for l in out.stderr.splitlines() if "serving" in l])
+            self.assertEqual(request(server, "GET", "/small.txt").status, 200)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log)
+
+    def test_a_broken_flagfile_names_its_file_and_line(self):
+        conf = self.flagfile("broken.conf", "--root=%s\n# shards\n--shard=2\n" % self.root)
+        rc, lines = self.check("--flagfile", conf)
+        self.assertEqual(rc, 1, lines)
+        self.assertEqual(lines, ["ringd: %s:3: unknown flag --shard (see --help)" % conf,
+                                 "ringd: configuration test failed"])
+        conf = self.flagfile("twice.conf", "--root=%s\n--root=%s\n" % (self.root, self.root))
+        rc, lines = self.check("--flagfile", conf)
+        self.assertEqual(rc, 1, lines)
+        self.assertEqual(lines[0], "ringd: %s:2: --root is given twice (first at %s:1): it "
+                                   "takes one value" % (conf, conf))
+
+    def test_a_missing_root_fails(self):
+        missing = os.path.join(self.dir, "no-such-root")
+        rc, lines = self.check("--root", missing)
+        self.assertEqual(rc, 1, lines)
+        self.assertEqual(lines, ["ringd: --root: cannot use '%s': No such file or directory" %
+                                 missing, "ringd: configuration test failed"])
+
+    def test_every_bad_file_is_named(self):
+        cert = self.flagfile("bad.crt", "not a certificate\n")
+        key = self.flagfile("bad.key", "not a key\n")
+        mime = os.path.join(self.dir, "no-such-mime.types")
+        log = os.path.join(self.dir, "no-such-dir", "access.log")
+        rc, lines = self.check("--root", self.root, "--listen-tls", "127.0.0.1:0", "--tls-cert",
+                               cert, "--tls-key", key, "--mime-types", mime, "--error-page",
+                               "404=/no-such-404.html", "--access-log", log)
+        self.assertEqual(rc, 1, lines)
+        self.assertEqual(lines[-1], "ringd: configuration test failed")
+        self.assertTrue([l for l in lines if l.startswith("ringd: --tls-cert") and cert in l],
+                        lines)
+        self.assertIn("ringd: --mime-types: cannot read '%s': No such file or directory" % mime,
+                      lines)
+        self.assertIn("ringd: --access-log: cannot open '%s' for appending: No such file or "
+                      "directory" % log, lines)
+        # A page that cannot be read is served as the built-in one: a warning, said all the same.
+        self.assertIn("ringd: --error-page 404=/no-such-404.html: cannot read '%s/no-such-404.html'"
+                      ": No such file or directory; the built-in page is served instead" %
+                      self.root, lines)
 
 
 if __name__ == "__main__":
