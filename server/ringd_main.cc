@@ -219,7 +219,7 @@ struct Findings {
 // Every file the flags name, read and checked as start-up uses it: the identity ringd runs as, the
 // certificates, keys and OCSP responses, the io tier against the probe, --root (opened, and
 // searchable by the user ringd serves as where that is this process), --mime-types, the
-// --error-page files, and the --access-log's file or directory.
+// --error-page files, the --access-log's file or directory, and sizes this machine cannot give.
 // Nothing is bound and no shard is made: start-up goes on from here, and `ringd -t` stops here.
 Findings Prepare(const Config& config, Prepared* out) {
   Findings found;
@@ -278,7 +278,10 @@ Findings Prepare(const Config& config, Prepared* out) {
       problem(1, "--access-log: cannot open '" + path + "' for appending: " + strerror(errno));
     }
   }
-  out->shards = config.shards != 0 ? config.shards : static_cast<uint32_t>(UsableCpus().size());
+  const size_t cpus = UsableCpus().size();
+  out->shards = config.shards != 0 ? config.shards : static_cast<uint32_t>(cpus);
+  for (std::string& line : SizingWarnings(config, out->shards, descriptor_limit, cpus))
+    found.warnings.push_back(std::move(line));
   return found;
 }
 

@@ -6,9 +6,12 @@
   command line, or both): one line naming the file and line or the flag, exit status 2;
 - `ringd -t` / `--check-config`: `ringd: configuration ok` and exit 0 for a configuration that
   starts (without binding: its address may be in use), each problem and exit 1 for one that
-  does not (a flagfile's mistake with its file and line, a missing root, a bad certificate).
+  does not (a flagfile's mistake with its file and line, a missing root, a bad certificate);
+- sizes the machine cannot give (connections beyond RLIMIT_NOFILE, more shards than CPUs): a
+  warning naming both numbers, at start-up and under -t, and ringd serves all the same.
 """
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -17,9 +20,15 @@ import unittest
 from ringd_harness import BACKEND, RINGD, ROOT_FLAGS, BackendTestCase, Server, make_docroot, request
 
 
-def run(*flags, timeout=30):
+def run(*flags, timeout=30, preexec_fn=None):
     """ringd with `flags` (it is not meant to serve); the finished process."""
-    return subprocess.run([RINGD] + list(flags), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([RINGD] + list(flags), capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=preexec_fn)
+
+
+def nofile(limit):
+    """A preexec_fn: RLIMIT_NOFILE soft and hard at `limit` (lowering needs no privilege)."""
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
 
 class ConfigTestCase(BackendTestCase):
@@ -163,6 +172,43 @@ class ConfigCheckTest(ConfigTestCase):
         self.assertIn("ringd: --error-page 404=/no-such-404.html: cannot read '%s/no-such-404.html'"
                       ": No such file or directory; the built-in page is served instead" %
                       self.root, lines)
+
+
+class SizingWarningTest(ConfigTestCase):
+    def test_connections_beyond_the_descriptor_limit_and_shards_beyond_the_cpus(self):
+        cpus = len(os.sched_getaffinity(0))
+        shards = cpus + 1
+        # 3000 connections a shard fit one shard's file table under 8192 descriptors (the bypass
+        # tier's needs 4192 more), but not every shard's connections together.
+        flags = ["--shards", str(shards), "--max-connections", "3000"]
+        connections = "--max-connections=3000 on %d shards is up to %d connections (32 more per " \
+                      "shard on their way out), more than the open-file limit of 8192 " \
+                      "(RLIMIT_NOFILE)" % (shards, shards * 3032)
+        too_many = "--shards=%d is more than the %d CPU%s this process may run on" % (
+            shards, cpus, "" if cpus == 1 else "s")
+        out = run("-t", "--root", self.root, "--io", BACKEND, *(ROOT_FLAGS + flags),
+                  preexec_fn=nofile(8192))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stderr.strip().splitlines()
+        self.assertEqual(lines[-1], "ringd: configuration ok")
+        self.assertTrue([l for l in lines if l.startswith("ringd: " + connections)], lines)
+        self.assertTrue([l for l in lines if l.startswith("ringd: " + too_many)], lines)
+        # Warnings, not errors: ringd says them and serves.
+        server = Server(self.root, *flags, preexec_fn=nofile(8192))
+        try:
+            self.assertTrue([l for l in server.log if l.startswith("ringd: " + connections)],
+                            server.log)
+            self.assertTrue([l for l in server.log if l.startswith("ringd: " + too_many)],
+                            server.log)
+            self.assertEqual(request(server, "GET", "/small.txt").status, 200)
+        finally:
+            self.assertEqual(server.stop(), 0, server.log)
+
+    def test_sizes_that_fit_say_nothing(self):
+        out = run("-t", "--root", self.root, "--io", BACKEND, "--shards", "1",
+                  "--max-connections", "1000", *ROOT_FLAGS, preexec_fn=nofile(8192))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stderr.strip().splitlines(), ["ringd: configuration ok"])
 
 
 if __name__ == "__main__":
