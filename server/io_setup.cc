@@ -119,6 +119,29 @@ absl::StatusOr<IoSetup> ChooseIo(const Config& config, const io::TierTable& tier
   return setup;
 }
 
+std::vector<std::string> SizingWarnings(const Config& config, uint32_t shards,
+                                        uint64_t descriptor_limit, size_t usable_cpus) {
+  std::vector<std::string> lines;
+  // Each connection is a descriptor; the files it sends and the listeners take more.
+  const uint64_t connections = uint64_t{shards} * (config.max_connections + Shard::kReclaimReserve);
+  if (descriptor_limit != 0 && connections > descriptor_limit) {
+    lines.push_back("--max-connections=" + std::to_string(config.max_connections) + " on " +
+                    std::to_string(shards) + " shard" + (shards == 1 ? "" : "s") + " is up to " +
+                    std::to_string(connections) + " connections (" +
+                    std::to_string(Shard::kReclaimReserve) +
+                    " more per shard on their way out), more than the open-file limit of " +
+                    std::to_string(descriptor_limit) +
+                    " (RLIMIT_NOFILE): raise it (LimitNOFILE=, ulimit -n) or lower "
+                    "--max-connections");
+  }
+  if (shards > usable_cpus) {
+    lines.push_back("--shards=" + std::to_string(shards) + " is more than the " +
+                    std::to_string(usable_cpus) + " CPU" + (usable_cpus == 1 ? "" : "s") +
+                    " this process may run on: shards share CPUs, each with its own memory");
+  }
+  return lines;
+}
+
 std::string DescribeProbe(const Config& config, const io::TierTable& tiers,
                           const io::ProbeReport& probe, uint64_t descriptor_limit) {
   std::string text;

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -37,6 +38,13 @@ absl::Status CheckIoFlags(const Config& config, const io::TierTable& tiers);
 // the other flags need of it. An error of one line when it cannot serve as asked.
 absl::StatusOr<IoSetup> ChooseIo(const Config& config, const io::TierTable& tiers,
                                  const io::ProbeReport& probe, uint64_t descriptor_limit);
+
+// Sizes the flags ask for that this machine cannot give, a warning line each (ringd starts all
+// the same, as nginx does when worker_connections exceed the open-file limit): connections across
+// the shards, with each shard's reserve, beyond `descriptor_limit` (0: none), and more shards
+// than the `usable_cpus` this process may run on.
+std::vector<std::string> SizingWarnings(const Config& config, uint32_t shards,
+                                        uint64_t descriptor_limit, size_t usable_cpus);
 
 // `ringd --probe`'s text: what was checked, each tier's verdict, and what --io=auto would choose.
 std::string DescribeProbe(const Config& config, const io::TierTable& tiers,

@@ -164,5 +164,33 @@ TEST_F(IoSetupTest, TheProbeTextGivesEachTiersVerdict) {
             "(masked)\n");
 }
 
+// Sizes said at start-up, as nginx warns when worker_connections exceed the open-file limit:
+// warnings naming both numbers, never a refusal.
+TEST(SizingWarnings, ConnectionsBeyondTheDescriptorLimitAndShardsBeyondTheCpus) {
+  Config c = WithIo("auto");
+  EXPECT_TRUE(SizingWarnings(c, 1, 20000, 2).empty());  // 10032 of 20000
+  EXPECT_TRUE(SizingWarnings(c, 2, 0, 2).empty());      // no limit
+  std::vector<std::string> lines = SizingWarnings(c, 2, 20000, 2);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0],
+            "--max-connections=10000 on 2 shards is up to 20064 connections (32 more per shard on "
+            "their way out), more than the open-file limit of 20000 (RLIMIT_NOFILE): raise it "
+            "(LimitNOFILE=, ulimit -n) or lower --max-connections");
+  c.max_connections = 1000000;
+  lines = SizingWarnings(c, 1, 20000, 2);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("--max-connections=1000000 on 1 shard is up to 1000032 connections"),
+            std::string::npos)
+      << lines[0];
+  c.max_connections = 100;
+  c.shards = 1000;
+  lines = SizingWarnings(c, 1000, 1 << 20, 2);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0],
+            "--shards=1000 is more than the 2 CPUs this process may run on: shards share CPUs, "
+            "each with its own memory");
+  EXPECT_EQ(SizingWarnings(c, 1000, 20000, 1).size(), 2u);
+}
+
 }  // namespace
 }  // namespace ringd

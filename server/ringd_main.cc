@@ -1,5 +1,6 @@
-// ringd: flags, the io probe, listening sockets, one thread per shard, and graceful shutdown on
-// SIGTERM/SIGINT/SIGQUIT. Everything on the request path lives in the shards.
+// ringd: flags and the files they name (Prepare, which `ringd -t` runs alone), the io probe,
+// listening sockets, one thread per shard, and graceful shutdown on SIGTERM/SIGINT/SIGQUIT.
+// Everything on the request path lives in the shards.
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -43,9 +44,9 @@
 namespace ringd {
 namespace {
 
-// One line on stderr, always: a control byte from a flag's value (a CR or LF in --add-header)
-// is written as \xHH.
-[[noreturn]] void Die(int code, const std::string& message) {
+// "ringd: MESSAGE" on stderr, one line always: a control byte from a flag's value (a CR or LF in
+// --add-header) is written as \xHH.
+void Say(const std::string& message) {
   std::string line;
   for (const char ch : message) {
     const unsigned char c = static_cast<unsigned char>(ch);
@@ -58,6 +59,10 @@ namespace {
     }
   }
   std::fprintf(stderr, "ringd: %s\n", line.c_str());
+}
+
+[[noreturn]] void Die(int code, const std::string& message) {
+  Say(message);
   std::exit(code);
 }
 
@@ -100,12 +105,10 @@ struct Tls {
   tls::ReloadableTls sessions;
 };
 
-// Every certificate and key is read and checked here, before privileges are dropped (a SIGHUP
-// reads them again as the user ringd runs as); one generation of certificates serves every shard,
-// and one set of ticket keys every generation.
 // A certificate not valid yet loads (as in nginx; a renewal may come early) but no client takes
 // it: one line each, at start-up and on every reload.
-void WarnNotYetValid(const Tls& tls) {
+std::vector<std::string> NotYetValid(const Tls& tls) {
+  std::vector<std::string> lines;
   const int64_t now = static_cast<int64_t>(std::time(nullptr));
   for (const tls::OpenSslFactory::Certificate& c : tls.sessions.certificates()) {
     if (c.not_before_sec <= now) continue;
@@ -114,17 +117,20 @@ void WarnNotYetValid(const Tls& tls) {
     gmtime_r(&from, &t);
     char when[32];
     std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &t);
-    std::fprintf(stderr,
-                 "ringd: --tls-cert '%s' is not valid before %s: clients refuse it until then\n",
-                 c.file.c_str(), when);
+    lines.push_back("--tls-cert '" + c.file + "' is not valid before " + when +
+                    ": clients refuse it until then");
   }
+  return lines;
 }
 
-void LoadTls(const Config& config, Tls* tls) {
+// Every certificate and key is read and checked here, before privileges are dropped (a SIGHUP
+// reads them again as the user ringd runs as); one generation of certificates serves every shard,
+// and one set of ticket keys every generation.
+absl::Status LoadTls(const Config& config, Tls* tls) {
   // Certificates without a TLS listener are refused once the sockets systemd passed are known
   // (CheckListenAddresses): sockets named https are TLS listeners too.
-  tls->on = !config.tls_cert.empty() && !config.probe_only;
-  if (!tls->on) return;
+  tls->on = !config.tls_cert.empty();
+  if (!tls->on) return absl::OkStatus();
   // Before anything asks OpenSSL for memory (tls_memory.h: an idle TLS connection's allocations
   // in fewer bytes; nothing before this point uses the library, and a plaintext ringd reserves
   // nothing for it). Where it cannot be routed the library uses plain malloc.
@@ -140,8 +146,7 @@ void LoadTls(const Config& config, Tls* tls) {
   tls->options.tickets_per_handshake = config.tls_tickets;
   tls->options.http2 = config.http2;
   tls->options.tickets = tls->ticket_keys.get();
-  if (absl::Status s = tls->sessions.Load(tls->options); !s.ok()) Die(1, s);
-  WarnNotYetValid(*tls);
+  return tls->sessions.Load(tls->options);
 }
 
 // SIGHUP: new connections get the new certificates; connections and handshakes already under
@@ -152,34 +157,145 @@ void ReloadTls(Tls* tls) {
   } else if (absl::Status s = tls->sessions.Load(tls->options); s.ok()) {
     std::fprintf(stderr, "ringd: SIGHUP: TLS certificates reloaded (%zu)\n",
                  tls->options.pairs.size());
-    WarnNotYetValid(*tls);
+    for (const std::string& line : NotYetValid(*tls)) Say(line);
   } else {
     std::fprintf(stderr, "ringd: SIGHUP: keeping the certificates in use: %s\n",
                  std::string(s.message()).c_str());
   }
 }
 
-// The io tier, from the flags, the tier table and the probe; false after `--probe` printed it.
-bool SetUpIo(const Config& config, IoSetup* io) {
-  // Like nginx's worker_rlimit_nofile: use every descriptor the hard limit allows (a tier with a
-  // file table per connection is held to it as well).
+// Like nginx's worker_rlimit_nofile: every descriptor the hard limit allows (a tier with a file
+// table per connection is held to it as well). The limit now; 0 when there is none.
+uint64_t RaiseDescriptorLimit() {
   rlimit nofile{};
-  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) != 0) return 0;
+  if (nofile.rlim_cur < nofile.rlim_max) {
     nofile.rlim_cur = nofile.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &nofile);
+    if (::setrlimit(RLIMIT_NOFILE, &nofile) != 0) ::getrlimit(RLIMIT_NOFILE, &nofile);
   }
+  return nofile.rlim_cur == RLIM_INFINITY ? 0 : nofile.rlim_cur;
+}
+
+const io::TierTable& Tiers() {
   static const io::TierTable tiers = io::BuiltinTiers();
-  if (absl::Status s = CheckIoFlags(config, tiers); !s.ok()) Die(2, s);
+  return tiers;
+}
+
+// `ringd --probe`: what the probe finds and what each tier would do with it.
+int Probe(const Config& config) {
+  const uint64_t descriptor_limit = RaiseDescriptorLimit();
+  if (absl::Status s = CheckIoFlags(config, Tiers()); !s.ok()) Die(2, s);
   const io::ProbeReport probe = io::ProbeUring(config.io_mask);
-  const uint64_t descriptor_limit = nofile.rlim_cur == RLIM_INFINITY ? 0 : nofile.rlim_cur;
-  if (config.probe_only) {
-    std::fputs(DescribeProbe(config, tiers, probe, descriptor_limit).c_str(), stdout);
-    return false;
+  std::fputs(DescribeProbe(config, Tiers(), probe, descriptor_limit).c_str(), stdout);
+  return 0;
+}
+
+// The user ringd serves as can search the root: every file is opened beneath it as that user
+// (the root's descriptor is opened before the switch), and without search permission there
+// every request is a 403.
+absl::Status RootSearchable(const Config& config, int root_fd) {
+  if (::faccessat(root_fd, ".", X_OK, AT_EACCESS) == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError("--root: the user ringd serves as cannot search '" +
+                                       config.root + "': " + strerror(errno));
+}
+
+// What start-up reads before it binds a socket or makes a shard, and what it found.
+struct Prepared {
+  Tls tls;
+  IoSetup io;
+  int root_fd = -1;
+  http::MimeTypes mime;
+  uint32_t shards = 0;
+};
+
+struct Findings {
+  struct Problem {
+    int exit_status;  // 2: a flag ringd cannot use; 1: what the machine or a file refused
+    std::string line;
+  };
+  std::vector<Problem> problems;      // start-up stops at the first; -t says each
+  std::vector<std::string> warnings;  // said, and ringd serves all the same
+};
+
+// Every file the flags name, read and checked as start-up uses it: the identity ringd runs as, the
+// certificates, keys and OCSP responses, the io tier against the probe, --root (opened, and
+// searchable by the user ringd serves as where that is this process), --mime-types, the
+// --error-page files, the --access-log's file or directory, and sizes this machine cannot give.
+// Nothing is bound and no shard is made: start-up goes on from here, and `ringd -t` stops here.
+Findings Prepare(const Config& config, Prepared* out) {
+  Findings found;
+  auto problem = [&found](int exit_status, std::string line) {
+    found.problems.push_back({exit_status, std::move(line)});
+  };
+  if (absl::Status s = RootAllowed(config); !s.ok()) problem(1, std::string(s.message()));
+  if (absl::Status s = LoadTls(config, &out->tls); !s.ok()) {
+    problem(1, std::string(s.message()));
+  } else {
+    for (std::string& line : NotYetValid(out->tls)) found.warnings.push_back(std::move(line));
   }
-  absl::StatusOr<IoSetup> chosen = ChooseIo(config, tiers, probe, descriptor_limit);
-  if (!chosen.ok()) Die(1, chosen.status());
-  *io = *std::move(chosen);
-  return true;
+  const uint64_t descriptor_limit = RaiseDescriptorLimit();
+  if (absl::Status s = CheckIoFlags(config, Tiers()); !s.ok()) {
+    problem(2, std::string(s.message()));
+  } else {
+    const io::ProbeReport probe = io::ProbeUring(config.io_mask);
+    absl::StatusOr<IoSetup> chosen = ChooseIo(config, Tiers(), probe, descriptor_limit);
+    if (chosen.ok()) {
+      out->io = *std::move(chosen);
+    } else {
+      problem(1, std::string(chosen.status().message()));
+    }
+  }
+  out->root_fd = ::open(config.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (out->root_fd < 0) {
+    problem(1, "--root: cannot open '" + config.root + "': " + strerror(errno));
+  } else if (!(config.has_user && ::geteuid() == 0)) {
+    // Started as root with --user, the search is checked once ringd is that user (StartShards).
+    if (absl::Status s = RootSearchable(config, out->root_fd); !s.ok())
+      problem(1, std::string(s.message()));
+  }
+  std::string mime_error;
+  out->mime = http::MimeTypes::Load(
+      config.mime_types.empty() ? http::MimeTypes::kSystemFile : config.mime_types, &mime_error);
+  if (!config.mime_types.empty() && !mime_error.empty()) problem(1, "--mime-types: " + mime_error);
+  out->mime.SetCharset(config.charset);
+  if (out->root_fd >= 0) {
+    // A page that cannot be read is answered with the built-in one (as a missing file is).
+    for (const auto& [status, page] : config.origin.error_pages()) {
+      if (::faccessat(out->root_fd, page.c_str(), R_OK, AT_EACCESS) == 0) continue;
+      found.warnings.push_back("--error-page " + std::to_string(status) + "=/" + page +
+                               ": cannot read '" + config.root + "/" + page +
+                               "': " + strerror(errno) + "; the built-in page is served instead");
+    }
+  }
+  if (!config.access_log.empty()) {
+    // Opened (created if need be) once every check has passed; here, whether it can be.
+    const std::string& path = config.access_log;
+    const size_t slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+    const bool can =
+        ::faccessat(AT_FDCWD, path.c_str(), W_OK, AT_EACCESS) == 0 ||
+        (errno == ENOENT && ::faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) == 0);
+    if (!can) {
+      problem(1, "--access-log: cannot open '" + path + "' for appending: " + strerror(errno));
+    }
+  }
+  const size_t cpus = UsableCpus().size();
+  out->shards = config.shards != 0 ? config.shards : static_cast<uint32_t>(cpus);
+  for (std::string& line : SizingWarnings(config, out->shards, descriptor_limit, cpus))
+    found.warnings.push_back(std::move(line));
+  return found;
+}
+
+// `ringd -t`: each problem and warning, then whether the configuration would start.
+int ReportCheck(const Findings& found) {
+  for (const Findings::Problem& p : found.problems) Say(p.line);
+  for (const std::string& line : found.warnings) Say(line);
+  if (!found.problems.empty()) {
+    Say("configuration test failed");
+    return 1;
+  }
+  Say("configuration ok");
+  return 0;
 }
 
 // The tier chosen and why, once every start-up check has passed: a start-up that fails says
@@ -353,11 +469,8 @@ std::vector<std::thread> StartShards(const Config& config, int root_fd,
     if (absl::Status s = DropPrivileges(config); !s.ok()) {
       first_error = std::string(s.message());
       all_ok = false;
-    } else if (::faccessat(root_fd, ".", X_OK, AT_EACCESS) != 0) {
-      // Every file is opened beneath the root as the user that serves (the root's descriptor
-      // was opened before the switch): without search permission there, every request is a 403.
-      first_error = "--root: the user ringd serves as cannot search '" + config.root +
-                    "': " + strerror(errno);
+    } else if (absl::Status r = RootSearchable(config, root_fd); !r.ok()) {
+      first_error = std::string(r.message());
       all_ok = false;
     }
   }
@@ -509,26 +622,26 @@ void Drain(const Config& config, int sig, const std::vector<std::unique_ptr<Shar
 int Main(int argc, char** argv) {
   Config config;
   bool exit_now = false;
-  if (absl::Status s = ParseFlags(argc, argv, &config, &exit_now); !s.ok()) Die(2, s);
-  if (exit_now) return 0;
-  if (!config.probe_only) {
-    if (absl::Status s = RootAllowed(config); !s.ok()) Die(1, s);
+  if (absl::Status s = ParseFlags(argc, argv, &config, &exit_now); !s.ok()) {
+    if (config.check_config) {
+      Findings found;
+      found.problems.push_back({2, std::string(s.message())});
+      return ReportCheck(found);
+    }
+    Die(2, s);
   }
-  Tls tls;
-  LoadTls(config, &tls);
-  IoSetup io;
-  if (!SetUpIo(config, &io)) return 0;  // --probe
-
-  const int root_fd = ::open(config.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (root_fd < 0) Die(1, "--root: cannot open '" + config.root + "': " + strerror(errno));
+  if (exit_now) return 0;
+  if (config.probe_only) return Probe(config);
+  Prepared prepared;
+  const Findings found = Prepare(config, &prepared);
+  if (config.check_config) return ReportCheck(found);
+  if (!found.problems.empty()) Die(found.problems[0].exit_status, found.problems[0].line);
+  Tls& tls = prepared.tls;
+  const IoSetup& io = prepared.io;
+  const int root_fd = prepared.root_fd;
   DocumentRoot document_root(config.root, root_fd);  // followed when --root is renamed over
-  std::string mime_error;
-  http::MimeTypes mime = http::MimeTypes::Load(
-      config.mime_types.empty() ? http::MimeTypes::kSystemFile : config.mime_types, &mime_error);
-  if (!config.mime_types.empty() && !mime_error.empty()) Die(1, "--mime-types: " + mime_error);
-  mime.SetCharset(config.charset);
-  const uint32_t shards =
-      config.shards != 0 ? config.shards : static_cast<uint32_t>(UsableCpus().size());
+  const http::MimeTypes& mime = prepared.mime;
+  const uint32_t shards = prepared.shards;
 
   // Signals are handled by this thread alone, with sigwait; shard threads inherit the mask.
   sigset_t signals;
@@ -545,6 +658,8 @@ int Main(int argc, char** argv) {
   const Inherited inherited = CheckListenAddresses(config, shards);
   Observability observability;  // the access log and the admin listener (before the shards)
   if (absl::Status s = observability.Open(config, shards); !s.ok()) Die(1, s);
+  // Said once nothing that refuses the flags is left (a start-up that fails is one line).
+  for (const std::string& line : found.warnings) Say(line);
   if (tls.on) {
     observability.SetCertificates([&tls] {
       std::vector<ProcessInfo::Certificate> out;

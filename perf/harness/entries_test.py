@@ -123,6 +123,26 @@ class PeerTest(unittest.TestCase):
         finally:
             shutil.rmtree(d)
 
+    def test_ringd_peers_give_each_flag_once(self):
+        # ringd refuses a flag that takes one value given twice: a peer's own --max-connections
+        # stands in for the harness's default.
+        lists = {"--listen", "--listen-tls", "--tls-cert", "--tls-key", "--tls-ocsp", "--io-mask",
+                 "--add-header", "--error-page", "--cache-control"}
+        d = tempfile.mkdtemp()
+        try:
+            ctx = Ctx({"ringd": "/b/ringd"}, "/data", 8080, 2, d)
+            for name, peer in PEERS.items():
+                if not name.startswith("ringd"):
+                    continue
+                cmd = peer.command(ctx)
+                flags = [a.split("=", 1)[0] for a in cmd if a.startswith("--")]
+                twice = {f for f in flags if flags.count(f) > 1} - lists
+                self.assertFalse(twice, (name, cmd))
+            cmd = PEERS["ringd-bypass"].command(ctx)
+            self.assertEqual(cmd[cmd.index("--max-connections") + 1], "15000")
+        finally:
+            shutil.rmtree(d)
+
     def test_observability_variants(self):
         d = tempfile.mkdtemp()
         try:

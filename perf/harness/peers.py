@@ -163,13 +163,21 @@ class Peer:
 _ROOT_FLAGS = ["--allow-root"] if os.geteuid() == 0 else []
 
 
+def _unless_given(defaults, flags):
+    """The (name, value) pairs of `defaults` whose flag `flags` does not give, as arguments: a
+    peer's own value stands in for the default (ringd refuses a flag given twice)."""
+    given = {f.split("=", 1)[0] for f in flags if f.startswith("--")}
+    return [arg for name, value in defaults if name not in given for arg in (name, value)]
+
+
 def ringd(io, *flags):
     def argv(peer, ctx):
         listen = ["--listen", "127.0.0.1:%d" % ctx.port] if ctx.tls is None else [
             "--listen-tls", "127.0.0.1:%d" % ctx.port, "--tls-cert", ctx.tls.cert, "--tls-key", ctx.tls.key]
         return [ctx.bins["ringd"], "--root", ctx.root] + listen + [
-                "--shards", str(ctx.shards), "--io", io, "--max-connections", "30000",
-                "--max-requests-per-connection", "100000000"] + _ROOT_FLAGS + list(flags)
+                "--shards", str(ctx.shards), "--io", io] + _unless_given(
+                [("--max-connections", "30000"), ("--max-requests-per-connection", "100000000")],
+                flags) + _ROOT_FLAGS + list(flags)
     return argv
 
 

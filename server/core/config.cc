@@ -14,7 +14,9 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
+#include <string_view>
 
 #include "io/loop.h"
 #include "server/core/version.h"
@@ -103,7 +105,15 @@ struct Flag {
   const char* help;
   bool is_bool;
   std::function<bool(Config*, const std::string&, std::string*)> set;
+  // A list (--listen, --add-header, ...): each time adds one. Any other flag takes one value and
+  // is refused the second time it is given, as nginx refuses a second `root`.
+  bool repeatable = false;
 };
+
+Flag Repeatable(Flag flag) {
+  flag.repeatable = true;
+  return flag;
+}
 
 template <typename T>
 Flag UintFlag(const char* name, const char* help, T Config::*field, uint64_t min, uint64_t max) {
@@ -146,15 +156,16 @@ const std::vector<Flag>& Flags() {
                  "directory to serve (required); followed within a second when its name is "
                  "renamed over (a deploy switching releases)",
                  &Config::root),
-      Flag{"listen", "HOST:PORT or [IPV6]:PORT to listen on; repeatable (default 127.0.0.1:8080)",
-           false,
+      Repeatable(Flag{"listen",
+                      "HOST:PORT or [IPV6]:PORT to listen on; repeatable (default 127.0.0.1:8080)",
+                      false,
            [](Config* c, const std::string& v, std::string* error) {
              ListenAddress a;
              if (!ParseListen(v, &a, error)) return false;
              c->listen.push_back(a);
              return true;
-           }},
-      Flag{"listen-tls",
+           }}),
+      Repeatable(Flag{"listen-tls",
            "HOST:PORT or [IPV6]:PORT to serve HTTPS on; repeatable (needs --tls-cert and "
            "--tls-key)",
            false,
@@ -163,8 +174,8 @@ const std::vector<Flag>& Flags() {
              if (!ParseListen(v, &a, error, "--listen-tls")) return false;
              c->listen_tls.push_back(a);
              return true;
-           }},
-      Flag{"tls-cert",
+           }}),
+      Repeatable(Flag{"tls-cert",
            "PEM file: a certificate and its chain; repeatable, paired in order with --tls-key "
            "(certificates with the same names and different key types serve one site; others are "
            "chosen by SNI, the first by default)",
@@ -172,13 +183,14 @@ const std::vector<Flag>& Flags() {
            [](Config* c, const std::string& v, std::string*) {
              c->tls_cert.push_back(v);
              return true;
-           }},
-      Flag{"tls-key", "PEM file: the private key of the --tls-cert in the same position", false,
+           }}),
+      Repeatable(Flag{"tls-key", "PEM file: the private key of the --tls-cert in the same position",
+                      false,
            [](Config* c, const std::string& v, std::string*) {
              c->tls_key.push_back(v);
              return true;
-           }},
-      Flag{"tls-ocsp",
+           }}),
+      Repeatable(Flag{"tls-ocsp",
            "DER file: an OCSP response to staple (openssl ocsp -respout); repeatable, each "
            "matched to the --tls-cert it answers for, whose file must hold its issuer; "
            "reloaded on SIGHUP",
@@ -186,7 +198,7 @@ const std::vector<Flag>& Flags() {
            [](Config* c, const std::string& v, std::string*) {
              c->tls_ocsp.push_back(v);
              return true;
-           }},
+           }}),
       Flag{"tls-min-version", "oldest TLS version accepted: 1.2 or 1.3 (default 1.2)", false,
            [](Config* c, const std::string& v, std::string* error) {
              if (v != "1.2" && v != "1.3") {
@@ -228,7 +240,7 @@ const std::vector<Flag>& Flags() {
                  "io tier by name, or auto: the first tier that works here (ringd --probe lists "
                  "the tiers and what each needs; default auto)",
                  &Config::io),
-      Flag{"io-mask",
+      Repeatable(Flag{"io-mask",
            "features the probe treats as missing, comma-separated (testing the fallbacks)", false,
            [](Config* c, const std::string& v, std::string*) {
              size_t start = 0;
@@ -238,7 +250,7 @@ const std::vector<Flag>& Flags() {
                start = comma + 1;
              }
              return true;
-           }},
+           }}),
       BoolFlag("sqpoll",
                "bypass: a kernel thread submits for the shards (spends a core; default false)",
                &Config::sqpoll),
@@ -478,7 +490,7 @@ const std::vector<Flag>& Flags() {
              c->has_admin_listen = true;
              return true;
            }},
-      Flag{"cache-control",
+      Repeatable(Flag{"cache-control",
            "GLOB=VALUE: Cache-Control for files whose path matches GLOB ('*.css', '/assets/*'); "
            "repeatable, the first match wins; sent on 200, 206 and 304",
            false,
@@ -490,13 +502,13 @@ const std::vector<Flag>& Flags() {
              }
              return c->origin.AddCacheRule(std::string_view(v).substr(0, eq),
                                            std::string_view(v).substr(eq + 1), error);
-           }},
+           }}),
       Flag{"default-cache-control",
            "Cache-Control for files no --cache-control glob matches (default: none)", false,
            [](Config* c, const std::string& v, std::string* error) {
              return c->origin.SetDefaultCacheControl(v, error);
            }},
-      Flag{"add-header",
+      Repeatable(Flag{"add-header",
            "'Name: value' added to every 200, 206 and 304 response; repeatable (security "
            "headers, CORS)",
            false,
@@ -509,8 +521,8 @@ const std::vector<Flag>& Flags() {
              const std::string_view text(v);
              return c->origin.AddHeader(text.substr(0, colon),
                                         http::TrimOws(text.substr(colon + 1)), error);
-           }},
-      Flag{"error-page",
+           }}),
+      Repeatable(Flag{"error-page",
            "STATUS=/PATH: serve that file (beneath --root) with the error status, e.g. "
            "404=/404.html; repeatable; a missing file falls back to the built-in page",
            false,
@@ -523,7 +535,7 @@ const std::vector<Flag>& Flags() {
                return false;
              }
              return c->origin.SetErrorPage(static_cast<int>(status), v.substr(eq + 2), error);
-           }},
+           }}),
       Flag{"user",
            "NAME[:GROUP]: as root, become this user (and group) once the sockets are bound, the "
            "root opened and the rings created",
@@ -548,6 +560,11 @@ const std::vector<Flag>& Flags() {
                &Config::takeover),
       BoolFlag("probe", "print what the io_uring probe finds on this machine, then exit",
                &Config::probe_only),
+      BoolFlag("check-config",
+               "check the flags and every file they name as start-up does, without listening or "
+               "serving: print each problem and exit 1, or 'ringd: configuration ok' and exit 0 "
+               "(-t is the same, as nginx -t)",
+               &Config::check_config),
   };
   return flags;
 }
@@ -559,13 +576,94 @@ const Flag* FindFlag(const std::string& name) {
   return nullptr;
 }
 
-// On failure *failed_at is the index of the argument at fault.
-bool ParseArgs(const std::vector<std::string>& args, Config* config, std::string* error,
-               bool* exit_now, int depth, size_t* failed_at);
+// Where each single-valued flag was first given ("the command line", "FILE:LINE"), to name it
+// when the flag comes again.
+using FirstSeen = std::map<std::string, std::string>;
+
+// On failure *failed_at is the index of the argument at fault. where(i): where argument i was
+// written.
+bool ParseArgs(const std::vector<std::string>& args,
+               const std::function<std::string(size_t)>& where, Config* config, std::string* error,
+               bool* exit_now, int depth, FirstSeen* seen, size_t* failed_at);
+
+// One line of a flagfile, read as a shell reads a word: '...' is taken literally, "..." with \",
+// \\, \$ and \` escaped, a backslash outside quotes escapes the next character, and a # at the
+// start of a word (outside quotes) begins a comment to the end of the line. One flag per line:
+// --name=value, or --name value where the value is the rest of the line, blank space within it
+// kept as written. Appends nothing for a blank or comment line; false with *error for a quote
+// left open (a flag and its value are one line).
+bool ReadFlagfileLine(std::string_view line, std::vector<std::string>* args, std::string* error) {
+  std::string text;                        // the line with its quoting taken off
+  std::string blank;                       // blank space not yet known to be inside the line
+  size_t name_end = std::string::npos;     // in text: where the first blank space began
+  size_t value_start = std::string::npos;  // and where the word after it begins
+  size_t i = 0;
+  while (i < line.size()) {
+    const char c = line[i];
+    if (c == ' ' || c == '\t' || c == '\r') {
+      blank += c;
+      ++i;
+      continue;
+    }
+    if (c == '#' && (text.empty() || !blank.empty())) break;
+    if (!blank.empty() && !text.empty()) {
+      if (name_end == std::string::npos) name_end = text.size();
+      text += blank;
+      if (value_start == std::string::npos) value_start = text.size();
+    }
+    blank.clear();
+    if (c == '\'') {
+      const size_t close = line.find('\'', i + 1);
+      if (close == std::string::npos) {
+        *error =
+            "a ' quote is not closed on its line (a flag and its value are one line: "
+            "--add-header='X-Frame-Options: DENY')";
+        return false;
+      }
+      text.append(line.substr(i + 1, close - i - 1));
+      i = close + 1;
+    } else if (c == '"') {
+      for (++i;; ++i) {
+        if (i >= line.size()) {
+          *error =
+              "a \" quote is not closed on its line (a flag and its value are one line: "
+              "--add-header=\"X-Frame-Options: DENY\")";
+          return false;
+        }
+        if (line[i] == '"') break;
+        if (line[i] == '\\' && i + 1 < line.size() && std::strchr("\"\\$`", line[i + 1]) != nullptr)
+          ++i;
+        text += line[i];
+      }
+      ++i;
+    } else if (c == '\\') {
+      if (i + 1 >= line.size()) {
+        *error = "the line ends in a backslash (a flag and its value are one line)";
+        return false;
+      }
+      text += line[i + 1];
+      i += 2;
+    } else {
+      text += c;
+      ++i;
+    }
+  }
+  if (text.empty()) return true;
+  // --name value, as on a command line: the name is the first word, when it has no '='.
+  const std::string_view first = std::string_view(text).substr(0, name_end);
+  if (name_end != std::string::npos && first.starts_with("--") &&
+      first.find('=') == std::string_view::npos) {
+    args->push_back(std::string(first));
+    args->push_back(text.substr(value_start));
+  } else {
+    args->push_back(text);
+  }
+  return true;
+}
 
 // A flagfile's error names the file and the line: "/etc/ringd/ringd.conf:12: unknown flag ...".
 bool ReadFlagfile(const std::string& path, Config* config, std::string* error, bool* exit_now,
-                  int depth) {
+                  int depth, FirstSeen* seen) {
   if (depth > kMaxFlagfileDepth) {
     *error = "--flagfile: nested too deeply at '" + path + "'";
     return false;
@@ -579,36 +677,27 @@ bool ReadFlagfile(const std::string& path, Config* config, std::string* error, b
   std::vector<int> line_numbers;  // of each argument
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
-    const size_t start = line.find_first_not_of(" \t\r");
-    if (start == std::string::npos || line[start] == '#') continue;
-    const size_t end = line.find_last_not_of(" \t\r");
-    // One flag per line, as gflags reads them: --name=value, or --name value as on a command
-    // line (the value is the rest of the line, spaces and all).
-    const std::string arg = line.substr(start, end - start + 1);
-    const size_t space = arg.find_first_of(" \t");
-    const size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) == 0 && space != std::string::npos &&
-        (eq == std::string::npos || space < eq)) {
-      args.push_back(arg.substr(0, space));
-      args.push_back(arg.substr(arg.find_first_not_of(" \t", space)));
-      line_numbers.push_back(number);
-    } else {
-      args.push_back(arg);
+    if (!ReadFlagfileLine(line, &args, error)) {
+      *error = path + ":" + std::to_string(number) + ": " + *error;
+      return false;
     }
-    line_numbers.push_back(number);
+    line_numbers.resize(args.size(), number);
   }
+  auto where = [&](size_t i) {
+    return path + ":" + std::to_string(line_numbers[std::min(i, line_numbers.size() - 1)]);
+  };
   size_t failed_at = 0;
-  if (ParseArgs(args, config, error, exit_now, depth + 1, &failed_at)) return true;
-  const int number = line_numbers[std::min(failed_at, line_numbers.size() - 1)];
-  *error = path + ":" + std::to_string(number) + ": " + *error;
+  if (ParseArgs(args, where, config, error, exit_now, depth + 1, seen, &failed_at)) return true;
+  *error = where(failed_at) + ": " + *error;
   return false;
 }
 
-bool ParseArgs(const std::vector<std::string>& args, Config* config, std::string* error,
-               bool* exit_now, int depth, size_t* failed_at) {
+bool ParseArgs(const std::vector<std::string>& args,
+               const std::function<std::string(size_t)>& where, Config* config, std::string* error,
+               bool* exit_now, int depth, FirstSeen* seen, size_t* failed_at) {
   for (size_t i = 0; i < args.size(); ++i) {
     *failed_at = i;
-    const std::string& arg = args[i];
+    const std::string& arg = args[i] == "-t" ? "--check-config" : args[i];  // nginx -t
     if (arg == "--help" || arg == "-h") {
       std::fputs(Usage().c_str(), stdout);
       *exit_now = true;
@@ -638,23 +727,35 @@ bool ParseArgs(const std::vector<std::string>& args, Config* config, std::string
         }
         value = args[++i];
       }
-      if (!ReadFlagfile(value, config, error, exit_now, depth)) return false;
+      if (!ReadFlagfile(value, config, error, exit_now, depth, seen)) return false;
       if (*exit_now) return true;
       continue;
     }
     const Flag* flag = FindFlag(name);
-    if (flag == nullptr && !has_value && name.rfind("no", 0) == 0) {
-      const Flag* negated = FindFlag(name.substr(2));
-      if (negated != nullptr && negated->is_bool) {
-        if (!negated->set(config, "false", error)) return false;
-        continue;
+    bool negated = false;  // --noname
+    if (flag == nullptr && !has_value && name.starts_with("no")) {
+      const Flag* f = FindFlag(name.substr(2));
+      if (f != nullptr && f->is_bool) {
+        flag = f;
+        negated = true;
       }
     }
     if (flag == nullptr) {
       *error = "unknown flag --" + name + " (see --help)";
       return false;
     }
-    if (!has_value) {
+    if (!flag->repeatable) {
+      const auto [first, is_first] = seen->emplace(flag->name, where(i));
+      if (!is_first) {
+        *error = std::string("--") + flag->name + " is given twice (first " +
+                 (first->second.empty() ? "on the command line" : "at " + first->second) +
+                 "): it takes one value";
+        return false;
+      }
+    }
+    if (negated) {
+      value = "false";
+    } else if (!has_value) {
       if (flag->is_bool) {
         value = "true";
       } else if (i + 1 < args.size()) {
@@ -684,7 +785,8 @@ std::string Usage() {
   }
   out +=
       "  --flagfile=FILE                 read more flags from FILE, one per line: --name=value or "
-      "--name value ('#' comments)\n";
+      "--name value, quoted as a shell quotes ('...', \"...\"); a # after blank space begins a "
+      "comment\n";
   out += "  --help, --version\n";
   return out;
 }
@@ -856,8 +958,10 @@ namespace {
 // The command line's checks, in order; false with one line in *error at the first that fails.
 bool Parse(int argc, char** argv, Config* config, std::string* error, bool* exit_now) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  FirstSeen seen;
   size_t failed_at;
-  if (!ParseArgs(args, config, error, exit_now, 0, &failed_at)) return false;
+  auto command_line = [](size_t) { return std::string(); };
+  if (!ParseArgs(args, command_line, config, error, exit_now, 0, &seen, &failed_at)) return false;
   if (*exit_now || config->probe_only) return true;
   if (!CheckRoot(config, error) || !CheckReceivePool(config, error) ||
       !CheckCombinations(config, error) || !CheckTls(config, error)) {
@@ -876,6 +980,11 @@ bool Parse(int argc, char** argv, Config* config, std::string* error, bool* exit
 
 absl::Status ParseFlags(int argc, char** argv, Config* config, bool* exit_now) {
   *exit_now = false;
+  // A configuration test reports a flag it cannot parse as a problem too, wherever -t stands.
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "-t" || arg == "--check-config") config->check_config = true;
+  }
   std::string error;
   if (!Parse(argc, argv, config, &error, exit_now)) return absl::InvalidArgumentError(error);
   return absl::OkStatus();

@@ -156,10 +156,14 @@ struct Config {
   bool takeover = false;
 
   bool probe_only = false;  // --probe: print what io_uring offers here, and exit
+  // -t, --check-config: check as start-up does, short of listening; say what is wrong, and exit.
+  // Set (before the other flags are parsed) wherever it stands on the command line.
+  bool check_config = false;
 };
 
 // Parses argv into config; an error of one line on failure. On --help or --version prints to
-// stdout and sets *exit_now.
+// stdout and sets *exit_now. A flag that takes one value is refused the second time it is given
+// (on the command line, in a flagfile, or in both); lists (--listen, --add-header, ...) repeat.
 absl::Status ParseFlags(int argc, char** argv, Config* config, bool* exit_now);
 
 std::string Usage();

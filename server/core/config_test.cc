@@ -61,10 +61,11 @@ TEST(Config, ReadsAFlagfile) {
     std::ofstream f(path);
     f << "# comment\n--root=/tmp\n\n  --shards=2  \n--io=uring\n";
   }
-  Parsed p = Parse({"--flagfile=" + path, "--shards=4"});
+  Parsed p = Parse({"--flagfile=" + path, "--listen=127.0.0.1:0"});
   ASSERT_TRUE(p.ok) << p.error;
-  EXPECT_EQ(p.config.shards, 4u);  // later flags win
+  EXPECT_EQ(p.config.shards, 2u);
   EXPECT_EQ(p.config.io, "uring");
+  EXPECT_EQ(p.config.listen.size(), 1u);
   // The command line's form too: the value is the rest of the line.
   {
     std::ofstream f(path);
@@ -76,6 +77,105 @@ TEST(Config, ReadsAFlagfile) {
   EXPECT_EQ(p.config.shards, 3u);
   EXPECT_TRUE(p.config.serve_dot_files);
   std::remove(path.c_str());
+}
+
+// A flagfile reads as a shell would read the same words: quotes are taken off, and a # after
+// blank space begins a comment (docs/OPERATIONS.md shows these lines).
+TEST(Config, FlagfileTakesShellQuotingAndComments) {
+  const std::string path = ::testing::TempDir() + "/quoted.conf";
+  {
+    std::ofstream f(path);
+    f << "--root='/tmp'   # the site\n"
+         "--index=index.html   # comment\n"
+         "--add-header='X-Quoted: yes'\n"
+         "--add-header=\"X-Double: a \\\"b\\\" $c\"\n"
+         "--add-header 'X-Spaced: one  two '\n"
+         "--add-header X-Rest: a b=c\t# a comment after a tab\n"
+         "--add-header=X-Hash:#1 a#b\n"
+         "--cache-control=\"*.css=public, max-age=60\"\n"
+         "--add-header=X-Esc:\\ \\'x\n"
+         "  # an indented comment\n"
+         "--charset=utf-8#\r\n";
+  }
+  Parsed p = Parse({"--flagfile=" + path});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.root, "/tmp");
+  EXPECT_EQ(p.config.index, "index.html");
+  EXPECT_EQ(p.config.origin.added(),
+            "X-Quoted: yes\r\nX-Double: a \"b\" $c\r\nX-Spaced: one  two\r\n"
+            "X-Rest: a b=c\r\nX-Hash: #1 a#b\r\nX-Esc: 'x\r\n");
+  EXPECT_EQ(p.config.origin.CacheControlFor("a/site.css"), "Cache-Control: public, max-age=60\r\n");
+  EXPECT_EQ(p.config.charset, "utf-8#");
+  std::remove(path.c_str());
+}
+
+// A quote left open is one line naming the file and the line, not a value with a quote in it.
+TEST(Config, FlagfileRefusesAnOpenQuote) {
+  const std::string path = ::testing::TempDir() + "/open-quote.conf";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--add-header='X-Quoted: yes\n", ":2: a ' quote is not closed on its line"},
+      {"--add-header=\"X-Quoted: yes\n", ":2: a \" quote is not closed on its line"},
+      {"--add-header=\"X: \\\"\n", ":2: a \" quote is not closed on its line"},
+      {"--index=index.html \\\n", ":2: the line ends in a backslash"},
+  };
+  for (const auto& [line, want] : cases) {
+    {
+      std::ofstream f(path);
+      f << "--root=/tmp\n" << line << "--shards=1\n";
+    }
+    Parsed p = Parse({"--flagfile=" + path});
+    EXPECT_FALSE(p.ok) << line;
+    EXPECT_EQ(p.error.rfind(path + want, 0), 0u) << p.error;
+  }
+  std::remove(path.c_str());
+}
+
+// A flag that takes one value, given twice, is refused wherever the two stand (nginx refuses a
+// second root); lists repeat.
+TEST(Config, RefusesASingleValuedFlagGivenTwice) {
+  EXPECT_EQ(Parse({"--root=/tmp", "--root", "/var"}).error,
+            "--root is given twice (first on the command line): it takes one value");
+  EXPECT_EQ(Parse({"--root=/tmp", "--pin", "--nopin"}).error,
+            "--pin is given twice (first on the command line): it takes one value");
+  EXPECT_EQ(Parse({"--root=/tmp", "--access-log=/tmp/a.log", "--access-log=off"}).error,
+            "--access-log is given twice (first on the command line): it takes one value");
+  const std::string path = ::testing::TempDir() + "/twice.conf";
+  {
+    std::ofstream f(path);
+    f << "--root=/tmp\n--shards=2\n# more\n--shards 3\n";
+  }
+  EXPECT_EQ(Parse({"--flagfile=" + path}).error,
+            path + ":4: --shards is given twice (first at " + path + ":2): it takes one value");
+  {
+    std::ofstream f(path);
+    f << "--root=/tmp\n--shards=2\n";
+  }
+  EXPECT_EQ(Parse({"--flagfile=" + path, "--shards=4"}).error,
+            "--shards is given twice (first at " + path + ":2): it takes one value");
+  EXPECT_EQ(Parse({"--root=/var", "--flagfile", path}).error,
+            path + ":1: --root is given twice (first on the command line): it takes one value");
+  std::remove(path.c_str());
+
+  Parsed p = Parse({"--root=/tmp", "--listen=127.0.0.1:0", "--listen=127.0.0.2:0",
+                    "--add-header=X-A: 1", "--add-header=X-B: 2", "--cache-control=*.css=no-cache",
+                    "--cache-control=*.js=no-cache", "--error-page=404=/404.html",
+                    "--error-page=503=/503.html", "--io-mask=sqpoll", "--io-mask=napi",
+                    "--listen-tls=127.0.0.1:0", "--listen-tls=127.0.0.2:0", "--tls-cert=a",
+                    "--tls-key=a", "--tls-cert=b", "--tls-key=b", "--tls-ocsp=a", "--tls-ocsp=b"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.listen.size(), 2u);
+  EXPECT_EQ(p.config.io_mask.size(), 2u);
+  EXPECT_EQ(p.config.tls_cert.size(), 2u);
+}
+
+// -t and --check-config are one flag; a flag the parser refuses still leaves it known.
+TEST(Config, CheckConfig) {
+  EXPECT_FALSE(Parse({"--root=/tmp"}).config.check_config);
+  EXPECT_TRUE(Parse({"--root=/tmp", "-t"}).config.check_config);
+  EXPECT_TRUE(Parse({"--check-config", "--root=/tmp"}).config.check_config);
+  Parsed p = Parse({"--root=/tmp", "--shard=2", "-t"});
+  EXPECT_FALSE(p.ok);
+  EXPECT_TRUE(p.config.check_config);
 }
 
 // A flagfile's mistake names the file, the line and the flag: /etc/ringd/ringd.conf is one.
@@ -206,10 +306,10 @@ TEST(Config, PageCacheTrustAndTcpNopush) {
 
 TEST(Config, UsageListsEveryFlag) {
   const std::string usage = Usage();
-  for (const char* flag :
-       {"--root", "--listen", "--shards", "--io", "--pin", "--header-timeout-ms",
-        "--keepalive-timeout-ms", "--send-timeout-ms", "--max-connections",
-        "--max-requests-per-connection", "--shutdown-timeout-ms", "--flagfile"}) {
+  for (const char* flag : {"--root", "--listen", "--shards", "--io", "--pin", "--header-timeout-ms",
+                           "--keepalive-timeout-ms", "--send-timeout-ms", "--max-connections",
+                           "--max-requests-per-connection", "--shutdown-timeout-ms", "--flagfile",
+                           "--check-config", "-t is the same"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
   }
 }
@@ -226,7 +326,7 @@ TEST(Config, Observability) {
   EXPECT_TRUE(p.config.access_log_json);
   EXPECT_TRUE(p.config.has_admin_listen);
   EXPECT_EQ(p.config.admin_listen.text, "127.0.0.1:9100");
-  p = Parse({"--root", "/tmp", "--access-log", "/tmp/a.log", "--access-log=off"});
+  p = Parse({"--root", "/tmp", "--access-log=off"});
   ASSERT_TRUE(p.ok) << p.error;
   EXPECT_EQ(p.config.access_log, "");
 }

@@ -54,6 +54,8 @@ class OriginHeaders {
   std::string_view added() const { return added_; }
   // The relative path of the page for `status`, or "" when none was configured.
   std::string_view ErrorPage(int status) const;
+  // Every (status, relative path) configured, in the order given.
+  const std::vector<std::pair<int, std::string>>& error_pages() const { return error_pages_; }
   bool empty() const {
     return rules_.empty() && default_line_.empty() && added_.empty() && error_pages_.empty();
   }

@@ -10,6 +10,7 @@ union of the ~ lines, every other call failing with EPERM (SystemCallErrorNumber
 """
 import os
 import re
+import shlex
 import shutil
 import socket
 import ssl
@@ -119,6 +120,37 @@ class UnitsTest(BackendTestCase):
                              capture_output=True, text=True, timeout=60)
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
         self.assertNotIn("Unknown", out.stderr)
+
+    def test_reload_checks_the_configuration_first(self):
+        # systemd runs ExecReload= lines in order and stops at one that fails: `ringd -t` with
+        # ExecStart's flags comes first, so a configuration that would not start fails the reload
+        # before any signal, and ringd keeps serving as it was.
+        with open(os.path.join(UNITS, "ringd.service")) as f:
+            unit = f.read()
+        start = shlex.split(re.search(r"^ExecStart=(.*)$", unit, re.M).group(1))
+        reload = [shlex.split(l) for l in re.findall(r"^ExecReload=(.*)$", unit, re.M)]
+        self.assertEqual(reload[0], [start[0], "-t"] + start[1:])
+        self.assertEqual([r[0] for r in reload[1:]], ["/bin/kill", "/bin/kill"])
+        # The shipped ringd.conf, its root pointed at a directory here, passes the check; with a
+        # quote left open, the check fails naming the line, and the reload stops there.
+        with open(CONF) as f:
+            shipped = f.read()
+        self.assertIn("--root=/usr/share/ringd/www\n", shipped)
+        conf = os.path.join(self.tmp, "ringd.conf")
+        self.assertIn("--access-log=/var/log/ringd/access.log\n", shipped)
+        with open(conf, "w") as f:
+            f.write(shipped.replace("--root=/usr/share/ringd/www", "--root=" + self.root)
+                    .replace("/var/log/ringd/", self.tmp + "/"))
+        check = [RINGD] + [a.replace("/etc/ringd/ringd.conf", conf) for a in reload[0][1:]]
+        out = subprocess.run(check + ROOT_FLAGS, capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stderr.strip().splitlines()[-1], "ringd: configuration ok")
+        with open(conf, "a") as f:
+            f.write("--add-header='X-Frame-Options: DENY\n")
+        out = subprocess.run(check + ROOT_FLAGS, capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 1, out.stderr)
+        self.assertIn("%s:%d: a ' quote is not closed" % (conf, len(shipped.splitlines()) + 1),
+                      out.stderr)
 
     def test_the_tls_dropin_verifies_with_the_units(self):
         d = os.path.join(self.tmp, "dropin")
