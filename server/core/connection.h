@@ -280,7 +280,11 @@ class ConnectionMachine {
   const RequestMetrics& metrics() const { return metrics_; }
   const uint32_t* state_counts() const { return state_counts_; }
   size_t idle_connections() const { return idle_timers_.size(); }
-  uint32_t exchanges_in_use() const { return static_cast<uint32_t>(exchanges_->InUse()); }
+  // HTTP/1.1 responses' and HTTP/2 streams' exchanges.
+  uint32_t exchanges_in_use() const {
+    return static_cast<uint32_t>(exchanges_->InUse() +
+                                 (h2_exchanges_ != nullptr ? h2_exchanges_->InUse() : 0));
+  }
 
  private:
   // The request side (connection.cc).

@@ -54,7 +54,9 @@ Sim::Sim(uint64_t seed, const SimOptions& options, bool trace)
       world_(seed),
       rng_(world_.rng),
       tls_rng_(seed ^ 0x7a5d1e55c0ffee11ull),
-      root_rng_(seed ^ 0x5eed0f7007d1e5ull) {
+      root_rng_(seed ^ 0x5eed0f7007d1e5ull),
+      h2_rng_(seed ^ 0x4832c0ffee5eed11ull) {
+  if (h2_rng_.Chance(333)) h2_clients_ = static_cast<uint32_t>(h2_rng_.Range(200, 1000));
   world_.tracing = trace;
   world_.one_buffer_max = Exchange::kHeadBytes;
 }
@@ -358,10 +360,21 @@ void Sim::SpawnClient() {
   if (c->style == Style::kResetter) {
     c->reset_at_ms = world_.now_ms + static_cast<int64_t>(rng_.Range(1, 500));
   }
+  // HTTP/2 clients keep reading what they asked for (a half-closed one could not send the
+  // WINDOW_UPDATEs its answers wait for).
+  const bool h2_style = c->style == Style::kNormal || c->style == Style::kSlow ||
+                        c->style == Style::kNoRead || c->style == Style::kResetter ||
+                        c->style == Style::kIdler;
+  if (h2_clients_ > 0 && h2_style && h2_rng_.Chance(h2_clients_)) {
+    static const uint32_t kH2Windows[] = {1024, 16384, 65535, 1 << 20};
+    c->h2 = std::make_unique<SimH2Client>(kH2Windows[h2_rng_.Below(4)]);
+    c->outbox = c->h2->Output();  // the preface and SETTINGS
+  }
   if (tls_) SetUpTlsClient(*c);
-  world_.Trace("client %u connects (socket %zu, %s, window %llu%s)", c->id, c->sock,
+  if (c->h2 != nullptr && c->tls != nullptr) ++result_.coverage["h2.tls_clients"];
+  world_.Trace("client %u connects (socket %zu, %s, window %llu%s%s)", c->id, c->sock,
                StyleName(c->style), static_cast<unsigned long long>(world_.sockets[c->sock].window),
-               c->tls != nullptr ? ", TLS" : "");
+               c->tls != nullptr ? ", TLS" : "", c->h2 != nullptr ? ", HTTP/2" : "");
   clients_.push_back(std::move(c));
   ++result_.connections;
 }
@@ -386,6 +399,7 @@ void Sim::AddRequest(Client& c, Req q, const std::string& text) {
 }
 
 void Sim::StartBatch(Client& c) {
+  if (c.h2 != nullptr) return StartH2Batch(c);
   --c.batches_left;
   const bool last_batch = c.batches_left == 0;
   uint32_t n = static_cast<uint32_t>(rng_.Range(1, 4));
@@ -479,48 +493,61 @@ bool Sim::AddMisbehavingRequest(Client& c) {
 
 // A request of the ordinary mix (GET, HEAD, ranges, conditionals, POST, OPTIONS); true if it
 // closes the connection.
-bool Sim::AddRequestOfTheMix(Client& c, bool last, bool last_batch) {
-  Req q;
-  std::string text;
+void Sim::DrawRequest(Req* q, std::string* method, std::string* target,
+                      std::vector<std::pair<std::string, std::string>>* fields, uint64_t* body,
+                      const Client& c) {
   const uint64_t kind = rng_.Below(1000);
-  std::string extra;
-  uint64_t body = 0;
+  *body = 0;
   if (kind < 40) {
-    text = "POST /a.txt HTTP/1.1\r\nHost: sim\r\n";
-    q.expect_status = 405;
-    body = rng_.Below(config_.max_discarded_body + 1);
+    *method = "POST";
+    *target = "/a.txt";
+    q->expect_status = 405;
+    *body = rng_.Below(config_.max_discarded_body + 1);
   } else if (kind < 60) {
-    text = "OPTIONS * HTTP/1.1\r\nHost: sim\r\n";
-    q.expect_status = 200;
-    q.options = true;
+    *method = "OPTIONS";
+    *target = "*";
+    q->expect_status = 200;
+    q->options = true;
   } else {
     const Route& route = routes_[rng_.Below(routes_.size())];
-    q.route = &route;
-    q.head = rng_.Chance(150);
-    text = std::string(q.head ? "HEAD " : "GET ") + route.target + " HTTP/1.1\r\nHost: sim\r\n";
+    q->route = &route;
+    q->head = rng_.Chance(150);
+    *method = q->head ? "HEAD" : "GET";
+    *target = route.target;
     if (route.kind == Route::kFile && rng_.Chance(250)) {
       static const char* kRanges[] = {"bytes=0-0", "bytes=0-99",      "bytes=10-",
                                       "bytes=-50", "bytes=5-9,20-29", "bytes=100000-",
                                       "bytes=abc", "bytes=0-0,-1",    "bytes=1-2,1-3"};
-      q.range = kRanges[rng_.Below(9)];
-      extra += "Range: " + q.range + "\r\n";
+      q->range = kRanges[rng_.Below(9)];
+      fields->emplace_back("Range", q->range);
     }
     if (route.kind == Route::kFile && rng_.Chance(200)) {
       auto it = c.etags.find(route.path);
       if (it != c.etags.end()) {
-        q.inm = it->second;
-        extra += "If-None-Match: " + q.inm + "\r\n";
+        q->inm = it->second;
+        fields->emplace_back("If-None-Match", q->inm);
       }
     }
     if (rng_.Chance(300)) {
-      q.gzip = true;
-      extra += "Accept-Encoding: gzip\r\n";
+      q->gzip = true;
+      fields->emplace_back("Accept-Encoding", "gzip");
     }
     if (config_.max_discarded_body > 0 && rng_.Chance(50)) {
-      body = rng_.Range(1, config_.max_discarded_body);
+      *body = rng_.Range(1, config_.max_discarded_body);
     }
   }
-  if (body > 0) extra += "Content-Length: " + std::to_string(body) + "\r\n";
+  if (*body > 0) fields->emplace_back("Content-Length", std::to_string(*body));
+}
+
+bool Sim::AddRequestOfTheMix(Client& c, bool last, bool last_batch) {
+  Req q;
+  std::string method, target;
+  std::vector<std::pair<std::string, std::string>> fields;
+  uint64_t body = 0;
+  DrawRequest(&q, &method, &target, &fields, &body, c);
+  std::string text = method + " " + target + " HTTP/1.1\r\nHost: sim\r\n";
+  std::string extra;
+  for (const auto& [name, value] : fields) extra += name + ": " + value + "\r\n";
   if (last && (last_batch ? rng_.Chance(300) : rng_.Chance(30)) && c.style != Style::kSitter) {
     extra += "Connection: close\r\n";
     q.closes = true;
@@ -529,6 +556,34 @@ bool Sim::AddRequestOfTheMix(Client& c, bool last, bool last_batch) {
   text += extra + "\r\n" + std::string(body, 'z');
   AddRequest(c, q, text);
   return q.closes;
+}
+
+// An HTTP/2 client's batch: up to eight streams at once, each a request of the mix.
+void Sim::StartH2Batch(Client& c) {
+  --c.batches_left;
+  const uint32_t n = static_cast<uint32_t>(h2_rng_.Range(1, 8));
+  for (uint32_t i = 0; i < n; ++i) {
+    Req q;
+    std::string method, target;
+    std::vector<std::pair<std::string, std::string>> fields;
+    uint64_t body = 0;
+    DrawRequest(&q, &method, &target, &fields, &body, c);
+    std::vector<std::pair<std::string, std::string>> h2_fields = {
+        {":method", method}, {":scheme", "http"}, {":path", target}, {":authority", "sim"}};
+    for (auto& [name, value] : fields) h2_fields.emplace_back(Lower(name), value);
+    if (h2_rng_.Chance(100)) h2_fields.emplace_back("x-pad", std::string(h2_rng_.Below(300), 'p'));
+    q.stream_id = c.h2->Submit(h2_fields, body);
+    AddRequest(c, q, c.h2->Output());
+  }
+  // Now and then a stream is cancelled, before or while its answer comes (rapid resets in
+  // small, its exchange released mid-body).
+  if (h2_rng_.Chance(150) && !c.pending.empty()) {
+    Req& q = c.pending[h2_rng_.Below(c.pending.size())];
+    q.cancelled = true;
+    c.h2->Cancel(q.stream_id);
+    c.outbox += c.h2->Output();
+    world_.Trace("client %u cancels stream %d", c.id, q.stream_id);
+  }
 }
 
 void Sim::ClientStep(Client& c) {
@@ -582,6 +637,7 @@ void Sim::ClientRead(Client& c, SimSocket& s, int64_t now) {
   s.to_client.erase(0, n);
   c.last_progress_ms = now;
   if (rng_.Chance(50)) c.next_read_ms = now + static_cast<int64_t>(rng_.Range(1, 100));
+  if (c.h2 != nullptr) return ReadH2Responses(c, s);
   ReadResponses(c);
 }
 
@@ -640,6 +696,8 @@ void Sim::ClientNext(Client& c, SimSocket& s, int64_t now) {
     c.batches_left = 0;
     return;
   }
+  // An HTTP/2 connection the server has sent GOAWAY on takes no new stream: the client goes.
+  if (c.h2 != nullptr && c.h2->goaway_last_stream() >= 0) c.batches_left = 0;
   if (c.batches_left > 0) return StartBatch(c);
   // Done: close, as clients do (sometimes with a reset).
   if (rng_.Chance(200)) {
@@ -770,6 +828,13 @@ void Sim::CollectShardStats() {
   cov["shard.truncated"] += st.truncated;
   cov["shard.discard_timeouts"] += st.discard_timeouts;
   cov["shard.idle_reclaimed"] += st.idle_reclaimed;
+  cov["h2.connections"] += st.h2_connections;
+  cov["h2.streams"] += st.h2_streams;
+  cov["h2.streams_refused"] += st.h2_streams_refused;
+  cov["h2.connection_errors"] += st.h2_connection_errors;
+  cov["h2.resets_received"] += st.h2_resets_received;
+  cov["h2.resets_sent"] += st.h2_resets_sent;
+  cov["h2.goaways_sent"] += st.h2_goaways_sent;
   cov["shard.silent_reclaimed"] += st.silent_reclaimed;
   cov["shard.gave_way_closed"] += st.gave_way_closed;
   cov["shard.parked"] += st.parked;

@@ -240,8 +240,8 @@ void Sim::CheckResponse(Client& c, const Req& q, const Resp& r) {
   const bool closing_status = r.status == 400 || r.status == 413 || r.status == 414 ||
                               r.status == 431 || r.status == 500 || r.status == 501 ||
                               r.status == 503 || r.status == 505;
-  const bool must_close =
-      q.closes || closing_status || q.nth >= config_.max_requests_per_connection;
+  const bool must_close = c.h2 == nullptr && (q.closes || closing_status ||
+                                               q.nth >= config_.max_requests_per_connection);
   if (must_close && !r.close) {
     return Fail("client %u: response %d to request %u lacks Connection: close", c.id, r.status,
                 q.nth);
@@ -381,6 +381,52 @@ void Sim::ReadResponses(Client& c) {
   }
 }
 
+// An HTTP/2 client's streams that closed: each answered as the same request over HTTP/1.1 would
+// be (any order), or reset only where the server may reset one.
+void Sim::ReadH2Responses(Client& c, SimSocket& s) {
+  std::string why;
+  const std::string bytes = std::move(c.inbox);
+  c.inbox.clear();
+  if (!c.h2->Feed(bytes, &why)) return Fail("client %u: %s", c.id, why.c_str());
+  for (SimH2Client::Done& d : c.h2->TakeDone()) {
+    auto it = std::find_if(c.pending.begin(), c.pending.end(),
+                           [&](const Req& q) { return q.stream_id == d.stream_id; });
+    if (it == c.pending.end()) return Fail("client %u: stream %d nobody asked for", c.id, d.stream_id);
+    const Req q = *it;
+    c.pending.erase(it);
+    world_.Trace("client %u: stream %d: %d (reset %u) to request %u (%s %s)", c.id, d.stream_id,
+                 d.status, d.reset, q.nth, q.head ? "HEAD" : "GET",
+                 q.route != nullptr ? q.route->target.c_str() : "-");
+    if (q.cancelled) continue;  // whatever came, the client stopped caring
+    if (d.reset != 0) {
+      // Refused (no exchange left on the shard, or past a GOAWAY's last stream); or cut because
+      // its file changed under it.
+      const bool changed = q.route != nullptr && q.route->kind == Route::kFile &&
+                           (FileChanged(q, q.route->path) || FileChanged(q, q.route->path + ".gz"));
+      if (d.reset != 7 /* REFUSED_STREAM */ && !changed && !draining_) {
+        return Fail("client %u: stream %d (request %u) reset with code %u", c.id, d.stream_id,
+                    q.nth, d.reset);
+      }
+      continue;
+    }
+    Resp r;
+    r.status = d.status;
+    r.headers = std::move(d.headers);
+    r.body = std::move(d.body);
+    CheckResponse(c, q, r);
+    if (!result_.ok) return;
+  }
+  c.outbox += c.h2->Output();  // acknowledgements and window updates
+  (void)s;
+  if (c.pending.empty() && c.outbox.empty()) {
+    c.idle_since_ms = world_.now_ms;
+    const int64_t gap =
+        rng_.Chance(250) ? static_cast<int64_t>(rng_.Range(1, 2 * config_.keepalive_timeout_ms))
+                         : static_cast<int64_t>(rng_.Below(30));
+    c.next_write_ms = world_.now_ms + gap;
+  }
+}
+
 bool Sim::AnyFileChanged(const Client& c) const {
   for (const Req& q : c.pending) {
     if (q.route != nullptr && q.route->kind == Route::kFile &&
@@ -411,6 +457,12 @@ void Sim::EndConnection(Client& c, const char* how) {
     return;
   }
   if (c.pending.empty() || c.close_response) return;
+  // HTTP/2: streams past the GOAWAY's last stream were never taken; a client retries them.
+  if (c.h2 != nullptr && std::none_of(c.pending.begin(), c.pending.end(), [&](const Req& p) {
+        return c.h2->MayBeAnswered(p.stream_id);
+      })) {
+    return;
+  }
   const Req& q = c.pending.front();
   // A file that changed under its transfer ends the connection (Content-Length cannot be kept),
   // and the close may reset it (pipelined input unread) before the client has read the

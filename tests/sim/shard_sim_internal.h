@@ -18,6 +18,7 @@
 #include "server/http/mime_types.h"
 #include "server/tls/tls_loop.h"
 #include "tests/sim/shard_sim.h"
+#include "tests/sim/sim_h2.h"
 #include "tests/sim/sim_loop.h"
 #include "tests/sim/sim_tls.h"
 
@@ -71,6 +72,8 @@ struct Req {
   uint64_t root_generation = 0;  // the roots switched before it was sent (Sim::MaybeSwitchRoot)
   uint64_t transient_at_send = 0, refused_at_send = 0;
   uint32_t nth = 0;  // its number on the connection, from 1
+  int32_t stream_id = 0;  // HTTP/2: its stream
+  bool cancelled = false;  // HTTP/2: the client reset its stream (RST_STREAM CANCEL)
 };
 
 struct Resp {
@@ -108,6 +111,9 @@ struct Client {
   enum class TlsFault : uint8_t { kNone, kStall, kGarbageFirst, kGarbageLater, kRenegotiate };
   TlsFault tls_fault = TlsFault::kNone;
   bool waits_for_end = false;  // sent a record the server refuses: reads until the end
+  // HTTP/2: the client's nghttp2 session (null: it speaks HTTP/1.1). Its requests are streams,
+  // answered in any order; `pending` holds them until each stream closes.
+  std::unique_ptr<SimH2Client> h2;
 };
 
 std::string Lower(std::string s);
@@ -132,6 +138,12 @@ class Sim {
   void ClientWrite(Client& c, SimSocket& s, int64_t now);
   void ClientNext(Client& c, SimSocket& s, int64_t now);
   bool AddRequestOfTheMix(Client& c, bool last, bool last_batch);
+  // A request of the mix: its method, target and fields (HTTP/1.1 names), and its body's size.
+  void DrawRequest(Req* q, std::string* method, std::string* target,
+                   std::vector<std::pair<std::string, std::string>>* fields, uint64_t* body,
+                   const Client& c);
+  void StartH2Batch(Client& c);
+  void ReadH2Responses(Client& c, SimSocket& s);
   void Fail(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
   void BuildConfig();
   void BuildTree();
@@ -196,6 +208,10 @@ class Sim {
   std::vector<int64_t> root_switch_ms_;  // when each switch happened, by generation - 1
   std::atomic<uint64_t> root_word_{DocumentRoot::State(0, 7)};
   void MaybeSwitchRoot();
+  // HTTP/2: in some seeds some clients speak h2c (or h2 through the TLS stand-in), from a
+  // generator of their own as TLS's draws are.
+  Rng h2_rng_;
+  uint32_t h2_clients_ = 0;  // per mille of clients
   bool tls_ = false;
   uint32_t tls_stall_ = 0, tls_garbage_ = 0, tls_renegotiate_ = 0;  // per mille of clients
   // TLS clients that connect in one step, their ClientHellos in one turn: more than a turn

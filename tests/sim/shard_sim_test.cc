@@ -43,6 +43,12 @@ TEST(ShardSim, QuickSeeds) {
   // bytes were left unread (kRecvCancelledWithInput).
   EXPECT_GT(coverage["sim.held_at_pause"], 0u);
   EXPECT_GT(coverage["sim.cancel_input_left"], 0u);
+  // HTTP/2 (a third of the seeds, some clients each; h2c and through TLS): streams answered,
+  // streams the clients cancelled (RST_STREAM received), and GOAWAY (idle timeouts, drains).
+  EXPECT_GT(coverage["h2.streams"], 0u);
+  EXPECT_GT(coverage["h2.tls_clients"], 0u);
+  EXPECT_GT(coverage["h2.resets_received"], 0u);
+  EXPECT_GT(coverage["h2.goaways_sent"], 0u);
   // TLS (a third of the seeds, through TlsLoop and the stand-in session): records split down to
   // one byte, bad input (an alert, then the close), clients closing without close_notify, and
   // handshakes that never finish (closed by the header timeout).
