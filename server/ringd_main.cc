@@ -500,7 +500,7 @@ std::vector<std::thread> StartShards(const Config& config, int root_fd,
   return threads;
 }
 
-// "serving ROOT on ADDRESSES with N shards (ringd VERSION, commit C)"; closes the inherited
+// "serving ROOT on ADDRESSES with N shards, PROTOCOLS (ringd VERSION, commit C)"; closes the inherited
 // sockets, which the shards hold duplicates of.
 std::string ServingLine(const Config& config, const Inherited& inherited, uint32_t shards) {
   std::string where;
@@ -539,7 +539,10 @@ std::string ServingLine(const Config& config, const Inherited& inherited, uint32
   for (const int fd : inherited.fds) ::close(fd);
   for (const int fd : inherited.tls_fds) ::close(fd);
   return "serving " + config.root + " on " + where + " with " + std::to_string(shards) + " shard" +
-         (shards == 1 ? "" : "s") + " (ringd " + BuildVersion() + ", commit " + BuildCommit() + ")";
+         (shards == 1 ? "" : "s") +
+         (config.http2 ? ", HTTP/1.1 and HTTP/2 (h2 by ALPN, h2c by its preface)"
+                       : ", HTTP/1.1 alone (--http2=false)") +
+         " (ringd " + BuildVersion() + ", commit " + BuildCommit() + ")";
 }
 
 // The main loop: signals, the once-a-second ticks, and the watchdog. Each watchdog period it
