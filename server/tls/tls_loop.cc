@@ -242,6 +242,7 @@ void TlsLoop::Recv(int fd, io::Completion* c) {
     conn->rx_active = true;
     conn->rx_cancel_sent = false;
     inner_->Recv(fd, &conn->rx);
+    if (conn->hello_waiting) inner_->PauseRecv(&conn->rx);  // as WaitForHelloTurn does
   }
   Schedule(conn);  // plaintext already decrypted, or an end already known, goes from Poll
 }
@@ -258,7 +259,8 @@ void TlsLoop::OnRx(io::Completion* inner) {
     conn->rx_end = inner->result > 0 ? -ECANCELED : inner->result;
   }
   // A ClientHello beyond this turn's budget waits for a later turn (its bytes are kept by the
-  // session); a receive that ended is pumped at once, so that the connection's end is not held.
+  // session, its receive paused); a receive that ended is pumped at once, so that the
+  // connection's end is not held.
   if (!conn->hello_answered && inner->more && (conn->hello_waiting || !self->TakeHelloTurn())) {
     self->WaitForHelloTurn(conn);
   } else {
@@ -279,6 +281,10 @@ bool TlsLoop::TakeHelloTurn() {
   return true;
 }
 
+// A waiting connection's receive is paused: what its client sends meanwhile stays in the socket
+// (bounded by the kernel's buffer, as for any paused receive), not in the session, so that a
+// flood of ClientHellos that keep sending costs no memory while they wait (at most the receive
+// that brought the hello, and what the backend had taken before the pause).
 void TlsLoop::WaitForHelloTurn(Conn* conn) {
   if (conn->hello_waiting) return;
   conn->hello_waiting = true;
@@ -287,6 +293,7 @@ void TlsLoop::WaitForHelloTurn(Conn* conn) {
   (hellos_tail_ != nullptr ? hellos_tail_->hello_next : hellos_head_) = conn;
   hellos_tail_ = conn;
   ++stats_.hellos_deferred;
+  if (conn->rx_active && !conn->recv_paused) inner_->PauseRecv(&conn->rx);
 }
 
 void TlsLoop::StopWaitingForHelloTurn(Conn* conn) {
@@ -295,6 +302,8 @@ void TlsLoop::StopWaitingForHelloTurn(Conn* conn) {
   (conn->hello_prev != nullptr ? conn->hello_prev->hello_next : hellos_head_) = conn->hello_next;
   (conn->hello_next != nullptr ? conn->hello_next->hello_prev : hellos_tail_) = conn->hello_prev;
   conn->hello_prev = conn->hello_next = nullptr;
+  // Its receive goes on, unless the shard has paused it meanwhile.
+  if (conn->rx_active && !conn->recv_paused) inner_->ResumeRecv(&conn->rx);
 }
 
 // The turn's first answers go to the ClientHellos that waited longest.
@@ -418,7 +427,8 @@ void TlsLoop::ResumeRecv(io::Completion* c) {
   Conn* conn = Owner(c);
   if (conn == nullptr) return inner_->ResumeRecv(c);
   conn->recv_paused = false;
-  if (conn->rx_active) inner_->ResumeRecv(&conn->rx);
+  // A ClientHello waiting for its turn keeps the inner receive paused until then.
+  if (conn->rx_active && !conn->hello_waiting) inner_->ResumeRecv(&conn->rx);
   Schedule(conn);
 }
 
