@@ -269,5 +269,44 @@ TEST(TlsLoop, AClientHelloWaitingItsTurnHoldsOneReceiveAtMost) {
   Teardown(&loop, &shard, inner);
 }
 
+// A burst of closes costs work in proportion to it: a turn looks at the one closing connection
+// whose deadline comes first, not at every one, and a release takes its connection off in one
+// step wherever it stands (the newer half here, the far end from the soonest deadlines).
+TEST(TlsLoop, ABurstOfTenThousandClosesCostsWorkInProportion) {
+  constexpr int kConns = 10000;
+  auto scripted = std::make_unique<ScriptedLoop>();
+  ScriptedLoop* inner = scripted.get();
+  ScriptedSessions sessions(/*established=*/true);
+  TlsLoop loop(std::move(scripted), &sessions, {kListener}, ScriptedLoop::kRecvBuffer, kConns,
+               /*max_handshakes=*/kConns);
+  Shard shard(&loop, /*receive=*/false);
+  for (int fd = 10; fd < 10 + kConns; ++fd) inner->backlog.push_back(fd);
+  loop.Poll(0);
+  ASSERT_EQ(shard.fds.size(), static_cast<size_t>(kConns));
+  // Every client takes nothing for now: each close_notify stays in flight.
+  for (int fd : shard.fds) inner->sockets.at(fd).stall_sends = true;
+  for (int fd : shard.fds) loop.Close(fd);
+  constexpr int kTurns = 100;
+  for (int turn = 0; turn < kTurns; ++turn) {
+    inner->now_ms += TlsLoop::kCloseNotifyMs / (2 * kTurns);
+    loop.Poll(0);
+  }
+  EXPECT_EQ(loop.connections(), static_cast<size_t>(kConns));
+  EXPECT_LE(loop.tls_stats().closing_checked, static_cast<uint64_t>(kTurns));
+  // The newer half takes its close_notify: each is released.
+  for (int i = kConns / 2; i < kConns; ++i)
+    inner->sockets.at(shard.fds[static_cast<size_t>(i)]).stall_sends = false;
+  loop.Poll(0);
+  EXPECT_EQ(loop.connections(), static_cast<size_t>(kConns / 2));
+  EXPECT_EQ(inner->closes, static_cast<uint64_t>(kConns / 2));
+  // The older half never does: past the deadline, each is looked at once more and cut.
+  const uint64_t checked = loop.tls_stats().closing_checked;
+  inner->now_ms += TlsLoop::kCloseNotifyMs;
+  for (int turn = 0; turn < 3; ++turn) loop.Poll(0);
+  EXPECT_EQ(loop.connections(), 0u);
+  EXPECT_EQ(inner->closes, static_cast<uint64_t>(kConns));
+  EXPECT_LE(loop.tls_stats().closing_checked - checked, static_cast<uint64_t>(kConns / 2 + 3));
+}
+
 }  // namespace
 }  // namespace ringd::tls
