@@ -1,8 +1,9 @@
 // A doubly linked list threaded through its elements: each element holds a ListLink for every
 // list it can be on, so linking and unlinking allocate nothing and cost O(1). The shard's timer
-// lists, the file cache's two LRU orders, its waiters and its woken queue, and the send queue's
-// two orders are all one of these. (io's CompletionQueue is singly linked on purpose: every
-// connection holds a Completion for its receive, and a FIFO needs one pointer there, not two.)
+// lists, the file cache's two LRU orders, its waiters and its woken queue, the send queue's two
+// orders, and TlsLoop's waiting ClientHellos and closing connections are all one of these. (io's
+// CompletionQueue is singly linked on purpose: every connection holds a Completion for its receive,
+// and a FIFO needs one pointer there, not two.)
 //
 //   struct Entry { ListLink<Entry> lru; ... };
 //   IntrusiveList<Entry, &Entry::lru> lru;

@@ -74,7 +74,7 @@ struct Conn {
   uint64_t deadline = 0;
   size_t path_index = 0;
   SSL* ssl = nullptr;              // --tls: the session on fd
-  SSL_SESSION* session = nullptr;  // --tls-resume: the one this slot's last connection ended with
+  SSL_SESSION* session = nullptr;  // --tls-resume: the newest ticket it was sent (offered once)
   uint64_t connected_at = 0;       // --tls: when connect() was called (the handshake's start)
 };
 
@@ -110,7 +110,7 @@ class Worker {
   }
   ~Worker() {
     for (Conn& c : conns_) {
-      if (c.ssl != nullptr) TlsEnd(c.ssl, nullptr);
+      if (c.ssl != nullptr) TlsEnd(c.ssl);
       if (c.session != nullptr) SSL_SESSION_free(c.session);
       if (c.fd >= 0) ::close(c.fd);
     }
@@ -237,7 +237,7 @@ class Worker {
     // go here (no close_notify): the server holds an idle TLS connection; the client, a socket.
     auto hold = [&](Pending& p) {
       epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, nullptr);
-      if (p.ssl != nullptr) TlsEnd(p.ssl, nullptr);
+      if (p.ssl != nullptr) TlsEnd(p.ssl);
       p.ssl = nullptr;
       idle_fds_.push_back(p.fd);
       p.fd = -1;
@@ -247,7 +247,7 @@ class Worker {
       --in_setup;
     };
     auto drop = [&](Pending& p) {
-      if (p.ssl != nullptr) TlsEnd(p.ssl, nullptr);
+      if (p.ssl != nullptr) TlsEnd(p.ssl);
       p.ssl = nullptr;
       ::close(p.fd);
       p.fd = -1;
@@ -336,7 +336,7 @@ class Worker {
     for (Pending& p : pending) {  // never answered in time
       if (p.fd >= 0) {
         ++result.errors.timeout;
-        if (p.ssl != nullptr) TlsEnd(p.ssl, nullptr);
+        if (p.ssl != nullptr) TlsEnd(p.ssl);
         ::close(p.fd);
       }
     }
@@ -392,9 +392,10 @@ class Worker {
     if (o_.rate == 0) StartRequest(c, NowUs());
   }
 
-  // Ends the connection's TLS session (keeping it to resume with --tls-resume) and its socket.
+  // Ends the connection's TLS session (its slot keeps the ticket it was sent, for --tls-resume)
+  // and its socket.
   void CloseConn(Conn& c) {
-    if (c.ssl != nullptr) TlsEnd(c.ssl, o_.tls_resume ? &c.session : nullptr);
+    if (c.ssl != nullptr) TlsEnd(c.ssl);
     c.ssl = nullptr;
     if (c.fd >= 0) ::close(c.fd);
     c.fd = -1;
@@ -407,7 +408,7 @@ class Worker {
 
   // --tls: the ClientHello goes out at once (or when the socket is writable).
   void StartTls(Conn& c) {
-    c.ssl = tls_->Start(c.fd, o_.tls_resume ? c.session : nullptr);
+    c.ssl = tls_->Start(c.fd, o_.tls_resume ? &c.session : nullptr);
     if (c.ssl == nullptr) {
       ++result.errors.tls;
       CloseConn(c);

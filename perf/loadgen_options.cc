@@ -65,8 +65,8 @@ ABSL_FLAG(std::vector<std::string>, size_classes, {},
 ABSL_FLAG(bool, tls, false,
           "HTTPS: every connection a TLS session (bodies are decrypted, never discarded)");
 ABSL_FLAG(bool, tls_resume, false,
-          "each connection resumes the TLS session its slot's previous connection ended with "
-          "(--tls-resume)");
+          "each connection offers the newest ticket its slot's earlier connections were sent, "
+          "a TLS 1.3 ticket once as browsers do (--tls-resume)");
 ABSL_FLAG(std::string, tls_groups, "X25519", "key exchange groups, OpenSSL's list (--tls-groups)");
 ABSL_FLAG(std::string, tls_ciphersuites, "TLS_AES_128_GCM_SHA256",
           "TLS 1.3 ciphersuites, OpenSSL's list (--tls-ciphersuites)");

@@ -4,15 +4,18 @@
 //
 //   TlsClient tls;
 //   if (!tls.Init(o, &why)) ...;
-//   SSL* ssl = tls.Start(fd, last_session);            // null: could not make one
+//   SSL* ssl = tls.Start(fd, &slot_ticket);            // null: could not make one
 //   switch (TlsStatus(ssl, SSL_do_handshake(ssl))) ... // kWantRead: wait for EPOLLIN, ...
-//   TlsEnd(ssl, &last_session);                          // before close(fd)
+//   TlsEnd(ssl);                                         // before close(fd)
 //
 // Key exchange on the groups asked for (X25519 by default), TLS 1.3 ciphersuites as asked
 // (TLS_AES_128_GCM_SHA256 by default, so every server encrypts with what `openssl speed -evp
 // aes-128-gcm` measures), no certificate check: the harness's certificate is self-signed and
 // the servers are on loopback. The client keeps no session cache: a caller that wants
-// resumption keeps the last session of each connection slot and offers it to the next.
+// resumption gives each connection slot a ticket of its own, which holds the newest ticket the
+// slot's connections were sent. A TLS 1.3 ticket is offered once, as browsers do (RFC 8446
+// appendix C.4): a connection that resumes and is sent no new ticket leaves its slot a full
+// handshake next. A TLS 1.2 session that resumed is kept to offer again, as browsers do.
 #pragma once
 
 #include <openssl/ssl.h>
@@ -41,8 +44,10 @@ class TlsClient {
 
   // False, with the reason in *why, when OpenSSL refuses the options (an unknown group, say).
   bool Init(const Options& o, std::string* why);
-  // A client session on `fd` (connecting or connected), offering `resume` when not null.
-  SSL* Start(int fd, SSL_SESSION* resume) const;
+  // A client session on `fd` (connecting or connected). With `ticket` (a slot's; null: no
+  // resumption), it offers *ticket when there is one and empties the slot; a ticket the server
+  // sends on this connection fills it again, until TlsEnd.
+  SSL* Start(int fd, SSL_SESSION** ticket) const;
 
  private:
   SSL_CTX* ctx_ = nullptr;
@@ -52,8 +57,7 @@ class TlsClient {
 TlsIo TlsStatus(SSL* ssl, int r);
 
 // Frees a session without sending close_notify (the socket is closed next; the server has
-// usually sent its own already). When `keep` is not null and the session can be resumed, it
-// replaces *keep (TLS 1.3 tickets arrive after the handshake: take the session at the end).
-void TlsEnd(SSL* ssl, SSL_SESSION** keep);
+// usually sent its own already).
+void TlsEnd(SSL* ssl);
 
 }  // namespace ringd::perf

@@ -394,8 +394,10 @@ _ENTRIES += [
              columns=(_HANDSHAKES, _PER_CORE, _RESUMED, CORE_CPU, CLIENT_CPU) + _SPLIT, notes=(_TLS_NOTE,),
              quick_skip=True, **_TLS),
     Scenario("tls-handshake-resumed",
-             "tls-handshake with resumption: each connection offers the session ticket its slot's"
-             " previous connection ended with (resumed % says how many the server took)",
+             "tls-handshake with resumption: each connection offers the newest session ticket its"
+             " slot was sent, each ticket once as browsers do, so a resumption the server sends no"
+             " new ticket after leaves the next connection a full handshake (resumed % says how"
+             " many the server took)",
              "issue 28 (HTTPS on the ring)", Load(100, paths=("/index.html",), close=True, tls_resume=True),
              columns=(_HANDSHAKES, _PER_CORE, _RESUMED, CORE_CPU, CLIENT_CPU) + _SPLIT, notes=(_TLS_NOTE,), **_TLS),
     Scenario("tls-at-rate",

@@ -221,9 +221,10 @@ const std::vector<Flag>& Flags() {
                "resume (default 43200)",
                &Config::tls_ticket_rotate_s, 60, 7 * 86400),
       UintFlag("tls-tickets",
-               "TLS 1.3 session tickets sent after each full handshake (a resumed one gets one; "
-               "a second, as OpenSSL and nginx send, cost a full handshake 4% more CPU in the "
-               "same run); 0 turns resumption by ticket off on both versions, as nginx's "
+               "TLS 1.3 session tickets sent after each full handshake (a second, as OpenSSL "
+               "and nginx send, cost a full handshake 4% more CPU in the same run); a resumed "
+               "TLS 1.3 connection gets one new ticket whatever the number, as clients use each "
+               "once; 0 turns resumption by ticket off on both versions, as nginx's "
                "ssl_session_tickets off (default 1)",
                &Config::tls_tickets, 0, 8),
       StringFlag("tls-ciphers",

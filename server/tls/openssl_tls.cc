@@ -708,7 +708,12 @@ int TicketKeys::Callback(SSL* ssl, unsigned char* key_name, unsigned char* iv,
   auto* self = static_cast<TicketKeys*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)));
   RINGD_ASSERT(self != nullptr);
   Key key;
-  int verdict = 1;  // 1: the key is current; 2: an older one, renew the ticket; 0: unknown
+  // Encrypting: 1. Decrypting: 1, resume and the ticket stands; 2, resume and send a new ticket;
+  // 0, unknown, a full handshake. A TLS 1.3 ticket is renewed whatever its key: clients offer
+  // one once (RFC 8446 appendix C.4), so a resumption without a new ticket leaves the next
+  // connection a full handshake (OpenSSL renews them so under its own keys, nginx under its key
+  // files). A TLS 1.2 ticket may be offered again: renewed only when its key is the previous one.
+  int verdict = !encrypt && SSL_version(ssl) == TLS1_3_VERSION ? 2 : 1;
   {
     std::lock_guard<std::mutex> lock(self->mu_);
     const int64_t now = self->now_sec_();

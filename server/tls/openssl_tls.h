@@ -51,7 +51,9 @@ struct TlsCertPair {
 // The keys session tickets are encrypted with (AES-256-CBC and HMAC-SHA256, as OpenSSL's own):
 // one set for the process, so a ticket from any shard, site or certificate generation resumes on
 // any other. The current key is replaced every `rotate_sec`; tickets under the previous one are
-// still accepted (and renewed), so a ticket lives up to twice the period.
+// still accepted (and renewed), so a ticket lives up to twice the period. A resumed TLS 1.3
+// connection is always sent a new ticket (clients offer each once), a TLS 1.2 one only when its
+// ticket's key is the previous one (the ticket may be offered again).
 class TicketKeys {
  public:
   // `now_sec`: the clock rotations follow (tests give their own).
@@ -83,8 +85,8 @@ class TicketKeys {
 
 struct TlsOptions {
   TicketKeys* tickets = nullptr;  // null: OpenSSL's own keys, per context
-  // TLS 1.3 tickets sent after a full handshake (OpenSSL sends at most one after a resumed one);
-  // 0: none, and none on TLS 1.2.
+  // TLS 1.3 tickets sent after a full handshake; a resumed connection gets one whatever the
+  // number (OpenSSL sends at most one after a resumption). 0: none, and none on TLS 1.2.
   uint32_t tickets_per_handshake = 1;
   std::vector<TlsCertPair> pairs;
   // DER OCSP responses, each for one of the certificates (in any order).

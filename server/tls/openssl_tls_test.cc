@@ -14,6 +14,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 
@@ -403,6 +404,74 @@ TEST(OpenSslTls, SendsTheTicketsAskedForAndNoneWhenOff) {
       }
       SSL_SESSION_free(session);
       SSL_shutdown(c.ssl());
+    }
+  }
+}
+
+// A connection resuming `ticket` on `f` (TLS 1.3), reading the reply so that the tickets sent
+// after the handshake are taken in: whether it resumed, how many new tickets it got, and the
+// newest of them (null for none; the caller frees it).
+struct Resumption {
+  bool resumed = false;
+  int new_tickets = 0;
+  SSL_SESSION* newest = nullptr;
+};
+SSL_SESSION* newest_ticket = nullptr;
+int KeepNewestTicket(SSL*, SSL_SESSION* session) {
+  ++tickets_seen;
+  SSL_SESSION_free(newest_ticket);
+  newest_ticket = session;
+  return 1;  // kept: freed by the next one or by the caller
+}
+Resumption Resume(OpenSslFactory* f, SSL_SESSION* ticket) {
+  std::unique_ptr<TlsSession> s = f->Make();
+  Client c(s.get());
+  SSL_CTX* cctx = SSL_get_SSL_CTX(c.ssl());
+  SSL_CTX_set_session_cache_mode(cctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+  SSL_CTX_sess_set_new_cb(cctx, &KeepNewestTicket);
+  SSL_set_session(c.ssl(), ticket);
+  tickets_seen = 0;
+  newest_ticket = nullptr;
+  c.Pump();
+  Resumption r;
+  if (s->HandshakeDone() && s->WritePlain("x", 1)) {
+    c.Pump();
+    c.Read();
+    r.resumed = s->Resumed();
+  }
+  SSL_shutdown(c.ssl());
+  r.new_tickets = tickets_seen;
+  r.newest = std::exchange(newest_ticket, nullptr);
+  return r;
+}
+
+// Browsers offer a TLS 1.3 ticket once (RFC 8446 appendix C.4): a resumed connection gets a
+// fresh ticket, under the shared keys as under OpenSSL's own, so that a chain of connections
+// resumes link after link. One ticket, whatever --tls-tickets asks after a full handshake.
+TEST(OpenSslTls, AResumedTls13ConnectionGetsOneFreshTicketThatResumesInTurn) {
+  TicketKeys keys(/*rotate_sec=*/43200);
+  const TlsCertPair cert = MakeCert("origin.test", "EC");
+  for (uint32_t n : {1u, 2u}) {
+    for (TicketKeys* shared : {&keys, static_cast<TicketKeys*>(nullptr)}) {
+      TlsOptions o;
+      o.pairs = {cert};
+      o.tickets = shared;
+      o.tickets_per_handshake = n;
+      std::string error;
+      auto f = Create(o, &error);
+      ASSERT_NE(f, nullptr) << error;
+      SSL_SESSION* ticket = TicketFrom(f.get(), nullptr, TLS1_3_VERSION);
+      ASSERT_NE(ticket, nullptr);
+      for (int link = 1; link <= 3; ++link) {
+        Resumption r = Resume(f.get(), ticket);
+        SSL_SESSION_free(ticket);
+        EXPECT_TRUE(r.resumed) << "link " << link << ", " << n << " per full handshake";
+        EXPECT_EQ(r.new_tickets, 1) << "link " << link << ", " << n << " per full handshake, "
+                                    << (shared != nullptr ? "shared keys" : "OpenSSL's keys");
+        ticket = r.newest;
+        if (ticket == nullptr) break;
+      }
+      SSL_SESSION_free(ticket);
     }
   }
 }

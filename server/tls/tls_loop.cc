@@ -45,7 +45,9 @@ struct TlsLoop::Out {
 
 // A TLS connection: its session and the inner operations that carry its records. Every idle
 // TLS connection holds one: fields are ordered to leave no padding (the sending state is in Out).
-struct TlsLoop::Conn {
+// Its Linked base puts it on hellos_ while hello_waiting, on closing_ from its Close until it is
+// released or overdue.
+struct TlsLoop::Conn : TlsLoop::Linked {
   TlsLoop* loop = nullptr;
   std::unique_ptr<TlsSession> session;
   int fd = -1;
@@ -79,11 +81,14 @@ struct TlsLoop::Conn {
   bool close_requested = false;
   bool queued = false;
   int busy = 0;  // callbacks of this loop running for it: no release until they return
-  Conn* hello_prev = nullptr;
-  Conn* hello_next = nullptr;
-  int64_t close_deadline_ms = 0;
+  int64_t close_deadline_ms = 0;  // kOverdue: past it, off closing_, cut when it sends
   Conn* next_ready = nullptr;
 };
+
+// A closing connection's deadline once it has passed (Poll took it off closing_).
+constexpr int64_t kOverdue = INT64_MIN;
+
+TlsLoop::Conn* TlsLoop::ConnOf(Linked* linked) { return static_cast<Conn*>(linked); }
 
 struct TlsLoop::AcceptTap {
   TlsLoop* loop = nullptr;
@@ -242,6 +247,7 @@ void TlsLoop::Recv(int fd, io::Completion* c) {
     conn->rx_active = true;
     conn->rx_cancel_sent = false;
     inner_->Recv(fd, &conn->rx);
+    if (conn->hello_waiting) inner_->PauseRecv(&conn->rx);  // as WaitForHelloTurn does
   }
   Schedule(conn);  // plaintext already decrypted, or an end already known, goes from Poll
 }
@@ -258,7 +264,8 @@ void TlsLoop::OnRx(io::Completion* inner) {
     conn->rx_end = inner->result > 0 ? -ECANCELED : inner->result;
   }
   // A ClientHello beyond this turn's budget waits for a later turn (its bytes are kept by the
-  // session); a receive that ended is pumped at once, so that the connection's end is not held.
+  // session, its receive paused); a receive that ended is pumped at once, so that the
+  // connection's end is not held.
   if (!conn->hello_answered && inner->more && (conn->hello_waiting || !self->TakeHelloTurn())) {
     self->WaitForHelloTurn(conn);
   } else {
@@ -279,28 +286,31 @@ bool TlsLoop::TakeHelloTurn() {
   return true;
 }
 
+// A waiting connection's receive is paused: what its client sends meanwhile stays in the socket
+// (bounded by the kernel's buffer, as for any paused receive), not in the session, so that a
+// flood of ClientHellos that keep sending costs no memory while they wait (at most the receive
+// that brought the hello, and what the backend had taken before the pause).
 void TlsLoop::WaitForHelloTurn(Conn* conn) {
   if (conn->hello_waiting) return;
+  RINGD_ASSERT(!conn->close_requested);
   conn->hello_waiting = true;
-  conn->hello_prev = hellos_tail_;
-  conn->hello_next = nullptr;
-  (hellos_tail_ != nullptr ? hellos_tail_->hello_next : hellos_head_) = conn;
-  hellos_tail_ = conn;
+  hellos_.PushBack(conn);
   ++stats_.hellos_deferred;
+  if (conn->rx_active && !conn->recv_paused) inner_->PauseRecv(&conn->rx);
 }
 
 void TlsLoop::StopWaitingForHelloTurn(Conn* conn) {
   if (!conn->hello_waiting) return;
   conn->hello_waiting = false;
-  (conn->hello_prev != nullptr ? conn->hello_prev->hello_next : hellos_head_) = conn->hello_next;
-  (conn->hello_next != nullptr ? conn->hello_next->hello_prev : hellos_tail_) = conn->hello_prev;
-  conn->hello_prev = conn->hello_next = nullptr;
+  hellos_.Remove(conn);
+  // Its receive goes on, unless the shard has paused it meanwhile.
+  if (conn->rx_active && !conn->recv_paused) inner_->ResumeRecv(&conn->rx);
 }
 
 // The turn's first answers go to the ClientHellos that waited longest.
 void TlsLoop::AnswerWaitingHellos() {
-  while (hellos_head_ != nullptr && TakeHelloTurn()) {
-    Conn* conn = hellos_head_;
+  while (!hellos_.empty() && TakeHelloTurn()) {
+    Conn* conn = ConnOf(hellos_.front());
     StopWaitingForHelloTurn(conn);
     Enter(conn);
     Pump(conn);
@@ -418,7 +428,8 @@ void TlsLoop::ResumeRecv(io::Completion* c) {
   Conn* conn = Owner(c);
   if (conn == nullptr) return inner_->ResumeRecv(c);
   conn->recv_paused = false;
-  if (conn->rx_active) inner_->ResumeRecv(&conn->rx);
+  // A ClientHello waiting for its turn keeps the inner receive paused until then.
+  if (conn->rx_active && !conn->hello_waiting) inner_->ResumeRecv(&conn->rx);
   Schedule(conn);
 }
 
@@ -557,6 +568,8 @@ void TlsLoop::Flush(Conn* conn) {
   out->tx_lent = n;
   out->tx_active = true;
   inner_->Send(conn->fd, &out->tx_iov, 1, &out->tx);
+  // Past its close deadline (Poll): the client has had its time to take the last records.
+  if (conn->close_deadline_ms == kOverdue) inner_->Shutdown(conn->fd, SHUT_RDWR);
 }
 
 void TlsLoop::OnTx(io::Completion* inner) {
@@ -625,6 +638,7 @@ void TlsLoop::Close(int fd) {
   Conn* conn = Find(fd);
   if (conn == nullptr) return inner_->Close(fd);
   RINGD_ASSERT(conn->recv == nullptr && conn->send() == nullptr && !conn->close_requested);
+  StopWaitingForHelloTurn(conn);  // closed while its ClientHello waited: never answered
   conn->close_requested = true;
   if (quiesced_) {
     if (!conn->counted_handshake) --handshaking_;
@@ -638,19 +652,21 @@ void TlsLoop::Close(int fd) {
     conn->session->Close();
     ++stats_.close_notify_sent;
   }
+  // The clock never goes back: closing_ stays in deadline order.
   conn->close_deadline_ms = inner_->MonotonicMs() + kCloseNotifyMs;
-  closing_.push_back(conn);
+  RINGD_ASSERT(closing_.empty() ||
+               ConnOf(closing_.back())->close_deadline_ms <= conn->close_deadline_ms);
+  closing_.PushBack(conn);
   Schedule(conn);  // Poll sends what is queued, then releases it
 }
 
 void TlsLoop::Release(Conn* conn) {
   if (conn->busy > 0 || conn->queued) return;
-  StopWaitingForHelloTurn(conn);  // closed while its ClientHello waited: never answered
   Flush(conn);
   if (conn->tx_active() || conn->rx_active || conn->file_active()) return;  // callbacks to come
   if (!conn->counted_handshake) --handshaking_;
   RemoveConn(conn);
-  closing_.erase(std::find(closing_.begin(), closing_.end(), conn));
+  if (conn->close_deadline_ms != kOverdue) closing_.Remove(conn);
   inner_->Close(conn->fd);
   delete conn;
 }
@@ -661,9 +677,9 @@ void TlsLoop::Poll(int timeout_ms) {
   hello_budget_ = kHellosPerTurn;
   AnswerWaitingHellos();
   const bool closing = !closing_.empty();
-  inner_->Poll(ready_ != nullptr || hellos_head_ != nullptr ? 0
-               : closing                                    ? std::min(timeout_ms, 100)
-                                                            : timeout_ms);
+  inner_->Poll(ready_ != nullptr || !hellos_.empty() ? 0
+               : closing                             ? std::min(timeout_ms, 100)
+                                                     : timeout_ms);
   // The shard's send timer reads its Completion's `done` as progress (loop.h): a slow reader
   // taking a send's records a little at a time is not a stalled one, though no send of records
   // has completed yet (a file chunk's are one send). Their progress is the send's, in
@@ -674,14 +690,18 @@ void TlsLoop::Poll(int timeout_ms) {
     const uint64_t plain = out.send_total + (out.send_is_file ? out.file_chunk : 0);
     out.send->done = std::max(out.send->done, std::min(moved, plain));
   }
-  // Connections whose close_notify the peer will not take in time are cut.
+  // Connections whose close_notify the peer will not take in time are cut: the overdue ones
+  // leave closing_ from its front, and a turn looks no further than the first that is not.
   if (closing) {
     const int64_t now = inner_->MonotonicMs();
-    for (Conn* conn : closing_) {
-      if (conn->tx_active() && now >= conn->close_deadline_ms) {
-        conn->close_deadline_ms = INT64_MAX;
-        inner_->Shutdown(conn->fd, SHUT_RDWR);  // the send ends with an error; OnTx releases
-      }
+    while (!closing_.empty()) {
+      Conn* conn = ConnOf(closing_.front());
+      ++stats_.closing_checked;
+      if (conn->close_deadline_ms > now) break;
+      closing_.Remove(conn);
+      conn->close_deadline_ms = kOverdue;
+      // The send ends with an error and OnTx releases it; one not sending yet is cut by Flush.
+      if (conn->tx_active()) inner_->Shutdown(conn->fd, SHUT_RDWR);
     }
   }
   // What was scheduled before this turn runs now; what it schedules runs next turn.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "io/loop.h"
+#include "mem/intrusive_list.h"
 #include "server/tls/tls_session.h"
 
 namespace ringd::tls {
@@ -29,6 +30,9 @@ struct TlsLoopStats {
   uint64_t plain_http = 0;
   uint64_t handshakes_refused = 0;  // closed at accept: max_handshakes were under way
   uint64_t hellos_deferred = 0;     // ClientHellos that waited for a later turn (kHellosPerTurn)
+  // Closing connections Poll has looked at for their close_notify deadline: one a turn (the
+  // soonest), and each one past its deadline once; never all of them each turn.
+  uint64_t closing_checked = 0;
 };
 
 class TlsLoop final : public io::Loop {
@@ -84,6 +88,13 @@ class TlsLoop final : public io::Loop {
   struct Conn;
   struct Out;
   struct AcceptTap;
+  // A connection's place in hellos_ or closing_, never both (a closed connection's ClientHello is
+  // never answered): every Conn begins with it.
+  struct Linked {
+    mem::ListLink<Linked> link;
+  };
+  using ConnList = mem::IntrusiveList<Linked, &Linked::link>;
+  static Conn* ConnOf(Linked* linked);
 
   Conn* Find(int fd) const;
   void AddConn(Conn* conn);
@@ -119,12 +130,13 @@ class TlsLoop final : public io::Loop {
   uint32_t max_handshakes_;
   uint32_t handshaking_ = 0;  // connections accepted whose handshake has not completed
   uint32_t hello_budget_ = kHellosPerTurn;  // ClientHellos this turn may still answer
-  Conn* hellos_head_ = nullptr;             // ClientHellos waiting for a turn, oldest first
-  Conn* hellos_tail_ = nullptr;
+  ConnList hellos_;                         // ClientHellos waiting for a turn, oldest first
   std::vector<Conn*> conns_;  // by the handle's slot (SlotOf: small and dense), null for none
   size_t live_conns_ = 0;
-  Conn* ready_ = nullptr;       // connections to pump from Poll, newest first
-  std::vector<Conn*> closing_;  // closed by the shard, still sending their last records
+  Conn* ready_ = nullptr;  // connections to pump from Poll, newest first
+  // Closed by the shard, sending their last records within their deadline, the soonest first
+  // (each is its Close's time plus kCloseNotifyMs).
+  ConnList closing_;
   std::vector<Conn*> sending_;  // with a Send or SendFile of the shard's in flight
   bool quiesced_ = false;
   std::unique_ptr<char[]> plain_;  // one delivery of plaintext (valid during its callback)

@@ -162,6 +162,39 @@ class TlsTest(BackendTestCase):
                 self.assertTrue(s.session_reused, version)
                 self.assertEqual(self.get(s, "/small.txt").status, 200)
 
+    def test_each_resumption_gets_a_new_ticket_that_resumes_in_turn(self):
+        """Browsers offer a TLS 1.3 ticket once (RFC 8446 appendix C.4): a resumed connection is
+        sent a new ticket, and that one resumes the next connection, link after link."""
+        work = tempfile.mkdtemp(prefix="ringd-tickets-")
+        try:
+            def connect(n, sess_in=None):
+                sess_out = os.path.join(work, "ticket%d.pem" % n)
+                args = ["openssl", "s_client", "-connect", "127.0.0.1:%d" % self.server.tls_port,
+                        "-servername", "localhost", "-CAfile", os.path.join(self.pki, "ca.crt"),
+                        "-verify_return_error", "-tls1_3", "-ign_eof", "-sess_out", sess_out]
+                if sess_in is not None:
+                    args += ["-sess_in", sess_in]
+                out = subprocess.run(
+                    args, capture_output=True, timeout=30,
+                    input=b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                self.assertIn(b"HTTP/1.1 200 OK", out.stdout)
+                # s_client writes -sess_out as each ticket arrives: none came, no file.
+                self.assertTrue(os.path.exists(sess_out), "connection %d got no ticket" % n)
+                reused = b"Reused, TLSv1.3" in out.stdout
+                with open(sess_out, "rb") as f:
+                    return reused, f.read()
+
+            reused, first = connect(1)
+            self.assertFalse(reused)
+            reused, second = connect(2, os.path.join(work, "ticket1.pem"))
+            self.assertTrue(reused)
+            self.assertNotEqual(second, first)
+            reused, third = connect(3, os.path.join(work, "ticket2.pem"))
+            self.assertTrue(reused, "the ticket a resumption got resumes in turn")
+            self.assertNotEqual(third, second)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
     def test_tickets_off_means_no_resumption_on_either_version(self):
         p = lambda n: os.path.join(self.pki, n)
         server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--tls-tickets", "0",

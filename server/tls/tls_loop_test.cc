@@ -1,0 +1,312 @@
+// TlsLoop over a scripted inner loop and a stand-in session: what it holds and what it does per
+// connection, counted (never timed), where the shard simulator's random orderings would take
+// thousands of connections to show it.
+#include "server/tls/tls_loop.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace ringd::tls {
+namespace {
+
+// An inner loop whose sockets the test fills: a receive delivers everything its socket holds,
+// a buffer at a time, in the Poll after it arrived (unless paused); sends complete in the next
+// Poll, unless the socket stalls them (a client that takes nothing) until it is shut down.
+class ScriptedLoop final : public io::Loop {
+ public:
+  static constexpr size_t kRecvBuffer = 16384;
+
+  struct Socket {
+    std::string to_server;  // what the client sent, not yet received
+    io::Completion* rx = nullptr;
+    io::Completion* tx = nullptr;
+    uint64_t tx_bytes = 0;
+    bool stall_sends = false;
+    bool shut = false;
+    bool closed = false;
+  };
+  std::map<int, Socket> sockets;
+  std::vector<int> backlog;  // connections to accept, in order
+  int64_t now_ms = 1000;
+  uint64_t closes = 0;
+
+  const char* Name() const override { return "scripted"; }
+  void Accept(int listen_fd, io::Completion* c) override {
+    c->op = io::Op::kAccept;
+    c->fd = listen_fd;
+    c->in_flight = true;
+    accept_ = c;
+  }
+  void Recv(int fd, io::Completion* c) override {
+    c->op = io::Op::kRecv;
+    c->fd = fd;
+    c->in_flight = true;
+    c->paused = c->cancelled = false;
+    Socket& s = sockets.at(fd);
+    EXPECT_EQ(s.rx, nullptr);
+    s.rx = c;
+  }
+  void Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool) override {
+    c->op = io::Op::kSend;
+    c->fd = fd;
+    c->in_flight = true;
+    Socket& s = sockets.at(fd);
+    EXPECT_EQ(s.tx, nullptr);
+    s.tx = c;
+    s.tx_bytes = 0;
+    for (int i = 0; i < iovcnt; ++i) s.tx_bytes += iov[i].iov_len;
+  }
+  void SendFile(int, int, uint64_t, uint64_t, io::Completion*, bool) override { std::abort(); }
+  void Open(int, const char*, io::FileStat*, io::Completion*) override { std::abort(); }
+  void Read(int, char*, uint64_t, uint64_t, io::Completion*) override { std::abort(); }
+  void Cancel(io::Completion* c) override { c->cancelled = true; }
+  void PauseRecv(io::Completion* c) override { c->paused = true; }
+  void ResumeRecv(io::Completion* c) override { c->paused = false; }
+  void Shutdown(int fd, int) override { sockets.at(fd).shut = true; }
+  void Close(int fd) override {
+    Socket& s = sockets.at(fd);
+    EXPECT_TRUE(s.rx == nullptr && s.tx == nullptr)
+        << "fd " << fd << " closed with an operation in flight";
+    s.closed = true;
+    ++closes;
+  }
+  int64_t MonotonicMs() const override { return now_ms; }
+  int64_t RealtimeSec() const override { return 1700000000; }
+  void Poll(int) override {
+    while (accept_ != nullptr && !backlog.empty()) {
+      const int fd = backlog.front();
+      backlog.erase(backlog.begin());
+      sockets[fd];
+      accept_->result = fd;
+      accept_->more = true;
+      accept_->callback(accept_);
+    }
+    for (auto& [fd, s] : sockets) {
+      if (s.tx != nullptr && (!s.stall_sends || s.shut)) {
+        io::Completion* c = std::exchange(s.tx, nullptr);
+        c->in_flight = false;
+        c->result = s.shut ? -EPIPE : static_cast<int64_t>(s.tx_bytes);
+        c->callback(c);
+      }
+      if (s.rx != nullptr && s.rx->cancelled) {
+        io::Completion* c = std::exchange(s.rx, nullptr);
+        c->in_flight = false;
+        c->more = false;
+        c->result = -ECANCELED;
+        c->callback(c);
+      }
+      while (s.rx != nullptr && !s.rx->paused && !s.rx->cancelled && !s.to_server.empty()) {
+        const size_t n = std::min(kRecvBuffer, s.to_server.size());
+        std::memcpy(buffer_, s.to_server.data(), n);
+        s.to_server.erase(0, n);
+        s.rx->data = buffer_;
+        s.rx->result = static_cast<int64_t>(n);
+        s.rx->more = true;
+        s.rx->callback(s.rx);
+      }
+    }
+  }
+  void Wake() override {}
+  io::LoopStats Stats() const override { return {}; }
+
+ private:
+  io::Completion* accept_ = nullptr;
+  char buffer_[kRecvBuffer];
+};
+
+// A session whose handshake is its first kHello bytes (answered with one record), then
+// plaintext as it came; it says how much input it ever held at once.
+constexpr size_t kHello = 512;
+struct SessionCounts {
+  size_t held_most = 0;
+};
+
+class ScriptedSession final : public TlsSession {
+ public:
+  ScriptedSession(SessionCounts* counts, bool established) : counts_(counts), done_(established) {}
+  void Feed(const char* data, size_t len) override {
+    in_.append(data, len);
+    counts_->held_most = std::max(counts_->held_most, in_.size());
+  }
+  size_t ReadPlain(char* out, size_t cap) override {
+    if (!done_) {
+      if (in_.size() < kHello) return 0;
+      in_.erase(0, kHello);
+      done_ = true;
+      out_ += "server hello";
+    }
+    const size_t n = std::min(cap, in_.size());
+    std::memcpy(out, in_.data(), n);
+    in_.erase(0, n);
+    return n;
+  }
+  bool WritePlain(const char* data, size_t len) override {
+    if (!done_) return false;
+    out_.append(data, len);
+    return true;
+  }
+  size_t PendingOutput() const override { return lent_.size() + out_.size(); }
+  size_t PeekOutput(const char** data) override {
+    if (lent_.empty()) std::swap(lent_, out_);
+    *data = lent_.data();
+    return lent_.size();
+  }
+  void ConsumeOutput(size_t n) override { lent_.erase(0, n); }
+  void Close() override {
+    if (done_ && !closed_) out_ += "close_notify";
+    closed_ = true;
+  }
+  size_t BufferBytes() const override { return in_.size(); }
+  bool HasBufferedInput() const override { return !in_.empty(); }
+  bool HandshakeDone() const override { return done_; }
+  TlsEnd Ended() const override { return TlsEnd::kNone; }
+  std::string_view Version() const override { return ""; }
+  std::string_view Cipher() const override { return ""; }
+  std::string_view ServerName() const override { return ""; }
+  bool Resumed() const override { return false; }
+
+ private:
+  SessionCounts* counts_;
+  bool done_;
+  bool closed_ = false;
+  std::string in_, out_, lent_;
+};
+
+class ScriptedSessions final : public TlsSessionFactory {
+ public:
+  explicit ScriptedSessions(bool established) : established_(established) {}
+  std::unique_ptr<TlsSession> Make() override {
+    counts.push_back(std::make_unique<SessionCounts>());
+    return std::make_unique<ScriptedSession>(counts.back().get(), established_);
+  }
+  std::vector<std::unique_ptr<SessionCounts>> counts;  // in accept order
+
+ private:
+  bool established_;
+};
+
+constexpr int kListener = 3;
+
+// The shard's side: every connection accepted is received from (when `receive`), its plaintext
+// kept by descriptor.
+struct Shard {
+  explicit Shard(TlsLoop* loop, bool receive) : loop(loop), receive(receive) {
+    accept.owner = this;
+    accept.callback = [](io::Completion* c) {
+      auto* self = static_cast<Shard*>(c->owner);
+      ASSERT_GE(c->result, 0);
+      const int fd = static_cast<int>(c->result);
+      self->fds.push_back(fd);
+      if (!self->receive) return;
+      io::Completion& rx = self->rx[fd];
+      rx.owner = self;
+      rx.callback = [](io::Completion* r) {
+        auto* shard = static_cast<Shard*>(r->owner);
+        if (r->result > 0) shard->plain[r->fd].append(r->data, static_cast<size_t>(r->result));
+      };
+      self->loop->Recv(fd, &rx);
+    };
+    loop->Accept(kListener, &accept);
+  }
+  TlsLoop* loop;
+  bool receive;
+  io::Completion accept;
+  std::map<int, io::Completion> rx;
+  std::map<int, std::string> plain;
+  std::vector<int> fds;
+};
+
+// The shard's receives cancelled and every connection closed, until the loop holds none.
+void Teardown(TlsLoop* loop, Shard* shard, ScriptedLoop* inner) {
+  for (auto& [fd, rx] : shard->rx) {
+    if (rx.in_flight) loop->Cancel(&rx);
+  }
+  for (int turn = 0; turn < 4; ++turn) loop->Poll(0);
+  for (auto& [fd, rx] : shard->rx) ASSERT_FALSE(rx.in_flight) << fd;
+  for (int fd : shard->fds) loop->Close(fd);
+  for (auto& [fd, s] : inner->sockets) s.stall_sends = false;
+  for (int turn = 0; turn < 4 && loop->connections() > 0; ++turn) loop->Poll(0);
+  EXPECT_EQ(loop->connections(), 0u);
+}
+
+TEST(TlsLoop, AClientHelloWaitingItsTurnHoldsOneReceiveAtMost) {
+  auto scripted = std::make_unique<ScriptedLoop>();
+  ScriptedLoop* inner = scripted.get();
+  ScriptedSessions sessions(/*established=*/false);
+  TlsLoop loop(std::move(scripted), &sessions, {kListener}, ScriptedLoop::kRecvBuffer,
+               /*max_connections=*/64, /*max_handshakes=*/256);
+  Shard shard(&loop, /*receive=*/true);
+  // One more ClientHello than a turn answers: the last waits for the next turn, and its client
+  // goes on sending 10 MiB meanwhile.
+  const int last = 10 + static_cast<int>(TlsLoop::kHellosPerTurn);
+  for (int fd = 10; fd <= last; ++fd) inner->backlog.push_back(fd);
+  loop.Poll(0);
+  ASSERT_EQ(shard.fds.size(), TlsLoop::kHellosPerTurn + 1);
+  const std::string body(10 << 20, 'x');
+  for (int fd : shard.fds) inner->sockets.at(fd).to_server = std::string(kHello, 'h');
+  inner->sockets.at(last).to_server += body;
+  loop.Poll(0);
+  ASSERT_EQ(loop.tls_stats().hellos_deferred, 1u);
+  // The waiting connection holds the receive that brought its hello; the socket the rest.
+  EXPECT_LE(sessions.counts.back()->held_most, ScriptedLoop::kRecvBuffer);
+  EXPECT_GE(inner->sockets.at(last).to_server.size(),
+            body.size() + kHello - ScriptedLoop::kRecvBuffer);
+  // Its turn comes: the receive resumes and every byte arrives, in order.
+  for (int turn = 0; turn < 4 && shard.plain[last].size() < body.size(); ++turn) loop.Poll(0);
+  EXPECT_EQ(shard.plain[last].size(), body.size());
+  EXPECT_TRUE(shard.plain[last] == body);
+  EXPECT_LE(sessions.counts.back()->held_most, ScriptedLoop::kRecvBuffer);
+  Teardown(&loop, &shard, inner);
+}
+
+// A burst of closes costs work in proportion to it: a turn looks at the one closing connection
+// whose deadline comes first, not at every one, and a release takes its connection off in one
+// step wherever it stands (the newer half here, the far end from the soonest deadlines).
+TEST(TlsLoop, ABurstOfTenThousandClosesCostsWorkInProportion) {
+  constexpr int kConns = 10000;
+  auto scripted = std::make_unique<ScriptedLoop>();
+  ScriptedLoop* inner = scripted.get();
+  ScriptedSessions sessions(/*established=*/true);
+  TlsLoop loop(std::move(scripted), &sessions, {kListener}, ScriptedLoop::kRecvBuffer, kConns,
+               /*max_handshakes=*/kConns);
+  Shard shard(&loop, /*receive=*/false);
+  for (int fd = 10; fd < 10 + kConns; ++fd) inner->backlog.push_back(fd);
+  loop.Poll(0);
+  ASSERT_EQ(shard.fds.size(), static_cast<size_t>(kConns));
+  // Every client takes nothing for now: each close_notify stays in flight.
+  for (int fd : shard.fds) inner->sockets.at(fd).stall_sends = true;
+  for (int fd : shard.fds) loop.Close(fd);
+  constexpr int kTurns = 100;
+  for (int turn = 0; turn < kTurns; ++turn) {
+    inner->now_ms += TlsLoop::kCloseNotifyMs / (2 * kTurns);
+    loop.Poll(0);
+  }
+  EXPECT_EQ(loop.connections(), static_cast<size_t>(kConns));
+  EXPECT_LE(loop.tls_stats().closing_checked, static_cast<uint64_t>(kTurns));
+  // The newer half takes its close_notify: each is released.
+  for (int i = kConns / 2; i < kConns; ++i)
+    inner->sockets.at(shard.fds[static_cast<size_t>(i)]).stall_sends = false;
+  loop.Poll(0);
+  EXPECT_EQ(loop.connections(), static_cast<size_t>(kConns / 2));
+  EXPECT_EQ(inner->closes, static_cast<uint64_t>(kConns / 2));
+  // The older half never does: past the deadline, each is looked at once more and cut.
+  const uint64_t checked = loop.tls_stats().closing_checked;
+  inner->now_ms += TlsLoop::kCloseNotifyMs;
+  for (int turn = 0; turn < 3; ++turn) loop.Poll(0);
+  EXPECT_EQ(loop.connections(), 0u);
+  EXPECT_EQ(inner->closes, static_cast<uint64_t>(kConns));
+  EXPECT_LE(loop.tls_stats().closing_checked - checked, static_cast<uint64_t>(kConns / 2 + 3));
+}
+
+}  // namespace
+}  // namespace ringd::tls
