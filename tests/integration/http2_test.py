@@ -458,6 +458,38 @@ class Http2Test(BackendTestCase):
     def h2c_of(server, path):
         return "http://127.0.0.1:%d%s" % (server.port, path)
 
+    def test_priorities_urgent_stream_first(self):
+        # RFC 9218: a stream of urgency 0 goes before one of urgency 7 asked for first, even
+        # when both want the whole connection window.
+        c = H2Client(self.server.port)
+        late = c.request("/large.bin", extra=[("priority", "u=7")])
+        urgent = c.request("/large.bin", extra=[("priority", "u=0")])
+        self.assertTrue(c.pump(lambda: urgent in c.ended, timeout=30))
+        self.assertLess(len(c.bodies.get(late, b"")), len(self.files["large.bin"]) // 2)
+        self.assertTrue(c.pump(lambda: late in c.ended, timeout=30))
+        self.assertEqual(c.bodies[late], self.files["large.bin"])
+        c.close()
+
+    def test_idle_h2_connections_give_way_to_newcomers(self):
+        server = self.start("--max-connections", "4", "--shards", "1", *ADMIN)
+        try:
+            idle = []
+            for _ in range(4):
+                c = H2Client(server.port)
+                sid = c.request("/small.txt")
+                self.assertTrue(c.pump(lambda: sid in c.ended))
+                idle.append(c)
+            # The fifth finds every slot taken by an idle HTTP/2 connection: one gives way
+            # (GOAWAY), and the newcomer is served.
+            self.assertEqual(curl(self.h2c_of(server, "/small.txt"))[1], 200)
+            for c in idle:
+                c.pump(lambda: c.goaway is not None, timeout=0.5)
+            self.assertGreaterEqual(sum(1 for c in idle if c.goaway is not None), 1)
+            for c in idle:
+                c.close()
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_idle_connection_gets_goaway_at_its_timeout(self):
         server = self.start("--keepalive-timeout-ms", "300")
         try:
