@@ -347,6 +347,8 @@ class ConnectionMachine {
   static void OnStreamFileReady(FileWaiter* w);
   void MakeH2Callbacks();
   void FreeH2Callbacks();
+  char* TakeH2Buffer();
+  void PutH2Buffer(char* b);
   friend struct H2Callbacks;
 
   // The response after its head (body_send.cc).
@@ -380,6 +382,9 @@ class ConnectionMachine {
   std::unique_ptr<mem::SlabPool<Exchange>> h2_exchanges_;
   nghttp2_session_callbacks* h2_callbacks_ = nullptr;
   nghttp2_option* h2_options_ = nullptr;
+  // Send buffers (H2Session::kOutBytes) of connections that went idle, for the next to send.
+  static constexpr size_t kH2SpareBuffers = 16;
+  std::vector<char*> h2_spare_buffers_;
   // With the access log only: each connection slot's client (conns_->IndexOf), taken at accept.
   std::unique_ptr<PeerAddress[]> peers_;
   std::unique_ptr<FileCache> files_;

@@ -334,7 +334,7 @@ void ConnectionMachine::H2Received(Connection* conn, const char* data, size_t n)
 void ConnectionMachine::H2Flush(Connection* conn) {
   H2Session* s = SessionOf(conn);
   if (conn->state != ConnState::kH2 || s->sending || s->reads_in_flight > 0) return;
-  if (s->out == nullptr) s->out = new char[H2Session::kOutBytes];
+  if (s->out == nullptr) s->out = TakeH2Buffer();
   if (nghttp2_session_send(s->session) != 0) {  // out of memory, or a callback failed
     ++stats_.h2_connection_errors;
     return Abort(conn);
@@ -416,7 +416,7 @@ void ConnectionMachine::H2Settle(Connection* conn) {
     return;
   }
   if (s->stream_count == 0) {
-    delete[] s->out;  // an idle connection holds no buffer
+    PutH2Buffer(s->out);  // an idle connection holds no buffer
     s->out = nullptr;
     if (conn->timer.list != &idle_timers_) {
       idle_timers_.Arm(&conn->timer, loop_->MonotonicMs());
@@ -588,7 +588,7 @@ void ConnectionMachine::H2Free(Connection* conn) {
   while (Exchange* ex = s->closed.front()) H2ReleaseStream(conn, ex);
   while (Exchange* ex = s->streams.front()) H2ReleaseStream(conn, ex);
   nghttp2_session_del(s->session);
-  delete[] s->out;
+  if (s->out != nullptr) PutH2Buffer(s->out);
   delete s;
   slot = nullptr;
   conn->h2 = false;
@@ -607,6 +607,23 @@ void ConnectionMachine::H2ExpireSendTimer(Connection* conn) {
   Abort(conn);
 }
 
+// Send buffers go back to a short list of spares rather than to the allocator: a connection
+// whose streams come in bursts takes one per burst, and the spares' pages stay touched.
+char* ConnectionMachine::TakeH2Buffer() {
+  if (h2_spare_buffers_.empty()) return new char[H2Session::kOutBytes];
+  char* b = h2_spare_buffers_.back();
+  h2_spare_buffers_.pop_back();
+  return b;
+}
+
+void ConnectionMachine::PutH2Buffer(char* b) {
+  if (h2_spare_buffers_.size() < kH2SpareBuffers) {
+    h2_spare_buffers_.push_back(b);
+  } else {
+    delete[] b;
+  }
+}
+
 void ConnectionMachine::MakeH2Callbacks() {
   nghttp2_session_callbacks* cb;
   RINGD_ASSERT(nghttp2_session_callbacks_new(&cb) == 0);
@@ -618,6 +635,7 @@ void ConnectionMachine::MakeH2Callbacks() {
   nghttp2_session_callbacks_set_send_callback(cb, &H2Callbacks::Send);
   nghttp2_session_callbacks_set_send_data_callback(cb, &H2Callbacks::SendData);
   h2_callbacks_ = cb;
+  h2_spare_buffers_.reserve(kH2SpareBuffers);
   nghttp2_option* opt;
   RINGD_ASSERT(nghttp2_option_new(&opt) == 0);
   // The preface was matched before the session began (H2Preface) and is fed to it whole.
@@ -629,6 +647,7 @@ void ConnectionMachine::MakeH2Callbacks() {
 void ConnectionMachine::FreeH2Callbacks() {
   if (h2_callbacks_ != nullptr) nghttp2_session_callbacks_del(h2_callbacks_);
   if (h2_options_ != nullptr) nghttp2_option_del(h2_options_);
+  for (char* b : h2_spare_buffers_) delete[] b;
 }
 
 }  // namespace ringd
