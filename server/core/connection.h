@@ -204,6 +204,7 @@ struct ConnectionParts {
   const http::MimeTypes* mime = nullptr;
   uint32_t capacity = 0;          // connection slots: --max-connections and the reserve
   std::string https_port_suffix;  // for the redirects of --redirect-https listeners
+  uint64_t boundary_seed = 0;     // the multipart boundary's random part (0: from getrandom)
   AccessLogShard* log = nullptr;  // the shard's side of the access log; null: off
   bool timing = false;            // time requests (the log, the duration histogram)
   ShardStats* stats = nullptr;    // the shard's counters; the machine counts into them

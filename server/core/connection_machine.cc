@@ -67,8 +67,8 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
   sends_ = std::make_unique<SendQueue>(so);
   scratch_ = std::make_unique<http::PlanScratch>();
 
-  uint64_t random = 0;
-  if (getrandom(&random, sizeof random, 0) != sizeof random)
+  uint64_t random = parts.boundary_seed;
+  if (random == 0 && getrandom(&random, sizeof random, 0) != sizeof random)
     random = static_cast<uint64_t>(loop_->MonotonicMs());
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(random));

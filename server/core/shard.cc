@@ -165,6 +165,7 @@ void Shard::SetupRequestPath() {
   parts.content_pool = content_pool_.get();
   parts.root_fd = root_fd_;
   parts.root_state = root_state_;
+  parts.boundary_seed = boundary_seed_;
   parts.mime = mime_;
   parts.capacity = capacity();
   parts.https_port_suffix = https_port_suffix_;

@@ -78,6 +78,10 @@ class Shard final : private ConnectionHost {
   // Before Setup: where the root moves (DocumentRoot::state_word); without it the shard serves
   // root_fd throughout.
   void SetDocumentRoot(const std::atomic<uint64_t>* state) { root_state_ = state; }
+  // Before Setup: the multipart boundary's random part (0: from getrandom). A simulation sets it
+  // from its seed, so that a seed's bytes replay exactly (HPACK's Huffman code makes even the
+  // length of a header that carries the boundary depend on its digits).
+  void SetBoundarySeed(uint64_t seed) { boundary_seed_ = seed; }
   // The admin thread's way in: Request() on the slot, then loop()->Wake().
   SnapshotSlot& snapshot_slot() { return snapshot_; }
   // The watchdog's way in (systemd WATCHDOG=1): before Setup, turn it on; then Ask() and
@@ -136,6 +140,7 @@ class Shard final : private ConnectionHost {
   std::vector<int> listen_fds_;
   int root_fd_;
   const std::atomic<uint64_t>* root_state_ = nullptr;
+  uint64_t boundary_seed_ = 0;
   const http::MimeTypes* mime_;
   io::LoopFactory make_loop_;
   int cpu_;

@@ -929,6 +929,7 @@ void Sim::MakeShard() {
                                    choice.tier->make, /*cpu=*/-1);
   root_switch_ = root_rng_.Chance(150) ? static_cast<uint32_t>(root_rng_.Range(1, 5)) : 0;
   if (root_switch_ != 0) shard_->SetDocumentRoot(&root_word_);
+  shard_->SetBoundarySeed(seed_ | 1);
 }
 
 // How many clients, at once and in all, and how many steps the seed runs.
