@@ -41,6 +41,7 @@ namespace ringd {
 class ConnectionMachine;
 struct Connection;
 struct H2Session;
+struct H2Batch;
 
 // One response in flight: its plan, the head bytes, and where the body has got to. It exists
 // from the moment a request is planned (file waits included) until its response has gone out,
@@ -348,8 +349,8 @@ class ConnectionMachine {
   static void OnStreamFileReady(FileWaiter* w);
   void MakeH2Callbacks();
   void FreeH2Callbacks();
-  char* TakeH2Buffer();
-  void PutH2Buffer(char* b);
+  H2Batch* TakeH2Batch(Connection* conn);
+  void PutH2Batch(H2Batch* b);
   friend struct H2Callbacks;
 
   // The response after its head (body_send.cc).
@@ -383,9 +384,9 @@ class ConnectionMachine {
   std::unique_ptr<mem::SlabPool<Exchange>> h2_exchanges_;
   nghttp2_session_callbacks* h2_callbacks_ = nullptr;
   nghttp2_option* h2_options_ = nullptr;
-  // Send buffers (H2Session::kOutBytes) of connections that went idle, for the next to send.
-  static constexpr size_t kH2SpareBuffers = 16;
-  std::vector<char*> h2_spare_buffers_;
+  // Send batches (h2_session.h) of connections that went idle, for the next to send.
+  static constexpr size_t kH2SpareBatches = 16;
+  std::vector<H2Batch*> h2_spare_batches_;
   // With the access log only: each connection slot's client (conns_->IndexOf), taken at accept.
   std::unique_ptr<PeerAddress[]> peers_;
   std::unique_ptr<FileCache> files_;

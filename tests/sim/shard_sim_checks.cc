@@ -397,7 +397,10 @@ void Sim::ReadH2Responses(Client& c, SimSocket& s) {
     world_.Trace("client %u: stream %d: %d (reset %u) to request %u (%s %s)", c.id, d.stream_id,
                  d.status, d.reset, q.nth, q.head ? "HEAD" : "GET",
                  q.route != nullptr ? q.route->target.c_str() : "-");
-    if (q.cancelled) continue;  // whatever came, the client stopped caring
+    if (q.cancelled) {  // whatever came, the client stopped caring
+      c.h2_cancelled.push_back(q);
+      continue;
+    }
     if (d.reset != 0) {
       // Refused (no exchange left on the shard, or past a GOAWAY's last stream); or cut because
       // its file changed under it.
@@ -428,13 +431,12 @@ void Sim::ReadH2Responses(Client& c, SimSocket& s) {
 }
 
 bool Sim::AnyFileChanged(const Client& c) const {
-  for (const Req& q : c.pending) {
-    if (q.route != nullptr && q.route->kind == Route::kFile &&
-        (FileChanged(q, q.route->path) || FileChanged(q, q.route->path + ".gz"))) {
-      return true;
-    }
-  }
-  return false;
+  const auto changed = [&](const Req& q) {
+    return q.route != nullptr && q.route->kind == Route::kFile &&
+           (FileChanged(q, q.route->path) || FileChanged(q, q.route->path + ".gz"));
+  };
+  return std::any_of(c.pending.begin(), c.pending.end(), changed) ||
+         std::any_of(c.h2_cancelled.begin(), c.h2_cancelled.end(), changed);
 }
 
 void Sim::EndConnection(Client& c, const char* how) {

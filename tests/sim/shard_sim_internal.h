@@ -114,6 +114,9 @@ struct Client {
   // HTTP/2: the client's nghttp2 session (null: it speaks HTTP/1.1). Its requests are streams,
   // answered in any order; `pending` holds them until each stream closes.
   std::unique_ptr<SimH2Client> h2;
+  // Requests whose streams it cancelled: a file of theirs that changed may still end the
+  // connection (the server frames a stream's data before it hears of the cancel).
+  std::vector<Req> h2_cancelled;
 };
 
 std::string Lower(std::string s);
