@@ -247,9 +247,31 @@ PlanStep PlanHttpsRedirect(const Request& req, const PlannerConfig& config, File
   return Page(301, "redirect to https", req, out);
 }
 
-// The regular file the target names: "dir" is a 301 to "dir/", "dir/" is "dir/index.html".
-// Sets *path (in scratch.file) and *meta and returns nothing when there is one; otherwise the
-// step: a lookup to wait for, the redirect, or the error.
+// The file resolution ended at: a regular file is selected (*meta, and nothing returned), else
+// its error (`missing` is the reason for a 404).
+std::optional<PlanStep> SelectedFile(const FileMeta& found, const char* missing, const Request& req,
+                                     const PlannerConfig& config, FileMetaSource& source,
+                                     ResponsePlan* out, FileMeta* meta) {
+  switch (found.kind) {
+    case FileMeta::Kind::kRegular:
+      *meta = found;
+      return std::nullopt;
+    case FileMeta::Kind::kForbidden:
+      return Error(403, "permission denied", req, config, source, out);
+    case FileMeta::Kind::kUnavailable:
+      return Error(503, "file lookup failed for now", req, config, source, out);
+    case FileMeta::Kind::kDirectory:  // "dir/index.html" (or the fallback) is itself a directory
+    case FileMeta::Kind::kMissing:
+    case FileMeta::Kind::kOther:
+      break;
+  }
+  return Error(404, missing, req, config, source, out);
+}
+
+// The regular file the target names: "dir" is a 301 to "dir/", "dir/" is "dir/index.html", and
+// a path that names nothing is the fallback file, when there is one (--fallback).
+// Sets *path (in scratch.file, or the fallback's) and *meta and returns nothing when there is
+// one; otherwise the step: a lookup to wait for, the redirect, or the error.
 std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& config,
                                     FileMetaSource& source, PlanScratch& scratch, ResponsePlan* out,
                                     std::string_view* path, FileMeta* meta) {
@@ -270,6 +292,15 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
     // a slash, or the root: those are directories, or errors.)
     if (target.HasTrailingSlash() || rel.empty()) return NeedLookup(*path);
     return NeedLookupOfFile(*path, config, scratch);
+  }
+  if (found->kind == FileMeta::Kind::kMissing && !config.fallback.empty()) {
+    // Nothing there: the fallback file is served in its place, planned as if it had been asked
+    // for (its type, siblings, validators and ranges). The request itself (the access log's
+    // line) stays what the client sent.
+    *path = config.fallback;  // the configuration's string: lives as long as the process
+    found = source.Lookup(*path);
+    if (!found) return NeedLookupOfFile(*path, config, scratch);
+    return SelectedFile(*found, "no such file, nor the fallback", req, config, source, out, meta);
   }
   if (found->kind == FileMeta::Kind::kUnavailable)
     return Error(503, "file lookup failed for now", req, config, source, out);
@@ -305,20 +336,7 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
     }
     *path = Join(scratch.file, sizeof scratch.file, *path, "");
   }
-  switch (found->kind) {
-    case FileMeta::Kind::kRegular:
-      *meta = *found;
-      return std::nullopt;
-    case FileMeta::Kind::kForbidden:
-      return Error(403, "permission denied", req, config, source, out);
-    case FileMeta::Kind::kUnavailable:
-      return Error(503, "file lookup failed for now", req, config, source, out);
-    case FileMeta::Kind::kDirectory:  // "dir/index.html" is itself a directory
-    case FileMeta::Kind::kMissing:
-    case FileMeta::Kind::kOther:
-      break;
-  }
-  return Error(404, "no such file", req, config, source, out);
+  return SelectedFile(*found, "no such file", req, config, source, out, meta);
 }
 
 // Precompressed siblings: file.br and file.gz, when not older than the file. Any such sibling

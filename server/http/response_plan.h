@@ -44,6 +44,11 @@ struct PlannerConfig {
   TargetOptions target;
   const MimeTypes* mime = nullptr;
   std::string_view index_file = "index.html";
+  // --fallback: a path beneath the root (relative, e.g. "index.html") served in place of a file
+  // that does not exist, as nginx's `try_files $uri $uri/ /index.html`; empty: none. Only a
+  // lookup that finds nothing falls back: hidden segments, forbidden files, directories without
+  // an index and a trailing slash on a file keep their answers.
+  std::string_view fallback;
   size_t max_ranges = 16;               // more ranges than this: 200 with the whole file
   bool precompressed = true;            // look for file.br and file.gz siblings
   uint64_t max_discarded_body = 65536;  // a larger request body is refused with 413

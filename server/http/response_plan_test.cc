@@ -585,5 +585,86 @@ TEST_F(OriginPlanTest, ErrorPageAfterAFileWasSelected) {
   EXPECT_EQ(p.head.find("Cache-Control"), std::string::npos) << p.head;
 }
 
+// --fallback: a path that names nothing is answered with the fallback file, planned as if it had
+// been asked for; everything that exists, and every other error, keeps its answer.
+TEST_F(ResponsePlanTest, AMissingPathServesTheFallback) {
+  config_.fallback = "index.html";
+  for (const char* target : {"/app/route", "/app/route/", "/a/b/c?q=1", "/app.js/nested"}) {
+    Planned p = Get(target);
+    EXPECT_EQ(p.plan.status, 200) << target;
+    EXPECT_EQ(p.plan.file_path, "index.html") << target;
+    EXPECT_EQ(p.plan.content_length, 612u) << target;
+    EXPECT_NE(p.head.find("Content-Type: text/html"), std::string::npos) << p.head;
+    EXPECT_NE(p.head.find("\r\nETag: "), std::string::npos) << p.head;
+    EXPECT_NE(p.head.find("\r\nAccept-Ranges: bytes\r\n"), std::string::npos) << p.head;
+  }
+  // Files and directories that exist are served as they are.
+  EXPECT_EQ(Get("/app.js").plan.file_path, "app.js");
+  EXPECT_EQ(Get("/docs/").plan.file_path, "docs/index.html");
+  EXPECT_EQ(Get("/docs").plan.status, 301);
+  EXPECT_EQ(Get("/empty/").plan.status, 403);  // a directory without an index: as before
+  // Hidden segments, forbidden and odd files, a trailing slash on a file: as before.
+  EXPECT_EQ(Get("/.git/config").plan.status, 404);
+  EXPECT_EQ(Get("/secret.txt").plan.status, 403);
+  EXPECT_EQ(Get("/fifo").plan.status, 404);
+  EXPECT_EQ(Get("/style.css/").plan.status, 404);
+  EXPECT_EQ(Get("/busy").plan.status, 503);
+  // HEAD: the fallback's headers, no body.
+  Planned head = Plan("HEAD /route HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_EQ(head.plan.status, 200);
+  EXPECT_FALSE(head.plan.send_body);
+  EXPECT_NE(head.head.find("Content-Length: 612\r\n"), std::string::npos) << head.head;
+}
+
+TEST_F(ResponsePlanTest, TheFallbackTakesConditionalsRangesAndSiblings) {
+  config_.fallback = "app.js";
+  const std::string etag(Get("/route").plan.etag);
+  ASSERT_FALSE(etag.empty());
+  Planned inm = Get("/route", "If-None-Match: " + etag + "\r\n");
+  EXPECT_EQ(inm.plan.status, 304);
+  EXPECT_FALSE(inm.plan.send_body);
+  Planned range = Get("/other/route", "Range: bytes=10-19\r\n");
+  EXPECT_EQ(range.plan.status, 206);
+  EXPECT_NE(range.head.find("Content-Range: bytes 10-19/5000\r\n"), std::string::npos)
+      << range.head;
+  // Its precompressed siblings, by the client's Accept-Encoding.
+  Planned br = Get("/route", "Accept-Encoding: br, gzip\r\n");
+  EXPECT_EQ(br.plan.status, 200);
+  EXPECT_EQ(br.plan.file_path, "app.js.br");
+  EXPECT_EQ(br.plan.content_encoding, "br");
+  EXPECT_NE(br.head.find("Content-Type: text/javascript"), std::string::npos) << br.head;
+  EXPECT_TRUE(br.plan.vary_accept_encoding);
+}
+
+TEST_F(ResponsePlanTest, AMissingFallbackIsNotFound) {
+  config_.fallback = "spa/index.html";
+  Planned p = Get("/route");
+  EXPECT_EQ(p.plan.status, 404);
+  EXPECT_TRUE(p.plan.file_path.empty());
+  EXPECT_STREQ(p.plan.reason, "no such file, nor the fallback");
+  EXPECT_NE(std::find(tree_.fetched.begin(), tree_.fetched.end(), "spa/index.html"),
+            tree_.fetched.end());
+  config_.fallback = "docs";  // a directory is no fallback either
+  EXPECT_EQ(Get("/route2").plan.status, 404);
+  config_.fallback = "secret.txt";
+  EXPECT_EQ(Get("/route3").plan.status, 403);
+}
+
+// The fallback's Cache-Control is the fallback file's (the bytes served), and a missing fallback
+// answers with the --error-page for 404.
+TEST_F(OriginPlanTest, TheFallbackTakesItsOwnHeadersAndTheErrorPage) {
+  config_.fallback = "app.js";
+  Planned p = Get("/route.css");
+  EXPECT_EQ(p.plan.status, 200);
+  EXPECT_TRUE(Has(p, "Cache-Control: public, max-age=3600")) << p.head;
+  std::string error;
+  ASSERT_TRUE(origin_.SetErrorPage(404, "errors/404.html", &error)) << error;
+  tree_.File("errors/404.html", 321);
+  config_.fallback = "gone.html";
+  Planned missing = Get("/route");
+  EXPECT_EQ(missing.plan.status, 404);
+  EXPECT_EQ(missing.plan.file_path, "errors/404.html");
+}
+
 }  // namespace
 }  // namespace ringd::http
