@@ -86,6 +86,8 @@ struct Config {
 
   // Files.
   std::string index = "index.html";
+  // --fallback: served (relative to the root) for a path that names nothing; empty: none.
+  std::string fallback;
   std::string mime_types;         // empty: /etc/mime.types when it exists
   std::string charset = "utf-8";  // text types' charset parameter; empty: none (--charset off)
   bool precompressed = true;

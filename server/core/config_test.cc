@@ -397,6 +397,13 @@ TEST(Config, OriginHeaders) {
   EXPECT_EQ(p.config.origin.ErrorPage(503), "errors/busy.html");
 }
 
+TEST(Config, FallbackIsAPathBeneathTheRoot) {
+  EXPECT_EQ(Parse({"--root", "/tmp"}).config.fallback, "");
+  const Parsed p = Parse({"--root", "/tmp", "--fallback", "/spa/index.html"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.fallback, "spa/index.html");
+}
+
 TEST(Config, OriginHeaderErrorsAreOneLine) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--cache-control", "no-cache"}, "--cache-control: expected GLOB=VALUE, got 'no-cache'"},
@@ -410,6 +417,10 @@ TEST(Config, OriginHeaderErrorsAreOneLine) {
       {{"--error-page", "200=/ok.html"}, "--error-page: ringd cannot serve a page"},
       {{"--error-page", "404=/../x.html"}, "--error-page: '/../x.html' is not a plain path"},
       {{"--default-cache-control", "a\nb"}, "--default-cache-control: 'a\nb' is not"},
+      {{"--fallback", "index.html"}, "--fallback: 'index.html' is not a plain path"},
+      {{"--fallback", "/"}, "--fallback: '/' is not a plain path"},
+      {{"--fallback", "/a/../index.html"}, "--fallback: '/a/../index.html' is not a plain path"},
+      {{"--fallback", "/spa//index.html"}, "--fallback: '/spa//index.html' is not a plain path"},
   };
   for (const auto& [flags, want] : cases) {
     std::vector<std::string> args = {"--root", "/tmp"};
