@@ -70,7 +70,12 @@ PlanStep Page(int status, const char* reason, const Request& req, ResponsePlan* 
   return PlanStep{};
 }
 
-PlanStep NeedLookup(std::string_view path) { return PlanStep{PlanStatus::kNeedLookup, path, {}}; }
+PlanStep NeedLookup(std::string_view path) {
+  PlanStep step;
+  step.status = PlanStatus::kNeedLookup;
+  step.lookup_path = path;
+  return step;
+}
 
 // Writes a + b + c into buf (capacity cap); returns the joined view, or empty if it does not fit.
 // The parts may already lie in buf (a prefix of it), hence memmove.
@@ -247,6 +252,30 @@ PlanStep PlanHttpsRedirect(const Request& req, const PlannerConfig& config, File
   return Page(301, "redirect to https", req, out);
 }
 
+// A directory without an index, with --autoindex: its listing, once the caller has made it. No
+// validators and no ranges (a listing is made per request); the added headers, as on any 200.
+PlanStep PlanListing(const Request& req, const PlannerConfig& config, FileMetaSource& source,
+                     std::string_view dir, std::string_view url_path, ResponsePlan* out) {
+  const std::optional<ListingResult> listing = source.Listing(dir);
+  if (!listing) {
+    PlanStep step;
+    step.status = PlanStatus::kNeedListing;
+    step.lookup_path = dir;
+    step.listing_url_path = url_path;
+    return step;
+  }
+  if (listing->status != 200)
+    return Error(listing->status, "directory listing failed", req, config, source, out);
+  out->status = 200;
+  out->reason = "directory listing";
+  out->inline_body = listing->body;
+  out->content_length = listing->body.size();
+  out->content_type = ListingContentType(config.autoindex_format);
+  out->send_body = req.method != Method::kHead;
+  if (config.origin != nullptr) out->added_headers = config.origin->added();
+  return PlanStep{};
+}
+
 // The file resolution ended at: a regular file is selected (*meta, and nothing returned), else
 // its error (`missing` is the reason for a 404).
 std::optional<PlanStep> SelectedFile(const FileMeta& found, const char* missing, const Request& req,
@@ -327,6 +356,10 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
     found = source.Lookup(*path);
     if (!found) return NeedLookupOfFile(*path, config, scratch);
     if (found->kind == FileMeta::Kind::kMissing) {
+      if (config.autoindex) {
+        return PlanListing(req, config, source, rel.empty() ? std::string_view(".") : rel,
+                           target.path, out);
+      }
       return Error(403, "directory without an index", req, config, source,
                    out);  // as nginx without autoindex
     }
