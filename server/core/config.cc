@@ -340,6 +340,24 @@ const std::vector<Flag>& Flags() {
                  "mime.types file read at start-up; one named here must be readable (default: "
                  "/etc/mime.types when it exists, else the built-in table)",
                  &Config::mime_types),
+      BoolFlag("autoindex",
+               "a directory without an index file is answered with a listing of it, as nginx's "
+               "autoindex: names sorted bytewise, with sizes and times, dot files hidden unless "
+               "--serve-dot-files; at most 10000 entries (fewer when their text passes 1 MiB), "
+               "then a line says it was cut (default false: 403)",
+               &Config::autoindex),
+      Flag{"autoindex-format", "html or json, as nginx's autoindex_format (default html)", false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v == "html") {
+               c->autoindex_format = http::ListingFormat::kHtml;
+             } else if (v == "json") {
+               c->autoindex_format = http::ListingFormat::kJson;
+             } else {
+               *error = "--autoindex-format: expected html or json, got '" + v + "'";
+               return false;
+             }
+             return true;
+           }},
       Flag{"fallback",
            "/PATH: a file beneath --root served with 200 for a path that names nothing, as a "
            "single-page app needs (nginx's try_files $uri $uri/ /index.html); files and "

@@ -397,6 +397,19 @@ TEST(Config, OriginHeaders) {
   EXPECT_EQ(p.config.origin.ErrorPage(503), "errors/busy.html");
 }
 
+TEST(Config, AutoindexIsOffAndHtmlByDefault) {
+  const Parsed off = Parse({"--root", "/tmp"});
+  EXPECT_FALSE(off.config.autoindex);
+  EXPECT_EQ(off.config.autoindex_format, http::ListingFormat::kHtml);
+  const Parsed on = Parse({"--root", "/tmp", "--autoindex", "--autoindex-format", "json"});
+  ASSERT_TRUE(on.ok) << on.error;
+  EXPECT_TRUE(on.config.autoindex);
+  EXPECT_EQ(on.config.autoindex_format, http::ListingFormat::kJson);
+  const Parsed bad = Parse({"--root", "/tmp", "--autoindex-format", "xml"});
+  EXPECT_FALSE(bad.ok);
+  EXPECT_EQ(bad.error, "--autoindex-format: expected html or json, got 'xml'");
+}
+
 TEST(Config, FallbackIsAPathBeneathTheRoot) {
   EXPECT_EQ(Parse({"--root", "/tmp"}).config.fallback, "");
   const Parsed p = Parse({"--root", "/tmp", "--fallback", "/spa/index.html"});

@@ -107,6 +107,11 @@ void DirLister::Release(DirListing* l) {
   --in_use_;
 }
 
+bool DirLister::Waiting(DirListing* l) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return l->state != DirListing::State::kWoken;
+}
+
 void DirLister::RunWakeups() {
   mem::IntrusiveList<DirListing, &DirListing::link> done;
   {

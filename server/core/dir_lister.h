@@ -69,6 +69,8 @@ class DirLister {
   // The listing's requester is done with it (its response ended, or it stopped waiting): freed
   // now, or once the thread has finished it.
   void Release(DirListing* l);
+  // Whether `l` is still being made, or made and its wake-up not yet run.
+  bool Waiting(DirListing* l);
   // Runs the wake-ups of the listings the thread has finished since the last call.
   void RunWakeups();
   uint32_t in_use() const { return in_use_; }
