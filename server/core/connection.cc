@@ -658,7 +658,7 @@ void ConnectionMachine::ArmSendTimer(Connection* conn) {
 void ConnectionMachine::Abort(Connection* conn) {
   if (conn->state == ConnState::kClosing) return;
   if (conn->ex != nullptr) {
-    StopWaiting(conn->ex);  // waiting for a file or a listing, or woken and not yet run
+    StopWaiting(conn->ex);              // waiting for a file or a listing, or woken and not yet run
     sends_->Remove(&conn->ex->ticket);  // waiting for a send slot
   }
   if (conn->h2) H2Abort(conn);

@@ -57,8 +57,9 @@ static_assert(uint64_t{kMaxRequestHead} + kMaxRecvBufferSize + 4096 < UINT32_MAX
 struct Exchange {
   Connection* conn = nullptr;  // whose response this is
   // While the request is planned: the file lookups it waits for (at most 8: connection.cc).
-  FileWaiter waiter;          // on the file cache while a lookup is under way (kWaitingFile)
-  uint32_t lookups = 0;       // file lookups (and listings) the request has waited for
+  // On the file cache while a lookup is under way (kWaitingFile); woken by the DirLister too.
+  FileWaiter waiter;
+  uint32_t lookups = 0;  // file lookups (and listings) the request has waited for
   // --autoindex: the listing made (or being made) for this request, held until the response
   // has gone out (its body is the plan's inline_body).
   DirListing* listing = nullptr;
@@ -133,7 +134,7 @@ struct Exchange {
 
 enum class ConnState : uint8_t {
   kReading,      // waiting for (the rest of) a request head
-  kWaitingFile,  // planning needs file metadata that is being fetched
+  kWaitingFile,  // planning needs file metadata being fetched, or a listing being made
   kSending,      // a response is in flight
   // The last response is out and its receive is being ended: the receive's last callback says
   // whether the client sent more (then kLingering) or not (then kClosing). Waits on the loop,
