@@ -141,9 +141,12 @@ void DirLister::Run() {
     work_.wait(lock, [this] { return stopping_ || !queued_.empty(); });
     if (stopping_) return;
     DirListing* l = queued_.PopFront();
-    lock.unlock();
-    Make(options_, l);
-    lock.lock();
+    // One released before its turn (its client left) is not made: its slot comes back sooner.
+    if (!l->abandoned) {
+      lock.unlock();
+      Make(options_, l);
+      lock.lock();
+    }
     l->state = DirListing::State::kDone;
     done_.PushBack(l);
     loop_->Wake();
