@@ -8,7 +8,8 @@ knowledge):
   its index; without --autoindex it is 403 as before; a directory ringd may not read is 403;
 - a directory of 100,000 entries is listed (the shard keeps serving meanwhile), cut at a bound
   with a last line that says so;
-- HEAD has the listing's length and no body.
+- HEAD has the listing's length and no body;
+- clients that leave while their listing is made leave nothing behind.
 """
 import json
 import os
@@ -186,6 +187,36 @@ class AutoindexTest(BackendTestCase):
         self.assertEqual(status, 200)
         self.assertRegex(body.decode(), r"<p>Listing cut: the first \d+ of %d entries, by name.</p>"
                          % BIG)
+
+    def test_clients_that_leave_while_their_listing_is_made(self):
+        # The thread finishes each listing alone, and its slot comes back: more listings than
+        # the shard's slots, each left at once, then every one answered again, and a clean stop.
+        server = self.start("--autoindex", "--shards", "1")
+        for _ in range(12):
+            with server.connect() as s:
+                s.sendall(b"GET /big/ HTTP/1.1\r\nHost: t\r\n\r\n")
+        for _ in range(6):
+            subprocess.run(["curl", "-s", "--http2-prior-knowledge", "--max-time", "0.05",
+                            "-o", "/dev/null", "http://127.0.0.1:%d/big/" % server.port],
+                           timeout=30)
+        # The thread finishes what it had begun alone, and the slots come back.
+        deadline = time.time() + 20
+        while request(server, "GET", "/big/").status != 200 and time.time() < deadline:
+            time.sleep(0.1)
+        # Several at once, past the 4 slots: each is the listing, or 503 while all are taken.
+        results = []
+
+        def one():
+            results.append(request(server, "GET", "/pub/").status)
+
+        threads = [threading.Thread(target=one) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertTrue(set(results) <= {200, 503} and 200 in results, results)
+        self.assertEqual(request(server, "GET", "/pub/").status, 200)
+        self.assertEqual(server.stop(), 0, server.log)
 
 
 if __name__ == "__main__":
