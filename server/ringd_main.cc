@@ -220,8 +220,9 @@ struct Findings {
 // Every file the flags name, read and checked as start-up uses it: the identity ringd runs as, the
 // certificates, keys and OCSP responses, the io tier against the probe, --root (opened, and
 // searchable by the user ringd serves as where that is this process), --mime-types, the
-// --error-page files, the --access-log's file or directory, and sizes this machine cannot give.
-// Nothing is bound and no shard is made: start-up goes on from here, and `ringd -t` stops here.
+// --error-page and --fallback files, the --access-log's file or directory, and sizes this machine
+// cannot give. Nothing is bound and no shard is made: start-up goes on from here, and `ringd -t`
+// stops here.
 Findings Prepare(const Config& config, Prepared* out) {
   Findings found;
   auto problem = [&found](int exit_status, std::string line) {
@@ -265,6 +266,13 @@ Findings Prepare(const Config& config, Prepared* out) {
       found.warnings.push_back("--error-page " + std::to_string(status) + "=/" + page +
                                ": cannot read '" + config.root + "/" + page +
                                "': " + strerror(errno) + "; the built-in page is served instead");
+    }
+    // A fallback that cannot be read is a 404 for every path that names nothing.
+    if (!config.fallback.empty() &&
+        ::faccessat(out->root_fd, config.fallback.c_str(), R_OK, AT_EACCESS) != 0) {
+      found.warnings.push_back("--fallback /" + config.fallback + ": cannot read '" + config.root +
+                               "/" + config.fallback + "': " + strerror(errno) +
+                               "; a path that names nothing is answered 404 instead");
     }
   }
   if (!config.access_log.empty()) {

@@ -340,6 +340,40 @@ const std::vector<Flag>& Flags() {
                  "mime.types file read at start-up; one named here must be readable (default: "
                  "/etc/mime.types when it exists, else the built-in table)",
                  &Config::mime_types),
+      BoolFlag("autoindex",
+               "a directory without an index file is answered with a listing of it, as nginx's "
+               "autoindex: names sorted bytewise, with sizes and times, dot files hidden unless "
+               "--serve-dot-files; at most 10000 entries (fewer when their text passes 1 MiB), "
+               "then a line says it was cut (default false: 403)",
+               &Config::autoindex),
+      Flag{"autoindex-format", "html or json, as nginx's autoindex_format (default html)", false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v == "html") {
+               c->autoindex_format = http::ListingFormat::kHtml;
+             } else if (v == "json") {
+               c->autoindex_format = http::ListingFormat::kJson;
+             } else {
+               *error = "--autoindex-format: expected html or json, got '" + v + "'";
+               return false;
+             }
+             return true;
+           }},
+      Flag{"fallback",
+           "/PATH: a file beneath --root served with 200 for a path that names nothing, as a "
+           "single-page app needs (nginx's try_files $uri $uri/ /index.html); files and "
+           "directories that exist, hidden paths and forbidden files keep their answers; a "
+           "missing fallback file is 404 (default: none)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v.size() < 2 || v[0] != '/' ||
+                 !http::IsPlainRootPath(std::string_view(v).substr(1))) {
+               *error = "--fallback: '" + v +
+                        "' is not a plain path beneath the root (e.g. /index.html)";
+               return false;
+             }
+             c->fallback = v.substr(1);
+             return true;
+           }},
       Flag{"charset",
            "charset parameter of text types (text/*, JavaScript, JSON, XML, SVG); off: none, "
            "as nginx's charset off (default utf-8)",

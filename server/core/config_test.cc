@@ -397,6 +397,26 @@ TEST(Config, OriginHeaders) {
   EXPECT_EQ(p.config.origin.ErrorPage(503), "errors/busy.html");
 }
 
+TEST(Config, AutoindexIsOffAndHtmlByDefault) {
+  const Parsed off = Parse({"--root", "/tmp"});
+  EXPECT_FALSE(off.config.autoindex);
+  EXPECT_EQ(off.config.autoindex_format, http::ListingFormat::kHtml);
+  const Parsed on = Parse({"--root", "/tmp", "--autoindex", "--autoindex-format", "json"});
+  ASSERT_TRUE(on.ok) << on.error;
+  EXPECT_TRUE(on.config.autoindex);
+  EXPECT_EQ(on.config.autoindex_format, http::ListingFormat::kJson);
+  const Parsed bad = Parse({"--root", "/tmp", "--autoindex-format", "xml"});
+  EXPECT_FALSE(bad.ok);
+  EXPECT_EQ(bad.error, "--autoindex-format: expected html or json, got 'xml'");
+}
+
+TEST(Config, FallbackIsAPathBeneathTheRoot) {
+  EXPECT_EQ(Parse({"--root", "/tmp"}).config.fallback, "");
+  const Parsed p = Parse({"--root", "/tmp", "--fallback", "/spa/index.html"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.fallback, "spa/index.html");
+}
+
 TEST(Config, OriginHeaderErrorsAreOneLine) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--cache-control", "no-cache"}, "--cache-control: expected GLOB=VALUE, got 'no-cache'"},
@@ -410,6 +430,10 @@ TEST(Config, OriginHeaderErrorsAreOneLine) {
       {{"--error-page", "200=/ok.html"}, "--error-page: ringd cannot serve a page"},
       {{"--error-page", "404=/../x.html"}, "--error-page: '/../x.html' is not a plain path"},
       {{"--default-cache-control", "a\nb"}, "--default-cache-control: 'a\nb' is not"},
+      {{"--fallback", "index.html"}, "--fallback: 'index.html' is not a plain path"},
+      {{"--fallback", "/"}, "--fallback: '/' is not a plain path"},
+      {{"--fallback", "/a/../index.html"}, "--fallback: '/a/../index.html' is not a plain path"},
+      {{"--fallback", "/spa//index.html"}, "--fallback: '/spa//index.html' is not a plain path"},
   };
   for (const auto& [flags, want] : cases) {
     std::vector<std::string> args = {"--root", "/tmp"};

@@ -304,11 +304,23 @@ bool ConnectionMachine::Plan(Connection* conn, const http::Request& req, size_t 
 bool ConnectionMachine::PlanExchange(Exchange* ex, const http::Request& req, bool https_redirect) {
   if (ex->lookups == 0) ex->plan_since = files_->validations();
   ex->head_request = req.method == http::Method::kHead;
-  RequestLookup source(files_.get(), ex->plan_since);
+  RequestLookup::MadeListing made;
+  if (ex->listing != nullptr) made = {ex->listing->dir, {ex->listing->status, ex->listing->body}};
+  RequestLookup source(files_.get(), ex->plan_since, ex->listing != nullptr ? &made : nullptr);
   const http::PlanStep step = http::PlanResponse(req, https_redirect ? redirect_planner_ : planner_,
                                                  source, *scratch_, &ex->plan);
   ex->plan_number = ++plans_;
-  if (step.status == http::PlanStatus::kNeedLookup) {
+  if (step.status == http::PlanStatus::kNeedListing) {
+    // Made off the shard (DirLister); the plan is made again once it is.
+    RINGD_ASSERT(lister_ != nullptr && ex->listing == nullptr);
+    if (++ex->lookups <= kMaxLookupsPerRequest) {
+      ex->listing =
+          lister_->Start(files_->root_fd(), step.lookup_path, step.listing_url_path, &ex->waiter);
+      if (ex->listing != nullptr) return false;
+    }
+    ++stats_.lookup_refused;  // every listing slot is taken: 503, as a full cache
+    http::PlanError(503, req, &ex->plan);
+  } else if (step.status == http::PlanStatus::kNeedLookup) {
     if (++ex->lookups <= kMaxLookupsPerRequest && files_->Fetch(step.lookup_path, &ex->waiter)) {
       for (std::string_view p : step.prefetch) {
         if (!p.empty()) files_->Prefetch(p);
@@ -630,6 +642,7 @@ void ConnectionMachine::ReleaseExchange(Connection* conn) {
   EndExchange(conn, ex);  // metrics and the access log line
   if (ex->file != nullptr) files_->Unpin(ex->file);
   ex->file = nullptr;
+  ReleaseListing(ex);
   exchanges_->Put(ex);
   conn->ex = nullptr;
 }
@@ -645,7 +658,7 @@ void ConnectionMachine::ArmSendTimer(Connection* conn) {
 void ConnectionMachine::Abort(Connection* conn) {
   if (conn->state == ConnState::kClosing) return;
   if (conn->ex != nullptr) {
-    files_->Forget(&conn->ex->waiter);  // waiting for a file, or woken and not yet run
+    StopWaiting(conn->ex);              // waiting for a file or a listing, or woken and not yet run
     sends_->Remove(&conn->ex->ticket);  // waiting for a send slot
   }
   if (conn->h2) H2Abort(conn);
@@ -657,6 +670,17 @@ void ConnectionMachine::Abort(Connection* conn) {
     loop_->Shutdown(conn->fd, SHUT_RDWR);
   if (conn->recv_active) loop_->Cancel(&conn->recv);
   MaybeFree(conn);
+}
+
+void ConnectionMachine::StopWaiting(Exchange* ex) {
+  files_->Forget(&ex->waiter);
+  if (ex->listing != nullptr && lister_->Waiting(ex->listing)) ReleaseListing(ex);
+}
+
+void ConnectionMachine::ReleaseListing(Exchange* ex) {
+  if (ex->listing == nullptr) return;
+  lister_->Release(ex->listing);
+  ex->listing = nullptr;
 }
 
 }  // namespace ringd

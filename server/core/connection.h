@@ -22,6 +22,7 @@
 #include "mem/slab_pool.h"
 #include "server/core/access_log.h"
 #include "server/core/config.h"
+#include "server/core/dir_lister.h"
 #include "server/core/document_root.h"
 #include "server/core/file_cache.h"
 #include "server/core/send_queue.h"
@@ -57,8 +58,12 @@ static_assert(uint64_t{kMaxRequestHead} + kMaxRecvBufferSize + 4096 < UINT32_MAX
 struct Exchange {
   Connection* conn = nullptr;  // whose response this is
   // While the request is planned: the file lookups it waits for (at most 8: connection.cc).
-  FileWaiter waiter;          // on the file cache while a lookup is under way (kWaitingFile)
-  uint32_t lookups = 0;       // file lookups the request has waited for
+  // On the file cache while a lookup is under way (kWaitingFile); woken by the DirLister too.
+  FileWaiter waiter;
+  uint32_t lookups = 0;  // file lookups (and listings) the request has waited for
+  // --autoindex: the listing made (or being made) for this request, held until the response
+  // has gone out (its body is the plan's inline_body).
+  DirListing* listing = nullptr;
   bool head_request = false;  // the request is a HEAD
   // Input behind this request (and the body it declares) is already here: pipelined requests.
   bool input_follows = false;
@@ -130,7 +135,7 @@ struct Exchange {
 
 enum class ConnState : uint8_t {
   kReading,      // waiting for (the rest of) a request head
-  kWaitingFile,  // planning needs file metadata that is being fetched
+  kWaitingFile,  // planning needs file metadata being fetched, or a listing being made
   kSending,      // a response is in flight
   // The last response is out and its receive is being ended: the receive's last callback says
   // whether the client sent more (then kLingering) or not (then kClosing). Waits on the loop,
@@ -235,7 +240,10 @@ class ConnectionMachine {
   // The earliest of the timers' deadlines and the send queue's aging bound (INT64_MAX: none).
   int64_t NextDeadlineMs() const;
   // After a Poll: connections whose file lookups finished in it.
-  void RunWakeups() { files_->RunWakeups(); }
+  void RunWakeups() {
+    files_->RunWakeups();
+    if (lister_ != nullptr) lister_->RunWakeups();
+  }
 
   // The drain: connections between requests end now; responses under way go out with
   // `Connection: close` and their connections close after them.
@@ -326,6 +334,11 @@ class ConnectionMachine {
   // a 500 if it does not fit its buffer; returns the head's length.
   bool PlanExchange(Exchange* ex, const http::Request& req, bool https_redirect);
   size_t WriteHead(Exchange* ex);
+  // Stops what the exchange's planning waits for: a file lookup, or a listing not yet made
+  // (its wake-up never runs). A listing whose body the response sends stays until the response
+  // is done (ReleaseListing).
+  void StopWaiting(Exchange* ex);
+  void ReleaseListing(Exchange* ex);
 
   // HTTP/2 (h2_connection.cc): a connection whose first bytes are the preface becomes an
   // H2Session; its streams' exchanges come from h2_exchanges_.
@@ -390,6 +403,7 @@ class ConnectionMachine {
   // With the access log only: each connection slot's client (conns_->IndexOf), taken at accept.
   std::unique_ptr<PeerAddress[]> peers_;
   std::unique_ptr<FileCache> files_;
+  std::unique_ptr<DirLister> lister_;  // with --autoindex only
   const std::atomic<uint64_t>* root_word_ = nullptr;
   uint64_t root_state_ = 0;           // *root_word_ as this machine last took it up
   std::unique_ptr<SendQueue> sends_;  // which long bodies send now (send_queue.h)

@@ -76,6 +76,15 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
   planner_.target.serve_dot_files = config_.serve_dot_files;
   planner_.mime = parts.mime;
   planner_.index_file = config_.index;
+  planner_.fallback = config_.fallback;
+  planner_.autoindex = config_.autoindex;
+  planner_.autoindex_format = config_.autoindex_format;
+  if (config_.autoindex) {
+    DirLister::Options lo;
+    lo.format = config_.autoindex_format;
+    lo.show_dot_files = config_.serve_dot_files;
+    lister_ = std::make_unique<DirLister>(loop_, lo);
+  }
   planner_.max_ranges = config_.max_ranges;
   planner_.precompressed = config_.precompressed;
   planner_.max_discarded_body = config_.max_discarded_body;

@@ -209,7 +209,7 @@ struct H2Callbacks {
       return 0;
     }
     // A read into the send buffer may still use its file: released when the batch is done.
-    m->files_->Forget(&ex->waiter);
+    m->StopWaiting(ex);
     s->streams.Remove(ex);
     s->closed.PushBack(ex);
     ex->h2_closed = true;
@@ -585,10 +585,11 @@ void ConnectionMachine::H2StartResponse(Connection* conn, Exchange* ex) {
 // The one release path for a stream's exchange: its waiter, log line, file pin and fields.
 void ConnectionMachine::H2ReleaseStream(Connection* conn, Exchange* ex) {
   H2Session* s = SessionOf(conn);
-  files_->Forget(&ex->waiter);
+  StopWaiting(ex);
   EndExchange(conn, ex);
   if (ex->file != nullptr) files_->Unpin(ex->file);
   ex->file = nullptr;
+  ReleaseListing(ex);
   for (nghttp2_rcbuf*& f : ex->h2_fields) {
     if (f != nullptr) nghttp2_rcbuf_decref(f);
     f = nullptr;
@@ -613,7 +614,7 @@ void ConnectionMachine::H2Abort(Connection* conn) {
   H2Session* s = SessionOf(conn);
   if (s == nullptr) return;
   for (Exchange* ex = s->streams.front(); ex != nullptr; ex = s->streams.Next(ex))
-    files_->Forget(&ex->waiter);
+    StopWaiting(ex);
   if (s->sending) loop_->Shutdown(conn->fd, SHUT_RDWR);
 }
 

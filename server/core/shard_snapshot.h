@@ -31,7 +31,7 @@ struct ShardStats {
   // Of those, closed before their lingering ended, for newcomers waiting for a slot; and the
   // newcomers that waited (parked: accepted while every slot was taken).
   uint64_t gave_way_closed = 0, parked = 0;
-  uint64_t lookup_refused = 0;                // 503: the file cache was full, or too many lookups
+  uint64_t lookup_refused = 0;  // 503: the file cache was full, too many lookups, no listing slot
   uint64_t recv_errors = 0, send_errors = 0;  // a connection ended by an error of its socket
   uint64_t sends_queued = 0;  // body chunks that waited for a send slot (--send-order=srpt)
   uint64_t sends_aged = 0;    // of those, started over the slot budget by --send-max-wait-ms

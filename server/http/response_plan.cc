@@ -70,7 +70,12 @@ PlanStep Page(int status, const char* reason, const Request& req, ResponsePlan* 
   return PlanStep{};
 }
 
-PlanStep NeedLookup(std::string_view path) { return PlanStep{PlanStatus::kNeedLookup, path, {}}; }
+PlanStep NeedLookup(std::string_view path) {
+  PlanStep step;
+  step.status = PlanStatus::kNeedLookup;
+  step.lookup_path = path;
+  return step;
+}
 
 // Writes a + b + c into buf (capacity cap); returns the joined view, or empty if it does not fit.
 // The parts may already lie in buf (a prefix of it), hence memmove.
@@ -247,9 +252,55 @@ PlanStep PlanHttpsRedirect(const Request& req, const PlannerConfig& config, File
   return Page(301, "redirect to https", req, out);
 }
 
-// The regular file the target names: "dir" is a 301 to "dir/", "dir/" is "dir/index.html".
-// Sets *path (in scratch.file) and *meta and returns nothing when there is one; otherwise the
-// step: a lookup to wait for, the redirect, or the error.
+// A directory without an index, with --autoindex: its listing, once the caller has made it. No
+// validators and no ranges (a listing is made per request); the added headers, as on any 200.
+PlanStep PlanListing(const Request& req, const PlannerConfig& config, FileMetaSource& source,
+                     std::string_view dir, std::string_view url_path, ResponsePlan* out) {
+  const std::optional<ListingResult> listing = source.Listing(dir);
+  if (!listing) {
+    PlanStep step;
+    step.status = PlanStatus::kNeedListing;
+    step.lookup_path = dir;
+    step.listing_url_path = url_path;
+    return step;
+  }
+  if (listing->status != 200)
+    return Error(listing->status, "directory listing failed", req, config, source, out);
+  out->status = 200;
+  out->reason = "directory listing";
+  out->inline_body = listing->body;
+  out->content_length = listing->body.size();
+  out->content_type = ListingContentType(config.autoindex_format);
+  out->send_body = req.method != Method::kHead;
+  if (config.origin != nullptr) out->added_headers = config.origin->added();
+  return PlanStep{};
+}
+
+// The file resolution ended at: a regular file is selected (*meta, and nothing returned), else
+// its error (`missing` is the reason for a 404).
+std::optional<PlanStep> SelectedFile(const FileMeta& found, const char* missing, const Request& req,
+                                     const PlannerConfig& config, FileMetaSource& source,
+                                     ResponsePlan* out, FileMeta* meta) {
+  switch (found.kind) {
+    case FileMeta::Kind::kRegular:
+      *meta = found;
+      return std::nullopt;
+    case FileMeta::Kind::kForbidden:
+      return Error(403, "permission denied", req, config, source, out);
+    case FileMeta::Kind::kUnavailable:
+      return Error(503, "file lookup failed for now", req, config, source, out);
+    case FileMeta::Kind::kDirectory:  // "dir/index.html" (or the fallback) is itself a directory
+    case FileMeta::Kind::kMissing:
+    case FileMeta::Kind::kOther:
+      break;
+  }
+  return Error(404, missing, req, config, source, out);
+}
+
+// The regular file the target names: "dir" is a 301 to "dir/", "dir/" is "dir/index.html", and
+// a path that names nothing is the fallback file, when there is one (--fallback).
+// Sets *path (in scratch.file, or the fallback's) and *meta and returns nothing when there is
+// one; otherwise the step: a lookup to wait for, the redirect, or the error.
 std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& config,
                                     FileMetaSource& source, PlanScratch& scratch, ResponsePlan* out,
                                     std::string_view* path, FileMeta* meta) {
@@ -270,6 +321,15 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
     // a slash, or the root: those are directories, or errors.)
     if (target.HasTrailingSlash() || rel.empty()) return NeedLookup(*path);
     return NeedLookupOfFile(*path, config, scratch);
+  }
+  if (found->kind == FileMeta::Kind::kMissing && !config.fallback.empty()) {
+    // Nothing there: the fallback file is served in its place, planned as if it had been asked
+    // for (its type, siblings, validators and ranges). The request itself (the access log's
+    // line) stays what the client sent.
+    *path = config.fallback;  // the configuration's string: lives as long as the process
+    found = source.Lookup(*path);
+    if (!found) return NeedLookupOfFile(*path, config, scratch);
+    return SelectedFile(*found, "no such file, nor the fallback", req, config, source, out, meta);
   }
   if (found->kind == FileMeta::Kind::kUnavailable)
     return Error(503, "file lookup failed for now", req, config, source, out);
@@ -296,6 +356,10 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
     found = source.Lookup(*path);
     if (!found) return NeedLookupOfFile(*path, config, scratch);
     if (found->kind == FileMeta::Kind::kMissing) {
+      if (config.autoindex) {
+        return PlanListing(req, config, source, rel.empty() ? std::string_view(".") : rel,
+                           target.path, out);
+      }
       return Error(403, "directory without an index", req, config, source,
                    out);  // as nginx without autoindex
     }
@@ -305,20 +369,7 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
     }
     *path = Join(scratch.file, sizeof scratch.file, *path, "");
   }
-  switch (found->kind) {
-    case FileMeta::Kind::kRegular:
-      *meta = *found;
-      return std::nullopt;
-    case FileMeta::Kind::kForbidden:
-      return Error(403, "permission denied", req, config, source, out);
-    case FileMeta::Kind::kUnavailable:
-      return Error(503, "file lookup failed for now", req, config, source, out);
-    case FileMeta::Kind::kDirectory:  // "dir/index.html" is itself a directory
-    case FileMeta::Kind::kMissing:
-    case FileMeta::Kind::kOther:
-      break;
-  }
-  return Error(404, "no such file", req, config, source, out);
+  return SelectedFile(*found, "no such file", req, config, source, out, meta);
 }
 
 // Precompressed siblings: file.br and file.gz, when not older than the file. Any such sibling
