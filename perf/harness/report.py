@@ -113,6 +113,9 @@ def _table(scenario, per_server, summary, meta=None):
         shown = "" if r is None else "%.3g" % r + ("" if metric.higher_is_better else " (lower is better)")
         main = "%.1f [%.1f-%.1f]" % (m["median"] * metric.scale, m["min"] * metric.scale,
                                      m["max"] * metric.scale) if m else ""
+        failures = sum(1 for r in per_server[server] if r.failed)
+        if failures:  # a failed run is in the figure as no rate and no latency: said beside it
+            main += "%s(%d of %d runs failed)" % (" " if main else "", failures, len(per_server[server]))
         cpu = s.get("cpu_us_per_request")
         busy = s.get("server_cpu_percent")
         p50, p99 = s.get("p50_us"), s.get("p99_us")
