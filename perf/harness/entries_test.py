@@ -109,14 +109,25 @@ class Http2Test(unittest.TestCase):
         finally:
             shutil.rmtree(root)
 
+    def test_idle_connections_are_held_by_h2idle_around_h2load(self):
+        s = SCENARIOS["h2-idle"]
+        self.assertTrue(s.fresh_server and s.tls)
+        cmd = s.load.h2load_command(9, "/d", 4, "0", tls=True)
+        self.assertEqual(cmd[:3], ["taskset", "-c", "0"])
+        self.assertTrue(cmd[3].endswith("/perf/harness/h2idle.py"))
+        self.assertEqual(cmd[4:cmd.index("--")], ["--port", "9", "--idle", "2000", "--path", "/index.html", "--tls"])
+        self.assertEqual(cmd[cmd.index("--") + 1:], replace(s.load, idle=0).h2load_command(9, "/d", 4, "0", tls=True))
+        self.assertNotIn("--tls", SCENARIOS["h2c-idle"].load.h2load_command(9, "/d", 4, "0"))
+        self.assertEqual(s.loads(quick=True)[0].idle, 200)
+
     def test_quick_runs_one_of_them(self):
         quick = [n for n, s in SCENARIOS.items() if s.http2 and not s.quick_skip and not s.opt_in]
         self.assertEqual(quick, ["h2-small"])
         self.assertEqual([n for n, s in SCENARIOS.items() if s.http2],
-                         ["h2-small", "h2c-small", "h2-large", "h2c-large"])
+                         ["h2-small", "h2c-small", "h2-large", "h2c-large", "h2-idle", "h2c-idle"])
 
     def test_who_takes_part(self):
-        for name in ("h2-small", "h2c-small", "h2-large", "h2c-large"):
+        for name in ("h2-small", "h2c-small", "h2-large", "h2c-large", "h2-idle", "h2c-idle"):
             s = SCENARIOS[name]
             for peer in ("ringd-bypass", "ringd-uring", "ringd-epoll", "nginx", "h2o", "lighttpd"):
                 self.assertTrue(PEERS[peer].takes_part(s), (name, peer))

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import threading
 import time
+from dataclasses import replace
 
 from . import procfs
 from .peers import Ctx
@@ -131,8 +132,8 @@ def warm_up(ctx, server, scenario, serve_root):
     load, _ = scenario.loads(ctx.args.quick)
     tls = server.peer.serves_tls(scenario)
     if scenario.http2:
-        cmd = load.h2load_command(server.port, serve_root, 0.3, ctx.args.client_cpus, ctx.args.client_threads,
-                                  tls=tls, warm_up_s=0)
+        cmd = replace(load, idle=0).h2load_command(server.port, serve_root, 0.3, ctx.args.client_cpus,
+                                                   ctx.args.client_threads, tls=tls, warm_up_s=0)
     else:
         cmd = load.warm().command(ctx.bins["load"], server.port, serve_root, 0.3, ctx.args.client_cpus,
                                   ctx.args.client_threads, tls=tls)

@@ -52,6 +52,7 @@ max-connections: 30000
 pid-file: %(dir)s/h2o.pid
 error-log: %(dir)s/h2o-error.log
 http1-request-timeout: 75
+http2-idle-timeout: 75
 listen:
   host: 127.0.0.1
   port: %(port)d%(h2o_tls)s

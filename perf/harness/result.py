@@ -122,6 +122,7 @@ class Result:
             "p99_large_us": large.p99 if large and large.count else None,
             "mean_large_us": large.mean if large and large.count else None,
             "idle_bytes_per_connection": self.idle_bytes_per_connection,
+            "idle_held": self.idle_held or None,
             "cold_bytes_per_s": self.cold.bytes_per_s if self.cold else None,
             "background_rps": self.cold.rps if self.cold else None,
             "syscalls_per_request": self.syscalls_per_request,

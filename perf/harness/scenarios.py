@@ -19,6 +19,8 @@ from .slowdisk import Unavailable
 
 # h2load's warm-up before each measured run: every connection and its TLS handshake is made in it.
 H2LOAD_WARM_UP_S = 1
+# The h2-idle scenarios' client (idle HTTP/2 connections held while h2load runs).
+H2IDLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "h2idle.py")
 
 
 @dataclass(frozen=True)
@@ -101,13 +103,19 @@ class Load:
         turn; tls: h2 by ALPN (h2 alone offered, so a server without it fails rather than falling
         back to HTTP/1.1; the suite and group ringd-load offers), else h2c with prior knowledge.
         Its rate counts the main duration only: the connections (handshakes included) open in the
-        warm-up before it, which the harness leaves out of the server's CPU too."""
+        warm-up before it, which the harness leaves out of the server's CPU too. With idle, h2idle.py
+        first opens and holds that many HTTP/2 connections, one request done on each, then runs it."""
         cmd = ["taskset", "-c", client_cpus, "h2load", "-t%d" % threads, "-c%d" % self.connections,
                "-m%d" % self.streams, "-D%dms" % max(1, round(duration_s * 1000)),
                "--warm-up-time=%dms" % round(warm_up_s * 1000)]
         if tls:
             cmd += ["--npn-list=h2", "--tls13-ciphers=TLS_AES_128_GCM_SHA256", "--groups=X25519"]
-        return cmd + ["%s://127.0.0.1:%d%s" % ("https" if tls else "http", port, p) for p in self.url_paths(root)]
+        paths = self.url_paths(root)
+        cmd += ["%s://127.0.0.1:%d%s" % ("https" if tls else "http", port, p) for p in paths]
+        if not self.idle:
+            return cmd
+        return ["taskset", "-c", client_cpus, H2IDLE, "--port", str(port), "--idle", str(self.idle),
+                "--path", paths[0]] + (["--tls"] if tls else []) + ["--"] + cmd
 
     def warm(self):
         """The unmeasured warm-up: the same paths, closed loop, no idle connections."""
@@ -512,6 +520,23 @@ _ENTRIES += [
     Scenario("h2c-large", "h2-large in plaintext: h2c with prior knowledge; the client reads every body"
              " (no MSG_TRUNC: compare with large-read, not large)", "issue 43 (HTTP/2 on every tier)",
              hooks=H2load, notes=(_H2_NOTE, "CPU us/request is per 4 MiB response."), **_H2_LARGE),
+]
+_H2_IDLE_NOTE = ("The idle connections are opened one after another by perf/harness/h2idle.py (over TLS h2 by"
+                 " ALPN, else h2c), each with one GET answered, its fields coded without indexing, the"
+                 " server's SETTINGS acknowledged; then h2-small's load runs beside them. Bytes per idle"
+                 " connection: growth of the server's anonymous memory (RssAnon) from before the first"
+                 " connection to once all are held, over the connections held.")
+_H2_IDLE = dict(load=Load(100, paths=("/index.html",), streams=10, idle=2000), quick={"idle": 10},
+                fresh_server=True, packets=False, quick_skip=True, ratio_to=("h2o",),
+                metric=Metric("idle_bytes_per_connection", "bytes per idle connection", 1, False),
+                columns=(Column("connections held", "idle_held", "%d"), Column("requests/s", "rps", "%.0f")))
+_ENTRIES += [
+    Scenario("h2-idle", "2,000 idle HTTP/2 connections over TLS (h2 by ALPN; handshake and one request done on"
+             " each) held while h2-small's load runs; each run on a freshly started server",
+             "issue 43 (bytes per idle h2 connection)", tls=True, hooks=H2loadTls,
+             notes=(_H2_NOTE, _H2_IDLE_NOTE), **_H2_IDLE),
+    Scenario("h2c-idle", "h2-idle in plaintext: 2,000 idle h2c connections (prior knowledge)",
+             "issue 43 (bytes per idle h2 connection)", hooks=H2load, notes=(_H2_NOTE, _H2_IDLE_NOTE), **_H2_IDLE),
 ]
 
 
