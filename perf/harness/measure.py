@@ -173,11 +173,16 @@ MAIN_ENDS = "Main benchmark duration is over"
 class _Counters:
     """What run_one reads about the server (and the client) before and after the measured part."""
 
-    def __init__(self, pids, cores, client_pid=None):
+    def __init__(self, pids, cores, client_pids=()):
         self.cpu, self.ctx_switches, self.packets = procfs.cpu_ticks(pids), procfs.ctx_switches(pids), procfs.lo_packets()
         self.by_name, self.core = procfs.cpu_ticks_by_name(pids), procfs.core_busy_ticks(cores)
-        # The load generator's CPU, where it is read while it runs (h2load's main duration).
-        self.client = procfs.cpu_ticks([client_pid]) if client_pid else None
+        # The load generator's CPU, where it is read while it runs (h2load's main duration): its
+        # process tree's, h2load being a child of h2idle.py in the h2-idle scenarios. A process of
+        # it already reaped (h2idle.py may reap h2load before its last lines are read here) takes
+        # its ticks along: then there is no figure.
+        self.client_pids = list(client_pids)
+        alive = all(os.path.exists("/proc/%d/stat" % p) for p in self.client_pids)
+        self.client = procfs.cpu_ticks(self.client_pids) if self.client_pids and alive else None
 
 
 def _children_cpu_s():
@@ -216,9 +221,9 @@ def run_one(ctx, server, scenario, serve_root):
             anon_idle = procfs.anon_kib(server.pids())
             idle_held = int(line.split()[1])
         elif generator == "h2load" and line.startswith(MAIN_STARTS):
-            before = _Counters(server.pids(), cores, proc.pid)
-        elif generator == "h2load" and line.startswith(MAIN_ENDS) and before.client is not None:
-            after = _Counters(server.pids(), cores, proc.pid)
+            before = _Counters(server.pids(), cores, procfs.proc_tree(proc.pid))
+        elif generator == "h2load" and line.startswith(MAIN_ENDS) and before.client_pids:
+            after = _Counters(server.pids(), cores, before.client_pids)
         else:
             out_lines.append(line)
     proc.wait()
@@ -228,7 +233,7 @@ def run_one(ctx, server, scenario, serve_root):
     if after is None:
         after = _Counters(pids, cores)
     else:  # the main duration's: the generator's CPU read while it ran, not what it used in all
-        client_s = (after.client - before.client) / procfs.TICKS
+        client_s = (after.client - before.client) / procfs.TICKS if after.client is not None else None
     t0, c0, p0, by0, core0 = before.cpu, before.ctx_switches, before.packets, before.by_name, before.core
     t1, c1, p1, by1, core1 = after.cpu, after.ctx_switches, after.packets, after.by_name, after.core
     try:
@@ -257,7 +262,7 @@ def run_one(ctx, server, scenario, serve_root):
     # A failed h2load run has no per-request figure: its CPU over no requests would read as one.
     per_request = not (result.failed and generator == "h2load")
     result.cpu_us_per_request = 1e6 * result.cpu_s / requests if per_request else None
-    result.client_cpu_us_per_request = 1e6 * client_s / requests if per_request else None
+    result.client_cpu_us_per_request = 1e6 * client_s / requests if per_request and client_s is not None else None
     if core0 is not None and core1 is not None and per_request:
         result.core_us_per_request = 1e6 * (core1 - core0) / procfs.TICKS / requests
     if len(by1) > 1:  # a server made of several programs (the fleet): each one's share
