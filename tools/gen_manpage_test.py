@@ -54,6 +54,7 @@ class ManPageTest(unittest.TestCase):
         self.assertRegex(signals, r"SIGHUP\\fR\n[^\n]*TLS certificates")
         self.assertRegex(signals, r"SIGUSR1\\fR\n[^\n]*reopen the access log")
         self.assertRegex(signals, r"SIGUSR2\\fR\n[^\n]*ignored")
+        self.assertRegex(signals, r"SIGQUIT\\fR\n[^\n]*as long as it keeps moving")
 
     def test_version_flags(self):
         for flag in ("-v", "-V", "--version"):

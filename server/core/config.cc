@@ -303,7 +303,8 @@ const std::vector<Flag>& Flags() {
                "after a response, time for the rest of a skipped request body (default 5000)",
                &Config::discard_body_timeout_ms, 1, 3600000),
       UintFlag("shutdown-timeout-ms",
-               "on SIGTERM, time to finish responses in flight (default 10000)",
+               "on SIGTERM or SIGINT, time to finish responses in flight, then those left are cut; "
+               "SIGQUIT waits for each as long as it keeps moving (default 10000)",
                &Config::shutdown_timeout_ms, 0, 3600000),
       UintFlag("max-connections",
                "connections per shard; at the limit idle keep-alive ones give way (a burst may "

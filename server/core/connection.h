@@ -238,8 +238,9 @@ class ConnectionMachine {
   // The drain: connections between requests end now; responses under way go out with
   // `Connection: close` and their connections close after them.
   void BeginDrain();
-  // The drain's deadline: every connection still open ends.
-  void AbortAll();
+  // The drain's deadline: every connection still open ends. Returns how many of them were
+  // sending a response (cut short: the client has part of it).
+  uint32_t AbortAll();
   // The process exits with connections whose last callback never came (the loop is quiesced,
   // so nothing touches them again): their memory is left as it is.
   void Abandon();
