@@ -208,7 +208,8 @@ struct H2Callbacks {
       m->H2ReleaseStream(s->conn, ex);
       return 0;
     }
-    // A read into the send buffer may still use its file: released when the batch is done.
+    // A read into the send buffer may still use its file, and the buffer's file payloads are
+    // counted once sent: released when the buffer has gone out (OnH2Send).
     m->files_->Forget(&ex->waiter);
     s->streams.Remove(ex);
     s->closed.PushBack(ex);
@@ -234,8 +235,8 @@ struct H2Callbacks {
     H2Session* s = static_cast<H2Session*>(user);
     Exchange* ex = static_cast<Exchange*>(source->ptr);
     const size_t room = H2Session::kOutBytes - s->out_len;
-    const bool file_next = ex->iov[0].iov_len == 0 && ex->file != nullptr &&
-                           ex->file->content == nullptr;
+    const bool file_next =
+        ex->iov[0].iov_len == 0 && ex->file != nullptr && ex->file->content == nullptr;
     if (room < 9 + kMinDataFrame || (file_next && s->read_count == H2Session::kMaxReads)) {
       ex->h2_deferred = true;  // resumed once the buffer has gone out (OnH2Send)
       return NGHTTP2_ERR_DEFERRED;
@@ -246,24 +247,23 @@ struct H2Callbacks {
     return static_cast<ssize_t>(n);
   }
 
-  static int SendData(nghttp2_session*, nghttp2_frame* frame, const uint8_t* framehd,
-                      size_t length, nghttp2_data_source* source, void* user) {
+  static int SendData(nghttp2_session*, nghttp2_frame* frame, const uint8_t* framehd, size_t length,
+                      nghttp2_data_source* source, void* user) {
     H2Session* s = static_cast<H2Session*>(user);
     Exchange* ex = static_cast<Exchange*>(source->ptr);
-    RINGD_ASSERT(frame->data.padlen == 0);  // ringd pads nothing
+    RINGD_ASSERT(frame->data.padlen == 0);                          // ringd pads nothing
     RINGD_ASSERT(9 + length <= H2Session::kOutBytes - s->out_len);  // ReadBody made room
     std::memcpy(s->out + s->out_len, framehd, 9);
     s->out_len += 9;
     if (ex->h2_piece_file) {
       RINGD_ASSERT(s->read_count < H2Session::kMaxReads);
       s->reads[s->read_count++] =
-          H2Session::Read{ex->file->fd, s->out_len, static_cast<uint32_t>(length),
-                          ex->h2_piece_offset};
+          H2Session::Read{ex, s->out_len, static_cast<uint32_t>(length), ex->h2_piece_offset};
     } else {
       std::memcpy(s->out + s->out_len, ex->h2_piece, length);
+      ex->bytes_sent += length;
     }
     s->out_len += static_cast<uint32_t>(length);
-    ex->bytes_sent += length;
     return 0;
   }
 };
@@ -323,8 +323,8 @@ void ConnectionMachine::H2Received(Connection* conn, const char* data, size_t n)
       // queued goes out, then the connection closes.
       ++stats_.h2_connection_errors;
       s->failed = true;
-      const uint32_t code = rv == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM
-                                                     : NGHTTP2_PROTOCOL_ERROR;
+      const uint32_t code =
+          rv == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR;
       nghttp2_session_terminate_session(s->session, code);
     }
   }
@@ -340,12 +340,13 @@ void ConnectionMachine::H2Flush(Connection* conn) {
     return Abort(conn);
   }
   if (s->out_len == 0) return H2Settle(conn);
-  if (s->read_count > 0) {  // file payloads first; OnH2Read sends the buffer once they are in
-    s->reads_in_flight = s->read_count;
-    for (uint32_t i = 0; i < s->read_count; ++i) {
+  if (s->read_count > s->reads_started) {  // file payloads first; OnH2Read sends once they are in
+    s->reads_in_flight = s->read_count - s->reads_started;
+    for (uint32_t i = s->reads_started; i < s->read_count; ++i) {
       const H2Session::Read& r = s->reads[i];
-      loop_->Read(r.fd, s->out + r.at, r.length, r.offset, &s->read_ops[i]);
+      loop_->Read(r.ex->file->fd, s->out + r.at, r.length, r.offset, &s->read_ops[i]);
     }
+    s->reads_started = s->read_count;
     return;
   }
   s->iov = iovec{s->out, s->out_len};
@@ -364,8 +365,6 @@ void ConnectionMachine::OnH2Read(io::Completion* c) {
   const H2Session::Read& r = s->reads[c - s->read_ops];
   if (c->result != static_cast<int64_t>(r.length)) s->read_failed = true;
   if (--s->reads_in_flight > 0) return;
-  s->read_count = 0;
-  while (Exchange* ex = s->closed.front()) self->H2ReleaseStream(conn, ex);
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
   if (s->read_failed) {
     // The file is shorter than planned (truncated): a frame already framed cannot be kept.
@@ -375,11 +374,24 @@ void ConnectionMachine::OnH2Read(io::Completion* c) {
   self->H2Flush(conn);  // the buffer is whole: send it
 }
 
+// The send of `out` took its first `taken` bytes: the file payloads among them count for their
+// streams (a payload cut part way, the part sent), and the streams closed meanwhile go.
+void ConnectionMachine::H2CountSent(Connection* conn, uint64_t taken) {
+  H2Session* s = SessionOf(conn);
+  for (uint32_t i = 0; i < s->read_count; ++i) {
+    const H2Session::Read& r = s->reads[i];
+    if (taken > r.at) r.ex->bytes_sent += std::min<uint64_t>(r.length, taken - r.at);
+  }
+  s->read_count = s->reads_started = 0;
+  while (Exchange* ex = s->closed.front()) H2ReleaseStream(conn, ex);
+}
+
 void ConnectionMachine::OnH2Send(io::Completion* c) {
   Connection* conn = static_cast<Connection*>(c->owner);
   ConnectionMachine* self = conn->machine;
   H2Session* s = self->SessionOf(conn);
   s->sending = false;
+  self->H2CountSent(conn, c->result >= 0 ? static_cast<uint64_t>(c->result) : c->done);
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
   if (c->result < 0) {
     ++self->stats_.send_errors;
@@ -402,8 +414,8 @@ void ConnectionMachine::OnH2Send(io::Completion* c) {
 void ConnectionMachine::H2Settle(Connection* conn) {
   H2Session* s = SessionOf(conn);
   if (draining_ && !s->goaway) return H2GoAway(conn);
-  const bool over = nghttp2_session_want_read(s->session) == 0 &&
-                    nghttp2_session_want_write(s->session) == 0;
+  const bool over =
+      nghttp2_session_want_read(s->session) == 0 && nghttp2_session_want_write(s->session) == 0;
   if (s->failed || (conn->peer_closed && s->stream_count == 0)) return Abort(conn);
   if (over) {
     // GOAWAY is out and every stream is done: FIN, then read and drop until the client closes,
@@ -450,8 +462,7 @@ void ConnectionMachine::H2PlanStream(Connection* conn, Exchange* ex) {
   if (refused == 400) {
     // A malformed request is a stream error (RFC 9113 section 8.1.1), not a response.
     ++stats_.h2_malformed;
-    nghttp2_submit_rst_stream(s->session, NGHTTP2_FLAG_NONE, ex->stream_id,
-                              NGHTTP2_PROTOCOL_ERROR);
+    nghttp2_submit_rst_stream(s->session, NGHTTP2_FLAG_NONE, ex->stream_id, NGHTTP2_PROTOCOL_ERROR);
     return;
   }
   if (ex->lookups == 0 && !ex->h2_waiting) {  // a new request
@@ -499,10 +510,9 @@ void ConnectionMachine::H2StartResponse(Connection* conn, Exchange* ex) {
   }
   nghttp2_nv nv[http::kMaxH2ResponseFields];
   for (size_t i = 0; i < count; ++i) {
-    nv[i] = nghttp2_nv{
-        reinterpret_cast<uint8_t*>(const_cast<char*>(fields[i].name.data())),
-        reinterpret_cast<uint8_t*>(const_cast<char*>(fields[i].value.data())),
-        fields[i].name.size(), fields[i].value.size(), NGHTTP2_NV_FLAG_NONE};
+    nv[i] = nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(fields[i].name.data())),
+                       reinterpret_cast<uint8_t*>(const_cast<char*>(fields[i].value.data())),
+                       fields[i].name.size(), fields[i].value.size(), NGHTTP2_NV_FLAG_NONE};
   }
   ex->head_len = 1;  // begun; the HEADERS frame's size replaces it once sent (OnFrameSend)
   // The body, piece by piece (TakePiece): memory (an error page, a cached file or its range)
@@ -585,6 +595,7 @@ void ConnectionMachine::H2Free(Connection* conn) {
   H2Session* s = slot;
   if (s == nullptr) return;
   RINGD_ASSERT(!s->sending && s->reads_in_flight == 0);
+  s->read_count = s->reads_started = 0;  // never sent: the connection ended before their send
   while (Exchange* ex = s->closed.front()) H2ReleaseStream(conn, ex);
   while (Exchange* ex = s->streams.front()) H2ReleaseStream(conn, ex);
   nghttp2_session_del(s->session);

@@ -23,7 +23,7 @@ struct nghttp2_session;
 namespace ringd {
 
 struct H2Session {
-  // The most file reads one batch starts: a full buffer of 16 KiB frames.
+  // The most file payloads one send buffer holds: a full buffer of 16 KiB frames.
   static constexpr uint32_t kMaxReads = 8;
   // The send buffer: kMaxReads frames of the largest DATA payload ringd sends (16 KiB, the
   // default SETTINGS_MAX_FRAME_SIZE every client keeps) with their headers, and room for
@@ -35,8 +35,8 @@ struct H2Session {
   // The streams with an exchange, oldest first.
   mem::IntrusiveList<Exchange, &Exchange::h2_link> streams;
   uint32_t stream_count = 0;
-  // Streams nghttp2 closed while reads into `out` were in flight: their files stay pinned (a
-  // read may still use the fd) until the batch is done.
+  // Streams nghttp2 closed while `out` held file payloads (read_count): their files stay pinned
+  // (a read may still use the fd), and their last payloads count once sent, when `out` has gone.
   mem::IntrusiveList<Exchange, &Exchange::h2_link> closed;
 
   char* out = nullptr;  // kOutBytes while the connection has something to send; else null
@@ -45,21 +45,27 @@ struct H2Session {
   io::Completion send;
   bool sending = false;  // `send` is in flight
   struct Read {
-    int fd;
-    uint32_t at;  // where in `out`
+    Exchange* ex;  // the stream, whose file (ex->file) is read
+    uint32_t at;   // where in `out`
     uint32_t length;
     uint64_t offset;
   };
   Read reads[kMaxReads];
   io::Completion read_ops[kMaxReads];
-  uint32_t read_count = 0;      // reads gathered for the batch being built or in flight
+  // The file payloads framed into `out`, each read into place before `out` is sent (a buffer
+  // may take them in several batches, each read before nghttp2 frames more). Their entries stay
+  // until the send of `out` ends: then each counts into its stream's bytes_sent as far as the
+  // send took it ($body_bytes_sent: what left; a payload from memory counts as it is framed),
+  // and the streams nghttp2 closed meanwhile (on `closed`) go.
+  uint32_t read_count = 0;
+  uint32_t reads_started = 0;  // of read_count
   uint32_t reads_in_flight = 0;
-  bool read_failed = false;     // a file ended early (truncated): the frame is wrong
+  bool read_failed = false;  // a file ended early (truncated): the frame is wrong
 
-  uint64_t bytes_sent = 0;      // everything the kernel took, for the send timer's progress
-  uint64_t progress_mark = 0;   // bytes_sent when the send timer was armed
-  bool goaway = false;          // GOAWAY queued: the connection ends once its streams have
-  bool failed = false;          // the session cannot go on: close once what is queued is out
+  uint64_t bytes_sent = 0;     // everything the kernel took, for the send timer's progress
+  uint64_t progress_mark = 0;  // bytes_sent when the send timer was armed
+  bool goaway = false;         // GOAWAY queued: the connection ends once its streams have
+  bool failed = false;         // the session cannot go on: close once what is queued is out
 };
 // Every idle HTTP/2 connection holds one (docs/ARCHITECTURE.md, "HTTP/2": memory).
 static_assert(sizeof(H2Session) <= 1664);

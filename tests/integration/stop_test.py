@@ -1,14 +1,17 @@
 """Graceful stops and long downloads, with curl reading at a limited rate: SIGQUIT lets a download
 that keeps moving finish however long past --shutdown-timeout-ms it takes (nginx's graceful
 QUIT), over HTTP/1.1 and HTTP/2; SIGTERM cuts it at --shutdown-timeout-ms and the stop line
-counts it; the access log's $body_bytes_sent for a cut HTTP/1.1 download is what the client
-received, over HTTP and HTTPS."""
+counts it; the access log's $body_bytes_sent for a cut download is what the client received,
+over HTTP and HTTPS, HTTP/1.1 and HTTP/2."""
 import os
 import re
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import tempfile
+import time
 import unittest
 
 from ringd_harness import BackendTestCase, Server, wait_for
@@ -130,6 +133,51 @@ class StopTest(BackendTestCase):
         received = os.path.getsize(out)
         self.assertLess(received, SIZE)
         self.assertEqual(self.logged_body_bytes(), received)
+
+    def test_a_cut_http2_download_logs_the_payload_the_client_received(self):
+        # h2c by prior knowledge from a client that opens its windows wide, asks for big.bin and
+        # reads nothing until the drain's deadline has cut the stream: everything the kernel
+        # took then arrives (no byte of ours is left unread to turn the close into a reset), and
+        # the DATA payload of the stream, its last frame's partial one included, is what left.
+        server = self.start("--shutdown-timeout-ms", "1000")
+
+        def frame(kind, flags, stream, payload):
+            return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + \
+                struct.pack(">I", stream) + payload
+
+        def literal(name, value):  # HPACK: literal without indexing, new name, no Huffman
+            return bytes([0, len(name)]) + name + bytes([len(value)]) + value
+
+        fields = b"".join(literal(n, v) for n, v in [
+            (b":method", b"GET"), (b":scheme", b"http"), (b":path", b"/big.bin"),
+            (b":authority", b"localhost")])
+        big = (1 << 31) - 1
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as c:
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+            c.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" +
+                      frame(4, 0, 0, struct.pack(">HI", 4, big)) +  # INITIAL_WINDOW_SIZE
+                      frame(8, 0, 0, struct.pack(">I", big - 65535)) +  # the connection's
+                      frame(1, 0x5, 1, fields) +  # HEADERS, END_STREAM | END_HEADERS
+                      frame(4, 1, 0, b""))  # ACK of the server's SETTINGS (sent blind)
+            time.sleep(0.5)  # the server fills the socket's buffers
+            self.assertEqual(server.stop(signal.SIGTERM, timeout=30), 0)
+            data = b""
+            while True:
+                chunk = c.recv(1 << 20)
+                if not chunk:
+                    break
+                data += chunk
+        payload, at = 0, 0
+        while at + 9 <= len(data):
+            length = int.from_bytes(data[at:at + 3], "big")
+            kind, stream = data[at + 3], int.from_bytes(data[at + 5:at + 9], "big") & 0x7fffffff
+            if kind == 0 and stream == 1:  # DATA (ringd pads nothing)
+                payload += min(length, len(data) - at - 9)
+            at += 9 + length
+        self.assertGreater(payload, 0)
+        self.assertLess(payload, SIZE)
+        self.assertTrue(any("cut at --shutdown-timeout-ms" in l for l in server.log), server.log)
+        self.assertEqual(self.logged_body_bytes(), payload)
 
 
 if __name__ == "__main__":
