@@ -508,8 +508,8 @@ std::vector<std::thread> StartShards(const Config& config, int root_fd,
   return threads;
 }
 
-// "serving ROOT on ADDRESSES with N shards, PROTOCOLS (ringd VERSION, commit C)"; closes the inherited
-// sockets, which the shards hold duplicates of.
+// "serving ROOT on ADDRESSES with N shards, PROTOCOLS (ringd VERSION, commit C)"; closes the
+// inherited sockets, which the shards hold duplicates of.
 std::string ServingLine(const Config& config, const Inherited& inherited, uint32_t shards) {
   std::string where;
   auto add = [&where](const char* kind, const std::string& address) {
@@ -596,11 +596,15 @@ int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observabilit
 }
 
 // After SIGINT, SIGTERM or SIGQUIT: the shards finish what is in flight and stop; the process says
-// so.
-void Drain(const Config& config, int sig, const std::vector<std::unique_ptr<Shard>>& shard_list,
-           std::vector<std::thread>* threads, Observability* observability,
-           ServiceNotifier* notifier) {
-  for (auto& s : shard_list) s->RequestStop();
+// so. SIGTERM and SIGINT give the responses under way --shutdown-timeout-ms; SIGQUIT lets each
+// run as long as it keeps moving (nginx's graceful QUIT), until a SIGTERM or SIGINT bounds it.
+void Drain(const Config& config, int sig, const sigset_t& signals,
+           const std::vector<std::unique_ptr<Shard>>& shard_list, std::vector<std::thread>* threads,
+           Observability* observability, ServiceNotifier* notifier) {
+  bool while_moving = sig == SIGQUIT;
+  for (auto& s : shard_list) {
+    s->RequestStop(while_moving ? Shard::StopBound::kWhileMoving : Shard::StopBound::kTimeout);
+  }
   // Each shard begins its drain at its next turn; the process says it drains (/readyz 503,
   // /debug/shards) once they all have, so that nothing is served after the flag says otherwise
   // (a shard that does not get there within a second is not waited for).
@@ -612,22 +616,49 @@ void Drain(const Config& config, int sig, const std::vector<std::unique_ptr<Shar
   }
   observability->BeginDrain();  // /readyz answers 503 from here on
   notifier->Stopping("draining");
-  std::fprintf(stderr, "ringd: %s: finishing responses in flight (up to %u ms)\n",
-               sig == SIGINT    ? "SIGINT"
-               : sig == SIGQUIT ? "SIGQUIT"
-                                : "SIGTERM",
-               config.shutdown_timeout_ms);
+  if (while_moving) {
+    std::fprintf(stderr,
+                 "ringd: SIGQUIT: finishing responses in flight, each as long as it keeps moving "
+                 "(one that moves nothing for --send-timeout-ms %u ends; SIGTERM sets a bound of "
+                 "--shutdown-timeout-ms %u)\n",
+                 config.send_timeout_ms, config.shutdown_timeout_ms);
+  } else {
+    std::fprintf(stderr, "ringd: %s: finishing responses in flight (up to %u ms)\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", config.shutdown_timeout_ms);
+  }
+  // Signals still come while the shards finish: SIGTERM or SIGINT bounds a SIGQUIT drain,
+  // SIGUSR1 reopens the log (a drain may outlast a rotation); the others wait for no one.
+  for (;;) {
+    bool stopped = true;
+    for (auto& s : shard_list) stopped = stopped && s->snapshot_slot().closed();
+    if (stopped) break;
+    const timespec wait{0, 100 * 1000 * 1000};
+    const int more = sigtimedwait(&signals, nullptr, &wait);
+    if (more == SIGUSR1) observability->ReopenLog();
+    if (while_moving && (more == SIGTERM || more == SIGINT)) {
+      while_moving = false;
+      std::fprintf(stderr, "ringd: %s: responses still in flight end within %u ms\n",
+                   more == SIGINT ? "SIGINT" : "SIGTERM", config.shutdown_timeout_ms);
+      for (auto& s : shard_list) s->RequestStop(Shard::StopBound::kTimeout);
+    }
+  }
   for (auto& t : *threads) t.join();
   observability->Stop();  // the admin listener, then the log's last lines
   // Requests as ringd_requests_total counts them: every response, 400s to unparseable input too.
-  uint64_t accepted = 0, responses = 0;
+  uint64_t accepted = 0, responses = 0, cut = 0;
   for (auto& s : shard_list) {
     accepted += s->Stats().accepted;
     responses += s->Responses();
+    cut += s->Stats().cut_at_drain_deadline;
   }
-  std::fprintf(stderr, "ringd: stopped after %llu connections, %llu requests\n",
+  std::string cut_text;
+  if (cut > 0) {
+    cut_text = "; " + std::to_string(cut) + (cut == 1 ? " response" : " responses") +
+               " still sending cut at --shutdown-timeout-ms";
+  }
+  std::fprintf(stderr, "ringd: stopped after %llu connections, %llu requests%s\n",
                static_cast<unsigned long long>(accepted),
-               static_cast<unsigned long long>(responses));
+               static_cast<unsigned long long>(responses), cut_text.c_str());
 }
 
 int Main(int argc, char** argv) {
@@ -659,7 +690,7 @@ int Main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGQUIT);  // nginx's graceful stop: the same here
+  sigaddset(&signals, SIGQUIT);  // nginx's graceful stop: transfers still moving finish
   sigaddset(&signals, SIGUSR2);  // ignored, with a line (nginx's binary upgrade)
   sigaddset(&signals, SIGUSR1);  // reopen the access log
   sigaddset(&signals, SIGHUP);   // reload the TLS certificates and keys
@@ -710,7 +741,7 @@ int Main(int argc, char** argv) {
     }
   });
   const int sig = WaitForStop(signals, notifier, observability, shard_list, &tls, &root_watch);
-  Drain(config, sig, shard_list, &threads, &observability, &notifier);
+  Drain(config, sig, signals, shard_list, &threads, &observability, &notifier);
   if (!root_watch.Stop(std::chrono::seconds(1))) {
     // Everything is served and said; only a stat of --root on a server that does not answer
     // is left, and it would hold the exit until the supervisor's stop timeout.

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -306,11 +307,50 @@ TEST(Config, PageCacheTrustAndTcpNopush) {
 
 TEST(Config, UsageListsEveryFlag) {
   const std::string usage = Usage();
-  for (const char* flag : {"--root", "--listen", "--shards", "--io", "--pin", "--header-timeout-ms",
-                           "--keepalive-timeout-ms", "--send-timeout-ms", "--max-connections",
-                           "--max-requests-per-connection", "--shutdown-timeout-ms", "--flagfile",
-                           "--check-config", "-t is the same"}) {
+  for (const char* flag :
+       {"--root=DIR", "--listen=HOST:PORT", "--shards=N", "--io=TIER", "--pin=BOOL",
+        "--header-timeout-ms=MS", "--keepalive-timeout-ms=MS", "--send-timeout-ms=MS",
+        "--max-connections=N", "--max-requests-per-connection=N", "--shutdown-timeout-ms=MS",
+        "--flagfile=FILE", "--check-config", "-t is the same", "-v, -V"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
+  }
+}
+
+// Grouped by topic, each flag with a placeholder for its value, wrapped at 100 columns: a list an
+// operator can scan.
+TEST(Config, UsageIsGroupedAndWrapped) {
+  const std::string usage = Usage();
+  std::vector<std::string> topics;
+  size_t flags = 0;
+  std::istringstream in(usage);
+  for (std::string line; std::getline(in, line);) {
+    EXPECT_LE(line.size(), 100u) << line;
+    if (!line.empty() && line.back() == ':' && line[0] != ' ') topics.push_back(line);
+    if (!line.starts_with("  --")) continue;
+    ++flags;
+    const std::string name = line.substr(2, line.find(' ', 2) - 2);
+    const bool action =
+        name == "--probe" || name == "--check-config" || name == "--help," || name == "--version,";
+    EXPECT_TRUE(action || name.find('=') != std::string::npos) << "no placeholder: " << line;
+  }
+  EXPECT_EQ(topics,
+            (std::vector<std::string>{
+                "Listening:", "Files and responses:", "HTTPS:", "HTTP/2:", "Limits and timeouts:",
+                "Logs and metrics:", "io tiers:", "Tuning:", "Process:"}))
+      << "a flag with no topic is listed under Other:\n"
+      << usage;
+  EXPECT_GT(flags, 80u);
+}
+
+TEST(Config, VersionFlags) {
+  for (const char* v : {"--version", "-v", "-V"}) {
+    std::vector<std::string> args = {"ringd", v};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    Config config;
+    bool exit_now = false;
+    EXPECT_TRUE(ParseFlags(2, argv.data(), &config, &exit_now).ok()) << v;
+    EXPECT_TRUE(exit_now) << v;
   }
 }
 

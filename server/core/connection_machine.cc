@@ -194,11 +194,17 @@ void ConnectionMachine::BeginDrain() {
   discard_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(ConnOfTimer(t)); });
 }
 
-void ConnectionMachine::AbortAll() {
-  for (TimerList* list : {&header_timers_, &idle_timers_, &send_timers_, &linger_timers_,
-                          &gave_way_timers_, &discard_timers_}) {
+uint32_t ConnectionMachine::AbortAll() {
+  uint32_t sending = 0;
+  send_timers_.Expire(INT64_MAX, [&](TimerNode* t) {
+    Abort(ConnOfTimer(t));
+    ++sending;
+  });
+  for (TimerList* list :
+       {&header_timers_, &idle_timers_, &linger_timers_, &gave_way_timers_, &discard_timers_}) {
     list->Expire(INT64_MAX, [&](TimerNode* t) { Abort(ConnOfTimer(t)); });
   }
+  return sending;
 }
 
 void ConnectionMachine::Abandon() {

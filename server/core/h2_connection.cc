@@ -204,11 +204,12 @@ struct H2Callbacks {
     nghttp2_session_set_stream_user_data(session, id, nullptr);
     H2Session* s = static_cast<H2Session*>(user);
     ConnectionMachine* m = s->conn->machine;
-    if (!s->Reading()) {
+    if (!s->HoldsPayloads()) {
       m->H2ReleaseStream(s->conn, ex);
       return 0;
     }
-    // A read into the send buffer may still use its file: released when the batch is done.
+    // A read into a batch may still use its file, and a batch's file payloads count once sent:
+    // released when no batch holds any (OnH2Send).
     m->StopWaiting(ex);
     s->streams.Remove(ex);
     s->closed.PushBack(ex);
@@ -258,13 +259,13 @@ struct H2Callbacks {
     b->len += 9;
     if (ex->h2_piece_file) {
       RINGD_ASSERT(b->read_count < H2Batch::kMaxReads);
-      b->reads[b->read_count++] = H2Batch::Read{ex->file->fd, b->len,
-                                                static_cast<uint32_t>(length), ex->h2_piece_offset};
+      b->reads[b->read_count++] =
+          H2Batch::Read{ex, b->len, static_cast<uint32_t>(length), ex->h2_piece_offset};
     } else {
       std::memcpy(b->buf + b->len, ex->h2_piece, length);
+      ex->bytes_sent += length;
     }
     b->len += static_cast<uint32_t>(length);
-    ex->bytes_sent += length;
     return 0;
   }
 };
@@ -364,7 +365,7 @@ void ConnectionMachine::H2Flush(Connection* conn) {
     framed->reads_in_flight = framed->read_count;
     for (uint32_t i = 0; i < framed->read_count; ++i) {
       const H2Batch::Read& r = framed->reads[i];
-      loop_->Read(r.fd, framed->buf + r.at, r.length, r.offset, &framed->read_ops[i]);
+      loop_->Read(r.ex->file->fd, framed->buf + r.at, r.length, r.offset, &framed->read_ops[i]);
     }
   }
   if (!H2Busy(conn)) H2Settle(conn);
@@ -387,15 +388,11 @@ void ConnectionMachine::OnH2Read(io::Completion* c) {
     r.at += got;
     r.length -= got;
     r.offset += got;
-    return self->loop_->Read(r.fd, b->buf + r.at, r.length, r.offset, c);
+    return self->loop_->Read(r.ex->file->fd, b->buf + r.at, r.length, r.offset, c);
   }
   if (c->result != static_cast<int64_t>(r.length)) b->read_failed = true;
   if (--b->reads_in_flight > 0) return;
-  b->read_count = 0;
   b->state = H2Batch::State::kReady;
-  if (!s->Reading()) {
-    while (Exchange* ex = s->closed.front()) self->H2ReleaseStream(conn, ex);
-  }
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
   if (b->read_failed) {
     // The file is shorter than planned (truncated): a frame already framed cannot be kept.
@@ -405,12 +402,28 @@ void ConnectionMachine::OnH2Read(io::Completion* c) {
   self->H2Flush(conn);  // the batch is whole: it goes out in its turn
 }
 
+// The send of batch `b` took its first `taken` bytes: the file payloads among them count for
+// their streams (a payload cut part way, the part sent), and the streams closed meanwhile go
+// once no batch holds payloads.
+void ConnectionMachine::H2CountSent(Connection* conn, H2Batch* b, uint64_t taken) {
+  H2Session* s = SessionOf(conn);
+  for (uint32_t i = 0; i < b->read_count; ++i) {
+    const H2Batch::Read& r = b->reads[i];
+    if (taken > r.at) r.ex->bytes_sent += std::min<uint64_t>(r.length, taken - r.at);
+  }
+  b->read_count = 0;
+  if (!s->HoldsPayloads()) {
+    while (Exchange* ex = s->closed.front()) H2ReleaseStream(conn, ex);
+  }
+}
+
 void ConnectionMachine::OnH2Send(io::Completion* c) {
   Connection* conn = static_cast<Connection*>(c->owner);
   ConnectionMachine* self = conn->machine;
   H2Session* s = self->SessionOf(conn);
   s->sending = false;
   H2Batch* sent = s->batch[s->send_next];
+  self->H2CountSent(conn, sent, c->result >= 0 ? static_cast<uint64_t>(c->result) : c->done);
   sent->state = H2Batch::State::kFree;
   sent->len = 0;
   s->send_next ^= 1;
@@ -625,6 +638,9 @@ void ConnectionMachine::H2Free(Connection* conn) {
   H2Session* s = slot;
   if (s == nullptr) return;
   RINGD_ASSERT(!H2Busy(conn));
+  for (H2Batch* b : s->batch) {  // never sent: the connection ended before their send
+    if (b != nullptr) b->read_count = 0;
+  }
   while (Exchange* ex = s->closed.front()) H2ReleaseStream(conn, ex);
   while (Exchange* ex = s->streams.front()) H2ReleaseStream(conn, ex);
   nghttp2_session_del(s->session);

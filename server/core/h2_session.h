@@ -36,15 +36,17 @@ struct H2Batch {
 
   State state = State::kFree;
   uint32_t len = 0;
+  // A file payload: read into place, and counted for its stream once the send took it (a
+  // payload cut part way counts the part sent), so $body_bytes_sent says what left.
   struct Read {
-    int fd;
-    uint32_t at;  // where in `buf`
+    Exchange* ex;  // the stream, whose file (ex->file) is read
+    uint32_t at;   // where in `buf`
     uint32_t length;
     uint64_t offset;
   };
   Read reads[kMaxReads];
   io::Completion read_ops[kMaxReads];
-  uint32_t read_count = 0;  // reads gathered while framing, then in flight until each ends
+  uint32_t read_count = 0;  // file payloads framed into the batch, until its send ends
   uint32_t reads_in_flight = 0;
   bool read_failed = false;  // a file ended early (truncated): a frame already framed is wrong
   char buf[kBytes];
@@ -56,8 +58,9 @@ struct H2Session {
   // The streams with an exchange, oldest first.
   mem::IntrusiveList<Exchange, &Exchange::h2_link> streams;
   uint32_t stream_count = 0;
-  // Streams nghttp2 closed while reads of their files were gathered or in flight: their files
-  // stay pinned (a read may still use the fd) until no read is.
+  // Streams nghttp2 closed while a batch held file payloads: their files stay pinned (a read
+  // may still use the fd) and their lines wait (the payloads count once sent) until no batch
+  // holds any.
   mem::IntrusiveList<Exchange, &Exchange::h2_link> closed;
 
   // The batches, taken in turn: `fill` is framed next, `send_next` goes out next (the older).
@@ -73,10 +76,10 @@ struct H2Session {
   bool goaway = false;         // GOAWAY queued: the connection ends once its streams have
   bool failed = false;         // the session cannot go on: close once what is queued is out
 
-  // Whether a read of some file is gathered or in flight (a closed stream's file stays pinned).
-  bool Reading() const {
+  // Whether a batch holds file payloads not yet sent (a closed stream waits on `closed`).
+  bool HoldsPayloads() const {
     for (const H2Batch* b : batch) {
-      if (b != nullptr && (b->state == H2Batch::State::kReading || b->read_count > 0)) return true;
+      if (b != nullptr && b->read_count > 0) return true;
     }
     return false;
   }

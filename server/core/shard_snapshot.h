@@ -44,6 +44,8 @@ struct ShardStats {
   uint64_t h2_connections = 0, h2_streams = 0, h2_streams_refused = 0, h2_malformed = 0;
   uint64_t h2_connection_errors = 0, h2_resets_received = 0, h2_resets_sent = 0;
   uint64_t h2_goaways_received = 0, h2_goaways_sent = 0;
+  // Responses still being sent when the drain's deadline (--shutdown-timeout-ms) ended them.
+  uint64_t cut_at_drain_deadline = 0;
 };
 
 // What a shard holds right now, for checks that nothing leaks (tests, the simulator).

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <string_view>
@@ -33,8 +34,23 @@ struct TlsLoop::Out {
   // The shard's Send or SendFile in flight: done when every record it made has gone out.
   io::Completion* send = nullptr;
   size_t sending_at = 0;    // its place in the loop's sending_
-  uint64_t wire_sent = 0;   // record bytes sent since it started (its progress)
+  uint64_t wire_sent = 0;   // record bytes the socket took since it started
   uint64_t send_total = 0;  // plaintext bytes handed over (Send), or sent so far (SendFile)
+  // Its progress in plaintext the client can decrypt: its plaintext goes to the session at most
+  // a record's worth at a time (kRecordPlain), and each piece leaves a mark: where its records
+  // end, counted as wire_sent counts (what went out before, plus what is queued), and the
+  // plaintext handed over up to it. Once the socket has taken a mark's records, the plaintext
+  // up to it has left (plain_left). A Send longer than kMarks pieces merges its last marks: its
+  // progress then moves in larger steps near its end.
+  struct Mark {
+    uint64_t wire_end = 0;
+    uint64_t plain_end = 0;
+  };
+  static constexpr size_t kMarks = 16;
+  std::array<Mark, kMarks> marks{};
+  size_t marks_head = 0, marks_count = 0;
+  uint64_t plain_written = 0;  // handed to the session, this send
+  uint64_t plain_left = 0;     // of which whose records the socket has taken
   io::Completion file_op;
   uint64_t file_offset = 0;
   uint64_t file_left = 0;
@@ -477,6 +493,41 @@ void TlsLoop::BeginSend(Conn* conn, io::Completion* c, io::Op op) {
   sending_.push_back(conn);
   out->send_is_file = op == io::Op::kSendFile;
   out->send_total = 0;
+  out->marks_head = out->marks_count = 0;
+  out->plain_written = out->plain_left = 0;
+}
+
+// Hands `len` bytes of the send's plaintext to the session, a record's worth at a time, marking
+// where each piece's records end. False once the session cannot send.
+bool TlsLoop::WritePlainMarked(Conn* conn, const char* data, size_t len) {
+  Out* out = conn->out.get();
+  while (len > 0) {
+    const size_t n = std::min<size_t>(len, kRecordPlain);
+    if (!conn->session->WritePlain(data, n)) return false;
+    data += n;
+    len -= n;
+    out->plain_written += n;
+    const Out::Mark mark{out->wire_sent + conn->session->PendingOutput(), out->plain_written};
+    if (out->marks_count == Out::kMarks) {  // full: the newest mark moves on
+      out->marks[(out->marks_head + Out::kMarks - 1) % Out::kMarks] = mark;
+    } else {
+      out->marks[(out->marks_head + out->marks_count++) % Out::kMarks] = mark;
+    }
+  }
+  return true;
+}
+
+// The send's progress from what the socket has taken so far (the send of records in flight
+// included): the plaintext of every piece whose records are all out, into the shard's `done`.
+void TlsLoop::UpdateProgress(Conn* conn) {
+  Out* out = conn->out.get();
+  const uint64_t taken = out->wire_sent + (out->tx_active ? out->tx.done : 0);
+  while (out->marks_count > 0 && out->marks[out->marks_head].wire_end <= taken) {
+    out->plain_left = out->marks[out->marks_head].plain_end;
+    out->marks_head = (out->marks_head + 1) % Out::kMarks;
+    --out->marks_count;
+  }
+  out->send->done = std::max(out->send->done, out->plain_left);
 }
 
 void TlsLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more) {
@@ -485,7 +536,7 @@ void TlsLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more)
   BeginSend(conn, c, io::Op::kSend);
   bool ok = conn->tx_error == 0;
   for (int i = 0; ok && i < iovcnt; ++i) {
-    ok = conn->session->WritePlain(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+    ok = WritePlainMarked(conn, static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
     conn->out->send_total += iov[i].iov_len;
   }
   conn->out->send_refused = !ok && conn->tx_error == 0;
@@ -527,7 +578,8 @@ void TlsLoop::OnFileRead(io::Completion* inner) {
   } else if (inner->result == 0) {
     // The file ended early (truncated under us): fewer bytes than asked, as SendFile says.
     self->FinishSend(conn, static_cast<int64_t>(out->send_total));
-  } else if (!conn->session->WritePlain(out->file_buf.get(), static_cast<size_t>(inner->result))) {
+  } else if (!self->WritePlainMarked(conn, out->file_buf.get(),
+                                     static_cast<size_t>(inner->result))) {
     self->FinishSend(conn, -EPIPE);
   } else {
     out->file_chunk = static_cast<uint32_t>(inner->result);
@@ -543,6 +595,7 @@ void TlsLoop::FinishSend(Conn* conn, int64_t result) {
   Out* out = conn->out.get();
   io::Completion* c = out->send;
   RINGD_ASSERT(c != nullptr);
+  UpdateProgress(conn);  // a send that fails reports the plaintext that left (`done`)
   out->send = nullptr;
   sending_.back()->out->sending_at = out->sending_at;
   std::swap(sending_[out->sending_at], sending_.back());
@@ -578,7 +631,10 @@ void TlsLoop::OnTx(io::Completion* inner) {
   self->Enter(conn);
   Out* out = conn->out.get();
   out->tx_active = false;
-  if (inner->result < 0) conn->tx_error = inner->result;
+  if (inner->result < 0) {
+    conn->tx_error = inner->result;
+    out->wire_sent += inner->done;  // what the socket took before it failed
+  }
   if (inner->result > 0) {
     out->wire_sent += static_cast<uint64_t>(inner->result);
     if (out->tx_lent > 0) {
@@ -602,7 +658,7 @@ void TlsLoop::AfterOutput(Conn* conn) {
                                            : static_cast<int64_t>(out->send_total));
     } else if (out->file_chunk > 0) {
       out->send_total += out->file_chunk;
-      out->send->done = out->send_total;  // progress, for the shard's send timer
+      UpdateProgress(conn);  // progress, for the shard's send timer
       out->file_chunk = 0;
       ReadFileChunk(conn);
     }
@@ -682,14 +738,9 @@ void TlsLoop::Poll(int timeout_ms) {
                                                      : timeout_ms);
   // The shard's send timer reads its Completion's `done` as progress (loop.h): a slow reader
   // taking a send's records a little at a time is not a stalled one, though no send of records
-  // has completed yet (a file chunk's are one send). Their progress is the send's, in
-  // plaintext bytes at most.
-  for (Conn* conn : sending_) {
-    const Out& out = *conn->out;
-    const uint64_t moved = out.wire_sent + (out.tx_active ? out.tx.done : 0);
-    const uint64_t plain = out.send_total + (out.send_is_file ? out.file_chunk : 0);
-    out.send->done = std::max(out.send->done, std::min(moved, plain));
-  }
+  // has completed yet (a file chunk's are one send). Their progress is the send's: the
+  // plaintext whose records have left.
+  for (Conn* conn : sending_) UpdateProgress(conn);
   // Connections whose close_notify the peer will not take in time are cut: the overdue ones
   // leave closing_ from its front, and a turn looks no further than the first that is not.
   if (closing) {
