@@ -293,6 +293,9 @@ bool ConnectionMachine::Plan(Connection* conn, const http::Request& req, size_t 
     send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
     return true;
   }
+  // Whatever the answer, a refused lookup's 503 too (it closes): a body still on its way is
+  // skipped, or lingered on before the close, so that it cannot reset the connection under the
+  // response.
   if (req.body == http::BodyFraming::kChunked || req.content_length > ex->plan.discard_body) {
     conn->more_input_expected = true;  // a body we will not read: linger before closing
   }
