@@ -685,17 +685,24 @@ std::unique_ptr<TlsSession> OpenSslFactory::Make() {
 
 int64_t TicketKeys::WallSeconds() { return static_cast<int64_t>(std::time(nullptr)); }
 
-TicketKeys::TicketKeys(int64_t rotate_sec, int64_t (*now_sec)())
-    : rotate_sec_(rotate_sec), now_sec_(now_sec), current_(Fresh(now_sec())) {
+bool TicketKeys::SystemRandom(unsigned char* out, int n) { return RAND_bytes(out, n) == 1; }
+
+TicketKeys::TicketKeys(int64_t rotate_sec, int64_t (*now_sec)(),
+                       bool (*random)(unsigned char* out, int n))
+    : rotate_sec_(rotate_sec), now_sec_(now_sec), random_(random) {
   RINGD_ASSERT(rotate_sec_ > 0);
+  RINGD_ASSERT_MSG(Fresh(now_sec_(), &current_), "no random bytes for the first ticket key");
 }
 
-TicketKeys::Key TicketKeys::Fresh(int64_t now_sec) {
+bool TicketKeys::Fresh(int64_t now_sec, Key* out) const {
   Key k;
-  RINGD_ASSERT(RAND_bytes(k.name, sizeof k.name) == 1 && RAND_bytes(k.aes, sizeof k.aes) == 1 &&
-               RAND_bytes(k.hmac, sizeof k.hmac) == 1);
+  if (!random_(k.name, sizeof k.name) || !random_(k.aes, sizeof k.aes) ||
+      !random_(k.hmac, sizeof k.hmac)) {
+    return false;
+  }
   k.born_sec = now_sec;
-  return k;
+  *out = k;
+  return true;
 }
 
 uint64_t TicketKeys::rotations() const {
@@ -720,9 +727,12 @@ int TicketKeys::Callback(SSL* ssl, unsigned char* key_name, unsigned char* iv,
     // A key encrypts for one period and decrypts for two.
     const int64_t age = now - self->current_.born_sec;
     if (age >= self->rotate_sec_) {
+      Key fresh;
+      // This handshake fails (OpenSSL ends it with an internal error alert); the keys stay.
+      if (!self->Fresh(now, &fresh)) return -1;
       self->previous_ = self->current_;
       self->has_previous_ = age < 2 * self->rotate_sec_;
-      self->current_ = Fresh(now);
+      self->current_ = fresh;
       ++self->rotations_;
     } else if (self->has_previous_ && now - self->previous_.born_sec >= 2 * self->rotate_sec_) {
       self->has_previous_ = false;
@@ -740,7 +750,7 @@ int TicketKeys::Callback(SSL* ssl, unsigned char* key_name, unsigned char* iv,
       return 0;  // a ticket from before the previous rotation (or another process): full handshake
     }
   }
-  if (encrypt && RAND_bytes(iv, 16) != 1) return -1;
+  if (encrypt && !self->random_(iv, 16)) return -1;
   OSSL_PARAM params[] = {
       OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, key.hmac, sizeof key.hmac),
       OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, const_cast<char*>("SHA256"), 0),
