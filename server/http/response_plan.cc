@@ -273,6 +273,19 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
   }
   if (found->kind == FileMeta::Kind::kUnavailable)
     return Error(503, "file lookup failed for now", req, config, source, out);
+  if (found->kind == FileMeta::Kind::kForbidden && target.HasTrailingSlash() && !rel.empty()) {
+    // A name that cannot be opened, asked as a directory: nginx opens its index beneath it,
+    // which a file's name refuses as not a directory (404) and a directory that cannot be
+    // searched as forbidden (403). Its "." entry tells the two apart the same way.
+    const std::string_view dot = Join(scratch.file, sizeof scratch.file, rel, "/.");
+    if (dot.empty()) return Error(404, "path longer than any file's", req, config, source, out);
+    const std::optional<FileMeta> beneath = source.Lookup(dot);
+    if (!beneath) return NeedLookup(dot);
+    if (beneath->kind == FileMeta::Kind::kMissing)
+      return Error(404, "trailing slash on a file", req, config, source, out);
+    if (beneath->kind == FileMeta::Kind::kUnavailable)
+      return Error(503, "file lookup failed for now", req, config, source, out);
+  }
   if (found->kind == FileMeta::Kind::kDirectory) {
     if (!target.HasTrailingSlash()) {
       size_t n = EncodePath(target.path, scratch.location, sizeof scratch.location - 2);

@@ -67,6 +67,10 @@ class ResponsePlanTest : public ::testing::Test {
     tree_.File("style.css.gz", 900, kMtime - 10);  // older than the file: stale, never served
     tree_.File("data.bin", 10000);
     tree_.Set("secret.txt", FileMeta::Kind::kForbidden);
+    tree_.Set("locked", FileMeta::Kind::kForbidden);  // a directory that cannot be searched
+    tree_.Set("locked/.", FileMeta::Kind::kForbidden);
+    tree_.Set("flaky", FileMeta::Kind::kForbidden);
+    tree_.Set("flaky/.", FileMeta::Kind::kUnavailable);  // out of descriptors for that lookup
     tree_.Set("fifo", FileMeta::Kind::kOther);
     tree_.Set("busy", FileMeta::Kind::kUnavailable);
   }
@@ -236,6 +240,13 @@ TEST_F(ResponsePlanTest, AnswersErrorsWithTheRightStatus) {
   EXPECT_EQ(Get("/nope.html").plan.status, 404);
   EXPECT_EQ(Get("/index.html/").plan.status, 404);
   EXPECT_EQ(Get("/secret.txt").plan.status, 403);
+  // An unreadable name asked as a directory, as nginx answers it: a file's is not one (404,
+  // "secret.txt/." is not a directory's entry), a directory that cannot be searched is
+  // forbidden.
+  EXPECT_EQ(Get("/secret.txt/").plan.status, 404);
+  EXPECT_EQ(Get("/locked/").plan.status, 403);
+  EXPECT_EQ(Get("/locked").plan.status, 403);
+  EXPECT_EQ(Get("/flaky/").plan.status, 503);
   EXPECT_EQ(Get("/fifo").plan.status, 404);
   EXPECT_EQ(Get("/busy").plan.status, 503);  // out of descriptors: try again later, not 404
   EXPECT_FALSE(Get("/busy").plan.keep_alive);

@@ -254,6 +254,9 @@ class PrivilegesTest(BackendTestCase):
         cls.root, cls.files = make_docroot()
         # Only root may read it: served as the user, it is refused (403).
         write(cls.root, "root-only.txt", b"secret", mode=0o600)
+        # Only root may search it: the same.
+        write(cls.root, "root-only/index.html", b"secret", mode=0o600)
+        os.chmod(os.path.join(cls.root, "root-only"), 0o700)
 
     @classmethod
     def tearDownClass(cls):
@@ -295,6 +298,11 @@ class PrivilegesTest(BackendTestCase):
             self.assertEqual((r.status, r.body), (206, self.files["large.bin"][:100]))
             # Opens run as nobody, on every tier (io_uring takes the submitter's credentials).
             self.assertEqual(request(server, "GET", "/root-only.txt").status, 403)
+            # Asked as a directory, as nginx answers: a file is not one (404), a directory the
+            # user cannot search is forbidden (403).
+            self.assertEqual(request(server, "GET", "/root-only.txt/").status, 404)
+            self.assertEqual(request(server, "GET", "/root-only/").status, 403)
+            self.assertEqual(request(server, "GET", "/root-only").status, 403)
         finally:
             proc.send_signal(signal.SIGTERM)
             self.assertEqual(proc.wait(timeout=15), 0)

@@ -220,6 +220,7 @@ void Sim::BuildTree() {
   status("/a.txt/x", 404);
   status("/nodir/x.txt", 404);
   status("/secret.txt", 403);
+  status("/secret.txt/", 404);  // an unreadable file asked as a directory: not one (as nginx)
   file("/mut1.txt", "mut1.txt");
   file("/mut2.bin", "mut2.bin");
   file("/mut2.bin", "mut2.bin");
