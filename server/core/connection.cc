@@ -107,6 +107,12 @@ void ConnectionMachine::OnRecv(io::Completion* c) {
       return;
     }
   } else if (result != -ECANCELED && conn->state != ConnState::kClosing) {
+    // Plaintext HTTP on a TLS port (the TLS loop ended the receive): answered as nginx does, in
+    // plaintext, and logged and counted as any response.
+    if (result == -EPROTO && conn->state == ConnState::kReading && conn->ex == nullptr) {
+      const std::string_view plain = self->loop_->Transport(conn->fd).plain_http_request;
+      if (!plain.empty()) return self->RespondError(conn, http::kPlainHttpToHttps, plain);
+    }
     ++self->stats_.recv_errors;
     return self->Abort(conn);  // a reset or other socket error
   }

@@ -44,6 +44,12 @@ constexpr StatusInfo kStatuses[] = {
 };
 #undef RINGD_ERROR_PAGE
 
+// nginx's page for kPlainHttpToHttps.
+constexpr std::string_view kPlainHttpToHttpsPage =
+    "<html>\r\n<head><title>400 The plain HTTP request was sent to HTTPS port</title></head>\r\n"
+    "<body>\r\n<center><h1>400 Bad Request</h1></center>\r\n<center>The plain HTTP request was "
+    "sent to HTTPS port</center>\r\n<hr><center>ringd</center>\r\n</body>\r\n</html>\r\n";
+
 const StatusInfo& Info(int status) {
   for (const StatusInfo& s : kStatuses) {
     if (s.code == status) return s;
@@ -465,7 +471,13 @@ void PlanError(int status, bool keep_alive, ResponsePlan* out) {
   *out = ResponsePlan{};
   Request none;
   none.method = Method::kGet;
-  Page(status, "request error", none, out);
+  if (status == kPlainHttpToHttps) {
+    Page(400, "plain HTTP to HTTPS port", none, out);
+    out->inline_body = kPlainHttpToHttpsPage;
+    out->content_length = kPlainHttpToHttpsPage.size();
+  } else {
+    Page(status, "request error", none, out);
+  }
   out->keep_alive = keep_alive;
 }
 

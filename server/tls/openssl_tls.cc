@@ -306,6 +306,9 @@ class OpenSslSession final : public TlsSession {
     return name != nullptr ? name : "";
   }
   bool Resumed() const override { return handshake_done_ && SSL_session_reused(ssl_) == 1; }
+  std::string_view PlainHttpRequest() const override {
+    return plain_request_ != nullptr ? std::string_view(*plain_request_) : std::string_view();
+  }
 
  private:
   // The BIO the library reads ciphertext from (in_, filled by Feed) and writes records to (out_,
@@ -328,7 +331,15 @@ class OpenSslSession final : public TlsSession {
   }
   static int BioRead(BIO* bio, char* out, size_t cap, size_t* read) {
     BIO_clear_retry_flags(bio);
-    *read = Of(bio)->in_.Take(out, cap);
+    OpenSslSession* self = Of(bio);
+    *read = self->in_.Take(out, cap);
+    // The first bytes the library takes: a record's header, or the start of a plaintext request
+    // (SSL_R_HTTP_REQUEST), which it does not give back.
+    if (self->first_len_ < sizeof self->first_ && !self->handshake_done_) {
+      const size_t n = std::min(*read, sizeof self->first_ - self->first_len_);
+      std::memcpy(self->first_ + self->first_len_, out, n);
+      self->first_len_ = static_cast<uint8_t>(self->first_len_ + n);
+    }
     if (*read > 0) return 1;
     BIO_set_retry_read(bio);
     return 0;
@@ -355,6 +366,9 @@ class OpenSslSession final : public TlsSession {
     if (ended_ == TlsEnd::kBadInput && !handshake_done_ &&
         ERR_GET_REASON(ERR_peek_error()) == SSL_R_HTTP_REQUEST) {
       ended_ = TlsEnd::kPlainHttp;
+      // What the library took, then what it left: an error's path, so a copy of its own.
+      plain_request_ = std::make_unique<std::string>(first_, first_len_);
+      plain_request_->append(in_.data(), in_.size());
     }
     ERR_clear_error();  // the error queue is per thread: leave nothing for the next session
   }
@@ -365,9 +379,12 @@ class OpenSslSession final : public TlsSession {
   ByteQueue in_;    // ciphertext fed, not yet read by the library
   ByteQueue lent_;  // records PeekOutput has lent, until they are consumed
   ByteQueue out_;   // records the library wrote since
+  std::unique_ptr<std::string> plain_request_;  // PlainHttpRequest(), once known
   bool handshake_done_ = false;
   bool closed_ = false;
   TlsEnd ended_ = TlsEnd::kNone;
+  char first_[5];  // a record header's length: the bytes the library takes before it refuses
+  uint8_t first_len_ = 0;
 };
 
 }  // namespace

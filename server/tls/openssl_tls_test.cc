@@ -329,6 +329,15 @@ TEST(OpenSslTls, PlainHttpOnATlsPortIsToldApart) {
   EXPECT_EQ(s->ReadPlain(buf, sizeof buf), 0u);
   EXPECT_EQ(s->Ended(), TlsEnd::kPlainHttp);
   EXPECT_EQ(s->PendingOutput(), 0u);  // no alert: the peer does not speak TLS
+  EXPECT_EQ(s->PlainHttpRequest(), plain) << "what the shard answers and logs";
+  // Fed a byte at a time, the same.
+  s = f->Make();
+  for (char c : plain) {
+    s->Feed(&c, 1);
+    s->ReadPlain(buf, sizeof buf);
+  }
+  EXPECT_EQ(s->Ended(), TlsEnd::kPlainHttp);
+  EXPECT_EQ(s->PlainHttpRequest(), plain.substr(0, 5));  // all it had when it told
 }
 
 // A full handshake with `f` (server name `sni`, at most `version`), a record read so that TLS
