@@ -122,7 +122,9 @@ TlsLoop::TlsLoop(std::unique_ptr<io::Loop> inner, TlsSessionFactory* sessions,
 
 TlsLoop::~TlsLoop() {
   // The shard has quiesced the loop and closed its connections; what is left was sending
-  // close_notify.
+  // close_notify. Connections scheduled for a Poll that never came are among them.
+  for (Conn* conn = ready_; conn != nullptr; conn = conn->next_ready)
+    RINGD_ASSERT_MSG(Find(conn->fd) == conn, "a freed connection is scheduled");
   for (Conn* conn : conns_) {
     if (conn == nullptr) continue;
     inner_->Close(conn->fd);
@@ -182,6 +184,20 @@ void TlsLoop::Schedule(Conn* conn) {
   conn->queued = true;
   conn->next_ready = ready_;
   ready_ = conn;
+}
+
+// Off ready_ before it is freed outside Poll (a quiesced Close): a walk of the list, at shutdown
+// only.
+void TlsLoop::Unschedule(Conn* conn) {
+  if (!conn->queued) return;
+  for (Conn** link = &ready_; *link != nullptr; link = &(*link)->next_ready) {
+    if (*link == conn) {
+      *link = conn->next_ready;
+      break;
+    }
+  }
+  conn->queued = false;
+  conn->next_ready = nullptr;
 }
 
 // Accept ------------------------------------------------------------------------------------
@@ -491,6 +507,9 @@ void TlsLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t lengt
   out->file_offset = offset;
   out->file_left = length;
   out->file_chunk = 0;
+  // A send the socket already refused, or one of nothing, completes from Poll (AfterOutput),
+  // never inside this call.
+  if (conn->tx_error != 0 || length == 0) return Schedule(conn);
   if (out->file_buf == nullptr) out->file_buf.reset(new char[kFileChunk]);
   ReadFileChunk(conn);
 }
@@ -593,6 +612,8 @@ void TlsLoop::AfterOutput(Conn* conn) {
       out->send->done = out->send_total;  // progress, for the shard's send timer
       out->file_chunk = 0;
       ReadFileChunk(conn);
+    } else if (conn->tx_error != 0 || out->file_left == 0) {
+      ReadFileChunk(conn);  // it completes: with the socket's error, or with nothing to send
     }
   }
   // The FIN goes after every record, close_notify the last. The send's callback above may just
@@ -630,6 +651,7 @@ void TlsLoop::Close(int fd) {
   conn->close_requested = true;
   if (quiesced_) {
     if (!conn->counted_handshake) --handshaking_;
+    Unschedule(conn);
     RemoveConn(conn);
     inner_->Close(fd);
     delete conn;

@@ -114,6 +114,7 @@ class TlsLoop final : public io::Loop {
   void BeginSend(Conn* conn, io::Completion* c, io::Op op);
   void FinishSend(Conn* conn, int64_t result);
   void Schedule(Conn* conn);
+  void Unschedule(Conn* conn);
   void Release(Conn* conn);  // the inner close, once nothing of the connection is in flight
   void Enter(Conn* conn);
   void Leave(Conn* conn);
