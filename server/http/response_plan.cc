@@ -332,16 +332,24 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
       return Error(403, "permission denied", req, config, source, out);
     case FileMeta::Kind::kUnavailable:
       return Error(503, "file lookup failed for now", req, config, source, out);
-    case FileMeta::Kind::kDirectory:  // "dir/index.html" is itself a directory
     case FileMeta::Kind::kMissing:
+      // A missing file's precompressed siblings may stand in for it, as with nginx's
+      // gzip_static: a site can ship app.js.gz alone (PlanResponse decides).
+      if (!target.HasTrailingSlash() && AsksForSiblings(config, *path)) {
+        *meta = *found;
+        return std::nullopt;
+      }
+      break;
+    case FileMeta::Kind::kDirectory:  // "dir/index.html" is itself a directory
     case FileMeta::Kind::kOther:
       break;
   }
   return Error(404, "no such file", req, config, source, out);
 }
 
-// Precompressed siblings: file.br and file.gz, when not older than the file. Any such sibling
-// makes the response depend on Accept-Encoding, whether or not this client takes it. Sets
+// Precompressed siblings: file.br and file.gz, when not older than the file (any age when the
+// file is missing: meta is kMissing). Any such sibling makes the response depend on
+// Accept-Encoding, whether or not this client takes it. Sets
 // *selected and *selected_path to the sibling the client takes best, if any; a step when a
 // sibling must be looked up first.
 std::optional<PlanStep> SelectEncoding(const Request& req, const PlannerConfig& config,
@@ -368,7 +376,8 @@ std::optional<PlanStep> SelectEncoding(const Request& req, const PlannerConfig& 
       PrefetchSiblings(path, i + 1, scratch, &step);  // those asked for after it
       return step;
     }
-    if (sibling->kind != FileMeta::Kind::kRegular || sibling->mtime_sec < meta.mtime_sec) continue;
+    if (sibling->kind != FileMeta::Kind::kRegular) continue;
+    if (meta.kind == FileMeta::Kind::kRegular && sibling->mtime_sec < meta.mtime_sec) continue;
     out->vary_accept_encoding = true;
     if (c.q > best_q) {  // br first, so a tie keeps br
       best_q = c.q;
@@ -505,6 +514,11 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
   if (std::optional<PlanStep> done = SelectEncoding(req, config, source, scratch, path, meta, out,
                                                     &selected, &selected_path)) {
     return *done;
+  }
+  // A missing file with no sibling this client takes: 404, varying on Accept-Encoding when a
+  // sibling exists (another client would get it).
+  if (selected.kind != FileMeta::Kind::kRegular) {
+    return ErrorAfterSelect(404, "no such file", req, config, source, out);
   }
   SetFileHeaders(req, config, scratch, path, selected, selected_path, out);
   return PlanPreconditionsAndRanges(req, config, source, selected, out);

@@ -345,6 +345,22 @@ class ServingTest(BackendTestCase):
         r = request(self.server, "GET", "/app.js", {"Accept-Encoding": "gzip"})
         self.assertEqual(gzip.decompress(r.body), self.files["app.js"])
 
+    def test_a_sibling_alone_stands_in_for_its_file_as_with_nginx_gzip_static(self):
+        body = b"export const x = 1;\n" * 50
+        with open(os.path.join(self.root, "alone.js.gz"), "wb") as f:
+            f.write(gzip.compress(body, mtime=0))
+        out = subprocess.run(["curl", "-sS", "--compressed", "-D", "-", "-o", "/dev/stdout",
+                              "http://127.0.0.1:%d/alone.js" % self.server.port],
+                             capture_output=True, timeout=20)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertTrue(out.stdout.startswith(b"HTTP/1.1 200 "), out.stdout[:200])
+        self.assertIn(b"Content-Encoding: gzip", out.stdout)
+        self.assertIn(b"Content-Type: text/javascript", out.stdout)
+        self.assertTrue(out.stdout.endswith(body))
+        r = request(self.server, "GET", "/alone.js")  # a client that takes no encoding
+        self.assertEqual(r.status, 404)
+        self.assertEqual(r.header("vary"), "Accept-Encoding")
+
     def test_curl_as_a_real_client(self):
         url = "http://127.0.0.1:%d" % self.server.port
         out = subprocess.run(["curl", "-sS", "-r", "1000-1999", url + "/large.bin"],
