@@ -559,10 +559,19 @@ std::string ServingLine(const Config& config, const Inherited& inherited, uint32
 int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observability& observability,
                 const std::vector<std::unique_ptr<Shard>>& shard_list, Tls* tls,
                 RootWatch* root_watch) {
+  using Clock = std::chrono::steady_clock;
   const int64_t watchdog_ms = static_cast<int64_t>(notifier.watchdog_interval_ms());
-  const int64_t tick_ms = watchdog_ms > 0 && watchdog_ms < 1000 ? watchdog_ms : 1000;
+  const auto tick = std::chrono::milliseconds(
+      watchdog_ms > 0 && watchdog_ms < 1000 ? watchdog_ms : 1000);
+  // The ticks keep their times whatever arrives between them: a wait cut short by a signal
+  // waits out the rest of the tick, so that a stream of SIGHUP or SIGUSR1 delays no tick and no
+  // watchdog ping.
+  Clock::time_point next_tick = Clock::now() + tick;
   for (;;) {
-    const timespec wait{tick_ms / 1000, (tick_ms % 1000) * 1000000};
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::max(next_tick - Clock::now(), Clock::duration::zero()));
+    const timespec wait{static_cast<time_t>(left.count() / 1000000000),
+                        static_cast<long>(left.count() % 1000000000)};
     const int sig = sigtimedwait(&signals, nullptr, &wait);
     if (sig == SIGINT || sig == SIGTERM || sig == SIGQUIT) return sig;
     if (sig == SIGUSR2) {
@@ -570,18 +579,18 @@ int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observabilit
       std::fprintf(stderr,
                    "ringd: SIGUSR2 ignored (a new binary takes over with --takeover or the "
                    "socket unit: docs/OPERATIONS.md)\n");
-      continue;
-    }
-    if (sig == SIGUSR1) {
+    } else if (sig == SIGUSR1) {
       observability.ReopenLog();
-      continue;
-    }
-    if (sig == SIGHUP) {
+    } else if (sig == SIGHUP) {
       ReloadTls(tls);
       root_watch->CheckNow();
-      continue;
     }
-    observability.Tick();  // a tick passed (or EINTR)
+    const Clock::time_point now = Clock::now();
+    if (now < next_tick) continue;  // a signal (or EINTR) before the tick
+    // The next tick one period on; one period from now after a stall (a slow SIGHUP reload).
+    next_tick += tick;
+    if (next_tick <= now) next_tick = now + tick;
+    observability.Tick();
     if (watchdog_ms == 0) continue;
     bool all_turned = true;
     for (auto& s : shard_list) all_turned = all_turned && s->heartbeat().Answered();
@@ -662,6 +671,21 @@ void Drain(const Config& config, int sig, const sigset_t& signals,
 }
 
 int Main(int argc, char** argv) {
+  // Signals are handled by the main thread alone, with sigwait (WaitForStop), and blocked first
+  // thing: one that arrives while ringd starts (reading certificates, binding, starting shards)
+  // waits until ringd serves, where the default action would kill it (SIGHUP, SIGUSR1, SIGUSR2)
+  // or dump its core (SIGQUIT). Every thread started later inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGQUIT);  // nginx's graceful stop: transfers still moving finish
+  sigaddset(&signals, SIGUSR2);  // ignored, with a line (nginx's binary upgrade)
+  sigaddset(&signals, SIGUSR1);  // reopen the access log
+  sigaddset(&signals, SIGHUP);   // reload the TLS certificates and keys
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
   Config config;
   bool exit_now = false;
   if (absl::Status s = ParseFlags(argc, argv, &config, &exit_now); !s.ok()) {
@@ -673,6 +697,8 @@ int Main(int argc, char** argv) {
     Die(2, s);
   }
   if (exit_now) return 0;
+  // A check (-t) or a probe serves nothing: a signal stops it as it stops any command.
+  if (config.probe_only || config.check_config) pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
   if (config.probe_only) return Probe(config);
   Prepared prepared;
   const Findings found = Prepare(config, &prepared);
@@ -684,18 +710,6 @@ int Main(int argc, char** argv) {
   DocumentRoot document_root(config.root, root_fd);  // followed when --root is renamed over
   const http::MimeTypes& mime = prepared.mime;
   const uint32_t shards = prepared.shards;
-
-  // Signals are handled by this thread alone, with sigwait; shard threads inherit the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGQUIT);  // nginx's graceful stop: transfers still moving finish
-  sigaddset(&signals, SIGUSR2);  // ignored, with a line (nginx's binary upgrade)
-  sigaddset(&signals, SIGUSR1);  // reopen the access log
-  sigaddset(&signals, SIGHUP);   // reload the TLS certificates and keys
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
 
   const Inherited inherited = CheckListenAddresses(config, shards);
   Observability observability;  // the access log and the admin listener (before the shards)

@@ -409,7 +409,8 @@ const std::vector<Flag>& Flags() {
                " as nginx's http2_max_concurrent_streams; default 100)",
                &Config::http2_max_streams, 1, 1000),
       BoolFlag("precompressed",
-               "serve file.br / file.gz to clients that accept them (default true)",
+               "serve file.br / file.gz to clients that accept them, when not older than file,"
+               " or in file's place when there is no file (default true)",
                &Config::precompressed),
       BoolFlag("serve-dot-files", "serve path segments starting with '.' (default false: 404, but for a leading"
                " /.well-known/, RFC 8615, which ACME's http-01 challenges use)",

@@ -107,6 +107,12 @@ void ConnectionMachine::OnRecv(io::Completion* c) {
       return;
     }
   } else if (result != -ECANCELED && conn->state != ConnState::kClosing) {
+    // Plaintext HTTP on a TLS port (the TLS loop ended the receive): answered as nginx does, in
+    // plaintext, and logged and counted as any response.
+    if (result == -EPROTO && conn->state == ConnState::kReading && conn->ex == nullptr) {
+      const std::string_view plain = self->loop_->Transport(conn->fd).plain_http_request;
+      if (!plain.empty()) return self->RespondError(conn, http::kPlainHttpToHttps, plain);
+    }
     ++self->stats_.recv_errors;
     return self->Abort(conn);  // a reset or other socket error
   }
@@ -293,6 +299,9 @@ bool ConnectionMachine::Plan(Connection* conn, const http::Request& req, size_t 
     send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
     return true;
   }
+  // Whatever the answer, a refused lookup's 503 too (it closes): a body still on its way is
+  // skipped, or lingered on before the close, so that it cannot reset the connection under the
+  // response.
   if (req.body == http::BodyFraming::kChunked || req.content_length > ex->plan.discard_body) {
     conn->more_input_expected = true;  // a body we will not read: linger before closing
   }

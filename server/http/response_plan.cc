@@ -44,6 +44,12 @@ constexpr StatusInfo kStatuses[] = {
 };
 #undef RINGD_ERROR_PAGE
 
+// nginx's page for kPlainHttpToHttps.
+constexpr std::string_view kPlainHttpToHttpsPage =
+    "<html>\r\n<head><title>400 The plain HTTP request was sent to HTTPS port</title></head>\r\n"
+    "<body>\r\n<center><h1>400 Bad Request</h1></center>\r\n<center>The plain HTTP request was "
+    "sent to HTTPS port</center>\r\n<hr><center>ringd</center>\r\n</body>\r\n</html>\r\n";
+
 const StatusInfo& Info(int status) {
   for (const StatusInfo& s : kStatuses) {
     if (s.code == status) return s;
@@ -333,6 +339,19 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
   }
   if (found->kind == FileMeta::Kind::kUnavailable)
     return Error(503, "file lookup failed for now", req, config, source, out);
+  if (found->kind == FileMeta::Kind::kForbidden && target.HasTrailingSlash() && !rel.empty()) {
+    // A name that cannot be opened, asked as a directory: nginx opens its index beneath it,
+    // which a file's name refuses as not a directory (404) and a directory that cannot be
+    // searched as forbidden (403). Its "." entry tells the two apart the same way.
+    const std::string_view dot = Join(scratch.file, sizeof scratch.file, rel, "/.");
+    if (dot.empty()) return Error(404, "path longer than any file's", req, config, source, out);
+    const std::optional<FileMeta> beneath = source.Lookup(dot);
+    if (!beneath) return NeedLookup(dot);
+    if (beneath->kind == FileMeta::Kind::kMissing)
+      return Error(404, "trailing slash on a file", req, config, source, out);
+    if (beneath->kind == FileMeta::Kind::kUnavailable)
+      return Error(503, "file lookup failed for now", req, config, source, out);
+  }
   if (found->kind == FileMeta::Kind::kDirectory) {
     if (!target.HasTrailingSlash()) {
       size_t n = EncodePath(target.path, scratch.location, sizeof scratch.location - 2);
@@ -369,11 +388,20 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
     }
     *path = Join(scratch.file, sizeof scratch.file, *path, "");
   }
+  // A missing file's precompressed siblings may stand in for it, as with nginx's gzip_static: a
+  // site can ship app.js.gz alone (PlanResponse decides). (With --fallback, a path that names
+  // nothing was the fallback above, as nginx's try_files finds no $uri.)
+  if (found->kind == FileMeta::Kind::kMissing && !target.HasTrailingSlash() &&
+      AsksForSiblings(config, *path)) {
+    *meta = *found;
+    return std::nullopt;
+  }
   return SelectedFile(*found, "no such file", req, config, source, out, meta);
 }
 
-// Precompressed siblings: file.br and file.gz, when not older than the file. Any such sibling
-// makes the response depend on Accept-Encoding, whether or not this client takes it. Sets
+// Precompressed siblings: file.br and file.gz, when not older than the file (any age when the
+// file is missing: meta is kMissing). Any such sibling makes the response depend on
+// Accept-Encoding, whether or not this client takes it. Sets
 // *selected and *selected_path to the sibling the client takes best, if any; a step when a
 // sibling must be looked up first.
 std::optional<PlanStep> SelectEncoding(const Request& req, const PlannerConfig& config,
@@ -400,7 +428,8 @@ std::optional<PlanStep> SelectEncoding(const Request& req, const PlannerConfig& 
       PrefetchSiblings(path, i + 1, scratch, &step);  // those asked for after it
       return step;
     }
-    if (sibling->kind != FileMeta::Kind::kRegular || sibling->mtime_sec < meta.mtime_sec) continue;
+    if (sibling->kind != FileMeta::Kind::kRegular) continue;
+    if (meta.kind == FileMeta::Kind::kRegular && sibling->mtime_sec < meta.mtime_sec) continue;
     out->vary_accept_encoding = true;
     if (c.q > best_q) {  // br first, so a tie keeps br
       best_q = c.q;
@@ -503,7 +532,13 @@ void PlanError(int status, bool keep_alive, ResponsePlan* out) {
   *out = ResponsePlan{};
   Request none;
   none.method = Method::kGet;
-  Page(status, "request error", none, out);
+  if (status == kPlainHttpToHttps) {
+    Page(400, "plain HTTP to HTTPS port", none, out);
+    out->inline_body = kPlainHttpToHttpsPage;
+    out->content_length = kPlainHttpToHttpsPage.size();
+  } else {
+    Page(status, "request error", none, out);
+  }
   out->keep_alive = keep_alive;
 }
 
@@ -531,6 +566,11 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
   if (std::optional<PlanStep> done = SelectEncoding(req, config, source, scratch, path, meta, out,
                                                     &selected, &selected_path)) {
     return *done;
+  }
+  // A missing file with no sibling this client takes: 404, varying on Accept-Encoding when a
+  // sibling exists (another client would get it).
+  if (selected.kind != FileMeta::Kind::kRegular) {
+    return ErrorAfterSelect(404, "no such file", req, config, source, out);
   }
   SetFileHeaders(req, config, scratch, path, selected, selected_path, out);
   return PlanPreconditionsAndRanges(req, config, source, selected, out);

@@ -159,8 +159,12 @@ struct PlanStep {
 PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaSource& source,
                       PlanScratch& scratch, ResponsePlan* out);
 
-// A plan for an error answered before (or instead of) a request: a parse error, a timeout.
-// Such errors close the connection unless `keep_alive` is set.
+// nginx's own status for a plaintext HTTP request sent to an HTTPS port (NGX_HTTP_TO_HTTPS):
+// PlanError answers it 400, with a page that says so.
+constexpr int kPlainHttpToHttps = 497;
+
+// A plan for an error answered before (or instead of) a request: a parse error, a timeout,
+// plaintext on an HTTPS port. Such errors close the connection unless `keep_alive` is set.
 void PlanError(int status, bool keep_alive, ResponsePlan* out);
 // An error answering a parsed request (a 503 when its file cannot be looked up): as above, and
 // a HEAD request's answer has no body.

@@ -83,6 +83,10 @@ class ResponsePlanTest : public ::testing::Test {
     tree_.File("style.css.gz", 900, kMtime - 10);  // older than the file: stale, never served
     tree_.File("data.bin", 10000);
     tree_.Set("secret.txt", FileMeta::Kind::kForbidden);
+    tree_.Set("locked", FileMeta::Kind::kForbidden);  // a directory that cannot be searched
+    tree_.Set("locked/.", FileMeta::Kind::kForbidden);
+    tree_.Set("flaky", FileMeta::Kind::kForbidden);
+    tree_.Set("flaky/.", FileMeta::Kind::kUnavailable);  // out of descriptors for that lookup
     tree_.Set("fifo", FileMeta::Kind::kOther);
     tree_.Set("busy", FileMeta::Kind::kUnavailable);
   }
@@ -256,6 +260,13 @@ TEST_F(ResponsePlanTest, AnswersErrorsWithTheRightStatus) {
   EXPECT_EQ(Get("/nope.html").plan.status, 404);
   EXPECT_EQ(Get("/index.html/").plan.status, 404);
   EXPECT_EQ(Get("/secret.txt").plan.status, 403);
+  // An unreadable name asked as a directory, as nginx answers it: a file's is not one (404,
+  // "secret.txt/." is not a directory's entry), a directory that cannot be searched is
+  // forbidden.
+  EXPECT_EQ(Get("/secret.txt/").plan.status, 404);
+  EXPECT_EQ(Get("/locked/").plan.status, 403);
+  EXPECT_EQ(Get("/locked").plan.status, 403);
+  EXPECT_EQ(Get("/flaky/").plan.status, 503);
   EXPECT_EQ(Get("/fifo").plan.status, 404);
   EXPECT_EQ(Get("/busy").plan.status, 503);  // out of descriptors: try again later, not 404
   EXPECT_FALSE(Get("/busy").plan.keep_alive);
@@ -407,6 +418,42 @@ TEST_F(ResponsePlanTest, ServesPrecompressedSiblings) {
 
   config_.precompressed = false;
   EXPECT_EQ(Get("/app.js", "Accept-Encoding: gzip\r\n").plan.file_path, "app.js");
+}
+
+// As nginx's gzip_static: a site may ship app.js.gz alone. The sibling stands in for the missing
+// file, for a client that takes it; another client gets a 404 that varies on Accept-Encoding.
+TEST_F(ResponsePlanTest, ServesASiblingWhoseFileIsMissing) {
+  tree_.File("bundle.js.gz", 700, kMtime - 100);  // no bundle.js; its age does not matter
+  Planned gz = Get("/bundle.js", "Accept-Encoding: gzip, br\r\n");
+  EXPECT_EQ(gz.plan.status, 200);
+  EXPECT_EQ(gz.plan.file_path, "bundle.js.gz");
+  EXPECT_EQ(gz.plan.content_length, 700u);
+  EXPECT_NE(gz.head.find("Content-Type: text/javascript; charset=utf-8\r\n"), std::string::npos);
+  EXPECT_NE(gz.head.find("Content-Encoding: gzip\r\n"), std::string::npos);
+  EXPECT_NE(gz.head.find("Vary: Accept-Encoding\r\n"), std::string::npos);
+  Planned gz_range = Get("/bundle.js", "Accept-Encoding: gzip\r\nRange: bytes=0-99\r\n");
+  EXPECT_EQ(gz_range.plan.status, 206);
+  EXPECT_NE(gz_range.head.find("Content-Range: bytes 0-99/700\r\n"), std::string::npos);
+  EXPECT_EQ(Get("/bundle.js",
+                "Accept-Encoding: gzip\r\nIf-None-Match: " + std::string(gz.plan.etag) + "\r\n")
+                .plan.status,
+            304);
+
+  for (const char* accept : {"", "Accept-Encoding: br\r\n", "Accept-Encoding: gzip;q=0\r\n"}) {
+    Planned none = Get("/bundle.js", accept);
+    EXPECT_EQ(none.plan.status, 404) << accept;
+    EXPECT_TRUE(none.plan.file_path.empty());
+    EXPECT_EQ(none.head.find("Content-Encoding"), std::string::npos);
+    EXPECT_NE(none.head.find("Vary: Accept-Encoding\r\n"), std::string::npos) << accept;
+  }
+  // Nothing at all: a plain 404. A trailing slash, or --precompressed off: no sibling stands in.
+  Planned missing = Get("/nothing.js", "Accept-Encoding: gzip\r\n");
+  EXPECT_EQ(missing.plan.status, 404);
+  EXPECT_EQ(missing.head.find("Vary"), std::string::npos);
+  EXPECT_EQ(Get("/bundle.js/", "Accept-Encoding: gzip\r\n").plan.status, 404);
+  EXPECT_EQ(Get("/bundle.js.gz").plan.file_path, "bundle.js.gz");  // asked by its own name
+  config_.precompressed = false;
+  EXPECT_EQ(Get("/bundle.js", "Accept-Encoding: gzip\r\n").plan.status, 404);
 }
 
 TEST_F(ResponsePlanTest, AsksForEachPathItNeeds) {

@@ -9,7 +9,6 @@
 #include <string_view>
 
 #include "io/assert.h"
-#include "server/http/http_date.h"
 
 namespace ringd::tls {
 
@@ -17,8 +16,7 @@ namespace ringd::tls {
 // freed once it is idle again (as the shard keeps a request's state in an Exchange apart from
 // its Connection), so that an idle connection is a Conn alone.
 struct TlsLoop::Out {
-  // The inner send of records, from the session's memory (PeekOutput) or, for a plaintext
-  // answer, from a constant.
+  // The inner send of records, from the session's memory (PeekOutput).
   io::Completion tx;
   bool tx_active = false;
   // The session refused the plaintext of the shard's Send in flight (bad input came, or it is
@@ -56,7 +54,6 @@ struct TlsLoop::Out {
   uint64_t file_left = 0;
   uint32_t file_chunk = 0;  // plaintext bytes of the chunk whose records are going out
   std::unique_ptr<char[]> file_buf;
-  std::unique_ptr<char[]> plain;  // the plaintext 400 to HTTP on this TLS port, while it goes
 };
 
 // A TLS connection: its session and the inner operations that carry its records. Every idle
@@ -93,7 +90,8 @@ struct TlsLoop::Conn : TlsLoop::Linked {
   bool hello_answered = false;
   // Waiting for a turn's budget of ClientHellos (TlsLoop::kHellosPerTurn), in arrival order.
   bool hello_waiting = false;
-  bool plain_answered = false;  // TlsEnd::kPlainHttp: the plaintext 400 is sent
+  bool plain_counted = false;  // TlsEnd::kPlainHttp: counted in stats_.plain_http
+  bool plain_told = false;     // and the shard's receive ended with -EPROTO for it
   bool close_requested = false;
   bool queued = false;
   int busy = 0;  // callbacks of this loop running for it: no release until they return
@@ -140,7 +138,9 @@ TlsLoop::TlsLoop(std::unique_ptr<io::Loop> inner, TlsSessionFactory* sessions,
 
 TlsLoop::~TlsLoop() {
   // The shard has quiesced the loop and closed its connections; what is left was sending
-  // close_notify.
+  // close_notify. Connections scheduled for a Poll that never came are among them.
+  for (Conn* conn = ready_; conn != nullptr; conn = conn->next_ready)
+    RINGD_ASSERT_MSG(Find(conn->fd) == conn, "a freed connection is scheduled");
   for (Conn* conn : conns_) {
     if (conn == nullptr) continue;
     inner_->Close(conn->fd);
@@ -163,7 +163,8 @@ io::TransportInfo TlsLoop::Transport(int fd) const {
   const Conn* conn = Find(fd);
   if (conn == nullptr) return inner_->Transport(fd);
   const TlsSession& s = *conn->session;
-  return io::TransportInfo{s.Version(), s.Cipher(), s.ServerName(), s.Resumed()};
+  return io::TransportInfo{s.Version(), s.Cipher(), s.ServerName(), s.Resumed(),
+                           s.PlainHttpRequest()};
 }
 
 void TlsLoop::AddConn(Conn* conn) {
@@ -199,6 +200,20 @@ void TlsLoop::Schedule(Conn* conn) {
   conn->queued = true;
   conn->next_ready = ready_;
   ready_ = conn;
+}
+
+// Off ready_ before it is freed outside Poll (a quiesced Close): a walk of the list, at shutdown
+// only.
+void TlsLoop::Unschedule(Conn* conn) {
+  if (!conn->queued) return;
+  for (Conn** link = &ready_; *link != nullptr; link = &(*link)->next_ready) {
+    if (*link == conn) {
+      *link = conn->next_ready;
+      break;
+    }
+  }
+  conn->queued = false;
+  conn->next_ready = nullptr;
 }
 
 // Accept ------------------------------------------------------------------------------------
@@ -346,27 +361,11 @@ void TlsLoop::Pump(Conn* conn) {
     ++stats_.handshakes;
     stats_.resumed += s.Resumed() ? 1 : 0;
   }
-  if (s.Ended() == TlsEnd::kPlainHttp && !conn->plain_answered && !conn->tx_active()) {
-    // nginx's answer to HTTP on an HTTPS port: a plaintext 400 that says so, with the Date an
-    // origin with a clock sends on every response (RFC 9110 section 6.6.1), then the close.
-    static constexpr std::string_view kHead = "HTTP/1.1 400 Bad Request\r\nDate: ";
-    static constexpr std::string_view kTail =
-        "\r\nContent-Type: text/plain\r\nContent-Length: 44\r\nConnection: close\r\n\r\n"
-        "A plain HTTP request was sent to HTTPS port\n";
-    static constexpr size_t kDate = http::kHttpDateLen;
-    static constexpr size_t kLength = kHead.size() + kDate + kTail.size();
-    conn->plain_answered = true;
+  if (s.Ended() == TlsEnd::kPlainHttp && !conn->plain_counted) {
+    // The shard answers it (nginx's 400 that says so), logged and counted as any response:
+    // its receive ends with -EPROTO and Transport() gives the request.
+    conn->plain_counted = true;
     ++stats_.plain_http;
-    Out* out = OutOf(conn);
-    out->plain = std::make_unique<char[]>(kLength);  // an error's answer: not on the serving path
-    char* p = out->plain.get();
-    std::memcpy(p, kHead.data(), kHead.size());
-    http::FormatHttpDate(inner_->RealtimeSec(), p + kHead.size());
-    std::memcpy(p + kHead.size() + kDate, kTail.data(), kTail.size());
-    out->tx_iov = iovec{p, kLength};
-    out->tx_lent = 0;
-    out->tx_active = true;
-    inner_->Send(conn->fd, &out->tx_iov, 1, &out->tx);
   }
   Flush(conn);
   // Bad input, or the peer's close_notify: the receive has nothing more to give.
@@ -416,8 +415,11 @@ void TlsLoop::FinishRecvIfEnded(Conn* conn) {
     result = conn->session->HasBufferedInput() || conn->rx_end == io::kRecvCancelledWithInput
                  ? io::kRecvCancelledWithInput
                  : -ECANCELED;
+  } else if (end == TlsEnd::kPlainHttp && conn->plain_told) {
+    result = 0;  // the shard knows (-EPROTO before): the answer is out, nothing more is read
   } else if (end == TlsEnd::kBadInput || end == TlsEnd::kPlainHttp) {
     result = -EPROTO;
+    conn->plain_told = end == TlsEnd::kPlainHttp;
   } else if (end == TlsEnd::kCloseNotify) {
     result = 0;
   } else {
@@ -532,7 +534,9 @@ void TlsLoop::UpdateProgress(Conn* conn) {
 
 void TlsLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more) {
   Conn* conn = Find(fd);
-  if (conn == nullptr) return inner_->Send(fd, iov, iovcnt, c, more);
+  // A connection that spoke plaintext HTTP is answered in plaintext (TransportInfo).
+  if (conn == nullptr || conn->session->Ended() == TlsEnd::kPlainHttp)
+    return inner_->Send(fd, iov, iovcnt, c, more);
   BeginSend(conn, c, io::Op::kSend);
   bool ok = conn->tx_error == 0;
   for (int i = 0; ok && i < iovcnt; ++i) {
@@ -554,6 +558,9 @@ void TlsLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t lengt
   out->file_offset = offset;
   out->file_left = length;
   out->file_chunk = 0;
+  // A send the socket already refused, or one of nothing, completes from Poll (AfterOutput),
+  // never inside this call.
+  if (conn->tx_error != 0 || length == 0) return Schedule(conn);
   if (out->file_buf == nullptr) out->file_buf.reset(new char[kFileChunk]);
   ReadFileChunk(conn);
 }
@@ -661,6 +668,8 @@ void TlsLoop::AfterOutput(Conn* conn) {
       UpdateProgress(conn);  // progress, for the shard's send timer
       out->file_chunk = 0;
       ReadFileChunk(conn);
+    } else if (conn->tx_error != 0 || out->file_left == 0) {
+      ReadFileChunk(conn);  // it completes: with the socket's error, or with nothing to send
     }
   }
   // The FIN goes after every record, close_notify the last. The send's callback above may just
@@ -698,6 +707,7 @@ void TlsLoop::Close(int fd) {
   conn->close_requested = true;
   if (quiesced_) {
     if (!conn->counted_handshake) --handshaking_;
+    Unschedule(conn);
     RemoveConn(conn);
     inner_->Close(fd);
     delete conn;

@@ -119,6 +119,7 @@ class TlsLoop final : public io::Loop {
   bool WritePlainMarked(Conn* conn, const char* data, size_t len);
   void UpdateProgress(Conn* conn);
   void Schedule(Conn* conn);
+  void Unschedule(Conn* conn);
   void Release(Conn* conn);  // the inner close, once nothing of the connection is in flight
   void Enter(Conn* conn);
   void Leave(Conn* conn);
