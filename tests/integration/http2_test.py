@@ -240,6 +240,24 @@ class Http2Test(BackendTestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_upgrade_h2c_is_answered_as_http11(self):
+        # RFC 9113 dropped the h2c upgrade: an HTTP/1.1 request asking for it is answered as
+        # HTTP/1.1, and the connection stays HTTP/1.1.
+        s = socket.create_connection(("127.0.0.1", self.server.port), timeout=10)
+        s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade, "
+                  b"HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n"
+                  b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        got = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            got += d
+        s.close()
+        self.assertTrue(got.startswith(b"HTTP/1.1 200 OK\r\n"), got[:80])
+        self.assertEqual(got.count(b"HTTP/1.1 200 OK\r\n"), 2)
+        self.assertNotIn(b"101 Switching", got)
+
     def test_preface_split_at_every_byte(self):
         preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
         for split in range(1, len(preface)):
