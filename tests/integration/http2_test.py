@@ -20,7 +20,7 @@ import h2.settings
 import hpack
 import hyperframe.frame
 
-from ringd_harness import ADMIN, BackendTestCase, Server, make_docroot, wait_for
+from ringd_harness import ADMIN, BackendTestCase, Server, curl, make_docroot, wait_for
 from tls_pki import make_pki
 
 
@@ -99,29 +99,6 @@ class H2Client:
 
     def close(self):
         self.sock.close()
-
-
-def curl(url, *args):
-    """(HTTP version, status, lowercased header dict, body) of one curl request."""
-    d = tempfile.mkdtemp(prefix="ringd-h2-")
-    try:
-        out = subprocess.run(["curl", "-sk", "--max-time", "20", "-D", os.path.join(d, "h"),
-                              "-o", os.path.join(d, "b"), "-w", "%{http_version} %{http_code}",
-                              *args, url], capture_output=True, text=True, timeout=30)
-        version, status = out.stdout.split()
-        headers = {}
-        with open(os.path.join(d, "h"), "rb") as f:
-            for line in f.read().decode("latin-1").split("\r\n")[1:]:
-                if ":" in line:
-                    k, v = line.split(":", 1)
-                    headers[k.strip().lower()] = v.strip()
-        body = b""
-        if os.path.exists(os.path.join(d, "b")):
-            with open(os.path.join(d, "b"), "rb") as f:
-                body = f.read()
-        return version, int(status), headers, body
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 # Fields both protocols must carry alike (Date may tick between the two requests; Connection and

@@ -18,6 +18,7 @@ import time
 import unittest
 
 from ringd_harness import BACKEND, RINGD, ROOT_FLAGS, DocrootTestCase, Server, request
+from ringd_harness import curl as harness_curl
 
 SPA_PATHS = ["/app/route", "/app/route/", "/deep/a/b/c?tab=2", "/small.txt/nested",
              "/%C3%A9t%C3%A9"]
@@ -25,27 +26,8 @@ SPA_PATHS = ["/app/route", "/app/route/", "/deep/a/b/c?tab=2", "/small.txt/neste
 
 def curl(server, target, *args):
     """(HTTP version, status, lowercased headers, body) of one h2c request with curl."""
-    d = tempfile.mkdtemp(prefix="ringd-try-")
-    try:
-        out = subprocess.run(["curl", "-s", "--http2-prior-knowledge", "--max-time", "20",
-                              "-D", os.path.join(d, "h"), "-o", os.path.join(d, "b"),
-                              "-w", "%{http_version} %{http_code}", *args,
-                              "http://127.0.0.1:%d%s" % (server.port, target)],
-                             capture_output=True, text=True, timeout=30)
-        version, status = out.stdout.split()
-        headers = {}
-        with open(os.path.join(d, "h"), "rb") as f:
-            for line in f.read().decode("latin-1").split("\r\n")[1:]:
-                if ":" in line:
-                    k, v = line.split(":", 1)
-                    headers[k.strip().lower()] = v.strip()
-        body = b""
-        if os.path.exists(os.path.join(d, "b")):
-            with open(os.path.join(d, "b"), "rb") as f:
-                body = f.read()
-        return version, int(status), headers, body
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+    return harness_curl("http://127.0.0.1:%d%s" % (server.port, target),
+                        "--http2-prior-knowledge", *args)
 
 
 class TryFilesTest(DocrootTestCase):
