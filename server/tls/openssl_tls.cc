@@ -416,9 +416,9 @@ int NoPassphrase(char*, int, int, void* asked) {
   return -1;
 }
 
-// Reads a pair and checks that the key is the certificate's and the certificate still valid;
-// false with a line saying why.
-bool LoadPair(const TlsCertPair& pair, LoadedPair* out, std::string* error) {
+// Reads a pair and checks that the key is the certificate's (and, with `refuse_expired`, that the
+// certificate is still valid); false with a line saying why.
+bool LoadPair(const TlsCertPair& pair, bool refuse_expired, LoadedPair* out, std::string* error) {
   bool asked = false;
   BIO* cert_bio = BIO_new_file(pair.cert_file.c_str(), "r");
   if (cert_bio == nullptr) {
@@ -458,8 +458,10 @@ bool LoadPair(const TlsCertPair& pair, LoadedPair* out, std::string* error) {
     *error = "--tls-key: '" + pair.key_file + "' is not the key of '" + pair.cert_file + "'";
     return false;
   }
-  if (X509_cmp_current_time(X509_get0_notAfter(out->cert)) <= 0) {
-    *error = "--tls-cert: '" + pair.cert_file + "' has expired";
+  if (refuse_expired && X509_cmp_current_time(X509_get0_notAfter(out->cert)) <= 0) {
+    *error = "--tls-cert: '" + pair.cert_file +
+             "' has expired (--tls-expired=refuse; renew it, or serve it with "
+             "--tls-expired=serve)";
     return false;
   }
   return true;
@@ -476,6 +478,38 @@ X509* IssuerOf(const LoadedPair& loaded) {
     }
   }
   return nullptr;
+}
+
+// Why a response answers for none of the certificates, for the line that drops it: for a
+// certificate of the same issuer but another serial (the response fetched for the certificate
+// before a renewal), for another issuer's, or unknowable because no certificate's chain holds
+// its issuer.
+std::string Unmatched(OCSP_BASICRESP* basic, const std::vector<X509*>& leaves,
+                      const std::vector<X509*>& issuers, const std::vector<std::string>& files) {
+  bool any_issuer = false;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (issuers[i] == nullptr) continue;
+    any_issuer = true;
+    OCSP_CERTID* id = OCSP_cert_to_id(nullptr, leaves[i], issuers[i]);
+    if (id == nullptr) continue;
+    bool same_issuer = false;
+    for (int r = 0; r < OCSP_resp_count(basic) && !same_issuer; ++r) {
+      const OCSP_CERTID* answered = OCSP_SINGLERESP_get0_id(OCSP_resp_get0(basic, r));
+      same_issuer = answered != nullptr && OCSP_id_issuer_cmp(answered, id) == 0;
+    }
+    OCSP_CERTID_free(id);
+    if (same_issuer) {
+      return "answers for another certificate of the issuer of '" + files[i] +
+             "', not for it (a response for the certificate before a renewal?): fetch one for "
+             "the certificate now in '" +
+             files[i] + "'";
+    }
+  }
+  if (!any_issuer) {
+    return "cannot be matched: no --tls-cert file holds its certificate's issuer after it (give "
+           "the full chain)";
+  }
+  return "answers for none of the certificates (another issuer's)";
 }
 
 }  // namespace
@@ -499,7 +533,7 @@ absl::StatusOr<std::shared_ptr<OpenSslFactory>> OpenSslFactory::Create(const Tls
   } unref_leaves{&leaves}, unref_issuers{&issuers};
   for (const TlsCertPair& pair : options.pairs) {
     LoadedPair loaded;
-    if (!LoadPair(pair, &loaded, error) ||
+    if (!LoadPair(pair, options.refuse_expired, &loaded, error) ||
         !f->AddCertificate(options, pair, loaded.cert, loaded.chain, loaded.key, &site_names,
                            error)) {
       return absl::FailedPreconditionError(why);
@@ -593,6 +627,13 @@ bool OpenSslFactory::LoadStaples(const std::vector<std::string>& files,
     OCSP_BASICRESP* basic = response_status == OCSP_RESPONSE_STATUS_SUCCESSFUL
                                 ? OCSP_response_get1_basic(response)
                                 : nullptr;
+    // A response that cannot be used for its certificate is left out, with a line: the
+    // handshake goes without a staple (clients ask the responder themselves), and the
+    // certificates load all the same.
+    auto drop = [this](const std::string& ocsp_file, const std::string& why) {
+      dropped_ocsp_.push_back(ocsp_file);
+      warnings_.push_back("--tls-ocsp: " + why + "; not stapled, the handshake goes without it");
+    };
     auto done = [&](const std::string& why) {
       OCSP_BASICRESP_free(basic);
       OCSP_RESPONSE_free(response);
@@ -618,9 +659,11 @@ bool OpenSslFactory::LoadStaples(const std::vector<std::string>& files,
       OCSP_CERTID_free(id);
     }
     if (matched == leaves.size()) {
-      return done("--tls-ocsp: '" + file +
-                  "' answers for none of the certificates (each needs its issuer after it in "
-                  "its --tls-cert file)");
+      std::vector<std::string> cert_files;
+      for (const Certificate& c : certificates_) cert_files.push_back(c.file);
+      drop(file, "'" + file + "' " + Unmatched(basic, leaves, issuers, cert_files));
+      done("");
+      continue;
     }
     Certificate& cert = certificates_[matched];
     if (!cert.ocsp_file.empty())
@@ -631,8 +674,11 @@ bool OpenSslFactory::LoadStaples(const std::vector<std::string>& files,
                   OCSP_cert_status_str(status));
     }
     // Five minutes of slack for clocks, as OpenSSL's own checks allow.
-    if (OCSP_check_validity(this_update, next_update, 300, -1) != 1)
-      return done("--tls-ocsp: '" + file + "' is out of date (its nextUpdate has passed)");
+    if (OCSP_check_validity(this_update, next_update, 300, -1) != 1) {
+      drop(file, "'" + file + "' is out of date (its nextUpdate has passed): fetch a fresh one");
+      done("");
+      continue;
+    }
     int64_t next_update_sec = 0;
     tm t{};
     if (next_update != nullptr && ASN1_TIME_to_tm(next_update, &t) == 1)
@@ -803,6 +849,16 @@ std::vector<OpenSslFactory::Certificate> ReloadableTls::certificates() const {
   std::lock_guard<std::mutex> lock(mu_);
   return current_ != nullptr ? current_->certificates()
                              : std::vector<OpenSslFactory::Certificate>{};
+}
+
+std::vector<std::string> ReloadableTls::dropped_ocsp() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_ != nullptr ? current_->dropped_ocsp() : std::vector<std::string>{};
+}
+
+std::vector<std::string> ReloadableTls::warnings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_ != nullptr ? current_->warnings() : std::vector<std::string>{};
 }
 
 uint64_t ReloadableTls::generation() const {

@@ -8,7 +8,9 @@
 //
 // OCSP stapling from files: each --tls-ocsp response (DER, as `openssl ocsp -respout` writes it)
 // is matched to the certificate it answers for (by the issuer in that certificate's chain) and
-// sent to clients that ask for it, until its nextUpdate passes.
+// sent to clients that ask for it, until its nextUpdate passes. A response that answers for no
+// certificate in use (one fetched before a renewal) or is out of date is left out with a line,
+// never failing the load: a staple is an optimisation the handshake does without.
 //
 // TicketKeys encrypts the session tickets of every site, every shard and every reload, with a key
 // rotated on a schedule and the previous one still accepted; ReloadableTls swaps in freshly loaded
@@ -99,6 +101,9 @@ struct TlsOptions {
   std::vector<TlsCertPair> pairs;
   // DER OCSP responses, each for one of the certificates (in any order).
   std::vector<std::string> ocsp_files;
+  // --tls-expired=refuse: a certificate past its notAfter fails the load. Otherwise it loads
+  // (clients refuse it, but the other listeners and sites keep serving) and the caller says so.
+  bool refuse_expired = false;
   std::string min_version = "1.2";  // "1.2" or "1.3"
   // ALPN offers h2 before http/1.1 (--http2); false: http/1.1 alone.
   bool http2 = true;
@@ -111,8 +116,9 @@ struct TlsOptions {
 class OpenSslFactory final : public TlsSessionFactory,
                              public std::enable_shared_from_this<OpenSslFactory> {
  public:
-  // Loads and checks every pair: readable, the key matches the certificate, not expired; an
-  // error of one line naming the file otherwise. Each session keeps its factory alive.
+  // Loads and checks every pair: readable, the key matches the certificate (and not expired, with
+  // refuse_expired); an error of one line naming the file otherwise. Each session keeps its
+  // factory alive.
   static absl::StatusOr<std::shared_ptr<OpenSslFactory>> Create(const TlsOptions& options);
   ~OpenSslFactory() override;
 
@@ -127,6 +133,10 @@ class OpenSslFactory final : public TlsSessionFactory,
     int64_t not_before_sec = 0;        // valid from, seconds since the epoch
   };
   const std::vector<Certificate>& certificates() const { return certificates_; }
+  // The --tls-ocsp files left out of this generation (one that answers for no certificate in
+  // use, or is out of date), and a line for each naming why.
+  const std::vector<std::string>& dropped_ocsp() const { return dropped_ocsp_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
   struct Site {
@@ -152,6 +162,8 @@ class OpenSslFactory final : public TlsSessionFactory,
   std::vector<Site> sites_;
   std::vector<Certificate> certificates_;
   std::vector<Staple> staples_;
+  std::vector<std::string> dropped_ocsp_;
+  std::vector<std::string> warnings_;
 };
 
 // The certificates in use, reloadable while serving: Make hands out sessions of the newest
@@ -162,6 +174,9 @@ class ReloadableTls final : public TlsSessionFactory {
   absl::Status Load(const TlsOptions& options);
   std::unique_ptr<TlsSession> Make() override;
   std::vector<OpenSslFactory::Certificate> certificates() const;
+  // The newest generation's dropped_ocsp() and warnings() (OpenSslFactory).
+  std::vector<std::string> dropped_ocsp() const;
+  std::vector<std::string> warnings() const;
   uint64_t generation() const;
 
  private:

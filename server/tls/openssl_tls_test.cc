@@ -662,9 +662,18 @@ TEST(OpenSslTls, BadCertificatesAndKeysAreOneClearLine) {
   EXPECT_NE(error.find("holds no PEM private key"), std::string::npos) << error;
   EXPECT_EQ(Factory({{a.key_file, a.key_file}}, &error), nullptr);
   EXPECT_NE(error.find("holds no PEM certificate"), std::string::npos) << error;
+  // An expired certificate loads unless --tls-expired=refuse (ringd says so, and serves on).
   const TlsCertPair old = MakeCert("old.test", "EC", -1);
-  EXPECT_EQ(Factory({old}, &error), nullptr);
-  EXPECT_EQ(error, "--tls-cert: '" + old.cert_file + "' has expired");
+  auto expired = Factory({old}, &error);
+  ASSERT_NE(expired, nullptr) << error;
+  EXPECT_LT(expired->certificates()[0].not_after_sec, TicketKeys::WallSeconds());
+  TlsOptions refuse;
+  refuse.pairs = {old};
+  refuse.refuse_expired = true;
+  EXPECT_EQ(Create(refuse, &error), nullptr);
+  EXPECT_EQ(error, "--tls-cert: '" + old.cert_file +
+                       "' has expired (--tls-expired=refuse; renew it, or serve it with "
+                       "--tls-expired=serve)");
   EXPECT_EQ(Factory({a, a}, &error), nullptr);
   EXPECT_NE(error.find("the names and key type of an earlier certificate"), std::string::npos);
   EXPECT_EQ(ERR_peek_error(), 0u);  // nothing left on the thread's error queue
@@ -847,10 +856,9 @@ TEST(OpenSslTls, StaplesTheOcspResponseOfTheCertificateChosen) {
 }
 
 TEST(OpenSslTls, BadOcspResponsesAreOneClearLine) {
-  Pki a, other, unchained;
+  Pki a, other;
   MakePki("ocsp-a.test", &a);
   MakePki("ocsp-other.test", &other);
-  MakePki("ocsp-unchained.test", &unchained, /*chain_in_file=*/false);
   auto load = [](std::vector<TlsCertPair> pairs, std::vector<std::string> ocsp,
                  std::string* error) {
     TlsOptions o;
@@ -863,22 +871,88 @@ TEST(OpenSslTls, BadOcspResponsesAreOneClearLine) {
   EXPECT_EQ(error, "--tls-ocsp: cannot read '/nonexistent.ocsp': No such file or directory");
   EXPECT_EQ(load({a.pair}, {a.pair.cert_file}, &error), nullptr);
   EXPECT_EQ(error, "--tls-ocsp: '" + a.pair.cert_file + "' holds no DER OCSP response");
-  const std::string for_other = WriteOcsp(other, "other.ocsp");
-  EXPECT_EQ(load({a.pair}, {for_other}, &error), nullptr);
-  EXPECT_NE(error.find("answers for none of the certificates"), std::string::npos) << error;
-  const std::string for_unchained = WriteOcsp(unchained, "unchained.ocsp");
-  EXPECT_EQ(load({unchained.pair}, {for_unchained}, &error), nullptr);
-  EXPECT_NE(error.find("needs its issuer after it"), std::string::npos) << error;
   const std::string revoked = WriteOcsp(a, "revoked.ocsp", V_OCSP_CERTSTATUS_REVOKED);
   EXPECT_EQ(load({a.pair}, {revoked}, &error), nullptr);
   EXPECT_EQ(error, "--tls-ocsp: '" + revoked + "' says '" + a.pair.cert_file + "' is revoked");
-  const std::string stale = WriteOcsp(a, "stale.ocsp", V_OCSP_CERTSTATUS_GOOD, -3600);
-  EXPECT_EQ(load({a.pair}, {stale}, &error), nullptr);
-  EXPECT_EQ(error, "--tls-ocsp: '" + stale + "' is out of date (its nextUpdate has passed)");
   const std::string good = WriteOcsp(a, "good.ocsp");
   EXPECT_EQ(load({a.pair}, {good, good}, &error), nullptr);
   EXPECT_NE(error.find("both answer for"), std::string::npos) << error;
   EXPECT_NE(load({a.pair}, {good}, &error), nullptr) << error;
+  EXPECT_EQ(ERR_peek_error(), 0u);
+}
+
+// A response that cannot serve its certificate (for another certificate, one whose issuer no
+// chain holds, or out of date) is left out with a line naming why; the certificates load, and
+// the handshake goes without a staple.
+TEST(OpenSslTls, OcspResponsesThatCannotBeStapledAreDroppedWithTheirCause) {
+  Pki a, other, unchained;
+  MakePki("drop-a.test", &a);
+  MakePki("drop-other.test", &other);
+  MakePki("drop-unchained.test", &unchained, /*chain_in_file=*/false);
+  // The certificate renewed: the same CA, another serial; the response is the old one's.
+  Pki renewed;
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  X509_NAME* name = X509_NAME_new();
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>("drop-a.test"), -1, -1, 0);
+  X509* leaf = Sign(name, key, a.ca, a.ca_key, 3, "DNS:drop-a.test");
+  X509_NAME_free(name);
+  const std::string base = ::testing::TempDir() + "/drop-renewed";
+  const TlsCertPair renewed_pair{base + ".crt", base + ".key"};
+  FILE* f = std::fopen(renewed_pair.cert_file.c_str(), "w");
+  PEM_write_X509(f, leaf);
+  PEM_write_X509(f, a.ca);
+  std::fclose(f);
+  f = std::fopen(renewed_pair.key_file.c_str(), "w");
+  PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr);
+  std::fclose(f);
+  X509_free(leaf);
+  EVP_PKEY_free(key);
+
+  struct Case {
+    TlsCertPair pair;
+    std::string ocsp;
+    std::string says;
+  };
+  const std::string before_renewal = WriteOcsp(a, "drop-before-renewal.ocsp");
+  const std::string for_other = WriteOcsp(other, "drop-other.ocsp");
+  const std::string for_unchained = WriteOcsp(unchained, "drop-unchained.ocsp");
+  const std::string stale = WriteOcsp(a, "drop-stale.ocsp", V_OCSP_CERTSTATUS_GOOD, -3600);
+  const Case cases[] = {
+      {renewed_pair, before_renewal,
+       "--tls-ocsp: '" + before_renewal + "' answers for another certificate of the issuer of '" +
+           renewed_pair.cert_file +
+           "', not for it (a response for the certificate before a renewal?): fetch one for the "
+           "certificate now in '" +
+           renewed_pair.cert_file + "'; not stapled, the handshake goes without it"},
+      {a.pair, for_other,
+       "--tls-ocsp: '" + for_other +
+           "' answers for none of the certificates (another issuer's); not stapled, the "
+           "handshake goes without it"},
+      {unchained.pair, for_unchained,
+       "--tls-ocsp: '" + for_unchained +
+           "' cannot be matched: no --tls-cert file holds its certificate's issuer after it (give "
+           "the full chain); not stapled, the handshake goes without it"},
+      {a.pair, stale,
+       "--tls-ocsp: '" + stale +
+           "' is out of date (its nextUpdate has passed): fetch a fresh one; not stapled, the "
+           "handshake goes without it"},
+  };
+  for (const Case& c : cases) {
+    TlsOptions o;
+    o.pairs = {c.pair};
+    o.ocsp_files = {c.ocsp};
+    std::string error;
+    auto loaded = Create(o, &error);
+    ASSERT_NE(loaded, nullptr) << error;
+    EXPECT_EQ(loaded->warnings(), std::vector<std::string>{c.says});
+    EXPECT_EQ(loaded->dropped_ocsp(), std::vector<std::string>{c.ocsp});
+    EXPECT_EQ(loaded->certificates()[0].ocsp_file, "");
+    if (c.pair.cert_file == a.pair.cert_file) {
+      int status = -2;
+      EXPECT_EQ(Stapled(loaded.get(), "drop-a.test", TLS1_3_VERSION, &status), "");
+    }
+  }
   EXPECT_EQ(ERR_peek_error(), 0u);
 }
 
