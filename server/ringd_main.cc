@@ -105,21 +105,35 @@ struct Tls {
   tls::ReloadableTls sessions;
 };
 
-// A certificate not valid yet loads (as in nginx; a renewal may come early) but no client takes
-// it: one line each, at start-up and on every reload.
-std::vector<std::string> NotYetValid(const Tls& tls) {
+std::string UtcTime(int64_t sec) {
+  const time_t at = static_cast<time_t>(sec);
+  tm t{};
+  gmtime_r(&at, &t);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &t);
+  return when;
+}
+
+// What loads but will not serve as meant, one line each, at start-up and on every reload: a
+// certificate not valid yet (as in nginx; a renewal may come early) or expired (--tls-expired=
+// serve: plain HTTP and the other sites go on serving), which clients refuse, and each
+// --tls-ocsp response left out.
+std::vector<std::string> CertificateLines(const Tls& tls) {
   std::vector<std::string> lines;
   const int64_t now = static_cast<int64_t>(std::time(nullptr));
   for (const tls::OpenSslFactory::Certificate& c : tls.sessions.certificates()) {
-    if (c.not_before_sec <= now) continue;
-    const time_t from = static_cast<time_t>(c.not_before_sec);
-    tm t{};
-    gmtime_r(&from, &t);
-    char when[32];
-    std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &t);
-    lines.push_back("--tls-cert '" + c.file + "' is not valid before " + when +
-                    ": clients refuse it until then");
+    if (c.not_before_sec > now) {
+      lines.push_back("--tls-cert '" + c.file + "' is not valid before " +
+                      UtcTime(c.not_before_sec) + ": clients refuse it until then");
+    }
+    if (c.not_after_sec <= now) {
+      lines.push_back("WARNING: --tls-cert '" + c.file + "' has expired (notAfter " +
+                      UtcTime(c.not_after_sec) +
+                      "): served as it is (--tls-expired=serve), and clients refuse it; renew it "
+                      "and send SIGHUP");
+    }
   }
+  for (std::string& line : tls.sessions.warnings()) lines.push_back(std::move(line));
   return lines;
 }
 
@@ -145,6 +159,7 @@ absl::Status LoadTls(const Config& config, Tls* tls) {
   tls->options.ciphersuites = config.tls_ciphersuites;
   tls->options.tickets_per_handshake = config.tls_tickets;
   tls->options.http2 = config.http2;
+  tls->options.refuse_expired = config.tls_refuse_expired;
   tls->options.tickets = tls->ticket_keys.get();
   return tls->sessions.Load(tls->options);
 }
@@ -157,7 +172,7 @@ void ReloadTls(Tls* tls) {
   } else if (absl::Status s = tls->sessions.Load(tls->options); s.ok()) {
     std::fprintf(stderr, "ringd: SIGHUP: TLS certificates reloaded (%zu)\n",
                  tls->options.pairs.size());
-    for (const std::string& line : NotYetValid(*tls)) Say(line);
+    for (const std::string& line : CertificateLines(*tls)) Say(line);
   } else {
     std::fprintf(stderr, "ringd: SIGHUP: keeping the certificates in use: %s\n",
                  std::string(s.message()).c_str());
@@ -232,7 +247,7 @@ Findings Prepare(const Config& config, Prepared* out) {
   if (absl::Status s = LoadTls(config, &out->tls); !s.ok()) {
     problem(1, std::string(s.message()));
   } else {
-    for (std::string& line : NotYetValid(out->tls)) found.warnings.push_back(std::move(line));
+    for (std::string& line : CertificateLines(out->tls)) found.warnings.push_back(std::move(line));
   }
   const uint64_t descriptor_limit = RaiseDescriptorLimit();
   if (absl::Status s = CheckIoFlags(config, Tiers()); !s.ok()) {
@@ -717,13 +732,15 @@ int Main(int argc, char** argv) {
   // Said once nothing that refuses the flags is left (a start-up that fails is one line).
   for (const std::string& line : found.warnings) Say(line);
   if (tls.on) {
-    observability.SetCertificates([&tls] {
-      std::vector<ProcessInfo::Certificate> out;
-      for (const tls::OpenSslFactory::Certificate& c : tls.sessions.certificates())
-        out.push_back(
-            ProcessInfo::Certificate{c.file, c.not_after_sec, c.ocsp_file, c.ocsp_next_update_sec});
-      return out;
-    });
+    observability.SetCertificates(
+        [&tls] {
+          std::vector<ProcessInfo::Certificate> out;
+          for (const tls::OpenSslFactory::Certificate& c : tls.sessions.certificates())
+            out.push_back(ProcessInfo::Certificate{c.file, c.not_after_sec, c.ocsp_file,
+                                                   c.ocsp_next_update_sec});
+          return out;
+        },
+        [&tls] { return tls.sessions.dropped_ocsp(); }, config.tls_refuse_expired);
   }
   ServiceNotifier notifier;  // systemd's Type=notify; nothing without NOTIFY_SOCKET
   const std::vector<std::unique_ptr<Shard>> shard_list = MakeShards(

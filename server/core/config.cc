@@ -199,6 +199,19 @@ const std::vector<Flag>& Flags() {
              c->tls_ocsp.push_back(v);
              return true;
            }}),
+      Flag{"tls-expired",
+           "serve or refuse: a --tls-cert past its notAfter is served with a loud line, the "
+           "ringd_tls_certificate_expired metric and a warning in /readyz's 200 (serve), or stops "
+           "start-up, fails a SIGHUP reload and makes /readyz 503 (refuse) (default serve)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v != "serve" && v != "refuse") {
+               *error = "--tls-expired: expected serve or refuse, got '" + v + "'";
+               return false;
+             }
+             c->tls_refuse_expired = v == "refuse";
+             return true;
+           }},
       Flag{"tls-min-version", "oldest TLS version accepted: 1.2 or 1.3 (default 1.2)", false,
            [](Config* c, const std::string& v, std::string* error) {
              if (v != "1.2" && v != "1.3") {
@@ -846,6 +859,7 @@ const std::vector<HelpTopic>& HelpTopics() {
        {{"tls-cert", "FILE"},
         {"tls-key", "FILE"},
         {"tls-ocsp", "FILE"},
+        {"tls-expired", "serve|refuse"},
         {"tls-min-version", "VERSION"},
         {"tls-ciphers", "LIST"},
         {"tls-ciphersuites", "LIST"},

@@ -42,6 +42,10 @@ struct Config {
   std::vector<std::string> tls_key;
   std::vector<std::string> tls_ocsp;  // DER OCSP responses to staple, each for one certificate
   std::string tls_min_version = "1.2";
+  // --tls-expired=refuse: an expired certificate stops start-up (and fails a reload), and /readyz
+  // answers 503 once one in use expires. serve (the default): it is served with a line, a metric
+  // and a warning in /readyz's 200, and the other listeners and sites keep serving.
+  bool tls_refuse_expired = false;
   uint32_t tls_max_handshakes = 256;  // per shard
   bool redirect_https = false;        // plaintext listeners answer 301 to https://
   // A new ticket key this often; the previous one still resumes.

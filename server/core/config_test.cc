@@ -80,6 +80,15 @@ TEST(Config, ReadsAFlagfile) {
   std::remove(path.c_str());
 }
 
+TEST(Config, TlsExpired) {
+  EXPECT_FALSE(Parse({"--root=/tmp"}).config.tls_refuse_expired);
+  EXPECT_TRUE(Parse({"--root=/tmp", "--tls-expired=refuse"}).config.tls_refuse_expired);
+  EXPECT_FALSE(Parse({"--root=/tmp", "--tls-expired=serve"}).config.tls_refuse_expired);
+  Parsed p = Parse({"--root=/tmp", "--tls-expired=maybe"});
+  EXPECT_FALSE(p.ok);
+  EXPECT_EQ(p.error, "--tls-expired: expected serve or refuse, got 'maybe'");
+}
+
 // A flagfile reads as a shell would read the same words: quotes are taken off, and a # after
 // blank space begins a comment (docs/OPERATIONS.md shows these lines).
 TEST(Config, FlagfileTakesShellQuotingAndComments) {

@@ -103,6 +103,16 @@ void CertificateSamples(Writer& w, const char* name, const Shards&, const Proces
     w.Sample(name, "file=\"" + Escape(c.file) + "\"", static_cast<uint64_t>(c.not_after_sec));
 }
 
+void ExpiredSamples(Writer& w, const char* name, const Shards&, const ProcessInfo& p) {
+  for (const ProcessInfo::Certificate& c : p.tls_certificates)
+    w.Sample(name, "file=\"" + Escape(c.file) + "\"", c.not_after_sec <= p.now_sec ? 1 : 0);
+}
+
+void OcspDroppedSamples(Writer& w, const char* name, const Shards&, const ProcessInfo& p) {
+  for (const std::string& file : p.tls_ocsp_dropped)
+    w.Sample(name, "ocsp=\"" + Escape(file) + "\"", 1);
+}
+
 void OcspSamples(Writer& w, const char* name, const Shards&, const ProcessInfo& p) {
   for (const ProcessInfo::Certificate& c : p.tls_certificates) {
     if (c.ocsp_file.empty() || c.ocsp_next_update_sec == 0) continue;
@@ -376,6 +386,15 @@ const Metric kMetrics[] = {
      "When each stapled OCSP response goes stale (nextUpdate), in Unix time; a stale one is no "
      "longer stapled",
      nullptr, OcspSamples},
+    {"ringd_tls_certificate_expired", "gauge",
+     "1 for each certificate in use past its notAfter (served under --tls-expired=serve; clients "
+     "refuse it), 0 for the others",
+     nullptr, ExpiredSamples},
+    {"ringd_tls_ocsp_dropped", "gauge",
+     "1 for each --tls-ocsp response left out of the certificates in use: it answers for no "
+     "certificate in use (one fetched before a renewal) or is out of date; handshakes go without "
+     "a staple",
+     nullptr, OcspDroppedSamples},
 
     // Access log.
     {"ringd_access_log_enabled", "gauge", "1 if --access-log names a file", nullptr,

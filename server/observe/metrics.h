@@ -39,11 +39,13 @@ struct ProcessInfo {
     int64_t ocsp_next_update_sec = 0;  // when that response goes stale (0: it never says)
   };
   std::vector<Certificate> tls_certificates;  // in use now (--tls-cert), with their expiry
+  int64_t now_sec = 0;                        // realtime, for what has expired by now
+  std::vector<std::string> tls_ocsp_dropped;  // --tls-ocsp files left out of the generation in use
 };
 
 // Why HTTPS cannot be served as configured now: a line for each certificate in use that has
-// expired (ringd refuses to start with one, but one may expire while it serves). Empty when every
-// certificate is usable. /readyz answers 503 with these lines.
+// expired. Empty when every certificate is usable. /readyz answers 503 with these lines under
+// --tls-expired=refuse, and 200 with them as a warning otherwise.
 std::string UnusableCertificates(const ProcessInfo& process, int64_t now_sec);
 
 std::string FormatPrometheus(const std::vector<ShardView>& shards, const ProcessInfo& process);

@@ -104,6 +104,17 @@ TEST(FormatPrometheus, CertificatesTheirExpiryAndTheirOcspStaples) {
             std::string::npos);
 }
 
+TEST(FormatPrometheus, ExpiredCertificatesAndDroppedStaples) {
+  ProcessInfo p;
+  p.now_sec = 2000;
+  p.tls_certificates = {{"a.crt", 3000, "", 0}, {"b.crt", 1500, "", 0}};
+  p.tls_ocsp_dropped = {"old.ocsp"};
+  const std::string text = FormatPrometheus({}, p);
+  EXPECT_TRUE(Has(text, "ringd_tls_certificate_expired{file=\"a.crt\"} 0"));
+  EXPECT_TRUE(Has(text, "ringd_tls_certificate_expired{file=\"b.crt\"} 1"));
+  EXPECT_TRUE(Has(text, "ringd_tls_ocsp_dropped{ocsp=\"old.ocsp\"} 1"));
+}
+
 TEST(UnusableCertificates, NamesEachExpiredCertificate) {
   ProcessInfo p;
   EXPECT_EQ(UnusableCertificates(p, 1000), "");  // no HTTPS: nothing to be unusable

@@ -68,8 +68,14 @@ void Observability::Start(std::vector<Shard*> shards, const std::string& backend
                                      ? UnusableCertificates(Info(), ::time(nullptr))
                                      : std::string();
                !why.empty()) {
-      r.status = 503;
-      r.body = std::move(why);
+      // --tls-expired=serve: ready all the same (plain HTTP and the other sites serve, and a
+      // fleet keeps the node), with the warning for whoever reads the body.
+      if (refuse_expired_) {
+        r.status = 503;
+        r.body = std::move(why);
+      } else {
+        r.body = "ready\nwarning: " + why;
+      }
     } else {
       r.body = "ready\n";
     }
@@ -138,7 +144,9 @@ ProcessInfo Observability::Info() const {
   p.access_log = log_ != nullptr;
   p.access_log_lost_lines = log_ != nullptr ? log_->write_failed_lines() : 0;
   p.start_time_sec = start_time_sec_;
+  p.now_sec = ::time(nullptr);
   if (certificates_ != nullptr) p.tls_certificates = certificates_();
+  if (dropped_ocsp_ != nullptr) p.tls_ocsp_dropped = dropped_ocsp_();
   return p;
 }
 

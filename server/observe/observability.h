@@ -36,9 +36,16 @@ class Observability {
   void Start(std::vector<Shard*> shards, const std::string& backend, const std::string& io_reason);
   void ReopenLog();
   // Before Start: the certificates in use now, asked at each scrape (they change on SIGHUP).
-  void SetCertificates(std::function<std::vector<ProcessInfo::Certificate>()> certificates) {
+  // `dropped_ocsp`: the --tls-ocsp files left out of the generation in use; `refuse_expired`:
+  // --tls-expired=refuse (an expired certificate makes /readyz 503, not a warning).
+  void SetCertificates(std::function<std::vector<ProcessInfo::Certificate>()> certificates,
+                       std::function<std::vector<std::string>()> dropped_ocsp,
+                       bool refuse_expired) {
     certificates_ = std::move(certificates);
+    dropped_ocsp_ = std::move(dropped_ocsp);
+    refuse_expired_ = refuse_expired;
   }
+
   // /readyz turns 503, after the admin listener is left to a --takeover process sharing its
   // address, if there is one (AdminServer::LeaveToTheNewProcess; said on stderr).
   void BeginDrain();
@@ -61,6 +68,8 @@ class Observability {
   std::vector<Shard*> shards_;
   std::string backend_, io_reason_;
   std::function<std::vector<ProcessInfo::Certificate>()> certificates_;
+  std::function<std::vector<std::string>()> dropped_ocsp_;
+  bool refuse_expired_ = false;
   int64_t start_time_sec_ = 0;
   std::atomic<bool> draining_{false};
 };

@@ -96,3 +96,32 @@ def revoke(d, name):
     """Marks d/name.crt revoked in the CA's index."""
     openssl("ca", "-config", "ca.cnf", "-cert", "ca.crt", "-keyfile", "ca.key",
             "-revoke", name + ".crt", cwd=d)
+
+
+def stale_ocsp_response(d, name, out):
+    """Like ocsp_response, but out of date: its nextUpdate passed an hour ago. `openssl ocsp`
+    stamps the time it runs, so this one is signed with Python's cryptography (the caller skips
+    where it is not installed)."""
+    import datetime
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509 import ocsp
+
+    def load(n):
+        with open(os.path.join(d, n), "rb") as f:
+            return f.read()
+
+    cert = x509.load_pem_x509_certificate(load(name + ".crt"))
+    ca = x509.load_pem_x509_certificate(load("ca.crt"))
+    ca_key = serialization.load_pem_private_key(load("ca.key"), password=None)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    response = (ocsp.OCSPResponseBuilder()
+                .add_response(cert=cert, issuer=ca, algorithm=hashes.SHA1(),
+                              cert_status=ocsp.OCSPCertStatus.GOOD,
+                              this_update=now - datetime.timedelta(days=2),
+                              next_update=now - datetime.timedelta(hours=1),
+                              revocation_time=None, revocation_reason=None)
+                .responder_id(ocsp.OCSPResponderEncoding.HASH, ca)
+                .sign(ca_key, hashes.SHA256()))
+    with open(os.path.join(d, out), "wb") as f:
+        f.write(response.public_bytes(serialization.Encoding.DER))

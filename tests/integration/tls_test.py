@@ -15,8 +15,8 @@ import time
 import unittest
 
 from ringd_harness import (ADMIN, BackendTestCase, Reader, Server, RINGD, ROOT_FLAGS, admin_get,
-                           make_docroot, wait_for)
-from tls_pki import issue, make_pki, ocsp_response, openssl
+                           make_docroot, request, wait_for)
+from tls_pki import issue, make_pki, ocsp_response, openssl, stale_ocsp_response
 
 
 class TlsTest(BackendTestCase):
@@ -357,7 +357,8 @@ class TlsTest(BackendTestCase):
             self.assertEqual(server.stop(), 0)
             self.assertEqual(failures, [])
             self.assertGreater(done[0], 0)
-            self.assertEqual(len([l for l in server.log if "TLS certificates reloaded" in l]), 3,
+            self.assertEqual(len([l for l in server.log
+                                  if "TLS certificates reloaded (1)" in l]), 3,
                              server.log)
             self.assertTrue(any("SIGHUP: keeping the certificates in use: --tls-key" in l
                                 for l in server.log), server.log)
@@ -514,11 +515,11 @@ class TlsTest(BackendTestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
-    def test_readyz_fails_once_a_certificate_has_expired(self):
+    def test_readyz_fails_once_a_certificate_has_expired_under_tls_expired_refuse(self):
         issue(self.pki, "short", 6)
         p = lambda n: os.path.join(self.pki, n)
         server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--tls-cert", p("short.crt"),
-                        "--tls-key", p("short.key"), *ADMIN)
+                        "--tls-key", p("short.key"), "--tls-expired=refuse", *ADMIN)
         try:
             port = server.admin_port()
             self.assertEqual(admin_get(port, "/readyz"), (200, "ready\n"))
@@ -529,6 +530,129 @@ class TlsTest(BackendTestCase):
             self.assertEqual(admin_get(port, "/healthz")[0], 200)  # alive, just not ready
         finally:
             self.assertEqual(server.stop(), 0)
+
+    def s_client_serial_and_status(self, port):
+        """The serial of the certificate served, and what s_client -status says of its staple."""
+        out = self.s_client_status(port)
+        with tempfile.NamedTemporaryFile("w", suffix=".pem") as f:
+            f.write(out[out.index("-----BEGIN CERTIFICATE-----"):
+                        out.index("-----END CERTIFICATE-----") + 25] + "\n")
+            f.flush()
+            serial = subprocess.run(["openssl", "x509", "-in", f.name, "-noout", "-serial"],
+                                    capture_output=True, text=True, check=True).stdout.strip()
+        return serial, out
+
+    def test_a_renewal_with_the_old_or_a_stale_staple_reloads_without_it(self):
+        """A renewed certificate with the OCSP response fetched for the one before it: SIGHUP
+        takes the certificate and leaves the staple out, with a line naming why and a metric
+        (never refusing the reload, nor blaming the chain); so does a stale one. A fresh one is
+        stapled at the next SIGHUP."""
+        d = tempfile.mkdtemp(prefix="ringd-tls-renew-")
+        try:
+            issue(self.pki, "renew-a", 3600)
+            ocsp_response(self.pki, "renew-a", "renew-a.ocsp")
+            issue(self.pki, "renew-b", 7200)  # the renewal: the same CA and names
+            ocsp_response(self.pki, "renew-b", "renew-b.ocsp")
+            cert, key, staple = (os.path.join(d, n) for n in ("site.crt", "site.key", "site.ocsp"))
+            for src, dst in [("renew-a-chain.crt", cert), ("renew-a.key", key),
+                             ("renew-a.ocsp", staple)]:
+                shutil.copy(os.path.join(self.pki, src), dst)
+            flagfile = os.path.join(d, "ringd.conf")
+            lines = ["--listen-tls=127.0.0.1:0", "--tls-cert=" + cert, "--tls-key=" + key,
+                     "--tls-ocsp=" + staple]
+            with open(flagfile, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            server = Server(self.root, "--flagfile", flagfile, *ADMIN)
+            try:
+                serial, out = self.s_client_serial_and_status(server.tls_port)
+                self.assertIn("Cert Status: good", out)
+                # The renewal: the new certificate and key over the old, the old staple left.
+                shutil.copy(os.path.join(self.pki, "renew-b-chain.crt"), cert)
+                shutil.copy(os.path.join(self.pki, "renew-b.key"), key)
+                server.proc.send_signal(signal.SIGHUP)
+                says = ("--tls-ocsp: '%s' answers for another certificate of the issuer of '%s', "
+                        "not for it" % (staple, cert))
+                wait_for(lambda: server.logged(says), "the dropped staple's line")
+                wait_for(lambda: server.logged("TLS certificates reloaded (1)"), "the reload")
+                self.assertFalse([l for l in server.log if "issuer after it" in l or
+                                  "keeping the certificates" in l], server.log)
+                renewed, out = self.s_client_serial_and_status(server.tls_port)
+                self.assertNotEqual(renewed, serial)
+                self.assertIn("OCSP response: no response sent", out)
+                self.assertEqual(server.metric("ringd_tls_ocsp_dropped", ocsp=staple), 1)
+                # A stale response for the new certificate: dropped too, with its own cause.
+                try:
+                    stale_ocsp_response(self.pki, "renew-b", "renew-b-stale.ocsp")
+                except ImportError as e:
+                    raise unittest.SkipTest("no Python cryptography to sign a stale response: %s"
+                                            % e)
+                shutil.copy(os.path.join(self.pki, "renew-b-stale.ocsp"), staple)
+                server.proc.send_signal(signal.SIGHUP)
+                wait_for(lambda: server.logged("--tls-ocsp: '%s' is out of date" % staple),
+                         "the stale staple's line")
+                self.assertIn("OCSP response: no response sent",
+                              self.s_client_serial_and_status(server.tls_port)[1])
+                self.assertEqual(server.metric("ringd_tls_ocsp_dropped", ocsp=staple), 1)
+                # The fresh response: stapled again.
+                shutil.copy(os.path.join(self.pki, "renew-b.ocsp"), staple)
+                reloads = sum("TLS certificates reloaded" in l for l in server.log)
+                server.proc.send_signal(signal.SIGHUP)
+                wait_for(lambda: server.logged("") and sum(
+                    "TLS certificates reloaded" in l for l in server.log) > reloads, "the reload")
+                self.assertIn("Cert Status: good", self.s_client_serial_and_status(server.tls_port)[1])
+                self.assertEqual(server.metric("ringd_tls_ocsp_dropped"), 0)
+            finally:
+                self.assertEqual(server.stop(), 0)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def test_a_restart_with_an_expired_certificate_or_stale_staple_keeps_plain_http_up(self):
+        """nginx starts with an expired certificate, and so does ringd: a loud line, a metric,
+        /readyz 200 with a warning (a fleet keeps the node unless --tls-expired=refuse), and
+        plain HTTP served; a stale staple is left out with its own line."""
+        issue(self.pki, "expired", -3600, sans="DNS:expired.test", starts_in=-7200)
+        issue(self.pki, "stale", 3600)
+        try:
+            stale_ocsp_response(self.pki, "stale", "stale.ocsp")
+            staple = ["--tls-ocsp", os.path.join(self.pki, "stale.ocsp")]
+        except ImportError:
+            staple = []  # the expired certificate's part still runs
+        p = lambda n: os.path.join(self.pki, n)
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0",
+                        "--tls-cert", p("expired.crt"), "--tls-key", p("expired.key"),
+                        "--tls-cert", p("stale-chain.crt"), "--tls-key", p("stale.key"), *staple,
+                        *ADMIN)
+        try:
+            self.assertTrue(server.logged("WARNING: --tls-cert '%s' has expired" % p("expired.crt")),
+                            server.log)
+            if staple:
+                self.assertTrue(server.logged("--tls-ocsp: '%s' is out of date" % staple[1]),
+                                server.log)
+                self.assertEqual(server.metric("ringd_tls_ocsp_dropped", ocsp=staple[1]), 1)
+            r = request(server, "GET", "/small.txt")
+            self.assertEqual((r.status, r.body), (200, self.files["small.txt"]))
+            self.assertEqual(server.metric("ringd_tls_certificate_expired", file=p("expired.crt")),
+                             1)
+            self.assertEqual(
+                server.metric("ringd_tls_certificate_expired", file=p("stale-chain.crt")), 0)
+            status, body = admin_get(server.admin_port(), "/readyz")
+            self.assertEqual(status, 200)
+            self.assertTrue(body.startswith("ready\nwarning: TLS certificate '%s' expired" %
+                                            p("expired.crt")), body)
+            # The expired certificate is served, and a client refuses it.
+            with self.assertRaises(ssl.SSLCertVerificationError):
+                raw = socket.create_connection(("127.0.0.1", server.tls_port), timeout=10)
+                with self.context().wrap_socket(raw, server_hostname="expired.test"):
+                    pass
+        finally:
+            self.assertEqual(server.stop(), 0)
+        # --tls-expired=refuse: start-up stops, naming the certificate and the flag.
+        out = subprocess.run([RINGD, "--root", self.root, "--listen-tls", "127.0.0.1:0",
+                              "--tls-cert", p("expired.crt"), "--tls-key", p("expired.key"),
+                              "--tls-expired=refuse"] + ROOT_FLAGS,
+                             capture_output=True, text=True, timeout=10)
+        self.assertEqual(out.returncode, 1, out.stderr)
+        self.assertIn("'%s' has expired (--tls-expired=refuse" % p("expired.crt"), out.stderr)
 
     def test_a_certificate_not_valid_yet_loads_with_a_line(self):
         issue(self.pki, "future", 3 * 86400, starts_in=86400)
