@@ -16,6 +16,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -137,6 +138,23 @@ std::vector<std::string> CertificateLines(const Tls& tls) {
   return lines;
 }
 
+// The flags a SIGHUP reload takes up: the certificates, keys and OCSP responses (new paths
+// too), and what the handshake offers. Every other flag needs a restart.
+constexpr const char* kReloadedFlags[] = {"tls-cert",    "tls-key",          "tls-ocsp",
+                                          "tls-ciphers", "tls-ciphersuites", "tls-min-version",
+                                          "tls-tickets"};
+
+void SetTlsOptions(const Config& config, tls::TlsOptions* options) {
+  options->pairs.clear();
+  for (size_t i = 0; i < config.tls_cert.size(); ++i)
+    options->pairs.push_back(tls::TlsCertPair{config.tls_cert[i], config.tls_key[i]});
+  options->ocsp_files = config.tls_ocsp;
+  options->min_version = config.tls_min_version;
+  options->ciphers = config.tls_ciphers;
+  options->ciphersuites = config.tls_ciphersuites;
+  options->tickets_per_handshake = config.tls_tickets;
+}
+
 // Every certificate and key is read and checked here, before privileges are dropped (a SIGHUP
 // reads them again as the user ringd runs as); one generation of certificates serves every shard,
 // and one set of ticket keys every generation.
@@ -151,32 +169,99 @@ absl::Status LoadTls(const Config& config, Tls* tls) {
   if (!tls::RouteOpenSslAllocations() && tls::RoutingBuiltIn())
     std::fprintf(stderr, "ringd: OpenSSL's allocations not routed: it uses malloc\n");
   tls->ticket_keys = std::make_unique<tls::TicketKeys>(config.tls_ticket_rotate_s);
-  for (size_t i = 0; i < config.tls_cert.size(); ++i)
-    tls->options.pairs.push_back(tls::TlsCertPair{config.tls_cert[i], config.tls_key[i]});
-  tls->options.ocsp_files = config.tls_ocsp;
-  tls->options.min_version = config.tls_min_version;
-  tls->options.ciphers = config.tls_ciphers;
-  tls->options.ciphersuites = config.tls_ciphersuites;
-  tls->options.tickets_per_handshake = config.tls_tickets;
+  SetTlsOptions(config, &tls->options);
   tls->options.http2 = config.http2;
   tls->options.refuse_expired = config.tls_refuse_expired;
   tls->options.tickets = tls->ticket_keys.get();
   return tls->sessions.Load(tls->options);
 }
 
-// SIGHUP: new connections get the new certificates; connections and handshakes already under
-// way finish on the ones they began with. A failed reload keeps the old ones.
-void ReloadTls(Tls* tls) {
-  if (!tls->on) {
-    std::fprintf(stderr, "ringd: SIGHUP: nothing to reload (no --listen-tls)\n");
-  } else if (absl::Status s = tls->sessions.Load(tls->options); s.ok()) {
-    std::fprintf(stderr, "ringd: SIGHUP: TLS certificates reloaded (%zu)\n",
-                 tls->options.pairs.size());
-    for (const std::string& line : CertificateLines(*tls)) Say(line);
-  } else {
-    std::fprintf(stderr, "ringd: SIGHUP: keeping the certificates in use: %s\n",
-                 std::string(s.message()).c_str());
+// The flags whose values differ between two parses (in the order first given), other than
+// those a reload takes up: one line each.
+std::vector<std::string> NeedRestart(const Config& running, const Config& next) {
+  auto values = [](const Config& c, const std::string& name) {
+    std::vector<std::string> out;
+    for (const auto& [flag, value] : c.given)
+      if (flag == name) out.push_back(value);
+    return out;
+  };
+  std::vector<std::string> names;
+  for (const Config* c : {&running, &next}) {
+    for (const auto& given : c->given) {
+      const std::string& name = given.first;
+      if (std::find(names.begin(), names.end(), name) != names.end()) continue;
+      if (std::find(std::begin(kReloadedFlags), std::end(kReloadedFlags), name) !=
+          std::end(kReloadedFlags))
+        continue;
+      names.push_back(name);
+    }
   }
+  std::vector<std::string> lines;
+  for (const std::string& name : names) {
+    if (values(running, name) != values(next, name))
+      lines.push_back("--" + name + " needs a restart: the value in use is kept");
+  }
+  return lines;
+}
+
+// SIGHUP: the command line and every flagfile it names are read again. New connections get the
+// new certificates, keys and OCSP responses; connections and handshakes already under way finish
+// on the ones they began with. A flag whose change needs a restart is named and keeps its value.
+// Flags that do not parse, or certificates that do not load, keep everything as it was.
+// `running` is the configuration in use, updated by a reload that takes.
+void Reload(int argc, char** argv, Config* running, Tls* tls, Observability* observability) {
+  Config next;
+  bool exit_now = false;
+  if (absl::Status s = ParseFlags(argc, argv, &next, &exit_now); !s.ok() || exit_now) {
+    Say("SIGHUP: keeping the configuration in use: " +
+        (s.ok() ? std::string("the flags ask for --help or --version") : std::string(s.message())));
+    observability->ReloadDone(false);
+    return;
+  }
+  const std::vector<std::string> restart = NeedRestart(*running, next);
+  if (tls->on && next.tls_cert.empty()) {
+    Say("SIGHUP: keeping the configuration in use: no --tls-cert is left, and turning HTTPS off "
+        "needs a restart");
+    observability->ReloadDone(false);
+    return;
+  }
+  if (!tls->on && !next.tls_cert.empty()) {
+    Say("SIGHUP: --tls-cert needs a restart: HTTPS is off in the process serving");
+  }
+  if (tls->on) {
+    tls::TlsOptions options = tls->options;
+    SetTlsOptions(next, &options);
+    if (absl::Status s = tls->sessions.Load(options); !s.ok()) {
+      Say("SIGHUP: keeping the certificates in use: " + std::string(s.message()));
+      observability->ReloadDone(false);
+      return;
+    }
+    tls->options = std::move(options);
+  }
+  for (const std::string& line : restart) Say("SIGHUP: " + line);
+  for (const std::string& line : CertificateLines(*tls)) Say(line);
+  // The flags a reload cannot take keep their values in use: the next reload compares to those.
+  std::vector<std::pair<std::string, std::string>> given;
+  for (const Config* c : {static_cast<const Config*>(running), static_cast<const Config*>(&next)}) {
+    for (const auto& flag : c->given) {
+      const bool reloaded = std::find(std::begin(kReloadedFlags), std::end(kReloadedFlags),
+                                      flag.first) != std::end(kReloadedFlags);
+      if (reloaded == (c == &next)) given.push_back(flag);
+    }
+  }
+  running->given = std::move(given);
+  running->tls_cert = next.tls_cert;
+  running->tls_key = next.tls_key;
+  running->tls_ocsp = next.tls_ocsp;
+  running->tls_ciphers = next.tls_ciphers;
+  running->tls_ciphersuites = next.tls_ciphersuites;
+  running->tls_min_version = next.tls_min_version;
+  running->tls_tickets = next.tls_tickets;
+  Say(tls->on
+          ? "SIGHUP: TLS certificates reloaded (" + std::to_string(tls->options.pairs.size()) +
+                "), as the flags read again name them"
+          : std::string("SIGHUP: flags read again; no certificates to reload (no --listen-tls)"));
+  observability->ReloadDone(true);
 }
 
 // Like nginx's worker_rlimit_nofile: every descriptor the hard limit allows (a tier with a file
@@ -572,12 +657,12 @@ std::string ServingLine(const Config& config, const Inherited& inherited, uint32
 // sends WATCHDOG=1 if every shard answered the question asked one period before (its loop
 // turned), then asks again. Returns the signal that stops ringd.
 int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observability& observability,
-                const std::vector<std::unique_ptr<Shard>>& shard_list, Tls* tls,
-                RootWatch* root_watch) {
+                const std::vector<std::unique_ptr<Shard>>& shard_list,
+                const std::function<void()>& reload, RootWatch* root_watch) {
   using Clock = std::chrono::steady_clock;
   const int64_t watchdog_ms = static_cast<int64_t>(notifier.watchdog_interval_ms());
-  const auto tick = std::chrono::milliseconds(
-      watchdog_ms > 0 && watchdog_ms < 1000 ? watchdog_ms : 1000);
+  const auto tick =
+      std::chrono::milliseconds(watchdog_ms > 0 && watchdog_ms < 1000 ? watchdog_ms : 1000);
   // The ticks keep their times whatever arrives between them: a wait cut short by a signal
   // waits out the rest of the tick, so that a stream of SIGHUP or SIGUSR1 delays no tick and no
   // watchdog ping.
@@ -597,7 +682,7 @@ int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observabilit
     } else if (sig == SIGUSR1) {
       observability.ReopenLog();
     } else if (sig == SIGHUP) {
-      ReloadTls(tls);
+      reload();
       root_watch->CheckNow();
     }
     const Clock::time_point now = Clock::now();
@@ -697,7 +782,7 @@ int Main(int argc, char** argv) {
   sigaddset(&signals, SIGQUIT);  // nginx's graceful stop: transfers still moving finish
   sigaddset(&signals, SIGUSR2);  // ignored, with a line (nginx's binary upgrade)
   sigaddset(&signals, SIGUSR1);  // reopen the access log
-  sigaddset(&signals, SIGHUP);   // reload the TLS certificates and keys
+  sigaddset(&signals, SIGHUP);   // re-read the flags: certificates, keys, OCSP responses
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -771,7 +856,11 @@ int Main(int argc, char** argv) {
       for (auto& s : shard_list) s->loop()->Wake();
     }
   });
-  const int sig = WaitForStop(signals, notifier, observability, shard_list, &tls, &root_watch);
+  // What a SIGHUP compares the flags it reads to: the configuration in use (the shards keep
+  // reading `config`, which a reload never touches).
+  Config in_use = config;
+  const auto reload = [&] { Reload(argc, argv, &in_use, &tls, &observability); };
+  const int sig = WaitForStop(signals, notifier, observability, shard_list, reload, &root_watch);
   Drain(config, sig, signals, shard_list, &threads, &observability, &notifier);
   if (!root_watch.Stop(std::chrono::seconds(1))) {
     // Everything is served and said; only a stat of --root on a server that does not answer

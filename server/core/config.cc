@@ -816,6 +816,7 @@ bool ParseArgs(const std::vector<std::string>& args,
         return false;
       }
     }
+    config->given.emplace_back(flag->name, value);
     if (!flag->set(config, value, error)) return false;
   }
   return true;

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -169,6 +170,11 @@ struct Config {
   // -t, --check-config: check as start-up does, short of listening; say what is wrong, and exit.
   // Set (before the other flags are parsed) wherever it stands on the command line.
   bool check_config = false;
+
+  // Every flag as it was given, in order (flagfiles read in place): its name without "--" and
+  // its value ("true"/"false" for a bare or --no boolean). A SIGHUP reload compares these to find
+  // the flags whose change needs a restart.
+  std::vector<std::pair<std::string, std::string>> given;
 };
 
 // Parses argv into config; an error of one line on failure. On --help or --version prints to

@@ -80,6 +80,23 @@ TEST(Config, ReadsAFlagfile) {
   std::remove(path.c_str());
 }
 
+// What a SIGHUP compares: every flag as given, in order, flagfiles read in place, booleans as
+// their values.
+TEST(Config, RemembersEveryFlagAsGiven) {
+  const std::string path = ::testing::TempDir() + "/given.flags";
+  {
+    std::ofstream f(path);
+    f << "--shards=2\n--add-header=X-A: 1\n";
+  }
+  Parsed p = Parse({"--root=/tmp", "--flagfile", path, "--nopin", "--add-header", "X-B: 2"});
+  ASSERT_TRUE(p.ok) << p.error;
+  const std::vector<std::pair<std::string, std::string>> given = {
+      {"root", "/tmp"}, {"shards", "2"}, {"add-header", "X-A: 1"}, {"pin", "false"},
+      {"add-header", "X-B: 2"}};
+  EXPECT_EQ(p.config.given, given);
+  std::remove(path.c_str());
+}
+
 TEST(Config, TlsExpired) {
   EXPECT_FALSE(Parse({"--root=/tmp"}).config.tls_refuse_expired);
   EXPECT_TRUE(Parse({"--root=/tmp", "--tls-expired=refuse"}).config.tls_refuse_expired);

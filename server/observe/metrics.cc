@@ -181,6 +181,14 @@ const Metric kMetrics[] = {
      BuildInfoSamples},
     {"ringd_start_time_seconds", "gauge", "When the process started, in Unix time", nullptr,
      RINGD_PROCESS(static_cast<uint64_t>(p.start_time_sec))},
+    {"ringd_reload_success", "gauge",
+     "1 when the last SIGHUP reload took (and before any), 0 when it was refused and the "
+     "configuration before it is kept",
+     nullptr, RINGD_PROCESS(p.reload_success ? 1 : 0)},
+    {"ringd_reload_timestamp_seconds", "gauge",
+     "When the configuration in use was loaded (start-up or the last SIGHUP reload that took), "
+     "in Unix time",
+     nullptr, RINGD_PROCESS(static_cast<uint64_t>(p.reload_time_sec))},
     {"ringd_draining", "gauge", "1 from the moment a graceful stop begins (readyz is 503)", nullptr,
      RINGD_PROCESS(p.draining ? 1 : 0)},
     {"ringd_shard_up", "gauge",

@@ -41,6 +41,8 @@ struct ProcessInfo {
   std::vector<Certificate> tls_certificates;  // in use now (--tls-cert), with their expiry
   int64_t now_sec = 0;                        // realtime, for what has expired by now
   std::vector<std::string> tls_ocsp_dropped;  // --tls-ocsp files left out of the generation in use
+  bool reload_success = true;                 // the last SIGHUP's reload took (true before any)
+  int64_t reload_time_sec = 0;                // when the configuration in use was loaded
 };
 
 // Why HTTPS cannot be served as configured now: a line for each certificate in use that has

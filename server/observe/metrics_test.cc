@@ -104,15 +104,19 @@ TEST(FormatPrometheus, CertificatesTheirExpiryAndTheirOcspStaples) {
             std::string::npos);
 }
 
-TEST(FormatPrometheus, ExpiredCertificatesAndDroppedStaples) {
+TEST(FormatPrometheus, ExpiredCertificatesDroppedStaplesAndReloads) {
   ProcessInfo p;
   p.now_sec = 2000;
   p.tls_certificates = {{"a.crt", 3000, "", 0}, {"b.crt", 1500, "", 0}};
   p.tls_ocsp_dropped = {"old.ocsp"};
+  p.reload_success = false;
+  p.reload_time_sec = 1700000000;
   const std::string text = FormatPrometheus({}, p);
   EXPECT_TRUE(Has(text, "ringd_tls_certificate_expired{file=\"a.crt\"} 0"));
   EXPECT_TRUE(Has(text, "ringd_tls_certificate_expired{file=\"b.crt\"} 1"));
   EXPECT_TRUE(Has(text, "ringd_tls_ocsp_dropped{ocsp=\"old.ocsp\"} 1"));
+  EXPECT_TRUE(Has(text, "ringd_reload_success 0"));
+  EXPECT_TRUE(Has(text, "ringd_reload_timestamp_seconds 1700000000"));
 }
 
 TEST(UnusableCertificates, NamesEachExpiredCertificate) {

@@ -13,6 +13,7 @@ Observability::~Observability() { Stop(); }
 
 absl::Status Observability::Open(const Config& config, uint32_t shards) {
   start_time_sec_ = ::time(nullptr);
+  reload_time_sec_.store(start_time_sec_, std::memory_order_relaxed);
   if (!config.access_log.empty()) {
     absl::StatusOr<std::unique_ptr<AccessLog>> log = AccessLog::Open(
         config.access_log,
@@ -147,7 +148,14 @@ ProcessInfo Observability::Info() const {
   p.now_sec = ::time(nullptr);
   if (certificates_ != nullptr) p.tls_certificates = certificates_();
   if (dropped_ocsp_ != nullptr) p.tls_ocsp_dropped = dropped_ocsp_();
+  p.reload_success = reload_ok_.load(std::memory_order_relaxed);
+  p.reload_time_sec = reload_time_sec_.load(std::memory_order_relaxed);
   return p;
+}
+
+void Observability::ReloadDone(bool ok) {
+  reload_ok_.store(ok, std::memory_order_relaxed);
+  if (ok) reload_time_sec_.store(::time(nullptr), std::memory_order_relaxed);
 }
 
 }  // namespace ringd

@@ -45,7 +45,9 @@ class Observability {
     dropped_ocsp_ = std::move(dropped_ocsp);
     refuse_expired_ = refuse_expired;
   }
-
+  // After each SIGHUP, from the main thread: whether the reload took, for
+  // ringd_reload_success and (when it did) ringd_reload_timestamp_seconds.
+  void ReloadDone(bool ok);
   // /readyz turns 503, after the admin listener is left to a --takeover process sharing its
   // address, if there is one (AdminServer::LeaveToTheNewProcess; said on stderr).
   void BeginDrain();
@@ -71,6 +73,9 @@ class Observability {
   std::function<std::vector<std::string>()> dropped_ocsp_;
   bool refuse_expired_ = false;
   int64_t start_time_sec_ = 0;
+  // Read by the admin thread at a scrape; written by the main thread after a SIGHUP.
+  std::atomic<bool> reload_ok_{true};
+  std::atomic<int64_t> reload_time_sec_{0};
   std::atomic<bool> draining_{false};
 };
 

@@ -358,7 +358,7 @@ class TlsTest(BackendTestCase):
             self.assertEqual(failures, [])
             self.assertGreater(done[0], 0)
             self.assertEqual(len([l for l in server.log
-                                  if "TLS certificates reloaded (1)" in l]), 3,
+                                  if "SIGHUP: TLS certificates reloaded (1)" in l]), 3,
                              server.log)
             self.assertTrue(any("SIGHUP: keeping the certificates in use: --tls-key" in l
                                 for l in server.log), server.log)
@@ -545,8 +545,8 @@ class TlsTest(BackendTestCase):
     def test_a_renewal_with_the_old_or_a_stale_staple_reloads_without_it(self):
         """A renewed certificate with the OCSP response fetched for the one before it: SIGHUP
         takes the certificate and leaves the staple out, with a line naming why and a metric
-        (never refusing the reload, nor blaming the chain); so does a stale one. A fresh one is
-        stapled at the next SIGHUP."""
+        (never refusing the reload, nor blaming the chain); so does a stale one. A fresh one
+        named on a new --tls-ocsp line of the flagfile is stapled at the next SIGHUP."""
         d = tempfile.mkdtemp(prefix="ringd-tls-renew-")
         try:
             issue(self.pki, "renew-a", 3600)
@@ -566,6 +566,9 @@ class TlsTest(BackendTestCase):
             try:
                 serial, out = self.s_client_serial_and_status(server.tls_port)
                 self.assertIn("Cert Status: good", out)
+                self.assertEqual(server.metric("ringd_reload_success"), 1)
+                started = server.metric("ringd_reload_timestamp_seconds")
+                self.assertGreater(started, 0)
                 # The renewal: the new certificate and key over the old, the old staple left.
                 shutil.copy(os.path.join(self.pki, "renew-b-chain.crt"), cert)
                 shutil.copy(os.path.join(self.pki, "renew-b.key"), key)
@@ -580,6 +583,7 @@ class TlsTest(BackendTestCase):
                 self.assertNotEqual(renewed, serial)
                 self.assertIn("OCSP response: no response sent", out)
                 self.assertEqual(server.metric("ringd_tls_ocsp_dropped", ocsp=staple), 1)
+                self.assertEqual(server.metric("ringd_reload_success"), 1)
                 # A stale response for the new certificate: dropped too, with its own cause.
                 try:
                     stale_ocsp_response(self.pki, "renew-b", "renew-b-stale.ocsp")
@@ -593,14 +597,81 @@ class TlsTest(BackendTestCase):
                 self.assertIn("OCSP response: no response sent",
                               self.s_client_serial_and_status(server.tls_port)[1])
                 self.assertEqual(server.metric("ringd_tls_ocsp_dropped", ocsp=staple), 1)
-                # The fresh response: stapled again.
-                shutil.copy(os.path.join(self.pki, "renew-b.ocsp"), staple)
+                # The fresh response under a new name, on a new flagfile line: read at SIGHUP.
+                fresh = os.path.join(d, "fresh.ocsp")
+                shutil.copy(os.path.join(self.pki, "renew-b.ocsp"), fresh)
+                with open(flagfile, "w") as f:
+                    f.write("\n".join(lines[:3] + ["--tls-ocsp=" + fresh]) + "\n")
                 reloads = sum("TLS certificates reloaded" in l for l in server.log)
                 server.proc.send_signal(signal.SIGHUP)
                 wait_for(lambda: server.logged("") and sum(
                     "TLS certificates reloaded" in l for l in server.log) > reloads, "the reload")
-                self.assertIn("Cert Status: good", self.s_client_serial_and_status(server.tls_port)[1])
+                out = self.s_client_serial_and_status(server.tls_port)[1]
+                self.assertIn("Cert Status: good", out)
                 self.assertEqual(server.metric("ringd_tls_ocsp_dropped"), 0)
+                self.assertEqual(server.metric("ringd_tls_ocsp_next_update_seconds", ocsp=fresh) > 0,
+                                 True)
+                self.assertGreaterEqual(server.metric("ringd_reload_timestamp_seconds"), started)
+            finally:
+                self.assertEqual(server.stop(), 0)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    def test_sighup_reads_the_flagfile_again_and_names_what_needs_a_restart(self):
+        """What cannot change without a restart is named, one line each, and keeps its value; a
+        flagfile that does not parse keeps everything as it was, says why, and sets
+        ringd_reload_success to 0 until a reload takes."""
+        d = tempfile.mkdtemp(prefix="ringd-tls-flagfile-")
+        try:
+            p = lambda n: os.path.join(self.pki, n)
+            flagfile = os.path.join(d, "ringd.conf")
+            base = ["--listen-tls=127.0.0.1:0", "--tls-cert=" + p("localhost-ec.crt"),
+                    "--tls-key=" + p("localhost-ec.key")]
+
+            def write(extra):
+                with open(flagfile, "w") as f:
+                    f.write("\n".join(base + extra) + "\n")
+
+            write(["--max-connections=500", "--add-header=X-Generation: one"])
+            server = Server(self.root, "--flagfile", flagfile, *ADMIN)
+            try:
+                reloads = lambda: sum("TLS certificates reloaded" in l for l in server.log)
+                # A second certificate, and two flags that need a restart.
+                write(["--max-connections=600", "--add-header=X-Generation: two",
+                       "--tls-cert=" + p("other-ec.crt"), "--tls-key=" + p("other-ec.key")])
+                server.proc.send_signal(signal.SIGHUP)
+                wait_for(lambda: server.logged("TLS certificates reloaded (2)"), "the reload")
+                self.assertTrue(server.logged(
+                    "SIGHUP: --max-connections needs a restart: the value in use is kept"))
+                self.assertTrue(server.logged(
+                    "SIGHUP: --add-header needs a restart: the value in use is kept"))
+                raw = socket.create_connection(("127.0.0.1", server.tls_port), timeout=10)
+                with self.context().wrap_socket(raw, server_hostname="other.test") as s:
+                    self.assertEqual(dict(x[0] for x in s.getpeercert()["subject"])["commonName"],
+                                     "other.test")
+                r = request(server, "GET", "/small.txt")
+                self.assertEqual(r.header("X-Generation"), "one")  # kept until a restart
+                self.assertEqual(server.metric("ringd_reload_success"), 1)
+                # A flagfile that does not parse: everything stays, and the line says why.
+                with open(flagfile, "a") as f:
+                    f.write("--no-such-flag=1\n")
+                n = reloads()
+                server.proc.send_signal(signal.SIGHUP)
+                wait_for(lambda: server.logged("SIGHUP: keeping the configuration in use: %s:" %
+                                               flagfile), "the refused reload")
+                self.assertTrue(server.logged("unknown flag --no-such-flag"))
+                self.assertEqual(reloads(), n)
+                self.assertEqual(server.metric("ringd_reload_success"), 0)
+                self.assertEqual(request(server, "GET", "/small.txt").status, 200)
+                # Put right, the same restart lines are said again: the values in use were kept.
+                write(["--max-connections=600", "--add-header=X-Generation: two",
+                       "--tls-cert=" + p("other-ec.crt"), "--tls-key=" + p("other-ec.key")])
+                restarts = sum("--max-connections needs a restart" in l for l in server.log)
+                server.proc.send_signal(signal.SIGHUP)
+                wait_for(lambda: server.logged("") and reloads() > n, "the reload")
+                self.assertEqual(
+                    sum("--max-connections needs a restart" in l for l in server.log), restarts + 1)
+                self.assertEqual(server.metric("ringd_reload_success"), 1)
             finally:
                 self.assertEqual(server.stop(), 0)
         finally:
