@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -139,10 +140,42 @@ std::vector<std::string> CertificateLines(const Tls& tls) {
 }
 
 // The flags a SIGHUP reload takes up: the certificates, keys and OCSP responses (new paths
-// too), and what the handshake offers. Every other flag needs a restart.
-constexpr const char* kReloadedFlags[] = {"tls-cert",    "tls-key",          "tls-ocsp",
-                                          "tls-ciphers", "tls-ciphersuites", "tls-min-version",
-                                          "tls-tickets"};
+// too), what the handshake offers, and the origin headers (OriginPublisher). Every other flag
+// needs a restart.
+constexpr const char* kTlsFlags[] = {"tls-cert",    "tls-key",          "tls-ocsp",
+                                     "tls-ciphers", "tls-ciphersuites", "tls-min-version",
+                                     "tls-tickets"};
+constexpr const char* kOriginFlags[] = {"add-header", "cache-control", "default-cache-control",
+                                        "error-page"};
+
+bool Reloaded(const std::string& flag) {
+  return std::find(std::begin(kTlsFlags), std::end(kTlsFlags), flag) != std::end(kTlsFlags) ||
+         std::find(std::begin(kOriginFlags), std::end(kOriginFlags), flag) !=
+             std::end(kOriginFlags);
+}
+
+// The origin headers every shard plans with (--add-header, --cache-control,
+// --default-cache-control, --error-page), published whole: a reload makes a new generation and
+// stores its pointer; each shard takes it up at the start of its next turn
+// (ConnectionMachine::Tick), and a plan made before goes on viewing the one it was made with.
+// Generations stay alive until kKeptMax newer ones have followed, as DocumentRoot keeps old roots;
+// the one the process started with (Config::origin) lives as long as the process.
+class OriginPublisher {
+ public:
+  static constexpr size_t kKeptMax = 64;
+  explicit OriginPublisher(const http::OriginHeaders* initial) : current_(initial) {}
+  const std::atomic<const http::OriginHeaders*>* word() const { return &current_; }
+  // Main thread only.
+  void Publish(const http::OriginHeaders& next) {
+    kept_.push_back(std::make_unique<const http::OriginHeaders>(next));
+    current_.store(kept_.back().get(), std::memory_order_release);
+    if (kept_.size() > kKeptMax) kept_.pop_front();  // never the current one: it is the back
+  }
+
+ private:
+  std::atomic<const http::OriginHeaders*> current_;
+  std::deque<std::unique_ptr<const http::OriginHeaders>> kept_;
+};
 
 void SetTlsOptions(const Config& config, tls::TlsOptions* options) {
   options->pairs.clear();
@@ -190,9 +223,7 @@ std::vector<std::string> NeedRestart(const Config& running, const Config& next) 
     for (const auto& given : c->given) {
       const std::string& name = given.first;
       if (std::find(names.begin(), names.end(), name) != names.end()) continue;
-      if (std::find(std::begin(kReloadedFlags), std::end(kReloadedFlags), name) !=
-          std::end(kReloadedFlags))
-        continue;
+      if (Reloaded(name)) continue;
       names.push_back(name);
     }
   }
@@ -204,12 +235,50 @@ std::vector<std::string> NeedRestart(const Config& running, const Config& next) 
   return lines;
 }
 
+// A page that cannot be read is answered with the built-in one (as a missing file is): a line
+// for each, at start-up and at a reload that names new pages.
+std::vector<std::string> UnreadableErrorPages(const Config& config, int root_fd) {
+  std::vector<std::string> lines;
+  for (const auto& [status, page] : config.origin.error_pages()) {
+    if (::faccessat(root_fd, page.c_str(), R_OK, AT_EACCESS) == 0) continue;
+    lines.push_back("--error-page " + std::to_string(status) + "=/" + page + ": cannot read '" +
+                    config.root + "/" + page + "': " + strerror(errno) +
+                    "; the built-in page is served instead");
+  }
+  return lines;
+}
+
+// Whether any of `flags` was given other values in `a` than in `b`.
+template <size_t N>
+bool Differ(const Config& a, const Config& b, const char* const (&flags)[N]) {
+  auto values = [&flags](const Config& c) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& given : c.given)
+      if (std::find(std::begin(flags), std::end(flags), given.first) != std::end(flags))
+        out.push_back(given);
+    return out;
+  };
+  return values(a) != values(b);
+}
+
+// What a SIGHUP reload changes, and whom it tells.
+struct Reloadable {
+  Tls* tls = nullptr;
+  OriginPublisher* origin = nullptr;
+  const std::vector<std::unique_ptr<Shard>>* shards = nullptr;  // woken to take up new headers
+  const DocumentRoot* root = nullptr;  // where new --error-page files are looked for
+  Observability* observability = nullptr;
+};
+
 // SIGHUP: the command line and every flagfile it names are read again. New connections get the
 // new certificates, keys and OCSP responses; connections and handshakes already under way finish
-// on the ones they began with. A flag whose change needs a restart is named and keeps its value.
-// Flags that do not parse, or certificates that do not load, keep everything as it was.
-// `running` is the configuration in use, updated by a reload that takes.
-void Reload(int argc, char** argv, Config* running, Tls* tls, Observability* observability) {
+// on the ones they began with. New origin headers serve the requests planned from each shard's
+// next turn on. A flag whose change needs a restart is named and keeps its value. Flags that do
+// not parse, or certificates that do not load, keep everything as it was. `running` is the
+// configuration in use, updated by a reload that takes.
+void Reload(int argc, char** argv, Config* running, const Reloadable& r) {
+  Tls* tls = r.tls;
+  Observability* observability = r.observability;
   Config next;
   bool exit_now = false;
   if (absl::Status s = ParseFlags(argc, argv, &next, &exit_now); !s.ok() || exit_now) {
@@ -238,15 +307,24 @@ void Reload(int argc, char** argv, Config* running, Tls* tls, Observability* obs
     }
     tls->options = std::move(options);
   }
+  const bool origin_changed = Differ(*running, next, kOriginFlags);
+  if (origin_changed) {
+    r.origin->Publish(next.origin);
+    for (auto& s : *r.shards) s->loop()->Wake();  // an idle shard would sleep up to a second
+  }
   for (const std::string& line : restart) Say("SIGHUP: " + line);
   for (const std::string& line : CertificateLines(*tls)) Say(line);
+  if (origin_changed) {
+    Say("SIGHUP: --add-header, --cache-control, --default-cache-control and --error-page taken "
+        "up: each shard serves them from its next turn");
+    for (const std::string& line : UnreadableErrorPages(next, DocumentRoot::Fd(r.root->state())))
+      Say(line);
+  }
   // The flags a reload cannot take keep their values in use: the next reload compares to those.
   std::vector<std::pair<std::string, std::string>> given;
   for (const Config* c : {static_cast<const Config*>(running), static_cast<const Config*>(&next)}) {
     for (const auto& flag : c->given) {
-      const bool reloaded = std::find(std::begin(kReloadedFlags), std::end(kReloadedFlags),
-                                      flag.first) != std::end(kReloadedFlags);
-      if (reloaded == (c == &next)) given.push_back(flag);
+      if (Reloaded(flag.first) == (c == &next)) given.push_back(flag);
     }
   }
   running->given = std::move(given);
@@ -257,6 +335,7 @@ void Reload(int argc, char** argv, Config* running, Tls* tls, Observability* obs
   running->tls_ciphersuites = next.tls_ciphersuites;
   running->tls_min_version = next.tls_min_version;
   running->tls_tickets = next.tls_tickets;
+  running->origin = next.origin;
   Say(tls->on
           ? "SIGHUP: TLS certificates reloaded (" + std::to_string(tls->options.pairs.size()) +
                 "), as the flags read again name them"
@@ -360,13 +439,8 @@ Findings Prepare(const Config& config, Prepared* out) {
   if (!config.mime_types.empty() && !mime_error.empty()) problem(1, "--mime-types: " + mime_error);
   out->mime.SetCharset(config.charset);
   if (out->root_fd >= 0) {
-    // A page that cannot be read is answered with the built-in one (as a missing file is).
-    for (const auto& [status, page] : config.origin.error_pages()) {
-      if (::faccessat(out->root_fd, page.c_str(), R_OK, AT_EACCESS) == 0) continue;
-      found.warnings.push_back("--error-page " + std::to_string(status) + "=/" + page +
-                               ": cannot read '" + config.root + "/" + page +
-                               "': " + strerror(errno) + "; the built-in page is served instead");
-    }
+    for (std::string& line : UnreadableErrorPages(config, out->root_fd))
+      found.warnings.push_back(std::move(line));
     // A fallback that cannot be read is a 404 for every path that names nothing.
     if (!config.fallback.empty() &&
         ::faccessat(out->root_fd, config.fallback.c_str(), R_OK, AT_EACCESS) != 0) {
@@ -808,6 +882,7 @@ int Main(int argc, char** argv) {
   const IoSetup& io = prepared.io;
   const int root_fd = prepared.root_fd;
   DocumentRoot document_root(config.root, root_fd);  // followed when --root is renamed over
+  OriginPublisher origin(&config.origin);            // replaced by a SIGHUP reload
   const http::MimeTypes& mime = prepared.mime;
   const uint32_t shards = prepared.shards;
 
@@ -832,6 +907,7 @@ int Main(int argc, char** argv) {
       config, inherited, shards, root_fd, &mime, io, &tls, notifier.watchdog_interval_ms() > 0);
   for (size_t i = 0; i < shard_list.size(); ++i) {
     shard_list[i]->SetDocumentRoot(document_root.state_word());
+    shard_list[i]->SetOriginHeaders(origin.word());
     observability.Attach(shard_list[i].get(), static_cast<int>(i));
   }
   std::vector<std::thread> threads = StartShards(config, root_fd, shard_list);
@@ -859,7 +935,10 @@ int Main(int argc, char** argv) {
   // What a SIGHUP compares the flags it reads to: the configuration in use (the shards keep
   // reading `config`, which a reload never touches).
   Config in_use = config;
-  const auto reload = [&] { Reload(argc, argv, &in_use, &tls, &observability); };
+  const auto reload = [&] {
+    Reload(argc, argv, &in_use,
+           Reloadable{&tls, &origin, &shard_list, &document_root, &observability});
+  };
   const int sig = WaitForStop(signals, notifier, observability, shard_list, reload, &root_watch);
   Drain(config, sig, signals, shard_list, &threads, &observability, &notifier);
   if (!root_watch.Stop(std::chrono::seconds(1))) {

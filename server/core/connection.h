@@ -207,6 +207,10 @@ struct ConnectionParts {
   int root_fd = -1;                         // the directory served
   // Where root_fd moves: DocumentRoot's state word (null: it stays).
   const std::atomic<uint64_t>* root_state = nullptr;
+  // Where the origin headers move: a generation published whole, taken up at the machine's next
+  // Tick (null: config->origin throughout). Generations a plan may still view are kept alive by
+  // their publisher.
+  const std::atomic<const http::OriginHeaders*>* origin_word = nullptr;
   const http::MimeTypes* mime = nullptr;
   uint32_t capacity = 0;          // connection slots: --max-connections and the reserve
   std::string https_port_suffix;  // for the redirects of --redirect-https listeners
@@ -407,8 +411,10 @@ class ConnectionMachine {
   std::unique_ptr<FileCache> files_;
   std::unique_ptr<DirLister> lister_;  // with --autoindex only
   const std::atomic<uint64_t>* root_word_ = nullptr;
-  uint64_t root_state_ = 0;           // *root_word_ as this machine last took it up
-  std::unique_ptr<SendQueue> sends_;  // which long bodies send now (send_queue.h)
+  uint64_t root_state_ = 0;  // *root_word_ as this machine last took it up
+  const std::atomic<const http::OriginHeaders*>* origin_word_ = nullptr;
+  const http::OriginHeaders* origin_ = nullptr;  // *origin_word_ as this machine last took it up
+  std::unique_ptr<SendQueue> sends_;             // which long bodies send now (send_queue.h)
   std::unique_ptr<http::PlanScratch> scratch_;
   uint64_t plans_ = 0;             // PlanResponse calls so far (Exchange::plan_number)
   std::string boundary_;           // planner_ views it

@@ -89,7 +89,10 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
   planner_.precompressed = config_.precompressed;
   planner_.max_discarded_body = config_.max_discarded_body;
   planner_.multipart_boundary = boundary_;
-  planner_.origin = config_.origin.empty() ? nullptr : &config_.origin;
+  origin_word_ = parts.origin_word;
+  origin_ =
+      origin_word_ != nullptr ? origin_word_->load(std::memory_order_acquire) : &config_.origin;
+  planner_.origin = origin_->empty() ? nullptr : origin_;
   redirect_planner_ = planner_;
   redirect_planner_.redirect_to_https = true;
   redirect_planner_.https_port_suffix = https_port_suffix_;
@@ -126,6 +129,14 @@ void ConnectionMachine::Tick(int64_t now_ms, int64_t realtime_sec) {
     if (state != root_state_) {
       root_state_ = state;
       files_->SwitchRoot(DocumentRoot::Fd(state));
+    }
+  }
+  if (origin_word_ != nullptr) {
+    const http::OriginHeaders* origin = origin_word_->load(std::memory_order_acquire);
+    if (origin != origin_) {
+      origin_ = origin;
+      planner_.origin = origin->empty() ? nullptr : origin;
+      redirect_planner_.origin = planner_.origin;
     }
   }
   if (realtime_sec != date_sec_) {

@@ -2,6 +2,7 @@
 // hears when a slot frees: what the shard's connection limit relies on.
 #include <sys/socket.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -179,6 +180,49 @@ TEST_F(ConnectionMachineTest, ARedirectListenersRequestsGoToTheTlsPort) {
   Complete(loop_.sends[0].first, static_cast<int64_t>(loop_.sends[0].second), false);
   machine_->AbortAll();
   Complete(loop_.recvs.at(0), -ECANCELED, false);
+  EXPECT_EQ(machine_->live(), 0u);
+}
+
+// A new generation of origin headers (a SIGHUP reload) is taken up at the machine's next Tick:
+// a request planned before it gets the old headers, one planned after gets the new.
+TEST_F(ConnectionMachineTest, NewOriginHeadersServeFromTheNextTick) {
+  http::OriginHeaders one, two;
+  std::string error;
+  ASSERT_TRUE(one.AddHeader("X-Generation", "one", &error)) << error;
+  ASSERT_TRUE(two.AddHeader("X-Generation", "two", &error)) << error;
+  std::atomic<const http::OriginHeaders*> word{&one};
+  ConnectionParts parts;
+  parts.config = &config_;
+  parts.loop = &loop_;
+  parts.input_pool = input_.get();
+  parts.capacity = config_.max_connections;
+  parts.stats = &stats_;
+  parts.host = &host_;
+  parts.origin_word = &word;
+  machine_ = std::make_unique<ConnectionMachine>(std::move(parts));
+  machine_->Tick(now_ms_, loop_.RealtimeSec());
+  std::string sent;
+  loop_.on_send = [&](const iovec* iov, int iovcnt) {
+    for (int i = 0; i < iovcnt; ++i)
+      sent.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+  };
+  ASSERT_NE(machine_->Open(kFd, false), nullptr);
+  auto exchange = [&] {
+    sent.clear();
+    const size_t sends = loop_.sends.size();
+    Complete(loop_.recvs.back(), static_cast<int64_t>(request_.size()), true, &request_);
+    EXPECT_EQ(loop_.sends.size(), sends + 1);
+    Complete(loop_.sends.back().first, static_cast<int64_t>(loop_.sends.back().second), false);
+    return sent;
+  };
+  EXPECT_NE(exchange().find("\r\nX-Generation: one\r\n"), std::string::npos) << sent;
+  word.store(&two, std::memory_order_release);
+  EXPECT_NE(exchange().find("\r\nX-Generation: one\r\n"), std::string::npos)
+      << "taken up before the machine's next Tick: " << sent;
+  machine_->Tick(now_ms_, loop_.RealtimeSec());
+  EXPECT_NE(exchange().find("\r\nX-Generation: two\r\n"), std::string::npos) << sent;
+  machine_->AbortAll();
+  Complete(loop_.recvs.back(), -ECANCELED, false);
   EXPECT_EQ(machine_->live(), 0u);
 }
 

@@ -166,6 +166,7 @@ void Shard::SetupRequestPath() {
   parts.content_pool = content_pool_.get();
   parts.root_fd = root_fd_;
   parts.root_state = root_state_;
+  parts.origin_word = origin_word_;
   parts.boundary_seed = boundary_seed_;
   parts.mime = mime_;
   parts.capacity = capacity();

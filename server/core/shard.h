@@ -83,6 +83,11 @@ class Shard final : private ConnectionHost {
   // Before Setup: where the root moves (DocumentRoot::state_word); without it the shard serves
   // root_fd throughout.
   void SetDocumentRoot(const std::atomic<uint64_t>* state) { root_state_ = state; }
+  // Before Setup: where the origin headers move (a SIGHUP reload publishes a new generation);
+  // without it the shard serves Config::origin throughout.
+  void SetOriginHeaders(const std::atomic<const http::OriginHeaders*>* word) {
+    origin_word_ = word;
+  }
   // Before Setup: the multipart boundary's random part (0: from getrandom). A simulation sets it
   // from its seed, so that a seed's bytes replay exactly (HPACK's Huffman code makes even the
   // length of a header that carries the boundary depend on its digits).
@@ -145,6 +150,7 @@ class Shard final : private ConnectionHost {
   std::vector<int> listen_fds_;
   int root_fd_;
   const std::atomic<uint64_t>* root_state_ = nullptr;
+  const std::atomic<const http::OriginHeaders*>* origin_word_ = nullptr;
   uint64_t boundary_seed_ = 0;
   const http::MimeTypes* mime_;
   io::LoopFactory make_loop_;

@@ -618,9 +618,10 @@ class TlsTest(BackendTestCase):
             shutil.rmtree(d, ignore_errors=True)
 
     def test_sighup_reads_the_flagfile_again_and_names_what_needs_a_restart(self):
-        """What cannot change without a restart is named, one line each, and keeps its value; a
-        flagfile that does not parse keeps everything as it was, says why, and sets
-        ringd_reload_success to 0 until a reload takes."""
+        """New certificates and origin headers are taken up; what cannot change without a
+        restart is named, one line each, and keeps its value; a flagfile that does not parse
+        keeps everything as it was, says why, and sets ringd_reload_success to 0 until a reload
+        takes."""
         d = tempfile.mkdtemp(prefix="ringd-tls-flagfile-")
         try:
             p = lambda n: os.path.join(self.pki, n)
@@ -632,25 +633,37 @@ class TlsTest(BackendTestCase):
                 with open(flagfile, "w") as f:
                     f.write("\n".join(base + extra) + "\n")
 
-            write(["--max-connections=500", "--add-header=X-Generation: one"])
+            write(["--max-connections=500", "--add-header=X-Generation: one",
+                   "--cache-control=*.txt=max-age=60"])
             server = Server(self.root, "--flagfile", flagfile, *ADMIN)
             try:
                 reloads = lambda: sum("TLS certificates reloaded" in l for l in server.log)
-                # A second certificate, and two flags that need a restart.
-                write(["--max-connections=600", "--add-header=X-Generation: two",
-                       "--tls-cert=" + p("other-ec.crt"), "--tls-key=" + p("other-ec.key")])
+                r = request(server, "GET", "/small.txt")
+                self.assertEqual((r.header("X-Generation"), r.header("Cache-Control")),
+                                 ("one", "max-age=60"))
+                # A second certificate, new headers, and a flag that needs a restart.
+                changed = ["--max-connections=600", "--add-header=X-Generation: two",
+                           "--cache-control=*.txt=no-cache", "--error-page=404=/small.txt",
+                           "--tls-cert=" + p("other-ec.crt"), "--tls-key=" + p("other-ec.key")]
+                write(changed)
                 server.proc.send_signal(signal.SIGHUP)
                 wait_for(lambda: server.logged("TLS certificates reloaded (2)"), "the reload")
                 self.assertTrue(server.logged(
                     "SIGHUP: --max-connections needs a restart: the value in use is kept"))
-                self.assertTrue(server.logged(
-                    "SIGHUP: --add-header needs a restart: the value in use is kept"))
+                self.assertTrue(server.logged("SIGHUP: --add-header, --cache-control, "
+                                              "--default-cache-control and --error-page taken up"))
+                self.assertFalse([l for l in server.log if "--add-header needs" in l], server.log)
                 raw = socket.create_connection(("127.0.0.1", server.tls_port), timeout=10)
                 with self.context().wrap_socket(raw, server_hostname="other.test") as s:
                     self.assertEqual(dict(x[0] for x in s.getpeercert()["subject"])["commonName"],
                                      "other.test")
-                r = request(server, "GET", "/small.txt")
-                self.assertEqual(r.header("X-Generation"), "one")  # kept until a restart
+                # Every shard takes the new headers up (two shards: enough connections to see both).
+                for _ in range(8):
+                    r = request(server, "GET", "/small.txt")
+                    self.assertEqual((r.header("X-Generation"), r.header("Cache-Control")),
+                                     ("two", "no-cache"))
+                    r = request(server, "GET", "/no-such-file")
+                    self.assertEqual((r.status, r.body), (404, self.files["small.txt"]))
                 self.assertEqual(server.metric("ringd_reload_success"), 1)
                 # A flagfile that does not parse: everything stays, and the line says why.
                 with open(flagfile, "a") as f:
@@ -662,10 +675,10 @@ class TlsTest(BackendTestCase):
                 self.assertTrue(server.logged("unknown flag --no-such-flag"))
                 self.assertEqual(reloads(), n)
                 self.assertEqual(server.metric("ringd_reload_success"), 0)
-                self.assertEqual(request(server, "GET", "/small.txt").status, 200)
-                # Put right, the same restart lines are said again: the values in use were kept.
-                write(["--max-connections=600", "--add-header=X-Generation: two",
-                       "--tls-cert=" + p("other-ec.crt"), "--tls-key=" + p("other-ec.key")])
+                r = request(server, "GET", "/small.txt")
+                self.assertEqual((r.status, r.header("X-Generation")), (200, "two"))
+                # Put right, the same restart line is said again: the value in use was kept.
+                write(changed)
                 restarts = sum("--max-connections needs a restart" in l for l in server.log)
                 server.proc.send_signal(signal.SIGHUP)
                 wait_for(lambda: server.logged("") and reloads() > n, "the reload")
