@@ -90,9 +90,11 @@ TEST(Config, RemembersEveryFlagAsGiven) {
   }
   Parsed p = Parse({"--root=/tmp", "--flagfile", path, "--nopin", "--add-header", "X-B: 2"});
   ASSERT_TRUE(p.ok) << p.error;
-  const std::vector<std::pair<std::string, std::string>> given = {
-      {"root", "/tmp"}, {"shards", "2"}, {"add-header", "X-A: 1"}, {"pin", "false"},
-      {"add-header", "X-B: 2"}};
+  const std::vector<std::pair<std::string, std::string>> given = {{"root", "/tmp"},
+                                                                  {"shards", "2"},
+                                                                  {"add-header", "X-A: 1"},
+                                                                  {"pin", "false"},
+                                                                  {"add-header", "X-B: 2"}};
   EXPECT_EQ(p.config.given, given);
   std::remove(path.c_str());
 }
