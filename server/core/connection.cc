@@ -294,7 +294,7 @@ bool ConnectionMachine::Plan(Connection* conn, const http::Request& req, size_t 
   if (ex->lookups == 0) BeginExchange(ex, {}, &req);  // a new request
   conn->client_keep_alive = req.keep_alive;
   ex->input_follows = conn->in_len > head_bytes && conn->in_len - head_bytes > req.content_length;
-  if (!PlanExchange(ex, req, conn->https_redirect)) {
+  if (!PlanExchange(conn, ex, req)) {
     SetState(conn, ConnState::kWaitingFile);
     send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
     return true;
@@ -310,7 +310,8 @@ bool ConnectionMachine::Plan(Connection* conn, const http::Request& req, size_t 
   return false;
 }
 
-bool ConnectionMachine::PlanExchange(Exchange* ex, const http::Request& req, bool https_redirect) {
+bool ConnectionMachine::PlanExchange(Connection* conn, Exchange* ex, const http::Request& req) {
+  const bool https_redirect = conn->https_redirect;
   if (ex->lookups == 0) ex->plan_since = files_->validations();
   ex->head_request = req.method == http::Method::kHead;
   RequestLookup::MadeListing made;
@@ -346,6 +347,11 @@ bool ConnectionMachine::PlanExchange(Exchange* ex, const http::Request& req, boo
     RINGD_ASSERT_MSG(ex->file != nullptr, "planned file not in the cache");
   }
   ex->lookups = 0;
+  // The level test first: with the error log filtering the status out, this is all it costs.
+  if (error_log_ != nullptr && ex->plan.status >= 400 &&
+      error_log_->Wants(ErrorLevelOf(ex->plan.status))) {
+    LogPlanError(conn, ex, req);
+  }
   return true;
 }
 

@@ -212,6 +212,7 @@ struct ConnectionParts {
   std::string https_port_suffix;  // for the redirects of --redirect-https listeners
   uint64_t boundary_seed = 0;     // the multipart boundary's random part (0: from getrandom)
   AccessLogShard* log = nullptr;  // the shard's side of the access log; null: off
+  ErrorLogShard* error_log = nullptr;  // the shard's side of the error log; null: off
   bool timing = false;            // time requests (the log, the duration histogram)
   ShardStats* stats = nullptr;    // the shard's counters; the machine counts into them
   ConnectionHost* host = nullptr;
@@ -333,7 +334,10 @@ class ConnectionMachine {
   // Shared by both protocols: plans `ex` for `req`; false while it waits for a file lookup
   // (its waiter fetched), true once the plan is ready (its file pinned). The response head, or
   // a 500 if it does not fit its buffer; returns the head's length.
-  bool PlanExchange(Exchange* ex, const http::Request& req, bool https_redirect);
+  bool PlanExchange(Connection* conn, Exchange* ex, const http::Request& req);
+  // A planned error's line in the error log (connection_observe.cc); called only when the log
+  // wants the status's level.
+  void LogPlanError(Connection* conn, const Exchange* ex, const http::Request& req);
   size_t WriteHead(Exchange* ex);
   // Stops what the exchange's planning waits for: a file lookup, or a listing not yet made
   // (its wake-up never runs). A listing whose body the response sends stays until the response
@@ -388,6 +392,7 @@ class ConnectionMachine {
   ConnectionHost* host_;
   ShardStats& stats_;
   AccessLogShard* log_;
+  ErrorLogShard* error_log_;
   bool timing_;
 
   std::unique_ptr<mem::SlabPool<Connection>> conns_;
@@ -402,7 +407,7 @@ class ConnectionMachine {
   // Send batches (h2_session.h) of connections that went idle, for the next to send.
   static constexpr size_t kH2SpareBatches = 16;
   std::vector<H2Batch*> h2_spare_batches_;
-  // With the access log only: each connection slot's client (conns_->IndexOf), taken at accept.
+  // With the access log or the error log only: each connection slot's client (conns_->IndexOf), taken at accept.
   std::unique_ptr<PeerAddress[]> peers_;
   std::unique_ptr<FileCache> files_;
   std::unique_ptr<DirLister> lister_;  // with --autoindex only

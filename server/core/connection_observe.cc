@@ -40,7 +40,7 @@ std::string_view RequestLine(const http::Request& req) {
 // The client's address, for the access log: kept beside the connection (in peers_, by slot)
 // rather than in it, so that without the log no connection carries one.
 void ConnectionMachine::NotePeer(Connection* conn) {
-  if (log_ == nullptr) return;
+  if (peers_ == nullptr) return;
   PeerAddress& peer = peers_[conns_->IndexOf(conn)];
   peer = PeerAddress{};  // unknown until found: the slot's last connection was another client
   // A direct descriptor (the bypass tier) has no process fd to ask: its peer stays unknown ("-").
@@ -48,6 +48,35 @@ void ConnectionMachine::NotePeer(Connection* conn) {
   sockaddr_storage ss;
   socklen_t len = sizeof ss;
   if (::getpeername(conn->fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) peer.Set(ss);
+}
+
+// The plan's reason is the cause; a lookup that decided it adds its path and errno. Runs right
+// after planning, while the request and the planner's scratch (failed_path) are still valid.
+void ConnectionMachine::LogPlanError(Connection* conn, const Exchange* ex,
+                                     const http::Request& req) {
+  const http::ResponsePlan& plan = ex->plan;
+  ErrorEvent e;
+  e.level = ErrorLevelOf(plan.status);
+  e.cause = plan.reason;
+  e.status = plan.status;
+  e.path = plan.failed_path;
+  e.error = plan.failed_error;
+  char addr[INET6_ADDRSTRLEN];
+  e.client = std::string_view(addr, peers_[conns_->IndexOf(conn)].Format(addr, sizeof addr));
+  char line[RequestCapture::kRequestMax];
+  if (ex->stream_id != 0) {
+    size_t n = 0;
+    for (std::string_view part : {req.method_text, std::string_view(" "), req.target,
+                                  std::string_view(" HTTP/2.0")}) {
+      const size_t take = std::min(part.size(), sizeof line - n);
+      std::memcpy(line + n, part.data(), take);
+      n += take;
+    }
+    e.request = std::string_view(line, n);
+  } else {
+    e.request = RequestLine(req);
+  }
+  error_log_->Write(e, date_sec_);
 }
 
 void ConnectionMachine::BeginExchange(Exchange* ex, std::string_view raw,

@@ -512,7 +512,7 @@ void ConnectionMachine::H2PlanStream(Connection* conn, Exchange* ex) {
     http::PlanError(refused, true, &ex->plan);
     return H2StartResponse(conn, ex);
   }
-  if (!PlanExchange(ex, req, conn->https_redirect)) {
+  if (!PlanExchange(conn, ex, req)) {
     ex->h2_waiting = true;
     return;
   }
