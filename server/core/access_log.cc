@@ -382,9 +382,8 @@ void AccessLog::Run() {
     if (reopen && !path_.empty()) {
       const int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
       if (fd < 0) {
-        std::fprintf(stderr,
-                     "ringd: %s: cannot reopen '%s': %s (still writing the old file)\n", what_,
-                     path_.c_str(), strerror(errno));
+        std::fprintf(stderr, "ringd: %s: cannot reopen '%s': %s (still writing the old file)\n",
+                     what_, path_.c_str(), strerror(errno));
       } else {
         ::close(fd_);
         fd_ = fd;
@@ -565,11 +564,11 @@ ErrorLogShard::Cause* ErrorLogShard::Find(const char* cause, int error, int64_t 
     if (c.sec < oldest->sec) oldest = &c;
   }
   if (oldest->suppressed > 0) {
-    const int n = std::snprintf(
-        scratch_.get(), kMaxErrorLine, "%.*s [%s] shard %d: %s: %llu more lines suppressed\n",
-        static_cast<int>(time_.error_log().size()), time_.error_log().data(),
-        ErrorLevelName(level_), shard_, oldest->cause,
-        static_cast<unsigned long long>(oldest->suppressed));
+    const int n = std::snprintf(scratch_.get(), kMaxErrorLine,
+                                "%.*s [%s] shard %d: %s: %llu more lines suppressed\n",
+                                static_cast<int>(time_.error_log().size()),
+                                time_.error_log().data(), ErrorLevelName(level_), shard_,
+                                oldest->cause, static_cast<unsigned long long>(oldest->suppressed));
     out_->Push(scratch_.get(), static_cast<size_t>(n));
   }
   *oldest = Cause{cause, error, now_sec, 0, 0};

@@ -237,10 +237,10 @@ inline ErrorLevel ErrorLevelOf(int status) {
 // One line's content. Views are valid for the call only.
 struct ErrorEvent {
   ErrorLevel level = ErrorLevel::kError;
-  const char* cause = "";  // a static text (the planner's reason): also the rate limit's key
-  int status = 0;          // the response's status; 0: none
-  std::string_view path;   // the path looked up, relative to the root; empty: none
-  int error = 0;           // its errno; 0: none known
+  const char* cause = "";    // a static text (the planner's reason): also the rate limit's key
+  int status = 0;            // the response's status; 0: none
+  std::string_view path;     // the path looked up, relative to the root; empty: none
+  int error = 0;             // its errno; 0: none known
   std::string_view client;   // the peer's address; empty: unknown
   std::string_view request;  // the request line; empty: none
 };

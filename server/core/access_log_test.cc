@@ -454,8 +454,7 @@ TEST_F(AccessLogTest, ErrorLineSaysThePathTheErrnoAndTheRequest) {
   // Bytes a client sent are escaped as the access log's; too small a buffer says so.
   e.request = "GET /\x01\" HTTP/1.1";
   n = FormatErrorLine(e, 0, t.error_log(), buf, sizeof buf);
-  EXPECT_NE(std::string(buf, n).find("request: \"GET /\\x01\\x22 HTTP/1.1\"\n"),
-            std::string::npos);
+  EXPECT_NE(std::string(buf, n).find("request: \"GET /\\x01\\x22 HTTP/1.1\"\n"), std::string::npos);
   EXPECT_EQ(FormatErrorLine(e, 0, t.error_log(), buf, 20), 0u);
 }
 

@@ -146,8 +146,8 @@ struct Config {
   // Why responses were errors (--error-log): a file, or empty for stderr; off: none.
   std::string error_log;
   bool error_log_off = false;
-  uint8_t error_log_level = 0;  // ErrorLevel (access_log.h): 0 error, 1 warn, 2 info
-  bool has_admin_listen = false;               // --admin-listen: /metrics, /healthz, ...
+  uint8_t error_log_level = 0;    // ErrorLevel (access_log.h): 0 error, 1 warn, 2 info
+  bool has_admin_listen = false;  // --admin-listen: /metrics, /healthz, ...
   ListenAddress admin_listen;
 
   // What the caches in front read (docs/OPERATIONS.md): --cache-control, --default-cache-control,

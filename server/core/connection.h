@@ -208,13 +208,13 @@ struct ConnectionParts {
   // Where root_fd moves: DocumentRoot's state word (null: it stays).
   const std::atomic<uint64_t>* root_state = nullptr;
   const http::MimeTypes* mime = nullptr;
-  uint32_t capacity = 0;          // connection slots: --max-connections and the reserve
-  std::string https_port_suffix;  // for the redirects of --redirect-https listeners
-  uint64_t boundary_seed = 0;     // the multipart boundary's random part (0: from getrandom)
-  AccessLogShard* log = nullptr;  // the shard's side of the access log; null: off
+  uint32_t capacity = 0;               // connection slots: --max-connections and the reserve
+  std::string https_port_suffix;       // for the redirects of --redirect-https listeners
+  uint64_t boundary_seed = 0;          // the multipart boundary's random part (0: from getrandom)
+  AccessLogShard* log = nullptr;       // the shard's side of the access log; null: off
   ErrorLogShard* error_log = nullptr;  // the shard's side of the error log; null: off
-  bool timing = false;            // time requests (the log, the duration histogram)
-  ShardStats* stats = nullptr;    // the shard's counters; the machine counts into them
+  bool timing = false;                 // time requests (the log, the duration histogram)
+  ShardStats* stats = nullptr;         // the shard's counters; the machine counts into them
   ConnectionHost* host = nullptr;
 };
 
@@ -407,7 +407,8 @@ class ConnectionMachine {
   // Send batches (h2_session.h) of connections that went idle, for the next to send.
   static constexpr size_t kH2SpareBatches = 16;
   std::vector<H2Batch*> h2_spare_batches_;
-  // With the access log or the error log only: each connection slot's client (conns_->IndexOf), taken at accept.
+  // With the access log or the error log only: each connection slot's client (conns_->IndexOf),
+  // taken at accept.
   std::unique_ptr<PeerAddress[]> peers_;
   std::unique_ptr<FileCache> files_;
   std::unique_ptr<DirLister> lister_;  // with --autoindex only

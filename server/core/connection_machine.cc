@@ -46,7 +46,8 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
     h2_exchanges_ = std::make_unique<mem::SlabPool<Exchange>>(parts.capacity);
     MakeH2Callbacks();
   }
-  if (log_ != nullptr || error_log_ != nullptr) peers_ = std::make_unique<PeerAddress[]>(parts.capacity);
+  if (log_ != nullptr || error_log_ != nullptr)
+    peers_ = std::make_unique<PeerAddress[]>(parts.capacity);
   FileCacheOptions fo;
   fo.max_entries = config_.open_file_cache_entries;
   fo.valid_ms = config_.open_file_cache_valid_ms;

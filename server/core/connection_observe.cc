@@ -35,6 +35,20 @@ std::string_view RequestLine(const http::Request& req) {
   return std::string_view(begin, static_cast<size_t>(p - begin));
 }
 
+// HTTP/2 has no request line: nginx logs "$method $path HTTP/2.0". Made in `line`, cut to its
+// size.
+std::string_view H2RequestLine(const http::Request& req,
+                               char (&line)[RequestCapture::kRequestMax]) {
+  size_t n = 0;
+  for (std::string_view part :
+       {req.method_text, std::string_view(" "), req.target, std::string_view(" HTTP/2.0")}) {
+    const size_t take = std::min(part.size(), sizeof line - n);
+    std::memcpy(line + n, part.data(), take);
+    n += take;
+  }
+  return std::string_view(line, n);
+}
+
 }  // namespace
 
 // The client's address, for the access log: kept beside the connection (in peers_, by slot)
@@ -64,18 +78,7 @@ void ConnectionMachine::LogPlanError(Connection* conn, const Exchange* ex,
   char addr[INET6_ADDRSTRLEN];
   e.client = std::string_view(addr, peers_[conns_->IndexOf(conn)].Format(addr, sizeof addr));
   char line[RequestCapture::kRequestMax];
-  if (ex->stream_id != 0) {
-    size_t n = 0;
-    for (std::string_view part : {req.method_text, std::string_view(" "), req.target,
-                                  std::string_view(" HTTP/2.0")}) {
-      const size_t take = std::min(part.size(), sizeof line - n);
-      std::memcpy(line + n, part.data(), take);
-      n += take;
-    }
-    e.request = std::string_view(line, n);
-  } else {
-    e.request = RequestLine(req);
-  }
+  e.request = ex->stream_id != 0 ? H2RequestLine(req, line) : RequestLine(req);
   error_log_->Write(e, date_sec_);
 }
 
@@ -86,17 +89,8 @@ void ConnectionMachine::BeginExchange(Exchange* ex, std::string_view raw,
   ex->logged = log_ != nullptr;
   if (log_ == nullptr) return;
   if (req != nullptr && ex->stream_id != 0) {
-    // HTTP/2 has no request line: nginx logs "$method $path HTTP/2.0".
     char line[RequestCapture::kRequestMax];
-    const size_t method = std::min(req->method_text.size(), sizeof line);
-    std::memcpy(line, req->method_text.data(), method);
-    size_t n = method;
-    for (std::string_view part : {std::string_view(" "), req->target, std::string_view(" HTTP/2.0")}) {
-      const size_t take = std::min(part.size(), sizeof line - n);
-      std::memcpy(line + n, part.data(), take);
-      n += take;
-    }
-    ex->capture.Set(std::string_view(line, n), req->Find("Referer"), req->Find("User-Agent"));
+    ex->capture.Set(H2RequestLine(*req, line), req->Find("Referer"), req->Find("User-Agent"));
   } else if (req != nullptr) {
     ex->capture.Set(RequestLine(*req), req->Find("Referer"), req->Find("User-Agent"));
   } else {

@@ -75,8 +75,7 @@ MissingPaths::Slot* MissingPaths::Match(uint64_t h1, uint64_t h2) const {
   return nullptr;
 }
 
-void MissingPaths::Note(std::string_view path, int64_t expires_ms, uint64_t validation,
-                        int error) {
+void MissingPaths::Note(std::string_view path, int64_t expires_ms, uint64_t validation, int error) {
   const auto [h1, h2] = PathHashes(path);
   Slot* pick = Match(h1, h2);
   if (pick == nullptr) {  // the window's first empty slot, else the one that expires first

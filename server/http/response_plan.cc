@@ -305,8 +305,8 @@ std::optional<PlanStep> SelectedFile(const FileMeta& found, std::string_view pat
       return FailedLookup(Error(403, "permission denied", req, config, source, out), found, path,
                           out);
     case FileMeta::Kind::kUnavailable:
-      return FailedLookup(Error(503, "file lookup failed for now", req, config, source, out),
-                          found, path, out);
+      return FailedLookup(Error(503, "file lookup failed for now", req, config, source, out), found,
+                          path, out);
     case FileMeta::Kind::kDirectory:  // "dir/index.html" (or the fallback) is itself a directory
     case FileMeta::Kind::kMissing:
     case FileMeta::Kind::kOther:

@@ -29,9 +29,8 @@ absl::Status Observability::Open(const Config& config, uint32_t shards) {
     log_ = *std::move(log);
   }
   if (!config.error_log_off) {
-    absl::StatusOr<std::unique_ptr<AccessLog>> log =
-        AccessLog::Open(config.error_log, AccessLogFormat::kCombined, shards, kErrorLogRingBytes,
-                        "--error-log");
+    absl::StatusOr<std::unique_ptr<AccessLog>> log = AccessLog::Open(
+        config.error_log, AccessLogFormat::kCombined, shards, kErrorLogRingBytes, "--error-log");
     if (!log.ok()) return log.status();
     error_log_ = *std::move(log);
     error_log_file_ = !config.error_log.empty();
