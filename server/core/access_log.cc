@@ -519,22 +519,33 @@ size_t FormatErrorLine(const ErrorEvent& e, int shard, std::string_view time, ch
   o.Raw("] shard ");
   o.Int(shard);
   o.Raw(": ");
-  if (!e.path.empty()) {
+  // "(13: Permission denied)"
+  const auto errno_text = [&] {
+    o.Char('(');
+    o.Int(e.error);
+    o.Raw(": ");
+    o.Raw(strerrordesc_np(e.error) != nullptr ? strerrordesc_np(e.error) : "unknown error");
+    // openat2's RESOLVE_BENEATH refuses a path that leaves the root with EXDEV.
+    if (e.error == EXDEV && !e.path.empty()) o.Raw(", a symlink leaving the root");
+    o.Char(')');
+  };
+  if (!e.path.empty()) {  // "path" failed (errno): cause
     o.Char('"');
     o.Nginx(e.path.substr(0, 4096));
     o.Char('"');
     if (e.error != 0) {
-      o.Raw(" failed (");
-      o.Int(e.error);
-      o.Raw(": ");
-      o.Raw(strerrordesc_np(e.error) != nullptr ? strerrordesc_np(e.error) : "unknown error");
-      // openat2's RESOLVE_BENEATH refuses a path that leaves the root with EXDEV.
-      if (e.error == EXDEV) o.Raw(", a symlink leaving the root");
-      o.Char(')');
+      o.Raw(" failed ");
+      errno_text();
     }
     o.Raw(": ");
+    o.Raw(e.cause);
+  } else {  // cause (errno), as nginx's "send() failed (104: Connection reset by peer)"
+    o.Raw(e.cause);
+    if (e.error != 0) {
+      o.Char(' ');
+      errno_text();
+    }
   }
-  o.Raw(e.cause);
   if (e.status != 0) {
     o.Raw(", status ");
     o.Uint(static_cast<uint64_t>(e.status));

@@ -451,6 +451,16 @@ TEST_F(AccessLogTest, ErrorLineSaysThePathTheErrnoAndTheRequest) {
   EXPECT_EQ(std::string(buf, n),
             "2000/10/10 13:55:36 [error] shard 0: file lookup failed for now, status 503, "
             "client: -\n");
+  // A connection's error has no path: the errno follows the cause, as nginx's "send() failed".
+  ErrorEvent reset;
+  reset.level = ErrorLevel::kInfo;
+  reset.cause = "recv() failed";
+  reset.error = ECONNRESET;
+  reset.client = "::1";
+  n = FormatErrorLine(reset, 1, t.error_log(), buf, sizeof buf);
+  EXPECT_EQ(std::string(buf, n),
+            "2000/10/10 13:55:36 [info] shard 1: recv() failed (104: Connection reset by peer), "
+            "client: ::1\n");
   // Bytes a client sent are escaped as the access log's; too small a buffer says so.
   e.request = "GET /\x01\" HTTP/1.1";
   n = FormatErrorLine(e, 0, t.error_log(), buf, sizeof buf);

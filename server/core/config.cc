@@ -520,7 +520,7 @@ const std::vector<Flag>& Flags() {
                "counted (a power of two; default 1048576)",
                &Config::access_log_buffer_bytes, 65536, 1u << 30),
       Flag{"error-log",
-           "append why a response was an error (a 403, a 404 at info, a 5xx) to this file, or "
+           "append why a response was an error (a 403, a 5xx; a 404 at info) to this file, or "
            "off (default stderr); SIGUSR1 reopens it",
            false,
            [](Config* c, const std::string& v, std::string* error) {

@@ -114,6 +114,13 @@ void ConnectionMachine::OnRecv(io::Completion* c) {
       if (!plain.empty()) return self->RespondError(conn, http::kPlainHttpToHttps, plain);
     }
     ++self->stats_.recv_errors;
+    if (result == -EPROTO) {  // the TLS loop's word for bad input
+      const bool handshaken = !self->loop_->Transport(conn->fd).protocol.empty();
+      self->LogConnectionError(conn, ErrorLevel::kInfo,
+                               handshaken ? "bad TLS record" : "TLS handshake failed", 0);
+    } else {
+      self->LogConnectionError(conn, ErrorLevel::kInfo, "recv() failed", static_cast<int>(-result));
+    }
     return self->Abort(conn);  // a reset or other socket error
   }
   // Closing already (Abort cancelled this receive, and it ended with the cancellation, or with the

@@ -338,6 +338,10 @@ class ConnectionMachine {
   // A planned error's line in the error log (connection_observe.cc); called only when the log
   // wants the status's level.
   void LogPlanError(Connection* conn, const Exchange* ex, const http::Request& req);
+  // A connection's error (a failed send or receive, a TLS handshake that failed, a truncated
+  // file) in the error log, if it is on and wants `level`. `path`: the file's, or empty.
+  void LogConnectionError(Connection* conn, ErrorLevel level, const char* cause, int error,
+                          std::string_view path = {});
   size_t WriteHead(Exchange* ex);
   // Stops what the exchange's planning waits for: a file lookup, or a listing not yet made
   // (its wake-up never runs). A listing whose body the response sends stays until the response

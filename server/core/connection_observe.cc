@@ -82,6 +82,21 @@ void ConnectionMachine::LogPlanError(Connection* conn, const Exchange* ex,
   error_log_->Write(e, date_sec_);
 }
 
+void ConnectionMachine::LogConnectionError(Connection* conn, ErrorLevel level, const char* cause,
+                                           int error, std::string_view path) {
+  if (error_log_ == nullptr || !error_log_->Wants(level)) return;
+  ErrorEvent e;
+  e.level = level;
+  e.cause = cause;
+  e.error = error;
+  e.path = path;
+  char addr[INET6_ADDRSTRLEN];
+  e.client = std::string_view(addr, peers_[conns_->IndexOf(conn)].Format(addr, sizeof addr));
+  // The request under way, when the access log keeps its line (the receive buffer is gone).
+  if (conn->ex != nullptr && conn->ex->logged) e.request = conn->ex->capture.request();
+  error_log_->Write(e, date_sec_);
+}
+
 void ConnectionMachine::BeginExchange(Exchange* ex, std::string_view raw,
                                       const http::Request* req) {
   ex->started_ns = timing_ ? MonotonicNs() : 0;

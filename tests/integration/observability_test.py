@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
@@ -577,6 +578,20 @@ class ObservabilityTest(BackendTestCase):
         for level, cause, target in expected:
             pattern = (head % level) + cause + (tail % (re.escape(REMOTE_ADDR), re.escape(target)))
             self.assertTrue(any(re.match(pattern, l) for l in lines), "%s\n%s" % (pattern, lines))
+
+    def test_error_log_says_when_a_client_resets_at_info(self):
+        path = os.path.join(self.tmp, "error.log")
+        server = self.start("--error-log", path, "--error-log-level", "info")
+        with server.connect() as s:
+            s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+            self.assertEqual(Reader(s).read_response().status, 200)
+            # An RST rather than a FIN: the server's next receive fails.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        wait_for(lambda: count_lines(path) == 1, "the reset's line")
+        self.assertEqual(server.stop(), 0)
+        line = self.error_lines(path)[0]
+        self.assertRegex(line, r"\[info\] shard [01]: recv\(\) failed \(104: Connection reset by "
+                               r"peer\), client: %s$" % re.escape(REMOTE_ADDR))
 
     def test_error_log_goes_to_stderr_at_level_error_by_default(self):
         self.error_causes()
