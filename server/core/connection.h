@@ -342,6 +342,9 @@ class ConnectionMachine {
   // file) in the error log, if it is on and wants `level`. `path`: the file's, or empty.
   void LogConnectionError(Connection* conn, ErrorLevel level, const char* cause, int error,
                           std::string_view path = {});
+  // The client's address written into `out` (nginx's $remote_addr, or "-"): the one taken at
+  // accept when there is one, else asked of the socket now.
+  std::string_view ClientOf(const Connection* conn, char (&out)[INET6_ADDRSTRLEN]) const;
   size_t WriteHead(Exchange* ex);
   // Stops what the exchange's planning waits for: a file lookup, or a listing not yet made
   // (its wake-up never runs). A listing whose body the response sends stays until the response
@@ -411,8 +414,8 @@ class ConnectionMachine {
   // Send batches (h2_session.h) of connections that went idle, for the next to send.
   static constexpr size_t kH2SpareBatches = 16;
   std::vector<H2Batch*> h2_spare_batches_;
-  // With the access log or the error log only: each connection slot's client (conns_->IndexOf),
-  // taken at accept.
+  // With the access log or the error log at info only: each connection slot's client
+  // (conns_->IndexOf), taken at accept.
   std::unique_ptr<PeerAddress[]> peers_;
   std::unique_ptr<FileCache> files_;
   std::unique_ptr<DirLister> lister_;  // with --autoindex only

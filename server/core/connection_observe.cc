@@ -51,6 +51,21 @@ std::string_view H2RequestLine(const http::Request& req,
 
 }  // namespace
 
+std::string_view ConnectionMachine::ClientOf(const Connection* conn,
+                                             char (&out)[INET6_ADDRSTRLEN]) const {
+  if (peers_ != nullptr) {
+    return std::string_view(out, peers_[conns_->IndexOf(conn)].Format(out, sizeof out));
+  }
+  PeerAddress peer;  // unknown ("-") on a direct descriptor, or a socket already reset
+  sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (conn->fd < io::kDirectHandle &&
+      ::getpeername(conn->fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+    peer.Set(ss);
+  }
+  return std::string_view(out, peer.Format(out, sizeof out));
+}
+
 // The client's address, for the access log: kept beside the connection (in peers_, by slot)
 // rather than in it, so that without the log no connection carries one.
 void ConnectionMachine::NotePeer(Connection* conn) {
@@ -76,7 +91,7 @@ void ConnectionMachine::LogPlanError(Connection* conn, const Exchange* ex,
   e.path = plan.failed_path;
   e.error = plan.failed_error;
   char addr[INET6_ADDRSTRLEN];
-  e.client = std::string_view(addr, peers_[conns_->IndexOf(conn)].Format(addr, sizeof addr));
+  e.client = ClientOf(conn, addr);
   char line[RequestCapture::kRequestMax];
   e.request = ex->stream_id != 0 ? H2RequestLine(req, line) : RequestLine(req);
   error_log_->Write(e, date_sec_);
@@ -91,7 +106,7 @@ void ConnectionMachine::LogConnectionError(Connection* conn, ErrorLevel level, c
   e.error = error;
   e.path = path;
   char addr[INET6_ADDRSTRLEN];
-  e.client = std::string_view(addr, peers_[conns_->IndexOf(conn)].Format(addr, sizeof addr));
+  e.client = ClientOf(conn, addr);
   // The request under way, when the access log keeps its line (the receive buffer is gone).
   if (conn->ex != nullptr && conn->ex->logged) e.request = conn->ex->capture.request();
   error_log_->Write(e, date_sec_);

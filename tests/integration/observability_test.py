@@ -598,7 +598,9 @@ class ObservabilityTest(BackendTestCase):
         server = self.start()
         self.assertEqual(request(server, "GET", "/missing-file").status, 404)  # info: not written
         self.assertEqual(request(server, "GET", "/no-index/").status, 403)
-        wait_for(lambda: server.logged("directory without an index, status 403"),
+        # At level error the client is asked of the socket when the line is written.
+        wait_for(lambda: server.logged("directory without an index, status 403, client: %s, "
+                                       'request: "GET /no-index/ HTTP/1.1"' % REMOTE_ADDR),
                  "the 403's line on stderr")
         self.assertFalse(server.logged("missing-file"), server.log)
         self.assertEqual(server.stop(), 0)
