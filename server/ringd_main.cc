@@ -449,18 +449,22 @@ Findings Prepare(const Config& config, Prepared* out) {
                                "; a path that names nothing is answered 404 instead");
     }
   }
-  if (!config.access_log.empty()) {
-    // Opened (created if need be) once every check has passed; here, whether it can be.
-    const std::string& path = config.access_log;
+  // The logs are opened (created if need be) once every check has passed; here, whether they
+  // can be. An empty path: off, or the error log on stderr.
+  const auto check_log = [&](const char* flag, const std::string& path) {
+    if (path.empty()) return;
     const size_t slash = path.rfind('/');
     const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
     const bool can =
         ::faccessat(AT_FDCWD, path.c_str(), W_OK, AT_EACCESS) == 0 ||
         (errno == ENOENT && ::faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) == 0);
     if (!can) {
-      problem(1, "--access-log: cannot open '" + path + "' for appending: " + strerror(errno));
+      problem(1,
+              std::string(flag) + ": cannot open '" + path + "' for appending: " + strerror(errno));
     }
-  }
+  };
+  check_log("--access-log", config.access_log);
+  check_log("--error-log", config.error_log);
   const size_t cpus = UsableCpus().size();
   out->shards = config.shards != 0 ? config.shards : static_cast<uint32_t>(cpus);
   for (std::string& line : SizingWarnings(config, out->shards, descriptor_limit, cpus))

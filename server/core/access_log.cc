@@ -168,6 +168,8 @@ void LogTime::Update(int64_t sec) {
   iso_len_ = static_cast<size_t>(std::snprintf(
       iso_, sizeof iso_, "%04d-%02d-%02dT%02d:%02d:%02d%c%02ld:%02ld", lt.tm_year + 1900,
       lt.tm_mon + 1, lt.tm_mday, lt.tm_hour, lt.tm_min, lt.tm_sec, sign, off / 60, off % 60));
+  std::snprintf(err_, sizeof err_, "%04d/%02d/%02d %02d:%02d:%02d", lt.tm_year + 1900,
+                lt.tm_mon + 1, lt.tm_mday, lt.tm_hour, lt.tm_min, lt.tm_sec);
 }
 
 size_t FormatCombined(const LogLine& l, const LogTime& time, char* out, size_t cap) {
@@ -286,7 +288,11 @@ void AccessLogShard::Write(LogLine& line, int64_t now_sec) {
                        ? FormatJson(line, time_, scratch_.get(), kMaxLogLine)
                        : FormatCombined(line, time_, scratch_.get(), kMaxLogLine);
   RINGD_ASSERT(n > 0);  // kMaxLogLine bounds every field
-  ring_.Push(scratch_.get(), n);
+  Push(scratch_.get(), n);
+}
+
+void AccessLogShard::Push(const char* line, size_t n) {
+  ring_.Push(line, n);
   // A quarter of the ring written since the last kick: wake the writer rather than wait for its
   // next flush. One eventfd write per quarter ring, not per line.
   const uint64_t produced = ring_.produced();
@@ -298,32 +304,39 @@ void AccessLogShard::Write(LogLine& line, int64_t now_sec) {
 
 absl::StatusOr<std::unique_ptr<AccessLog>> AccessLog::Open(const std::string& path,
                                                            AccessLogFormat format, uint32_t shards,
-                                                           size_t ring_bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+                                                           size_t ring_bytes, const char* flag) {
+  const int fd = path.empty()
+                     ? ::fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 0)
+                     : ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::FailedPreconditionError("--access-log: cannot open '" + path +
+    return absl::FailedPreconditionError(std::string(flag) + ": cannot open '" + path +
                                          "' for appending: " + strerror(errno));
   }
   const int kick = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (kick < 0) {
     const std::string why = strerror(errno);
     ::close(fd);
-    return absl::ResourceExhaustedError("--access-log: eventfd: " + why);
+    return absl::ResourceExhaustedError(std::string(flag) + ": eventfd: " + why);
   }
-  std::unique_ptr<AccessLog> log(new AccessLog(path, format, fd, kick));
+  std::unique_ptr<AccessLog> log(new AccessLog(path, format, fd, kick, flag));
   for (uint32_t i = 0; i < shards; ++i) {
     log->shards_.push_back(
         std::make_unique<AccessLogShard>(log.get(), static_cast<int>(i), ring_bytes));
     if (!log->shards_.back()->ok()) {
-      return absl::ResourceExhaustedError("--access-log: cannot map a " +
+      return absl::ResourceExhaustedError(std::string(flag) + ": cannot map a " +
                                           std::to_string(ring_bytes) + "-byte buffer");
     }
   }
   return log;
 }
 
-AccessLog::AccessLog(std::string path, AccessLogFormat format, int fd, int kick_fd)
-    : path_(std::move(path)), format_(format), fd_(fd), kick_fd_(kick_fd) {}
+AccessLog::AccessLog(std::string path, AccessLogFormat format, int fd, int kick_fd,
+                     const char* flag)
+    : path_(std::move(path)),
+      format_(format),
+      fd_(fd),
+      kick_fd_(kick_fd),
+      what_(std::string_view(flag) == "--error-log" ? "error log" : "access log") {}
 
 AccessLog::~AccessLog() {
   Stop();
@@ -366,12 +379,11 @@ void AccessLog::Run() {
     const bool reopen = reopen_.exchange(false, std::memory_order_acq_rel);
     const bool stop = stop_.load(std::memory_order_acquire);
     Drain();
-    if (reopen) {
+    if (reopen && !path_.empty()) {
       const int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
       if (fd < 0) {
-        std::fprintf(stderr,
-                     "ringd: access log: cannot reopen '%s': %s (still writing the old file)\n",
-                     path_.c_str(), strerror(errno));
+        std::fprintf(stderr, "ringd: %s: cannot reopen '%s': %s (still writing the old file)\n",
+                     what_, path_.c_str(), strerror(errno));
       } else {
         ::close(fd_);
         fd_ = fd;
@@ -439,9 +451,9 @@ bool AccessLog::Drain() {
       if (last_write_error_ms_ == INT64_MIN || now - last_write_error_ms_ >= 60000) {
         last_write_error_ms_ = now;
         std::fprintf(stderr,
-                     "ringd: access log: writing '%s': %s (%llu lines lost; "
+                     "ringd: %s: writing '%s': %s (%llu lines lost; "
                      "ringd_access_log_lost_lines_total)\n",
-                     path_.c_str(), error != 0 ? strerror(error) : "wrote nothing",
+                     what_, path_.c_str(), error != 0 ? strerror(error) : "wrote nothing",
                      static_cast<unsigned long long>(lost));
       }
     }
@@ -472,6 +484,134 @@ void AccessLog::ReportDrops(int64_t now_ms) {
   }
   reported_drops_ = dropped;
   last_report_ms_ = now_ms;
+}
+
+const char* ErrorLevelName(ErrorLevel level) {
+  switch (level) {
+    case ErrorLevel::kError:
+      return "error";
+    case ErrorLevel::kWarn:
+      return "warn";
+    case ErrorLevel::kInfo:
+      return "info";
+  }
+  return "error";
+}
+
+bool ParseErrorLevel(std::string_view text, ErrorLevel* out) {
+  for (ErrorLevel l : {ErrorLevel::kError, ErrorLevel::kWarn, ErrorLevel::kInfo}) {
+    if (text == ErrorLevelName(l)) {
+      *out = l;
+      return true;
+    }
+  }
+  return false;
+}
+
+// 2026/12/07 13:23:28 [error] shard 0: "secret.txt" failed (13: Permission denied): permission
+// denied, status 403, client: 127.0.0.1, request: "GET /secret.txt HTTP/1.1"
+size_t FormatErrorLine(const ErrorEvent& e, int shard, std::string_view time, char* out,
+                       size_t cap) {
+  Out o(out, cap);
+  o.Raw(time);
+  o.Raw(" [");
+  o.Raw(ErrorLevelName(e.level));
+  o.Raw("] shard ");
+  o.Int(shard);
+  o.Raw(": ");
+  // "(13: Permission denied)"
+  const auto errno_text = [&] {
+    o.Char('(');
+    o.Int(e.error);
+    o.Raw(": ");
+    o.Raw(strerrordesc_np(e.error) != nullptr ? strerrordesc_np(e.error) : "unknown error");
+    // openat2's RESOLVE_BENEATH refuses a path that leaves the root with EXDEV.
+    if (e.error == EXDEV && !e.path.empty()) o.Raw(", a symlink leaving the root");
+    o.Char(')');
+  };
+  if (!e.path.empty()) {  // "path" failed (errno): cause
+    o.Char('"');
+    o.Nginx(e.path.substr(0, 4096));
+    o.Char('"');
+    if (e.error != 0) {
+      o.Raw(" failed ");
+      errno_text();
+    }
+    o.Raw(": ");
+    o.Raw(e.cause);
+  } else {  // cause (errno), as nginx's "send() failed (104: Connection reset by peer)"
+    o.Raw(e.cause);
+    if (e.error != 0) {
+      o.Char(' ');
+      errno_text();
+    }
+  }
+  if (e.status != 0) {
+    o.Raw(", status ");
+    o.Uint(static_cast<uint64_t>(e.status));
+  }
+  o.Raw(", client: ");
+  o.Raw(e.client.empty() ? std::string_view("-") : e.client);
+  if (!e.request.empty()) {
+    o.Raw(", request: \"");
+    o.Nginx(e.request.substr(0, RequestCapture::kRequestMax));
+    o.Char('"');
+  }
+  o.Char('\n');
+  return o.ok() ? static_cast<size_t>(o.pos() - out) : 0;
+}
+
+ErrorLogShard::ErrorLogShard(AccessLogShard* out, int shard, ErrorLevel level)
+    : out_(out), shard_(shard), level_(level), scratch_(new char[kMaxErrorLine]) {
+  time_.Update(::time(nullptr));
+}
+
+// The cause's slot; a cause not tracked takes the slot idle longest (its suppressed count, if
+// any, is said first).
+ErrorLogShard::Cause* ErrorLogShard::Find(const char* cause, int error, int64_t now_sec) {
+  Cause* oldest = &causes_[0];
+  for (Cause& c : causes_) {
+    if (c.cause == cause && c.error == error) return &c;
+    if (c.sec < oldest->sec) oldest = &c;
+  }
+  if (oldest->suppressed > 0) {
+    const int n = std::snprintf(scratch_.get(), kMaxErrorLine,
+                                "%.*s [%s] shard %d: %s: %llu more lines suppressed\n",
+                                static_cast<int>(time_.error_log().size()),
+                                time_.error_log().data(), ErrorLevelName(level_), shard_,
+                                oldest->cause, static_cast<unsigned long long>(oldest->suppressed));
+    out_->Push(scratch_.get(), static_cast<size_t>(n));
+  }
+  *oldest = Cause{cause, error, now_sec, 0, 0};
+  return oldest;
+}
+
+void ErrorLogShard::Write(const ErrorEvent& e, int64_t now_sec) {
+  time_.Update(now_sec);
+  Cause* c = Find(e.cause, e.error, now_sec);
+  if (c->sec != now_sec) {
+    c->sec = now_sec;
+    c->lines = 0;
+  }
+  if (c->lines >= kLinesPerCause) {
+    ++c->suppressed;
+    ++suppressed_total_;
+    return;
+  }
+  ++c->lines;
+  if (c->suppressed > 0) {
+    const int n = std::snprintf(scratch_.get(), kMaxErrorLine,
+                                "%.*s [%s] shard %d: %s: %llu more lines suppressed (at most %u a "
+                                "second per cause)\n",
+                                static_cast<int>(time_.error_log().size()),
+                                time_.error_log().data(), ErrorLevelName(e.level), shard_, e.cause,
+                                static_cast<unsigned long long>(c->suppressed), kLinesPerCause);
+    out_->Push(scratch_.get(), static_cast<size_t>(n));
+    c->suppressed = 0;
+  }
+  const size_t n = FormatErrorLine(e, shard_, time_.error_log(), scratch_.get(), kMaxErrorLine);
+  RINGD_ASSERT(n > 0);  // kMaxErrorLine bounds every field
+  out_->Push(scratch_.get(), n);
 }
 
 }  // namespace ringd

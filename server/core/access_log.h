@@ -13,6 +13,17 @@
 //   (*log)->Start();                               // the writer thread
 //   (*log)->shard(i)->Write(line, now_sec);        // on shard i's thread
 //   (*log)->Reopen();  (*log)->Stop();             // from the main thread
+//
+// The error log (--error-log) is a second AccessLog on its own path (stderr when none is named),
+// written through ErrorLogShard: why a response was an error (a 403, a 404, a 5xx), one line per
+// cause in nginx's error_log style, e.g.
+//   2026/12/07 13:23:28 [error] shard 0: "secret.txt" failed (13: Permission denied):
+//   permission denied, status 403, client: 127.0.0.1, request: "GET /secret.txt HTTP/1.1"
+// (one line). Each shard writes at most ErrorLogShard::kLinesPerCause lines per cause per second;
+// the rest are counted and said in one line with the cause's next line.
+//
+//   ErrorLogShard e(error_log->shard(i), i, ErrorLevel::kError);   // on shard i's thread
+//   if (e.Wants(ErrorLevelOf(status))) e.Write(event, now_sec);
 #pragma once
 
 #include <netinet/in.h>
@@ -81,11 +92,13 @@ class LogTime {
   void Update(int64_t sec);
   std::string_view local() const { return {local_, local_len_}; }  // 10/Oct/2000:13:55:36 -0700
   std::string_view iso8601() const { return {iso_, iso_len_}; }    // 2000-10-10T13:55:36-07:00
+  std::string_view error_log() const { return {err_, 19}; }        // 2000/10/10 13:55:36
 
  private:
   int64_t sec_ = INT64_MIN;
   char local_[128];
   char iso_[128];
+  char err_[64];
   size_t local_len_ = 0, iso_len_ = 0;
 };
 
@@ -142,6 +155,8 @@ class AccessLogShard {
   bool ok() const { return ring_.ok(); }
   // Formats `line` (time from `now_sec`, the realtime second) and queues it.
   void Write(LogLine& line, int64_t now_sec);
+  // Queues a line formatted elsewhere (the error log's), with its '\n'.
+  void Push(const char* line, size_t n);
   void set_io(std::string_view io) { io_ = io; }
   LogRing& ring() { return ring_; }
   const LogRing& ring() const { return ring_; }
@@ -158,10 +173,12 @@ class AccessLogShard {
 
 class AccessLog {
  public:
-  // Opens (creates) `path` for appending; an error of one line when it cannot.
+  // Opens (creates) `path` for appending; an error of one line, naming `flag`, when it cannot.
+  // An empty path writes to stderr (the error log's default), which Reopen leaves alone.
   static absl::StatusOr<std::unique_ptr<AccessLog>> Open(const std::string& path,
                                                          AccessLogFormat format, uint32_t shards,
-                                                         size_t ring_bytes);
+                                                         size_t ring_bytes,
+                                                         const char* flag = "--access-log");
   ~AccessLog();
 
   AccessLogFormat format() const { return format_; }
@@ -183,14 +200,15 @@ class AccessLog {
   void ReportDrops(int64_t now_ms);
 
  private:
-  AccessLog(std::string path, AccessLogFormat format, int fd, int kick_fd);
+  AccessLog(std::string path, AccessLogFormat format, int fd, int kick_fd, const char* flag);
   void Run();
   bool Drain();  // true if anything was written
 
   std::string path_;
   AccessLogFormat format_;
   int fd_;
-  int kick_fd_;  // eventfd
+  int kick_fd_;       // eventfd
+  const char* what_;  // "access log" or "error log", for its stderr lines
   std::vector<std::unique_ptr<AccessLogShard>> shards_;
   std::thread writer_;
   std::atomic<bool> reopen_{false}, stop_{false};
@@ -201,6 +219,69 @@ class AccessLog {
   // A write stopped inside a line (a full disk): the next write starts with a newline, so that
   // the torn line ends and no line is glued to it. The writer only.
   bool torn_ = false;
+};
+
+// More verbose levels are larger: a line is written when its level <= the configured one.
+enum class ErrorLevel : uint8_t { kError = 0, kWarn = 1, kInfo = 2 };
+
+const char* ErrorLevelName(ErrorLevel level);
+// "error", "warn" or "info"; false for anything else.
+bool ParseErrorLevel(std::string_view text, ErrorLevel* out);
+
+// The level of an error response, as nginx logs them: a refusal the operator can fix (403) and a
+// server failure (5xx) are errors; a missing file (404) and a bad request (other 4xx) are info.
+inline ErrorLevel ErrorLevelOf(int status) {
+  return status == 403 || status >= 500 ? ErrorLevel::kError : ErrorLevel::kInfo;
+}
+
+// One line's content. Views are valid for the call only.
+struct ErrorEvent {
+  ErrorLevel level = ErrorLevel::kError;
+  const char* cause = "";    // a static text (the planner's reason): also the rate limit's key
+  int status = 0;            // the response's status; 0: none
+  std::string_view path;     // the path looked up, relative to the root; empty: none
+  int error = 0;             // its errno; 0: none known
+  std::string_view client;   // the peer's address; empty: unknown
+  std::string_view request;  // the request line; empty: none
+};
+
+// The longest line FormatErrorLine writes: the request and the path escaped to 4 bytes a byte.
+constexpr size_t kMaxErrorLine = 4 * (RequestCapture::kRequestMax + 4096) + 1024;
+
+// Writes one line (with its '\n') into out[0..cap); returns its length, or 0 when cap is too
+// small. `time` is LogTime::error_log().
+size_t FormatErrorLine(const ErrorEvent& e, int shard, std::string_view time, char* out,
+                       size_t cap);
+
+// A shard's side of the error log. Used on the shard's thread only; allocates nothing after
+// construction.
+class ErrorLogShard {
+ public:
+  static constexpr uint32_t kLinesPerCause = 10;  // per shard, per cause, per second
+  static constexpr int kCauses = 32;              // causes tracked at once, per shard
+
+  ErrorLogShard(AccessLogShard* out, int shard, ErrorLevel level);
+  bool Wants(ErrorLevel level) const { return level <= level_; }
+  void Write(const ErrorEvent& e, int64_t now_sec);
+  uint64_t suppressed() const { return suppressed_total_; }
+
+ private:
+  struct Cause {
+    const char* cause = nullptr;
+    int error = 0;
+    int64_t sec = INT64_MIN;
+    uint32_t lines = 0;       // written in `sec`
+    uint64_t suppressed = 0;  // not written since the cause's last line
+  };
+  Cause* Find(const char* cause, int error, int64_t now_sec);
+
+  AccessLogShard* out_;
+  int shard_;
+  ErrorLevel level_;
+  LogTime time_;
+  Cause causes_[kCauses];
+  uint64_t suppressed_total_ = 0;
+  std::unique_ptr<char[]> scratch_;
 };
 
 }  // namespace ringd

@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -416,6 +417,100 @@ TEST(AccessLog, ABadPathIsOneClearError) {
   EXPECT_EQ(log.status().message(),
             "--access-log: cannot open '/nonexistent-dir/access.log' for appending: No such file "
             "or directory");
+}
+
+// nginx's error_log shape: time, [level], where, the path and errno text, the cause, the client
+// and the request.
+TEST_F(AccessLogTest, ErrorLineSaysThePathTheErrnoAndTheRequest) {
+  LogTime t;
+  t.Update(kApacheExampleSec);
+  EXPECT_EQ(t.error_log(), "2000/10/10 13:55:36");
+  ErrorEvent e;
+  e.level = ErrorLevel::kError;
+  e.cause = "permission denied";
+  e.status = 403;
+  e.path = "secret.txt";
+  e.error = EACCES;
+  e.client = "127.0.0.1";
+  e.request = "GET /secret.txt HTTP/1.1";
+  char buf[kMaxErrorLine];
+  size_t n = FormatErrorLine(e, 2, t.error_log(), buf, sizeof buf);
+  EXPECT_EQ(std::string(buf, n),
+            "2000/10/10 13:55:36 [error] shard 2: \"secret.txt\" failed (13: Permission denied): "
+            "permission denied, status 403, client: 127.0.0.1, request: \"GET /secret.txt "
+            "HTTP/1.1\"\n");
+  // A symlink leaving the root says so; a line with no path, client or request still reads.
+  e.error = EXDEV;
+  n = FormatErrorLine(e, 0, t.error_log(), buf, sizeof buf);
+  EXPECT_NE(std::string(buf, n).find("(18: Invalid cross-device link, a symlink leaving the root)"),
+            std::string::npos);
+  ErrorEvent bare;
+  bare.cause = "file lookup failed for now";
+  bare.status = 503;
+  n = FormatErrorLine(bare, 0, t.error_log(), buf, sizeof buf);
+  EXPECT_EQ(std::string(buf, n),
+            "2000/10/10 13:55:36 [error] shard 0: file lookup failed for now, status 503, "
+            "client: -\n");
+  // A connection's error has no path: the errno follows the cause, as nginx's "send() failed".
+  ErrorEvent reset;
+  reset.level = ErrorLevel::kInfo;
+  reset.cause = "recv() failed";
+  reset.error = ECONNRESET;
+  reset.client = "::1";
+  n = FormatErrorLine(reset, 1, t.error_log(), buf, sizeof buf);
+  EXPECT_EQ(std::string(buf, n),
+            "2000/10/10 13:55:36 [info] shard 1: recv() failed (104: Connection reset by peer), "
+            "client: ::1\n");
+  // Bytes a client sent are escaped as the access log's; too small a buffer says so.
+  e.request = "GET /\x01\" HTTP/1.1";
+  n = FormatErrorLine(e, 0, t.error_log(), buf, sizeof buf);
+  EXPECT_NE(std::string(buf, n).find("request: \"GET /\\x01\\x22 HTTP/1.1\"\n"), std::string::npos);
+  EXPECT_EQ(FormatErrorLine(e, 0, t.error_log(), buf, 20), 0u);
+}
+
+TEST(ErrorLevel, ParsesNamesAndOrdersByVerbosity) {
+  ErrorLevel l;
+  ASSERT_TRUE(ParseErrorLevel("info", &l));
+  EXPECT_EQ(l, ErrorLevel::kInfo);
+  EXPECT_FALSE(ParseErrorLevel("debug", &l));
+  EXPECT_EQ(ErrorLevelOf(403), ErrorLevel::kError);
+  EXPECT_EQ(ErrorLevelOf(503), ErrorLevel::kError);
+  EXPECT_EQ(ErrorLevelOf(404), ErrorLevel::kInfo);
+  EXPECT_EQ(ErrorLevelOf(400), ErrorLevel::kInfo);
+}
+
+// A burst of one cause writes kLinesPerCause lines a second; the cause's next line, a second
+// later, is preceded by how many were suppressed. Other causes keep their own budget.
+TEST(ErrorLogShard, RateLimitsEachCauseAndSaysWhatItSuppressed) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/error.log";
+  absl::StatusOr<std::unique_ptr<AccessLog>> opened =
+      AccessLog::Open(path, AccessLogFormat::kCombined, 1, 65536, "--error-log");
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::unique_ptr<AccessLog> log = *std::move(opened);
+  log->Start();
+  ErrorLogShard shard(log->shard(0), 0, ErrorLevel::kInfo);
+  EXPECT_TRUE(shard.Wants(ErrorLevel::kInfo));
+  ErrorEvent missing;
+  missing.level = ErrorLevel::kInfo;
+  missing.cause = "no such file";
+  missing.status = 404;
+  ErrorEvent forbidden = missing;
+  forbidden.cause = "permission denied";
+  forbidden.status = 403;
+  for (int i = 0; i < 1000; ++i) shard.Write(missing, kApacheExampleSec);
+  shard.Write(forbidden, kApacheExampleSec);
+  shard.Write(missing, kApacheExampleSec + 1);
+  log->Stop();
+  const std::string text = ReadFile(path);
+  EXPECT_EQ(CountLines(text), static_cast<int>(ErrorLogShard::kLinesPerCause) + 3) << text;
+  EXPECT_NE(text.find("no such file: 990 more lines suppressed"), std::string::npos) << text;
+  EXPECT_NE(text.find("permission denied, status 403"), std::string::npos) << text;
+  EXPECT_EQ(shard.suppressed(), 990u);
+  ErrorLogShard quiet(log->shard(0), 0, ErrorLevel::kError);
+  EXPECT_FALSE(quiet.Wants(ErrorLevel::kInfo));
+  std::remove(path.c_str());
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ void ConnectionMachine::Sent(Connection* conn, io::Completion* c) {
   if (conn->state == ConnState::kClosing) return MaybeFree(conn);
   if (c->result < 0) {  // reset by the peer, or an error of the socket or the file
     ++stats_.send_errors;
+    LogConnectionError(conn, ErrorLevel::kInfo, "send() failed", static_cast<int>(-c->result));
     return Abort(conn);
   }
   if (sent == Exchange::Sending::kFile) {
@@ -51,6 +52,8 @@ void ConnectionMachine::Sent(Connection* conn, io::Completion* c) {
       // The file is shorter than when we planned: it was truncated. Content-Length cannot be
       // kept, so the connection ends here.
       ++stats_.truncated;
+      LogConnectionError(conn, ErrorLevel::kError, "file was truncated", 0,
+                         ex->file != nullptr ? std::string_view(ex->file->path) : "");
       return Abort(conn);
     }
     ex->body_offset += asked;

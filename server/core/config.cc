@@ -532,6 +532,34 @@ const std::vector<Flag>& Flags() {
                "per shard, log lines waiting for the writer; beyond it lines are dropped and "
                "counted (a power of two; default 1048576)",
                &Config::access_log_buffer_bytes, 65536, 1u << 30),
+      Flag{"error-log",
+           "append why a response was an error (a 403, a 5xx; a 404 at info) to this file, or "
+           "off (default stderr); SIGUSR1 reopens it",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v.empty()) {
+               *error = "--error-log: expected a file or off";
+               return false;
+             }
+             c->error_log_off = v == "off";
+             c->error_log = v == "off" || v == "stderr" ? "" : v;
+             return true;
+           }},
+      Flag{"error-log-level",
+           "error (403 and 5xx), warn, or info (every 4xx as well, a missing file's 404 among "
+           "them) (default error)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             static constexpr const char* kLevels[] = {"error", "warn", "info"};
+             for (uint8_t i = 0; i < 3; ++i) {
+               if (v == kLevels[i]) {
+                 c->error_log_level = i;
+                 return true;
+               }
+             }
+             *error = "--error-log-level: expected error, warn or info, got '" + v + "'";
+             return false;
+           }},
       Flag{"admin-listen",
            "HOST:PORT for /metrics, /healthz, /readyz and /debug/shards (default off; never a "
            "--listen address)",
@@ -884,7 +912,9 @@ const std::vector<HelpTopic>& HelpTopics() {
       {"Logs and metrics",
        {{"access-log", "FILE"},
         {"access-log-format", "FORMAT"},
-        {"access-log-buffer-bytes", "BYTES"}}},
+        {"access-log-buffer-bytes", "BYTES"},
+        {"error-log", "FILE"},
+        {"error-log-level", "LEVEL"}}},
       {"io tiers",
        {{"io", "TIER"},
         {"io-mask", "FEATURES"},

@@ -148,7 +148,11 @@ struct Config {
   std::string access_log;        // a file to append one line per response to; empty: off
   bool access_log_json = false;  // --access-log-format=json (else combined)
   uint32_t access_log_buffer_bytes = 1 << 20;  // per shard: lines waiting for the writer
-  bool has_admin_listen = false;               // --admin-listen: /metrics, /healthz, ...
+  // Why responses were errors (--error-log): a file, or empty for stderr; off: none.
+  std::string error_log;
+  bool error_log_off = false;
+  uint8_t error_log_level = 0;    // ErrorLevel (access_log.h): 0 error, 1 warn, 2 info
+  bool has_admin_listen = false;  // --admin-listen: /metrics, /healthz, ...
   ListenAddress admin_listen;
 
   // What the caches in front read (docs/OPERATIONS.md): --cache-control, --default-cache-control,

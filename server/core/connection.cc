@@ -114,6 +114,13 @@ void ConnectionMachine::OnRecv(io::Completion* c) {
       if (!plain.empty()) return self->RespondError(conn, http::kPlainHttpToHttps, plain);
     }
     ++self->stats_.recv_errors;
+    if (result == -EPROTO) {  // the TLS loop's word for bad input
+      const bool handshaken = !self->loop_->Transport(conn->fd).protocol.empty();
+      self->LogConnectionError(conn, ErrorLevel::kInfo,
+                               handshaken ? "bad TLS record" : "TLS handshake failed", 0);
+    } else {
+      self->LogConnectionError(conn, ErrorLevel::kInfo, "recv() failed", static_cast<int>(-result));
+    }
     return self->Abort(conn);  // a reset or other socket error
   }
   // Closing already (Abort cancelled this receive, and it ended with the cancellation, or with the
@@ -294,7 +301,7 @@ bool ConnectionMachine::Plan(Connection* conn, const http::Request& req, size_t 
   if (ex->lookups == 0) BeginExchange(ex, {}, &req);  // a new request
   conn->client_keep_alive = req.keep_alive;
   ex->input_follows = conn->in_len > head_bytes && conn->in_len - head_bytes > req.content_length;
-  if (!PlanExchange(ex, req, conn->https_redirect)) {
+  if (!PlanExchange(conn, ex, req)) {
     SetState(conn, ConnState::kWaitingFile);
     send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
     return true;
@@ -310,7 +317,8 @@ bool ConnectionMachine::Plan(Connection* conn, const http::Request& req, size_t 
   return false;
 }
 
-bool ConnectionMachine::PlanExchange(Exchange* ex, const http::Request& req, bool https_redirect) {
+bool ConnectionMachine::PlanExchange(Connection* conn, Exchange* ex, const http::Request& req) {
+  const bool https_redirect = conn->https_redirect;
   if (ex->lookups == 0) ex->plan_since = files_->validations();
   ex->head_request = req.method == http::Method::kHead;
   RequestLookup::MadeListing made;
@@ -346,6 +354,11 @@ bool ConnectionMachine::PlanExchange(Exchange* ex, const http::Request& req, boo
     RINGD_ASSERT_MSG(ex->file != nullptr, "planned file not in the cache");
   }
   ex->lookups = 0;
+  // The level test first: with the error log filtering the status out, this is all it costs.
+  if (error_log_ != nullptr && ex->plan.status >= 400 &&
+      error_log_->Wants(ErrorLevelOf(ex->plan.status))) {
+    LogPlanError(conn, ex, req);
+  }
   return true;
 }
 

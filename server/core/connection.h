@@ -212,12 +212,13 @@ struct ConnectionParts {
   // their publisher.
   const std::atomic<const http::OriginHeaders*>* origin_word = nullptr;
   const http::MimeTypes* mime = nullptr;
-  uint32_t capacity = 0;          // connection slots: --max-connections and the reserve
-  std::string https_port_suffix;  // for the redirects of --redirect-https listeners
-  uint64_t boundary_seed = 0;     // the multipart boundary's random part (0: from getrandom)
-  AccessLogShard* log = nullptr;  // the shard's side of the access log; null: off
-  bool timing = false;            // time requests (the log, the duration histogram)
-  ShardStats* stats = nullptr;    // the shard's counters; the machine counts into them
+  uint32_t capacity = 0;               // connection slots: --max-connections and the reserve
+  std::string https_port_suffix;       // for the redirects of --redirect-https listeners
+  uint64_t boundary_seed = 0;          // the multipart boundary's random part (0: from getrandom)
+  AccessLogShard* log = nullptr;       // the shard's side of the access log; null: off
+  ErrorLogShard* error_log = nullptr;  // the shard's side of the error log; null: off
+  bool timing = false;                 // time requests (the log, the duration histogram)
+  ShardStats* stats = nullptr;         // the shard's counters; the machine counts into them
   ConnectionHost* host = nullptr;
 };
 
@@ -337,7 +338,17 @@ class ConnectionMachine {
   // Shared by both protocols: plans `ex` for `req`; false while it waits for a file lookup
   // (its waiter fetched), true once the plan is ready (its file pinned). The response head, or
   // a 500 if it does not fit its buffer; returns the head's length.
-  bool PlanExchange(Exchange* ex, const http::Request& req, bool https_redirect);
+  bool PlanExchange(Connection* conn, Exchange* ex, const http::Request& req);
+  // A planned error's line in the error log (connection_observe.cc); called only when the log
+  // wants the status's level.
+  void LogPlanError(Connection* conn, const Exchange* ex, const http::Request& req);
+  // A connection's error (a failed send or receive, a TLS handshake that failed, a truncated
+  // file) in the error log, if it is on and wants `level`. `path`: the file's, or empty.
+  void LogConnectionError(Connection* conn, ErrorLevel level, const char* cause, int error,
+                          std::string_view path = {});
+  // The client's address written into `out` (nginx's $remote_addr, or "-"): the one taken at
+  // accept when there is one, else asked of the socket now.
+  std::string_view ClientOf(const Connection* conn, char (&out)[INET6_ADDRSTRLEN]) const;
   size_t WriteHead(Exchange* ex);
   // Stops what the exchange's planning waits for: a file lookup, or a listing not yet made
   // (its wake-up never runs). A listing whose body the response sends stays until the response
@@ -392,6 +403,7 @@ class ConnectionMachine {
   ConnectionHost* host_;
   ShardStats& stats_;
   AccessLogShard* log_;
+  ErrorLogShard* error_log_;
   bool timing_;
 
   std::unique_ptr<mem::SlabPool<Connection>> conns_;
@@ -406,7 +418,8 @@ class ConnectionMachine {
   // Send batches (h2_session.h) of connections that went idle, for the next to send.
   static constexpr size_t kH2SpareBatches = 16;
   std::vector<H2Batch*> h2_spare_batches_;
-  // With the access log only: each connection slot's client (conns_->IndexOf), taken at accept.
+  // With the access log or the error log at info only: each connection slot's client
+  // (conns_->IndexOf), taken at accept.
   std::unique_ptr<PeerAddress[]> peers_;
   std::unique_ptr<FileCache> files_;
   std::unique_ptr<DirLister> lister_;  // with --autoindex only

@@ -28,6 +28,7 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
       host_(parts.host),
       stats_(*parts.stats),
       log_(parts.log),
+      error_log_(parts.error_log),
       timing_(parts.timing),
       https_port_suffix_(std::move(parts.https_port_suffix)),
       header_timers_(config_.header_timeout_ms),
@@ -45,7 +46,11 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
     h2_exchanges_ = std::make_unique<mem::SlabPool<Exchange>>(parts.capacity);
     MakeH2Callbacks();
   }
-  if (log_ != nullptr) peers_ = std::make_unique<PeerAddress[]>(parts.capacity);
+  // The error log at level error writes few lines, each while its socket is open: it asks for
+  // the peer then (ClientOf) rather than cost every connection a getpeername.
+  const bool peer_at_accept =
+      log_ != nullptr || (error_log_ != nullptr && error_log_->Wants(ErrorLevel::kInfo));
+  if (peer_at_accept) peers_ = std::make_unique<PeerAddress[]>(parts.capacity);
   FileCacheOptions fo;
   fo.max_entries = config_.open_file_cache_entries;
   fo.valid_ms = config_.open_file_cache_valid_ms;

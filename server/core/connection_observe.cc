@@ -35,12 +35,41 @@ std::string_view RequestLine(const http::Request& req) {
   return std::string_view(begin, static_cast<size_t>(p - begin));
 }
 
+// HTTP/2 has no request line: nginx logs "$method $path HTTP/2.0". Made in `line`, cut to its
+// size.
+std::string_view H2RequestLine(const http::Request& req,
+                               char (&line)[RequestCapture::kRequestMax]) {
+  size_t n = 0;
+  for (std::string_view part :
+       {req.method_text, std::string_view(" "), req.target, std::string_view(" HTTP/2.0")}) {
+    const size_t take = std::min(part.size(), sizeof line - n);
+    std::memcpy(line + n, part.data(), take);
+    n += take;
+  }
+  return std::string_view(line, n);
+}
+
 }  // namespace
+
+std::string_view ConnectionMachine::ClientOf(const Connection* conn,
+                                             char (&out)[INET6_ADDRSTRLEN]) const {
+  if (peers_ != nullptr) {
+    return std::string_view(out, peers_[conns_->IndexOf(conn)].Format(out, sizeof out));
+  }
+  PeerAddress peer;  // unknown ("-") on a direct descriptor, or a socket already reset
+  sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (conn->fd < io::kDirectHandle &&
+      ::getpeername(conn->fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+    peer.Set(ss);
+  }
+  return std::string_view(out, peer.Format(out, sizeof out));
+}
 
 // The client's address, for the access log: kept beside the connection (in peers_, by slot)
 // rather than in it, so that without the log no connection carries one.
 void ConnectionMachine::NotePeer(Connection* conn) {
-  if (log_ == nullptr) return;
+  if (peers_ == nullptr) return;
   PeerAddress& peer = peers_[conns_->IndexOf(conn)];
   peer = PeerAddress{};  // unknown until found: the slot's last connection was another client
   // A direct descriptor (the bypass tier) has no process fd to ask: its peer stays unknown ("-").
@@ -50,6 +79,39 @@ void ConnectionMachine::NotePeer(Connection* conn) {
   if (::getpeername(conn->fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) peer.Set(ss);
 }
 
+// The plan's reason is the cause; a lookup that decided it adds its path and errno. Runs right
+// after planning, while the request and the planner's scratch (failed_path) are still valid.
+void ConnectionMachine::LogPlanError(Connection* conn, const Exchange* ex,
+                                     const http::Request& req) {
+  const http::ResponsePlan& plan = ex->plan;
+  ErrorEvent e;
+  e.level = ErrorLevelOf(plan.status);
+  e.cause = plan.reason;
+  e.status = plan.status;
+  e.path = plan.failed_path;
+  e.error = plan.failed_error;
+  char addr[INET6_ADDRSTRLEN];
+  e.client = ClientOf(conn, addr);
+  char line[RequestCapture::kRequestMax];
+  e.request = ex->stream_id != 0 ? H2RequestLine(req, line) : RequestLine(req);
+  error_log_->Write(e, date_sec_);
+}
+
+void ConnectionMachine::LogConnectionError(Connection* conn, ErrorLevel level, const char* cause,
+                                           int error, std::string_view path) {
+  if (error_log_ == nullptr || !error_log_->Wants(level)) return;
+  ErrorEvent e;
+  e.level = level;
+  e.cause = cause;
+  e.error = error;
+  e.path = path;
+  char addr[INET6_ADDRSTRLEN];
+  e.client = ClientOf(conn, addr);
+  // The request under way, when the access log keeps its line (the receive buffer is gone).
+  if (conn->ex != nullptr && conn->ex->logged) e.request = conn->ex->capture.request();
+  error_log_->Write(e, date_sec_);
+}
+
 void ConnectionMachine::BeginExchange(Exchange* ex, std::string_view raw,
                                       const http::Request* req) {
   ex->started_ns = timing_ ? MonotonicNs() : 0;
@@ -57,17 +119,8 @@ void ConnectionMachine::BeginExchange(Exchange* ex, std::string_view raw,
   ex->logged = log_ != nullptr;
   if (log_ == nullptr) return;
   if (req != nullptr && ex->stream_id != 0) {
-    // HTTP/2 has no request line: nginx logs "$method $path HTTP/2.0".
     char line[RequestCapture::kRequestMax];
-    const size_t method = std::min(req->method_text.size(), sizeof line);
-    std::memcpy(line, req->method_text.data(), method);
-    size_t n = method;
-    for (std::string_view part : {std::string_view(" "), req->target, std::string_view(" HTTP/2.0")}) {
-      const size_t take = std::min(part.size(), sizeof line - n);
-      std::memcpy(line + n, part.data(), take);
-      n += take;
-    }
-    ex->capture.Set(std::string_view(line, n), req->Find("Referer"), req->Find("User-Agent"));
+    ex->capture.Set(H2RequestLine(*req, line), req->Find("Referer"), req->Find("User-Agent"));
   } else if (req != nullptr) {
     ex->capture.Set(RequestLine(*req), req->Find("Referer"), req->Find("User-Agent"));
   } else {

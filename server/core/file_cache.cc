@@ -19,6 +19,7 @@ absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s
 
 http::FileMeta MetaFromError(int64_t err) {
   http::FileMeta m;
+  m.error = static_cast<int>(-err);
   switch (-err) {
     case EACCES:
     case EPERM:
@@ -74,7 +75,7 @@ MissingPaths::Slot* MissingPaths::Match(uint64_t h1, uint64_t h2) const {
   return nullptr;
 }
 
-void MissingPaths::Note(std::string_view path, int64_t expires_ms, uint64_t validation) {
+void MissingPaths::Note(std::string_view path, int64_t expires_ms, uint64_t validation, int error) {
   const auto [h1, h2] = PathHashes(path);
   Slot* pick = Match(h1, h2);
   if (pick == nullptr) {  // the window's first empty slot, else the one that expires first
@@ -92,6 +93,7 @@ void MissingPaths::Note(std::string_view path, int64_t expires_ms, uint64_t vali
   }
   pick->expires_ms = expires_ms;
   pick->validation = validation;
+  pick->error = static_cast<uint64_t>(error) & 0xffff;
   pick->revalidating = 0;
 }
 
@@ -99,7 +101,7 @@ std::optional<MissingPaths::Known> MissingPaths::Find(std::string_view path) con
   const auto [h1, h2] = PathHashes(path);
   const Slot* s = Match(h1, h2);
   if (s == nullptr) return std::nullopt;
-  return Known{s->expires_ms, s->validation, s->revalidating != 0};
+  return Known{s->expires_ms, s->validation, s->revalidating != 0, static_cast<int>(s->error)};
 }
 
 void MissingPaths::ForgetAll() {
@@ -171,7 +173,9 @@ std::optional<http::FileMeta> FileCache::LookupSince(std::string_view path, uint
     if (std::optional<MissingPaths::Known> k = missing_.Find(path)) {
       if (k->expires_ms > now_ms_ || k->validation > since || RevalidateMissing(path, *k)) {
         ++stats_.hits;
-        return http::FileMeta{};  // kMissing
+        http::FileMeta m;  // kMissing
+        m.error = k->error;
+        return m;
       }
     }
     ++stats_.misses;
@@ -448,7 +452,7 @@ void FileCache::Ready(CacheEntry* e) {
     // A missing path is remembered in MissingPaths, not in an entry; anything else it is now
     // says it is no longer missing.
     if (e->meta.kind == http::FileMeta::Kind::kMissing) {
-      missing_.Note(e->path, e->expires_ms, e->validation);
+      missing_.Note(e->path, e->expires_ms, e->validation, e->meta.error);
       stats_.missing_known = missing_.known();
       return Retire(e);
     }

@@ -105,13 +105,14 @@ class MissingPaths {
     int64_t expires_ms;
     uint64_t validation;
     bool revalidating;  // an open of the path runs beside the requests it answers
+    int error;          // the open's errno (ENOENT, ELOOP, EXDEV, ...), for the error log
   };
   explicit MissingPaths(uint32_t capacity);  // slots: the power of two at or above it
   ~MissingPaths();
   MissingPaths(const MissingPaths&) = delete;
   MissingPaths& operator=(const MissingPaths&) = delete;
 
-  void Note(std::string_view path, int64_t expires_ms, uint64_t validation);
+  void Note(std::string_view path, int64_t expires_ms, uint64_t validation, int error);
   std::optional<Known> Find(std::string_view path) const;
   void MarkRevalidating(std::string_view path, bool on);
   void Forget(std::string_view path);
@@ -122,7 +123,8 @@ class MissingPaths {
   struct Slot {
     uint64_t h1, h2;  // both 0: empty
     int64_t expires_ms;
-    uint64_t validation : 63;
+    uint64_t validation : 47;  // a count of validations: 2^47 outlasts any process
+    uint64_t error : 16;       // errno values are below 4096
     uint64_t revalidating : 1;
   };
   Slot* Match(uint64_t h1, uint64_t h2) const;

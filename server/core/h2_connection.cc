@@ -397,6 +397,7 @@ void ConnectionMachine::OnH2Read(io::Completion* c) {
   if (b->read_failed) {
     // The file is shorter than planned (truncated): a frame already framed cannot be kept.
     ++self->stats_.truncated;
+    self->LogConnectionError(conn, ErrorLevel::kError, "file was truncated", 0);
     return self->Abort(conn);
   }
   self->H2Flush(conn);  // the batch is whole: it goes out in its turn
@@ -430,6 +431,8 @@ void ConnectionMachine::OnH2Send(io::Completion* c) {
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
   if (c->result < 0) {
     ++self->stats_.send_errors;
+    self->LogConnectionError(conn, ErrorLevel::kInfo, "send() failed",
+                             static_cast<int>(-c->result));
     return self->Abort(conn);
   }
   s->bytes_sent += static_cast<uint64_t>(c->result);
@@ -512,7 +515,7 @@ void ConnectionMachine::H2PlanStream(Connection* conn, Exchange* ex) {
     http::PlanError(refused, true, &ex->plan);
     return H2StartResponse(conn, ex);
   }
-  if (!PlanExchange(ex, req, conn->https_redirect)) {
+  if (!PlanExchange(conn, ex, req)) {
     ex->h2_waiting = true;
     return;
   }

@@ -172,6 +172,7 @@ void Shard::SetupRequestPath() {
   parts.capacity = capacity();
   parts.https_port_suffix = https_port_suffix_;
   parts.log = log_;
+  parts.error_log = error_log_;
   parts.timing = timing_;
   parts.stats = &stats_;
   parts.host = this;

@@ -79,6 +79,7 @@ class Shard final : private ConnectionHost {
   // Observability (connection_observe.cc, shard_observe.cc). Before Setup: the shard's side of the
   // access log (null: off), and whether to time requests (for the log and the duration histogram).
   void SetAccessLog(AccessLogShard* log) { log_ = log; }
+  void SetErrorLog(ErrorLogShard* log) { error_log_ = log; }
   void SetTiming(bool on) { timing_ = on; }
   // Before Setup: where the root moves (DocumentRoot::state_word); without it the shard serves
   // root_fd throughout.
@@ -192,6 +193,7 @@ class Shard final : private ConnectionHost {
   ShardStats stats_;
 
   AccessLogShard* log_ = nullptr;
+  ErrorLogShard* error_log_ = nullptr;
   bool timing_ = false;
   SnapshotSlot snapshot_;
   bool heartbeat_on_ = false;

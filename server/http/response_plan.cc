@@ -282,9 +282,19 @@ PlanStep PlanListing(const Request& req, const PlannerConfig& config, FileMetaSo
   return PlanStep{};
 }
 
+// An error answered because of what the lookup of `path` found: the error log says which path
+// and why.
+PlanStep FailedLookup(PlanStep step, const FileMeta& found, std::string_view path,
+                      ResponsePlan* out) {
+  out->failed_path = path;
+  out->failed_error = found.error;
+  return step;
+}
+
 // The file resolution ended at: a regular file is selected (*meta, and nothing returned), else
 // its error (`missing` is the reason for a 404).
-std::optional<PlanStep> SelectedFile(const FileMeta& found, const char* missing, const Request& req,
+std::optional<PlanStep> SelectedFile(const FileMeta& found, std::string_view path,
+                                     const char* missing, const Request& req,
                                      const PlannerConfig& config, FileMetaSource& source,
                                      ResponsePlan* out, FileMeta* meta) {
   switch (found.kind) {
@@ -292,15 +302,17 @@ std::optional<PlanStep> SelectedFile(const FileMeta& found, const char* missing,
       *meta = found;
       return std::nullopt;
     case FileMeta::Kind::kForbidden:
-      return Error(403, "permission denied", req, config, source, out);
+      return FailedLookup(Error(403, "permission denied", req, config, source, out), found, path,
+                          out);
     case FileMeta::Kind::kUnavailable:
-      return Error(503, "file lookup failed for now", req, config, source, out);
+      return FailedLookup(Error(503, "file lookup failed for now", req, config, source, out), found,
+                          path, out);
     case FileMeta::Kind::kDirectory:  // "dir/index.html" (or the fallback) is itself a directory
     case FileMeta::Kind::kMissing:
     case FileMeta::Kind::kOther:
       break;
   }
-  return Error(404, missing, req, config, source, out);
+  return FailedLookup(Error(404, missing, req, config, source, out), found, path, out);
 }
 
 // The regular file the target names: "dir" is a 301 to "dir/", "dir/" is "dir/index.html", and
@@ -335,10 +347,13 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
     *path = config.fallback;  // the configuration's string: lives as long as the process
     found = source.Lookup(*path);
     if (!found) return NeedLookupOfFile(*path, config, scratch);
-    return SelectedFile(*found, "no such file, nor the fallback", req, config, source, out, meta);
+    return SelectedFile(*found, *path, "no such file, nor the fallback", req, config, source, out,
+                        meta);
   }
-  if (found->kind == FileMeta::Kind::kUnavailable)
-    return Error(503, "file lookup failed for now", req, config, source, out);
+  if (found->kind == FileMeta::Kind::kUnavailable) {
+    return FailedLookup(Error(503, "file lookup failed for now", req, config, source, out), *found,
+                        *path, out);
+  }
   if (found->kind == FileMeta::Kind::kForbidden && target.HasTrailingSlash() && !rel.empty()) {
     // A name that cannot be opened, asked as a directory: nginx opens its index beneath it,
     // which a file's name refuses as not a directory (404) and a directory that cannot be
@@ -379,8 +394,9 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
         return PlanListing(req, config, source, rel.empty() ? std::string_view(".") : rel,
                            target.path, out);
       }
-      return Error(403, "directory without an index", req, config, source,
-                   out);  // as nginx without autoindex
+      // As nginx without autoindex.
+      return FailedLookup(Error(403, "directory without an index", req, config, source, out),
+                          *found, *path, out);
     }
   } else {
     if (target.HasTrailingSlash() && found->kind == FileMeta::Kind::kRegular) {
@@ -396,7 +412,7 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
     *meta = *found;
     return std::nullopt;
   }
-  return SelectedFile(*found, "no such file", req, config, source, out, meta);
+  return SelectedFile(*found, *path, "no such file", req, config, source, out, meta);
 }
 
 // Precompressed siblings: file.br and file.gz, when not older than the file (any age when the
@@ -570,7 +586,8 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
   // A missing file with no sibling this client takes: 404, varying on Accept-Encoding when a
   // sibling exists (another client would get it).
   if (selected.kind != FileMeta::Kind::kRegular) {
-    return ErrorAfterSelect(404, "no such file", req, config, source, out);
+    return FailedLookup(ErrorAfterSelect(404, "no such file", req, config, source, out), selected,
+                        path, out);
   }
   SetFileHeaders(req, config, scratch, path, selected, selected_path, out);
   return PlanPreconditionsAndRanges(req, config, source, selected, out);

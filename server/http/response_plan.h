@@ -31,6 +31,7 @@ struct FileMeta {
   uint64_t size = 0;
   int64_t mtime_sec = 0;
   uint64_t inode = 0;
+  int error = 0;  // kMissing, kForbidden, kUnavailable: the open's errno (0: none known)
 };
 
 // A directory's listing (--autoindex), made for one request by the caller, off the planner.
@@ -137,7 +138,11 @@ struct ResponsePlan {
   uint64_t unsatisfied_length = 0;  // 416: Content-Range: bytes */<this>
   std::string_view multipart_boundary;
 
-  const char* reason = "";  // why, for the access log
+  const char* reason = "";  // why, for the access log and the error log
+  // A 403, 404 or 503 decided by a lookup: the path it looked up (relative to the root; views the
+  // PlanScratch or the configuration, as file_path) and the open's errno, for the error log.
+  std::string_view failed_path;
+  int failed_error = 0;
 };
 
 // kNeedListing: the caller lists the directory lookup_path (off the shard: it may block) and

@@ -8,6 +8,13 @@
 #include "server/core/version.h"
 
 namespace ringd {
+namespace {
+
+// Per shard, the error log's lines waiting for its writer: at kLinesPerCause a second per cause
+// they stay few; beyond it they are dropped and counted, as the access log's.
+constexpr size_t kErrorLogRingBytes = 1 << 16;
+
+}  // namespace
 
 Observability::~Observability() { Stop(); }
 
@@ -22,6 +29,19 @@ absl::Status Observability::Open(const Config& config, uint32_t shards) {
     if (!log.ok()) return log.status();
     log_ = *std::move(log);
   }
+  if (!config.error_log_off) {
+    absl::StatusOr<std::unique_ptr<AccessLog>> log = AccessLog::Open(
+        config.error_log, AccessLogFormat::kCombined, shards, kErrorLogRingBytes, "--error-log");
+    if (!log.ok()) return log.status();
+    error_log_ = *std::move(log);
+    error_log_file_ = !config.error_log.empty();
+    static_assert(static_cast<uint8_t>(ErrorLevel::kInfo) == 2);
+    for (uint32_t i = 0; i < shards; ++i) {
+      error_shards_.push_back(std::make_unique<ErrorLogShard>(
+          error_log_->shard(static_cast<int>(i)), static_cast<int>(i),
+          static_cast<ErrorLevel>(config.error_log_level)));
+    }
+  }
   if (config.has_admin_listen) {
     absl::StatusOr<std::unique_ptr<AdminServer>> admin =
         AdminServer::Listen(config.admin_listen, config.takeover);
@@ -33,6 +53,7 @@ absl::Status Observability::Open(const Config& config, uint32_t shards) {
 
 void Observability::Attach(Shard* shard, int index) {
   if (log_ != nullptr) shard->SetAccessLog(log_->shard(index));
+  if (error_log_ != nullptr) shard->SetErrorLog(error_shards_[static_cast<size_t>(index)].get());
   // Requests are timed only when something reads the times.
   shard->SetTiming(log_ != nullptr || admin_ != nullptr);
 }
@@ -43,6 +64,7 @@ void Observability::Start(std::vector<Shard*> shards, const std::string& backend
   backend_ = backend;
   io_reason_ = io_reason;
   if (log_ != nullptr) log_->Start();
+  if (error_log_ != nullptr) error_log_->Start();
   if (admin_ == nullptr) return;
   AdminHandlers h;
   h.metrics = [this] { return FormatPrometheus(Collect(), Info()); };
@@ -96,11 +118,12 @@ void Observability::BeginDrain() {
 }
 
 void Observability::ReopenLog() {
-  if (log_ == nullptr) {
-    std::fprintf(stderr, "ringd: SIGUSR1: no access log to reopen\n");
-    return;
+  if (error_log_ != nullptr) error_log_->Reopen();  // on stderr it has nothing to reopen
+  if (log_ != nullptr) {
+    log_->Reopen();
+  } else if (!error_log_file_) {
+    std::fprintf(stderr, "ringd: SIGUSR1: no log file to reopen\n");
   }
-  log_->Reopen();
 }
 
 void Observability::Tick() {
@@ -113,6 +136,7 @@ void Observability::Tick() {
 void Observability::Stop() {
   if (admin_ != nullptr) admin_->Stop();
   if (log_ != nullptr) log_->Stop();
+  if (error_log_ != nullptr) error_log_->Stop();
   Tick();  // drops since the last report
 }
 

@@ -1,4 +1,5 @@
-// What ringd_main wires together for operators: the access log (--access-log) and the admin
+// What ringd_main wires together for operators: the access log (--access-log), the error log
+// (--error-log) and the admin
 // listener (--admin-listen), their threads, and the signals that concern them. Kept out of
 // ringd_main.cc so that the start-up sequence there stays a list of steps.
 //
@@ -66,6 +67,10 @@ class Observability {
   ProcessInfo Info() const;
 
   std::unique_ptr<AccessLog> log_;
+  // The error log: its writer (the access log's machinery, on its own path) and each shard's side.
+  std::unique_ptr<AccessLog> error_log_;
+  std::vector<std::unique_ptr<ErrorLogShard>> error_shards_;
+  bool error_log_file_ = false;  // --error-log names a file (else stderr, or off)
   std::unique_ptr<AdminServer> admin_;
   std::vector<Shard*> shards_;
   std::string backend_, io_reason_;

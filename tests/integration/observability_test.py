@@ -1,14 +1,17 @@
-"""The access log, the admin listener and what reads them, against the real ringd on one io
-backend: every line in nginx's combined format (GoAccess parses them all), JSON lines, rotation
-under load with SIGUSR1 losing nothing that was not counted, a stuck log that drops and counts
-instead of stalling, /metrics through `promtool check metrics` and a real Prometheus server,
-/healthz and /readyz through a drain, /debug/shards, and one-line start-up errors."""
+"""The access log, the error log, the admin listener and what reads them, against the real ringd
+on one io backend: every line in nginx's combined format (GoAccess parses them all), JSON lines,
+rotation under load with SIGUSR1 losing nothing that was not counted, a stuck log that drops and
+counts instead of stalling, the error log's line for each cause with its rate limit and reopen,
+/metrics through `promtool check metrics` and a real Prometheus server, /healthz and /readyz
+through a drain, /debug/shards, and one-line start-up errors."""
+import http.client
 import json
 import os
 import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
@@ -529,6 +532,123 @@ class ObservabilityTest(BackendTestCase):
         self.assertEqual(out.returncode, 1)
         errors = [l for l in out.stderr.splitlines() if "admin" in l]
         self.assertEqual(errors, ["ringd: --admin-listen: cannot listen on 127.0.0.1:%d: Address already in use" % port])
+
+    # --- the error log ----------------------------------------------------------------------
+
+    def error_causes(self):
+        """Files that make each cause: one only root may read and a directory without an index
+        (make_docroot's `escape` is the symlink leaving the root)."""
+        with open(os.path.join(self.root, "root-only.txt"), "wb") as f:
+            f.write(b"secret")
+        os.chmod(os.path.join(self.root, "root-only.txt"), 0o600)
+        os.mkdir(os.path.join(self.root, "no-index"))
+        os.chmod(os.path.join(self.root, "no-index"), 0o755)
+
+    def error_lines(self, path):
+        with open(path, "rb") as f:
+            return f.read().decode("ascii").splitlines()
+
+    def test_error_log_says_why_each_error_happened(self):
+        if os.geteuid() != 0:
+            self.skipTest("a file only root may read needs root to make; the tests run as uid %d"
+                          % os.geteuid())
+        self.error_causes()
+        path = os.path.join(self.tmp, "error.log")
+        # Served as nobody, so that root's file is refused; opened as root at start-up.
+        server = self.start("--error-log", path, "--error-log-level", "info", "--user", "nobody")
+        for target, status in (("/root-only.txt", 403), ("/no-index/", 403), ("/missing-file", 404),
+                               ("/escape", 404), ("/index.html", 200)):
+            self.assertEqual(request(server, "GET", target).status, status, target)
+        self.assertEqual(server.stop(), 0)  # the writer writes out every queued line
+        lines = self.error_lines(path)
+        self.assertEqual(len(lines), 4, lines)
+        head = r'^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[%s\] shard [01]: '
+        tail = r', client: %s, request: "GET %s HTTP/1.1"$'
+        expected = [
+            ("error", r'"root-only.txt" failed \(13: Permission denied\): permission denied, '
+                      r'status 403', "/root-only.txt"),
+            ("error", r'"no-index/index.html" failed \(2: No such file or directory\): directory '
+                      r'without an index, status 403', "/no-index/"),
+            ("info", r'"missing-file" failed \(2: No such file or directory\): no such file, '
+                     r'status 404', "/missing-file"),
+            # openat2's RESOLVE_BENEATH refuses it on every tier.
+            ("info", r'"escape" failed \(18: Invalid cross-device link, a symlink leaving the '
+                     r'root\): no such file, status 404', "/escape"),
+        ]
+        for level, cause, target in expected:
+            pattern = (head % level) + cause + (tail % (re.escape(REMOTE_ADDR), re.escape(target)))
+            self.assertTrue(any(re.match(pattern, l) for l in lines), "%s\n%s" % (pattern, lines))
+
+    def test_error_log_says_when_a_client_resets_at_info(self):
+        path = os.path.join(self.tmp, "error.log")
+        server = self.start("--error-log", path, "--error-log-level", "info")
+        with server.connect() as s:
+            s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+            self.assertEqual(Reader(s).read_response().status, 200)
+            # An RST rather than a FIN: the server's next receive fails.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        wait_for(lambda: count_lines(path) == 1, "the reset's line")
+        self.assertEqual(server.stop(), 0)
+        line = self.error_lines(path)[0]
+        self.assertRegex(line, r"\[info\] shard [01]: recv\(\) failed \(104: Connection reset by "
+                               r"peer\), client: %s$" % re.escape(REMOTE_ADDR))
+
+    def test_error_log_goes_to_stderr_at_level_error_by_default(self):
+        self.error_causes()
+        server = self.start()
+        self.assertEqual(request(server, "GET", "/missing-file").status, 404)  # info: not written
+        self.assertEqual(request(server, "GET", "/no-index/").status, 403)
+        # At level error the client is asked of the socket when the line is written.
+        wait_for(lambda: server.logged("directory without an index, status 403, client: %s, "
+                                       'request: "GET /no-index/ HTTP/1.1"' % REMOTE_ADDR),
+                 "the 403's line on stderr")
+        self.assertFalse(server.logged("missing-file"), server.log)
+        self.assertEqual(server.stop(), 0)
+
+    def test_error_log_rate_limits_a_burst_and_says_what_it_suppressed(self):
+        path = os.path.join(self.tmp, "error.log")
+        server = self.start("--error-log", path, "--error-log-level", "info")
+        started = time.monotonic()
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        # 999 and then one more on the same connection: ringd closes a connection after 1,000
+        # requests, as nginx's keepalive_requests.
+        for _ in range(999):
+            conn.request("GET", "/not-there")
+            r = conn.getresponse()
+            r.read()
+            self.assertEqual(r.status, 404)
+        seconds = time.monotonic() - started
+        # The cause's next line, in a later second, first says how many were suppressed.
+        time.sleep(1.1)
+        conn.request("GET", "/not-there")
+        conn.getresponse().read()
+        conn.close()
+        self.assertEqual(server.stop(), 0)
+        lines = self.error_lines(path)
+        written = [l for l in lines if '"not-there" failed' in l]
+        suppressed = [int(m.group(1)) for m in
+                      (re.search(r"\[info\] shard [01]: no such file: (\d+) more lines suppressed "
+                                 r"\(at most 10 a second per cause\)$", l) for l in lines) if m]
+        # One connection, one shard: at most 10 lines for each second the burst touched.
+        self.assertLessEqual(len(written), 10 * (int(seconds) + 2) + 1, lines)
+        self.assertGreaterEqual(len(suppressed), 1, lines)
+        self.assertEqual(len(written) + sum(suppressed), 1000, lines)
+
+    def test_error_log_is_reopened_on_sigusr1(self):
+        self.error_causes()
+        path = os.path.join(self.tmp, "error.log")
+        server = self.start("--error-log", path, "--access-log", self.log)
+        self.assertEqual(request(server, "GET", "/no-index/").status, 403)
+        wait_for(lambda: count_lines(path) == 1, "the first line in the error log")
+        os.rename(path, path + ".1")
+        server.proc.send_signal(signal.SIGUSR1)
+        wait_for(lambda: os.path.exists(path), "the error log reopened")
+        self.assertEqual(request(server, "GET", "/no-index/").status, 403)
+        self.assertEqual(server.stop(), 0)
+        self.assertEqual(count_lines(path + ".1"), 1)
+        lines = self.error_lines(path)
+        self.assertEqual(len(lines), 1, lines)
+        self.assertIn("directory without an index, status 403", lines[0])
 
     def test_a_bad_access_log_path_is_one_line_and_a_non_zero_exit(self):
         out = self.run_ringd("--access-log", os.path.join(self.tmp, "no/such/dir/access.log"))

@@ -395,6 +395,27 @@ class TlsTest(BackendTestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_a_failed_handshake_is_a_line_in_the_error_log_at_info(self):
+        p = lambda n: os.path.join(self.pki, n)
+        log = os.path.join(self.pki, "error.log")
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--error-log", log,
+                        "--error-log-level", "info",
+                        "--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"))
+        try:
+            # A handshake record whose ClientHello is garbage.
+            with socket.create_connection(("127.0.0.1", server.tls_port), timeout=10) as s:
+                s.sendall(b"\x16\x03\x01\x00\x08garbage!")
+                s.settimeout(10)
+                while s.recv(4096):
+                    pass
+        finally:
+            self.assertEqual(server.stop(), 0)
+        with open(log) as f:
+            lines = f.read().splitlines()
+        self.assertEqual(len(lines), 1, lines)
+        self.assertRegex(lines[0], r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} \[info\] shard [01]: "
+                                   r"TLS handshake failed, client: \S+$")
+
     def test_handshakes_beyond_the_bound_are_closed_at_accept(self):
         p = lambda n: os.path.join(self.pki, n)
         server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--shards", "1",
