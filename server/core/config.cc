@@ -211,11 +211,12 @@ const std::vector<Flag>& Flags() {
              return true;
            }}),
       Repeatable(Flag{"proxy-from",
-           "CIDR (or an address) whose connections to a ,proxy listener may send the PROXY "
-           "protocol header; repeatable; a connection from elsewhere is closed (default "
+           "CIDR (or an address, or all) whose connections to a ,proxy listener may send the "
+           "PROXY protocol header; repeatable; a connection from elsewhere is closed (default "
            "127.0.0.0/8 and ::1)",
            false,
            [](Config* c, const std::string& v, std::string* error) {
+             if (v == "all") c->proxy_from_all = true;
              return AddCidr(&c->proxy_from, true, v, "--proxy-from", error);
            }}),
       Repeatable(Flag{"allow",

@@ -58,6 +58,7 @@ struct Config {
   // first match deciding, as nginx's allow/deny; empty: everyone), judged on the client's
   // address (the PROXY header's where the listener reads one).
   http::ClientRules proxy_from;
+  bool proxy_from_all = false;  // --proxy-from all: no peer is asked for its address
   http::ClientRules client_rules;
   bool any_proxy_listener() const {
     for (const ListenAddress& a : listen) if (a.proxy) return true;

@@ -367,10 +367,10 @@ void Shard::Accepted(int fd, size_t listener) {
 // Who may connect, judged at accept before any work: on a ",proxy" listener the peer must be a
 // --proxy-from address (the client it names is judged when its header comes), elsewhere the
 // peer is the client, judged by --allow/--deny. False when it closed the connection. Neither
-// set: no system call here.
+// set (or --proxy-from all): no system call here.
 bool Shard::Welcome(int fd, size_t listener) {
   const bool proxy = !proxy_listeners_.empty() && proxy_listeners_[listener] != ProxyHeader::kNone;
-  if (!proxy && config_.client_rules.empty()) return true;
+  if (proxy ? config_.proxy_from_all : config_.client_rules.empty()) return true;
   sockaddr_storage ss;
   socklen_t len = sizeof ss;
   http::ClientAddress peer;
