@@ -62,6 +62,11 @@ ProxyHeader ParseV1(std::string_view bytes) {
     }
     return Status(ProxyStatus::kPartial);
   }
+  // No other CR or LF within the line (as a prefix of it is judged above, the same bytes
+  // whether they come whole or in pieces).
+  if (bytes.substr(0, crlf).find_first_of("\r\n") != std::string_view::npos) {
+    return Status(ProxyStatus::kMalformed);
+  }
   ProxyHeader h;
   h.length = crlf + 2;
   std::string_view line = bytes.substr(kV1Prefix.size(), crlf - kV1Prefix.size());

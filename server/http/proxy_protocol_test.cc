@@ -99,6 +99,8 @@ TEST(ProxyV1, Malformed) {
            "PROXY TCP4 192.0.2.7 198.51.100.1 56324 443\n",
            "PROXY TCP4 192.0.2.7\r198.51.100.1 56324 443\r\n",
            "PROXY \r\n",
+           "PROXY UNKNOWN a\rb\r\n",
+           "PROXY UNKNOWN a\nb\r\n",
        }) {
     EXPECT_EQ(ParseProxyHeader(bad).status, ProxyStatus::kMalformed) << bad;
   }
