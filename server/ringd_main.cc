@@ -307,8 +307,9 @@ int ReportCheck(const Findings& found) {
 void LogIo(const Config& config, const IoSetup& io) {
   std::fprintf(stderr, "ringd: io backend %s\n", io.line.c_str());
   if (!io.tier->can.names_clients && !config.access_log.empty()) {
-    std::fprintf(stderr, "ringd: --io=%s: access log lines name no client address (\"-\")\n",
-                 io.tier->name.c_str());
+    std::fprintf(stderr, "ringd: --io=%s: access log lines name no client address (\"-\")%s\n",
+                 io.tier->name.c_str(),
+                 config.any_proxy_listener() ? " but the one a PROXY protocol header names" : "");
   }
 }
 
