@@ -284,6 +284,52 @@ class AllowDenyTest(DocrootTestCase):
         wait_for(lambda: server.metric("ringd_clients_denied_total") == 2, "2 denied")
 
 
+class AllowDenyTlsTest(DocrootTestCase):
+    """--allow/--deny on TLS listeners: judged at accept on a plain one, at the PROXY header on a
+    ",proxy" one; either way before any handshake."""
+
+    def test_refused_before_the_handshake(self):
+        if BACKEND == "bypass":
+            self.skipTest("bypass refuses --allow/--deny (BypassRefusesTest)")
+        pki = tempfile.mkdtemp(prefix="ringd-proxy-tls-")
+        self.addCleanup(shutil.rmtree, pki, True)
+        make_pki(pki)
+        p = lambda n: os.path.join(pki, n)
+        ctx = ssl.create_default_context(cafile=p("ca.crt"))
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0",
+                        "--listen-tls", "127.0.0.2:0,proxy",
+                        "--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
+                        "--deny", "127.0.0.3", "--deny", "203.0.113.0/24", *ADMIN, listen=None)
+        self.addCleanup(lambda: self.assertEqual(server.stop(), 0))
+        ports = {}
+        for line in server.log:
+            for host, port in re.findall(r"https (127\.0\.0\.[12]):(\d+)", line):
+                ports[host] = int(port)
+
+        def handshake(port, source, header=b"", host="127.0.0.1"):
+            with connect(port, source=source, host=host) as raw:
+                raw.sendall(header)
+                try:
+                    with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                        self.get_ok(s)
+                        return True
+                except (ssl.SSLError, ConnectionResetError, OSError):
+                    return False
+
+        self.assertTrue(handshake(ports["127.0.0.1"], "127.0.0.2"))
+        self.assertFalse(handshake(ports["127.0.0.1"], "127.0.0.3"))
+        self.assertTrue(handshake(ports["127.0.0.2"], "127.0.0.1", v2("198.51.100.3"),
+                                  host="127.0.0.2"))
+        self.assertFalse(handshake(ports["127.0.0.2"], "127.0.0.1", v2("203.0.113.3"),
+                                   host="127.0.0.2"))
+        wait_for(lambda: server.metric("ringd_clients_denied_total") == 2, "2 denied")
+        self.assertEqual(server.metric("ringd_tls_handshakes_total"), 2)
+
+    def get_ok(self, s):
+        s.sendall(GET)
+        self.assertEqual(Reader(s).read_response().status, 200)
+
+
 class BypassRefusesTest(DocrootTestCase):
     """The bypass tier cannot ask a connection's peer: the flags that need it are refused in one
     line (",proxy" is served there with --proxy-from all: ProxyTest), and --io=auto picks a tier
