@@ -266,6 +266,10 @@ struct TransportInfo {
   std::string_view cipher;       // "TLS_AES_128_GCM_SHA256"
   std::string_view server_name;  // the name the client asked for (SNI)
   bool resumed = false;          // the session was resumed (a ticket)
+  // A TLS port's connection that sent plaintext HTTP instead: the start of it. Its receive ended
+  // with -EPROTO; the owner may answer in plaintext (Send on it sends the bytes as they are),
+  // then the connection ends.
+  std::string_view plain_http_request;
   // The client a PROXY protocol header named before TLS ("192.0.2.7"); empty: the socket's peer.
   std::string_view client;
 };

@@ -171,6 +171,9 @@ std::string DescribeProbe(const Config& config, const io::TierTable& tiers,
               : "kernel TLS: unavailable (tcp_available_ulp: " +
                     (ulps.empty() ? std::string("none") : ulps) +
                     "): HTTPS bodies are encrypted in user space\n";
+  text += config.http2 ? "HTTP/2: on (h2 by ALPN on --listen-tls, h2c by its preface on --listen; "
+                         "--http2=false turns it off)\n"
+                       : "HTTP/2: off (--http2=false): HTTP/1.1 alone\n";
   return text;
 }
 

@@ -162,6 +162,10 @@ TEST_F(IoSetupTest, TheProbeTextGivesEachTiersVerdict) {
             "epoll tier: usable (readiness and a worker pool, available everywhere)\n"
             "--io=auto would choose uring: every opcode; not bypass: missing accept direct "
             "(masked)\n");
+  EXPECT_NE(text.find("\nHTTP/2: on (h2 by ALPN"), std::string::npos) << text;
+  Config off = WithIo("auto");
+  off.http2 = false;
+  EXPECT_NE(DescribeProbe(off, tiers_, probe, 0).find("\nHTTP/2: off"), std::string::npos);
 }
 
 // Sizes said at start-up, as nginx warns when worker_connections exceed the open-file limit:

@@ -224,8 +224,9 @@ struct Findings {
 // Every file the flags name, read and checked as start-up uses it: the identity ringd runs as, the
 // certificates, keys and OCSP responses, the io tier against the probe, --root (opened, and
 // searchable by the user ringd serves as where that is this process), --mime-types, the
-// --error-page files, the --access-log's file or directory, and sizes this machine cannot give.
-// Nothing is bound and no shard is made: start-up goes on from here, and `ringd -t` stops here.
+// --error-page and --fallback files, the --access-log's file or directory, and sizes this machine
+// cannot give. Nothing is bound and no shard is made: start-up goes on from here, and `ringd -t`
+// stops here.
 Findings Prepare(const Config& config, Prepared* out) {
   Findings found;
   auto problem = [&found](int exit_status, std::string line) {
@@ -269,6 +270,13 @@ Findings Prepare(const Config& config, Prepared* out) {
       found.warnings.push_back("--error-page " + std::to_string(status) + "=/" + page +
                                ": cannot read '" + config.root + "/" + page +
                                "': " + strerror(errno) + "; the built-in page is served instead");
+    }
+    // A fallback that cannot be read is a 404 for every path that names nothing.
+    if (!config.fallback.empty() &&
+        ::faccessat(out->root_fd, config.fallback.c_str(), R_OK, AT_EACCESS) != 0) {
+      found.warnings.push_back("--fallback /" + config.fallback + ": cannot read '" + config.root +
+                               "/" + config.fallback + "': " + strerror(errno) +
+                               "; a path that names nothing is answered 404 instead");
     }
   }
   if (!config.access_log.empty()) {
@@ -526,8 +534,8 @@ std::vector<std::thread> StartShards(const Config& config, int root_fd,
   return threads;
 }
 
-// "serving ROOT on ADDRESSES with N shards, PROTOCOLS (ringd VERSION, commit C)"; closes the inherited
-// sockets, which the shards hold duplicates of.
+// "serving ROOT on ADDRESSES with N shards, PROTOCOLS (ringd VERSION, commit C)"; closes the
+// inherited sockets, which the shards hold duplicates of.
 std::string ServingLine(const Config& config, const Inherited& inherited, uint32_t shards) {
   std::string where;
   auto add = [&where](const char* kind, const std::string& address) {
@@ -581,10 +589,19 @@ std::string ServingLine(const Config& config, const Inherited& inherited, uint32
 int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observability& observability,
                 const std::vector<std::unique_ptr<Shard>>& shard_list, Tls* tls,
                 RootWatch* root_watch) {
+  using Clock = std::chrono::steady_clock;
   const int64_t watchdog_ms = static_cast<int64_t>(notifier.watchdog_interval_ms());
-  const int64_t tick_ms = watchdog_ms > 0 && watchdog_ms < 1000 ? watchdog_ms : 1000;
+  const auto tick = std::chrono::milliseconds(
+      watchdog_ms > 0 && watchdog_ms < 1000 ? watchdog_ms : 1000);
+  // The ticks keep their times whatever arrives between them: a wait cut short by a signal
+  // waits out the rest of the tick, so that a stream of SIGHUP or SIGUSR1 delays no tick and no
+  // watchdog ping.
+  Clock::time_point next_tick = Clock::now() + tick;
   for (;;) {
-    const timespec wait{tick_ms / 1000, (tick_ms % 1000) * 1000000};
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::max(next_tick - Clock::now(), Clock::duration::zero()));
+    const timespec wait{static_cast<time_t>(left.count() / 1000000000),
+                        static_cast<long>(left.count() % 1000000000)};
     const int sig = sigtimedwait(&signals, nullptr, &wait);
     if (sig == SIGINT || sig == SIGTERM || sig == SIGQUIT) return sig;
     if (sig == SIGUSR2) {
@@ -592,18 +609,18 @@ int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observabilit
       std::fprintf(stderr,
                    "ringd: SIGUSR2 ignored (a new binary takes over with --takeover or the "
                    "socket unit: docs/OPERATIONS.md)\n");
-      continue;
-    }
-    if (sig == SIGUSR1) {
+    } else if (sig == SIGUSR1) {
       observability.ReopenLog();
-      continue;
-    }
-    if (sig == SIGHUP) {
+    } else if (sig == SIGHUP) {
       ReloadTls(tls);
       root_watch->CheckNow();
-      continue;
     }
-    observability.Tick();  // a tick passed (or EINTR)
+    const Clock::time_point now = Clock::now();
+    if (now < next_tick) continue;  // a signal (or EINTR) before the tick
+    // The next tick one period on; one period from now after a stall (a slow SIGHUP reload).
+    next_tick += tick;
+    if (next_tick <= now) next_tick = now + tick;
+    observability.Tick();
     if (watchdog_ms == 0) continue;
     bool all_turned = true;
     for (auto& s : shard_list) all_turned = all_turned && s->heartbeat().Answered();
@@ -618,11 +635,15 @@ int WaitForStop(const sigset_t& signals, ServiceNotifier& notifier, Observabilit
 }
 
 // After SIGINT, SIGTERM or SIGQUIT: the shards finish what is in flight and stop; the process says
-// so.
-void Drain(const Config& config, int sig, const std::vector<std::unique_ptr<Shard>>& shard_list,
-           std::vector<std::thread>* threads, Observability* observability,
-           ServiceNotifier* notifier) {
-  for (auto& s : shard_list) s->RequestStop();
+// so. SIGTERM and SIGINT give the responses under way --shutdown-timeout-ms; SIGQUIT lets each
+// run as long as it keeps moving (nginx's graceful QUIT), until a SIGTERM or SIGINT bounds it.
+void Drain(const Config& config, int sig, const sigset_t& signals,
+           const std::vector<std::unique_ptr<Shard>>& shard_list, std::vector<std::thread>* threads,
+           Observability* observability, ServiceNotifier* notifier) {
+  bool while_moving = sig == SIGQUIT;
+  for (auto& s : shard_list) {
+    s->RequestStop(while_moving ? Shard::StopBound::kWhileMoving : Shard::StopBound::kTimeout);
+  }
   // Each shard begins its drain at its next turn; the process says it drains (/readyz 503,
   // /debug/shards) once they all have, so that nothing is served after the flag says otherwise
   // (a shard that does not get there within a second is not waited for).
@@ -634,25 +655,67 @@ void Drain(const Config& config, int sig, const std::vector<std::unique_ptr<Shar
   }
   observability->BeginDrain();  // /readyz answers 503 from here on
   notifier->Stopping("draining");
-  std::fprintf(stderr, "ringd: %s: finishing responses in flight (up to %u ms)\n",
-               sig == SIGINT    ? "SIGINT"
-               : sig == SIGQUIT ? "SIGQUIT"
-                                : "SIGTERM",
-               config.shutdown_timeout_ms);
+  if (while_moving) {
+    std::fprintf(stderr,
+                 "ringd: SIGQUIT: finishing responses in flight, each as long as it keeps moving "
+                 "(one that moves nothing for --send-timeout-ms %u ends; SIGTERM sets a bound of "
+                 "--shutdown-timeout-ms %u)\n",
+                 config.send_timeout_ms, config.shutdown_timeout_ms);
+  } else {
+    std::fprintf(stderr, "ringd: %s: finishing responses in flight (up to %u ms)\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", config.shutdown_timeout_ms);
+  }
+  // Signals still come while the shards finish: SIGTERM or SIGINT bounds a SIGQUIT drain,
+  // SIGUSR1 reopens the log (a drain may outlast a rotation); the others wait for no one.
+  for (;;) {
+    bool stopped = true;
+    for (auto& s : shard_list) stopped = stopped && s->snapshot_slot().closed();
+    if (stopped) break;
+    const timespec wait{0, 100 * 1000 * 1000};
+    const int more = sigtimedwait(&signals, nullptr, &wait);
+    if (more == SIGUSR1) observability->ReopenLog();
+    if (while_moving && (more == SIGTERM || more == SIGINT)) {
+      while_moving = false;
+      std::fprintf(stderr, "ringd: %s: responses still in flight end within %u ms\n",
+                   more == SIGINT ? "SIGINT" : "SIGTERM", config.shutdown_timeout_ms);
+      for (auto& s : shard_list) s->RequestStop(Shard::StopBound::kTimeout);
+    }
+  }
   for (auto& t : *threads) t.join();
   observability->Stop();  // the admin listener, then the log's last lines
   // Requests as ringd_requests_total counts them: every response, 400s to unparseable input too.
-  uint64_t accepted = 0, responses = 0;
+  uint64_t accepted = 0, responses = 0, cut = 0;
   for (auto& s : shard_list) {
     accepted += s->Stats().accepted;
     responses += s->Responses();
+    cut += s->Stats().cut_at_drain_deadline;
   }
-  std::fprintf(stderr, "ringd: stopped after %llu connections, %llu requests\n",
+  std::string cut_text;
+  if (cut > 0) {
+    cut_text = "; " + std::to_string(cut) + (cut == 1 ? " response" : " responses") +
+               " still sending cut at --shutdown-timeout-ms";
+  }
+  std::fprintf(stderr, "ringd: stopped after %llu connections, %llu requests%s\n",
                static_cast<unsigned long long>(accepted),
-               static_cast<unsigned long long>(responses));
+               static_cast<unsigned long long>(responses), cut_text.c_str());
 }
 
 int Main(int argc, char** argv) {
+  // Signals are handled by the main thread alone, with sigwait (WaitForStop), and blocked first
+  // thing: one that arrives while ringd starts (reading certificates, binding, starting shards)
+  // waits until ringd serves, where the default action would kill it (SIGHUP, SIGUSR1, SIGUSR2)
+  // or dump its core (SIGQUIT). Every thread started later inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGQUIT);  // nginx's graceful stop: transfers still moving finish
+  sigaddset(&signals, SIGUSR2);  // ignored, with a line (nginx's binary upgrade)
+  sigaddset(&signals, SIGUSR1);  // reopen the access log
+  sigaddset(&signals, SIGHUP);   // reload the TLS certificates and keys
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
   Config config;
   bool exit_now = false;
   if (absl::Status s = ParseFlags(argc, argv, &config, &exit_now); !s.ok()) {
@@ -664,6 +727,8 @@ int Main(int argc, char** argv) {
     Die(2, s);
   }
   if (exit_now) return 0;
+  // A check (-t) or a probe serves nothing: a signal stops it as it stops any command.
+  if (config.probe_only || config.check_config) pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
   if (config.probe_only) return Probe(config);
   Prepared prepared;
   const Findings found = Prepare(config, &prepared);
@@ -675,18 +740,6 @@ int Main(int argc, char** argv) {
   DocumentRoot document_root(config.root, root_fd);  // followed when --root is renamed over
   const http::MimeTypes& mime = prepared.mime;
   const uint32_t shards = prepared.shards;
-
-  // Signals are handled by this thread alone, with sigwait; shard threads inherit the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGQUIT);  // nginx's graceful stop: the same here
-  sigaddset(&signals, SIGUSR2);  // ignored, with a line (nginx's binary upgrade)
-  sigaddset(&signals, SIGUSR1);  // reopen the access log
-  sigaddset(&signals, SIGHUP);   // reload the TLS certificates and keys
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
 
   const Inherited inherited = CheckListenAddresses(config, shards);
   Observability observability;  // the access log and the admin listener (before the shards)
@@ -732,7 +785,7 @@ int Main(int argc, char** argv) {
     }
   });
   const int sig = WaitForStop(signals, notifier, observability, shard_list, &tls, &root_watch);
-  Drain(config, sig, shard_list, &threads, &observability, &notifier);
+  Drain(config, sig, signals, shard_list, &threads, &observability, &notifier);
   if (!root_watch.Stop(std::chrono::seconds(1))) {
     // Everything is served and said; only a stat of --root on a server that does not answer
     // is left, and it would hold the exit until the supervisor's stop timeout.

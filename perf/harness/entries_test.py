@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from harness.peers import PEERS, Ctx
 from harness.scenarios import SCENARIOS, Load
+from harness.tls import TlsFiles
 
 
 class ScenarioTest(unittest.TestCase):
@@ -82,6 +83,76 @@ class ScenarioTest(unittest.TestCase):
             self.assertTrue(s.what and s.seed, s.name)
             for k in s.quick:
                 self.assertTrue(hasattr(s.load, k), s.name)
+
+
+class Http2Test(unittest.TestCase):
+    def test_h2load_commands(self):
+        small = SCENARIOS["h2-small"]
+        self.assertTrue(small.http2 and small.tls)
+        self.assertEqual(" ".join(small.load.h2load_command(9, "/d", 4, "0", tls=True)),
+                         "taskset -c 0 h2load -t1 -c100 -m10 -D4000ms --warm-up-time=1000ms --npn-list=h2"
+                         " --tls13-ciphers=TLS_AES_128_GCM_SHA256 --groups=X25519 https://127.0.0.1:9/index.html")
+        # h2c: prior knowledge, which is what h2load does with an http:// URL.
+        self.assertEqual(" ".join(SCENARIOS["h2c-small"].load.h2load_command(9, "/d", 0.3, "0", warm_up_s=0)),
+                         "taskset -c 0 h2load -t1 -c100 -m10 -D300ms --warm-up-time=0ms http://127.0.0.1:9/index.html")
+        self.assertFalse(SCENARIOS["h2c-small"].tls)
+        self.assertFalse(SCENARIOS["small-keepalive"].http2)
+        root = tempfile.mkdtemp()
+        try:
+            os.mkdir(os.path.join(root, "4mb"))
+            for f in ("b.bin", "a.bin"):
+                open(os.path.join(root, "4mb", f), "w").close()
+            cmd = SCENARIOS["h2-large"].load.h2load_command(9, root, 4, "0", tls=True)
+            self.assertIn("-c10", cmd)
+            self.assertIn("-m1", cmd)
+            self.assertEqual(cmd[-2:], ["https://127.0.0.1:9/4mb/a.bin", "https://127.0.0.1:9/4mb/b.bin"])
+        finally:
+            shutil.rmtree(root)
+
+    def test_idle_connections_are_held_by_h2idle_around_h2load(self):
+        s = SCENARIOS["h2-idle"]
+        self.assertTrue(s.fresh_server and s.tls)
+        cmd = s.load.h2load_command(9, "/d", 4, "0", tls=True)
+        self.assertEqual(cmd[:3], ["taskset", "-c", "0"])
+        self.assertTrue(cmd[3].endswith("/perf/harness/h2idle.py"))
+        self.assertEqual(cmd[4:cmd.index("--")], ["--port", "9", "--idle", "2000", "--path", "/index.html", "--tls"])
+        self.assertEqual(cmd[cmd.index("--") + 1:], replace(s.load, idle=0).h2load_command(9, "/d", 4, "0", tls=True))
+        self.assertNotIn("--tls", SCENARIOS["h2c-idle"].load.h2load_command(9, "/d", 4, "0"))
+        self.assertEqual(s.loads(quick=True)[0].idle, 200)
+
+    def test_quick_runs_one_of_them(self):
+        quick = [n for n, s in SCENARIOS.items() if s.http2 and not s.quick_skip and not s.opt_in]
+        self.assertEqual(quick, ["h2-small"])
+        self.assertEqual([n for n, s in SCENARIOS.items() if s.http2],
+                         ["h2-small", "h2c-small", "h2-large", "h2c-large", "h2-idle", "h2c-idle"])
+
+    def test_who_takes_part(self):
+        for name in ("h2-small", "h2c-small", "h2-large", "h2c-large", "h2-idle", "h2c-idle"):
+            s = SCENARIOS[name]
+            for peer in ("ringd-bypass", "ringd-uring", "ringd-epoll", "nginx", "h2o", "lighttpd"):
+                self.assertTrue(PEERS[peer].takes_part(s), (name, peer))
+                self.assertIsNone(PEERS[peer].why_not(s))
+            for peer in ("ceiling", "loopback", "haproxy-tls", "fleet-1"):
+                self.assertFalse(PEERS[peer].takes_part(s), (name, peer))
+                self.assertTrue(PEERS[peer].why_not(s), (name, peer))  # a reason to log, not silence
+        self.assertIsNone(PEERS["ceiling"].why_not(SCENARIOS["small-keepalive"]))
+        self.assertEqual(PEERS["nginx-twin"].why_not(SCENARIOS["h2-small"]), "serves no TLS here")
+
+    def test_nginx_speaks_http2_only_where_asked(self):
+        d = tempfile.mkdtemp()
+        try:
+            def listen(tls, http2):
+                ctx = Ctx({}, "/data", 8080, 1, d, tls, http2)
+                PEERS["nginx"].command(ctx)
+                with open(os.path.join(d, "nginx.conf")) as f:
+                    return [l.strip() for l in f if l.strip().startswith("listen")]
+            tls = TlsFiles("/c.pem", "/k.pem", "/h.pem")
+            self.assertEqual(listen(None, False), ["listen 127.0.0.1:8080 backlog=4096;"])
+            self.assertEqual(listen(None, True), ["listen 127.0.0.1:8080 backlog=4096 http2;"])
+            self.assertEqual(listen(tls, False), ["listen 127.0.0.1:8080 backlog=4096 ssl;"])
+            self.assertEqual(listen(tls, True), ["listen 127.0.0.1:8080 backlog=4096 ssl http2;"])
+        finally:
+            shutil.rmtree(d)
 
 
 class PeerTest(unittest.TestCase):

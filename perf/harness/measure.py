@@ -13,10 +13,12 @@ import socket
 import subprocess
 import threading
 import time
+from dataclasses import replace
 
 from . import procfs
 from .peers import Ctx
-from .result import ParseError, failed, parse_ringd_load, parse_wrk
+from .scenarios import H2LOAD_WARM_UP_S
+from .result import ParseError, failed, parse_h2load, parse_ringd_load, parse_wrk
 
 
 def free_port():
@@ -58,12 +60,13 @@ class Servers:
         self.running = {}
         self.prefix = []  # before taskset: the scenario's hooks may run servers inside cgroups
         self.tls = None   # a TLS scenario's certificate (tls.TlsFiles), for the peers that serve TLS
+        self.http2 = False  # an HTTP/2 scenario: the peers that need a setting for it get it
 
     def start(self, peer, root):
         port = free_port()
         os.makedirs(self.confdir, exist_ok=True)
         tls = self.tls if peer.in_tls == "serves" else None
-        cmd = peer.command(Ctx(self.bins, root, port, self.args.shards, self.confdir, tls))
+        cmd = peer.command(Ctx(self.bins, root, port, self.args.shards, self.confdir, tls, self.http2))
         full = self.prefix + ["taskset", "-c", self.args.server_cpus] + cmd
         with open(os.path.join(self.confdir, "%s.log" % peer.name), "a") as logf:
             proc = subprocess.Popen(full, stdout=logf, stderr=logf, start_new_session=True)
@@ -124,16 +127,25 @@ class RunCtx:
 
 
 def warm_up(ctx, server, scenario, serve_root):
-    """Fills open-file caches and the page cache, unmeasured."""
+    """Fills open-file caches and the page cache, unmeasured (in HTTP/2 with h2load where the
+    scenario is HTTP/2: nginx's h2c port speaks nothing else)."""
     load, _ = scenario.loads(ctx.args.quick)
-    cmd = load.warm().command(ctx.bins["load"], server.port, serve_root, 0.3, ctx.args.client_cpus,
-                              ctx.args.client_threads, tls=server.peer.serves_tls(scenario))
+    tls = server.peer.serves_tls(scenario)
+    if scenario.http2:
+        cmd = replace(load, idle=0).h2load_command(server.port, serve_root, 0.3, ctx.args.client_cpus,
+                                                   ctx.args.client_threads, tls=tls, warm_up_s=0)
+    else:
+        cmd = load.warm().command(ctx.bins["load"], server.port, serve_root, 0.3, ctx.args.client_cpus,
+                                  ctx.args.client_threads, tls=tls)
     subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=60)
 
 
-def _generator(ctx, server, scenario, serve_root, duration):
+def _generator(ctx, server, scenario, serve_root, duration, h2load_warm_up_s=H2LOAD_WARM_UP_S):
     load, _ = scenario.loads(ctx.args.quick)
     tls = server.peer.serves_tls(scenario)
+    if scenario.http2:
+        return "h2load", load.h2load_command(server.port, serve_root, duration, ctx.args.client_cpus,
+                                             ctx.args.client_threads, tls=tls, warm_up_s=h2load_warm_up_s)
     if ctx.args.generator == "wrk" and scenario.wrk:
         return "wrk", load.wrk_command(server.port, serve_root, duration, ctx.args.client_cpus,
                                        ctx.args.client_threads, tls=tls)
@@ -141,8 +153,36 @@ def _generator(ctx, server, scenario, serve_root, duration):
                                       ctx.args.client_cpus, ctx.args.client_threads, tls=tls)
 
 
-def _parse(generator, text):
+def _parse(generator, text, protocol=None):
+    if generator == "h2load":
+        return parse_h2load(text, protocol)
     return parse_wrk(text) if generator == "wrk" else parse_ringd_load(text)
+
+
+def _protocol(server, scenario):
+    """What an HTTP/2 scenario's connections must speak to this server."""
+    return "h2" if server.peer.serves_tls(scenario) else "h2c"
+
+
+# h2load's lines around its main duration (nghttp2 1.52), flushed as they happen: the server's
+# counters are read at each, so that the warm-up's handshakes and requests stay out of them.
+MAIN_STARTS = "Main benchmark duration is started"
+MAIN_ENDS = "Main benchmark duration is over"
+
+
+class _Counters:
+    """What run_one reads about the server (and the client) before and after the measured part."""
+
+    def __init__(self, pids, cores, client_pids=()):
+        self.cpu, self.ctx_switches, self.packets = procfs.cpu_ticks(pids), procfs.ctx_switches(pids), procfs.lo_packets()
+        self.by_name, self.core = procfs.cpu_ticks_by_name(pids), procfs.core_busy_ticks(cores)
+        # The load generator's CPU, where it is read while it runs (h2load's main duration): its
+        # process tree's, h2load being a child of h2idle.py in the h2-idle scenarios. A process of
+        # it already reaped (h2idle.py may reap h2load before its last lines are read here) takes
+        # its ticks along: then there is no figure.
+        self.client_pids = list(client_pids)
+        alive = all(os.path.exists("/proc/%d/stat" % p) for p in self.client_pids)
+        self.client = procfs.cpu_ticks(self.client_pids) if self.client_pids and alive else None
 
 
 def _children_cpu_s():
@@ -166,12 +206,10 @@ def run_one(ctx, server, scenario, serve_root):
                                        tls=server.peer.serves_tls(scenario))
         extra = subprocess.Popen(extra_cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     rss_before, anon_before = procfs.rss_kib(pids), procfs.anon_kib(pids)
-    t0, c0, p0 = procfs.cpu_ticks(pids), procfs.ctx_switches(pids), procfs.lo_packets()
-    by0, client0 = procfs.cpu_ticks_by_name(pids), _children_cpu_s()
     cores = procfs.parse_cpu_list(args.server_cpus)
-    core0 = procfs.core_busy_ticks(cores)
+    before, client0 = _Counters(pids, cores), _children_cpu_s()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    anon_idle, idle_held, out_lines = None, 0, []
+    anon_idle, idle_held, out_lines, after = None, 0, [], None
     # A load generator that does not finish in time is stopped, and the run is recorded as failed
     # rather than stalling the whole harness.
     killer = threading.Timer(args.duration + 90, proc.kill)
@@ -182,21 +220,31 @@ def run_one(ctx, server, scenario, serve_root):
             time.sleep(0.2)
             anon_idle = procfs.anon_kib(server.pids())
             idle_held = int(line.split()[1])
+        elif generator == "h2load" and line.startswith(MAIN_STARTS):
+            before = _Counters(server.pids(), cores, procfs.proc_tree(proc.pid))
+        elif generator == "h2load" and line.startswith(MAIN_ENDS) and before.client_pids:
+            after = _Counters(server.pids(), cores, before.client_pids)
         else:
             out_lines.append(line)
     proc.wait()
     client_s = _children_cpu_s() - client0  # the load generator, reaped just now
     killer.cancel()
     pids = server.pids()
-    t1, c1, p1 = procfs.cpu_ticks(pids), procfs.ctx_switches(pids), procfs.lo_packets()
-    by1 = procfs.cpu_ticks_by_name(pids)
-    core1 = procfs.core_busy_ticks(cores)
+    if after is None:
+        after = _Counters(pids, cores)
+    else:  # the main duration's: the generator's CPU read while it ran, not what it used in all
+        client_s = (after.client - before.client) / procfs.TICKS if after.client is not None else None
+    t0, c0, p0, by0, core0 = before.cpu, before.ctx_switches, before.packets, before.by_name, before.core
+    t1, c1, p1, by1, core1 = after.cpu, after.ctx_switches, after.packets, after.by_name, after.core
     try:
-        result = _parse(generator, "".join(out_lines))
+        result = _parse(generator, "".join(out_lines), _protocol(server, scenario) if scenario.http2 else None)
     except ParseError as e:
         why = "the load generator was stopped after %d s" % (args.duration + 90) if proc.returncode < 0 else (
             "the load generator exited with status %d: %s" % (proc.returncode, e))
         result = failed(why, generator=generator)
+    if generator == "h2load" and server.proc.poll() is not None and not result.failed:
+        # h2load's timing-based runs count no failure for connections a dying server drops.
+        result = failed("the server exited during the run (status %s)" % server.proc.returncode, generator=generator)
     result.command = " ".join(cmd)
     if extra is not None:
         try:
@@ -211,9 +259,11 @@ def run_one(ctx, server, scenario, serve_root):
         result.cold_command = " ".join(extra_cmd)
     requests = max(result.requests, 1)
     result.cpu_s = (t1 - t0) / procfs.TICKS
-    result.cpu_us_per_request = 1e6 * result.cpu_s / requests
-    result.client_cpu_us_per_request = 1e6 * client_s / requests
-    if core0 is not None and core1 is not None:
+    # A failed h2load run has no per-request figure: its CPU over no requests would read as one.
+    per_request = not (result.failed and generator == "h2load")
+    result.cpu_us_per_request = 1e6 * result.cpu_s / requests if per_request else None
+    result.client_cpu_us_per_request = 1e6 * client_s / requests if per_request and client_s is not None else None
+    if core0 is not None and core1 is not None and per_request:
         result.core_us_per_request = 1e6 * (core1 - core0) / procfs.TICKS / requests
     if len(by1) > 1:  # a server made of several programs (the fleet): each one's share
         result.cpu_us_per_request_by = {name: 1e6 * (t - by0.get(name, 0)) / procfs.TICKS / requests
@@ -221,7 +271,7 @@ def run_one(ctx, server, scenario, serve_root):
     # How busy the server's core was: near 100% the server is the limit; well below it, the load
     # generator is, and requests/s says more about the client than the server.
     result.server_cpu_percent = 100 * result.cpu_s / max(result.seconds or args.duration, 1e-9)
-    if scenario.packets:
+    if scenario.packets and per_request:
         if p0 is not None and p1 is not None:
             result.packets_per_request = (p1 - p0) / requests
         result.ctx_switches_per_request = (c1 - c0) / requests
@@ -242,7 +292,8 @@ def count_syscalls(ctx, server, scenario, serve_root):
     """System calls per request, from a separate unmeasured run with `perf stat` attached (tracing
     system calls slows each one a little, so the measured runs go without it)."""
     duration = max(0.3, min(2.0, ctx.args.duration / 2))  # a count needs less time than a rate
-    generator, cmd = _generator(ctx, server, scenario, serve_root, duration)
+    # h2load without its warm-up: perf counts from start to end, handshakes included, as with ringd-load.
+    generator, cmd = _generator(ctx, server, scenario, serve_root, duration, h2load_warm_up_s=0)
     counter = procfs.SyscallCounter()
     counter.start(server.pids())
     time.sleep(0.2)  # perf attaches before the load starts
@@ -252,7 +303,7 @@ def count_syscalls(ctx, server, scenario, serve_root):
         out = ""
     n = counter.stop()
     try:
-        r = _parse(generator, out)
+        r = _parse(generator, out, _protocol(server, scenario) if scenario.http2 else None)
     except ParseError:
         return None
     return n / r.requests if n is not None and r.requests else None

@@ -1,7 +1,9 @@
 """The servers compared: each one entry of PEERS with its command line and config template.
 ringd's io tiers are entries too; adding a peer or a tier is adding an entry. In the TLS scenarios
 (tls-*) every peer that terminates TLS serves HTTPS with the run's certificate (Ctx.tls), and
-ringd-plaintext serves the same load in plaintext: the floor.
+ringd-plaintext serves the same load in plaintext: the floor. In the HTTP/2 scenarios (h2-*, h2c-*)
+every peer serves HTTP/2 (nginx with `http2` on its listen line, Ctx.http2); one that cannot
+says why (Peer.no_http2) and sits them out.
 
     p = PEERS["nginx"]
     cmd = p.command(Ctx(bins, root, port, shards, confdir))   # also writes nginx.conf
@@ -50,6 +52,7 @@ max-connections: 30000
 pid-file: %(dir)s/h2o.pid
 error-log: %(dir)s/h2o-error.log
 http1-request-timeout: 75
+http2-idle-timeout: 75
 listen:
   host: 127.0.0.1
   port: %(port)d%(h2o_tls)s
@@ -79,13 +82,17 @@ mimetype.assign = (".html" => "text/html", ".css" => "text/css", ".js" => "text/
 """
 
 
-def tls_vars(tls):
+def tls_vars(tls, http2=False):
     """The TLS lines of the three peers' templates: each server's defaults (TLS 1.2 and 1.3, its
-    own session tickets) with the run's certificate; empty strings for plaintext."""
+    own session tickets) with the run's certificate; empty strings for plaintext. http2: nginx
+    1.22 speaks HTTP/2 only with `http2` on its listen line (h2 by ALPN beside HTTP/1.1 with
+    `ssl`, h2c with prior knowledge and nothing else without it); h2o and lighttpd speak both
+    by default."""
+    h2 = " http2" if http2 else ""
     if tls is None:
-        return {"nginx_ssl": "", "nginx_tls": "", "h2o_tls": "", "lighttpd_tls": ""}
+        return {"nginx_ssl": h2, "nginx_tls": "", "h2o_tls": "", "lighttpd_tls": ""}
     return {
-        "nginx_ssl": " ssl",
+        "nginx_ssl": " ssl" + h2,
         "nginx_tls": "\n    ssl_certificate %s;\n    ssl_certificate_key %s;\n"
                      "    ssl_protocols TLSv1.2 TLSv1.3;\n    ssl_session_tickets on;" % (tls.cert, tls.key),
         "h2o_tls": "\n  ssl:\n    certificate-file: %s\n    key-file: %s\n    minimum-version: TLSv1.2"
@@ -104,6 +111,7 @@ class Ctx:
     shards: int            # ringd shards = nginx workers = h2o threads = lighttpd workers
     confdir: str           # where generated configs go (the results folder's servers/)
     tls: Optional[object] = None  # tls.TlsFiles: serve HTTPS with this certificate
+    http2: bool = False           # an HTTP/2 scenario (h2 over TLS, else h2c)
 
 
 @dataclass(frozen=True)
@@ -120,6 +128,8 @@ class Peer:
     # In the TLS scenarios: "serves" HTTPS (Ctx.tls set), "plaintext" (the floor: the same load
     # without TLS), or "no" (sits them out: cannot serve files over TLS).
     in_tls: str = "no"
+    # Why it cannot serve the HTTP/2 scenarios (Scenario.http2); None: it serves h2 and h2c.
+    no_http2: Optional[str] = None
 
     def available(self):
         return self.needs is None or shutil.which(self.needs) is not None or \
@@ -132,9 +142,16 @@ class Peer:
 
     def takes_part(self, scenario):
         """Whether this peer runs in `scenario` (a Scenario): its own list, the scenario's, and
-        for a TLS scenario whether it can take part at all."""
-        return self.runs_in(scenario.name) and scenario.takes(self.name) and (
-            not scenario.tls or self.in_tls != "no")
+        whether it can take part at all (why_not)."""
+        return self.runs_in(scenario.name) and scenario.takes(self.name) and self.why_not(scenario) is None
+
+    def why_not(self, scenario):
+        """Why this peer cannot serve `scenario` (its protocol), or None."""
+        if scenario.http2 and self.no_http2:
+            return self.no_http2
+        if scenario.tls and self.in_tls == "no":
+            return "serves no TLS here"
+        return None
 
     def serves_tls(self, scenario):
         """The load generator speaks TLS to this peer in `scenario`."""
@@ -149,7 +166,7 @@ class Peer:
         path = os.path.join(ctx.confdir, self.config_name)
         values = {"name": self.name, "dir": ctx.confdir, "port": ctx.port, "root": ctx.root,
                   "shards": ctx.shards, "workers": "0" if ctx.shards == 1 else ctx.shards}
-        values.update(tls_vars(ctx.tls))
+        values.update(tls_vars(ctx.tls, ctx.http2))
         values.update(self.extra or {})
         # Extra values may name the config folder (an access log beside the config).
         values = {k: v % values if isinstance(v, str) and "%(" in v else v for k, v in values.items()}
@@ -317,8 +334,10 @@ _ENTRIES = [
     Peer("ringd-plaintext", ringd("bypass", "--max-connections", "15000"), scenarios=TLS_SCENARIOS,
          in_tls="plaintext"),
     Peer("ceiling", _ceiling,
-         scenarios=frozenset({"small-keepalive", "small-close", "idle-10k", "latency-at-rate"})),
-    Peer("loopback", _loopback, scenarios=frozenset({"large"})),
+         scenarios=frozenset({"small-keepalive", "small-close", "idle-10k", "latency-at-rate"}),
+         no_http2="answers every connection with one fixed HTTP/1.1 response"),
+    Peer("loopback", _loopback, scenarios=frozenset({"large"}),
+         no_http2="answers every connection with one fixed HTTP/1.1 response"),
 ]
 
 def _fleet(nodes):
@@ -335,9 +354,12 @@ def _fleet(nodes):
 
 
 # The fleet scenario's servers (haproxy is in /usr/sbin, which PATH may lack).
-_ENTRIES += [Peer("fleet-%d" % n, _fleet(n), needs="haproxy", scenarios=frozenset({"fleet"})) for n in (1, 2)]
+_HAPROXY_NO_H2 = "the shipped HAProxy config offers no h2 on its bind (no alpn) and speaks HTTP/1.1 to ringd"
+_ENTRIES += [Peer("fleet-%d" % n, _fleet(n), needs="haproxy", scenarios=frozenset({"fleet"}), no_http2=_HAPROXY_NO_H2)
+             for n in (1, 2)]
 # What users do today for HTTPS: HAProxy terminating TLS (the shipped fleet config, `ssl crt` on
 # its bind) in front of one ringd node serving plaintext, both on the server CPUs.
-_ENTRIES.append(Peer("haproxy-tls", _fleet(1), needs="haproxy", scenarios=TLS_SCENARIOS, in_tls="serves"))
+_ENTRIES.append(Peer("haproxy-tls", _fleet(1), needs="haproxy", scenarios=TLS_SCENARIOS, in_tls="serves",
+                     no_http2=_HAPROXY_NO_H2))
 
 PEERS = {p.name: p for p in _ENTRIES}

@@ -100,10 +100,13 @@ def _table(scenario, per_server, summary, meta=None):
     rounds = {server: by_round(runs, per_server["nginx"], "cpu_us_per_request")
               for server, runs in per_server.items()} if scenario.cpu_column and "nginx" in per_server else {}
     by_rounds = any(rounds.values())
+    # Where CPU per request is the main figure (h2-small), its column is not repeated.
+    cpu_main = metric.key == "cpu_us_per_request"
     cols = ["server", metric.label, "x nginx"] + ["x %s" % p for p in ratio_to] + (
         ["fraction of %s" % scenario.reference] if reference else []) + (
-        [scenario.meta_reference[1]] if meta_value else []) + [
-        "CPU us/request"] + (["CPU x nginx by round"] if by_rounds else []) + ["CPU x %s" % p for p in cpu_ratio_to] + [
+        [scenario.meta_reference[1]] if meta_value else []) + (
+        [] if cpu_main else ["CPU us/request"]) + (["CPU x nginx by round"] if by_rounds else []) + [
+        "CPU x %s" % p for p in cpu_ratio_to] + [
         "server CPU %", "p50 ms", "p99 ms", "errors"]
     lines = ["| " + " | ".join(cols + [c.header for c in extra]) + " |",
              "|" + " --- |" * (len(cols) + len(extra))]
@@ -113,6 +116,9 @@ def _table(scenario, per_server, summary, meta=None):
         shown = "" if r is None else "%.3g" % r + ("" if metric.higher_is_better else " (lower is better)")
         main = "%.1f [%.1f-%.1f]" % (m["median"] * metric.scale, m["min"] * metric.scale,
                                      m["max"] * metric.scale) if m else ""
+        failures = sum(1 for r in per_server[server] if r.failed)
+        if failures:  # a failed run is in the figure as no rate and no latency: said beside it
+            main += "%s(%d of %d runs failed)" % (" " if main else "", failures, len(per_server[server]))
         cpu = s.get("cpu_us_per_request")
         busy = s.get("server_cpu_percent")
         p50, p99 = s.get("p50_us"), s.get("p99_us")
@@ -120,8 +126,8 @@ def _table(scenario, per_server, summary, meta=None):
         ratios = _ratio_cells(s, metric, others, cpu_others)
         of_meta = ["%.2f" % (m["median"] / meta_value) if m else ""] if meta_value else []
         row = [server, main, shown] + ratios[:len(others)] + (
-               ["%.2f" % fraction if fraction is not None else ""] if reference else []) + of_meta + [
-               ("%.2f" % cpu["median"] if cpu else "") if scenario.cpu_column else "-"] + (
+               ["%.2f" % fraction if fraction is not None else ""] if reference else []) + of_meta + ([] if cpu_main else [
+               ("%.2f" % cpu["median"] if cpu else "") if scenario.cpu_column else "-"]) + (
                [_range(rounds.get(server))] if by_rounds else []) + ratios[len(others):] + [
                "%.0f" % busy["median"] if busy else "",
                "%.2f" % (p50["median"] / 1000) if p50 else "", "%.2f" % (p99["median"] / 1000) if p99 else "",
@@ -246,6 +252,7 @@ def check(outdir):
             if "| %s |" % server not in report:
                 problems.append("report.md: no row for %s in %s" % (server, scenario))
         problems += _check_tls(scenario, per_server, raw["meta"])
+        problems += _check_http2(scenario, per_server)
     for chart in CHARTS:
         try:
             xml.dom.minidom.parse(os.path.join(outdir, chart))
@@ -279,6 +286,22 @@ def _check_tls(scenario, per_server, meta):
                 problems.append("%s/%s run %d: no handshake resumed" % (scenario, server, i + 1))
     if s.meta_reference and not meta.get(s.meta_reference[0]):
         problems.append("%s: no %s in the run's meta (openssl speed)" % (scenario, s.meta_reference[0]))
+    return problems
+
+
+def _check_http2(scenario, per_server):
+    """An HTTP/2 scenario measured HTTP/2: every run that did not fail says its connections spoke
+    h2 (TLS) or h2c (plaintext), as parse_h2load checked when it ran."""
+    s = SCENARIOS.get(scenario)
+    if s is None or not s.http2:
+        return []
+    problems = []
+    for server, runs in per_server.items():
+        peer = PEERS.get(server)
+        want = "h2" if peer is None or peer.serves_tls(s) else "h2c"
+        for i, r in enumerate(runs):
+            if not r.get("failed") and r.get("protocol") != want:
+                problems.append("%s/%s run %d: spoke %s, not %s" % (scenario, server, i + 1, r.get("protocol"), want))
     return problems
 
 

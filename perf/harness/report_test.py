@@ -137,6 +137,26 @@ class ReportTest(unittest.TestCase):
             bad["tls_handshakes"], bad["errors"]["tls"] = 0, 100
         self.assertEqual(self._edit_raw(edit), "")
 
+    def test_http2_tables_and_check(self):
+        def edit(raw):
+            res = raw["results"]
+            res["h2-small"] = {k: [dict(r, generator="h2load", protocol="h2") for r in runs]
+                               for k, runs in res["small-keepalive"].items()}
+            res["h2-small"]["nginx"][2]["protocol"] = "http/1.1"  # run 2 failed: not checked
+            res["h2c-large"] = {"nginx": [dict(r, generator="h2load", protocol="h2c") for r in res["large"]["nginx"]]}
+        problems = self._edit_raw(edit)
+        self.assertEqual(problems, "h2-small/nginx run 3: spoke http/1.1, not h2")
+        with open(os.path.join(self.dir, "report.md")) as f:
+            text = f.read()
+        small = text[text.index("## h2-small"):text.index("## h2c-large")]
+        # CPU per request is the main figure (lower is better), shown once, with requests/s beside it.
+        header = next(l for l in small.splitlines() if l.startswith("| server"))
+        self.assertTrue(header.startswith("| server | CPU us/request | x nginx | CPU x nginx by round | server CPU % |"),
+                        header)
+        self.assertEqual(header.count("| CPU us/request |"), 1)
+        self.assertIn("| requests/s |", header)
+        self.assertIn("(lower is better)", small)
+
     def test_check_without_raw_json(self):
         os.unlink(os.path.join(self.dir, "raw.json"))
         self.assertTrue(report.check(self.dir)[0].startswith("raw.json"))

@@ -1,7 +1,7 @@
 """One result schema for every measured run: ringd-load's JSON, wrk's text report and a run that
 failed all become a `Result`; raw.json holds them as dicts (`to_dict` / `from_dict`).
 
-    r = parse_ringd_load(stdout)          # or parse_wrk(stdout), or failed("why")
+    r = parse_ringd_load(stdout)          # or parse_wrk(stdout), parse_h2load(stdout, "h2"), or failed("why")
     r.figures()["p99_us"]                 # the figures the report summarizes, None where not known
 
 Latencies are microseconds. p99 means the same for every generator: the latency that 99% of the
@@ -96,6 +96,8 @@ class Result:
     tls_version: Optional[str] = None
     tls_cipher: Optional[str] = None
     tls_group: Optional[str] = None
+    # h2load: the protocol the connections spoke ("h2" by ALPN over TLS, "h2c" in plaintext).
+    protocol: Optional[str] = None
 
     @property
     def non_2xx(self):
@@ -120,6 +122,7 @@ class Result:
             "p99_large_us": large.p99 if large and large.count else None,
             "mean_large_us": large.mean if large and large.count else None,
             "idle_bytes_per_connection": self.idle_bytes_per_connection,
+            "idle_held": self.idle_held or None,
             "cold_bytes_per_s": self.cold.bytes_per_s if self.cold else None,
             "background_rps": self.cold.rps if self.cold else None,
             "syscalls_per_request": self.syscalls_per_request,
@@ -311,3 +314,67 @@ def parse_wrk(text):
     return Result(generator="wrk", requests=requests, seconds=seconds, rps=requests / seconds,
                   bytes=total, bytes_per_s=total / seconds, latency_us=lat, errors=errors,
                   status=status)
+
+
+_H2LOAD_REQUESTS = re.compile(r"^requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed,"
+                              r" (\d+) errored, (\d+) timeout", re.M)
+
+
+def parse_h2load(text, protocol):
+    """h2load's text report (nghttp2 1.52, timing-based: -D with --warm-up-time) as a Result; protocol
+    is what the connections must have spoken ("h2" over TLS, "h2c" in plaintext). A run with any
+    failed, errored or timed-out request, any 4xx or 5xx, no request done or another protocol is a
+    failed Result (no rate, no latency): h2load counts only the requests that succeeded in its rate,
+    so such a run's figures would describe some other load than the one asked for."""
+    text = text or ""
+    m = _H2LOAD_REQUESTS.search(text)
+    if not m:
+        raise ParseError("no 'requests: N total, ...' line in h2load's output")
+    total, _, done, succeeded, failures, errored, timeouts = (int(g) for g in m.groups())
+    codes = re.search(r"^status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", text, re.M)
+    if not codes:
+        raise ParseError("no 'status codes:' line in h2load's output")
+    status = {k: int(v) for k, v in zip(("2xx", "3xx", "4xx", "5xx"), codes.groups()) if int(v)}
+    spoke = re.search(r"^Application protocol: (\S+)", text, re.M)
+    spoke = spoke.group(1) if spoke else None
+    why = []
+    if failures or errored or timeouts:
+        why.append("%d of %d requests failed (%d errored, %d timed out)" % (failures, total, errored, timeouts))
+    bad = status.get("4xx", 0) + status.get("5xx", 0)
+    if bad:
+        why.append("%d responses were 4xx or 5xx" % bad)
+    if spoke != protocol:
+        why.append("the connections spoke %s, not %s" % (spoke or "no protocol h2load could use", protocol))
+    if not done and not why:
+        why.append("no request was done")
+    if why:
+        r = failed("h2load: " + "; ".join(why), generator="h2load")
+        r.errors = {k: 0 for k in ERROR_KINDS}
+        # One count of what went wrong: h2load's failed requests (its errored and timed-out ones
+        # are among them), else one for the run; 4xx and 5xx count apart, as status (non_2xx).
+        r.errors["failed"] = failures or errored + timeouts or (0 if bad else 1)
+        r.status, r.protocol = status, spoke
+        return r
+    # With -D, h2load's rate and bytes are over the main duration only (the warm-up left out).
+    main = re.search(r"and (\d+(?:\.\d+)?)(us|ms|s|m|h) of main duration", text)
+    finished = re.search(r"^finished in " + _TIME + r", ([\d.]+) req/s", text, re.M)
+    if not main and not finished:
+        raise ParseError("no duration in h2load's output")
+    seconds = _us(*main.groups()) / 1e6 if main else _us(finished.group(1), finished.group(2)) / 1e6
+    if seconds <= 0:
+        raise ParseError("h2load ran for %g s" % seconds)
+    traffic = re.search(r"^traffic: \S+ \((\d+)\) total", text, re.M)
+    total_bytes = int(traffic.group(1)) if traffic else 0
+    lat = Latency()
+    t = re.search(r"^time for request:\s+%s\s+%s\s+%s" % (_TIME, _TIME, _TIME), text, re.M)
+    if t:
+        lat.max, lat.mean = _us(t.group(3), t.group(4)), _us(t.group(5), t.group(6))
+    tls = {}
+    for key, pattern in (("tls_version", r"^TLS Protocol: (\S+)"), ("tls_cipher", r"^Cipher: (\S+)"),
+                         ("tls_group", r"^Server Temp Key: (\S+)")):
+        v = re.search(pattern, text, re.M)
+        if v:
+            tls[key] = v.group(1)
+    return Result(generator="h2load", requests=succeeded, seconds=seconds, rps=succeeded / seconds,
+                  bytes=total_bytes, bytes_per_s=total_bytes / seconds, latency_us=lat, status=status,
+                  protocol=spoke, **tls)

@@ -1,8 +1,8 @@
-"""The parsers that turn wrk's and ringd-load's output (and failures) into a Result."""
+"""The parsers that turn wrk's, ringd-load's and h2load's output (and failures) into a Result."""
 import os
 import unittest
 
-from harness.result import ParseError, Result, failed, parse_ringd_load, parse_wrk
+from harness.result import ParseError, Result, failed, parse_h2load, parse_ringd_load, parse_wrk
 
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
 
@@ -126,6 +126,66 @@ class RingdLoadTest(unittest.TestCase):
                      '{"requests": 1, "tls": {"handshakes": 1, "version": 13}}'):
             with self.assertRaises(ParseError, msg=repr(text)):
                 parse_ringd_load(text)
+
+
+class H2loadTest(unittest.TestCase):
+    # Captured from h2load 1.52 (Debian's nghttp2-client): h2load-tls.txt -c100 -m10 -D2
+    # --warm-up-time=1s against h2o over TLS; h2load-failed.txt -n 400000 against lighttpd in
+    # plaintext, killed (SIGKILL) a second in; h2load-no-h2.txt against an HTTPS port without h2.
+    def test_report(self):
+        r = parse_h2load(testdata("h2load-tls.txt"), "h2")
+        self.assertIsNone(r.failed)
+        self.assertEqual(r.generator, "h2load")
+        self.assertEqual(r.requests, 142660)
+        self.assertEqual(r.seconds, 2.0)  # the main duration: the warm-up's second is not counted
+        self.assertEqual(r.rps, 71330.0)  # what h2load says too
+        self.assertEqual(r.bytes, 91734980)
+        self.assertEqual(r.bytes_per_s, 91734980 / 2)
+        self.assertEqual(r.latency_us.mean, 11390.0)
+        self.assertEqual(r.latency_us.max, 43020.0)
+        self.assertIsNone(r.latency_us.p50)  # h2load gives no percentile: none is made up
+        self.assertIsNone(r.figures()["p99_us"])
+        self.assertEqual(r.status, {"2xx": 142660})
+        self.assertEqual(r.error_count, 0)
+        self.assertEqual((r.protocol, r.tls_version, r.tls_cipher, r.tls_group),
+                         ("h2", "TLSv1.3", "TLS_AES_128_GCM_SHA256", "X25519"))
+        self.assertEqual(Result.from_dict(r.to_dict()), r)
+
+    def test_failed_requests_make_a_failed_run(self):
+        r = parse_h2load(testdata("h2load-failed.txt"), "h2c")
+        self.assertEqual(r.failed, "h2load: 278120 of 400000 requests failed (278120 errored, 0 timed out)")
+        self.assertEqual(r.figures()["rps"], 0)  # not the 121,880 that succeeded before the kill
+        self.assertEqual(r.requests, 0)
+        self.assertEqual(r.error_count, 278120)
+        self.assertEqual(r.protocol, "h2c")
+
+    def test_errors_timeouts_and_statuses_each_fail_a_run(self):
+        ok = testdata("h2load-tls.txt")
+        line = "142660 total, 142660 started, 142660 done, 142660 succeeded, 0 failed, 0 errored, 0 timeout"
+        for bad in ("142660 total, 142660 started, 142660 done, 142659 succeeded, 0 failed, 1 errored, 0 timeout",
+                    "142660 total, 142660 started, 142660 done, 142659 succeeded, 0 failed, 0 errored, 1 timeout"):
+            r = parse_h2load(ok.replace(line, bad), "h2")
+            self.assertTrue(r.failed, bad)
+            self.assertEqual(r.error_count, 1)
+        r = parse_h2load(ok.replace("142660 2xx, 0 3xx, 0 4xx", "142650 2xx, 0 3xx, 10 4xx"), "h2")
+        self.assertEqual(r.failed, "h2load: 10 responses were 4xx or 5xx")
+        self.assertEqual(r.error_count, 10)  # the statuses, counted once
+
+    def test_another_protocol_or_no_request_fails(self):
+        r = parse_h2load(testdata("h2load-tls.txt"), "h2c")
+        self.assertEqual(r.failed, "h2load: the connections spoke h2, not h2c")
+        r = parse_h2load(testdata("h2load-no-h2.txt"), "h2")
+        self.assertEqual(r.failed, "h2load: the connections spoke no protocol h2load could use, not h2")
+        self.assertEqual(r.error_count, 1)
+        no_request = testdata("h2load-tls.txt").replace(
+            "142660 total, 142660 started, 142660 done, 142660 succeeded", "0 total, 0 started, 0 done, 0 succeeded")
+        self.assertEqual(parse_h2load(no_request, "h2").failed, "h2load: no request was done")
+
+    def test_defensive(self):
+        for text in (None, "", "starting benchmark...\n",
+                     "requests: 1 total, 1 started, 1 done, 1 succeeded, 0 failed, 0 errored, 0 timeout\n"):
+            with self.assertRaises(ParseError, msg=repr(text)):
+                parse_h2load(text, "h2")
 
 
 class SchemaTest(unittest.TestCase):

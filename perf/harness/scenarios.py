@@ -5,6 +5,7 @@ to know about it. Adding a scenario is adding an entry (and, if it needs one, a 
     s.load.command(bins["load"], port, data_root, duration_s=5, client_cpus="0")
 """
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -13,6 +14,13 @@ from functools import partial
 from typing import Dict, FrozenSet, Optional, Tuple
 
 from . import colddisk, longtail, tls
+from .slowdisk import Unavailable
+
+
+# h2load's warm-up before each measured run: every connection and its TLS handshake is made in it.
+H2LOAD_WARM_UP_S = 1
+# The h2-idle scenarios' client (idle HTTP/2 connections held while h2load runs).
+H2IDLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "h2idle.py")
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,7 @@ class Load:
     size_classes: Tuple[int, ...] = () # body-size bounds: latency per size class
     tls_resume: bool = False           # over TLS: each connection resumes its slot's last session
     hello_flood: bool = False          # over TLS: ClientHellos only (perf/hello_flood), not ringd-load
+    streams: int = 0                   # > 0: HTTP/2 from h2load, this many streams at once per connection
 
     def scaled(self, divisors):
         """The --quick version: rate and idle divided as the scenario says."""
@@ -88,6 +97,25 @@ class Load:
         if self.close:
             cmd += ["-H", "Connection: close"]
         return cmd + ["%s://127.0.0.1:%d%s" % ("https" if tls else "http", port, self.url_paths(root)[0])]
+
+    def h2load_command(self, port, root, duration_s, client_cpus, threads=1, tls=False, warm_up_s=H2LOAD_WARM_UP_S):
+        """h2load: closed loop, every connection with `streams` requests in flight, the paths in
+        turn; tls: h2 by ALPN (h2 alone offered, so a server without it fails rather than falling
+        back to HTTP/1.1; the suite and group ringd-load offers), else h2c with prior knowledge.
+        Its rate counts the main duration only: the connections (handshakes included) open in the
+        warm-up before it, which the harness leaves out of the server's CPU too. With idle, h2idle.py
+        first opens and holds that many HTTP/2 connections, one request done on each, then runs it."""
+        cmd = ["taskset", "-c", client_cpus, "h2load", "-t%d" % threads, "-c%d" % self.connections,
+               "-m%d" % self.streams, "-D%dms" % max(1, round(duration_s * 1000)),
+               "--warm-up-time=%dms" % round(warm_up_s * 1000)]
+        if tls:
+            cmd += ["--npn-list=h2", "--tls13-ciphers=TLS_AES_128_GCM_SHA256", "--groups=X25519"]
+        paths = self.url_paths(root)
+        cmd += ["%s://127.0.0.1:%d%s" % ("https" if tls else "http", port, p) for p in paths]
+        if not self.idle:
+            return cmd
+        return ["taskset", "-c", client_cpus, H2IDLE, "--port", str(port), "--idle", str(self.idle),
+                "--path", paths[0]] + (["--tls"] if tls else []) + ["--"] + cmd
 
     def warm(self):
         """The unmeasured warm-up: the same paths, closed loop, no idle connections."""
@@ -215,6 +243,24 @@ class TlsCertificate(Hooks):
         return ctx.data
 
 
+class H2load(Hooks):
+    """The HTTP/2 scenarios' setup: h2load (Debian's nghttp2-client, which tools/setup installs)
+    must be there, or the scenario is skipped with the reason."""
+
+    def setup(self, ctx):
+        if shutil.which("h2load") is None:
+            raise Unavailable("h2load is not installed (Debian's nghttp2-client)")
+        return ctx.data
+
+
+class H2loadTls(TlsCertificate):
+    """H2load's check, then the TLS scenarios' certificate and AES-128-GCM reference."""
+
+    def setup(self, ctx):
+        H2load().setup(ctx)
+        return super().setup(ctx)
+
+
 class AssetPaths(Hooks):
     """Writes paths-assets.txt into the data root, every file of assets/ once: a load spread over
     many paths, which the fleet's URI hash spreads over its nodes."""
@@ -259,6 +305,11 @@ class Scenario:
     # (meta key, header): the main figure over a number the run measured once (tls-large: one
     # core's AES-128-GCM bytes per second).
     meta_reference: Optional[Tuple[str, str]] = None
+
+    @property
+    def http2(self):
+        """h2load drives it: HTTP/2, h2 by ALPN where `tls`, else h2c with prior knowledge."""
+        return self.load.streams > 0
 
     def takes(self, peer):
         return self.servers is None or peer in self.servers
@@ -438,6 +489,56 @@ _ENTRIES += [
              columns=(Column("bytes per idle connection", "idle_bytes_per_connection", "%.0f"),),
              notes=(_TLS_NOTE, "5,000 rather than idle-10k's 10,000: HAProxy's shipped config holds 8,000"
                     " connections (global maxconn)."), **_TLS),
+]
+
+
+_H2_NOTE = ("HTTP/2 from h2load (Debian's nghttp2-client), one thread on the client CPUs: over TLS h2 by ALPN"
+            " (h2 alone offered, TLS_AES_128_GCM_SHA256, X25519, the run's certificate), in plaintext (h2c-*)"
+            " h2c with prior knowledge. Every server keeps its own HTTP/2 defaults (windows, frame size,"
+            " concurrent streams); nginx has `http2` on its listen line. The connections and their handshakes"
+            " are made in h2load's %d s warm-up; requests/s and CPU per request count only its main duration"
+            " (the server's CPU is read when h2load says the main duration starts and ends). A run with a"
+            " failed, errored or timed-out request, a 4xx or 5xx, or another protocol than h2 (h2c) is"
+            " failed, not a figure. h2load reports no percentiles: p50 and p99 are empty, mean ms is its"
+            " mean time per request." % H2LOAD_WARM_UP_S)
+_CPU = Metric("cpu_us_per_request", "CPU us/request", 1, False)
+_MEAN = Column("mean ms", "mean_us", "%.2f", 1000)
+_H2_SMALL = dict(load=Load(100, paths=("/index.html",), streams=10), metric=_CPU, ratio_to=("h2o",),
+                 columns=(Column("requests/s", "rps", "%.0f"), _MEAN, PACKETS, CORE_CPU, CLIENT_CPU))
+_H2_LARGE = dict(load=Load(10, paths_glob="4mb", streams=1), metric=THROUGHPUT, ratio_to=("h2o",),
+                 cpu_ratio_to=("h2o",), columns=(_MEAN, CORE_CPU, CLIENT_CPU), quick_skip=True)
+_ENTRIES += [
+    Scenario("h2-small", "612-byte index.html over HTTP/2 and TLS (h2 by ALPN), 100 connections, 10 streams"
+             " each, closed loop", "issue 43 (HTTP/2 on every tier)", tls=True, hooks=H2loadTls,
+             notes=(_H2_NOTE,), **_H2_SMALL),
+    Scenario("h2c-small", "h2-small in plaintext: h2c with prior knowledge", "issue 43 (HTTP/2 on every tier)",
+             hooks=H2load, quick_skip=True, notes=(_H2_NOTE,), **_H2_SMALL),
+    Scenario("h2-large", "4 MiB files over HTTP/2 and TLS (h2 by ALPN), 10 connections, one stream at a time"
+             " each; the client reads and decrypts every body", "issue 43 (HTTP/2 on every tier)",
+             tls=True, hooks=H2loadTls,
+             meta_reference=("aes_128_gcm_bytes_per_s", "fraction of one core's AES-128-GCM"),
+             notes=(_H2_NOTE, "CPU us/request is per 4 MiB response. fraction of one core's AES-128-GCM: as"
+                    " in tls-large."), **_H2_LARGE),
+    Scenario("h2c-large", "h2-large in plaintext: h2c with prior knowledge; the client reads every body"
+             " (no MSG_TRUNC: compare with large-read, not large)", "issue 43 (HTTP/2 on every tier)",
+             hooks=H2load, notes=(_H2_NOTE, "CPU us/request is per 4 MiB response."), **_H2_LARGE),
+]
+_H2_IDLE_NOTE = ("The idle connections are opened one after another by perf/harness/h2idle.py (over TLS h2 by"
+                 " ALPN, else h2c), each with one GET answered, its fields coded without indexing, the"
+                 " server's SETTINGS acknowledged; then h2-small's load runs beside them. Bytes per idle"
+                 " connection: growth of the server's anonymous memory (RssAnon) from before the first"
+                 " connection to once all are held, over the connections held.")
+_H2_IDLE = dict(load=Load(100, paths=("/index.html",), streams=10, idle=2000), quick={"idle": 10},
+                fresh_server=True, packets=False, quick_skip=True, ratio_to=("h2o",),
+                metric=Metric("idle_bytes_per_connection", "bytes per idle connection", 1, False),
+                columns=(Column("connections held", "idle_held", "%d"), Column("requests/s", "rps", "%.0f")))
+_ENTRIES += [
+    Scenario("h2-idle", "2,000 idle HTTP/2 connections over TLS (h2 by ALPN; handshake and one request done on"
+             " each) held while h2-small's load runs; each run on a freshly started server",
+             "issue 43 (bytes per idle h2 connection)", tls=True, hooks=H2loadTls,
+             notes=(_H2_NOTE, _H2_IDLE_NOTE), **_H2_IDLE),
+    Scenario("h2c-idle", "h2-idle in plaintext: 2,000 idle h2c connections (prior knowledge)",
+             "issue 43 (bytes per idle h2 connection)", hooks=H2load, notes=(_H2_NOTE, _H2_IDLE_NOTE), **_H2_IDLE),
 ]
 
 

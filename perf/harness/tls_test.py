@@ -154,7 +154,7 @@ class ScenariosTest(unittest.TestCase):
 
     def test_quick_keeps_a_short_tls_scenario(self):
         quick = [n for n, s in SCENARIOS.items() if s.tls and not s.quick_skip and not s.opt_in]
-        self.assertEqual(quick, ["tls-keepalive", "tls-handshake-resumed"])
+        self.assertEqual(quick, ["tls-keepalive", "tls-handshake-resumed", "h2-small"])
         self.assertEqual(SCENARIOS["tls-idle"].loads(quick=True)[0].idle, 500)
 
 

@@ -37,12 +37,14 @@ void ConnectionMachine::Sent(Connection* conn, io::Completion* c) {
   Exchange* ex = conn->ex;
   const Exchange::Sending sent = ex->sending;  // the send that ended
   ex->sending = Exchange::Sending::kNone;
+  // What the kernel took counts ($body_bytes_sent), whether the send completed or was cut (an
+  // abort, a reset, an error): `done` is how far a failed send got (loop.h).
+  ex->bytes_sent += c->result >= 0 ? static_cast<uint64_t>(c->result) : c->done;
   if (conn->state == ConnState::kClosing) return MaybeFree(conn);
   if (c->result < 0) {  // reset by the peer, or an error of the socket or the file
     ++stats_.send_errors;
     return Abort(conn);
   }
-  ex->bytes_sent += static_cast<uint64_t>(c->result);
   if (sent == Exchange::Sending::kFile) {
     const uint64_t asked = ex->chunk;
     if (static_cast<uint64_t>(c->result) < asked) {

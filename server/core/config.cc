@@ -291,8 +291,9 @@ const std::vector<Flag>& Flags() {
                  "ECDHE+AESGCM:ECDHE+CHACHA20)",
                  &Config::tls_ciphers),
       StringFlag("tls-ciphersuites",
-                 "TLS 1.3 cipher suites, OpenSSL's syntax (default TLS_AES_128_GCM_SHA256:"
-                 "TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256)",
+                 "TLS 1.3 cipher suites, OpenSSL's syntax, colon-separated (default "
+                 "TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384, TLS_CHACHA20_POLY1305_SHA256 "
+                 "in that order)",
                  &Config::tls_ciphersuites),
       UintFlag("shards", "shard threads, each with its own ring (default: one per usable CPU)",
                &Config::shards, 1, 1024),
@@ -361,7 +362,8 @@ const std::vector<Flag>& Flags() {
                "after a response, time for the rest of a skipped request body (default 5000)",
                &Config::discard_body_timeout_ms, 1, 3600000),
       UintFlag("shutdown-timeout-ms",
-               "on SIGTERM, time to finish responses in flight (default 10000)",
+               "on SIGTERM or SIGINT, time to finish responses in flight, then those left are cut; "
+               "SIGQUIT waits for each as long as it keeps moving (default 10000)",
                &Config::shutdown_timeout_ms, 0, 3600000),
       UintFlag("max-connections",
                "connections per shard; at the limit idle keep-alive ones give way (a burst may "
@@ -399,6 +401,40 @@ const std::vector<Flag>& Flags() {
                  "mime.types file read at start-up; one named here must be readable (default: "
                  "/etc/mime.types when it exists, else the built-in table)",
                  &Config::mime_types),
+      BoolFlag("autoindex",
+               "a directory without an index file is answered with a listing of it, as nginx's "
+               "autoindex: names sorted bytewise, with sizes and times, dot files hidden unless "
+               "--serve-dot-files; at most 10000 entries (fewer when their text passes 1 MiB), "
+               "then a line says it was cut (default false: 403)",
+               &Config::autoindex),
+      Flag{"autoindex-format", "html or json, as nginx's autoindex_format (default html)", false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v == "html") {
+               c->autoindex_format = http::ListingFormat::kHtml;
+             } else if (v == "json") {
+               c->autoindex_format = http::ListingFormat::kJson;
+             } else {
+               *error = "--autoindex-format: expected html or json, got '" + v + "'";
+               return false;
+             }
+             return true;
+           }},
+      Flag{"fallback",
+           "/PATH: a file beneath --root served with 200 for a path that names nothing, as a "
+           "single-page app needs (nginx's try_files $uri $uri/ /index.html); files and "
+           "directories that exist, hidden paths and forbidden files keep their answers; a "
+           "missing fallback file is 404 (default: none)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v.size() < 2 || v[0] != '/' ||
+                 !http::IsPlainRootPath(std::string_view(v).substr(1))) {
+               *error = "--fallback: '" + v +
+                        "' is not a plain path beneath the root (e.g. /index.html)";
+               return false;
+             }
+             c->fallback = v.substr(1);
+             return true;
+           }},
       Flag{"charset",
            "charset parameter of text types (text/*, JavaScript, JSON, XML, SVG); off: none, "
            "as nginx's charset off (default utf-8)",
@@ -432,7 +468,8 @@ const std::vector<Flag>& Flags() {
                " as nginx's http2_max_concurrent_streams; default 100)",
                &Config::http2_max_streams, 1, 1000),
       BoolFlag("precompressed",
-               "serve file.br / file.gz to clients that accept them (default true)",
+               "serve file.br / file.gz to clients that accept them, when not older than file,"
+               " or in file's place when there is no file (default true)",
                &Config::precompressed),
       BoolFlag("serve-dot-files", "serve path segments starting with '.' (default false: 404, but for a leading"
                " /.well-known/, RFC 8615, which ACME's http-01 challenges use)",
@@ -614,9 +651,9 @@ const std::vector<Flag>& Flags() {
       BoolFlag("allow-root", "serve as root without --user (refused otherwise; default false)",
                &Config::allow_root),
       BoolFlag("takeover",
-               "share the --listen addresses with a ringd already serving them (SO_REUSEPORT), "
-               "for a restart without refused connections: start the new one, then SIGTERM the "
-               "old (default false)",
+               "share the --listen, --listen-tls and --admin-listen addresses with a ringd "
+               "already serving them (SO_REUSEPORT), for a restart without refused connections: "
+               "start the new one, then SIGTERM the old (default false)",
                &Config::takeover),
       BoolFlag("probe", "print what the io_uring probe finds on this machine, then exit",
                &Config::probe_only),
@@ -763,7 +800,7 @@ bool ParseArgs(const std::vector<std::string>& args,
       *exit_now = true;
       return true;
     }
-    if (arg == "--version") {
+    if (arg == "--version" || arg == "-v" || arg == "-V") {
       std::puts(VersionLine().c_str());
       *exit_now = true;
       return true;
@@ -832,22 +869,180 @@ bool ParseArgs(const std::vector<std::string>& args,
 
 }  // namespace
 
+namespace {
+
+// --help's layout: every flag once, under its topic, with the placeholder its value is shown as
+// ("" for a flag that is an action: --probe, --check-config). A flag missing here still prints,
+// under "Other" (config_test fails while there is one).
+struct HelpTopic {
+  const char* title;
+  std::vector<std::pair<const char*, const char*>> flags;  // name, placeholder
+};
+
+const std::vector<HelpTopic>& HelpTopics() {
+  static const std::vector<HelpTopic> topics = {
+      {"Listening",
+       {{"listen", "HOST:PORT"},
+        {"listen-tls", "HOST:PORT"},
+        {"admin-listen", "HOST:PORT"},
+        {"redirect-https", "BOOL"},
+        {"takeover", "BOOL"}}},
+      {"Who may connect", {{"proxy-from", "CIDR"}, {"allow", "CIDR"}, {"deny", "CIDR"}}},
+      {"Files and responses",
+       {{"root", "DIR"},
+        {"index", "NAME"},
+        {"mime-types", "FILE"},
+        {"charset", "NAME"},
+        {"precompressed", "BOOL"},
+        {"serve-dot-files", "BOOL"},
+        {"cache-control", "GLOB=VALUE"},
+        {"default-cache-control", "VALUE"},
+        {"add-header", "HEADER"},
+        {"error-page", "STATUS=/PATH"},
+        {"fallback", "/PATH"},
+        {"autoindex", "BOOL"},
+        {"autoindex-format", "html|json"}}},
+      {"HTTPS",
+       {{"tls-cert", "FILE"},
+        {"tls-key", "FILE"},
+        {"tls-ocsp", "FILE"},
+        {"tls-min-version", "VERSION"},
+        {"tls-ciphers", "LIST"},
+        {"tls-ciphersuites", "LIST"},
+        {"tls-tickets", "N"},
+        {"tls-ticket-rotate-s", "SECONDS"},
+        {"tls-max-handshakes", "N"}}},
+      {"HTTP/2", {{"http2", "BOOL"}, {"http2-max-streams", "N"}}},
+      {"Limits and timeouts",
+       {{"max-connections", "N"},
+        {"max-requests-per-connection", "N"},
+        {"max-request-line", "BYTES"},
+        {"max-request-head", "BYTES"},
+        {"max-headers", "N"},
+        {"max-discarded-body", "BYTES"},
+        {"max-ranges", "N"},
+        {"header-timeout-ms", "MS"},
+        {"keepalive-timeout-ms", "MS"},
+        {"send-timeout-ms", "MS"},
+        {"discard-body-timeout-ms", "MS"},
+        {"shutdown-timeout-ms", "MS"}}},
+      {"Logs and metrics",
+       {{"access-log", "FILE"},
+        {"access-log-format", "FORMAT"},
+        {"access-log-buffer-bytes", "BYTES"}}},
+      {"io tiers",
+       {{"io", "TIER"},
+        {"io-mask", "FEATURES"},
+        {"sqpoll", "BOOL"},
+        {"sqpoll-per-shard", "BOOL"},
+        {"sqpoll-cpu", "CPU"},
+        {"sqpoll-idle-ms", "MS"},
+        {"batch-wait-us", "US"},
+        {"busy-poll-us", "US"},
+        {"io-wq-max-workers", "N"},
+        {"bypass-sendfile", "BOOL"},
+        {"splice-min-bytes", "BYTES"},
+        {"pipes", "N"},
+        {"body-buffers", "N"},
+        {"body-buffer-kib", "KIB"},
+        {"send-zc", "BOOL"},
+        {"send-zc-min-bytes", "BYTES"},
+        {"recv-pool-kib", "KIB"},
+        {"workers", "N"},
+        {"worker-queue", "N"}}},
+      {"Tuning",
+       {{"shards", "N"},
+        {"pin", "BOOL"},
+        {"tcp-nopush", "BOOL"},
+        {"small-file-max", "BYTES"},
+        {"small-file-cache-bytes", "BYTES"},
+        {"open-file-cache-entries", "N"},
+        {"open-file-cache-valid-ms", "MS"},
+        {"recv-buffers", "N"},
+        {"recv-buffer-size", "BYTES"},
+        {"send-turn-bytes", "BYTES"},
+        {"send-turn-share-bytes", "BYTES"},
+        {"page-cache-trust-ms", "MS"},
+        {"send-order", "ORDER"},
+        {"send-slots", "N"},
+        {"send-short-bytes", "BYTES"},
+        {"send-max-wait-ms", "MS"},
+        {"send-slot-hold-ms", "MS"}}},
+      {"Process",
+       {{"user", "NAME[:GROUP]"}, {"allow-root", "BOOL"}, {"probe", ""}, {"check-config", ""}}},
+  };
+  return topics;
+}
+
+constexpr size_t kHelpColumns = 100;
+constexpr size_t kHelpTextColumn = 34;  // where each flag's text begins
+
+// One flag's entry: "  --name=VALUE" and its text wrapped at kHelpColumns, continued under
+// kHelpTextColumn; a name too long for its column puts the text on the lines below.
+std::string HelpEntry(const std::string& name, std::string_view text) {
+  std::string out = "  " + name;
+  if (out.size() + 1 <= kHelpTextColumn) {
+    out.resize(kHelpTextColumn, ' ');
+  } else {
+    out += "\n" + std::string(kHelpTextColumn, ' ');
+  }
+  size_t column = kHelpTextColumn;
+  bool first = true;
+  while (!text.empty()) {
+    const size_t space = text.find(' ');
+    const std::string_view word = text.substr(0, space);
+    text = space == std::string_view::npos ? std::string_view() : text.substr(space + 1);
+    if (!first && column + 1 + word.size() > kHelpColumns) {
+      out += "\n" + std::string(kHelpTextColumn, ' ');
+      column = kHelpTextColumn;
+      first = true;
+    }
+    if (!first) {
+      out += ' ';
+      ++column;
+    }
+    out += word;
+    column += word.size();
+    first = false;
+  }
+  return out + "\n";
+}
+
+}  // namespace
+
 std::string Usage() {
   std::string out =
       "usage: ringd --root DIR [flags]\n"
-      "A static file origin over HTTP/1.1, built on io_uring (epoll where io_uring is "
-      "unusable).\n\n"
-      "flags (--name=value or --name value; booleans also --name / --noname):\n";
-  for (const Flag& f : Flags()) {
-    std::string name = std::string("  --") + f.name;
-    if (name.size() < 32) name.resize(32, ' ');
-    out += name + f.help + "\n";
+      "       ringd -t --flagfile FILE      (check the configuration, as nginx -t)\n"
+      "A static file origin over HTTP/1.1 and HTTP/2, on io_uring (epoll where io_uring is "
+      "unusable).\n"
+      "Flags are --name=VALUE or --name VALUE; booleans also --name / --noname.\n";
+  std::vector<const Flag*> placed;
+  auto entry = [&](const char* name, const char* placeholder) {
+    const Flag* f = FindFlag(name);
+    if (f == nullptr) return std::string();
+    placed.push_back(f);
+    return HelpEntry(std::string("--") + name + (*placeholder != 0 ? "=" : "") + placeholder,
+                     f->help);
+  };
+  for (const HelpTopic& topic : HelpTopics()) {
+    out += std::string("\n") + topic.title + ":\n";
+    for (const auto& [name, placeholder] : topic.flags) out += entry(name, placeholder);
   }
-  out +=
-      "  --flagfile=FILE                 read more flags from FILE, one per line: --name=value or "
-      "--name value, quoted as a shell quotes ('...', \"...\"); a # after blank space begins a "
-      "comment\n";
-  out += "  --help, --version\n";
+  // The last topic (Process) ends with what the parser handles itself.
+  out += HelpEntry("--flagfile=FILE",
+                   "read more flags from FILE, one per line: --name=value or --name value, "
+                   "quoted as a shell quotes ('...', \"...\"); a # after blank space begins a "
+                   "comment");
+  out += HelpEntry("--help, -h", "print this list and exit");
+  out += HelpEntry("--version, -v, -V",
+                   "print the version and the commit ringd was built from, and exit");
+  std::string other;
+  for (const Flag& f : Flags()) {
+    if (std::find(placed.begin(), placed.end(), &f) == placed.end())
+      other += HelpEntry(std::string("--") + f.name + (f.is_bool ? "=BOOL" : "=VALUE"), f.help);
+  }
+  if (!other.empty()) out += "\nOther:\n" + other;
   return out;
 }
 

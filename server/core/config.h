@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "server/http/client_address.h"
+#include "server/http/dir_listing.h"
 #include "server/http/origin_headers.h"
 
 namespace ringd {
@@ -102,6 +103,11 @@ struct Config {
 
   // Files.
   std::string index = "index.html";
+  // --fallback: served (relative to the root) for a path that names nothing; empty: none.
+  std::string fallback;
+  // --autoindex: a directory without an index is answered with a listing, in this format.
+  bool autoindex = false;
+  http::ListingFormat autoindex_format = http::ListingFormat::kHtml;
   std::string mime_types;         // empty: /etc/mime.types when it exists
   std::string charset = "utf-8";  // text types' charset parameter; empty: none (--charset off)
   bool precompressed = true;

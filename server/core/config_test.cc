@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -306,11 +307,50 @@ TEST(Config, PageCacheTrustAndTcpNopush) {
 
 TEST(Config, UsageListsEveryFlag) {
   const std::string usage = Usage();
-  for (const char* flag : {"--root", "--listen", "--shards", "--io", "--pin", "--header-timeout-ms",
-                           "--keepalive-timeout-ms", "--send-timeout-ms", "--max-connections",
-                           "--max-requests-per-connection", "--shutdown-timeout-ms", "--flagfile",
-                           "--check-config", "-t is the same"}) {
+  for (const char* flag :
+       {"--root=DIR", "--listen=HOST:PORT", "--shards=N", "--io=TIER", "--pin=BOOL",
+        "--header-timeout-ms=MS", "--keepalive-timeout-ms=MS", "--send-timeout-ms=MS",
+        "--max-connections=N", "--max-requests-per-connection=N", "--shutdown-timeout-ms=MS",
+        "--flagfile=FILE", "--check-config", "-t is the same", "-v, -V"}) {
     EXPECT_NE(usage.find(flag), std::string::npos) << flag;
+  }
+}
+
+// Grouped by topic, each flag with a placeholder for its value, wrapped at 100 columns: a list an
+// operator can scan.
+TEST(Config, UsageIsGroupedAndWrapped) {
+  const std::string usage = Usage();
+  std::vector<std::string> topics;
+  size_t flags = 0;
+  std::istringstream in(usage);
+  for (std::string line; std::getline(in, line);) {
+    EXPECT_LE(line.size(), 100u) << line;
+    if (!line.empty() && line.back() == ':' && line[0] != ' ') topics.push_back(line);
+    if (!line.starts_with("  --")) continue;
+    ++flags;
+    const std::string name = line.substr(2, line.find(' ', 2) - 2);
+    const bool action =
+        name == "--probe" || name == "--check-config" || name == "--help," || name == "--version,";
+    EXPECT_TRUE(action || name.find('=') != std::string::npos) << "no placeholder: " << line;
+  }
+  EXPECT_EQ(topics,
+            (std::vector<std::string>{
+                "Listening:", "Who may connect:", "Files and responses:", "HTTPS:", "HTTP/2:",
+                "Limits and timeouts:", "Logs and metrics:", "io tiers:", "Tuning:", "Process:"}))
+      << "a flag with no topic is listed under Other:\n"
+      << usage;
+  EXPECT_GT(flags, 80u);
+}
+
+TEST(Config, VersionFlags) {
+  for (const char* v : {"--version", "-v", "-V"}) {
+    std::vector<std::string> args = {"ringd", v};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    Config config;
+    bool exit_now = false;
+    EXPECT_TRUE(ParseFlags(2, argv.data(), &config, &exit_now).ok()) << v;
+    EXPECT_TRUE(exit_now) << v;
   }
 }
 
@@ -397,6 +437,26 @@ TEST(Config, OriginHeaders) {
   EXPECT_EQ(p.config.origin.ErrorPage(503), "errors/busy.html");
 }
 
+TEST(Config, AutoindexIsOffAndHtmlByDefault) {
+  const Parsed off = Parse({"--root", "/tmp"});
+  EXPECT_FALSE(off.config.autoindex);
+  EXPECT_EQ(off.config.autoindex_format, http::ListingFormat::kHtml);
+  const Parsed on = Parse({"--root", "/tmp", "--autoindex", "--autoindex-format", "json"});
+  ASSERT_TRUE(on.ok) << on.error;
+  EXPECT_TRUE(on.config.autoindex);
+  EXPECT_EQ(on.config.autoindex_format, http::ListingFormat::kJson);
+  const Parsed bad = Parse({"--root", "/tmp", "--autoindex-format", "xml"});
+  EXPECT_FALSE(bad.ok);
+  EXPECT_EQ(bad.error, "--autoindex-format: expected html or json, got 'xml'");
+}
+
+TEST(Config, FallbackIsAPathBeneathTheRoot) {
+  EXPECT_EQ(Parse({"--root", "/tmp"}).config.fallback, "");
+  const Parsed p = Parse({"--root", "/tmp", "--fallback", "/spa/index.html"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.fallback, "spa/index.html");
+}
+
 TEST(Config, OriginHeaderErrorsAreOneLine) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--cache-control", "no-cache"}, "--cache-control: expected GLOB=VALUE, got 'no-cache'"},
@@ -410,6 +470,10 @@ TEST(Config, OriginHeaderErrorsAreOneLine) {
       {{"--error-page", "200=/ok.html"}, "--error-page: ringd cannot serve a page"},
       {{"--error-page", "404=/../x.html"}, "--error-page: '/../x.html' is not a plain path"},
       {{"--default-cache-control", "a\nb"}, "--default-cache-control: 'a\nb' is not"},
+      {{"--fallback", "index.html"}, "--fallback: 'index.html' is not a plain path"},
+      {{"--fallback", "/"}, "--fallback: '/' is not a plain path"},
+      {{"--fallback", "/a/../index.html"}, "--fallback: '/a/../index.html' is not a plain path"},
+      {{"--fallback", "/spa//index.html"}, "--fallback: '/spa//index.html' is not a plain path"},
   };
   for (const auto& [flags, want] : cases) {
     std::vector<std::string> args = {"--root", "/tmp"};

@@ -109,6 +109,12 @@ void ConnectionMachine::OnRecv(io::Completion* c) {
       return;
     }
   } else if (result != -ECANCELED && conn->state != ConnState::kClosing) {
+    // Plaintext HTTP on a TLS port (the TLS loop ended the receive): answered as nginx does, in
+    // plaintext, and logged and counted as any response.
+    if (result == -EPROTO && conn->state == ConnState::kReading && conn->ex == nullptr) {
+      const std::string_view plain = self->loop_->Transport(conn->fd).plain_http_request;
+      if (!plain.empty()) return self->RespondError(conn, http::kPlainHttpToHttps, plain);
+    }
     // A reset or other socket error; or the TLS loop refused the PROXY protocol header before
     // TLS (ECONNREFUSED: counted there, as ringd_proxy_refused_total or clients denied).
     if (result != -ECONNREFUSED) ++self->stats_.recv_errors;
@@ -351,6 +357,9 @@ bool ConnectionMachine::Plan(Connection* conn, const http::Request& req, size_t 
     send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
     return true;
   }
+  // Whatever the answer, a refused lookup's 503 too (it closes): a body still on its way is
+  // skipped, or lingered on before the close, so that it cannot reset the connection under the
+  // response.
   if (req.body == http::BodyFraming::kChunked || req.content_length > ex->plan.discard_body) {
     conn->more_input_expected = true;  // a body we will not read: linger before closing
   }
@@ -362,11 +371,23 @@ bool ConnectionMachine::Plan(Connection* conn, const http::Request& req, size_t 
 bool ConnectionMachine::PlanExchange(Exchange* ex, const http::Request& req, bool https_redirect) {
   if (ex->lookups == 0) ex->plan_since = files_->validations();
   ex->head_request = req.method == http::Method::kHead;
-  RequestLookup source(files_.get(), ex->plan_since);
+  RequestLookup::MadeListing made;
+  if (ex->listing != nullptr) made = {ex->listing->dir, {ex->listing->status, ex->listing->body}};
+  RequestLookup source(files_.get(), ex->plan_since, ex->listing != nullptr ? &made : nullptr);
   const http::PlanStep step = http::PlanResponse(req, https_redirect ? redirect_planner_ : planner_,
                                                  source, *scratch_, &ex->plan);
   ex->plan_number = ++plans_;
-  if (step.status == http::PlanStatus::kNeedLookup) {
+  if (step.status == http::PlanStatus::kNeedListing) {
+    // Made off the shard (DirLister); the plan is made again once it is.
+    RINGD_ASSERT(lister_ != nullptr && ex->listing == nullptr);
+    if (++ex->lookups <= kMaxLookupsPerRequest) {
+      ex->listing =
+          lister_->Start(files_->root_fd(), step.lookup_path, step.listing_url_path, &ex->waiter);
+      if (ex->listing != nullptr) return false;
+    }
+    ++stats_.lookup_refused;  // every listing slot is taken: 503, as a full cache
+    http::PlanError(503, req, &ex->plan);
+  } else if (step.status == http::PlanStatus::kNeedLookup) {
     if (++ex->lookups <= kMaxLookupsPerRequest && files_->Fetch(step.lookup_path, &ex->waiter)) {
       for (std::string_view p : step.prefetch) {
         if (!p.empty()) files_->Prefetch(p);
@@ -688,6 +709,7 @@ void ConnectionMachine::ReleaseExchange(Connection* conn) {
   EndExchange(conn, ex);  // metrics and the access log line
   if (ex->file != nullptr) files_->Unpin(ex->file);
   ex->file = nullptr;
+  ReleaseListing(ex);
   exchanges_->Put(ex);
   conn->ex = nullptr;
 }
@@ -703,7 +725,7 @@ void ConnectionMachine::ArmSendTimer(Connection* conn) {
 void ConnectionMachine::Abort(Connection* conn) {
   if (conn->state == ConnState::kClosing) return;
   if (conn->ex != nullptr) {
-    files_->Forget(&conn->ex->waiter);  // waiting for a file, or woken and not yet run
+    StopWaiting(conn->ex);              // waiting for a file or a listing, or woken and not yet run
     sends_->Remove(&conn->ex->ticket);  // waiting for a send slot
   }
   if (conn->h2) H2Abort(conn);
@@ -715,6 +737,17 @@ void ConnectionMachine::Abort(Connection* conn) {
     loop_->Shutdown(conn->fd, SHUT_RDWR);
   if (conn->recv_active) loop_->Cancel(&conn->recv);
   MaybeFree(conn);
+}
+
+void ConnectionMachine::StopWaiting(Exchange* ex) {
+  files_->Forget(&ex->waiter);
+  if (ex->listing != nullptr && lister_->Waiting(ex->listing)) ReleaseListing(ex);
+}
+
+void ConnectionMachine::ReleaseListing(Exchange* ex) {
+  if (ex->listing == nullptr) return;
+  lister_->Release(ex->listing);
+  ex->listing = nullptr;
 }
 
 }  // namespace ringd

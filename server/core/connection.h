@@ -22,6 +22,7 @@
 #include "mem/slab_pool.h"
 #include "server/core/access_log.h"
 #include "server/core/config.h"
+#include "server/core/dir_lister.h"
 #include "server/core/document_root.h"
 #include "server/core/file_cache.h"
 #include "server/core/send_queue.h"
@@ -42,6 +43,7 @@ namespace ringd {
 class ConnectionMachine;
 struct Connection;
 struct H2Session;
+struct H2Batch;
 
 // One response in flight: its plan, the head bytes, and where the body has got to. It exists
 // from the moment a request is planned (file waits included) until its response has gone out,
@@ -57,8 +59,12 @@ static_assert(uint64_t{kMaxRequestHead} + kMaxRecvBufferSize + 4096 < UINT32_MAX
 struct Exchange {
   Connection* conn = nullptr;  // whose response this is
   // While the request is planned: the file lookups it waits for (at most 8: connection.cc).
-  FileWaiter waiter;          // on the file cache while a lookup is under way (kWaitingFile)
-  uint32_t lookups = 0;       // file lookups the request has waited for
+  // On the file cache while a lookup is under way (kWaitingFile); woken by the DirLister too.
+  FileWaiter waiter;
+  uint32_t lookups = 0;  // file lookups (and listings) the request has waited for
+  // --autoindex: the listing made (or being made) for this request, held until the response
+  // has gone out (its body is the plan's inline_body).
+  DirListing* listing = nullptr;
   bool head_request = false;  // the request is a HEAD
   // Input behind this request (and the body it declares) is already here: pipelined requests.
   bool input_follows = false;
@@ -99,10 +105,10 @@ struct Exchange {
   nghttp2_rcbuf* h2_fields[http::kH2FieldCount] = {};
   uint32_t h2_head_bytes = 0;  // the request's field section, as HTTP/1.1 would count it
   uint32_t h2_fields_seen = 0;
-  bool h2_refused = false;     // its fields passed --max-request-head or --max-headers: 431
-  bool h2_waiting = false;     // planning waits for a file lookup
-  bool h2_deferred = false;    // its next DATA frame waits for room in the send buffer
-  bool h2_closed = false;      // on H2Session::closed, not H2Session::streams
+  bool h2_refused = false;   // its fields passed --max-request-head or --max-headers: 431
+  bool h2_waiting = false;   // planning waits for a file lookup
+  bool h2_deferred = false;  // its next DATA frame waits for room in the send buffer
+  bool h2_closed = false;    // on H2Session::closed, not H2Session::streams
   bool h2_piece_file = false;
   const char* h2_piece = nullptr;
   uint64_t h2_piece_offset = 0;
@@ -130,7 +136,7 @@ struct Exchange {
 
 enum class ConnState : uint8_t {
   kReading,      // waiting for (the rest of) a request head
-  kWaitingFile,  // planning needs file metadata that is being fetched
+  kWaitingFile,  // planning needs file metadata being fetched, or a listing being made
   kSending,      // a response is in flight
   // The last response is out and its receive is being ended: the receive's last callback says
   // whether the client sent more (then kLingering) or not (then kClosing). Waits on the loop,
@@ -239,13 +245,17 @@ class ConnectionMachine {
   // The earliest of the timers' deadlines and the send queue's aging bound (INT64_MAX: none).
   int64_t NextDeadlineMs() const;
   // After a Poll: connections whose file lookups finished in it.
-  void RunWakeups() { files_->RunWakeups(); }
+  void RunWakeups() {
+    files_->RunWakeups();
+    if (lister_ != nullptr) lister_->RunWakeups();
+  }
 
   // The drain: connections between requests end now; responses under way go out with
   // `Connection: close` and their connections close after them.
   void BeginDrain();
-  // The drain's deadline: every connection still open ends.
-  void AbortAll();
+  // The drain's deadline: every connection still open ends. Returns how many of them were
+  // sending a response (cut short: the client has part of it).
+  uint32_t AbortAll();
   // The process exits with connections whose last callback never came (the loop is quiesced,
   // so nothing touches them again): their memory is left as it is.
   void Abandon();
@@ -331,6 +341,11 @@ class ConnectionMachine {
   // a 500 if it does not fit its buffer; returns the head's length.
   bool PlanExchange(Exchange* ex, const http::Request& req, bool https_redirect);
   size_t WriteHead(Exchange* ex);
+  // Stops what the exchange's planning waits for: a file lookup, or a listing not yet made
+  // (its wake-up never runs). A listing whose body the response sends stays until the response
+  // is done (ReleaseListing).
+  void StopWaiting(Exchange* ex);
+  void ReleaseListing(Exchange* ex);
 
   // HTTP/2 (h2_connection.cc): a connection whose first bytes are the preface becomes an
   // H2Session; its streams' exchanges come from h2_exchanges_.
@@ -348,14 +363,15 @@ class ConnectionMachine {
   bool H2Busy(const Connection* conn);
   void H2Abort(Connection* conn);
   void H2Free(Connection* conn);
+  void H2CountSent(Connection* conn, H2Batch* b, uint64_t taken);
   void H2ExpireSendTimer(Connection* conn);
   static void OnH2Send(io::Completion* c);
   static void OnH2Read(io::Completion* c);
   static void OnStreamFileReady(FileWaiter* w);
   void MakeH2Callbacks();
   void FreeH2Callbacks();
-  char* TakeH2Buffer();
-  void PutH2Buffer(char* b);
+  H2Batch* TakeH2Batch(Connection* conn);
+  void PutH2Batch(H2Batch* b);
   friend struct H2Callbacks;
 
   // The response after its head (body_send.cc).
@@ -392,12 +408,13 @@ class ConnectionMachine {
   std::unique_ptr<mem::SlabPool<Exchange>> h2_exchanges_;
   nghttp2_session_callbacks* h2_callbacks_ = nullptr;
   nghttp2_option* h2_options_ = nullptr;
-  // Send buffers (H2Session::kOutBytes) of connections that went idle, for the next to send.
-  static constexpr size_t kH2SpareBuffers = 16;
-  std::vector<char*> h2_spare_buffers_;
+  // Send batches (h2_session.h) of connections that went idle, for the next to send.
+  static constexpr size_t kH2SpareBatches = 16;
+  std::vector<H2Batch*> h2_spare_batches_;
   // With the access log only: each connection slot's client (conns_->IndexOf), taken at accept.
   std::unique_ptr<PeerAddress[]> peers_;
   std::unique_ptr<FileCache> files_;
+  std::unique_ptr<DirLister> lister_;  // with --autoindex only
   const std::atomic<uint64_t>* root_word_ = nullptr;
   uint64_t root_state_ = 0;           // *root_word_ as this machine last took it up
   std::unique_ptr<SendQueue> sends_;  // which long bodies send now (send_queue.h)

@@ -76,6 +76,15 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
   planner_.target.serve_dot_files = config_.serve_dot_files;
   planner_.mime = parts.mime;
   planner_.index_file = config_.index;
+  planner_.fallback = config_.fallback;
+  planner_.autoindex = config_.autoindex;
+  planner_.autoindex_format = config_.autoindex_format;
+  if (config_.autoindex) {
+    DirLister::Options lo;
+    lo.format = config_.autoindex_format;
+    lo.show_dot_files = config_.serve_dot_files;
+    lister_ = std::make_unique<DirLister>(loop_, lo);
+  }
   planner_.max_ranges = config_.max_ranges;
   planner_.precompressed = config_.precompressed;
   planner_.max_discarded_body = config_.max_discarded_body;
@@ -186,11 +195,17 @@ void ConnectionMachine::BeginDrain() {
   discard_timers_.Expire(INT64_MAX, [&](TimerNode* t) { Abort(ConnOfTimer(t)); });
 }
 
-void ConnectionMachine::AbortAll() {
-  for (TimerList* list : {&header_timers_, &idle_timers_, &send_timers_, &linger_timers_,
-                          &gave_way_timers_, &discard_timers_}) {
+uint32_t ConnectionMachine::AbortAll() {
+  uint32_t sending = 0;
+  send_timers_.Expire(INT64_MAX, [&](TimerNode* t) {
+    Abort(ConnOfTimer(t));
+    ++sending;
+  });
+  for (TimerList* list :
+       {&header_timers_, &idle_timers_, &linger_timers_, &gave_way_timers_, &discard_timers_}) {
     list->Expire(INT64_MAX, [&](TimerNode* t) { Abort(ConnOfTimer(t)); });
   }
+  return sending;
 }
 
 void ConnectionMachine::Abandon() {

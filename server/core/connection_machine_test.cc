@@ -28,6 +28,7 @@ class ConnectionMachineTest : public ::testing::Test {
     config_.open_file_cache_entries = 16;
     config_.small_file_max = 0;
     config_.keepalive_timeout_ms = 2000;
+    Configure();
     input_ = std::make_unique<mem::BufferPool>(
         config_.max_request_head + http::kMaxLeadingEmptyBytes + config_.recv_buffer_size,
         config_.max_connections);
@@ -42,6 +43,8 @@ class ConnectionMachineTest : public ::testing::Test {
     machine_ = std::make_unique<ConnectionMachine>(std::move(parts));
     machine_->Tick(now_ms_, loop_.RealtimeSec());
   }
+
+  virtual void Configure() {}  // a test's own settings, before the machine copies them
 
   void Complete(io::Completion* c, int64_t result, bool more, const std::string* data = nullptr) {
     loop_.Then([=] {
@@ -216,6 +219,67 @@ TEST_F(ConnectionMachineTest, AMissingOrMalformedProxyHeaderCloses) {
   EXPECT_EQ(stats_.proxy_missing, 1u);
   EXPECT_EQ(stats_.proxy_malformed, 1u);
   EXPECT_EQ(input_->Available(), input_->count());
+}
+
+// Every entry of the open-file cache loading (each connection's lookup of a file of its own, its
+// open never completed), so that one more lookup is refused.
+class RefusedLookupTest : public ConnectionMachineTest {
+ protected:
+  void Configure() override {
+    config_.max_connections = config_.open_file_cache_entries + 1;
+    config_.precompressed = false;  // one lookup per request, no siblings prefetched
+    loop_.record_opens = true;
+  }
+
+  void FillTheCache() {
+    for (uint32_t i = 0; i < config_.open_file_cache_entries; ++i) {
+      ASSERT_NE(machine_->Open(kFd + 1 + static_cast<int>(i), false), nullptr);
+      const std::string get = "GET /f" + std::to_string(i) + " HTTP/1.1\r\nHost: t\r\n\r\n";
+      Complete(loop_.recvs.back(), static_cast<int64_t>(get.size()), true, &get);
+    }
+    ASSERT_EQ(loop_.opens.size(), config_.open_file_cache_entries);
+    ASSERT_TRUE(loop_.sends.empty());
+  }
+};
+
+// A request refused with 503 whose body is still on its way is answered as any response whose
+// body ringd does not read: the 503 is the last response, and the connection lingers (FIN, then
+// reads until the client closes) rather than close with the body arriving, which would reset the
+// connection and could destroy the 503 before the client reads it.
+TEST_F(RefusedLookupTest, A503WhoseBodyIsStillArrivingLingers) {
+  FillTheCache();
+  ASSERT_NE(machine_->Open(kFd, false), nullptr);
+  io::Completion* recv = loop_.recvs.back();
+  // A client that asks to close, and whose body has not come when the 503 is out: nothing but
+  // the body's framing says that it will send more.
+  const std::string head =
+      "GET /other HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 10000\r\n\r\n";
+  std::string sent;
+  loop_.on_send = [&](const iovec* iov, int iovcnt) {
+    for (int i = 0; i < iovcnt; ++i)
+      sent.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+  };
+  Complete(recv, static_cast<int64_t>(head.size()), true, &head);
+  EXPECT_EQ(stats_.lookup_refused, 1u);
+  ASSERT_EQ(loop_.sends.size(), 1u);
+  EXPECT_EQ(sent.rfind("HTTP/1.1 503 ", 0), 0u) << sent;
+  EXPECT_NE(sent.find("\r\nConnection: close\r\n"), std::string::npos) << sent;
+  Complete(loop_.sends[0].first, static_cast<int64_t>(loop_.sends[0].second), false);
+  EXPECT_EQ(loop_.shutdowns, (std::vector<std::pair<int, int>>{{kFd, SHUT_WR}}));
+  EXPECT_TRUE(loop_.cancels.empty()) << "the receive ended with the body on its way";
+  EXPECT_TRUE(loop_.closes.empty()) << "closed with the body on its way";
+  const std::string body(5000, 'b');
+  Complete(recv, static_cast<int64_t>(body.size()), true, &body);  // read and dropped
+  Complete(recv, static_cast<int64_t>(body.size()), true, &body);
+  EXPECT_TRUE(loop_.closes.empty());
+  Complete(recv, 0, false);  // the client closes
+  EXPECT_EQ(loop_.closes, std::vector<int>{kFd});
+  machine_->AbortAll();
+  for (io::Completion* c : loop_.recvs) {
+    if (c != recv) Complete(c, -ECANCELED, false);
+  }
+  for (io::Completion* c : loop_.opens) Complete(c, -ENOENT, false);
+  EXPECT_EQ(machine_->live(), 0u);
 }
 
 }  // namespace

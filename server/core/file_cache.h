@@ -179,6 +179,7 @@ class FileCache : public http::FileMetaSource {
   // its next request; requests waiting on an open beneath the old root plan again at once, and
   // nothing opened beneath it is remembered. Responses holding entries finish from them.
   void SwitchRoot(int root_fd);
+  int root_fd() const { return root_fd_; }  // what opens go beneath now
   uint32_t entries_in_use() const { return static_cast<uint32_t>(stats_.entries); }
   const FileCacheStats& Stats() const { return stats_; }
 
@@ -226,10 +227,20 @@ class FileCache : public http::FileMetaSource {
 
 // The planner's view for one request: what was validated since the request began planning is
 // the answer for it, even where `valid_ms` has run out since (a request that waited for a
-// lookup must see the result it waited for).
+// lookup must see the result it waited for); and the directory listing made for it, if any
+// (`listing`: a DirListing's directory, status and body once made; null: none).
 class RequestLookup final : public http::FileMetaSource {
  public:
-  RequestLookup(FileCache* cache, uint64_t since) : cache_(cache), since_(since) {}
+  struct MadeListing {
+    std::string_view dir;
+    http::ListingResult result;
+  };
+  RequestLookup(FileCache* cache, uint64_t since, const MadeListing* listing = nullptr)
+      : cache_(cache), since_(since), listing_(listing) {}
+  std::optional<http::ListingResult> Listing(std::string_view dir) override {
+    if (listing_ == nullptr || listing_->dir != dir) return std::nullopt;
+    return listing_->result;
+  }
   std::optional<http::FileMeta> Lookup(std::string_view path) override {
     std::optional<http::FileMeta> meta = cache_->LookupSince(path, since_, &last_);
     retired_ = cache_->retirements();
@@ -241,6 +252,7 @@ class RequestLookup final : public http::FileMetaSource {
  private:
   FileCache* cache_;
   uint64_t since_;
+  const MadeListing* listing_;
   CacheEntry* last_ = nullptr;
   uint64_t retired_ = 0;
 };

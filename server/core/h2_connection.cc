@@ -204,40 +204,42 @@ struct H2Callbacks {
     nghttp2_session_set_stream_user_data(session, id, nullptr);
     H2Session* s = static_cast<H2Session*>(user);
     ConnectionMachine* m = s->conn->machine;
-    if (s->reads_in_flight == 0 && s->read_count == 0) {
+    if (!s->HoldsPayloads()) {
       m->H2ReleaseStream(s->conn, ex);
       return 0;
     }
-    // A read into the send buffer may still use its file: released when the batch is done.
-    m->files_->Forget(&ex->waiter);
+    // A read into a batch may still use its file, and a batch's file payloads count once sent:
+    // released when no batch holds any (OnH2Send).
+    m->StopWaiting(ex);
     s->streams.Remove(ex);
     s->closed.PushBack(ex);
     ex->h2_closed = true;
     return 0;
   }
 
-  // Control frames and frame headers: copied into the send buffer, as much as fits.
+  // Control frames and frame headers: copied into the batch being framed, as much as fits.
   static ssize_t Send(nghttp2_session*, const uint8_t* data, size_t length, int, void* user) {
-    H2Session* s = static_cast<H2Session*>(user);
-    const size_t room = H2Session::kOutBytes - s->out_len;
+    H2Batch* b = static_cast<H2Session*>(user)->batch[static_cast<H2Session*>(user)->fill];
+    const size_t room = H2Batch::kBytes - b->len;
     if (room == 0) return NGHTTP2_ERR_WOULDBLOCK;
     const size_t n = std::min(room, length);
-    std::memcpy(s->out + s->out_len, data, n);
-    s->out_len += static_cast<uint32_t>(n);
+    std::memcpy(b->buf + b->len, data, n);
+    b->len += static_cast<uint32_t>(n);
     return static_cast<ssize_t>(n);
   }
 
-  // A DATA frame's payload: the frame is made only when it fits the send buffer whole (and, for
-  // file bytes, a read is free), so SendData never has to refuse one.
+  // A DATA frame's payload: the frame is made only when it fits the batch whole (and, for file
+  // bytes, a read is free), so SendData never has to refuse one.
   static ssize_t ReadBody(nghttp2_session*, int32_t, uint8_t*, size_t length, uint32_t* flags,
                           nghttp2_data_source* source, void* user) {
     H2Session* s = static_cast<H2Session*>(user);
+    H2Batch* b = s->batch[s->fill];
     Exchange* ex = static_cast<Exchange*>(source->ptr);
-    const size_t room = H2Session::kOutBytes - s->out_len;
+    const size_t room = H2Batch::kBytes - b->len;
     const bool file_next = ex->iov[0].iov_len == 0 && ex->file != nullptr &&
                            ex->file->content == nullptr;
-    if (room < 9 + kMinDataFrame || (file_next && s->read_count == H2Session::kMaxReads)) {
-      ex->h2_deferred = true;  // resumed once the buffer has gone out (OnH2Send)
+    if (room < 9 + kMinDataFrame || (file_next && b->read_count == H2Batch::kMaxReads)) {
+      ex->h2_deferred = true;  // resumed once a batch has gone out (OnH2Send)
       return NGHTTP2_ERR_DEFERRED;
     }
     const size_t n = TakePiece(ex, std::min(length, room - 9));
@@ -249,21 +251,21 @@ struct H2Callbacks {
   static int SendData(nghttp2_session*, nghttp2_frame* frame, const uint8_t* framehd,
                       size_t length, nghttp2_data_source* source, void* user) {
     H2Session* s = static_cast<H2Session*>(user);
+    H2Batch* b = s->batch[s->fill];
     Exchange* ex = static_cast<Exchange*>(source->ptr);
     RINGD_ASSERT(frame->data.padlen == 0);  // ringd pads nothing
-    RINGD_ASSERT(9 + length <= H2Session::kOutBytes - s->out_len);  // ReadBody made room
-    std::memcpy(s->out + s->out_len, framehd, 9);
-    s->out_len += 9;
+    RINGD_ASSERT(9 + length <= H2Batch::kBytes - b->len);  // ReadBody made room
+    std::memcpy(b->buf + b->len, framehd, 9);
+    b->len += 9;
     if (ex->h2_piece_file) {
-      RINGD_ASSERT(s->read_count < H2Session::kMaxReads);
-      s->reads[s->read_count++] =
-          H2Session::Read{ex->file->fd, s->out_len, static_cast<uint32_t>(length),
-                          ex->h2_piece_offset};
+      RINGD_ASSERT(b->read_count < H2Batch::kMaxReads);
+      b->reads[b->read_count++] =
+          H2Batch::Read{ex, b->len, static_cast<uint32_t>(length), ex->h2_piece_offset};
     } else {
-      std::memcpy(s->out + s->out_len, ex->h2_piece, length);
+      std::memcpy(b->buf + b->len, ex->h2_piece, length);
+      ex->bytes_sent += length;
     }
-    s->out_len += static_cast<uint32_t>(length);
-    ex->bytes_sent += length;
+    b->len += static_cast<uint32_t>(length);
     return 0;
   }
 };
@@ -286,10 +288,6 @@ void ConnectionMachine::StartH2(Connection* conn, const char* data, size_t n) {
   s->conn = conn;
   s->send.owner = conn;
   s->send.callback = &ConnectionMachine::OnH2Send;
-  for (io::Completion& c : s->read_ops) {
-    c.owner = conn;
-    c.callback = &ConnectionMachine::OnH2Read;
-  }
   RINGD_ASSERT(nghttp2_session_server_new2(&s->session, h2_callbacks_, s, h2_options_) == 0);
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, config_.http2_max_streams},
@@ -331,48 +329,92 @@ void ConnectionMachine::H2Received(Connection* conn, const char* data, size_t n)
   H2Flush(conn);
 }
 
+// The writer's turn: the older batch goes out once it is whole, and a free batch is framed
+// (its file payloads' reads started) while the other is read or sent.
 void ConnectionMachine::H2Flush(Connection* conn) {
   H2Session* s = SessionOf(conn);
-  if (conn->state != ConnState::kH2 || s->sending || s->reads_in_flight > 0) return;
-  if (s->out == nullptr) s->out = TakeH2Buffer();
-  if (nghttp2_session_send(s->session) != 0) {  // out of memory, or a callback failed
-    ++stats_.h2_connection_errors;
-    return Abort(conn);
-  }
-  if (s->out_len == 0) return H2Settle(conn);
-  if (s->read_count > 0) {  // file payloads first; OnH2Read sends the buffer once they are in
-    s->reads_in_flight = s->read_count;
-    for (uint32_t i = 0; i < s->read_count; ++i) {
-      const H2Session::Read& r = s->reads[i];
-      loop_->Read(r.fd, s->out + r.at, r.length, r.offset, &s->read_ops[i]);
+  if (conn->state != ConnState::kH2) return;
+  for (;;) {
+    H2Batch* next = s->batch[s->send_next];
+    if (!s->sending && next != nullptr && next->state == H2Batch::State::kReady) {
+      next->state = H2Batch::State::kSending;
+      s->iov = iovec{next->buf, next->len};
+      s->sending = true;
+      if (conn->timer.list != &send_timers_) {
+        s->progress_mark = s->bytes_sent;
+        send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
+      }
+      loop_->Send(conn->fd, &s->iov, 1, &s->send);
     }
-    return;
+    H2Batch*& fill = s->batch[s->fill];
+    if (fill != nullptr && fill->state != H2Batch::State::kFree) break;  // both busy
+    if (fill == nullptr) fill = TakeH2Batch(conn);
+    if (nghttp2_session_send(s->session) != 0) {  // out of memory, or a callback failed
+      ++stats_.h2_connection_errors;
+      return Abort(conn);
+    }
+    if (fill->len == 0) break;  // nothing more to send now
+    H2Batch* framed = fill;
+    s->fill ^= 1;
+    if (framed->read_count == 0) {
+      framed->state = H2Batch::State::kReady;
+      continue;  // may go out at once, and the other batch be framed
+    }
+    // File payloads first; OnH2Read makes the batch ready once they are in.
+    framed->state = H2Batch::State::kReading;
+    framed->reads_in_flight = framed->read_count;
+    for (uint32_t i = 0; i < framed->read_count; ++i) {
+      const H2Batch::Read& r = framed->reads[i];
+      loop_->Read(r.ex->file->fd, framed->buf + r.at, r.length, r.offset, &framed->read_ops[i]);
+    }
   }
-  s->iov = iovec{s->out, s->out_len};
-  s->sending = true;
-  if (conn->timer.list != &send_timers_) {
-    s->progress_mark = s->bytes_sent;
-    send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
-  }
-  loop_->Send(conn->fd, &s->iov, 1, &s->send);
+  if (!H2Busy(conn)) H2Settle(conn);
 }
 
 void ConnectionMachine::OnH2Read(io::Completion* c) {
   Connection* conn = static_cast<Connection*>(c->owner);
   ConnectionMachine* self = conn->machine;
   H2Session* s = self->SessionOf(conn);
-  const H2Session::Read& r = s->reads[c - s->read_ops];
-  if (c->result != static_cast<int64_t>(r.length)) s->read_failed = true;
-  if (--s->reads_in_flight > 0) return;
-  s->read_count = 0;
-  while (Exchange* ex = s->closed.front()) self->H2ReleaseStream(conn, ex);
+  H2Batch* b = s->batch[0] != nullptr && c >= s->batch[0]->read_ops &&
+                       c < s->batch[0]->read_ops + H2Batch::kMaxReads
+                   ? s->batch[0]
+                   : s->batch[1];
+  H2Batch::Read& r = b->reads[c - b->read_ops];
+  // A read may stop short of what it was asked (the loop's contract): the rest is asked for,
+  // unless the file ended there (it was truncated) or the read failed.
+  if (c->result > 0 && c->result < static_cast<int64_t>(r.length) &&
+      conn->state != ConnState::kClosing) {
+    const uint32_t got = static_cast<uint32_t>(c->result);
+    r.at += got;
+    r.length -= got;
+    r.offset += got;
+    return self->loop_->Read(r.ex->file->fd, b->buf + r.at, r.length, r.offset, c);
+  }
+  if (c->result != static_cast<int64_t>(r.length)) b->read_failed = true;
+  if (--b->reads_in_flight > 0) return;
+  b->state = H2Batch::State::kReady;
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
-  if (s->read_failed) {
+  if (b->read_failed) {
     // The file is shorter than planned (truncated): a frame already framed cannot be kept.
     ++self->stats_.truncated;
     return self->Abort(conn);
   }
-  self->H2Flush(conn);  // the buffer is whole: send it
+  self->H2Flush(conn);  // the batch is whole: it goes out in its turn
+}
+
+// The send of batch `b` took its first `taken` bytes: the file payloads among them count for
+// their streams (a payload cut part way, the part sent), and the streams closed meanwhile go
+// once no batch holds payloads.
+void ConnectionMachine::H2CountSent(Connection* conn, H2Batch* b, uint64_t taken) {
+  H2Session* s = SessionOf(conn);
+  for (uint32_t i = 0; i < b->read_count; ++i) {
+    const H2Batch::Read& r = b->reads[i];
+    if (taken > r.at) r.ex->bytes_sent += std::min<uint64_t>(r.length, taken - r.at);
+  }
+  b->read_count = 0;
+  if (!s->HoldsPayloads()) {
+    while (Exchange* ex = s->closed.front()) H2ReleaseStream(conn, ex);
+  }
 }
 
 void ConnectionMachine::OnH2Send(io::Completion* c) {
@@ -380,14 +422,18 @@ void ConnectionMachine::OnH2Send(io::Completion* c) {
   ConnectionMachine* self = conn->machine;
   H2Session* s = self->SessionOf(conn);
   s->sending = false;
+  H2Batch* sent = s->batch[s->send_next];
+  self->H2CountSent(conn, sent, c->result >= 0 ? static_cast<uint64_t>(c->result) : c->done);
+  sent->state = H2Batch::State::kFree;
+  sent->len = 0;
+  s->send_next ^= 1;
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
   if (c->result < 0) {
     ++self->stats_.send_errors;
     return self->Abort(conn);
   }
   s->bytes_sent += static_cast<uint64_t>(c->result);
-  s->out_len = 0;
-  // Streams that waited for room in the buffer go on.
+  // Streams that waited for room in a batch go on.
   for (Exchange* ex = s->streams.front(); ex != nullptr; ex = s->streams.Next(ex)) {
     if (ex->h2_deferred) {
       ex->h2_deferred = false;
@@ -416,8 +462,10 @@ void ConnectionMachine::H2Settle(Connection* conn) {
     return;
   }
   if (s->stream_count == 0) {
-    PutH2Buffer(s->out);  // an idle connection holds no buffer
-    s->out = nullptr;
+    for (H2Batch*& b : s->batch) {  // an idle connection holds no buffer
+      if (b != nullptr) PutH2Batch(b);
+      b = nullptr;
+    }
     if (conn->timer.list != &idle_timers_) {
       idle_timers_.Arm(&conn->timer, loop_->MonotonicMs());
       host_->RoomMayHaveChanged();  // it can give way to a newcomer now
@@ -550,10 +598,11 @@ void ConnectionMachine::H2StartResponse(Connection* conn, Exchange* ex) {
 // The one release path for a stream's exchange: its waiter, log line, file pin and fields.
 void ConnectionMachine::H2ReleaseStream(Connection* conn, Exchange* ex) {
   H2Session* s = SessionOf(conn);
-  files_->Forget(&ex->waiter);
+  StopWaiting(ex);
   EndExchange(conn, ex);
   if (ex->file != nullptr) files_->Unpin(ex->file);
   ex->file = nullptr;
+  ReleaseListing(ex);
   for (nghttp2_rcbuf*& f : ex->h2_fields) {
     if (f != nullptr) nghttp2_rcbuf_decref(f);
     f = nullptr;
@@ -566,7 +615,11 @@ void ConnectionMachine::H2ReleaseStream(Connection* conn, Exchange* ex) {
 bool ConnectionMachine::H2Busy(const Connection* conn) {
   if (!conn->h2) return false;
   const H2Session* s = SessionOf(conn);
-  return s->sending || s->reads_in_flight > 0;
+  if (s->sending) return true;
+  for (const H2Batch* b : s->batch) {
+    if (b != nullptr && b->reads_in_flight > 0) return true;
+  }
+  return false;
 }
 
 // The connection is ending: no stream waits for a file any more, and a send in flight ends now.
@@ -574,7 +627,7 @@ void ConnectionMachine::H2Abort(Connection* conn) {
   H2Session* s = SessionOf(conn);
   if (s == nullptr) return;
   for (Exchange* ex = s->streams.front(); ex != nullptr; ex = s->streams.Next(ex))
-    files_->Forget(&ex->waiter);
+    StopWaiting(ex);
   if (s->sending) loop_->Shutdown(conn->fd, SHUT_RDWR);
 }
 
@@ -584,11 +637,16 @@ void ConnectionMachine::H2Free(Connection* conn) {
   H2Session*& slot = SessionOf(conn);
   H2Session* s = slot;
   if (s == nullptr) return;
-  RINGD_ASSERT(!s->sending && s->reads_in_flight == 0);
+  RINGD_ASSERT(!H2Busy(conn));
+  for (H2Batch* b : s->batch) {  // never sent: the connection ended before their send
+    if (b != nullptr) b->read_count = 0;
+  }
   while (Exchange* ex = s->closed.front()) H2ReleaseStream(conn, ex);
   while (Exchange* ex = s->streams.front()) H2ReleaseStream(conn, ex);
   nghttp2_session_del(s->session);
-  if (s->out != nullptr) PutH2Buffer(s->out);
+  for (H2Batch* b : s->batch) {
+    if (b != nullptr) PutH2Batch(b);
+  }
   delete s;
   slot = nullptr;
   conn->h2 = false;
@@ -607,20 +665,35 @@ void ConnectionMachine::H2ExpireSendTimer(Connection* conn) {
   Abort(conn);
 }
 
-// Send buffers go back to a short list of spares rather than to the allocator: a connection
-// whose streams come in bursts takes one per burst, and the spares' pages stay touched.
-char* ConnectionMachine::TakeH2Buffer() {
-  if (h2_spare_buffers_.empty()) return new char[H2Session::kOutBytes];
-  char* b = h2_spare_buffers_.back();
-  h2_spare_buffers_.pop_back();
+// Batches go back to a short list of spares rather than to the allocator: a connection whose
+// streams come in bursts takes one or two per burst, and the spares' pages stay touched.
+H2Batch* ConnectionMachine::TakeH2Batch(Connection* conn) {
+  H2Batch* b;
+  if (h2_spare_batches_.empty()) {
+    b = new H2Batch;
+  } else {
+    b = h2_spare_batches_.back();
+    h2_spare_batches_.pop_back();
+  }
+  RINGD_ASSERT(b->state == H2Batch::State::kFree && b->len == 0 && b->read_count == 0 &&
+               b->reads_in_flight == 0);
+  b->read_failed = false;
+  for (io::Completion& c : b->read_ops) {
+    c.owner = conn;
+    c.callback = &ConnectionMachine::OnH2Read;
+  }
   return b;
 }
 
-void ConnectionMachine::PutH2Buffer(char* b) {
-  if (h2_spare_buffers_.size() < kH2SpareBuffers) {
-    h2_spare_buffers_.push_back(b);
+void ConnectionMachine::PutH2Batch(H2Batch* b) {
+  RINGD_ASSERT(b->reads_in_flight == 0);
+  b->state = H2Batch::State::kFree;
+  b->len = 0;
+  b->read_count = 0;
+  if (h2_spare_batches_.size() < kH2SpareBatches) {
+    h2_spare_batches_.push_back(b);
   } else {
-    delete[] b;
+    delete b;
   }
 }
 
@@ -635,7 +708,7 @@ void ConnectionMachine::MakeH2Callbacks() {
   nghttp2_session_callbacks_set_send_callback(cb, &H2Callbacks::Send);
   nghttp2_session_callbacks_set_send_data_callback(cb, &H2Callbacks::SendData);
   h2_callbacks_ = cb;
-  h2_spare_buffers_.reserve(kH2SpareBuffers);
+  h2_spare_batches_.reserve(kH2SpareBatches);
   nghttp2_option* opt;
   RINGD_ASSERT(nghttp2_option_new(&opt) == 0);
   // The preface was matched before the session began (H2Preface) and is fed to it whole.
@@ -647,7 +720,7 @@ void ConnectionMachine::MakeH2Callbacks() {
 void ConnectionMachine::FreeH2Callbacks() {
   if (h2_callbacks_ != nullptr) nghttp2_session_callbacks_del(h2_callbacks_);
   if (h2_options_ != nullptr) nghttp2_option_del(h2_options_);
-  for (char* b : h2_spare_buffers_) delete[] b;
+  for (H2Batch* b : h2_spare_batches_) delete b;
 }
 
 }  // namespace ringd

@@ -3,13 +3,14 @@
 // connection preface (h2c with prior knowledge, or h2 chosen by ALPN, whose client sends the same
 // preface over TLS).
 //
-// The writer: nghttp2 serializes frames into `out` (send_callback); a DATA frame's payload is
-// copied there from memory (cached small files, error pages, multipart part heads) or read there
-// from its file by the loop (Loop::Read, up to kMaxReads at once, each into its frame's place);
-// then one Send takes the whole buffer. So over TLS the records are full (never one per 9-byte
-// frame header), and one send carries the frames of many streams. One send or one batch of reads
-// is in flight at a time; the connection keeps reading while it waits (WINDOW_UPDATE,
-// RST_STREAM, PING and new streams are taken as they come).
+// The writer: nghttp2 serializes frames into a batch's buffer (send_callback); a DATA frame's
+// payload is copied there from memory (cached small files, error pages, multipart part heads) or
+// read there from its file by the loop (Loop::Read, up to kMaxReads at once, each into its frame's
+// place); then one Send takes the whole buffer. So over TLS the records are full (never one per
+// 9-byte frame header), and one send carries the frames of many streams. Two batches take turns:
+// while one is sent, the next is framed and its file bytes read, so a large body's reads wait
+// for no send and its sends for no read. The connection keeps reading all the while
+// (WINDOW_UPDATE, RST_STREAM, PING and new streams are taken as they come).
 #pragma once
 
 #include <cstdint>
@@ -22,46 +23,68 @@ struct nghttp2_session;
 
 namespace ringd {
 
-struct H2Session {
+// One buffer of frames on its way: framed, its file payloads read into place, sent. A connection
+// holds batches only while it has something to send; the shard keeps a few spares.
+struct H2Batch {
   // The most file reads one batch starts: a full buffer of 16 KiB frames.
   static constexpr uint32_t kMaxReads = 8;
-  // The send buffer: kMaxReads frames of the largest DATA payload ringd sends (16 KiB, the
-  // default SETTINGS_MAX_FRAME_SIZE every client keeps) with their headers, and room for
-  // HEADERS and control frames beside them.
-  static constexpr uint32_t kOutBytes = kMaxReads * (16384 + 9) + 8192;
+  // The buffer: kMaxReads frames of the largest DATA payload ringd sends (16 KiB, the default
+  // SETTINGS_MAX_FRAME_SIZE every client keeps) with their headers, and room for HEADERS and
+  // control frames beside them.
+  static constexpr uint32_t kBytes = kMaxReads * (16384 + 9) + 8192;
+  enum class State : uint8_t { kFree, kReading, kReady, kSending };
 
-  Connection* conn = nullptr;
-  nghttp2_session* session = nullptr;
-  // The streams with an exchange, oldest first.
-  mem::IntrusiveList<Exchange, &Exchange::h2_link> streams;
-  uint32_t stream_count = 0;
-  // Streams nghttp2 closed while reads into `out` were in flight: their files stay pinned (a
-  // read may still use the fd) until the batch is done.
-  mem::IntrusiveList<Exchange, &Exchange::h2_link> closed;
-
-  char* out = nullptr;  // kOutBytes while the connection has something to send; else null
-  uint32_t out_len = 0;
-  iovec iov{};
-  io::Completion send;
-  bool sending = false;  // `send` is in flight
+  State state = State::kFree;
+  uint32_t len = 0;
+  // A file payload: read into place, and counted for its stream once the send took it (a
+  // payload cut part way counts the part sent), so $body_bytes_sent says what left.
   struct Read {
-    int fd;
-    uint32_t at;  // where in `out`
+    Exchange* ex;  // the stream, whose file (ex->file) is read
+    uint32_t at;   // where in `buf`
     uint32_t length;
     uint64_t offset;
   };
   Read reads[kMaxReads];
   io::Completion read_ops[kMaxReads];
-  uint32_t read_count = 0;      // reads gathered for the batch being built or in flight
+  uint32_t read_count = 0;  // file payloads framed into the batch, until its send ends
   uint32_t reads_in_flight = 0;
-  bool read_failed = false;     // a file ended early (truncated): the frame is wrong
+  bool read_failed = false;  // a file ended early (truncated): a frame already framed is wrong
+  char buf[kBytes];
+};
 
-  uint64_t bytes_sent = 0;      // everything the kernel took, for the send timer's progress
-  uint64_t progress_mark = 0;   // bytes_sent when the send timer was armed
-  bool goaway = false;          // GOAWAY queued: the connection ends once its streams have
-  bool failed = false;          // the session cannot go on: close once what is queued is out
+struct H2Session {
+  Connection* conn = nullptr;
+  nghttp2_session* session = nullptr;
+  // The streams with an exchange, oldest first.
+  mem::IntrusiveList<Exchange, &Exchange::h2_link> streams;
+  uint32_t stream_count = 0;
+  // Streams nghttp2 closed while a batch held file payloads: their files stay pinned (a read
+  // may still use the fd) and their lines wait (the payloads count once sent) until no batch
+  // holds any.
+  mem::IntrusiveList<Exchange, &Exchange::h2_link> closed;
+
+  // The batches, taken in turn: `fill` is framed next, `send_next` goes out next (the older).
+  H2Batch* batch[2] = {nullptr, nullptr};
+  uint8_t fill = 0;
+  uint8_t send_next = 0;
+  iovec iov{};
+  io::Completion send;
+  bool sending = false;  // `send` is in flight (batch[send_next])
+
+  uint64_t bytes_sent = 0;     // everything the kernel took, for the send timer's progress
+  uint64_t progress_mark = 0;  // bytes_sent when the send timer was armed
+  bool goaway = false;         // GOAWAY queued: the connection ends once its streams have
+  bool failed = false;         // the session cannot go on: close once what is queued is out
+
+  // Whether a batch holds file payloads not yet sent (a closed stream waits on `closed`).
+  bool HoldsPayloads() const {
+    for (const H2Batch* b : batch) {
+      if (b != nullptr && b->read_count > 0) return true;
+    }
+    return false;
+  }
 };
 // Every idle HTTP/2 connection holds one (docs/ARCHITECTURE.md, "HTTP/2": memory).
-static_assert(sizeof(H2Session) <= 1664);
+static_assert(sizeof(H2Session) <= 320);
 
 }  // namespace ringd

@@ -26,7 +26,10 @@ class ScriptedLoop final : public io::Loop {
     if (on_send) on_send(iov, iovcnt);
   }
   void SendFile(int, int, uint64_t, uint64_t, io::Completion*, bool) override { ADD_FAILURE(); }
-  void Open(int, const char*, io::FileStat*, io::Completion*) override { ADD_FAILURE(); }
+  void Open(int, const char*, io::FileStat*, io::Completion* c) override {
+    if (!record_opens) ADD_FAILURE();
+    opens.push_back(c);
+  }
   void Read(int, char*, uint64_t, uint64_t, io::Completion*) override { ADD_FAILURE(); }
   void Cancel(io::Completion* c) override { cancels.push_back(c); }
   void PauseRecv(io::Completion*) override {}
@@ -46,7 +49,8 @@ class ScriptedLoop final : public io::Loop {
   // Runs `f` (a completion) from the next Poll, as a loop runs callbacks.
   void Then(std::function<void()> f) { then_.push_back(std::move(f)); }
 
-  std::vector<io::Completion*> accepts, recvs, cancels;
+  bool record_opens = false;  // else an open fails the test
+  std::vector<io::Completion*> accepts, recvs, cancels, opens;
   std::vector<std::pair<io::Completion*, uint64_t>> sends;
   std::vector<std::pair<int, int>> shutdowns;
   std::vector<int> closes;

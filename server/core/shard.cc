@@ -48,7 +48,8 @@ Shard::~Shard() {
   for (int fd : listen_fds_) ::close(fd);
 }
 
-void Shard::RequestStop() {
+void Shard::RequestStop(StopBound bound) {
+  if (bound == StopBound::kTimeout) stop_bounded_.store(true, std::memory_order_release);
   stop_requested_.store(true, std::memory_order_release);
   if (loop_ != nullptr) loop_->Wake();
 }
@@ -225,11 +226,17 @@ void Shard::Tick() {
   now_ms_ = loop_->MonotonicMs();
   machine_->Tick(now_ms_, loop_->RealtimeSec());
   if (!draining_ && stop_requested_.load(std::memory_order_acquire)) BeginDrain();
+  if (draining_ && drain_deadline_ms_ == kNoDeadline &&
+      stop_bounded_.load(std::memory_order_acquire)) {
+    drain_deadline_ms_ = now_ms_ + config_.shutdown_timeout_ms;  // SIGTERM after SIGQUIT
+  }
   if (accept_retry_ms_ != 0 && now_ms_ >= accept_retry_ms_) {
     accept_retry_ms_ = 0;
     if (!draining_ && !accept_paused_) ArmAccept();
   }
-  if (draining_ && now_ms_ >= drain_deadline_ms_) machine_->AbortAll();  // out of time
+  if (draining_ && now_ms_ >= drain_deadline_ms_) {  // out of time
+    stats_.cut_at_drain_deadline += machine_->AbortAll();
+  }
   LogRefusals();
 }
 
@@ -260,7 +267,9 @@ void Shard::LogRefusals() {
 
 void Shard::BeginDrain() {
   draining_ = true;
-  drain_deadline_ms_ = now_ms_ + config_.shutdown_timeout_ms;
+  drain_deadline_ms_ = stop_bounded_.load(std::memory_order_acquire)
+                           ? now_ms_ + config_.shutdown_timeout_ms
+                           : kNoDeadline;
   for (io::Completion& c : accepts_) loop_->Cancel(&c);
   // Stop listening at once: newcomers are refused (or, with SO_REUSEPORT, go to a listener that
   // is still open, such as a new process's) instead of waiting in a backlog nobody accepts

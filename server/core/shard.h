@@ -6,7 +6,7 @@
 //
 //   Shard shard(index, config, listen_fds, root_fd, mime, tier->make, cpu);   // io/tier.h
 //   std::thread t([&] { if (shard.Setup()) shard.Serve(); });   // Serve returns after a stop
-//   shard.RequestStop();
+//   shard.RequestStop(Shard::StopBound::kTimeout);   // SIGTERM; kWhileMoving: SIGQUIT
 //
 // Everything the shard learns from the world (bytes, files, time) comes through its Loop, so a
 // simulated Loop (tests/sim) drives the same code with Step() instead of Serve().
@@ -41,7 +41,12 @@ class Shard final : private ConnectionHost {
   // One turn of Serve: timers, then one Poll of the loop (waiting at most until the next
   // deadline). False once a graceful stop has completed.
   bool Step();
-  void RequestStop();
+  // How a drain ends the responses still under way: kTimeout cuts them --shutdown-timeout-ms
+  // after it begins (SIGTERM, SIGINT); kWhileMoving lets each run as long as it moves, each
+  // connection's own timeouts (--send-timeout-ms) ending the stalled ones (SIGQUIT, as nginx's
+  // graceful QUIT). A kTimeout request during a kWhileMoving drain bounds it from then on.
+  enum class StopBound : uint8_t { kTimeout, kWhileMoving };
+  void RequestStop(StopBound bound = StopBound::kTimeout);
   // Whether the drain RequestStop asked for has begun: accepting stopped, listeners shut down
   // (any thread may ask).
   bool DrainBegun() const { return drain_begun_.load(std::memory_order_acquire); }
@@ -187,8 +192,12 @@ class Shard final : private ConnectionHost {
   int64_t now_ms_ = 0;
 
   std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> stop_bounded_{false};  // a kTimeout stop was asked for
   std::atomic<bool> drain_begun_{false};
   bool draining_ = false;
+  // kNoDeadline while a kWhileMoving drain has no bound (far enough below INT64_MAX that adding
+  // kDrainGraceMs to it cannot overflow).
+  static constexpr int64_t kNoDeadline = INT64_MAX / 2;
   int64_t drain_deadline_ms_ = 0;
   ShardStats stats_;
 

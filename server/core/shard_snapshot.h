@@ -32,7 +32,7 @@ struct ShardStats {
   // Of those, closed before their lingering ended, for newcomers waiting for a slot; and the
   // newcomers that waited (parked: accepted while every slot was taken).
   uint64_t gave_way_closed = 0, parked = 0;
-  uint64_t lookup_refused = 0;                // 503: the file cache was full, or too many lookups
+  uint64_t lookup_refused = 0;  // 503: the file cache was full, too many lookups, no listing slot
   uint64_t recv_errors = 0, send_errors = 0;  // a connection ended by an error of its socket
   uint64_t sends_queued = 0;  // body chunks that waited for a send slot (--send-order=srpt)
   uint64_t sends_aged = 0;    // of those, started over the slot budget by --send-max-wait-ms
@@ -45,6 +45,8 @@ struct ShardStats {
   uint64_t h2_connections = 0, h2_streams = 0, h2_streams_refused = 0, h2_malformed = 0;
   uint64_t h2_connection_errors = 0, h2_resets_received = 0, h2_resets_sent = 0;
   uint64_t h2_goaways_received = 0, h2_goaways_sent = 0;
+  // Responses still being sent when the drain's deadline (--shutdown-timeout-ms) ended them.
+  uint64_t cut_at_drain_deadline = 0;
   // Connections closed for their client: refused by --allow/--deny (at accept, or at the PROXY
   // header that named it), and on ",proxy" listeners from a peer not in --proxy-from, without a
   // PROXY header, or with a malformed one. (TLS listeners' header refusals: io::LoopStats.)

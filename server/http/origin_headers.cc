@@ -63,6 +63,20 @@ bool IsFieldValue(std::string_view s) {
   return true;
 }
 
+bool IsPlainRootPath(std::string_view path) {
+  if (path.empty() || path.find('\0') != std::string_view::npos) return false;
+  size_t start = 0;
+  while (start < path.size()) {
+    const size_t slash = path.find('/', start);
+    const std::string_view seg = path.substr(
+        start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
+    if (seg.empty() || seg == "." || seg == "..") return false;
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return true;
+}
+
 bool ErrorPageAllowed(int status) {
   switch (status) {
     case 400:  // a target that parsed but cannot name a file
@@ -165,22 +179,13 @@ bool OriginHeaders::SetErrorPage(int status, std::string_view path, std::string*
              std::to_string(status) + " (one of 400 403 404 405 412 413 414 416 501 503)";
     return false;
   }
-  if (path.empty() || path.find('\0') != std::string_view::npos) {
+  if (path.empty()) {
     *error = "--error-page: expected STATUS=/PATH";
     return false;
   }
-  // A path beneath the root, as a request would name it, with no way out of it.
-  size_t start = 0;
-  while (start < path.size()) {
-    const size_t slash = path.find('/', start);
-    const std::string_view seg = path.substr(
-        start, slash == std::string_view::npos ? std::string_view::npos : slash - start);
-    if (seg.empty() || seg == "." || seg == "..") {
-      *error = "--error-page: '/" + std::string(path) + "' is not a plain path beneath the root";
-      return false;
-    }
-    if (slash == std::string_view::npos) break;
-    start = slash + 1;
+  if (!IsPlainRootPath(path)) {
+    *error = "--error-page: '/" + std::string(path) + "' is not a plain path beneath the root";
+    return false;
   }
   for (auto& [code, page] : error_pages_) {
     if (code == status) {

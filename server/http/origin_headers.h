@@ -30,6 +30,11 @@ bool IsToken(std::string_view s);
 // inside; no CR, LF, NUL or other control byte; no leading or trailing whitespace.
 bool IsFieldValue(std::string_view s);
 
+// Whether `path` (relative to the document root, without its leading '/') is a plain path
+// beneath it, as a request would name it: non-empty segments, none "." or "..", no NUL. The
+// files an operator names (--error-page, --fallback) are such paths.
+bool IsPlainRootPath(std::string_view path);
+
 // Statuses an --error-page may replace: those ringd decides for a request it has parsed.
 bool ErrorPageAllowed(int status);
 

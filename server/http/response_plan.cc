@@ -44,6 +44,12 @@ constexpr StatusInfo kStatuses[] = {
 };
 #undef RINGD_ERROR_PAGE
 
+// nginx's page for kPlainHttpToHttps.
+constexpr std::string_view kPlainHttpToHttpsPage =
+    "<html>\r\n<head><title>400 The plain HTTP request was sent to HTTPS port</title></head>\r\n"
+    "<body>\r\n<center><h1>400 Bad Request</h1></center>\r\n<center>The plain HTTP request was "
+    "sent to HTTPS port</center>\r\n<hr><center>ringd</center>\r\n</body>\r\n</html>\r\n";
+
 const StatusInfo& Info(int status) {
   for (const StatusInfo& s : kStatuses) {
     if (s.code == status) return s;
@@ -70,7 +76,12 @@ PlanStep Page(int status, const char* reason, const Request& req, ResponsePlan* 
   return PlanStep{};
 }
 
-PlanStep NeedLookup(std::string_view path) { return PlanStep{PlanStatus::kNeedLookup, path, {}}; }
+PlanStep NeedLookup(std::string_view path) {
+  PlanStep step;
+  step.status = PlanStatus::kNeedLookup;
+  step.lookup_path = path;
+  return step;
+}
 
 // Writes a + b + c into buf (capacity cap); returns the joined view, or empty if it does not fit.
 // The parts may already lie in buf (a prefix of it), hence memmove.
@@ -247,9 +258,55 @@ PlanStep PlanHttpsRedirect(const Request& req, const PlannerConfig& config, File
   return Page(301, "redirect to https", req, out);
 }
 
-// The regular file the target names: "dir" is a 301 to "dir/", "dir/" is "dir/index.html".
-// Sets *path (in scratch.file) and *meta and returns nothing when there is one; otherwise the
-// step: a lookup to wait for, the redirect, or the error.
+// A directory without an index, with --autoindex: its listing, once the caller has made it. No
+// validators and no ranges (a listing is made per request); the added headers, as on any 200.
+PlanStep PlanListing(const Request& req, const PlannerConfig& config, FileMetaSource& source,
+                     std::string_view dir, std::string_view url_path, ResponsePlan* out) {
+  const std::optional<ListingResult> listing = source.Listing(dir);
+  if (!listing) {
+    PlanStep step;
+    step.status = PlanStatus::kNeedListing;
+    step.lookup_path = dir;
+    step.listing_url_path = url_path;
+    return step;
+  }
+  if (listing->status != 200)
+    return Error(listing->status, "directory listing failed", req, config, source, out);
+  out->status = 200;
+  out->reason = "directory listing";
+  out->inline_body = listing->body;
+  out->content_length = listing->body.size();
+  out->content_type = ListingContentType(config.autoindex_format);
+  out->send_body = req.method != Method::kHead;
+  if (config.origin != nullptr) out->added_headers = config.origin->added();
+  return PlanStep{};
+}
+
+// The file resolution ended at: a regular file is selected (*meta, and nothing returned), else
+// its error (`missing` is the reason for a 404).
+std::optional<PlanStep> SelectedFile(const FileMeta& found, const char* missing, const Request& req,
+                                     const PlannerConfig& config, FileMetaSource& source,
+                                     ResponsePlan* out, FileMeta* meta) {
+  switch (found.kind) {
+    case FileMeta::Kind::kRegular:
+      *meta = found;
+      return std::nullopt;
+    case FileMeta::Kind::kForbidden:
+      return Error(403, "permission denied", req, config, source, out);
+    case FileMeta::Kind::kUnavailable:
+      return Error(503, "file lookup failed for now", req, config, source, out);
+    case FileMeta::Kind::kDirectory:  // "dir/index.html" (or the fallback) is itself a directory
+    case FileMeta::Kind::kMissing:
+    case FileMeta::Kind::kOther:
+      break;
+  }
+  return Error(404, missing, req, config, source, out);
+}
+
+// The regular file the target names: "dir" is a 301 to "dir/", "dir/" is "dir/index.html", and
+// a path that names nothing is the fallback file, when there is one (--fallback).
+// Sets *path (in scratch.file, or the fallback's) and *meta and returns nothing when there is
+// one; otherwise the step: a lookup to wait for, the redirect, or the error.
 std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& config,
                                     FileMetaSource& source, PlanScratch& scratch, ResponsePlan* out,
                                     std::string_view* path, FileMeta* meta) {
@@ -271,8 +328,30 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
     if (target.HasTrailingSlash() || rel.empty()) return NeedLookup(*path);
     return NeedLookupOfFile(*path, config, scratch);
   }
+  if (found->kind == FileMeta::Kind::kMissing && !config.fallback.empty()) {
+    // Nothing there: the fallback file is served in its place, planned as if it had been asked
+    // for (its type, siblings, validators and ranges). The request itself (the access log's
+    // line) stays what the client sent.
+    *path = config.fallback;  // the configuration's string: lives as long as the process
+    found = source.Lookup(*path);
+    if (!found) return NeedLookupOfFile(*path, config, scratch);
+    return SelectedFile(*found, "no such file, nor the fallback", req, config, source, out, meta);
+  }
   if (found->kind == FileMeta::Kind::kUnavailable)
     return Error(503, "file lookup failed for now", req, config, source, out);
+  if (found->kind == FileMeta::Kind::kForbidden && target.HasTrailingSlash() && !rel.empty()) {
+    // A name that cannot be opened, asked as a directory: nginx opens its index beneath it,
+    // which a file's name refuses as not a directory (404) and a directory that cannot be
+    // searched as forbidden (403). Its "." entry tells the two apart the same way.
+    const std::string_view dot = Join(scratch.file, sizeof scratch.file, rel, "/.");
+    if (dot.empty()) return Error(404, "path longer than any file's", req, config, source, out);
+    const std::optional<FileMeta> beneath = source.Lookup(dot);
+    if (!beneath) return NeedLookup(dot);
+    if (beneath->kind == FileMeta::Kind::kMissing)
+      return Error(404, "trailing slash on a file", req, config, source, out);
+    if (beneath->kind == FileMeta::Kind::kUnavailable)
+      return Error(503, "file lookup failed for now", req, config, source, out);
+  }
   if (found->kind == FileMeta::Kind::kDirectory) {
     if (!target.HasTrailingSlash()) {
       size_t n = EncodePath(target.path, scratch.location, sizeof scratch.location - 2);
@@ -296,6 +375,10 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
     found = source.Lookup(*path);
     if (!found) return NeedLookupOfFile(*path, config, scratch);
     if (found->kind == FileMeta::Kind::kMissing) {
+      if (config.autoindex) {
+        return PlanListing(req, config, source, rel.empty() ? std::string_view(".") : rel,
+                           target.path, out);
+      }
       return Error(403, "directory without an index", req, config, source,
                    out);  // as nginx without autoindex
     }
@@ -305,24 +388,20 @@ std::optional<PlanStep> ResolveFile(const Request& req, const PlannerConfig& con
     }
     *path = Join(scratch.file, sizeof scratch.file, *path, "");
   }
-  switch (found->kind) {
-    case FileMeta::Kind::kRegular:
-      *meta = *found;
-      return std::nullopt;
-    case FileMeta::Kind::kForbidden:
-      return Error(403, "permission denied", req, config, source, out);
-    case FileMeta::Kind::kUnavailable:
-      return Error(503, "file lookup failed for now", req, config, source, out);
-    case FileMeta::Kind::kDirectory:  // "dir/index.html" is itself a directory
-    case FileMeta::Kind::kMissing:
-    case FileMeta::Kind::kOther:
-      break;
+  // A missing file's precompressed siblings may stand in for it, as with nginx's gzip_static: a
+  // site can ship app.js.gz alone (PlanResponse decides). (With --fallback, a path that names
+  // nothing was the fallback above, as nginx's try_files finds no $uri.)
+  if (found->kind == FileMeta::Kind::kMissing && !target.HasTrailingSlash() &&
+      AsksForSiblings(config, *path)) {
+    *meta = *found;
+    return std::nullopt;
   }
-  return Error(404, "no such file", req, config, source, out);
+  return SelectedFile(*found, "no such file", req, config, source, out, meta);
 }
 
-// Precompressed siblings: file.br and file.gz, when not older than the file. Any such sibling
-// makes the response depend on Accept-Encoding, whether or not this client takes it. Sets
+// Precompressed siblings: file.br and file.gz, when not older than the file (any age when the
+// file is missing: meta is kMissing). Any such sibling makes the response depend on
+// Accept-Encoding, whether or not this client takes it. Sets
 // *selected and *selected_path to the sibling the client takes best, if any; a step when a
 // sibling must be looked up first.
 std::optional<PlanStep> SelectEncoding(const Request& req, const PlannerConfig& config,
@@ -349,7 +428,8 @@ std::optional<PlanStep> SelectEncoding(const Request& req, const PlannerConfig& 
       PrefetchSiblings(path, i + 1, scratch, &step);  // those asked for after it
       return step;
     }
-    if (sibling->kind != FileMeta::Kind::kRegular || sibling->mtime_sec < meta.mtime_sec) continue;
+    if (sibling->kind != FileMeta::Kind::kRegular) continue;
+    if (meta.kind == FileMeta::Kind::kRegular && sibling->mtime_sec < meta.mtime_sec) continue;
     out->vary_accept_encoding = true;
     if (c.q > best_q) {  // br first, so a tie keeps br
       best_q = c.q;
@@ -452,7 +532,13 @@ void PlanError(int status, bool keep_alive, ResponsePlan* out) {
   *out = ResponsePlan{};
   Request none;
   none.method = Method::kGet;
-  Page(status, "request error", none, out);
+  if (status == kPlainHttpToHttps) {
+    Page(400, "plain HTTP to HTTPS port", none, out);
+    out->inline_body = kPlainHttpToHttpsPage;
+    out->content_length = kPlainHttpToHttpsPage.size();
+  } else {
+    Page(status, "request error", none, out);
+  }
   out->keep_alive = keep_alive;
 }
 
@@ -480,6 +566,11 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
   if (std::optional<PlanStep> done = SelectEncoding(req, config, source, scratch, path, meta, out,
                                                     &selected, &selected_path)) {
     return *done;
+  }
+  // A missing file with no sibling this client takes: 404, varying on Accept-Encoding when a
+  // sibling exists (another client would get it).
+  if (selected.kind != FileMeta::Kind::kRegular) {
+    return ErrorAfterSelect(404, "no such file", req, config, source, out);
   }
   SetFileHeaders(req, config, scratch, path, selected, selected_path, out);
   return PlanPreconditionsAndRanges(req, config, source, selected, out);

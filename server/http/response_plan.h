@@ -14,6 +14,7 @@
 #include <optional>
 #include <string_view>
 
+#include "server/http/dir_listing.h"
 #include "server/http/http_date.h"
 #include "server/http/mime_types.h"
 #include "server/http/origin_headers.h"
@@ -32,18 +33,40 @@ struct FileMeta {
   uint64_t inode = 0;
 };
 
+// A directory's listing (--autoindex), made for one request by the caller, off the planner.
+struct ListingResult {
+  int status = 200;       // 200, or the error to answer: 403, 404, 500, 503
+  std::string_view body;  // status 200: the whole body (ListingWriter)
+};
+
 class FileMetaSource {
  public:
   virtual ~FileMetaSource() = default;
   // Metadata of `relative_path` beneath the document root ("." is the root itself), or nullopt
   // when it is not known yet. Must not block.
   virtual std::optional<FileMeta> Lookup(std::string_view relative_path) = 0;
+  // The listing of the directory `relative_path` made for the request being planned, or nullopt
+  // when none has been made yet (planning stops with kNeedListing). Only asked with
+  // PlannerConfig::autoindex. Must not block.
+  virtual std::optional<ListingResult> Listing(std::string_view relative_path) {
+    (void)relative_path;
+    return std::nullopt;
+  }
 };
 
 struct PlannerConfig {
   TargetOptions target;
   const MimeTypes* mime = nullptr;
   std::string_view index_file = "index.html";
+  // --fallback: a path beneath the root (relative, e.g. "index.html") served in place of a file
+  // that does not exist, as nginx's `try_files $uri $uri/ /index.html`; empty: none. Only a
+  // lookup that finds nothing falls back: hidden segments, forbidden files, directories without
+  // an index and a trailing slash on a file keep their answers.
+  std::string_view fallback;
+  // --autoindex: a directory without an index file is answered with a listing of it (as nginx's
+  // autoindex), in this format; off: 403.
+  bool autoindex = false;
+  ListingFormat autoindex_format = ListingFormat::kHtml;
   size_t max_ranges = 16;               // more ranges than this: 200 with the whole file
   bool precompressed = true;            // look for file.br and file.gz siblings
   uint64_t max_discarded_body = 65536;  // a larger request body is refused with 413
@@ -117,22 +140,31 @@ struct ResponsePlan {
   const char* reason = "";  // why, for the access log
 };
 
-enum class PlanStatus : uint8_t { kReady, kNeedLookup };
+// kNeedListing: the caller lists the directory lookup_path (off the shard: it may block) and
+// plans again once Listing answers for it.
+enum class PlanStatus : uint8_t { kReady, kNeedLookup, kNeedListing };
 
 struct PlanStep {
   PlanStatus status = PlanStatus::kReady;
-  std::string_view lookup_path;  // kNeedLookup: the path the caller must look up first
+  // kNeedLookup: the path the caller must look up first; kNeedListing: the directory to list.
+  std::string_view lookup_path;
   // kNeedLookup: paths the plan asks for next if lookup_path is a file (its .br and .gz
   // siblings, with --precompressed), which the caller may look up beside it: one wait for the
   // three instead of three waits in a row. Empty views where there are none.
   std::string_view prefetch[2];
+  // kNeedListing: the directory's decoded URL path ("/pub/"), the listing's title.
+  std::string_view listing_url_path;
 };
 
 PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaSource& source,
                       PlanScratch& scratch, ResponsePlan* out);
 
-// A plan for an error answered before (or instead of) a request: a parse error, a timeout.
-// Such errors close the connection unless `keep_alive` is set.
+// nginx's own status for a plaintext HTTP request sent to an HTTPS port (NGX_HTTP_TO_HTTPS):
+// PlanError answers it 400, with a page that says so.
+constexpr int kPlainHttpToHttps = 497;
+
+// A plan for an error answered before (or instead of) a request: a parse error, a timeout,
+// plaintext on an HTTPS port. Such errors close the connection unless `keep_alive` is set.
 void PlanError(int status, bool keep_alive, ResponsePlan* out);
 // An error answering a parsed request (a 503 when its file cannot be looked up): as above, and
 // a HEAD request's answer has no body.

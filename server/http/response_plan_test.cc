@@ -39,7 +39,23 @@ class FakeTree : public FileMetaSource {
   }
   std::vector<std::string> fetched;
 
+  // Listings: as the caller makes them, on a kNeedListing (the body names the directory and its
+  // URL path), or with the status `listing_status`.
+  std::optional<ListingResult> Listing(std::string_view path) override {
+    auto it = listings_.find(std::string(path));
+    if (it == listings_.end()) return std::nullopt;
+    return ListingResult{listing_status, it->second};
+  }
+  void MakeListing(std::string_view path, std::string_view url_path) {
+    listed.emplace_back(path);
+    listings_[std::string(path)] =
+        "listing of " + std::string(path) + " at " + std::string(url_path);
+  }
+  std::vector<std::string> listed;
+  int listing_status = 200;
+
  private:
+  std::map<std::string, std::string> listings_;
   std::map<std::string, FileMeta> disk_, cache_;
 };
 
@@ -67,6 +83,10 @@ class ResponsePlanTest : public ::testing::Test {
     tree_.File("style.css.gz", 900, kMtime - 10);  // older than the file: stale, never served
     tree_.File("data.bin", 10000);
     tree_.Set("secret.txt", FileMeta::Kind::kForbidden);
+    tree_.Set("locked", FileMeta::Kind::kForbidden);  // a directory that cannot be searched
+    tree_.Set("locked/.", FileMeta::Kind::kForbidden);
+    tree_.Set("flaky", FileMeta::Kind::kForbidden);
+    tree_.Set("flaky/.", FileMeta::Kind::kUnavailable);  // out of descriptors for that lookup
     tree_.Set("fifo", FileMeta::Kind::kOther);
     tree_.Set("busy", FileMeta::Kind::kUnavailable);
   }
@@ -84,6 +104,10 @@ class ResponsePlanTest : public ::testing::Test {
       PlanStep step = PlanResponse(req, config_, tree_, scratch, &p.plan);
       if (step.status == PlanStatus::kReady) break;
       ++p.waits;
+      if (step.status == PlanStatus::kNeedListing) {
+        tree_.MakeListing(step.lookup_path, step.listing_url_path);
+        continue;
+      }
       tree_.Fetch(step.lookup_path);
       for (std::string_view also : step.prefetch) {  // as the cache's Prefetch: unless known
         if (!also.empty() && !tree_.Lookup(also)) tree_.Fetch(also);
@@ -236,6 +260,13 @@ TEST_F(ResponsePlanTest, AnswersErrorsWithTheRightStatus) {
   EXPECT_EQ(Get("/nope.html").plan.status, 404);
   EXPECT_EQ(Get("/index.html/").plan.status, 404);
   EXPECT_EQ(Get("/secret.txt").plan.status, 403);
+  // An unreadable name asked as a directory, as nginx answers it: a file's is not one (404,
+  // "secret.txt/." is not a directory's entry), a directory that cannot be searched is
+  // forbidden.
+  EXPECT_EQ(Get("/secret.txt/").plan.status, 404);
+  EXPECT_EQ(Get("/locked/").plan.status, 403);
+  EXPECT_EQ(Get("/locked").plan.status, 403);
+  EXPECT_EQ(Get("/flaky/").plan.status, 503);
   EXPECT_EQ(Get("/fifo").plan.status, 404);
   EXPECT_EQ(Get("/busy").plan.status, 503);  // out of descriptors: try again later, not 404
   EXPECT_FALSE(Get("/busy").plan.keep_alive);
@@ -387,6 +418,42 @@ TEST_F(ResponsePlanTest, ServesPrecompressedSiblings) {
 
   config_.precompressed = false;
   EXPECT_EQ(Get("/app.js", "Accept-Encoding: gzip\r\n").plan.file_path, "app.js");
+}
+
+// As nginx's gzip_static: a site may ship app.js.gz alone. The sibling stands in for the missing
+// file, for a client that takes it; another client gets a 404 that varies on Accept-Encoding.
+TEST_F(ResponsePlanTest, ServesASiblingWhoseFileIsMissing) {
+  tree_.File("bundle.js.gz", 700, kMtime - 100);  // no bundle.js; its age does not matter
+  Planned gz = Get("/bundle.js", "Accept-Encoding: gzip, br\r\n");
+  EXPECT_EQ(gz.plan.status, 200);
+  EXPECT_EQ(gz.plan.file_path, "bundle.js.gz");
+  EXPECT_EQ(gz.plan.content_length, 700u);
+  EXPECT_NE(gz.head.find("Content-Type: text/javascript; charset=utf-8\r\n"), std::string::npos);
+  EXPECT_NE(gz.head.find("Content-Encoding: gzip\r\n"), std::string::npos);
+  EXPECT_NE(gz.head.find("Vary: Accept-Encoding\r\n"), std::string::npos);
+  Planned gz_range = Get("/bundle.js", "Accept-Encoding: gzip\r\nRange: bytes=0-99\r\n");
+  EXPECT_EQ(gz_range.plan.status, 206);
+  EXPECT_NE(gz_range.head.find("Content-Range: bytes 0-99/700\r\n"), std::string::npos);
+  EXPECT_EQ(Get("/bundle.js",
+                "Accept-Encoding: gzip\r\nIf-None-Match: " + std::string(gz.plan.etag) + "\r\n")
+                .plan.status,
+            304);
+
+  for (const char* accept : {"", "Accept-Encoding: br\r\n", "Accept-Encoding: gzip;q=0\r\n"}) {
+    Planned none = Get("/bundle.js", accept);
+    EXPECT_EQ(none.plan.status, 404) << accept;
+    EXPECT_TRUE(none.plan.file_path.empty());
+    EXPECT_EQ(none.head.find("Content-Encoding"), std::string::npos);
+    EXPECT_NE(none.head.find("Vary: Accept-Encoding\r\n"), std::string::npos) << accept;
+  }
+  // Nothing at all: a plain 404. A trailing slash, or --precompressed off: no sibling stands in.
+  Planned missing = Get("/nothing.js", "Accept-Encoding: gzip\r\n");
+  EXPECT_EQ(missing.plan.status, 404);
+  EXPECT_EQ(missing.head.find("Vary"), std::string::npos);
+  EXPECT_EQ(Get("/bundle.js/", "Accept-Encoding: gzip\r\n").plan.status, 404);
+  EXPECT_EQ(Get("/bundle.js.gz").plan.file_path, "bundle.js.gz");  // asked by its own name
+  config_.precompressed = false;
+  EXPECT_EQ(Get("/bundle.js", "Accept-Encoding: gzip\r\n").plan.status, 404);
 }
 
 TEST_F(ResponsePlanTest, AsksForEachPathItNeeds) {
@@ -583,6 +650,130 @@ TEST_F(OriginPlanTest, ErrorPageAfterAFileWasSelected) {
   EXPECT_TRUE(Has(p, "Content-Length: 50")) << p.head;
   EXPECT_EQ(p.head.find("ETag"), std::string::npos) << p.head;
   EXPECT_EQ(p.head.find("Cache-Control"), std::string::npos) << p.head;
+}
+
+// --fallback: a path that names nothing is answered with the fallback file, planned as if it had
+// been asked for; everything that exists, and every other error, keeps its answer.
+TEST_F(ResponsePlanTest, AMissingPathServesTheFallback) {
+  config_.fallback = "index.html";
+  for (const char* target : {"/app/route", "/app/route/", "/a/b/c?q=1", "/app.js/nested"}) {
+    Planned p = Get(target);
+    EXPECT_EQ(p.plan.status, 200) << target;
+    EXPECT_EQ(p.plan.file_path, "index.html") << target;
+    EXPECT_EQ(p.plan.content_length, 612u) << target;
+    EXPECT_NE(p.head.find("Content-Type: text/html"), std::string::npos) << p.head;
+    EXPECT_NE(p.head.find("\r\nETag: "), std::string::npos) << p.head;
+    EXPECT_NE(p.head.find("\r\nAccept-Ranges: bytes\r\n"), std::string::npos) << p.head;
+  }
+  // Files and directories that exist are served as they are.
+  EXPECT_EQ(Get("/app.js").plan.file_path, "app.js");
+  EXPECT_EQ(Get("/docs/").plan.file_path, "docs/index.html");
+  EXPECT_EQ(Get("/docs").plan.status, 301);
+  EXPECT_EQ(Get("/empty/").plan.status, 403);  // a directory without an index: as before
+  // Hidden segments, forbidden and odd files, a trailing slash on a file: as before.
+  EXPECT_EQ(Get("/.git/config").plan.status, 404);
+  EXPECT_EQ(Get("/secret.txt").plan.status, 403);
+  EXPECT_EQ(Get("/fifo").plan.status, 404);
+  EXPECT_EQ(Get("/style.css/").plan.status, 404);
+  EXPECT_EQ(Get("/busy").plan.status, 503);
+  // HEAD: the fallback's headers, no body.
+  Planned head = Plan("HEAD /route HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_EQ(head.plan.status, 200);
+  EXPECT_FALSE(head.plan.send_body);
+  EXPECT_NE(head.head.find("Content-Length: 612\r\n"), std::string::npos) << head.head;
+}
+
+TEST_F(ResponsePlanTest, TheFallbackTakesConditionalsRangesAndSiblings) {
+  config_.fallback = "app.js";
+  const std::string etag(Get("/route").plan.etag);
+  ASSERT_FALSE(etag.empty());
+  Planned inm = Get("/route", "If-None-Match: " + etag + "\r\n");
+  EXPECT_EQ(inm.plan.status, 304);
+  EXPECT_FALSE(inm.plan.send_body);
+  Planned range = Get("/other/route", "Range: bytes=10-19\r\n");
+  EXPECT_EQ(range.plan.status, 206);
+  EXPECT_NE(range.head.find("Content-Range: bytes 10-19/5000\r\n"), std::string::npos)
+      << range.head;
+  // Its precompressed siblings, by the client's Accept-Encoding.
+  Planned br = Get("/route", "Accept-Encoding: br, gzip\r\n");
+  EXPECT_EQ(br.plan.status, 200);
+  EXPECT_EQ(br.plan.file_path, "app.js.br");
+  EXPECT_EQ(br.plan.content_encoding, "br");
+  EXPECT_NE(br.head.find("Content-Type: text/javascript"), std::string::npos) << br.head;
+  EXPECT_TRUE(br.plan.vary_accept_encoding);
+}
+
+TEST_F(ResponsePlanTest, AMissingFallbackIsNotFound) {
+  config_.fallback = "spa/index.html";
+  Planned p = Get("/route");
+  EXPECT_EQ(p.plan.status, 404);
+  EXPECT_TRUE(p.plan.file_path.empty());
+  EXPECT_STREQ(p.plan.reason, "no such file, nor the fallback");
+  EXPECT_NE(std::find(tree_.fetched.begin(), tree_.fetched.end(), "spa/index.html"),
+            tree_.fetched.end());
+  config_.fallback = "docs";  // a directory is no fallback either
+  EXPECT_EQ(Get("/route2").plan.status, 404);
+  config_.fallback = "secret.txt";
+  EXPECT_EQ(Get("/route3").plan.status, 403);
+}
+
+// The fallback's Cache-Control is the fallback file's (the bytes served), and a missing fallback
+// answers with the --error-page for 404.
+TEST_F(OriginPlanTest, TheFallbackTakesItsOwnHeadersAndTheErrorPage) {
+  config_.fallback = "app.js";
+  Planned p = Get("/route.css");
+  EXPECT_EQ(p.plan.status, 200);
+  EXPECT_TRUE(Has(p, "Cache-Control: public, max-age=3600")) << p.head;
+  std::string error;
+  ASSERT_TRUE(origin_.SetErrorPage(404, "errors/404.html", &error)) << error;
+  tree_.File("errors/404.html", 321);
+  config_.fallback = "gone.html";
+  Planned missing = Get("/route");
+  EXPECT_EQ(missing.plan.status, 404);
+  EXPECT_EQ(missing.plan.file_path, "errors/404.html");
+}
+
+// --autoindex: a directory without an index is its listing, made by the caller on kNeedListing;
+// a directory with an index is still served its index.
+TEST_F(ResponsePlanTest, ListsADirectoryWithoutAnIndex) {
+  config_.autoindex = true;
+  Planned p = Get("/empty/");
+  EXPECT_EQ(p.plan.status, 200);
+  EXPECT_EQ(tree_.listed, std::vector<std::string>{"empty"});
+  EXPECT_EQ(p.plan.inline_body, "listing of empty at /empty/");
+  EXPECT_TRUE(p.plan.file_path.empty());
+  EXPECT_NE(p.head.find("Content-Type: text/html; charset=utf-8\r\n"), std::string::npos);
+  EXPECT_NE(p.head.find("Content-Length: 27\r\n"), std::string::npos) << p.head;
+  EXPECT_EQ(p.head.find("ETag"), std::string::npos) << p.head;
+  EXPECT_EQ(p.head.find("Accept-Ranges"), std::string::npos) << p.head;
+  // No validators and no ranges: a Range is ignored, a precondition too.
+  Planned range = Get("/empty/", "Range: bytes=0-1\r\nIf-None-Match: *\r\n");
+  EXPECT_EQ(range.plan.status, 200);
+  EXPECT_EQ(range.plan.content_length, 27u);
+  Planned head = Plan("HEAD /empty/ HTTP/1.1\r\nHost: t\r\n\r\n");
+  EXPECT_EQ(head.plan.status, 200);
+  EXPECT_FALSE(head.plan.send_body);
+  EXPECT_NE(head.head.find("Content-Length: 27\r\n"), std::string::npos) << head.head;
+  // The index still wins; the redirect still adds the slash.
+  EXPECT_EQ(Get("/docs/").plan.file_path, "docs/index.html");
+  EXPECT_EQ(Get("/empty").plan.status, 301);
+  // The root, as ".".
+  tree_.Set("index.html", FileMeta::Kind::kMissing);
+  tree_.Fetch("index.html");
+  EXPECT_EQ(Get("/").plan.inline_body, "listing of . at /");
+  config_.autoindex_format = ListingFormat::kJson;
+  Planned json = Get("/empty/");
+  EXPECT_NE(json.head.find("Content-Type: application/json\r\n"), std::string::npos);
+}
+
+TEST_F(ResponsePlanTest, AListingThatFailsIsItsError) {
+  config_.autoindex = true;
+  tree_.listing_status = 403;
+  EXPECT_EQ(Get("/empty/").plan.status, 403);
+  tree_.listing_status = 503;
+  Planned busy = Get("/empty/");
+  EXPECT_EQ(busy.plan.status, 503);
+  EXPECT_FALSE(busy.plan.keep_alive);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "io/assert.h"
@@ -107,13 +108,20 @@ bool Step(const AdminServer& admin, AdminConnection& c) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<AdminServer>> AdminServer::Listen(const ListenAddress& a) {
+absl::StatusOr<std::unique_ptr<AdminServer>> AdminServer::Listen(const ListenAddress& a,
+                                                                 bool share) {
+  std::string error;
+  // SO_REUSEPORT would otherwise let a second ringd silently share a running one's address.
+  if (!share && !AddressFree(a, &error)) {
+    return absl::FailedPreconditionError("--admin-listen: " + error);
+  }
   const int fd = ::socket(a.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
     return absl::FailedPreconditionError("--admin-listen: socket: " + std::string(strerror(errno)));
   }
   const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // TIME_WAIT leftovers only
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // TIME_WAIT leftovers
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);  // --takeover's next process
   if (a.addr.ss_family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&a.addr), a.len) != 0 || ::listen(fd, 64) != 0) {
     const std::string why = "--admin-listen: cannot listen on " + a.text + ": " + strerror(errno);
@@ -131,8 +139,29 @@ absl::StatusOr<std::unique_ptr<AdminServer>> AdminServer::Listen(const ListenAdd
 
 AdminServer::~AdminServer() {
   Stop();
-  ::close(listen_fd_);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
   ::close(wake_fd_);
+}
+
+bool AdminServer::LeaveToTheNewProcess() {
+  if (listener_closed_.load(std::memory_order_acquire) || ListenersOnAddressOf(listen_fd_) < 2)
+    return false;
+  if (!thread_.joinable()) {  // not started: nothing polls the listener
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    listener_closed_.store(true, std::memory_order_release);
+    return true;
+  }
+  close_listener_.store(true, std::memory_order_release);
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
+  // The admin thread closes it at its next wake-up (it polls it); a thread blocked for a second
+  // on shard snapshots is waited for, no longer.
+  for (int waited_ms = 0; waited_ms < 2000; ++waited_ms) {
+    if (listener_closed_.load(std::memory_order_acquire)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
 }
 
 void AdminServer::Start(AdminHandlers handlers) {
@@ -171,12 +200,22 @@ void AdminServer::Run() {
           0, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(wake_at - now).count()));
     }
     p[0] = {wake_fd_, POLLIN, 0};
-    p[1] = {accepting ? listen_fd_ : -1, POLLIN, 0};  // poll skips a negative fd
+    p[1] = {accepting ? listen_fd_ : -1, POLLIN, 0};  // poll skips a negative fd (or closed: -1)
     for (size_t i = 0; i < open.size(); ++i) {
       p[i + 2] = {open[i].fd, static_cast<short>(open[i].answer.empty() ? POLLIN : POLLOUT), 0};
     }
     if (::poll(p.data(), open.size() + 2, timeout_ms) < 0) continue;  // EINTR
-    if (p[0].revents != 0) break;
+    if (p[0].revents != 0) {
+      if (stop_.load(std::memory_order_acquire)) break;
+      uint64_t count;
+      [[maybe_unused]] ssize_t n = ::read(wake_fd_, &count, sizeof count);
+      if (close_listener_.load(std::memory_order_acquire) && listen_fd_ >= 0) {
+        ::close(listen_fd_);
+        listen_fd_ = -1;
+        p[1].revents = 0;
+        listener_closed_.store(true, std::memory_order_release);
+      }
+    }
 
     size_t kept = 0;
     for (size_t i = 0; i < open.size(); ++i) {

@@ -19,7 +19,12 @@
 //   absl::StatusOr<std::unique_ptr<AdminServer>> admin = AdminServer::Listen(address);
 //   admin->Start(handlers);  // after start-up
 //   ...
+//   admin->LeaveToTheNewProcess();  // a drain: a --takeover process sharing the address answers
 //   admin->Stop();           // closes every open admin connection
+//
+// The listener is an SO_REUSEPORT socket, as the serving ones are, so that a new process started
+// with --takeover binds the same address while this one still answers: scrapes and health checks
+// reach one or the other through the switch.
 #pragma once
 
 #include <atomic>
@@ -48,12 +53,19 @@ struct AdminHandlers {
 
 class AdminServer {
  public:
-  // Binds and listens (no SO_REUSEPORT: an address in use is an error); an error of one line on
-  // failure.
-  static absl::StatusOr<std::unique_ptr<AdminServer>> Listen(const ListenAddress& address);
+  // Binds and listens (SO_REUSEPORT); an error of one line on failure. Unless `share` (--takeover),
+  // an address some socket already listens on is an error, as it is for --listen.
+  static absl::StatusOr<std::unique_ptr<AdminServer>> Listen(const ListenAddress& address,
+                                                             bool share = false);
   ~AdminServer();
 
   void Start(AdminHandlers handlers);
+  // When another process's socket shares the listener's address (a new ringd under --takeover),
+  // closes this one's listener, so that new admin connections reach that process only (and, with
+  // net.ipv4.tcp_migrate_req=1, those queued here move there); connections already accepted are
+  // still answered. Returns whether it closed it. Without another listener it keeps listening: a
+  // draining process answers /readyz with 503 to whoever asks.
+  bool LeaveToTheNewProcess();
   void Stop();
   std::string address() const { return address_; }  // as bound: "127.0.0.1:9100"
 
@@ -69,12 +81,14 @@ class AdminServer {
       : listen_fd_(listen_fd), wake_fd_(wake_fd), address_(std::move(address)) {}
   void Run();
 
-  int listen_fd_;
-  int wake_fd_;  // eventfd: Stop
+  int listen_fd_;  // -1 once closed (LeaveToTheNewProcess)
+  int wake_fd_;    // eventfd: Stop, or the listener's close
   std::string address_;
   AdminHandlers handlers_;
   std::thread thread_;  // runs Run(), which owns the open connections
   std::atomic<bool> stop_{false};
+  std::atomic<bool> close_listener_{false};  // asked of the admin thread, which polls it
+  std::atomic<bool> listener_closed_{false};
 };
 
 }  // namespace ringd

@@ -267,5 +267,23 @@ TEST(Admin, AnAddressInUseIsOneClearError) {
                                            std::to_string(port) + ": Address already in use");
 }
 
+// --takeover: the new process shares the address; when the old one drains it leaves the address
+// to the new one, whose answers every new connection then gets.
+TEST_F(AdminTest, ATakeoverSharesTheAddressAndTheOldListenerLeavesItOnDrain) {
+  EXPECT_FALSE(admin_->LeaveToTheNewProcess());  // alone on the address: it keeps answering
+  ListenAddress a = Loopback(port_);
+  absl::StatusOr<std::unique_ptr<AdminServer>> next = AdminServer::Listen(a, /*share=*/true);
+  ASSERT_TRUE(next.ok()) << next.status();
+  AdminHandlers h;
+  h.readyz = [] { return AdminResponse{200, "text/plain; charset=utf-8", "new\n"}; };
+  (*next)->Start(h);
+  EXPECT_TRUE(admin_->LeaveToTheNewProcess());
+  for (int i = 0; i < 20; ++i) {
+    const std::string r = Exchange(port_, "GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_TRUE(r.ends_with("\r\n\r\nnew\n")) << r;
+  }
+  EXPECT_FALSE(admin_->LeaveToTheNewProcess());  // once
+}
+
 }  // namespace
 }  // namespace ringd

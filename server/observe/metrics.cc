@@ -264,8 +264,8 @@ const Metric kMetrics[] = {
        }
      }},
     {"ringd_lookup_refused_total", "counter",
-     "Requests answered 503 because the open-file cache was full or the request needed too many "
-     "lookups",
+     "Requests answered 503 because the open-file cache was full, the request needed too many "
+     "lookups, or every directory listing buffer was taken",
      RINGD_SHARD(s.stats.lookup_refused)},
     {"ringd_http2_connections_total", "counter",
      "Connections that spoke HTTP/2 (h2 by ALPN, or h2c with prior knowledge)",

@@ -22,7 +22,8 @@ absl::Status Observability::Open(const Config& config, uint32_t shards) {
     log_ = *std::move(log);
   }
   if (config.has_admin_listen) {
-    absl::StatusOr<std::unique_ptr<AdminServer>> admin = AdminServer::Listen(config.admin_listen);
+    absl::StatusOr<std::unique_ptr<AdminServer>> admin =
+        AdminServer::Listen(config.admin_listen, config.takeover);
     if (!admin.ok()) return admin.status();
     admin_ = *std::move(admin);
   }
@@ -75,6 +76,16 @@ void Observability::Start(std::vector<Shard*> shards, const std::string& backend
     return r;
   };
   admin_->Start(std::move(h));
+}
+
+void Observability::BeginDrain() {
+  // Left before the flag turns: the process that took over answers every scrape from here on,
+  // and none sees this one's 503.
+  if (admin_ != nullptr && admin_->LeaveToTheNewProcess()) {
+    std::fprintf(stderr, "ringd: admin listener on %s left to the process sharing it\n",
+                 admin_->address().c_str());
+  }
+  draining_.store(true, std::memory_order_release);
 }
 
 void Observability::ReopenLog() {

@@ -39,7 +39,9 @@ class Observability {
   void SetCertificates(std::function<std::vector<ProcessInfo::Certificate>()> certificates) {
     certificates_ = std::move(certificates);
   }
-  void BeginDrain() { draining_.store(true, std::memory_order_release); }
+  // /readyz turns 503, after the admin listener is left to a --takeover process sharing its
+  // address, if there is one (AdminServer::LeaveToTheNewProcess; said on stderr).
+  void BeginDrain();
   // About once a second, from the main thread: says on stderr if log lines are being dropped.
   void Tick();
   void Stop();

@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 
 namespace ringd {
 namespace {
@@ -70,6 +72,39 @@ bool AddressFree(const ListenAddress& a, std::string* error) {
     return false;
   }
   return true;
+}
+
+int ListenersOnAddressOf(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return 0;
+  // The kernel prints each 32-bit word of the address as it lies in memory, in hex, then the
+  // port: 127.0.0.1:9100 is "0100007F:238C" on a little-endian machine.
+  char local[64];
+  const char* table = "/proc/net/tcp";
+  if (a.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+    uint32_t w;
+    std::memcpy(&w, &v4->sin_addr, 4);
+    std::snprintf(local, sizeof local, "%08X:%04X", w, ntohs(v4->sin_port));
+  } else {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+    uint32_t w[4];
+    std::memcpy(w, &v6->sin6_addr, 16);
+    std::snprintf(local, sizeof local, "%08X%08X%08X%08X:%04X", w[0], w[1], w[2], w[3],
+                  ntohs(v6->sin6_port));
+    table = "/proc/net/tcp6";
+  }
+  std::ifstream f(table);
+  std::string line;
+  std::getline(f, line);  // the column names
+  int count = 0;
+  std::string slot, address, remote, state;
+  while (f >> slot >> address >> remote >> state) {
+    if (address == local && state == "0A") ++count;  // 0A: TCP_LISTEN
+    std::getline(f, line);                           // the rest of the row
+  }
+  return count;
 }
 
 int Listen(ListenAddress& a, std::string* error) {

@@ -26,6 +26,11 @@ std::string AddressText(const sockaddr_storage& a);
 // fails with EADDRINUSE there. False with *error set only for that.
 bool AddressFree(const ListenAddress& a, std::string* error);
 
+// How many sockets listen on exactly `fd`'s bound address in this network namespace, `fd`'s own
+// included (/proc/net/tcp or tcp6): more than one is another process's SO_REUSEPORT listener
+// sharing it, such as a new ringd's under --takeover. 0 if the tables cannot be read.
+int ListenersOnAddressOf(int fd);
+
 // A listening SO_REUSEPORT socket on `a` (non-blocking, TCP_NODELAY for the accepted sockets), or
 // -1 with *error set. With port 0, `a` becomes the address bound, so further shards share it.
 int Listen(ListenAddress& a, std::string* error);

@@ -82,6 +82,21 @@ TEST(ListenersTest, AnAddressHeldByAnotherServerIsNotFree) {
   EXPECT_TRUE(AddressFree(Loopback(port), &error)) << error;
 }
 
+TEST(ListenersTest, CountsTheListenersSharingAnAddress) {
+  ListenAddress a = Loopback(0);
+  std::string error;
+  const int first = Listen(a, &error);
+  ASSERT_GE(first, 0) << error;
+  EXPECT_EQ(ListenersOnAddressOf(first), 1);
+  const int second = Listen(a, &error);  // the same port (a is now the address bound)
+  ASSERT_GE(second, 0) << error;
+  EXPECT_EQ(ListenersOnAddressOf(first), 2);
+  EXPECT_EQ(ListenersOnAddressOf(second), 2);
+  ::close(second);
+  EXPECT_EQ(ListenersOnAddressOf(first), 1);
+  ::close(first);
+}
+
 TEST(ListenersTest, IPv6Text) {
   sockaddr_storage s{};
   auto* v6 = reinterpret_cast<sockaddr_in6*>(&s);

@@ -306,6 +306,9 @@ class OpenSslSession final : public TlsSession {
     return name != nullptr ? name : "";
   }
   bool Resumed() const override { return handshake_done_ && SSL_session_reused(ssl_) == 1; }
+  std::string_view PlainHttpRequest() const override {
+    return plain_request_ != nullptr ? std::string_view(*plain_request_) : std::string_view();
+  }
 
  private:
   // The BIO the library reads ciphertext from (in_, filled by Feed) and writes records to (out_,
@@ -328,7 +331,15 @@ class OpenSslSession final : public TlsSession {
   }
   static int BioRead(BIO* bio, char* out, size_t cap, size_t* read) {
     BIO_clear_retry_flags(bio);
-    *read = Of(bio)->in_.Take(out, cap);
+    OpenSslSession* self = Of(bio);
+    *read = self->in_.Take(out, cap);
+    // The first bytes the library takes: a record's header, or the start of a plaintext request
+    // (SSL_R_HTTP_REQUEST), which it does not give back.
+    if (self->first_len_ < sizeof self->first_ && !self->handshake_done_) {
+      const size_t n = std::min(*read, sizeof self->first_ - self->first_len_);
+      std::memcpy(self->first_ + self->first_len_, out, n);
+      self->first_len_ = static_cast<uint8_t>(self->first_len_ + n);
+    }
     if (*read > 0) return 1;
     BIO_set_retry_read(bio);
     return 0;
@@ -355,6 +366,9 @@ class OpenSslSession final : public TlsSession {
     if (ended_ == TlsEnd::kBadInput && !handshake_done_ &&
         ERR_GET_REASON(ERR_peek_error()) == SSL_R_HTTP_REQUEST) {
       ended_ = TlsEnd::kPlainHttp;
+      // What the library took, then what it left: an error's path, so a copy of its own.
+      plain_request_ = std::make_unique<std::string>(first_, first_len_);
+      plain_request_->append(in_.data(), in_.size());
     }
     ERR_clear_error();  // the error queue is per thread: leave nothing for the next session
   }
@@ -365,9 +379,12 @@ class OpenSslSession final : public TlsSession {
   ByteQueue in_;    // ciphertext fed, not yet read by the library
   ByteQueue lent_;  // records PeekOutput has lent, until they are consumed
   ByteQueue out_;   // records the library wrote since
+  std::unique_ptr<std::string> plain_request_;  // PlainHttpRequest(), once known
   bool handshake_done_ = false;
   bool closed_ = false;
   TlsEnd ended_ = TlsEnd::kNone;
+  char first_[5];  // a record header's length: the bytes the library takes before it refuses
+  uint8_t first_len_ = 0;
 };
 
 }  // namespace
@@ -685,17 +702,24 @@ std::unique_ptr<TlsSession> OpenSslFactory::Make() {
 
 int64_t TicketKeys::WallSeconds() { return static_cast<int64_t>(std::time(nullptr)); }
 
-TicketKeys::TicketKeys(int64_t rotate_sec, int64_t (*now_sec)())
-    : rotate_sec_(rotate_sec), now_sec_(now_sec), current_(Fresh(now_sec())) {
+bool TicketKeys::SystemRandom(unsigned char* out, int n) { return RAND_bytes(out, n) == 1; }
+
+TicketKeys::TicketKeys(int64_t rotate_sec, int64_t (*now_sec)(),
+                       bool (*random)(unsigned char* out, int n))
+    : rotate_sec_(rotate_sec), now_sec_(now_sec), random_(random) {
   RINGD_ASSERT(rotate_sec_ > 0);
+  RINGD_ASSERT_MSG(Fresh(now_sec_(), &current_), "no random bytes for the first ticket key");
 }
 
-TicketKeys::Key TicketKeys::Fresh(int64_t now_sec) {
+bool TicketKeys::Fresh(int64_t now_sec, Key* out) const {
   Key k;
-  RINGD_ASSERT(RAND_bytes(k.name, sizeof k.name) == 1 && RAND_bytes(k.aes, sizeof k.aes) == 1 &&
-               RAND_bytes(k.hmac, sizeof k.hmac) == 1);
+  if (!random_(k.name, sizeof k.name) || !random_(k.aes, sizeof k.aes) ||
+      !random_(k.hmac, sizeof k.hmac)) {
+    return false;
+  }
   k.born_sec = now_sec;
-  return k;
+  *out = k;
+  return true;
 }
 
 uint64_t TicketKeys::rotations() const {
@@ -720,9 +744,12 @@ int TicketKeys::Callback(SSL* ssl, unsigned char* key_name, unsigned char* iv,
     // A key encrypts for one period and decrypts for two.
     const int64_t age = now - self->current_.born_sec;
     if (age >= self->rotate_sec_) {
+      Key fresh;
+      // This handshake fails (OpenSSL ends it with an internal error alert); the keys stay.
+      if (!self->Fresh(now, &fresh)) return -1;
       self->previous_ = self->current_;
       self->has_previous_ = age < 2 * self->rotate_sec_;
-      self->current_ = Fresh(now);
+      self->current_ = fresh;
       ++self->rotations_;
     } else if (self->has_previous_ && now - self->previous_.born_sec >= 2 * self->rotate_sec_) {
       self->has_previous_ = false;
@@ -740,7 +767,7 @@ int TicketKeys::Callback(SSL* ssl, unsigned char* key_name, unsigned char* iv,
       return 0;  // a ticket from before the previous rotation (or another process): full handshake
     }
   }
-  if (encrypt && RAND_bytes(iv, 16) != 1) return -1;
+  if (encrypt && !self->random_(iv, 16)) return -1;
   OSSL_PARAM params[] = {
       OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_KEY, key.hmac, sizeof key.hmac),
       OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, const_cast<char*>("SHA256"), 0),

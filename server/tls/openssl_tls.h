@@ -54,11 +54,17 @@ struct TlsCertPair {
 // still accepted (and renewed), so a ticket lives up to twice the period. A resumed TLS 1.3
 // connection is always sent a new ticket (clients offer each once), a TLS 1.2 one only when its
 // ticket's key is the previous one (the ticket may be offered again).
+// A rotation whose random bytes cannot be had fails the handshake that asked for it (OpenSSL's
+// RAND_bytes can fail, its entropy source gone); the keys stay, and the next handshake tries
+// again.
 class TicketKeys {
  public:
-  // `now_sec`: the clock rotations follow (tests give their own).
-  explicit TicketKeys(int64_t rotate_sec, int64_t (*now_sec)() = &WallSeconds);
+  // `now_sec`: the clock rotations follow; `random`: fills `n` bytes, false when it cannot (tests
+  // give their own). The first key is made here, at start-up: without it ringd stops loudly.
+  explicit TicketKeys(int64_t rotate_sec, int64_t (*now_sec)() = &WallSeconds,
+                      bool (*random)(unsigned char* out, int n) = &SystemRandom);
   static int64_t WallSeconds();
+  static bool SystemRandom(unsigned char* out, int n);  // RAND_bytes
   // OpenSSL's ticket key callback (SSL_CTX_set_tlsext_ticket_key_evp_cb), for any context whose
   // app data is this object.
   static int Callback(SSL* ssl, unsigned char* key_name, unsigned char* iv, EVP_CIPHER_CTX* cipher,
@@ -72,10 +78,12 @@ class TicketKeys {
     unsigned char hmac[32];
     int64_t born_sec = 0;
   };
-  static Key Fresh(int64_t now_sec);
+  // A new key born at `now_sec`; false when the random bytes cannot be had.
+  bool Fresh(int64_t now_sec, Key* out) const;
 
   const int64_t rotate_sec_;
   int64_t (*const now_sec_)();
+  bool (*const random_)(unsigned char* out, int n);
   mutable std::mutex mu_;
   Key current_;
   Key previous_;

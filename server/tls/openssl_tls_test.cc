@@ -7,6 +7,7 @@
 #include <openssl/evp.h>
 #include <openssl/ocsp.h>
 #include <openssl/pem.h>
+#include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
@@ -328,6 +329,15 @@ TEST(OpenSslTls, PlainHttpOnATlsPortIsToldApart) {
   EXPECT_EQ(s->ReadPlain(buf, sizeof buf), 0u);
   EXPECT_EQ(s->Ended(), TlsEnd::kPlainHttp);
   EXPECT_EQ(s->PendingOutput(), 0u);  // no alert: the peer does not speak TLS
+  EXPECT_EQ(s->PlainHttpRequest(), plain) << "what the shard answers and logs";
+  // Fed a byte at a time, the same.
+  s = f->Make();
+  for (char c : plain) {
+    s->Feed(&c, 1);
+    s->ReadPlain(buf, sizeof buf);
+  }
+  EXPECT_EQ(s->Ended(), TlsEnd::kPlainHttp);
+  EXPECT_EQ(s->PlainHttpRequest(), plain.substr(0, 5));  // all it had when it told
 }
 
 // A full handshake with `f` (server name `sni`, at most `version`), a record read so that TLS
@@ -513,6 +523,41 @@ TEST(OpenSslTls, TicketKeysOutliveAReloadAndRotateWithThePreviousStillAccepted) 
   auto own_a = Create(o, &error);
   auto own_b = Create(o, &error);
   EXPECT_FALSE(ResumesAcross(own_a.get(), own_b.get()));
+}
+
+bool random_fails = false;
+bool FlakyRandom(unsigned char* out, int n) { return !random_fails && RAND_bytes(out, n) == 1; }
+
+// A full TLS 1.3 handshake with `f`, whose session tickets need random bytes (a key's, an IV);
+// whether it came to an end with no error.
+bool Handshakes(OpenSslFactory* f) {
+  std::unique_ptr<TlsSession> s = f->Make();
+  Client c(s.get());
+  c.Pump();
+  return s->HandshakeDone() && s->Ended() == TlsEnd::kNone;
+}
+
+// Random bytes that cannot be had (RAND_bytes failing) fail the handshake that needed them for a
+// ticket, not the process; the keys stay, and the next handshake rotates them.
+TEST(OpenSslTls, RandomBytesThatCannotBeHadFailThatHandshakeAlone) {
+  fake_now = 1000;
+  random_fails = false;
+  TicketKeys keys(/*rotate_sec=*/100, &FakeNow, &FlakyRandom);
+  TlsOptions o;
+  o.pairs = {MakeCert("origin.test", "EC")};
+  o.tickets = &keys;
+  std::string error;
+  auto f = Create(o, &error);
+  ASSERT_NE(f, nullptr) << error;
+  EXPECT_TRUE(Handshakes(f.get()));
+  random_fails = true;
+  EXPECT_FALSE(Handshakes(f.get())) << "a ticket's IV";
+  fake_now += 150;
+  EXPECT_FALSE(Handshakes(f.get())) << "a rotation's key";
+  EXPECT_EQ(keys.rotations(), 0u);
+  random_fails = false;
+  EXPECT_TRUE(Handshakes(f.get()));
+  EXPECT_EQ(keys.rotations(), 1u);
 }
 
 TEST(OpenSslTls, AFailedReloadKeepsTheCertificatesInUse) {

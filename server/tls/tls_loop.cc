@@ -3,12 +3,12 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <string_view>
 
 #include "io/assert.h"
-#include "server/http/http_date.h"
 #include "server/http/proxy_protocol.h"
 
 namespace ringd::tls {
@@ -17,8 +17,7 @@ namespace ringd::tls {
 // freed once it is idle again (as the shard keeps a request's state in an Exchange apart from
 // its Connection), so that an idle connection is a Conn alone.
 struct TlsLoop::Out {
-  // The inner send of records, from the session's memory (PeekOutput) or, for a plaintext
-  // answer, from a constant.
+  // The inner send of records, from the session's memory (PeekOutput).
   io::Completion tx;
   bool tx_active = false;
   // The session refused the plaintext of the shard's Send in flight (bad input came, or it is
@@ -34,14 +33,28 @@ struct TlsLoop::Out {
   // The shard's Send or SendFile in flight: done when every record it made has gone out.
   io::Completion* send = nullptr;
   size_t sending_at = 0;    // its place in the loop's sending_
-  uint64_t wire_sent = 0;   // record bytes sent since it started (its progress)
+  uint64_t wire_sent = 0;   // record bytes the socket took since it started
   uint64_t send_total = 0;  // plaintext bytes handed over (Send), or sent so far (SendFile)
+  // Its progress in plaintext the client can decrypt: its plaintext goes to the session at most
+  // a record's worth at a time (kRecordPlain), and each piece leaves a mark: where its records
+  // end, counted as wire_sent counts (what went out before, plus what is queued), and the
+  // plaintext handed over up to it. Once the socket has taken a mark's records, the plaintext
+  // up to it has left (plain_left). A Send longer than kMarks pieces merges its last marks: its
+  // progress then moves in larger steps near its end.
+  struct Mark {
+    uint64_t wire_end = 0;
+    uint64_t plain_end = 0;
+  };
+  static constexpr size_t kMarks = 16;
+  std::array<Mark, kMarks> marks{};
+  size_t marks_head = 0, marks_count = 0;
+  uint64_t plain_written = 0;  // handed to the session, this send
+  uint64_t plain_left = 0;     // of which whose records the socket has taken
   io::Completion file_op;
   uint64_t file_offset = 0;
   uint64_t file_left = 0;
   uint32_t file_chunk = 0;  // plaintext bytes of the chunk whose records are going out
   std::unique_ptr<char[]> file_buf;
-  std::unique_ptr<char[]> plain;  // the plaintext 400 to HTTP on this TLS port, while it goes
 };
 
 // A connection of a ",proxy" TLS listener: its PROXY protocol header until it has come (a
@@ -89,7 +102,8 @@ struct TlsLoop::Conn : TlsLoop::Linked {
   bool hello_answered = false;
   // Waiting for a turn's budget of ClientHellos (TlsLoop::kHellosPerTurn), in arrival order.
   bool hello_waiting = false;
-  bool plain_answered = false;  // TlsEnd::kPlainHttp: the plaintext 400 is sent
+  bool plain_counted = false;  // TlsEnd::kPlainHttp: counted in stats_.plain_http
+  bool plain_told = false;     // and the shard's receive ended with -EPROTO for it
   bool close_requested = false;
   bool queued = false;
   int busy = 0;  // callbacks of this loop running for it: no release until they return
@@ -146,7 +160,9 @@ void TlsLoop::ReadProxyHeaders(const std::vector<int>& listeners,
 
 TlsLoop::~TlsLoop() {
   // The shard has quiesced the loop and closed its connections; what is left was sending
-  // close_notify.
+  // close_notify. Connections scheduled for a Poll that never came are among them.
+  for (Conn* conn = ready_; conn != nullptr; conn = conn->next_ready)
+    RINGD_ASSERT_MSG(Find(conn->fd) == conn, "a freed connection is scheduled");
   for (Conn* conn : conns_) {
     if (conn == nullptr) continue;
     inner_->Close(conn->fd);
@@ -181,7 +197,8 @@ io::TransportInfo TlsLoop::Transport(int fd) const {
   const Conn* conn = Find(fd);
   if (conn == nullptr) return inner_->Transport(fd);
   const TlsSession& s = *conn->session;
-  io::TransportInfo info{s.Version(), s.Cipher(), s.ServerName(), s.Resumed(), {}};
+  io::TransportInfo info{s.Version(), s.Cipher(), s.ServerName(), s.Resumed(),
+                         s.PlainHttpRequest(), {}};
   if (const Proxied* p = ProxiedOf(conn); p != nullptr) info.client = {p->client, p->client_len};
   return info;
 }
@@ -220,6 +237,20 @@ void TlsLoop::Schedule(Conn* conn) {
   conn->queued = true;
   conn->next_ready = ready_;
   ready_ = conn;
+}
+
+// Off ready_ before it is freed outside Poll (a quiesced Close): a walk of the list, at shutdown
+// only.
+void TlsLoop::Unschedule(Conn* conn) {
+  if (!conn->queued) return;
+  for (Conn** link = &ready_; *link != nullptr; link = &(*link)->next_ready) {
+    if (*link == conn) {
+      *link = conn->next_ready;
+      break;
+    }
+  }
+  conn->queued = false;
+  conn->next_ready = nullptr;
 }
 
 // Accept ------------------------------------------------------------------------------------
@@ -446,27 +477,11 @@ void TlsLoop::Pump(Conn* conn) {
     ++stats_.handshakes;
     stats_.resumed += s.Resumed() ? 1 : 0;
   }
-  if (s.Ended() == TlsEnd::kPlainHttp && !conn->plain_answered && !conn->tx_active()) {
-    // nginx's answer to HTTP on an HTTPS port: a plaintext 400 that says so, with the Date an
-    // origin with a clock sends on every response (RFC 9110 section 6.6.1), then the close.
-    static constexpr std::string_view kHead = "HTTP/1.1 400 Bad Request\r\nDate: ";
-    static constexpr std::string_view kTail =
-        "\r\nContent-Type: text/plain\r\nContent-Length: 44\r\nConnection: close\r\n\r\n"
-        "A plain HTTP request was sent to HTTPS port\n";
-    static constexpr size_t kDate = http::kHttpDateLen;
-    static constexpr size_t kLength = kHead.size() + kDate + kTail.size();
-    conn->plain_answered = true;
+  if (s.Ended() == TlsEnd::kPlainHttp && !conn->plain_counted) {
+    // The shard answers it (nginx's 400 that says so), logged and counted as any response:
+    // its receive ends with -EPROTO and Transport() gives the request.
+    conn->plain_counted = true;
     ++stats_.plain_http;
-    Out* out = OutOf(conn);
-    out->plain = std::make_unique<char[]>(kLength);  // an error's answer: not on the serving path
-    char* p = out->plain.get();
-    std::memcpy(p, kHead.data(), kHead.size());
-    http::FormatHttpDate(inner_->RealtimeSec(), p + kHead.size());
-    std::memcpy(p + kHead.size() + kDate, kTail.data(), kTail.size());
-    out->tx_iov = iovec{p, kLength};
-    out->tx_lent = 0;
-    out->tx_active = true;
-    inner_->Send(conn->fd, &out->tx_iov, 1, &out->tx);
   }
   Flush(conn);
   // Bad input, or the peer's close_notify: the receive has nothing more to give.
@@ -519,8 +534,11 @@ void TlsLoop::FinishRecvIfEnded(Conn* conn) {
                  : -ECANCELED;
   } else if (ProxyRefused(conn)) {
     result = -ECONNREFUSED;
+  } else if (end == TlsEnd::kPlainHttp && conn->plain_told) {
+    result = 0;  // the shard knows (-EPROTO before): the answer is out, nothing more is read
   } else if (end == TlsEnd::kBadInput || end == TlsEnd::kPlainHttp) {
     result = -EPROTO;
+    conn->plain_told = end == TlsEnd::kPlainHttp;
   } else if (end == TlsEnd::kCloseNotify) {
     result = 0;
   } else {
@@ -596,15 +614,52 @@ void TlsLoop::BeginSend(Conn* conn, io::Completion* c, io::Op op) {
   sending_.push_back(conn);
   out->send_is_file = op == io::Op::kSendFile;
   out->send_total = 0;
+  out->marks_head = out->marks_count = 0;
+  out->plain_written = out->plain_left = 0;
+}
+
+// Hands `len` bytes of the send's plaintext to the session, a record's worth at a time, marking
+// where each piece's records end. False once the session cannot send.
+bool TlsLoop::WritePlainMarked(Conn* conn, const char* data, size_t len) {
+  Out* out = conn->out.get();
+  while (len > 0) {
+    const size_t n = std::min<size_t>(len, kRecordPlain);
+    if (!conn->session->WritePlain(data, n)) return false;
+    data += n;
+    len -= n;
+    out->plain_written += n;
+    const Out::Mark mark{out->wire_sent + conn->session->PendingOutput(), out->plain_written};
+    if (out->marks_count == Out::kMarks) {  // full: the newest mark moves on
+      out->marks[(out->marks_head + Out::kMarks - 1) % Out::kMarks] = mark;
+    } else {
+      out->marks[(out->marks_head + out->marks_count++) % Out::kMarks] = mark;
+    }
+  }
+  return true;
+}
+
+// The send's progress from what the socket has taken so far (the send of records in flight
+// included): the plaintext of every piece whose records are all out, into the shard's `done`.
+void TlsLoop::UpdateProgress(Conn* conn) {
+  Out* out = conn->out.get();
+  const uint64_t taken = out->wire_sent + (out->tx_active ? out->tx.done : 0);
+  while (out->marks_count > 0 && out->marks[out->marks_head].wire_end <= taken) {
+    out->plain_left = out->marks[out->marks_head].plain_end;
+    out->marks_head = (out->marks_head + 1) % Out::kMarks;
+    --out->marks_count;
+  }
+  out->send->done = std::max(out->send->done, out->plain_left);
 }
 
 void TlsLoop::Send(int fd, iovec* iov, int iovcnt, io::Completion* c, bool more) {
   Conn* conn = Find(fd);
-  if (conn == nullptr) return inner_->Send(fd, iov, iovcnt, c, more);
+  // A connection that spoke plaintext HTTP is answered in plaintext (TransportInfo).
+  if (conn == nullptr || conn->session->Ended() == TlsEnd::kPlainHttp)
+    return inner_->Send(fd, iov, iovcnt, c, more);
   BeginSend(conn, c, io::Op::kSend);
   bool ok = conn->tx_error == 0;
   for (int i = 0; ok && i < iovcnt; ++i) {
-    ok = conn->session->WritePlain(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+    ok = WritePlainMarked(conn, static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
     conn->out->send_total += iov[i].iov_len;
   }
   conn->out->send_refused = !ok && conn->tx_error == 0;
@@ -622,6 +677,9 @@ void TlsLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t lengt
   out->file_offset = offset;
   out->file_left = length;
   out->file_chunk = 0;
+  // A send the socket already refused, or one of nothing, completes from Poll (AfterOutput),
+  // never inside this call.
+  if (conn->tx_error != 0 || length == 0) return Schedule(conn);
   if (out->file_buf == nullptr) out->file_buf.reset(new char[kFileChunk]);
   ReadFileChunk(conn);
 }
@@ -646,7 +704,8 @@ void TlsLoop::OnFileRead(io::Completion* inner) {
   } else if (inner->result == 0) {
     // The file ended early (truncated under us): fewer bytes than asked, as SendFile says.
     self->FinishSend(conn, static_cast<int64_t>(out->send_total));
-  } else if (!conn->session->WritePlain(out->file_buf.get(), static_cast<size_t>(inner->result))) {
+  } else if (!self->WritePlainMarked(conn, out->file_buf.get(),
+                                     static_cast<size_t>(inner->result))) {
     self->FinishSend(conn, -EPIPE);
   } else {
     out->file_chunk = static_cast<uint32_t>(inner->result);
@@ -662,6 +721,7 @@ void TlsLoop::FinishSend(Conn* conn, int64_t result) {
   Out* out = conn->out.get();
   io::Completion* c = out->send;
   RINGD_ASSERT(c != nullptr);
+  UpdateProgress(conn);  // a send that fails reports the plaintext that left (`done`)
   out->send = nullptr;
   sending_.back()->out->sending_at = out->sending_at;
   std::swap(sending_[out->sending_at], sending_.back());
@@ -697,7 +757,10 @@ void TlsLoop::OnTx(io::Completion* inner) {
   self->Enter(conn);
   Out* out = conn->out.get();
   out->tx_active = false;
-  if (inner->result < 0) conn->tx_error = inner->result;
+  if (inner->result < 0) {
+    conn->tx_error = inner->result;
+    out->wire_sent += inner->done;  // what the socket took before it failed
+  }
   if (inner->result > 0) {
     out->wire_sent += static_cast<uint64_t>(inner->result);
     if (out->tx_lent > 0) {
@@ -721,9 +784,11 @@ void TlsLoop::AfterOutput(Conn* conn) {
                                            : static_cast<int64_t>(out->send_total));
     } else if (out->file_chunk > 0) {
       out->send_total += out->file_chunk;
-      out->send->done = out->send_total;  // progress, for the shard's send timer
+      UpdateProgress(conn);  // progress, for the shard's send timer
       out->file_chunk = 0;
       ReadFileChunk(conn);
+    } else if (conn->tx_error != 0 || out->file_left == 0) {
+      ReadFileChunk(conn);  // it completes: with the socket's error, or with nothing to send
     }
   }
   // The FIN goes after every record, close_notify the last. The send's callback above may just
@@ -761,6 +826,7 @@ void TlsLoop::Close(int fd) {
   conn->close_requested = true;
   if (quiesced_) {
     if (!conn->counted_handshake) --handshaking_;
+    Unschedule(conn);
     RemoveConn(conn);
     inner_->Close(fd);
     delete conn;
@@ -801,14 +867,9 @@ void TlsLoop::Poll(int timeout_ms) {
                                                      : timeout_ms);
   // The shard's send timer reads its Completion's `done` as progress (loop.h): a slow reader
   // taking a send's records a little at a time is not a stalled one, though no send of records
-  // has completed yet (a file chunk's are one send). Their progress is the send's, in
-  // plaintext bytes at most.
-  for (Conn* conn : sending_) {
-    const Out& out = *conn->out;
-    const uint64_t moved = out.wire_sent + (out.tx_active ? out.tx.done : 0);
-    const uint64_t plain = out.send_total + (out.send_is_file ? out.file_chunk : 0);
-    out.send->done = std::max(out.send->done, std::min(moved, plain));
-  }
+  // has completed yet (a file chunk's are one send). Their progress is the send's: the
+  // plaintext whose records have left.
+  for (Conn* conn : sending_) UpdateProgress(conn);
   // Connections whose close_notify the peer will not take in time are cut: the overdue ones
   // leave closing_ from its front, and a turn looks no further than the first that is not.
   if (closing) {

@@ -92,6 +92,9 @@ class TlsLoop final : public io::Loop {
   static constexpr int64_t kCloseNotifyMs = 1000;
   // Plaintext of a file body read and encrypted at a time.
   static constexpr uint32_t kFileChunk = 64 << 10;
+  // Plaintext handed to the session at a time: one TLS record's most (RFC 8446, 5.1), so that a
+  // send's progress counts the records that left whole.
+  static constexpr uint32_t kRecordPlain = 16384;
   // ClientHellos answered in one turn of the loop at most (TakeHelloTurn).
   static constexpr uint32_t kHellosPerTurn = 8;
 
@@ -128,7 +131,10 @@ class TlsLoop final : public io::Loop {
   Out* OutOf(Conn* conn);  // the connection's sending state, made if it has none
   void BeginSend(Conn* conn, io::Completion* c, io::Op op);
   void FinishSend(Conn* conn, int64_t result);
+  bool WritePlainMarked(Conn* conn, const char* data, size_t len);
+  void UpdateProgress(Conn* conn);
   void Schedule(Conn* conn);
+  void Unschedule(Conn* conn);
   void Release(Conn* conn);  // the inner close, once nothing of the connection is in flight
   void Enter(Conn* conn);
   void Leave(Conn* conn);

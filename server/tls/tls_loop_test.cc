@@ -350,5 +350,79 @@ TEST(TlsLoop, AProxyHeaderIsReadBeforeTheSessionSeesAByte) {
   Teardown(&loop, &shard, inner);
 }
 
+// What the shard hears of one send: its callbacks, and the last result.
+struct SendSeen {
+  int calls = 0;
+  int64_t result = 0;
+  io::Completion c;
+  SendSeen() {
+    c.owner = this;
+    c.callback = [](io::Completion* done) {
+      auto* self = static_cast<SendSeen*>(done->owner);
+      ++self->calls;
+      self->result = done->result;
+    };
+  }
+};
+
+// Callbacks come only from Poll (loop.h): a SendFile on a connection whose socket refused an
+// earlier send, or a SendFile of nothing, completes in the next Poll, not inside the call.
+TEST(TlsLoop, ASendFileThatCannotGoCompletesFromPoll) {
+  auto scripted = std::make_unique<ScriptedLoop>();
+  ScriptedLoop* inner = scripted.get();
+  ScriptedSessions sessions(/*established=*/true);
+  TlsLoop loop(std::move(scripted), &sessions, {kListener}, ScriptedLoop::kRecvBuffer,
+               /*max_connections=*/8, /*max_handshakes=*/8);
+  Shard shard(&loop, /*receive=*/false);
+  inner->backlog = {10, 11};
+  loop.Poll(0);
+  ASSERT_EQ(shard.fds.size(), 2u);
+  // The client of 10 is gone: the socket refuses the first send.
+  inner->sockets.at(10).shut = true;
+  SendSeen seen;
+  char hello[] = "hello";
+  iovec iov{hello, 5};
+  loop.Send(10, &iov, 1, &seen.c, false);
+  loop.Poll(0);
+  ASSERT_EQ(seen.calls, 1);
+  EXPECT_EQ(seen.result, -EPIPE);
+  loop.SendFile(10, /*file_fd=*/99, 0, 1000, &seen.c, false);
+  EXPECT_EQ(seen.calls, 1) << "the callback ran inside SendFile";
+  loop.Poll(0);
+  EXPECT_EQ(seen.calls, 2);
+  EXPECT_EQ(seen.result, -EPIPE);
+  // Nothing to send: done, from Poll too.
+  SendSeen empty;
+  loop.SendFile(11, /*file_fd=*/99, 0, 0, &empty.c, false);
+  EXPECT_EQ(empty.calls, 0) << "the callback ran inside SendFile";
+  loop.Poll(0);
+  EXPECT_EQ(empty.calls, 1);
+  EXPECT_EQ(empty.result, 0);
+  Teardown(&loop, &shard, inner);
+}
+
+// After Quiesce a Close frees its connection at once: taken off the connections a Poll would
+// pump (a Shutdown scheduled these), so that nothing the loop keeps points at a freed one (its
+// destructor checks).
+TEST(TlsLoop, AQuiescedCloseLeavesNothingScheduled) {
+  auto scripted = std::make_unique<ScriptedLoop>();
+  ScriptedLoop* inner = scripted.get();
+  ScriptedSessions sessions(/*established=*/true);
+  auto loop = std::make_unique<TlsLoop>(std::move(scripted), &sessions, std::vector<int>{kListener},
+                                        ScriptedLoop::kRecvBuffer, /*max_connections=*/8,
+                                        /*max_handshakes=*/8);
+  Shard shard(loop.get(), /*receive=*/false);
+  inner->backlog = {10, 11, 12};
+  loop->Poll(0);
+  ASSERT_EQ(shard.fds.size(), 3u);
+  for (int fd : shard.fds) loop->Shutdown(fd, SHUT_WR);
+  loop->Quiesce();
+  loop->Close(11);  // the middle of the list
+  loop->Close(12);  // its head
+  EXPECT_EQ(loop->connections(), 1u);
+  EXPECT_EQ(inner->closes, 2u);
+  loop.reset();  // 10 is still scheduled, and still there: the destructor closes it
+}
+
 }  // namespace
 }  // namespace ringd::tls

@@ -86,6 +86,9 @@ class TlsSession {
   virtual std::string_view Cipher() const = 0;
   virtual std::string_view ServerName() const = 0;
   virtual bool Resumed() const = 0;
+  // After Ended() == kPlainHttp: the start of the plaintext the client sent (what the session
+  // had been fed), for the 400 the shard answers and the request line it logs.
+  virtual std::string_view PlainHttpRequest() const { return {}; }
 };
 
 // Makes a server-side session per accepted TLS connection. Shared by every shard: Make must be

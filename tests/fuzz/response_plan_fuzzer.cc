@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -39,6 +40,7 @@ using fuzz::TakeWord;
 
 constexpr int64_t kMtime = 1445412480;  // Wed, 21 Oct 2015 07:28:00 GMT
 constexpr std::string_view kErrorPage = "error.html";
+constexpr std::string_view kFallback = "fallback.html";
 constexpr std::string_view kBoundary = "ringd-0123456789abcdef";
 // A shard writes a response head into a buffer this long (Exchange::kHeadBytes in
 // server/core/shard.h) and answers 500 when it does not fit.
@@ -51,12 +53,15 @@ constexpr uint64_t kFlagRedirectHttps = 4;  // --redirect-https (on port 8443)
 constexpr uint64_t kFlagOrigin = 8;         // Cache-Control rules, added headers, error pages
 constexpr uint64_t kFlagPrefetch = 16;      // the caller looks up the paths a step prefetches
 constexpr uint64_t kFlagWarmBySize = 32;    // the other plan differs in sizes, not times
+constexpr uint64_t kFlagFallback = 64;      // --fallback /fallback.html
+constexpr uint64_t kFlagAutoindex = 128;    // --autoindex: directories without an index listed
 
-enum Role { kFile, kBr, kGz, kIndex, kPage, kRoles };
+enum Role { kFile, kBr, kGz, kIndex, kPage, kFallbackFile, kRoles };
 
 // What the planner learns of a path depends on the path alone: its role by name.
 Role RoleOf(std::string_view path) {
   if (path == kErrorPage) return kPage;
+  if (path == kFallback) return kFallbackFile;
   if (path.ends_with(".br")) return kBr;
   if (path.ends_with(".gz")) return kGz;
   if (path.ends_with("index.html")) return kIndex;
@@ -94,8 +99,25 @@ class FuzzFiles : public FileMetaSource {
   bool Known(std::string_view path) const { return known_.count(std::string(path)) != 0; }
   void Fetch(std::string_view path) { known_.emplace(path); }
 
+  // --autoindex: every directory's listing, once made (or always, with `all_known`), answers
+  // with `listing_status` and a body that names the directory.
+  int listing_status = 200;
+  std::optional<ListingResult> Listing(std::string_view dir) override {
+    auto it = listings_.find(std::string(dir));
+    if (it == listings_.end()) {
+      if (!all_known) return std::nullopt;
+      it = listings_.emplace(std::string(dir), "listing of " + std::string(dir)).first;
+    }
+    return ListingResult{listing_status, it->second};
+  }
+  bool Listed(std::string_view dir) const { return listings_.count(std::string(dir)) != 0; }
+  void MakeListing(std::string_view dir) {
+    listings_.emplace(std::string(dir), "listing of " + std::string(dir));
+  }
+
  private:
   std::set<std::string> known_;
+  std::map<std::string, std::string> listings_;
 };
 
 struct Setup {
@@ -147,6 +169,11 @@ Setup ReadSetup(FuzzText* in) {
       r = kIndex;
     } else if (role == "page") {
       r = kPage;
+    } else if (role == "fallback") {
+      r = kFallbackFile;
+    } else if (role == "listing") {
+      s.files.listing_status = static_cast<int>(TakeNumber(&line, 200));
+      continue;
     } else {
       continue;
     }
@@ -162,6 +189,8 @@ Setup ReadSetup(FuzzText* in) {
   s.config.redirect_to_https = (s.flags & kFlagRedirectHttps) != 0;
   s.config.https_port_suffix = ":8443";
   if (s.flags & kFlagOrigin) s.config.origin = &Origin();
+  if (s.flags & kFlagFallback) s.config.fallback = kFallback;
+  s.config.autoindex = (s.flags & kFlagAutoindex) != 0;
   s.config.multipart_boundary = kBoundary;
   return s;
 }
@@ -170,10 +199,19 @@ Setup ReadSetup(FuzzText* in) {
 void Plan(const Request& req, const Setup& s, FuzzFiles& files, PlanScratch& scratch,
           ResponsePlan* plan) {
   for (int step_count = 0;; ++step_count) {
-    // A directory, its index, the index's two siblings and an error page: five lookups at most.
+    // A directory, its index, the index's two siblings and an error page: five lookups at most
+    // (a path, the fallback, its two siblings and an error page; a directory, its index, its
+    // listing and an error page: fewer).
     FUZZ_CHECK(step_count <= 5);
     const PlanStep step = PlanResponse(req, s.config, files, scratch, plan);
     if (step.status == PlanStatus::kReady) return;
+    if (step.status == PlanStatus::kNeedListing) {
+      // Only with --autoindex, for a directory the request names (with its slash), once.
+      FUZZ_CHECK(s.config.autoindex && !files.Listed(step.lookup_path));
+      FUZZ_CHECK(step.listing_url_path.starts_with("/") && step.listing_url_path.ends_with("/"));
+      files.MakeListing(step.lookup_path);
+      continue;
+    }
     // Each wait is for a path not known yet: else planning would never end.
     FUZZ_CHECK(!step.lookup_path.empty() && !files.Known(step.lookup_path));
     files.Fetch(step.lookup_path);
@@ -298,6 +336,11 @@ void CheckStatusAndFraming(const Request& req, const PlannerConfig& config,
     }
   }
   if (plan.inline_body.empty() && plan.file_path.empty()) FUZZ_CHECK(plan.content_length == 0);
+  // A 200 from memory is a listing, under --autoindex, and only for a directory's target.
+  if (plan.status == 200 && !plan.inline_body.empty()) {
+    FUZZ_CHECK(config.autoindex && plan.inline_body.starts_with("listing of "));
+    FUZZ_CHECK(plan.content_type == ListingContentType(config.autoindex_format));
+  }
   if (plan.status != 206) FUZZ_CHECK(plan.ranges.count == 0 && !plan.multipart);
   if (plan.status == 200 && !plan.file_path.empty()) {
     FUZZ_CHECK(plan.content_length == plan.file.size);
@@ -320,7 +363,8 @@ void CheckOriginHeadersAndEncoding(const Request& req, const PlannerConfig& conf
   if (!IsFileAnswer(plan)) {
     FUZZ_CHECK(plan.etag.empty() && plan.last_modified.empty() && plan.cache_control.empty());
     FUZZ_CHECK(plan.content_encoding.empty());
-    if (!(plan.status == 200 && req.method == Method::kOptions)) {
+    // OPTIONS and a listing (an inline 200) carry the added headers too.
+    if (!(plan.status == 200 && (req.method == Method::kOptions || !plan.inline_body.empty()))) {
       FUZZ_CHECK(plan.added_headers.empty());
     }
   }

@@ -7,7 +7,9 @@
   root without --user or --allow-root;
 - socket activation through systemd-socket-activate (the socket bound by it, every shard
   accepting on it) and the notify protocol on a socket of the test's own: READY=1 once serving,
-  WATCHDOG=1 while the shards turn (and not while one is stopped), STOPPING=1 when a drain begins.
+  WATCHDOG=1 while the shards turn (and not while one is stopped, and on time under a stream of
+  signals), STOPPING=1 when a drain begins;
+- signals that arrive while ringd starts wait until it serves.
 """
 import ctypes
 import os
@@ -72,15 +74,26 @@ class StderrLines:
             left = deadline - time.time()
             if left <= 0:
                 raise AssertionError("no %r in %r" % (pattern, self.lines))
-            ready, _, _ = select.select([self.fd], [], [], min(left, 0.2))
-            if ready:
-                chunk = os.read(self.fd, 65536)
-                if not chunk:
-                    raise AssertionError("stderr closed before %r: %r" % (pattern, self.lines))
-                self.pending += chunk
-                while b"\n" in self.pending:
-                    line, self.pending = self.pending.split(b"\n", 1)
-                    self.lines.append(line.decode(errors="replace"))
+            if not self.read(min(left, 0.2)):
+                raise AssertionError("stderr closed before %r: %r" % (pattern, self.lines))
+
+    def read(self, timeout):
+        """Takes in what arrives within `timeout` seconds; false once stderr is closed."""
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if ready:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                return False
+            self.pending += chunk
+            while b"\n" in self.pending:
+                line, self.pending = self.pending.split(b"\n", 1)
+                self.lines.append(line.decode(errors="replace"))
+        return True
+
+    def seen(self, pattern):
+        """Whether a line so far (read without waiting) matches `pattern`."""
+        self.read(0)
+        return any(re.search(pattern, line) for line in self.lines)
 
 
 def write(root, rel, data, mode=0o644):
@@ -241,6 +254,9 @@ class PrivilegesTest(BackendTestCase):
         cls.root, cls.files = make_docroot()
         # Only root may read it: served as the user, it is refused (403).
         write(cls.root, "root-only.txt", b"secret", mode=0o600)
+        # Only root may search it: the same.
+        write(cls.root, "root-only/index.html", b"secret", mode=0o600)
+        os.chmod(os.path.join(cls.root, "root-only"), 0o700)
 
     @classmethod
     def tearDownClass(cls):
@@ -282,6 +298,11 @@ class PrivilegesTest(BackendTestCase):
             self.assertEqual((r.status, r.body), (206, self.files["large.bin"][:100]))
             # Opens run as nobody, on every tier (io_uring takes the submitter's credentials).
             self.assertEqual(request(server, "GET", "/root-only.txt").status, 403)
+            # Asked as a directory, as nginx answers: a file is not one (404), a directory the
+            # user cannot search is forbidden (403).
+            self.assertEqual(request(server, "GET", "/root-only.txt/").status, 404)
+            self.assertEqual(request(server, "GET", "/root-only/").status, 403)
+            self.assertEqual(request(server, "GET", "/root-only").status, 403)
         finally:
             proc.send_signal(signal.SIGTERM)
             self.assertEqual(proc.wait(timeout=15), 0)
@@ -515,6 +536,25 @@ class SystemdTest(BackendTestCase):
         notify.wait_for("STOPPING")
         self.assertEqual(proc.wait(timeout=15), 0)
 
+    def test_a_stream_of_signals_delays_no_watchdog_ping(self):
+        # SIGUSR1 (reopen the log, none here) every 50 ms, four times a watchdog period (200 ms):
+        # each cuts the main thread's wait short, and the pings keep their times.
+        notify = NotifySocket()
+        self.addCleanup(notify.close)
+        proc, server = self.start(notify, watchdog_usec=400000)
+        self.assertEqual(request(server, "GET", "/small.txt").status, 200)
+        notify.wait_for("READY")
+        pings = []
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            proc.send_signal(signal.SIGUSR1)
+            pings += [t for t, m in notify.read(0.05) if m.get("WATCHDOG") == "1"]
+        self.assertGreaterEqual(len(pings), 4, notify.messages)
+        self.assertIsNone(proc.poll())
+        proc.send_signal(signal.SIGTERM)
+        notify.wait_for("STOPPING")
+        self.assertEqual(proc.wait(timeout=15), 0)
+
     def test_sockets_named_https_serve_tls(self):
         # What systemd passes for ringd.socket and ringd-https.socket (FileDescriptorName=https):
         # LISTEN_FDNAMES names each socket; those named https serve HTTPS, the rest plain HTTP,
@@ -589,6 +629,80 @@ class SystemdTest(BackendTestCase):
         self.assertEqual(out.stderr.strip().splitlines()[-1],
                          "ringd: LISTEN_FDS: descriptor 3 is not a listening stream socket "
                          "(the socket unit needs ListenStream=)")
+
+
+class SignalsWhileStartingTest(BackendTestCase):
+    """Signals that arrive while ringd starts wait until it serves: SIGHUP and SIGUSR1 are then
+    a reload and a reopen, SIGQUIT a graceful stop, where their default actions would kill ringd
+    or dump its core."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root, cls.files = make_docroot()
+        cls.pki = tempfile.mkdtemp(prefix="ringd-pki-")
+        make_pki(cls.pki)
+        # A start-up that takes a while: a certificate followed by its CA 2,000 times over, each
+        # read and parsed before ringd serves (about a millisecond each here).
+        with open(os.path.join(cls.pki, "localhost-ec.crt")) as f:
+            leaf = f.read()
+        with open(os.path.join(cls.pki, "ca.crt")) as f:
+            ca = f.read()
+        cls.chain = os.path.join(cls.pki, "long-chain.crt")
+        with open(cls.chain, "w") as f:
+            f.write(leaf + ca * 2000)
+        cls.chain_bytes = os.path.getsize(cls.chain)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+        shutil.rmtree(cls.pki, ignore_errors=True)
+
+    def start_reading_certificates(self):
+        """A ringd that has begun to read the long chain (so its main() runs) and not served."""
+        proc = subprocess.Popen(
+            [RINGD, "--root", self.root, "--listen", "127.0.0.1:0", "--listen-tls", "127.0.0.1:0",
+             "--tls-cert", self.chain, "--tls-key", os.path.join(self.pki, "localhost-ec.key"),
+             "--shards", "2", "--io", BACKEND] + ROOT_FLAGS, stderr=subprocess.PIPE)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        lines = StderrLines(proc)
+
+        def bytes_read():
+            with open("/proc/%d/io" % proc.pid) as f:
+                return int(re.search(r"^rchar: (\d+)", f.read(), re.M).group(1))
+
+        # The dynamic loader maps libraries rather than read them: a tenth of the chain read is
+        # ringd reading it, with nine tenths to go.
+        deadline = time.monotonic() + 30
+        while bytes_read() < self.chain_bytes // 10:
+            self.assertLess(time.monotonic(), deadline)
+            self.assertIsNone(proc.poll(), lines.lines)
+            time.sleep(0.001)
+        self.assertFalse(lines.seen("serving "), "started before the signals: %r" % lines.lines)
+        return proc, lines
+
+    def test_reload_and_reopen_signals_wait_until_it_serves(self):
+        proc, lines = self.start_reading_certificates()
+        sent = 0
+        while not lines.seen("serving ") and proc.poll() is None:
+            proc.send_signal(signal.SIGHUP if sent % 2 == 0 else signal.SIGUSR1)
+            sent += 1
+            time.sleep(0.001)
+        self.assertIsNone(proc.poll(), "killed after %d signals: %r" % (sent, lines.lines))
+        self.assertGreater(sent, 10)
+        port = int(re.search(r"serving .* on 127\.0\.0\.1:(\d+)", lines.until("serving ")).group(1))
+        lines.until(r"SIGHUP: TLS certificates reloaded")  # the one pending, taken up
+        r = request(Remote(port), "GET", "/small.txt")
+        self.assertEqual((r.status, r.body), (200, self.files["small.txt"]))
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(timeout=15), 0)
+
+    def test_sigquit_while_starting_is_a_graceful_stop_once_it_serves(self):
+        proc, lines = self.start_reading_certificates()
+        proc.send_signal(signal.SIGQUIT)
+        self.assertEqual(proc.wait(timeout=60), 0, lines.lines)
+        lines.until("serving ")
+        lines.until("SIGQUIT: finishing responses in flight")
 
 
 if __name__ == "__main__":

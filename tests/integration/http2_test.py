@@ -20,7 +20,7 @@ import h2.settings
 import hpack
 import hyperframe.frame
 
-from ringd_harness import ADMIN, BackendTestCase, Server, make_docroot, wait_for
+from ringd_harness import ADMIN, BackendTestCase, Server, curl, make_docroot, wait_for
 from tls_pki import make_pki
 
 
@@ -99,29 +99,6 @@ class H2Client:
 
     def close(self):
         self.sock.close()
-
-
-def curl(url, *args):
-    """(HTTP version, status, lowercased header dict, body) of one curl request."""
-    d = tempfile.mkdtemp(prefix="ringd-h2-")
-    try:
-        out = subprocess.run(["curl", "-sk", "--max-time", "20", "-D", os.path.join(d, "h"),
-                              "-o", os.path.join(d, "b"), "-w", "%{http_version} %{http_code}",
-                              *args, url], capture_output=True, text=True, timeout=30)
-        version, status = out.stdout.split()
-        headers = {}
-        with open(os.path.join(d, "h"), "rb") as f:
-            for line in f.read().decode("latin-1").split("\r\n")[1:]:
-                if ":" in line:
-                    k, v = line.split(":", 1)
-                    headers[k.strip().lower()] = v.strip()
-        body = b""
-        if os.path.exists(os.path.join(d, "b")):
-            with open(os.path.join(d, "b"), "rb") as f:
-                body = f.read()
-        return version, int(status), headers, body
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 # Fields both protocols must carry alike (Date may tick between the two requests; Connection and
@@ -239,6 +216,24 @@ class Http2Test(BackendTestCase):
             s.close()
         finally:
             self.assertEqual(server.stop(), 0)
+
+    def test_upgrade_h2c_is_answered_as_http11(self):
+        # RFC 9113 dropped the h2c upgrade: an HTTP/1.1 request asking for it is answered as
+        # HTTP/1.1, and the connection stays HTTP/1.1.
+        s = socket.create_connection(("127.0.0.1", self.server.port), timeout=10)
+        s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade, "
+                  b"HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n"
+                  b"GET /small.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        got = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            got += d
+        s.close()
+        self.assertTrue(got.startswith(b"HTTP/1.1 200 OK\r\n"), got[:80])
+        self.assertEqual(got.count(b"HTTP/1.1 200 OK\r\n"), 2)
+        self.assertNotIn(b"101 Switching", got)
 
     def test_preface_split_at_every_byte(self):
         preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"

@@ -1,5 +1,6 @@
 """A restart without refused connections or failed requests: a new ringd joins the listening
-address with --takeover while the old one serves, then the old one gets SIGTERM. Runs in a
+address and the admin address with --takeover while the old one serves, then the old one gets
+SIGTERM; scrapes of /metrics and /readyz go on through the switch. Runs in a
 network namespace of its own, where net.ipv4.tcp_migrate_req=1 moves the connections still
 queued on the old listeners to the new ones (the sysctl is per namespace: the host's is left
 alone)."""
@@ -12,7 +13,7 @@ import subprocess
 import threading
 import unittest
 
-from ringd_harness import BackendTestCase, Server, make_docroot, wait_for
+from ringd_harness import BackendTestCase, Server, admin_get, make_docroot, wait_for
 
 CLONE_NEWNET = 0x40000000
 
@@ -78,6 +79,35 @@ class Load:
             t.join()
 
 
+class Scrapes:
+    """A thread that scrapes the admin listener's /metrics and /readyz in turn until stopped; every
+    answer but 200 (a refused connection, a reset, a 503) is a failure."""
+
+    def __init__(self, port):
+        self.port = port
+        self.ok = 0
+        self.failures = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            for path in ("/metrics", "/readyz"):
+                try:
+                    status, body = admin_get(self.port, path, timeout=5)
+                    if status == 200:
+                        self.ok += 1
+                    else:
+                        self.failures.append("%s: %d %s" % (path, status, body.strip()))
+                except Exception as e:  # refused, reset, timeout
+                    self.failures.append("%s: %r" % (path, e))
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join()
+
+
 class RestartTest(BackendTestCase):
     @classmethod
     def setUpClass(cls):
@@ -92,19 +122,28 @@ class RestartTest(BackendTestCase):
         shutil.rmtree(cls.root, ignore_errors=True)
 
     def test_restart_under_load_loses_nothing(self):
-        old = Server(self.root)
+        old = Server(self.root, "--admin-listen", "127.0.0.1:0")
+        admin = old.admin_port()
         load = Load(old.port, self.files["small.txt"])
+        scrapes = Scrapes(admin)
         new = None
         try:
             load.wait_for_more(50, "requests to the old process")
-            new = Server(self.root, "--takeover", listen="127.0.0.1:%d" % old.port)
+            new = Server(self.root, "--takeover", "--admin-listen", "127.0.0.1:%d" % admin,
+                         listen="127.0.0.1:%d" % old.port)
             self.assertTrue(any("--takeover" in l and "tcp_migrate_req=1" in l for l in new.log),
                             new.log)
+            self.assertEqual(new.admin_port(), admin)
             load.wait_for_more(50, "requests while both listen")
             self.assertEqual(old.stop(signal.SIGTERM), 0)
+            self.assertTrue(any("admin listener on 127.0.0.1:%d left to the process sharing it"
+                                % admin in l for l in old.log), old.log)
             load.wait_for_more(50, "requests after the old process stopped")
+            start = scrapes.ok
+            wait_for(lambda: scrapes.ok >= start + 10, "scrapes of the new process", timeout=30)
         finally:
             load.finish()
+            scrapes.finish()
             if new is not None:
                 self.assertEqual(new.stop(), 0)
             if old.proc.poll() is None:
@@ -112,14 +151,20 @@ class RestartTest(BackendTestCase):
         self.assertEqual(load.failures[:5], [], "%d of %d requests failed" %
                          (len(load.failures), len(load.failures) + load.ok))
         self.assertGreater(load.ok, 100)
+        self.assertEqual(scrapes.failures[:5], [], "%d of %d scrapes failed" %
+                         (len(scrapes.failures), len(scrapes.failures) + scrapes.ok))
+        self.assertGreater(scrapes.ok, 20)
         served_by_new = [l for l in new.log if "stopped after" in l]
         self.assertTrue(served_by_new and " 0 requests" not in served_by_new[0], new.log)
 
     def test_without_takeover_a_second_ringd_is_refused(self):
-        old = Server(self.root)
+        old = Server(self.root, "--admin-listen", "127.0.0.1:0")
         try:
             with self.assertRaises(RuntimeError):
                 Server(self.root, listen="127.0.0.1:%d" % old.port)
+            # The admin address as well, though its listener shares with a --takeover process.
+            with self.assertRaisesRegex(RuntimeError, "admin-listen: cannot listen on .*in use"):
+                Server(self.root, "--admin-listen", "127.0.0.1:%d" % old.admin_port())
         finally:
             self.assertEqual(old.stop(), 0)
 

@@ -379,6 +379,30 @@ def raw(server, data, timeout=5):
     return (int(m.group(1)) if m else None), out
 
 
+def curl(url, *args):
+    """(HTTP version, status, lowercased header dict, body) of one request with curl (`args`:
+    more of curl's options, e.g. --http2-prior-knowledge)."""
+    d = tempfile.mkdtemp(prefix="ringd-curl-")
+    try:
+        out = subprocess.run(["curl", "-sk", "--max-time", "20", "-D", os.path.join(d, "h"),
+                              "-o", os.path.join(d, "b"), "-w", "%{http_version} %{http_code}",
+                              *args, url], capture_output=True, text=True, timeout=30)
+        version, status = out.stdout.split()
+        headers = {}
+        with open(os.path.join(d, "h"), "rb") as f:
+            for line in f.read().decode("latin-1").split("\r\n")[1:]:
+                if ":" in line:
+                    k, v = line.split(":", 1)
+                    headers[k.strip().lower()] = v.strip()
+        body = b""
+        if os.path.exists(os.path.join(d, "b")):
+            with open(os.path.join(d, "b"), "rb") as f:
+                body = f.read()
+        return version, int(status), headers, body
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def make_docroot():
     """A document root with the size mix the tests need; deterministic contents."""
     root = tempfile.mkdtemp(prefix="ringd-test-")

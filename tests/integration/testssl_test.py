@@ -211,6 +211,9 @@ class TestsslTest(BackendTestCase):
             listing(ringd), listing(nginx), ringd_text)
         print("ringd's findings from MEDIUM up:\n%s\nnginx's:\n%s" % (listing(ringd), listing(nginx)))
         self.assertEqual([f for f in ringd if f["severity"] in ("HIGH", "CRITICAL")], [], both)
+        # ALPN offers h2 (HTTP/2, on by default) beside http/1.1, as testssl sees it.
+        alpn = [f["finding"] for f in ringd if f["id"] in ("ALPN", "ALPN_HTTP2")]
+        self.assertTrue(any("h2" in a for a in alpn), "testssl saw no h2 in ALPN: %s" % alpn)
         count = lambda fs, s: sum(1 for f in fs if f["severity"] == s)
         for s in SEVERITIES:
             self.assertLessEqual(count(ringd, s), count(nginx, s), "%s: %s" % (s, both))

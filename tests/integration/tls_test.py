@@ -232,6 +232,35 @@ class TlsTest(BackendTestCase):
             self.assertLess(abs(time.time() - date.timestamp()), 5)
             self.assertTrue(Reader(s).at_eof())
 
+    def test_plain_http_to_the_tls_port_is_logged_and_counted(self):
+        # As nginx: its 400 is a response like any other, in the access log with its request
+        # line and in ringd_requests_total.
+        d = tempfile.mkdtemp(prefix="ringd-tls-log-")
+        log = os.path.join(d, "access.log")
+        p = lambda n: os.path.join(self.pki, n)
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--tls-cert",
+                        p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
+                        "--access-log", log, "--shards", "1", *ADMIN)
+        try:
+            with socket.create_connection(("127.0.0.1", server.tls_port), timeout=10) as s:
+                s.sendall(b"GET /small.txt?plain HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                r = Reader(s).read_response()
+                self.assertEqual(r.status, 400)
+                self.assertIn(b"The plain HTTP request was sent to HTTPS port", r.body)
+                self.assertEqual(r.header("content-length"), str(len(r.body)))
+                self.assertTrue(Reader(s).at_eof())
+            wait_for(lambda: server.metric("ringd_requests_total", code="4xx") == 1,
+                     "the 400 to be counted")
+            self.assertEqual(server.metric("ringd_requests_total"), 1)
+            self.assertEqual(server.metric("ringd_tls_plain_http_total"), 1)
+        finally:
+            self.assertEqual(server.stop(), 0)
+        with open(log) as f:
+            lines = f.read().splitlines()
+        shutil.rmtree(d, ignore_errors=True)
+        self.assertEqual(len(lines), 1, lines)
+        self.assertIn('"GET /small.txt?plain HTTP/1.1" 400 ', lines[0])
+
     def test_tls_to_the_plain_port_is_refused_and_serving_goes_on(self):
         # A real ClientHello: the plaintext parser answers 400 at its first byte (no method
         # holds 0x16), at once, not after --header-timeout-ms (nginx answers 400 at once too).

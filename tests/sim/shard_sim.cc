@@ -221,6 +221,7 @@ void Sim::BuildTree() {
   status("/a.txt/x", 404);
   status("/nodir/x.txt", 404);
   status("/secret.txt", 403);
+  status("/secret.txt/", 404);  // an unreadable file asked as a directory: not one (as nginx)
   file("/mut1.txt", "mut1.txt");
   file("/mut2.bin", "mut2.bin");
   file("/mut2.bin", "mut2.bin");
@@ -255,7 +256,9 @@ void Sim::MaybeSwitchRoot() {
   // Numbers of the simulation's own: below AllocFd's, and never a real descriptor it holds.
   const int fd = 500 + static_cast<int>(++root_generation_);
   world_.SwitchRoot(fd);
-  root_switch_ms_.push_back(world_.now_ms);
+  // After the new root's copies of the files: an edit later in the same millisecond is after
+  // the switch.
+  root_switch_at_.push_back(WorldInstant{world_.now_ms, world_.edits});
   root_word_.store(DocumentRoot::State(root_generation_, fd), std::memory_order_release);
   result_.coverage["sim.root_switched"] += 1;
 }

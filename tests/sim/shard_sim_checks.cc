@@ -119,19 +119,24 @@ bool MatchErrorPage(const Req& q, const Resp& r, int status, std::string* why) {
 // what the open-file cache may hold an entry for (valid_ms, and one more valid_ms while a
 // revalidation runs beside the requests; none of that with valid_ms 0). Never before the last
 // root switch before it was sent: the shard takes a switch up at the start of its next turn,
-// before it reads anything sent after it, and nothing from the old root may answer then.
-int64_t Sim::WindowStart(const Req& q) const {
-  int64_t lo = q.sent_ms - 2 * static_cast<int64_t>(config_.open_file_cache_valid_ms) - 2;
-  if (q.root_generation > 0) lo = std::max(lo, root_switch_ms_[q.root_generation - 1]);
+// before it reads anything sent after it, and nothing from the old root may answer then. A
+// version of the new root's that an edit in the switch's own millisecond replaced was there
+// after the switch all the same: the window starts at the switch's edit, not its millisecond.
+WorldInstant Sim::WindowStart(const Req& q) const {
+  WorldInstant lo{q.sent_ms - 2 * static_cast<int64_t>(config_.open_file_cache_valid_ms) - 2};
+  if (q.root_generation > 0) {
+    const WorldInstant& switched = root_switch_at_[q.root_generation - 1];
+    if (lo <= switched) lo = switched;
+  }
   return lo;
 }
 
 bool Sim::FileChanged(const Req& q, const std::string& path) const {
   auto it = world_.history.find(path);
   if (it == world_.history.end()) return false;
-  const int64_t lo = WindowStart(q);
+  const WorldInstant lo = WindowStart(q);
   for (const PathVersion& v : it->second) {
-    if (v.from_ms > lo && v.from_ms > 1000) return true;  // (the tree was built at 1000)
+    if (!(v.from() <= lo) && v.from_ms > 1000) return true;  // (the tree was built at 1000)
   }
   return false;
 }
@@ -320,12 +325,12 @@ void Sim::CheckFileResponse(Client& c, const Req& q, const Resp& r) {
     selected.push_back(route.path + ".gz");
   }
   if (enc == r.headers.end()) selected.push_back(route.path);
-  const int64_t lo = WindowStart(q);
+  const WorldInstant lo = WindowStart(q);
   int candidates = 0;
   std::string why;
   for (const std::string& path : selected) {
     for (const PathVersion& v : world_.history[path]) {
-      if (v.to_ms <= lo || v.from_ms > world_.now_ms) continue;
+      if (v.to() <= lo || v.from_ms > world_.now_ms) continue;
       ++candidates;
       if (MatchVersion(q, r, v, route, path, &why)) {
         if ((r.status == 200 || r.status == 206) && r.headers.count("etag") != 0)
@@ -397,7 +402,10 @@ void Sim::ReadH2Responses(Client& c, SimSocket& s) {
     world_.Trace("client %u: stream %d: %d (reset %u) to request %u (%s %s)", c.id, d.stream_id,
                  d.status, d.reset, q.nth, q.head ? "HEAD" : "GET",
                  q.route != nullptr ? q.route->target.c_str() : "-");
-    if (q.cancelled) continue;  // whatever came, the client stopped caring
+    if (q.cancelled) {  // whatever came, the client stopped caring
+      c.h2_cancelled.push_back(q);
+      continue;
+    }
     if (d.reset != 0) {
       // Refused (no exchange left on the shard, or past a GOAWAY's last stream); or cut because
       // its file changed under it.
@@ -428,13 +436,12 @@ void Sim::ReadH2Responses(Client& c, SimSocket& s) {
 }
 
 bool Sim::AnyFileChanged(const Client& c) const {
-  for (const Req& q : c.pending) {
-    if (q.route != nullptr && q.route->kind == Route::kFile &&
-        (FileChanged(q, q.route->path) || FileChanged(q, q.route->path + ".gz"))) {
-      return true;
-    }
-  }
-  return false;
+  const auto changed = [&](const Req& q) {
+    return q.route != nullptr && q.route->kind == Route::kFile &&
+           (FileChanged(q, q.route->path) || FileChanged(q, q.route->path + ".gz"));
+  };
+  return std::any_of(c.pending.begin(), c.pending.end(), changed) ||
+         std::any_of(c.h2_cancelled.begin(), c.h2_cancelled.end(), changed);
 }
 
 void Sim::EndConnection(Client& c, const char* how) {

@@ -114,6 +114,9 @@ struct Client {
   // HTTP/2: the client's nghttp2 session (null: it speaks HTTP/1.1). Its requests are streams,
   // answered in any order; `pending` holds them until each stream closes.
   std::unique_ptr<SimH2Client> h2;
+  // Requests whose streams it cancelled: a file of theirs that changed may still end the
+  // connection (the server frames a stream's data before it hears of the cancel).
+  std::vector<Req> h2_cancelled;
 };
 
 std::string Lower(std::string s);
@@ -160,7 +163,7 @@ class Sim {
   bool MatchVersion(const Req& q, const Resp& r, const PathVersion& v, const Route& route,
                     const std::string& selected, std::string* why);
   bool FileChanged(const Req& q, const std::string& path) const;
-  int64_t WindowStart(const Req& q) const;
+  WorldInstant WindowStart(const Req& q) const;
   bool AnyFileChanged(const Client& c) const;
   void CollectShardStats();
   void EndConnection(Client& c, const char* how);
@@ -207,7 +210,7 @@ class Sim {
   Rng root_rng_;
   uint32_t root_switch_ = 0;  // per mille of steps (0: the root never moves)
   uint64_t root_generation_ = 0;
-  std::vector<int64_t> root_switch_ms_;  // when each switch happened, by generation - 1
+  std::vector<WorldInstant> root_switch_at_;  // when each switch happened, by generation - 1
   std::atomic<uint64_t> root_word_{DocumentRoot::State(0, 7)};
   void MaybeSwitchRoot();
   // HTTP/2: in some seeds some clients speak h2c (or h2 through the TLS stand-in), from a

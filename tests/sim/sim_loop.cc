@@ -111,10 +111,15 @@ size_t SimWorld::Connect(uint64_t window) {
 }
 
 void SimWorld::Record(const std::string& path) {
+  ++edits;
   std::vector<PathVersion>& h = history[path];
-  if (!h.empty() && h.back().to_ms == INT64_MAX) h.back().to_ms = now_ms;
+  if (!h.empty() && h.back().to_ms == INT64_MAX) {
+    h.back().to_ms = now_ms;
+    h.back().to_edit = edits;
+  }
   PathVersion v;
   v.from_ms = now_ms;
+  v.from_edit = edits;
   auto it = tree.find(path);
   if (it != tree.end()) v.inode = std::make_shared<const Inode>(*it->second);
   h.push_back(v);
@@ -786,7 +791,7 @@ void SimLoop::ProgressOpen(uint64_t seq) {
       if (parent != tree.end() && !parent->second->dir) result = -ENOTDIR;
     }
   }
-  w_->Trace("open %s -> %lld", path.c_str(), static_cast<long long>(result));
+  w_->Trace("open %s beneath %d -> %lld", path.c_str(), c->dir_fd, static_cast<long long>(result));
   Finish(seq, result);
 }
 

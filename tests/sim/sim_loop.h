@@ -47,9 +47,23 @@ struct Inode {
 };
 
 // One state a path was in, and when (simulated ms); to_ms is INT64_MAX while current.
+// A moment of the world: its simulated time, then the order of the edits within it (several
+// happen in one millisecond: a root switch, then a file replaced).
+struct WorldInstant {
+  int64_t ms = 0;
+  uint64_t edit = UINT64_MAX;  // SimWorld::edits when it happened; UINT64_MAX: the ms's end
+  bool operator<=(const WorldInstant& o) const {
+    return ms < o.ms || (ms == o.ms && edit <= o.edit);
+  }
+};
+
 struct PathVersion {
   int64_t from_ms = 0;
   int64_t to_ms = INT64_MAX;
+  uint64_t from_edit = 0;         // SimWorld::edits when it began
+  uint64_t to_edit = UINT64_MAX;  // and when it ended
+  WorldInstant from() const { return {from_ms, from_edit}; }
+  WorldInstant to() const { return {to_ms, to_edit}; }
   std::shared_ptr<const Inode> inode;  // null: missing; a snapshot (content is immutable)
 };
 
@@ -191,6 +205,7 @@ struct SimWorld {
   int root_fd = 7;
   std::map<int, std::map<std::string, std::shared_ptr<Inode>>> old_roots;
   std::map<std::string, std::vector<PathVersion>> history;
+  uint64_t edits = 0;  // file tree edits so far: their order within a millisecond
   uint64_t next_ino = 100;
   // Descriptors the server holds: sockets (-> index in `sockets`) and files (-> inode).
   std::map<int, size_t> socket_fds;
