@@ -67,14 +67,31 @@ bool Cidr::Contains(const ClientAddress& a) const {
   return (addr[whole] & mask) == (a.addr[whole] & mask);
 }
 
-bool ClientRules::Allows(const ClientAddress& a) const {
+namespace {
+
+// An IPv4-mapped IPv6 address (::ffff:192.0.2.1, as a PROXY v1 TCP6 line may carry) is judged
+// as the IPv4 address it is, as nginx's allow/deny judge it.
+ClientAddress Unmapped(const ClientAddress& a) {
+  static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (a.family != AF_INET6 || std::memcmp(a.addr, kMapped, sizeof kMapped) != 0) return a;
+  ClientAddress v4;
+  v4.family = AF_INET;
+  std::memcpy(v4.addr, a.addr + 12, 4);
+  return v4;
+}
+
+}  // namespace
+
+bool ClientRules::Allows(const ClientAddress& address) const {
+  const ClientAddress a = Unmapped(address);
   for (const Rule& r : rules_) {
     if (r.cidr.Contains(a)) return r.allow;
   }
   return true;
 }
 
-bool ClientRules::Contains(const ClientAddress& a) const {
+bool ClientRules::Contains(const ClientAddress& address) const {
+  const ClientAddress a = Unmapped(address);
   for (const Rule& r : rules_) {
     if (r.cidr.Contains(a)) return true;
   }

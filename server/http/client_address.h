@@ -43,7 +43,8 @@ std::optional<Cidr> ParseCidr(std::string_view text);
 
 // An ordered list of allow and deny rules, judged as nginx's allow/deny: the first rule that
 // contains the address decides; an address no rule contains is allowed (end the list with
-// `deny all` to refuse everyone else). An empty list allows everyone.
+// `deny all` to refuse everyone else). An empty list allows everyone. An IPv4-mapped IPv6
+// address is judged as its IPv4 address.
 class ClientRules {
  public:
   void Add(bool allow, const Cidr& cidr) { rules_.push_back({cidr, allow}); }

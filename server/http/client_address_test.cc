@@ -70,6 +70,14 @@ TEST(ClientRules, FirstMatchWinsAndNoMatchAllows) {
   EXPECT_TRUE(rules.Contains(Addr("::2")));
 }
 
+TEST(ClientRules, AnIpv4MappedAddressIsJudgedAsIpv4) {
+  ClientRules rules;
+  rules.Add(false, *ParseCidr("192.0.2.0/24"));
+  EXPECT_FALSE(rules.Allows(Addr("::ffff:192.0.2.9")));
+  EXPECT_TRUE(rules.Allows(Addr("::ffff:198.51.100.9")));
+  EXPECT_TRUE(rules.Contains(Addr("::ffff:192.0.2.1")));
+}
+
 TEST(ClientAddress, FormatsAsRemoteAddr) {
   char text[ClientAddress::kTextMax];
   EXPECT_EQ(std::string(text, Addr("192.0.2.1").Format(text, sizeof text)), "192.0.2.1");
