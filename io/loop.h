@@ -254,6 +254,9 @@ struct LoopStats {
   uint64_t tls_plain_http = 0;          // plaintext HTTP sent to a TLS port (answered 400)
   uint64_t tls_handshakes_refused = 0;  // closed at accept: too many handshakes under way
   uint64_t tls_hellos_deferred = 0;     // ClientHellos answered in a later turn (a flood of them)
+  // TLS listeners with ",proxy": connections closed for their PROXY protocol header (none, or
+  // malformed) or for the client it named (--allow/--deny).
+  uint64_t proxy_missing = 0, proxy_malformed = 0, clients_denied = 0;
 };
 
 // What the transport under a connection says of it, for the access log: all empty for plain TCP.
@@ -267,6 +270,8 @@ struct TransportInfo {
   // with -EPROTO; the owner may answer in plaintext (Send on it sends the bytes as they are),
   // then the connection ends.
   std::string_view plain_http_request;
+  // The client a PROXY protocol header named before TLS ("192.0.2.7"); empty: the socket's peer.
+  std::string_view client;
 };
 
 class Loop {

@@ -21,6 +21,12 @@ constexpr CapabilityFlag kCapabilityFlags[] = {
      [](const Config& c) { return c.busy_poll_us != 0; }},
     {"--batch-wait-us", &io::TierCapabilities::batch_wait,
      [](const Config& c) { return c.batch_wait_us != 0; }},
+    // The peer's address is judged at accept (getpeername), which a direct descriptor lacks.
+    {"--allow/--deny", &io::TierCapabilities::names_clients,
+     [](const Config& c) { return !c.client_rules.empty(); }},
+    // (Unless every peer is trusted, --proxy-from all: the header names the client.)
+    {"--listen ADDR,proxy without --proxy-from all", &io::TierCapabilities::names_clients,
+     [](const Config& c) { return c.any_proxy_listener() && !c.proxy_from_all; }},
 };
 
 // "--io=bypass or --io=uring": the tiers that can do what `f` needs.
@@ -46,7 +52,9 @@ std::string MissingCapability(const Config& config, const io::TierTable& tiers,
 
 io::TierNeeds NeedsOf(const Config& config, uint64_t descriptor_limit) {
   io::TierNeeds needs;
-  needs.names_clients = !config.access_log.empty();
+  needs.names_clients =
+      !config.access_log.empty() || !config.client_rules.empty() ||
+      (config.any_proxy_listener() && !config.proxy_from_all);
   needs.file_table_slots = uint64_t{config.max_connections} + Shard::kSpareSlots;
   needs.descriptor_limit = descriptor_limit;
   return needs;

@@ -85,16 +85,20 @@ std::vector<int> UsableCpus() {
 }
 
 // A shard's loop factory: the tier's loop, inside a TlsLoop when the shard has TLS listeners.
+// `proxy_fds`: those of tls_fds whose connections begin with a PROXY protocol header, judged by
+// `client_rules` (the process's Config, which outlives the shards).
 io::LoopFactory WithTls(io::LoopFactory make, tls::TlsSessionFactory* sessions,
-                        std::vector<int> tls_fds, uint32_t max_connections,
-                        uint32_t max_handshakes) {
+                        std::vector<int> tls_fds, uint32_t max_connections, uint32_t max_handshakes,
+                        std::vector<int> proxy_fds, const http::ClientRules* client_rules) {
   if (tls_fds.empty()) return make;
   return [=](const io::LoopOptions& o) -> absl::StatusOr<std::unique_ptr<io::Loop>> {
     absl::StatusOr<std::unique_ptr<io::Loop>> inner = make(o);
     if (!inner.ok()) return inner.status();
     const uint32_t recv_max = o.recv_max_bytes != 0 ? o.recv_max_bytes : o.recv_buffer_size;
-    return std::make_unique<tls::TlsLoop>(*std::move(inner), sessions, tls_fds, recv_max,
-                                          max_connections, max_handshakes);
+    auto loop = std::make_unique<tls::TlsLoop>(*std::move(inner), sessions, tls_fds, recv_max,
+                                               max_connections, max_handshakes);
+    if (!proxy_fds.empty()) loop->ReadProxyHeaders(proxy_fds, client_rules);
+    return loop;
   };
 }
 
@@ -489,8 +493,9 @@ int ReportCheck(const Findings& found) {
 void LogIo(const Config& config, const IoSetup& io) {
   std::fprintf(stderr, "ringd: io backend %s\n", io.line.c_str());
   if (!io.tier->can.names_clients && !config.access_log.empty()) {
-    std::fprintf(stderr, "ringd: --io=%s: access log lines name no client address (\"-\")\n",
-                 io.tier->name.c_str());
+    std::fprintf(stderr, "ringd: --io=%s: access log lines name no client address (\"-\")%s\n",
+                 io.tier->name.c_str(),
+                 config.any_proxy_listener() ? " but the one a PROXY protocol header names" : "");
   }
 }
 
@@ -527,6 +532,11 @@ Inherited CheckListenAddresses(const Config& config, uint32_t shards) {
   // (With sockets passed, the plaintext listeners are those, whatever --listen says.)
   if (config.redirect_https && (in.any() ? in.fds.empty() : config.listen.empty()))
     Die(2, "--redirect-https needs --listen: there is no plaintext listener to redirect from");
+  if (in.any() && config.any_proxy_listener()) {
+    Die(2,
+        "--listen ADDR,proxy and --listen-tls ADDR,proxy apply to the sockets ringd binds, not to "
+        "sockets systemd passes (LISTEN_FDS): leave socket activation out, or the ,proxy");
+  }
   if (!config.takeover) {
     if (!in.any()) {
       for (const ListenAddress& a : config.listen) {
@@ -592,12 +602,17 @@ std::vector<std::unique_ptr<Shard>> MakeShards(Config& config, const Inherited& 
         tls_fds.push_back(fd);
       }
     }
+    std::vector<int> tls_proxy_fds;
+    for (size_t k = 0; k < tls_fds.size() && inherited.tls_fds.empty(); ++k) {
+      if (config.listen_tls[k].proxy) tls_proxy_fds.push_back(tls_fds[k]);
+    }
     fds.insert(fds.end(), tls_fds.begin(), tls_fds.end());
     const size_t all = fds.size();
-    auto shard = std::make_unique<Shard>(static_cast<int>(i), config, std::move(fds), root_fd, mime,
-                                         WithTls(io.tier->make, &tls->sessions, tls_fds,
-                                                 config.max_connections, config.tls_max_handshakes),
-                                         cpus[i % cpus.size()]);
+    auto shard = std::make_unique<Shard>(
+        static_cast<int>(i), config, std::move(fds), root_fd, mime,
+        WithTls(io.tier->make, &tls->sessions, tls_fds, config.max_connections,
+                config.tls_max_handshakes, std::move(tls_proxy_fds), &config.client_rules),
+        cpus[i % cpus.size()]);
     shard->SetListenersShared(inherited.any());
     if (config.redirect_https) {
       // The plain listeners redirect to the first TLS address's port.
@@ -605,6 +620,17 @@ std::vector<std::unique_ptr<Shard>> MakeShards(Config& config, const Inherited& 
       for (size_t k = 0; k < plain; ++k) redirect[k] = true;
       const int port = PortOf(FirstHttpsAddress(config, inherited));
       shard->SetHttpsRedirect(std::move(redirect), port == 443 ? "" : ":" + std::to_string(port));
+    }
+    if (config.any_proxy_listener()) {
+      // (Sockets systemd passed read no PROXY header: CheckListenAddresses refuses the mix.)
+      std::vector<Shard::ProxyHeader> proxy(all, Shard::ProxyHeader::kNone);
+      for (size_t k = 0; k < plain && !inherited.any(); ++k) {
+        if (config.listen[k].proxy) proxy[k] = Shard::ProxyHeader::kPlain;
+      }
+      for (size_t k = plain; k < all && inherited.tls_fds.empty(); ++k) {
+        if (config.listen_tls[k - plain].proxy) proxy[k] = Shard::ProxyHeader::kBeforeTls;
+      }
+      shard->SetProxyListeners(std::move(proxy));
     }
     shard->SetLoopFeatures(io.features);
     shard->SetHeartbeat(heartbeat);
@@ -715,12 +741,16 @@ std::string ServingLine(const Config& config, const Inherited& inherited, uint32
                  InheritedSharing(all, shards).c_str(),
                  inherited.tls_fds.empty() ? "" : ", nor --listen-tls");
   } else {
-    for (const ListenAddress& a : config.listen) add("", AddressText(a.addr));
+    for (const ListenAddress& a : config.listen) {
+      add("", AddressText(a.addr) + (a.proxy ? ",proxy" : ""));
+    }
   }
   if (!inherited.tls_fds.empty()) {
     for (const int fd : inherited.tls_fds) add("https ", inherited_address(fd));
   } else {
-    for (const ListenAddress& a : config.listen_tls) add("https ", AddressText(a.addr));
+    for (const ListenAddress& a : config.listen_tls) {
+      add("https ", AddressText(a.addr) + (a.proxy ? ",proxy" : ""));
+    }
   }
   for (const int fd : inherited.fds) ::close(fd);
   for (const int fd : inherited.tls_fds) ::close(fd);

@@ -1,6 +1,5 @@
 #include "server/core/access_log.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -128,27 +127,6 @@ void RequestCapture::Set(std::string_view request, std::string_view referer,
   request_len = Keep(text, request, kRequestMax);
   referer_len = Keep(text + kRequestMax, referer, kRefererMax);
   agent_len = Keep(text + kRequestMax + kRefererMax, agent, kAgentMax);
-}
-
-void PeerAddress::Set(const sockaddr_storage& ss) {
-  if (ss.ss_family == AF_INET) {
-    family = AF_INET;
-    std::memcpy(addr, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, 4);
-  } else if (ss.ss_family == AF_INET6) {
-    family = AF_INET6;
-    std::memcpy(addr, &reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr, 16);
-  } else {
-    family = 0;
-  }
-}
-
-size_t PeerAddress::Format(char* out, size_t cap) const {
-  if (family == 0 || inet_ntop(family, addr, out, static_cast<socklen_t>(cap)) == nullptr) {
-    if (cap < 2) return 0;
-    out[0] = '-';
-    return 1;
-  }
-  return std::strlen(out);
 }
 
 void LogTime::Update(int64_t sec) {

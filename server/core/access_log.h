@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/http/client_address.h"
 
 namespace ringd {
 
@@ -60,14 +61,9 @@ struct RequestCapture {
   std::string_view agent() const { return {text + kRequestMax + kRefererMax, agent_len}; }
 };
 
-// A client's address, taken once per connection (getpeername) while the log is on.
-struct PeerAddress {
-  uint8_t family = 0;  // AF_INET, AF_INET6, or 0: unknown
-  uint8_t addr[16] = {};
-  void Set(const sockaddr_storage& ss);
-  // The address as nginx's $remote_addr writes it ("127.0.0.1", "::1"); returns the length.
-  size_t Format(char* out, size_t cap) const;
-};
+// A client's address, taken once per connection (getpeername, or the PROXY protocol header)
+// while the log is on.
+using PeerAddress = http::ClientAddress;
 
 // Everything one line says. Views are valid for the call only.
 struct LogLine {

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string_view>
 
@@ -38,8 +39,28 @@ bool ParseBool(const std::string& v, bool* out) {
   return false;
 }
 
-bool ParseListen(const std::string& text, ListenAddress* out, std::string* error,
-                 const char* flag = "--listen") {
+bool ParseListen(const std::string& given, ListenAddress* out, std::string* error,
+                 const char* flag = "--listen", bool options = false) {
+  // Options follow the address after commas: "127.0.0.1:8443,proxy".
+  std::string text = given;
+  bool proxy = false;
+  if (const size_t comma = given.find(','); options && comma != std::string::npos) {
+    text = given.substr(0, comma);
+    std::string_view rest = std::string_view(given).substr(comma + 1);
+    while (true) {
+      const size_t next = rest.find(',');
+      const std::string_view option = rest.substr(0, next);
+      if (option != "proxy") {
+        *error = std::string(flag) + ": unknown option '" + std::string(option) + "' in '" +
+                 given + "' (options: proxy)";
+        return false;
+      }
+      proxy = true;
+      if (next == std::string_view::npos) break;
+      rest = rest.substr(next + 1);
+    }
+  }
+  out->proxy = proxy;
   std::string host, port;
   if (!text.empty() && text[0] == '[') {
     const size_t close = text.find(']');
@@ -100,6 +121,18 @@ bool SameEndpoint(const ListenAddress& a, const ListenAddress& b) {
   return false;
 }
 
+bool AddCidr(http::ClientRules* rules, bool allow, const std::string& v, const char* flag,
+             std::string* error) {
+  const std::optional<http::Cidr> cidr = http::ParseCidr(v);
+  if (!cidr.has_value()) {
+    *error = std::string(flag) + ": expected ADDRESS, ADDRESS/BITS (no host bits set) or all, got '" +
+             v + "'";
+    return false;
+  }
+  rules->Add(allow, *cidr);
+  return true;
+}
+
 struct Flag {
   const char* name;
   const char* help;
@@ -157,23 +190,49 @@ const std::vector<Flag>& Flags() {
                  "renamed over (a deploy switching releases)",
                  &Config::root),
       Repeatable(Flag{"listen",
-                      "HOST:PORT or [IPV6]:PORT to listen on; repeatable (default 127.0.0.1:8080)",
+                      "HOST:PORT or [IPV6]:PORT to listen on; repeatable (default 127.0.0.1:8080); "
+                      "HOST:PORT,proxy: every connection begins with a PROXY protocol header "
+                      "(v1 or v2) from a --proxy-from address",
                       false,
            [](Config* c, const std::string& v, std::string* error) {
              ListenAddress a;
-             if (!ParseListen(v, &a, error)) return false;
+             if (!ParseListen(v, &a, error, "--listen", true)) return false;
              c->listen.push_back(a);
              return true;
            }}),
       Repeatable(Flag{"listen-tls",
            "HOST:PORT or [IPV6]:PORT to serve HTTPS on; repeatable (needs --tls-cert and "
-           "--tls-key)",
+           "--tls-key); HOST:PORT,proxy: a PROXY protocol header comes first, before TLS",
            false,
            [](Config* c, const std::string& v, std::string* error) {
              ListenAddress a;
-             if (!ParseListen(v, &a, error, "--listen-tls")) return false;
+             if (!ParseListen(v, &a, error, "--listen-tls", true)) return false;
              c->listen_tls.push_back(a);
              return true;
+           }}),
+      Repeatable(Flag{"proxy-from",
+           "CIDR (or an address, or all) whose connections to a ,proxy listener may send the "
+           "PROXY protocol header; repeatable; a connection from elsewhere is closed (default "
+           "127.0.0.0/8 and ::1)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v == "all") c->proxy_from_all = true;
+             return AddCidr(&c->proxy_from, true, v, "--proxy-from", error);
+           }}),
+      Repeatable(Flag{"allow",
+           "CIDR (or an address, or all) whose clients may connect; repeatable, judged in order "
+           "with --deny, the first match deciding (nginx's allow); a refused client's "
+           "connection is closed at once",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             return AddCidr(&c->client_rules, true, v, "--allow", error);
+           }}),
+      Repeatable(Flag{"deny",
+           "CIDR (or an address, or all) whose clients are refused; repeatable, judged in order "
+           "with --allow (nginx's deny); no rule matching: allowed",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             return AddCidr(&c->client_rules, false, v, "--deny", error);
            }}),
       Repeatable(Flag{"tls-cert",
            "PEM file: a certificate and its chain; repeatable, paired in order with --tls-key "
@@ -870,6 +929,7 @@ const std::vector<HelpTopic>& HelpTopics() {
         {"admin-listen", "HOST:PORT"},
         {"redirect-https", "BOOL"},
         {"takeover", "BOOL"}}},
+      {"Who may connect", {{"proxy-from", "CIDR"}, {"allow", "CIDR"}, {"deny", "CIDR"}}},
       {"Files and responses",
        {{"root", "DIR"},
         {"index", "NAME"},
@@ -1206,6 +1266,10 @@ bool Parse(int argc, char** argv, Config* config, std::string* error, bool* exit
   if (!CheckRoot(config, error) || !CheckReceivePool(config, error) ||
       !CheckCombinations(config, error) || !CheckTls(config, error)) {
     return false;
+  }
+  if (config->proxy_from.empty()) {  // loopback: an HAProxy on the same host
+    config->proxy_from.Add(true, *http::ParseCidr("127.0.0.0/8"));
+    config->proxy_from.Add(true, *http::ParseCidr("::1"));
   }
   if (config->listen.empty() && config->listen_tls.empty()) {
     ListenAddress a;

@@ -15,15 +15,19 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "server/http/client_address.h"
 #include "server/http/dir_listing.h"
 #include "server/http/origin_headers.h"
 
 namespace ringd {
 
 struct ListenAddress {
-  std::string text;  // as given, for messages
+  std::string text;  // as given, for messages (without its options)
   sockaddr_storage addr{};
   socklen_t len = 0;
+  // ",proxy": every connection begins with a PROXY protocol header (v1 or v2) naming the client,
+  // before HTTP or TLS; from a peer not in --proxy-from, or without one, it is closed.
+  bool proxy = false;
 };
 
 // Hard ceilings of flags that size arrays elsewhere (static_asserts tie them to those arrays).
@@ -55,6 +59,18 @@ struct Config {
   std::string tls_ciphers = "ECDHE+AESGCM:ECDHE+CHACHA20";
   std::string tls_ciphersuites =
       "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
+  // Who may send a PROXY protocol header to a ",proxy" listener (--proxy-from; default
+  // loopback: 127.0.0.0/8 and ::1), and who may connect at all (--allow / --deny, in order, the
+  // first match deciding, as nginx's allow/deny; empty: everyone), judged on the client's
+  // address (the PROXY header's where the listener reads one).
+  http::ClientRules proxy_from;
+  bool proxy_from_all = false;  // --proxy-from all: no peer is asked for its address
+  http::ClientRules client_rules;
+  bool any_proxy_listener() const {
+    for (const ListenAddress& a : listen) if (a.proxy) return true;
+    for (const ListenAddress& a : listen_tls) if (a.proxy) return true;
+    return false;
+  }
   uint32_t shards = 0;  // 0: one per CPU this process may run on
   // --io: a tier's name or "auto"; the composition root checks it against io's tier table.
   std::string io = "auto";

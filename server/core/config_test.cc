@@ -363,8 +363,8 @@ TEST(Config, UsageIsGroupedAndWrapped) {
   }
   EXPECT_EQ(topics,
             (std::vector<std::string>{
-                "Listening:", "Files and responses:", "HTTPS:", "HTTP/2:", "Limits and timeouts:",
-                "Logs and metrics:", "io tiers:", "Tuning:", "Process:"}))
+                "Listening:", "Who may connect:", "Files and responses:", "HTTPS:", "HTTP/2:",
+                "Limits and timeouts:", "Logs and metrics:", "io tiers:", "Tuning:", "Process:"}))
       << "a flag with no topic is listed under Other:\n"
       << usage;
   EXPECT_GT(flags, 80u);
@@ -510,6 +510,58 @@ TEST(Config, OriginHeaderErrorsAreOneLine) {
     EXPECT_FALSE(p.ok) << flags[1];
     EXPECT_EQ(p.error.rfind(want, 0), 0u) << p.error;
   }
+}
+
+TEST(Config, ProxyListenersAndClientRules) {
+  Parsed p = Parse({"--root", "/tmp", "--listen", "127.0.0.1:8080,proxy", "--listen",
+                    "[::1]:8081", "--listen-tls", "[::1]:8443,proxy", "--tls-cert", "c",
+                    "--tls-key", "k", "--deny", "192.0.2.66", "--allow", "192.0.2.0/24",
+                    "--allow", "2001:db8::/32", "--deny", "all"});
+  ASSERT_TRUE(p.ok) << p.error;
+  ASSERT_EQ(p.config.listen.size(), 2u);
+  EXPECT_TRUE(p.config.listen[0].proxy);
+  EXPECT_EQ(p.config.listen[0].text, "127.0.0.1:8080");
+  EXPECT_FALSE(p.config.listen[1].proxy);
+  ASSERT_EQ(p.config.listen_tls.size(), 1u);
+  EXPECT_TRUE(p.config.listen_tls[0].proxy);
+  EXPECT_TRUE(p.config.any_proxy_listener());
+  // The default --proxy-from: loopback.
+  http::ClientAddress a;
+  a.family = AF_INET;
+  a.addr[0] = 127;
+  a.addr[3] = 9;
+  EXPECT_TRUE(p.config.proxy_from.Contains(a));
+  EXPECT_FALSE(p.config.proxy_from_all);
+  // In order, the first match deciding.
+  a.addr[0] = 192;
+  a.addr[2] = 2;
+  a.addr[3] = 66;
+  EXPECT_FALSE(p.config.client_rules.Allows(a));
+  a.addr[3] = 67;
+  EXPECT_TRUE(p.config.client_rules.Allows(a));
+  a.addr[0] = 10;
+  EXPECT_FALSE(p.config.client_rules.Allows(a));
+
+  Parsed q = Parse({"--root", "/tmp", "--proxy-from", "10.0.0.1", "--proxy-from", "all"});
+  ASSERT_TRUE(q.ok) << q.error;
+  EXPECT_TRUE(q.config.proxy_from_all);
+  EXPECT_FALSE(q.config.any_proxy_listener());
+  EXPECT_TRUE(q.config.client_rules.empty());
+}
+
+TEST(Config, ProxyAndClientRuleErrorsAreOneLine) {
+  EXPECT_EQ(Parse({"--root", "/tmp", "--listen", "127.0.0.1:8080,proxi"}).error,
+            "--listen: unknown option 'proxi' in '127.0.0.1:8080,proxi' (options: proxy)");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--listen", "127.0.0.1:8080,"}).error,
+            "--listen: unknown option '' in '127.0.0.1:8080,' (options: proxy)");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--admin-listen", "127.0.0.1:9090,proxy"}).error,
+            "--admin-listen: bad port in '127.0.0.1:9090,proxy'");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--allow", "10.0.0.1/8"}).error,
+            "--allow: expected ADDRESS, ADDRESS/BITS (no host bits set) or all, got '10.0.0.1/8'");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--deny", "example.org"}).error,
+            "--deny: expected ADDRESS, ADDRESS/BITS (no host bits set) or all, got 'example.org'");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--proxy-from", "::1/129"}).error,
+            "--proxy-from: expected ADDRESS, ADDRESS/BITS (no host bits set) or all, got '::1/129'");
 }
 
 TEST(Config, User) {

@@ -6,11 +6,13 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "io/assert.h"
+#include "server/http/proxy_protocol.h"
 
 namespace ringd {
 namespace {
@@ -113,15 +115,20 @@ void ConnectionMachine::OnRecv(io::Completion* c) {
       const std::string_view plain = self->loop_->Transport(conn->fd).plain_http_request;
       if (!plain.empty()) return self->RespondError(conn, http::kPlainHttpToHttps, plain);
     }
-    ++self->stats_.recv_errors;
-    if (result == -EPROTO) {  // the TLS loop's word for bad input
-      const bool handshaken = !self->loop_->Transport(conn->fd).protocol.empty();
-      self->LogConnectionError(conn, ErrorLevel::kInfo,
-                               handshaken ? "bad TLS record" : "TLS handshake failed", 0);
-    } else {
-      self->LogConnectionError(conn, ErrorLevel::kInfo, "recv() failed", static_cast<int>(-result));
+    // A reset or other socket error; or the TLS loop refused the PROXY protocol header before
+    // TLS (ECONNREFUSED: counted there, as ringd_proxy_refused_total or clients denied).
+    if (result != -ECONNREFUSED) {
+      ++self->stats_.recv_errors;
+      if (result == -EPROTO) {  // the TLS loop's word for bad input
+        const bool handshaken = !self->loop_->Transport(conn->fd).protocol.empty();
+        self->LogConnectionError(conn, ErrorLevel::kInfo,
+                                 handshaken ? "bad TLS record" : "TLS handshake failed", 0);
+      } else {
+        self->LogConnectionError(conn, ErrorLevel::kInfo, "recv() failed",
+                                 static_cast<int>(-result));
+      }
     }
-    return self->Abort(conn);  // a reset or other socket error
+    return self->Abort(conn);
   }
   // Closing already (Abort cancelled this receive, and it ended with the cancellation, or with the
   // reset that raced it): this was the callback the connection waited for.
@@ -148,6 +155,7 @@ void ConnectionMachine::Received(Connection* conn, const char* data, size_t n) {
     return;
   }
   RINGD_ASSERT(n <= config_.recv_buffer_size);  // the loop's contract: one buffer at most
+  if (conn->proxy_header && (!TakeProxyHeader(conn, &data, &n) || n == 0)) return;
   if (conn->state == ConnState::kH2) return H2Received(conn, data, n);
   // A connection's first bytes say its protocol: the HTTP/2 preface, or an HTTP/1.1 request.
   // Until 24 bytes have come, a prefix of the preface waits in the input buffer (its first 18
@@ -204,6 +212,59 @@ void ConnectionMachine::Received(Connection* conn, const char* data, size_t n) {
   conn->in_len += static_cast<uint32_t>(n);
   if (conn->state == ConnState::kReading) ProcessInput(conn);
   UpdateRecv(conn);
+}
+
+// A ",proxy" listener's connection begins with a PROXY protocol header: it is parsed as it
+// comes (a prefix waits in the input buffer, at most kMaxProxyHeader bytes of it, so a header
+// split across receives, even byte by byte, reads as one that came whole), then stripped, and the
+// rest of the delivery goes on as HTTP. True with *data and *n past the header once it is
+// whole; false while it is partial, or when it closed the connection (no header, a malformed
+// one, or a client --allow/--deny refuses).
+bool ConnectionMachine::TakeProxyHeader(Connection* conn, const char** data, size_t* n) {
+  RINGD_ASSERT(conn->state == ConnState::kReading && conn->requests == 0);
+  const size_t had = conn->in_len;  // header bytes from earlier receives
+  http::ProxyHeader h;
+  if (conn->in == nullptr) {
+    h = http::ParseProxyHeader(std::string_view(*data, *n));
+  } else {
+    // Only the header's bytes are needed to judge it: never more than its bound.
+    const size_t take = std::min(*n, http::kMaxProxyHeader - had);
+    std::memcpy(conn->in + had, *data, take);
+    conn->in_len += static_cast<uint32_t>(take);
+    h = http::ParseProxyHeader(std::string_view(conn->in, conn->in_len));
+  }
+  switch (h.status) {
+    case http::ProxyStatus::kPartial:
+      // Partial means every byte so far is the header's: fewer than its bound.
+      RINGD_ASSERT(had + *n < http::kMaxProxyHeader);
+      RINGD_ASSERT(input_pool_->buffer_size() >= http::kMaxProxyHeader);
+      if (conn->in == nullptr) {
+        if (!Stash(conn)) return false;
+        std::memcpy(conn->in, *data, *n);
+        conn->in_len = static_cast<uint32_t>(*n);
+      }
+      return false;
+    case http::ProxyStatus::kMissing:
+      ++stats_.proxy_missing;
+      Abort(conn);
+      return false;
+    case http::ProxyStatus::kMalformed:
+      ++stats_.proxy_malformed;
+      Abort(conn);
+      return false;
+    case http::ProxyStatus::kDone:
+      break;
+  }
+  // The header was partial before this delivery, so it ends within it.
+  RINGD_ASSERT(h.length > had && h.length - had <= *n);
+  *data += h.length - had;
+  *n -= h.length - had;
+  conn->proxy_header = false;
+  if (conn->in != nullptr) {
+    conn->in_len = 0;
+    ReleaseInputIfEmpty(conn);
+  }
+  return NoteProxiedClient(conn, h.has_source ? &h.source : nullptr);
 }
 
 void ConnectionMachine::ProcessInput(Connection* conn) {

@@ -28,6 +28,7 @@
 #include "server/core/send_queue.h"
 #include "server/core/shard_snapshot.h"
 #include "server/core/timer_list.h"
+#include "server/http/client_address.h"
 #include "server/http/h2_fields.h"
 #include "server/http/http_date.h"
 #include "server/http/request_parser.h"
@@ -172,6 +173,9 @@ struct Connection {
   bool https_redirect : 1 = false;
   // Spoke HTTP/2: an H2Session (ConnectionMachine::h2_) serves it, until it is freed.
   bool h2 : 1 = false;
+  // Accepted on a plaintext ",proxy" listener, and its PROXY protocol header has not come whole
+  // yet: the first bytes are that header (its prefix waits in `in`), then HTTP.
+  bool proxy_header : 1 = false;
   uint32_t requests = 0;
   char* in = nullptr;  // pending input, from the shard's input pool; null when empty
   uint32_t in_len = 0;
@@ -237,8 +241,9 @@ class ConnectionMachine {
   // Connections waiting for a request head looked at per call for a silent one.
   static constexpr uint32_t kSilentScan = 256;
 
-  // A newcomer's connection, waiting for its first request; nullptr when every slot is taken.
-  Connection* Open(int fd, bool https_redirect);
+  // A newcomer's connection, waiting for its first request (after its PROXY protocol header,
+  // with `proxy_header`); nullptr when every slot is taken.
+  Connection* Open(int fd, bool https_redirect, bool proxy_header = false);
   // Once a turn, before the loop polls: the clock, the Date header, the timers, and queued
   // bodies that reached the send queue's aging bound.
   void Tick(int64_t now_ms, int64_t realtime_sec);
@@ -310,6 +315,7 @@ class ConnectionMachine {
   void UpdateRecv(Connection* conn);
   void WaitForRequest(Connection* conn);
   void Received(Connection* conn, const char* data, size_t n);
+  bool TakeProxyHeader(Connection* conn, const char** data, size_t* n);
   void ProcessInput(Connection* conn);
   void ProcessDirect(Connection* conn, const char* data, size_t n);
   bool Stash(Connection* conn);
@@ -396,6 +402,9 @@ class ConnectionMachine {
   void BeginExchange(Exchange* ex, std::string_view request_line, const http::Request* req);
   void EndExchange(Connection* conn, Exchange* ex);
   void NotePeer(Connection* conn);
+  // A PROXY protocol header came whole: the client it names (or the socket's peer) is judged by
+  // --allow/--deny and becomes the log's; false when the rules refused it (the connection closes).
+  bool NoteProxiedClient(Connection* conn, const http::ClientAddress* named);
 
   const Config& config_;
   io::Loop* loop_;

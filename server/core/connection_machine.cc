@@ -109,7 +109,7 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
 
 ConnectionMachine::~ConnectionMachine() { FreeH2Callbacks(); }
 
-Connection* ConnectionMachine::Open(int fd, bool https_redirect) {
+Connection* ConnectionMachine::Open(int fd, bool https_redirect, bool proxy_header) {
   Connection* conn = conns_->Get();
   if (conn == nullptr) return nullptr;
   ++stats_.accepted;
@@ -118,6 +118,7 @@ Connection* ConnectionMachine::Open(int fd, bool https_redirect) {
   conn->machine = this;
   conn->fd = fd;
   conn->https_redirect = https_redirect;
+  conn->proxy_header = proxy_header;
   NotePeer(conn);
   conn->recv.owner = conn;
   conn->recv.callback = &ConnectionMachine::OnRecv;

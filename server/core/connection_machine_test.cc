@@ -226,6 +226,45 @@ TEST_F(ConnectionMachineTest, NewOriginHeadersServeFromTheNextTick) {
   EXPECT_EQ(machine_->live(), 0u);
 }
 
+// A ",proxy" listener's connection: its PROXY header, a byte per receive, then its last byte
+// and a request in one; the request is answered as if the header had never been there, and the
+// input buffer that held the header's prefix is given back.
+TEST_F(ConnectionMachineTest, AProxyHeaderSplitByteByByteIsStrippedBeforeTheRequest) {
+  ASSERT_NE(machine_->Open(kFd, false, /*proxy_header=*/true), nullptr);
+  io::Completion* recv = loop_.recvs.back();
+  const std::string header = "PROXY TCP4 192.0.2.7 198.51.100.1 56324 80\r\n";
+  std::vector<std::string> pieces;
+  for (size_t i = 0; i + 1 < header.size(); ++i) pieces.push_back(header.substr(i, 1));
+  pieces.push_back(header.substr(header.size() - 1) + request_);
+  for (const std::string& piece : pieces) {
+    Complete(recv, static_cast<int64_t>(piece.size()), true, &piece);
+  }
+  ASSERT_EQ(loop_.sends.size(), 1u) << "the request after the header was answered";
+  EXPECT_EQ(input_->Available(), input_->count()) << "the header's prefix was given back";
+  EXPECT_EQ(stats_.proxy_malformed + stats_.proxy_missing, 0u);
+  Complete(loop_.sends[0].first, static_cast<int64_t>(loop_.sends[0].second), false);
+  machine_->AbortAll();
+  Complete(recv, -ECANCELED, false);
+  EXPECT_EQ(machine_->live(), 0u);
+}
+
+TEST_F(ConnectionMachineTest, AMissingOrMalformedProxyHeaderCloses) {
+  const std::string missing = request_;
+  const std::string malformed = "PROXY TCP4 192.0.2.7 198.51.100.1 99999 80\r\n" + request_;
+  for (const std::string* bytes : {&missing, &malformed}) {
+    ASSERT_NE(machine_->Open(kFd, false, /*proxy_header=*/true), nullptr);
+    io::Completion* recv = loop_.recvs.back();
+    Complete(recv, static_cast<int64_t>(bytes->size()), true, bytes);
+    EXPECT_TRUE(loop_.sends.empty()) << "nothing answered";
+    ASSERT_FALSE(loop_.cancels.empty());
+    Complete(loop_.cancels.back(), -ECANCELED, false);
+    EXPECT_EQ(machine_->live(), 0u);
+  }
+  EXPECT_EQ(stats_.proxy_missing, 1u);
+  EXPECT_EQ(stats_.proxy_malformed, 1u);
+  EXPECT_EQ(input_->Available(), input_->count());
+}
+
 // Every entry of the open-file cache loading (each connection's lookup of a file of its own, its
 // open never completed), so that one more lookup is refused.
 class RefusedLookupTest : public ConnectionMachineTest {

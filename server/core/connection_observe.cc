@@ -112,6 +112,27 @@ void ConnectionMachine::LogConnectionError(Connection* conn, ErrorLevel level, c
   error_log_->Write(e, date_sec_);
 }
 
+bool ConnectionMachine::NoteProxiedClient(Connection* conn, const http::ClientAddress* named) {
+  if (!config_.client_rules.empty()) {
+    http::ClientAddress client;
+    if (named != nullptr) {
+      client = *named;
+    } else {  // LOCAL (the proxy's own health check) or no address: the socket's peer
+      sockaddr_storage ss;
+      socklen_t len = sizeof ss;
+      if (::getpeername(conn->fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) client.Set(ss);
+    }
+    if (!config_.client_rules.Allows(client)) {
+      ++stats_.clients_denied;
+      stats_.last_refused = client;
+      Abort(conn);
+      return false;
+    }
+  }
+  if (log_ != nullptr && named != nullptr) peers_[conns_->IndexOf(conn)] = *named;
+  return true;
+}
+
 void ConnectionMachine::BeginExchange(Exchange* ex, std::string_view raw,
                                       const http::Request* req) {
   ex->started_ns = timing_ ? MonotonicNs() : 0;
@@ -152,8 +173,13 @@ void ConnectionMachine::EndExchange(Connection* conn, Exchange* ex) {
   if (log_ == nullptr || !ex->logged) return;
   char addr[INET6_ADDRSTRLEN];
   LogLine line;
-  const PeerAddress& peer = peers_[conns_->IndexOf(conn)];
-  line.remote_addr = std::string_view(addr, peer.Format(addr, sizeof addr));
+  const io::TransportInfo transport = loop_->Transport(conn->fd);
+  if (!transport.client.empty()) {
+    line.remote_addr = transport.client;  // named by a PROXY protocol header before TLS
+  } else {
+    const PeerAddress& peer = peers_[conns_->IndexOf(conn)];
+    line.remote_addr = std::string_view(addr, peer.Format(addr, sizeof addr));
+  }
   line.request = ex->capture.request();
   line.status = status;
   line.bytes_sent = ex->bytes_sent;
@@ -161,7 +187,6 @@ void ConnectionMachine::EndExchange(Connection* conn, Exchange* ex) {
   line.referer = ex->capture.referer();
   line.user_agent = ex->capture.agent();
   line.request_time_us = duration_us;
-  const io::TransportInfo transport = loop_->Transport(conn->fd);
   line.tls_protocol = transport.protocol;
   line.tls_cipher = transport.cipher;
   line.tls_server_name = transport.server_name;

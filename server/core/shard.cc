@@ -178,6 +178,7 @@ void Shard::SetupRequestPath() {
   parts.host = this;
   machine_ = std::make_unique<ConnectionMachine>(std::move(parts));
   redirect_listeners_.resize(listen_fds_.size(), false);
+  if (!proxy_listeners_.empty()) proxy_listeners_.resize(listen_fds_.size(), ProxyHeader::kNone);
 }
 
 void Shard::Serve() {
@@ -238,6 +239,32 @@ void Shard::Tick() {
   if (draining_ && now_ms_ >= drain_deadline_ms_) {  // out of time
     stats_.cut_at_drain_deadline += machine_->AbortAll();
   }
+  LogRefusals();
+}
+
+// Connections refused for their address, on stderr at most once a second per shard: a flood of
+// them (a scan, a misconfigured balancer) costs a line a second, not a line each. The counters
+// (and so the metrics) have every one.
+void Shard::LogRefusals() {
+  if (proxy_listeners_.empty() && config_.client_rules.empty()) return;
+  if (now_ms_ - refusals_logged_ms_ < 1000) return;
+  refusals_logged_ms_ = now_ms_;
+  const io::LoopStats loop = loop_->Stats();
+  const uint64_t denied = stats_.clients_denied + loop.clients_denied;
+  const uint64_t proxy = stats_.proxy_untrusted + stats_.proxy_missing + stats_.proxy_malformed +
+                         loop.proxy_missing + loop.proxy_malformed;
+  const uint64_t total = denied + proxy;
+  if (total == refusals_logged_) return;
+  char last[http::ClientAddress::kTextMax];
+  const size_t last_len = stats_.last_refused.Format(last, sizeof last);
+  std::fprintf(stderr,
+               "ringd: shard %d: %llu connections refused (%llu by --allow/--deny, %llu for the "
+               "PROXY protocol: untrusted peer, header missing or malformed) since the last line; "
+               "last refused by address: %.*s\n",
+               index_, static_cast<unsigned long long>(total - refusals_logged_),
+               static_cast<unsigned long long>(denied), static_cast<unsigned long long>(proxy),
+               static_cast<int>(last_len), last);
+  refusals_logged_ = total;
 }
 
 void Shard::BeginDrain() {
@@ -331,6 +358,7 @@ void Shard::Accepted(int fd, size_t listener) {
     loop_->Close(fd);
     return;
   }
+  if (!Welcome(fd, listener)) return;
   // First come, first served: while newcomers are parked, the next one parks behind them.
   if (parked_count_ == 0 && Admit(fd, listener)) return;
   if (parked_count_ == kParkedMax) {  // more than the listen backlog: the last resort
@@ -347,9 +375,28 @@ void Shard::Accepted(int fd, size_t listener) {
   if (AtLimit()) PauseAccept();
 }
 
+// Who may connect, judged at accept before any work: on a ",proxy" listener the peer must be a
+// --proxy-from address (the client it names is judged when its header comes), elsewhere the
+// peer is the client, judged by --allow/--deny. False when it closed the connection. Neither
+// set (or --proxy-from all): no system call here.
+bool Shard::Welcome(int fd, size_t listener) {
+  const bool proxy = !proxy_listeners_.empty() && proxy_listeners_[listener] != ProxyHeader::kNone;
+  if (proxy ? config_.proxy_from_all : config_.client_rules.empty()) return true;
+  sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  http::ClientAddress peer;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) peer.Set(ss);
+  if (proxy ? config_.proxy_from.Contains(peer) : config_.client_rules.Allows(peer)) return true;
+  ++(proxy ? stats_.proxy_untrusted : stats_.clients_denied);
+  stats_.last_refused = peer;
+  loop_->Close(fd);
+  return false;
+}
+
 // A newcomer takes a connection slot; false if none is free.
 bool Shard::Admit(int fd, size_t listener) {
-  if (machine_->Open(fd, redirect_listeners_[listener]) == nullptr) return false;
+  if (machine_->Open(fd, redirect_listeners_[listener], ReadsProxyHeader(listener)) == nullptr)
+    return false;
   // Over the limit, the longest-idle connections give way to newcomers at the end of the turn
   // (MakeRoom). With nobody idle to give way, stop accepting: the kernel's backlog holds
   // newcomers until a connection closes or goes idle (ResumeAcceptIfRoom).
@@ -380,7 +427,9 @@ void Shard::MakeRoom() {
   if (draining_) return;
   while (parked_count_ > 0) {
     const Parked p = parked_[parked_head_];
-    if (machine_->Open(p.fd, redirect_listeners_[p.listener]) == nullptr) break;
+    if (machine_->Open(p.fd, redirect_listeners_[p.listener], ReadsProxyHeader(p.listener)) ==
+        nullptr)
+      break;
     parked_head_ = (parked_head_ + 1) % kParkedMax;
     --parked_count_;
     if (AtLimit()) PauseAccept();  // as Admit

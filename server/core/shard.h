@@ -109,6 +109,13 @@ class Shard final : private ConnectionHost {
     redirect_listeners_ = std::move(listeners);
     https_port_suffix_ = std::move(port_suffix);
   }
+  // Before Setup: how each listener (in listen_fds order) reads the PROXY protocol header: not at
+  // all, the connection machine (plaintext), or the TLS loop below the shard (before TLS). On
+  // either kind the peer must be a --proxy-from address.
+  enum class ProxyHeader : uint8_t { kNone, kPlain, kBeforeTls };
+  void SetProxyListeners(std::vector<ProxyHeader> listeners) {
+    proxy_listeners_ = std::move(listeners);
+  }
   // Before Setup: the optional loop features the chosen tier takes up here (io::Tier::adapt:
   // uring.recv_incremental with a pool of recv_buffer_count buffers of recv_buffer_size
   // (--recv-pool-kib) instead of --recv-buffers; uring.register_ring_fd, skip_unread_cqes,
@@ -137,6 +144,11 @@ class Shard final : private ConnectionHost {
   static void OnAccept(io::Completion* c);
   void Accepted(int fd, size_t listener);
   bool Admit(int fd, size_t listener);
+  bool Welcome(int fd, size_t listener);
+  bool ReadsProxyHeader(size_t listener) const {
+    return !proxy_listeners_.empty() && proxy_listeners_[listener] == ProxyHeader::kPlain;
+  }
+  void LogRefusals();
   // The connection limit's policy (shard.cc).
   void RoomMayHaveChanged() override { ResumeAcceptIfRoom(); }
   bool AtLimit() const;
@@ -165,6 +177,10 @@ class Shard final : private ConnectionHost {
   std::unique_ptr<ConnectionMachine> machine_;  // declared after the loop: destroyed before it
   std::vector<bool> redirect_listeners_;
   std::string https_port_suffix_;
+  std::vector<ProxyHeader> proxy_listeners_;  // empty: none reads one
+  // Refusals by address (clients denied, PROXY headers refused) as last logged (LogRefusals).
+  uint64_t refusals_logged_ = 0;
+  int64_t refusals_logged_ms_ = 0;
 
   std::vector<io::Completion> accepts_;  // one per listening socket
   std::vector<bool> accept_armed_;       // accepts_[i] is in the loop (until its last callback)

@@ -17,6 +17,7 @@
 
 #include "io/loop.h"
 #include "server/core/file_cache.h"
+#include "server/http/client_address.h"
 
 namespace ringd {
 
@@ -46,6 +47,12 @@ struct ShardStats {
   uint64_t h2_goaways_received = 0, h2_goaways_sent = 0;
   // Responses still being sent when the drain's deadline (--shutdown-timeout-ms) ended them.
   uint64_t cut_at_drain_deadline = 0;
+  // Connections closed for their client: refused by --allow/--deny (at accept, or at the PROXY
+  // header that named it), and on ",proxy" listeners from a peer not in --proxy-from, without a
+  // PROXY header, or with a malformed one. (TLS listeners' header refusals: io::LoopStats.)
+  uint64_t clients_denied = 0;
+  uint64_t proxy_untrusted = 0, proxy_missing = 0, proxy_malformed = 0;
+  http::ClientAddress last_refused;  // the last client refused by address, for the log line
 };
 
 // What a shard holds right now, for checks that nothing leaks (tests, the simulator).

@@ -258,6 +258,29 @@ const Metric kMetrics[] = {
              {{"recv", s.recv_errors}, {"send", s.send_errors}, {"truncated", s.truncated}}};
        });
      }},
+    {"ringd_clients_denied_total", "counter",
+     "Connections closed because --allow/--deny refused their client (at accept, or when a PROXY "
+     "protocol header named it)",
+     RINGD_SHARD(s.stats.clients_denied + s.loop.clients_denied)},
+    {"ringd_proxy_refused_total", "counter",
+     "Connections of ,proxy listeners closed for the PROXY protocol, by kind (untrusted: the peer "
+     "is not in --proxy-from; missing: the first bytes were no header; malformed: a header that "
+     "breaks the spec)",
+     nullptr,
+     [](Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
+       for (const ShardView& v : shards) {
+         if (!v.up) continue;
+         const ShardStats& st = v.snapshot->stats;
+         const io::LoopStats& lo = v.snapshot->loop;
+         const std::pair<const char*, uint64_t> kinds[] = {
+             {"untrusted", st.proxy_untrusted},
+             {"missing", st.proxy_missing + lo.proxy_missing},
+             {"malformed", st.proxy_malformed + lo.proxy_malformed}};
+         for (const auto& [kind, n] : kinds) {
+           w.Sample(name, ShardLabel(v.shard) + ",kind=\"" + kind + "\"", n);
+         }
+       }
+     }},
     {"ringd_lookup_refused_total", "counter",
      "Requests answered 503 because the open-file cache was full, the request needed too many "
      "lookups, or every directory listing buffer was taken",

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "io/assert.h"
+#include "server/http/proxy_protocol.h"
 
 namespace ringd::tls {
 
@@ -54,6 +55,17 @@ struct TlsLoop::Out {
   uint64_t file_left = 0;
   uint32_t file_chunk = 0;  // plaintext bytes of the chunk whose records are going out
   std::unique_ptr<char[]> file_buf;
+};
+
+// A connection of a ",proxy" TLS listener: its PROXY protocol header until it has come (a
+// prefix of it kept while it comes in pieces), then the client it named, for the log.
+struct TlsLoop::Proxied {
+  bool pending = true;
+  bool refused = false;  // the header (or the client it named) was refused
+  uint32_t partial_len = 0;
+  std::unique_ptr<char[]> partial;  // kMaxProxyHeader bytes, while a prefix waits
+  uint8_t client_len = 0;           // 0: the header named nobody (LOCAL): the socket's peer
+  char client[http::ClientAddress::kTextMax];
 };
 
 // A TLS connection: its session and the inner operations that carry its records. Every idle
@@ -104,9 +116,11 @@ constexpr int64_t kOverdue = INT64_MIN;
 
 TlsLoop::Conn* TlsLoop::ConnOf(Linked* linked) { return static_cast<Conn*>(linked); }
 
+
 struct TlsLoop::AcceptTap {
   TlsLoop* loop = nullptr;
   int listen_fd = -1;
+  bool proxy = false;  // its connections begin with a PROXY protocol header
   io::Completion inner;
   io::Completion* outer = nullptr;
 };
@@ -136,6 +150,14 @@ TlsLoop::TlsLoop(std::unique_ptr<io::Loop> inner, TlsSessionFactory* sessions,
   }
 }
 
+void TlsLoop::ReadProxyHeaders(const std::vector<int>& listeners,
+                               const http::ClientRules* client_rules) {
+  client_rules_ = client_rules != nullptr && !client_rules->empty() ? client_rules : nullptr;
+  for (auto& tap : taps_) {
+    tap->proxy = std::find(listeners.begin(), listeners.end(), tap->listen_fd) != listeners.end();
+  }
+}
+
 TlsLoop::~TlsLoop() {
   // The shard has quiesced the loop and closed its connections; what is left was sending
   // close_notify. Connections scheduled for a Poll that never came are among them.
@@ -153,6 +175,18 @@ TlsLoop::~TlsLoop() {
 // small and dense.
 static size_t SlotOf(int fd) { return static_cast<size_t>(fd & (io::kDirectHandle - 1)); }
 
+// Kept beside the connection (by its slot) rather than in it: a connection of a listener
+// without ",proxy" carries nothing for it.
+TlsLoop::Proxied* TlsLoop::ProxiedOf(const Conn* conn) const {
+  const size_t slot = SlotOf(conn->fd);
+  return slot < proxied_.size() ? proxied_[slot].get() : nullptr;
+}
+
+bool TlsLoop::ProxyRefused(const Conn* conn) const {
+  const Proxied* p = ProxiedOf(conn);
+  return p != nullptr && p->refused;
+}
+
 TlsLoop::Conn* TlsLoop::Find(int fd) const {
   if (fd < 0 || SlotOf(fd) >= conns_.size()) return nullptr;
   Conn* conn = conns_[SlotOf(fd)];
@@ -163,8 +197,10 @@ io::TransportInfo TlsLoop::Transport(int fd) const {
   const Conn* conn = Find(fd);
   if (conn == nullptr) return inner_->Transport(fd);
   const TlsSession& s = *conn->session;
-  return io::TransportInfo{s.Version(), s.Cipher(), s.ServerName(), s.Resumed(),
-                           s.PlainHttpRequest()};
+  io::TransportInfo info{s.Version(), s.Cipher(), s.ServerName(), s.Resumed(),
+                         s.PlainHttpRequest(), {}};
+  if (const Proxied* p = ProxiedOf(conn); p != nullptr) info.client = {p->client, p->client_len};
+  return info;
 }
 
 void TlsLoop::AddConn(Conn* conn) {
@@ -179,6 +215,7 @@ void TlsLoop::AddConn(Conn* conn) {
 void TlsLoop::RemoveConn(Conn* conn) {
   RINGD_ASSERT(Find(conn->fd) == conn);
   conns_[SlotOf(conn->fd)] = nullptr;
+  if (SlotOf(conn->fd) < proxied_.size()) proxied_[SlotOf(conn->fd)].reset();
   --live_conns_;
 }
 
@@ -251,6 +288,11 @@ void TlsLoop::OnAccept(io::Completion* inner) {
     conn->rx.callback = &TlsLoop::OnRx;
     conn->rx.owner = conn;
     self->AddConn(conn);
+    if (tap->proxy) {
+      const size_t slot = SlotOf(conn->fd);
+      if (slot >= self->proxied_.size()) self->proxied_.resize(slot + 1);
+      self->proxied_[slot] = std::make_unique<Proxied>();
+    }
   }
   outer->result = inner->result;
   outer->more = inner->more;
@@ -287,7 +329,17 @@ void TlsLoop::OnRx(io::Completion* inner) {
   auto* conn = static_cast<Conn*>(inner->owner);
   TlsLoop* self = conn->loop;
   self->Enter(conn);
-  if (inner->result > 0) conn->session->Feed(inner->data, static_cast<size_t>(inner->result));
+  bool fed = false;
+  if (inner->result > 0 && !self->ProxyRefused(conn)) {
+    const char* data = inner->data;
+    size_t n = static_cast<size_t>(inner->result);
+    // A ",proxy" listener's header comes first and never reaches the session.
+    Proxied* p = self->ProxiedOf(conn);
+    if (p == nullptr || !p->pending || self->TakeProxyHeader(conn, p, &data, &n)) {
+      fed = n > 0;
+      if (fed) conn->session->Feed(data, n);
+    }
+  }
   if (!inner->more) {
     conn->rx_active = false;
     conn->rx_ended = true;
@@ -297,12 +349,76 @@ void TlsLoop::OnRx(io::Completion* inner) {
   // A ClientHello beyond this turn's budget waits for a later turn (its bytes are kept by the
   // session, its receive paused); a receive that ended is pumped at once, so that the
   // connection's end is not held.
-  if (!conn->hello_answered && inner->more && (conn->hello_waiting || !self->TakeHelloTurn())) {
+  // (Bytes that were all a PROXY header's bring no ClientHello: they take no turn.)
+  if (fed && !conn->hello_answered && inner->more &&
+      (conn->hello_waiting || !self->TakeHelloTurn())) {
     self->WaitForHelloTurn(conn);
   } else {
     self->Pump(conn);
   }
   self->Leave(conn);
+}
+
+// The PROXY protocol header of a ",proxy" listener's connection, read as it comes (a prefix is
+// kept until the rest arrives, so a header split across receives, even byte by byte, reads as
+// one that came whole), then stripped. True with *data and *n past it once it is whole; false
+// while it is partial, or when it was refused (ProxyRefused: the shard's receive then ends
+// with -ECONNREFUSED, FinishRecvIfEnded).
+bool TlsLoop::TakeProxyHeader(Conn* conn, Proxied* proxied, const char** data, size_t* n) {
+  Proxied& p = *proxied;
+  const size_t had = p.partial_len;
+  http::ProxyHeader h;
+  if (had == 0) {
+    h = http::ParseProxyHeader(std::string_view(*data, *n));
+  } else {
+    const size_t take = std::min(*n, http::kMaxProxyHeader - had);
+    std::memcpy(p.partial.get() + had, *data, take);
+    p.partial_len += static_cast<uint32_t>(take);
+    h = http::ParseProxyHeader(std::string_view(p.partial.get(), p.partial_len));
+  }
+  switch (h.status) {
+    case http::ProxyStatus::kPartial:
+      RINGD_ASSERT(had + *n < http::kMaxProxyHeader);  // every byte so far is the header's
+      if (had == 0) {
+        p.partial = std::make_unique<char[]>(http::kMaxProxyHeader);
+        std::memcpy(p.partial.get(), *data, *n);
+        p.partial_len = static_cast<uint32_t>(*n);
+      }
+      return false;
+    case http::ProxyStatus::kMissing:
+      ++stats_.proxy_missing;
+      p.refused = true;
+      return false;
+    case http::ProxyStatus::kMalformed:
+      ++stats_.proxy_malformed;
+      p.refused = true;
+      return false;
+    case http::ProxyStatus::kDone:
+      break;
+  }
+  RINGD_ASSERT(h.length > had && h.length - had <= *n);
+  *data += h.length - had;
+  *n -= h.length - had;
+  p.pending = false;
+  p.partial.reset();
+  p.partial_len = 0;
+  if (client_rules_ != nullptr) {
+    http::ClientAddress client;
+    if (h.has_source) {
+      client = h.source;
+    } else if (conn->fd < io::kDirectHandle) {  // LOCAL: the socket's peer
+      sockaddr_storage ss;
+      socklen_t len = sizeof ss;
+      if (::getpeername(conn->fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) client.Set(ss);
+    }
+    if (!client_rules_->Allows(client)) {
+      ++stats_.clients_denied;
+      p.refused = true;
+      return false;
+    }
+  }
+  if (h.has_source) p.client_len = static_cast<uint8_t>(h.source.Format(p.client, sizeof p.client));
+  return true;
 }
 
 // ClientHellos: answering one costs a key exchange and a signature, hundreds of times what a
@@ -398,7 +514,8 @@ void TlsLoop::FinishRecvIfEnded(Conn* conn) {
   io::Completion* c = conn->recv;
   if (c == nullptr) return;
   const TlsEnd end = conn->session->Ended();
-  const bool ending = conn->recv_cancelled || conn->rx_ended || end != TlsEnd::kNone;
+  const bool ending =
+      conn->recv_cancelled || conn->rx_ended || end != TlsEnd::kNone || ProxyRefused(conn);
   if (!ending) return;
   if (conn->rx_active) {
     if (!conn->rx_cancel_sent) {
@@ -415,6 +532,8 @@ void TlsLoop::FinishRecvIfEnded(Conn* conn) {
     result = conn->session->HasBufferedInput() || conn->rx_end == io::kRecvCancelledWithInput
                  ? io::kRecvCancelledWithInput
                  : -ECANCELED;
+  } else if (ProxyRefused(conn)) {
+    result = -ECONNREFUSED;
   } else if (end == TlsEnd::kPlainHttp && conn->plain_told) {
     result = 0;  // the shard knows (-EPROTO before): the answer is out, nothing more is read
   } else if (end == TlsEnd::kBadInput || end == TlsEnd::kPlainHttp) {
@@ -793,6 +912,9 @@ io::LoopStats TlsLoop::Stats() const {
   s.tls_plain_http = stats_.plain_http;
   s.tls_handshakes_refused = stats_.handshakes_refused;
   s.tls_hellos_deferred = stats_.hellos_deferred;
+  s.proxy_missing = stats_.proxy_missing;
+  s.proxy_malformed = stats_.proxy_malformed;
+  s.clients_denied = stats_.clients_denied;
   return s;
 }
 

@@ -17,6 +17,7 @@
 
 #include "io/loop.h"
 #include "mem/intrusive_list.h"
+#include "server/http/client_address.h"
 #include "server/tls/tls_session.h"
 
 namespace ringd::tls {
@@ -30,6 +31,9 @@ struct TlsLoopStats {
   uint64_t plain_http = 0;
   uint64_t handshakes_refused = 0;  // closed at accept: max_handshakes were under way
   uint64_t hellos_deferred = 0;     // ClientHellos that waited for a later turn (kHellosPerTurn)
+  // ReadProxyHeaders' listeners: connections closed for their PROXY protocol header (none, or
+  // malformed) or for the client it named.
+  uint64_t proxy_missing = 0, proxy_malformed = 0, clients_denied = 0;
   // Closing connections Poll has looked at for their close_notify deadline: one a turn (the
   // soonest), and each one past its deadline once; never all of them each turn.
   uint64_t closing_checked = 0;
@@ -46,6 +50,13 @@ class TlsLoop final : public io::Loop {
           std::vector<int> tls_listeners, uint32_t recv_max_bytes, uint32_t max_connections,
           uint32_t max_handshakes);
   ~TlsLoop() override;
+  // Before the first Accept: the TLS listeners (of tls_listeners) whose connections begin with
+  // a PROXY protocol header, read and stripped here before the session sees a byte; the client
+  // it names is judged by `client_rules` (null: everyone) and is Transport's `client`. A
+  // connection without a header, with a malformed one, or whose client is refused has its
+  // receive end with -ECONNREFUSED, before any handshake. (Which peers may send a header is the
+  // shard's to judge, at accept.)
+  void ReadProxyHeaders(const std::vector<int>& listeners, const http::ClientRules* client_rules);
 
   const char* Name() const override { return inner_->Name(); }
   void Accept(int listen_fd, io::Completion* c) override;
@@ -90,6 +101,7 @@ class TlsLoop final : public io::Loop {
  private:
   struct Conn;
   struct Out;
+  struct Proxied;
   struct AcceptTap;
   // A connection's place in hellos_ or closing_, never both (a closed connection's ClientHello is
   // never answered): every Conn begins with it.
@@ -107,6 +119,9 @@ class TlsLoop final : public io::Loop {
   static void OnRx(io::Completion* inner);
   static void OnTx(io::Completion* inner);
   static void OnFileRead(io::Completion* inner);
+  Proxied* ProxiedOf(const Conn* conn) const;
+  bool TakeProxyHeader(Conn* conn, Proxied* proxied, const char** data, size_t* n);
+  bool ProxyRefused(const Conn* conn) const;
   void Pump(Conn* conn);
   void Deliver(Conn* conn);
   void FinishRecvIfEnded(Conn* conn);
@@ -132,12 +147,15 @@ class TlsLoop final : public io::Loop {
   TlsSessionFactory* sessions_;
   std::vector<int> tls_listeners_;
   std::vector<std::unique_ptr<AcceptTap>> taps_;
+  const http::ClientRules* client_rules_ = nullptr;
   uint32_t recv_max_bytes_;
   uint32_t max_handshakes_;
   uint32_t handshaking_ = 0;  // connections accepted whose handshake has not completed
   uint32_t hello_budget_ = kHellosPerTurn;  // ClientHellos this turn may still answer
   ConnList hellos_;                         // ClientHellos waiting for a turn, oldest first
   std::vector<Conn*> conns_;  // by the handle's slot (SlotOf: small and dense), null for none
+  // ReadProxyHeaders' connections' header state, by slot as conns_ (null for none).
+  std::vector<std::unique_ptr<Proxied>> proxied_;
   size_t live_conns_ = 0;
   Conn* ready_ = nullptr;  // connections to pump from Poll, newest first
   // Closed by the shard, sending their last records within their deadline, the soonest first

@@ -213,6 +213,7 @@ struct Shard {
       rx.callback = [](io::Completion* r) {
         auto* shard = static_cast<Shard*>(r->owner);
         if (r->result > 0) shard->plain[r->fd].append(r->data, static_cast<size_t>(r->result));
+        if (!r->more) shard->ended[r->fd] = r->result;
       };
       self->loop->Recv(fd, &rx);
     };
@@ -223,6 +224,7 @@ struct Shard {
   io::Completion accept;
   std::map<int, io::Completion> rx;
   std::map<int, std::string> plain;
+  std::map<int, int64_t> ended;  // the last result of each receive that ended
   std::vector<int> fds;
 };
 
@@ -306,6 +308,46 @@ TEST(TlsLoop, ABurstOfTenThousandClosesCostsWorkInProportion) {
   EXPECT_EQ(loop.connections(), 0u);
   EXPECT_EQ(inner->closes, static_cast<uint64_t>(kConns));
   EXPECT_LE(loop.tls_stats().closing_checked - checked, static_cast<uint64_t>(kConns / 2 + 3));
+}
+
+// A ",proxy" listener's connections: the PROXY header, even a byte per receive, never reaches
+// the session, and the client it names is Transport's; without a header, or naming a client the
+// rules refuse, the shard's receive ends with -ECONNREFUSED before any ClientHello is answered.
+TEST(TlsLoop, AProxyHeaderIsReadBeforeTheSessionSeesAByte) {
+  auto scripted = std::make_unique<ScriptedLoop>();
+  ScriptedLoop* inner = scripted.get();
+  ScriptedSessions sessions(/*established=*/false);
+  TlsLoop loop(std::move(scripted), &sessions, {kListener}, ScriptedLoop::kRecvBuffer,
+               /*max_connections=*/64, /*max_handshakes=*/256);
+  http::ClientRules rules;
+  rules.Add(false, *http::ParseCidr("203.0.113.0/24"));
+  loop.ReadProxyHeaders({kListener}, &rules);
+  Shard shard(&loop, /*receive=*/true);
+  for (int fd : {10, 11, 12}) inner->backlog.push_back(fd);
+  loop.Poll(0);
+  ASSERT_EQ(shard.fds.size(), 3u);
+  const std::string header = "PROXY TCP4 192.0.2.7 198.51.100.1 56324 443\r\n";
+  for (char c : header) {
+    inner->sockets.at(10).to_server = std::string(1, c);
+    loop.Poll(0);
+  }
+  EXPECT_EQ(sessions.counts[0]->held_most, 0u) << "the session saw header bytes";
+  inner->sockets.at(10).to_server = std::string(kHello, 'h') + "GET / HTTP/1.1\r\n";
+  inner->sockets.at(11).to_server = std::string(kHello, 'h');  // no header
+  inner->sockets.at(12).to_server = "PROXY TCP4 203.0.113.5 198.51.100.1 1 443\r\n" +
+                                    std::string(kHello, 'h');  // a refused client
+  for (int turn = 0; turn < 4; ++turn) loop.Poll(0);
+  EXPECT_EQ(shard.plain[10], "GET / HTTP/1.1\r\n");
+  EXPECT_EQ(loop.Transport(10).client, "192.0.2.7");
+  EXPECT_EQ(shard.ended.count(10), 0u);
+  EXPECT_EQ(shard.ended.at(11), -ECONNREFUSED);
+  EXPECT_EQ(shard.ended.at(12), -ECONNREFUSED);
+  EXPECT_EQ(sessions.counts[1]->held_most, 0u);
+  EXPECT_EQ(sessions.counts[2]->held_most, 0u);
+  EXPECT_EQ(loop.tls_stats().proxy_missing, 1u);
+  EXPECT_EQ(loop.tls_stats().clients_denied, 1u);
+  EXPECT_EQ(loop.tls_stats().proxy_malformed, 0u);
+  Teardown(&loop, &shard, inner);
 }
 
 // What the shard hears of one send: its callbacks, and the last result.

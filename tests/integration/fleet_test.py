@@ -1,7 +1,8 @@
 """A fleet behind HAProxy, with the shipped deploy/haproxy/ringd-fleet.cfg: three ringd nodes on
-their own loopback addresses, consistent hashing of the URI, health from /readyz. Every path lands
-on one node; a node killed under load costs no request; a node draining leaves the pool (readyz)
-before its connections close."""
+their own loopback addresses, consistent hashing of the URI, health from /readyz, the client's
+address sent in a PROXY protocol v2 header. Every path lands on one node; a node killed under load
+costs no request; a node draining leaves the pool (readyz) before its connections close; the
+client's address, not HAProxy's, reaches the node's access log."""
 import os
 import shutil
 import signal
@@ -12,7 +13,7 @@ import threading
 import time
 import unittest
 
-from ringd_harness import BackendTestCase, Reader, Server, make_docroot, wait_for
+from ringd_harness import BACKEND, BackendTestCase, Reader, Server, make_docroot, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHIPPED = None
@@ -22,11 +23,17 @@ for candidate in [os.path.join(HERE, "../../deploy/haproxy/ringd-fleet.cfg"),
         SHIPPED = candidate
         break
 NODES = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+CLIENT = "127.0.0.77"  # the client's own source address, which HAProxy names to the nodes
+# HAProxy connects from 127.0.0.1, in the default --proxy-from (loopback). The bypass tier cannot
+# ask a peer for its address: there the nodes trust every peer (--proxy-from all).
+TRUST = ["--proxy-from", "all"] if BACKEND == "bypass" else []
 
 
-def get(port, target, timeout=5, method="GET"):
-    """(status, X-Node, body) of one request through the frontend on a fresh connection."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+def get(port, target, timeout=5, method="GET", source=None):
+    """(status, X-Node, body) of one request through the frontend on a fresh connection (from
+    the address `source`, if given)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                  source_address=(source, 0) if source else None) as s:
         s.sendall(b"%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n" %
                   (method.encode(), target.encode()))
         r = Reader(s).read_response(head_request=(method == "HEAD"))
@@ -57,6 +64,8 @@ class FleetTest(BackendTestCase):
 
     def setUp(self):
         # Each node on its own address, its ports the kernel's (port 0, read back from its log).
+        self.logs = tempfile.mkdtemp(prefix="ringd-fleet-logs-")
+        self.addCleanup(shutil.rmtree, self.logs, True)
         self.nodes = []
         for i, host in enumerate(NODES):
             # A drain deadline no download here comes near: the drain test waits for its download
@@ -66,7 +75,8 @@ class FleetTest(BackendTestCase):
             self.nodes.append(Server(self.root, "--shards", "1", "--shutdown-timeout-ms", "600000",
                                      "--admin-listen", "%s:0" % host,
                                      "--add-header", "X-Node: node%d" % (i + 1),
-                                     listen="%s:0" % host))
+                                     "--access-log", os.path.join(self.logs, "node%d.log" % (i + 1)),
+                                     *TRUST, listen="%s:0,proxy" % host))
             # Stopped even when setUp fails below (tearDown then does not run).
             self.addCleanup(self.stop_node, self.nodes[-1])
         # HAProxy's frontend: a socket bound here (port 0) and handed over (fd@), not a port
@@ -124,6 +134,16 @@ class FleetTest(BackendTestCase):
                 self.assertEqual((status, body), (200, self.files["small.txt"]))
                 self.assertEqual(where.setdefault(k, node), node, "path %d moved" % k)
         self.assertEqual(len(set(where.values())), 3, "the hash uses every node")
+
+    def test_the_clients_address_reaches_the_nodes_log(self):
+        status, node, _ = get(self.front, "/small.txt?from-client", source=CLIENT)
+        self.assertEqual(status, 200)
+        log = os.path.join(self.logs, "%s.log" % node)
+
+        def line():
+            with open(log) as f:
+                return next((l for l in f if "from-client" in l), None)
+        self.assertTrue(wait_for(line, "the request in %s's access log" % node).startswith(CLIENT + " "))
 
     def test_a_node_killed_under_load_costs_no_request(self):
         failures, ok = [], [0]

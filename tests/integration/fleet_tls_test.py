@@ -19,11 +19,14 @@ import tempfile
 import unittest
 import urllib.request
 
-from ringd_harness import BackendTestCase, Reader, Server, make_docroot, server_has_read, wait_for
+from ringd_harness import BACKEND, BackendTestCase, Reader, Server, make_docroot, server_has_read, wait_for
 from tls_pki import issue, make_pki
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NODES = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+# The nodes' listeners read the PROXY header HAProxy sends (from 127.0.0.1, in the default
+# --proxy-from); the bypass tier cannot ask a peer for its address, and trusts every peer.
+TRUST = ["--proxy-from", "all"] if BACKEND == "bypass" else []
 DAY = 86400
 
 
@@ -45,9 +48,14 @@ def substitute(text, old, new):
 class Node:
     """One ringd of the fleet: HTTPS only, on its own loopback address, with an admin listener."""
 
-    def __init__(self, root, index, host, admin_port, cert, key, tls_port=0):
+    def __init__(self, root, index, host, admin_port, cert, key, tls_port=0, proxy=False,
+                 log=None):
         self.index, self.host, self.cert, self.key = index, host, cert, key
-        self.server = Server(root, "--shards", "1", "--listen-tls", "%s:%d" % (host, tls_port),
+        self.proxy, self.log = proxy, log
+        self.server = Server(root, "--shards", "1",
+                             "--listen-tls", "%s:%d%s" % (host, tls_port, ",proxy" if proxy else ""),
+                             *(TRUST if proxy else []),
+                             *(["--access-log", log] if log else []),
                              "--tls-cert", cert, "--tls-key", key,
                              "--admin-listen", "%s:%d" % (host, admin_port),
                              "--add-header", "X-Node: node%d" % index, listen=None)
@@ -70,6 +78,7 @@ class FleetTlsCase:
     """Three nodes and HAProxy running the shipped file CONFIG, rewritten by rewrite(); the tests
     both files pass. Mixed into a BackendTestCase per file."""
     CONFIG = None
+    PROXY = False  # the shipped file sends the PROXY protocol to the nodes (send-proxy-v2)
 
     @classmethod
     def setUpClass(cls):
@@ -110,7 +119,8 @@ class FleetTlsCase:
             for src, ext in zip(self.node_certificate(), ("crt", "key")):
                 files.append(os.path.join(self.dir, "node%d.%s" % (i + 1, ext)))
                 shutil.copyfile(src, files[-1])
-            node = Node(self.root, i + 1, host, admin_port, *files)
+            node = Node(self.root, i + 1, host, admin_port, *files, proxy=self.PROXY,
+                        log=os.path.join(self.dir, "node%d.log" % (i + 1)))
             admin_port = node.admin_port
             self.nodes.append(node)
             # Stopped even when setUp fails below (tearDown then does not run).
@@ -160,6 +170,7 @@ class FleetTlsCase:
         old = self.nodes[i]
         old.stop()
         self.nodes[i] = Node(self.root, old.index, old.host, old.admin_port, old.cert, old.key,
+                             proxy=old.proxy, log=old.log,
                              tls_port=old.tls_port)
 
     def log_says(self, pattern):
@@ -223,6 +234,7 @@ class FleetTlsCase:
 
 class PassthroughTest(FleetTlsCase, BackendTestCase):
     CONFIG = "ringd-fleet-tls-passthrough.cfg"
+    PROXY = True
 
     @classmethod
     def make_certificates(cls):
@@ -268,6 +280,22 @@ class PassthroughTest(FleetTlsCase, BackendTestCase):
         head, _, body = out.stdout.partition(b"\r\n\r\n")
         self.assertIn(b"x-node: node", head.lower())
         self.assertEqual(body, self.files["medium.bin"])
+
+    def test_the_clients_address_reaches_the_nodes_log(self):
+        ctx = ssl.create_default_context(cafile=os.path.join(self.site, "ca.crt"))
+        raw = socket.create_connection(("127.0.0.1", self.front), timeout=10,
+                                       source_address=("127.0.0.78", 0))
+        with ctx.wrap_socket(raw, server_hostname="www.example.org") as s:
+            s.sendall(b"GET /small.txt?from-client HTTP/1.1\r\nHost: www.example.org\r\n"
+                      b"Connection: close\r\n\r\n")
+            r = Reader(s).read_response()
+        self.assertEqual(r.status, 200)
+        log = self.nodes[int(r.header("x-node")[len("node"):]) - 1].log
+
+        def line():
+            with open(log) as f:
+                return next((l for l in f if "from-client" in l), None)
+        self.assertTrue(wait_for(line, "the request in the node's access log").startswith("127.0.0.78 "))
 
     def test_each_name_lands_on_one_node(self):
         where = {}

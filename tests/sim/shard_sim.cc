@@ -55,7 +55,8 @@ Sim::Sim(uint64_t seed, const SimOptions& options, bool trace)
       rng_(world_.rng),
       tls_rng_(seed ^ 0x7a5d1e55c0ffee11ull),
       root_rng_(seed ^ 0x5eed0f7007d1e5ull),
-      h2_rng_(seed ^ 0x4832c0ffee5eed11ull) {
+      h2_rng_(seed ^ 0x4832c0ffee5eed11ull),
+      proxy_rng_(seed ^ 0x50524f5859c0de11ull) {
   if (h2_rng_.Chance(333)) h2_clients_ = static_cast<uint32_t>(h2_rng_.Range(200, 1000));
   world_.tracing = trace;
   world_.one_buffer_max = Exchange::kHeadBytes;
@@ -283,6 +284,63 @@ void Sim::SetUpTls() {
   world_.Trace("TLS on %zu of %zu listeners", world_.tls_listeners.size(), fds.size());
 }
 
+// A quarter of the seeds read the PROXY protocol on every listener. The simulated descriptors
+// are no sockets: the shard is told to trust every peer (--proxy-from all) and asks none.
+void Sim::SetUpProxy() {
+  proxy_ = proxy_rng_.Chance(250);
+  if (!proxy_) return;
+  config_.proxy_from_all = true;
+  proxy_bad_ = static_cast<uint32_t>(proxy_rng_.Range(0, 100));
+  world_.Trace("PROXY protocol on every listener");
+}
+
+// A client of a PROXY seed: its header, at the front of what it sends (before its TLS hello);
+// or, for a few plain HTTP/1.1 clients, none or a malformed one, after which it only waits for
+// the server to close.
+void Sim::SetUpProxyClient(Client& c) {
+  SimSocket& s = world_.sockets[c.sock];
+  std::string header;
+  if (c.tls == nullptr && c.h2 == nullptr && c.style == Style::kNormal &&
+      proxy_rng_.Below(1000) < proxy_bad_) {
+    header = proxy_rng_.Chance(500) ? "GET / HTTP/1.1\r\nHost: t\r\n\r\n"  // no header
+                                    : "PROXY TCP4 192.0.2.1 192.0.2.2 99999 80\r\n";
+    c.misbehaved = true;
+    c.waits_for_end = true;
+    ++result_.coverage["proxy.bad_clients"];
+  } else if (proxy_rng_.Chance(500)) {
+    header = "PROXY TCP4 192.0.2." + std::to_string(proxy_rng_.Below(256)) +
+             " 198.51.100.1 " + std::to_string(proxy_rng_.Range(1, 65535)) + " 443\r\n";
+  } else {
+    // v2: PROXY over IPv6 with a TLV, or LOCAL.
+    const bool local = proxy_rng_.Chance(200);
+    std::string body;
+    if (!local) {
+      body.assign(36, '\0');
+      body[0] = 0x20;
+      body[1] = 0x01;
+      body[15] = static_cast<char>(proxy_rng_.Below(256));
+      body += std::string("\x01\x00\x02h2", 5);
+    }
+    header = std::string("\r\n\r\n\0\r\nQUIT\n", 12);
+    header += static_cast<char>(local ? 0x20 : 0x21);
+    header += static_cast<char>(local ? 0x00 : 0x21);
+    header += static_cast<char>(body.size() >> 8);
+    header += static_cast<char>(body.size() & 0xff);
+    header += body;
+  }
+  // Nothing has been received yet: the header goes in front of what the client has written, and
+  // every offset into its stream moves past it (the server's receive counts its bytes).
+  RINGD_ASSERT(s.received == 0 && s.wire_received == 0);
+  s.to_server.insert(0, header);
+  if (c.tls != nullptr) {
+    c.tls->Precede(&s, header.size());
+    ++result_.coverage["proxy.tls_clients"];
+  } else {
+    c.stream_offset += header.size();
+  }
+  ++result_.coverage["proxy.clients"];
+}
+
 // A client of a TLS seed: which listener it connects to (with one TLS listener of two), then,
 // speaking TLS, its hello and its fault.
 void Sim::SetUpTlsClient(Client& c) {
@@ -374,6 +432,7 @@ void Sim::SpawnClient() {
     c->outbox = c->h2->Output();  // the preface and SETTINGS
   }
   if (tls_) SetUpTlsClient(*c);
+  if (proxy_) SetUpProxyClient(*c);
   if (c->h2 != nullptr && c->tls != nullptr) ++result_.coverage["h2.tls_clients"];
   world_.Trace("client %u connects (socket %zu, %s, window %llu%s%s)", c->id, c->sock,
                StyleName(c->style), static_cast<unsigned long long>(world_.sockets[c->sock].window),
@@ -842,6 +901,11 @@ void Sim::CollectShardStats() {
   cov["shard.gave_way_closed"] += st.gave_way_closed;
   cov["shard.parked"] += st.parked;
   cov["shard.lookup_refused"] += st.lookup_refused;
+  cov["proxy.refused"] += st.proxy_missing + st.proxy_malformed;
+  if (tls_loop_ != nullptr) {
+    cov["proxy.refused"] +=
+        tls_loop_->tls_stats().proxy_missing + tls_loop_->tls_stats().proxy_malformed;
+  }
   cov["shard.recv_errors"] += st.recv_errors;
   cov["shard.recv_ended_early"] += st.recv_ended_early;
   cov["shard.recv_rearmed_to_linger"] += st.recv_rearmed_to_linger;
@@ -869,6 +933,7 @@ SeedResult Sim::Run() {
   for (int i = 0; i < listeners; ++i)
     world_.listen_fds.push_back(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   SetUpTls();
+  SetUpProxy();
   MakeShard();
   if (!shard_->Setup()) {
     Fail("Setup failed: %s", shard_->error().c_str());
@@ -920,6 +985,7 @@ void Sim::MakeShard() {
       auto tls_loop = std::make_unique<tls::TlsLoop>(
           std::move(loop), tls_sessions_.get(), world_.tls_listeners, recv_max,
           config_.max_connections, config_.tls_max_handshakes);
+      if (proxy_) tls_loop->ReadProxyHeaders(world_.tls_listeners, &config_.client_rules);
       tls_loop_ = tls_loop.get();
       loop = std::move(tls_loop);
     }
@@ -930,6 +996,15 @@ void Sim::MakeShard() {
   RINGD_ASSERT(choice.tier != nullptr);
   shard_ = std::make_unique<Shard>(0, config_, world_.listen_fds, world_.root_fd, &mime_,
                                    choice.tier->make, /*cpu=*/-1);
+  if (proxy_) {
+    std::vector<Shard::ProxyHeader> proxy;
+    for (int fd : world_.listen_fds) {
+      const std::vector<int>& tls_fds = world_.tls_listeners;
+      const bool is_tls = std::find(tls_fds.begin(), tls_fds.end(), fd) != tls_fds.end();
+      proxy.push_back(is_tls ? Shard::ProxyHeader::kBeforeTls : Shard::ProxyHeader::kPlain);
+    }
+    shard_->SetProxyListeners(std::move(proxy));
+  }
   root_switch_ = root_rng_.Chance(150) ? static_cast<uint32_t>(root_rng_.Range(1, 5)) : 0;
   if (root_switch_ != 0) shard_->SetDocumentRoot(&root_word_);
   shard_->SetBoundarySeed(seed_ | 1);

@@ -175,6 +175,8 @@ class Sim {
   void CheckTls();
   void SetUpTls();
   void SetUpTlsClient(Client& c);
+  void SetUpProxy();
+  void SetUpProxyClient(Client& c);
   void TlsStreamEnd(Client& c, SimSocket& s);
   void EndPhase();
   int64_t NextClientDeadline() const;
@@ -215,6 +217,12 @@ class Sim {
   // generator of their own as TLS's draws are.
   Rng h2_rng_;
   uint32_t h2_clients_ = 0;  // per mille of clients
+  // The PROXY protocol: in some seeds every listener is ",proxy" and every client sends a header
+  // first (v1 or v2, before TLS on a TLS listener); a few plain clients send a missing or
+  // malformed one. From a generator of its own, so that a seed's other draws stay the same.
+  Rng proxy_rng_;
+  bool proxy_ = false;
+  uint32_t proxy_bad_ = 0;  // per mille of plain HTTP/1.1 clients
   bool tls_ = false;
   uint32_t tls_stall_ = 0, tls_garbage_ = 0, tls_renegotiate_ = 0;  // per mille of clients
   // TLS clients that connect in one step, their ClientHellos in one turn: more than a turn

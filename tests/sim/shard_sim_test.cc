@@ -49,6 +49,11 @@ TEST(ShardSim, QuickSeeds) {
   EXPECT_GT(coverage["h2.tls_clients"], 0u);
   EXPECT_GT(coverage["h2.resets_received"], 0u);
   EXPECT_GT(coverage["h2.goaways_sent"], 0u);
+  // The PROXY protocol (a quarter of the seeds, every client): headers in front of plain and TLS
+  // streams, split wherever the receives split them, and missing or malformed ones refused.
+  EXPECT_GT(coverage["proxy.clients"], 0u);
+  EXPECT_GT(coverage["proxy.tls_clients"], 0u);
+  EXPECT_GT(coverage["proxy.refused"], 0u);
   // TLS (a third of the seeds, through TlsLoop and the stand-in session): records split down to
   // one byte, bad input (an alert, then the close), clients closing without close_notify, and
   // handshakes that never finish (closed by the header timeout).

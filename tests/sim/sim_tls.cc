@@ -214,6 +214,11 @@ void SimTlsClient::Put(uint8_t type, std::string_view payload, uint64_t plain_en
   wire_out_ += r.size();
 }
 
+void SimTlsClient::Precede(SimSocket* s, size_t n) {
+  for (auto& record : s->client_records) record.first += n;
+  wire_out_ += n;
+}
+
 void SimTlsClient::Hello(SimSocket* s, size_t bytes) {
   hello_sent_ = true;
   const std::string r = MakeRecord(kClientHello, "hello");

@@ -65,6 +65,8 @@ class SimTlsClient {
  public:
   // The client hello, whole, or only its first `bytes` (a handshake the client never finishes).
   void Hello(SimSocket* s, size_t bytes = SIZE_MAX);
+  // `n` bytes went before every record sent so far (a PROXY protocol header put in front).
+  void Precede(SimSocket* s, size_t n);
   // Plaintext to send: records of random sizes, several in one write; held until the server's
   // hello has come.
   void Write(Rng& rng, std::string_view plain, SimSocket* s);
