@@ -132,8 +132,9 @@ SSL_CTX* NewContext(const TlsOptions& o, std::string* error) {
   // Resumption by stateless tickets only: no server-side session cache to grow or share.
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_max_early_data(ctx, 0);
-  // Idle connections hold no record buffers (nginx does the same).
-  SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+  // No SSL_MODE_RELEASE_BUFFERS: it frees the record buffers after every record and allocates
+  // them again for the next, twice per keep-alive request. A session keeps them while it serves
+  // and gives them back when the connection goes idle (Trim, SSL_free_buffers).
   // The callback's argument says only whether h2 is offered: any non-null pointer means yes.
   static char h2_on;
   SSL_CTX_set_alpn_select_cb(ctx, &SelectAlpn, o.http2 ? &h2_on : nullptr);
@@ -282,11 +283,13 @@ class OpenSslSession final : public TlsSession {
   }
 
   // The queues give their buffers back (a partial record waiting for its rest keeps just its
-  // bytes); the library has released its record buffers already (SSL_MODE_RELEASE_BUFFERS).
+  // bytes), and the library its record buffers (SSL_free_buffers keeps them where they hold a
+  // partial record or unread plaintext).
   void Trim() override {
     in_.Release();
     lent_.Release();
     out_.Release();
+    SSL_free_buffers(ssl_);
   }
 
   size_t BufferBytes() const override {
