@@ -96,7 +96,7 @@ struct TlsLoop::Conn : TlsLoop::Linked {
   bool close_requested = false;
   bool queued = false;
   bool warm = false;  // on warm_
-  int busy = 0;  // callbacks of this loop running for it: no release until they return
+  int busy = 0;       // callbacks of this loop running for it: no release until they return
   // On closing_: its close_notify's deadline (kOverdue: past it, off closing_, cut when it
   // sends). On warm_: when it gives its sending state and buffers back.
   int64_t deadline_ms = 0;
@@ -757,8 +757,7 @@ void TlsLoop::Close(int fd) {
   }
   // The clock never goes back: closing_ stays in deadline order.
   conn->deadline_ms = inner_->MonotonicMs() + kCloseNotifyMs;
-  RINGD_ASSERT(closing_.empty() ||
-               ConnOf(closing_.back())->deadline_ms <= conn->deadline_ms);
+  RINGD_ASSERT(closing_.empty() || ConnOf(closing_.back())->deadline_ms <= conn->deadline_ms);
   closing_.PushBack(conn);
   Schedule(conn);  // Poll sends what is queued, then releases it
 }
@@ -784,8 +783,8 @@ void TlsLoop::Poll(int timeout_ms) {
                 : closing                             ? std::min(timeout_ms, 100)
                                                       : timeout_ms;
   if (!warm_.empty() && wait_ms != 0) {  // woken for the first trim (-1: no bound but it)
-    const int64_t until = std::max<int64_t>(
-        0, ConnOf(warm_.front())->deadline_ms - inner_->MonotonicMs());
+    const int64_t until =
+        std::max<int64_t>(0, ConnOf(warm_.front())->deadline_ms - inner_->MonotonicMs());
     wait_ms = wait_ms < 0 ? static_cast<int>(std::min<int64_t>(until, INT32_MAX))
                           : static_cast<int>(std::min<int64_t>(until, wait_ms));
   }

@@ -126,7 +126,7 @@ class TlsLoop final : public io::Loop {
   void UpdateProgress(Conn* conn);
   void Schedule(Conn* conn);
   void Unschedule(Conn* conn);
-  void Release(Conn* conn);  // the inner close, once nothing of the connection is in flight
+  void Release(Conn* conn);   // the inner close, once nothing of the connection is in flight
   void KeepWarm(Conn* conn);  // it has nothing to send: trimmed kTrimIdleMs from now
   void StopKeepingWarm(Conn* conn);
   void TrimIdle();  // trims the connections idle since kTrimIdleMs ago

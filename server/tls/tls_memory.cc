@@ -315,8 +315,7 @@ bool RouteOpenSslAllocations() {
       return false;
     }
     slabs = s;
-    note_allocation =
-        reinterpret_cast<void (*)()>(dlsym(RTLD_DEFAULT, "ringd_alloc_counter_note"));
+    note_allocation = reinterpret_cast<void (*)()>(dlsym(RTLD_DEFAULT, "ringd_alloc_counter_note"));
     if (CRYPTO_set_mem_functions(&Malloc, &Realloc, &Free) == 1) return true;
     slabs = nullptr;
     delete s;

@@ -63,7 +63,7 @@ class StepSlabs {
     char* next = nullptr;  // the next never-used block of the size's current run
     char* end = nullptr;   // the end of that run's last whole block
   };
-  struct Lists;  // one thread's free lists, one per size
+  struct Lists;   // one thread's free lists, one per size
   Lists* Mine();  // the calling thread's, or null where it shares the locked ones
   // A thread's entry once it has exited: its lists went to the shared ones.
   static Lists* Exited() { return reinterpret_cast<Lists*>(alignof(void*)); }
@@ -71,12 +71,12 @@ class StepSlabs {
 
   char* base_ = nullptr;
   size_t region_bytes_ = 0;
-  uint16_t* run_step_ = nullptr;  // per run: its blocks' size in steps (0: not carved)
+  uint16_t* run_step_ = nullptr;            // per run: its blocks' size in steps (0: not carved)
   std::atomic<Lists*>* threads_ = nullptr;  // kMaxThreads, by thread index
   mutable std::mutex mu_;
-  size_t runs_carved_ = 0;          // under mu_
-  uint64_t locks_taken_ = 0;        // under mu_
-  Run runs_[kMaxBytes / kStep + 1];  // under mu_
+  size_t runs_carved_ = 0;                         // under mu_
+  uint64_t locks_taken_ = 0;                       // under mu_
+  Run runs_[kMaxBytes / kStep + 1];                // under mu_
   void* shared_free_[kMaxBytes / kStep + 1] = {};  // under mu_: exited threads' blocks
 };
 
