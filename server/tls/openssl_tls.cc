@@ -91,8 +91,7 @@ int64_t Seconds(const ASN1_TIME* time) {
 // without ALPN do). The server's order decides (RFC 7301 3.2): a client offering both gets h2.
 int SelectAlpn(SSL*, const unsigned char** out, unsigned char* out_len, const unsigned char* in,
                unsigned int in_len, void* arg) {
-  static const unsigned char kH2First[] = {2,   'h', '2', 8,   'h', 't',
-                                           't', 'p', '/', '1', '.', '1'};
+  static const unsigned char kH2First[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
   static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
   const bool h2 = arg != nullptr;
   unsigned char* selected = nullptr;
@@ -711,7 +710,9 @@ TicketKeys::TicketKeys(int64_t rotate_sec, int64_t (*now_sec)(),
                        bool (*random)(unsigned char* out, int n))
     : rotate_sec_(rotate_sec), now_sec_(now_sec), random_(random) {
   RINGD_ASSERT(rotate_sec_ > 0);
-  RINGD_ASSERT_MSG(Fresh(now_sec_(), &current_), "no random bytes for the first ticket key");
+  RINGD_ASSERT_MSG(Fresh(now_sec_(), &ring_[0].current),
+                   "no random bytes for the first ticket key");
+  live_.store(&ring_[0], std::memory_order_release);
 }
 
 bool TicketKeys::Fresh(int64_t now_sec, Key* out) const {
@@ -725,50 +726,58 @@ bool TicketKeys::Fresh(int64_t now_sec, Key* out) const {
   return true;
 }
 
-uint64_t TicketKeys::rotations() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return rotations_;
+uint64_t TicketKeys::rotations() const { return live_.load(std::memory_order_acquire)->rotations; }
+
+uint64_t TicketKeys::rotation_locks() const {
+  return rotation_locks_.load(std::memory_order_relaxed);
+}
+
+const TicketKeys::Generation* TicketKeys::Live(int64_t now) {
+  const Generation* g = live_.load(std::memory_order_acquire);
+  if (now - g->current.born_sec < rotate_sec_) return g;
+  std::lock_guard<std::mutex> lock(rotate_mu_);
+  rotation_locks_.fetch_add(1, std::memory_order_relaxed);
+  g = live_.load(std::memory_order_acquire);  // another thread may have rotated meanwhile
+  const int64_t age = now - g->current.born_sec;
+  if (age < rotate_sec_) return g;
+  Key fresh;
+  // This handshake fails (OpenSSL ends it with an internal error alert); the keys stay.
+  if (!Fresh(now, &fresh)) return nullptr;
+  Generation& next = ring_[(g->rotations + 1) % kGenerations];
+  next.previous = g->current;
+  next.has_previous = age < 2 * rotate_sec_;
+  next.current = fresh;
+  next.rotations = g->rotations + 1;
+  live_.store(&next, std::memory_order_release);
+  return &next;
 }
 
 int TicketKeys::Callback(SSL* ssl, unsigned char* key_name, unsigned char* iv,
                          EVP_CIPHER_CTX* cipher, EVP_MAC_CTX* mac, int encrypt) {
   auto* self = static_cast<TicketKeys*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)));
   RINGD_ASSERT(self != nullptr);
-  Key key;
   // Encrypting: 1. Decrypting: 1, resume and the ticket stands; 2, resume and send a new ticket;
   // 0, unknown, a full handshake. A TLS 1.3 ticket is renewed whatever its key: clients offer
   // one once (RFC 8446 appendix C.4), so a resumption without a new ticket leaves the next
   // connection a full handshake (OpenSSL renews them so under its own keys, nginx under its key
   // files). A TLS 1.2 ticket may be offered again: renewed only when its key is the previous one.
   int verdict = !encrypt && SSL_version(ssl) == TLS1_3_VERSION ? 2 : 1;
-  {
-    std::lock_guard<std::mutex> lock(self->mu_);
-    const int64_t now = self->now_sec_();
-    // A key encrypts for one period and decrypts for two.
-    const int64_t age = now - self->current_.born_sec;
-    if (age >= self->rotate_sec_) {
-      Key fresh;
-      // This handshake fails (OpenSSL ends it with an internal error alert); the keys stay.
-      if (!self->Fresh(now, &fresh)) return -1;
-      self->previous_ = self->current_;
-      self->has_previous_ = age < 2 * self->rotate_sec_;
-      self->current_ = fresh;
-      ++self->rotations_;
-    } else if (self->has_previous_ && now - self->previous_.born_sec >= 2 * self->rotate_sec_) {
-      self->has_previous_ = false;
-    }
-    if (encrypt) {
-      key = self->current_;
-      std::memcpy(key_name, key.name, sizeof key.name);
-    } else if (std::memcmp(key_name, self->current_.name, sizeof key.name) == 0) {
-      key = self->current_;
-    } else if (self->has_previous_ &&
-               std::memcmp(key_name, self->previous_.name, sizeof key.name) == 0) {
-      key = self->previous_;
-      verdict = 2;
-    } else {
-      return 0;  // a ticket from before the previous rotation (or another process): full handshake
-    }
+  const int64_t now = self->now_sec_();
+  const Generation* g = self->Live(now);
+  if (g == nullptr) return -1;
+  // A key encrypts for one period and decrypts for two.
+  const bool previous_valid = g->has_previous && now - g->previous.born_sec < 2 * self->rotate_sec_;
+  Key key;
+  if (encrypt) {
+    key = g->current;
+    std::memcpy(key_name, key.name, sizeof key.name);
+  } else if (std::memcmp(key_name, g->current.name, sizeof key.name) == 0) {
+    key = g->current;
+  } else if (previous_valid && std::memcmp(key_name, g->previous.name, sizeof key.name) == 0) {
+    key = g->previous;
+    verdict = 2;
+  } else {
+    return 0;  // a ticket from before the previous rotation (or another process): full handshake
   }
   if (encrypt && !self->random_(iv, 16)) return -1;
   OSSL_PARAM params[] = {

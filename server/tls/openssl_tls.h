@@ -23,6 +23,7 @@
 //   if (!tls.Load(o, &error)) ...;                   // a reload: the old certificates stay
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,13 @@ struct TlsCertPair {
 // A rotation whose random bytes cannot be had fails the handshake that asked for it (OpenSSL's
 // RAND_bytes can fail, its entropy source gone); the keys stay, and the next handshake tries
 // again.
+//
+// Every shard reads the keys on every ticket it issues or opens: the read side takes no lock and
+// writes nothing shared. The keys in use are one immutable generation, published through an
+// atomic pointer; a rotation (once a period) builds the next generation in a slot of a fixed
+// ring and publishes it, under a lock only rotations take (rotation_locks counts them). A slot is
+// rebuilt kGenerations rotations after it was retired, at least kGenerations - 1 periods later,
+// while a reader holds a generation for the time of one key copy.
 class TicketKeys {
  public:
   // `now_sec`: the clock rotations follow; `random`: fills `n` bytes, false when it cannot (tests
@@ -70,6 +78,9 @@ class TicketKeys {
   static int Callback(SSL* ssl, unsigned char* key_name, unsigned char* iv, EVP_CIPHER_CTX* cipher,
                       EVP_MAC_CTX* mac, int encrypt);
   uint64_t rotations() const;
+  uint64_t rotation_locks() const;  // times the rotation lock was taken
+
+  static constexpr size_t kGenerations = 8;
 
  private:
   struct Key {
@@ -78,17 +89,25 @@ class TicketKeys {
     unsigned char hmac[32];
     int64_t born_sec = 0;
   };
+  struct Generation {
+    Key current;
+    Key previous;
+    bool has_previous = false;
+    uint64_t rotations = 0;
+  };
   // A new key born at `now_sec`; false when the random bytes cannot be had.
   bool Fresh(int64_t now_sec, Key* out) const;
+  // The generation in use at `now`: the live one, or the next once its current key has served a
+  // period (null: the rotation's random bytes cannot be had).
+  const Generation* Live(int64_t now);
 
   const int64_t rotate_sec_;
   int64_t (*const now_sec_)();
   bool (*const random_)(unsigned char* out, int n);
-  mutable std::mutex mu_;
-  Key current_;
-  Key previous_;
-  bool has_previous_ = false;
-  uint64_t rotations_ = 0;
+  std::atomic<const Generation*> live_{nullptr};
+  std::mutex rotate_mu_;           // rotations only
+  Generation ring_[kGenerations];  // slot: rotations % kGenerations
+  std::atomic<uint64_t> rotation_locks_{0};
 };
 
 struct TlsOptions {

@@ -13,8 +13,11 @@
 #include <openssl/x509v3.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "gtest/gtest.h"
@@ -523,6 +526,56 @@ TEST(OpenSslTls, TicketKeysOutliveAReloadAndRotateWithThePreviousStillAccepted) 
   auto own_a = Create(o, &error);
   auto own_b = Create(o, &error);
   EXPECT_FALSE(ResumesAcross(own_a.get(), own_b.get()));
+}
+
+std::atomic<int64_t> shared_now{1000};
+int64_t SharedNow() { return shared_now.load(); }
+
+// Two shards issuing and opening tickets at once read the keys with no lock (TSan finds no
+// race); a rotation meanwhile takes the rotation lock, and only a rotation does.
+TEST(OpenSslTls, TwoThreadsIssueAndOpenTicketsAtOnceWithNoLockButRotations) {
+  TicketKeys keys(/*rotate_sec=*/100, &SharedNow);
+  TlsOptions o;
+  o.pairs = {MakeCert("origin.test", "EC")};
+  o.tickets = &keys;
+  std::string error;
+  auto f = Create(o, &error);
+  ASSERT_NE(f, nullptr) << error;
+  constexpr int kRounds = 12;
+  auto hammer = [&f](std::atomic<int>* resumed) {
+    for (int i = 0; i < kRounds; ++i) resumed->fetch_add(ResumesAcross(f.get(), f.get()) ? 1 : 0);
+  };
+  std::atomic<int> resumed_a{0}, resumed_b{0};
+  {
+    std::thread a(hammer, &resumed_a), b(hammer, &resumed_b);
+    a.join();
+    b.join();
+  }
+  EXPECT_EQ(resumed_a.load() + resumed_b.load(), 2 * kRounds);
+  EXPECT_EQ(keys.rotation_locks(), 0u) << "a lock taken on a ticket's way";
+  // Rotations while both go on: fewer than the ring holds, each a lock or two (both threads may
+  // find the key old at once).
+  std::atomic<bool> stop{false};
+  auto rotate = [&] {
+    for (int r = 0; r < 3 && !stop.load(); ++r) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      shared_now.fetch_add(100);
+    }
+  };
+  {
+    std::thread a(hammer, &resumed_a), b(hammer, &resumed_b), clock(rotate);
+    a.join();
+    b.join();
+    stop.store(true);
+    clock.join();
+  }
+  EXPECT_LT(keys.rotations(), TicketKeys::kGenerations);
+  EXPECT_GE(keys.rotation_locks(), keys.rotations());
+  EXPECT_LE(keys.rotation_locks(), 2 * keys.rotations());
+  // One more handshake after the last rotation: the keys are up to date, and it resumes.
+  const uint64_t locks = keys.rotation_locks();
+  EXPECT_TRUE(ResumesAcross(f.get(), f.get()));
+  EXPECT_LE(keys.rotation_locks(), locks + 1);
 }
 
 bool random_fails = false;
