@@ -12,10 +12,12 @@
 #include <openssl/x509v3.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <ctime>
 #include <memory>
 #include <string_view>
+#include <thread>
 
 #include "io/assert.h"
 
@@ -212,10 +214,34 @@ class ByteQueue {
   size_t end_ = 0;
 };
 
+}  // namespace
+
+// One thread's hold on one generation of a ReloadableTls: the sessions it made there keep the
+// factory alive by a count only that thread touches, not by the factory's shared count (an
+// atomic on a line every shard would write, per session).
+struct FactoryPin {
+  std::shared_ptr<const OpenSslFactory> factory;
+  uint64_t sessions = 0;  // live sessions made from it on its thread
+  bool current = true;    // still its thread's pin for the newest generation
+  std::thread::id thread = std::this_thread::get_id();
+};
+
+namespace {
+
+// A session is ended on the thread that made it (a shard's), or once that thread has exited
+// (a shard's loop is destroyed after its thread is joined; the exit left its pin not current).
+// The last one of a pin no longer current frees it.
+void Unpin(FactoryPin* pin) {
+  RINGD_ASSERT(pin->thread == std::this_thread::get_id() || !pin->current);
+  RINGD_ASSERT(pin->sessions > 0);
+  if (--pin->sessions == 0 && !pin->current) delete pin;
+}
+
 class OpenSslSession final : public TlsSession {
  public:
-  OpenSslSession(SSL_CTX* ctx, std::shared_ptr<const OpenSslFactory> factory)
-      : factory_(std::move(factory)), ssl_(SSL_new(ctx)) {
+  // The factory kept alive by a pin (ReloadableTls) or, without one, by a shared reference.
+  OpenSslSession(SSL_CTX* ctx, std::shared_ptr<const OpenSslFactory> factory, FactoryPin* pin)
+      : factory_(std::move(factory)), pin_(pin), ssl_(SSL_new(ctx)) {
     RINGD_ASSERT(ssl_ != nullptr);
     // One BIO for both directions, over the session's two queues: the SSL owns it.
     BIO* bio = BIO_new(Method());
@@ -225,7 +251,10 @@ class OpenSslSession final : public TlsSession {
     SSL_set_bio(ssl_, bio, bio);
     SSL_set_accept_state(ssl_);
   }
-  ~OpenSslSession() override { SSL_free(ssl_); }
+  ~OpenSslSession() override {
+    SSL_free(ssl_);
+    if (pin_ != nullptr) Unpin(pin_);
+  }
 
   void Feed(const char* data, size_t len) override { in_.Append(data, len); }
 
@@ -375,8 +404,10 @@ class OpenSslSession final : public TlsSession {
     ERR_clear_error();  // the error queue is per thread: leave nothing for the next session
   }
 
-  // The contexts (and the SNI callback's argument) this session was made from stay alive with it.
+  // The contexts (and the SNI callback's argument) this session was made from stay alive with it:
+  // through the pin where it has one, else through factory_.
   std::shared_ptr<const OpenSslFactory> factory_;
+  FactoryPin* pin_;
   SSL* ssl_;
   ByteQueue in_;    // ciphertext fed, not yet read by the library
   ByteQueue lent_;  // records PeekOutput has lent, until they are consumed
@@ -697,7 +728,12 @@ int OpenSslFactory::OnClientHello(SSL* ssl, int*, void* arg) {
 }
 
 std::unique_ptr<TlsSession> OpenSslFactory::Make() {
-  return std::make_unique<OpenSslSession>(sites_[0].ctx, shared_from_this());
+  return std::make_unique<OpenSslSession>(sites_[0].ctx, shared_from_this(), nullptr);
+}
+
+std::unique_ptr<TlsSession> OpenSslFactory::MakePinned(FactoryPin* pin) const {
+  ++pin->sessions;
+  return std::make_unique<OpenSslSession>(sites_[0].ctx, nullptr, pin);
 }
 
 // Ticket keys ------------------------------------------------------------------------------
@@ -792,23 +828,84 @@ int TicketKeys::Callback(SSL* ssl, unsigned char* key_name, unsigned char* iv,
 
 // Reloading --------------------------------------------------------------------------------
 
+namespace {
+
+std::atomic<uint64_t> reloadables_made{0};
+
+// A thread's pins, one per ReloadableTls it makes sessions from (a process has one; tests a few).
+// At the thread's exit a pin with no session left is freed; one with sessions left is theirs.
+struct ThreadPins {
+  static constexpr size_t kSlots = 4;
+  struct Slot {
+    uint64_t owner = 0;  // the ReloadableTls's id (0: free)
+    uint64_t generation = 0;
+    FactoryPin* pin = nullptr;
+  };
+  Slot slots[kSlots];
+  static void Drop(Slot* slot) {
+    if (slot->pin != nullptr) {
+      slot->pin->current = false;
+      if (slot->pin->sessions == 0) delete slot->pin;
+    }
+    *slot = Slot{};
+  }
+  ~ThreadPins() {
+    for (Slot& slot : slots) Drop(&slot);
+  }
+};
+thread_local ThreadPins thread_pins;
+
+}  // namespace
+
+ReloadableTls::ReloadableTls() : id_(reloadables_made.fetch_add(1) + 1) {}
+
+ReloadableTls::~ReloadableTls() = default;
+
 absl::Status ReloadableTls::Load(const TlsOptions& options) {
   absl::StatusOr<std::shared_ptr<OpenSslFactory>> next = OpenSslFactory::Create(options);
   if (!next.ok()) return next.status();
   std::lock_guard<std::mutex> lock(mu_);
   current_ = *std::move(next);
-  ++generation_;
+  generation_.fetch_add(1, std::memory_order_release);
   return absl::OkStatus();
 }
 
+// The thread's pin of the newest generation, made (under the lock) once per generation per
+// thread: a session made between reloads takes no lock and writes nothing another thread reads.
 std::unique_ptr<TlsSession> ReloadableTls::Make() {
-  std::shared_ptr<OpenSslFactory> f;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    f = current_;
+  const uint64_t generation = generation_.load(std::memory_order_acquire);
+  ThreadPins::Slot* slot = nullptr;
+  for (ThreadPins::Slot& s : thread_pins.slots) {
+    if (s.owner == id_) slot = &s;
   }
-  RINGD_ASSERT(f != nullptr);
-  return f->Make();
+  if (slot == nullptr) {
+    for (ThreadPins::Slot& s : thread_pins.slots) {
+      if (slot == nullptr && s.owner == 0) slot = &s;
+    }
+    if (slot == nullptr) {  // more ReloadableTls than slots: the first slot's goes
+      slot = &thread_pins.slots[0];
+      ThreadPins::Drop(slot);
+    }
+    slot->owner = id_;
+  }
+  if (slot->pin == nullptr || slot->generation != generation) {
+    std::shared_ptr<OpenSslFactory> f;
+    uint64_t g = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      f = current_;
+      g = generation_.load(std::memory_order_relaxed);
+    }
+    pin_locks_.fetch_add(1, std::memory_order_relaxed);
+    RINGD_ASSERT(f != nullptr);
+    const uint64_t owner = slot->owner;
+    ThreadPins::Drop(slot);
+    slot->owner = owner;
+    slot->generation = g;
+    slot->pin = new FactoryPin;
+    slot->pin->factory = std::move(f);
+  }
+  return slot->pin->factory->MakePinned(slot->pin);
 }
 
 std::vector<OpenSslFactory::Certificate> ReloadableTls::certificates() const {
@@ -817,9 +914,8 @@ std::vector<OpenSslFactory::Certificate> ReloadableTls::certificates() const {
                              : std::vector<OpenSslFactory::Certificate>{};
 }
 
-uint64_t ReloadableTls::generation() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return generation_;
-}
+uint64_t ReloadableTls::generation() const { return generation_.load(std::memory_order_acquire); }
+
+uint64_t ReloadableTls::pin_locks() const { return pin_locks_.load(std::memory_order_relaxed); }
 
 }  // namespace ringd::tls

@@ -127,6 +127,8 @@ struct TlsOptions {
       "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
 };
 
+struct FactoryPin;  // a thread's hold on a ReloadableTls generation (openssl_tls.cc)
+
 class OpenSslFactory final : public TlsSessionFactory,
                              public std::enable_shared_from_this<OpenSslFactory> {
  public:
@@ -159,7 +161,10 @@ class OpenSslFactory final : public TlsSessionFactory,
     std::string der;
     int64_t next_update_sec = 0;  // 0: none given
   };
+  friend class ReloadableTls;
   OpenSslFactory() = default;
+  // A session kept alive by `pin` (its count, on its thread) rather than by a shared reference.
+  std::unique_ptr<TlsSession> MakePinned(FactoryPin* pin) const;
   static int OnClientHello(SSL* ssl, int* alert, void* arg);
   static int OnStatusRequest(SSL* ssl, void* arg);
   bool AddCertificate(const TlsOptions& options, const TlsCertPair& pair, X509* cert,
@@ -175,18 +180,27 @@ class OpenSslFactory final : public TlsSessionFactory,
 
 // The certificates in use, reloadable while serving: Make hands out sessions of the newest
 // generation; sessions (handshakes in flight included) finish on the generation they began with.
+// Each thread pins the newest generation on its first Make after a reload (one lock, counted by
+// pin_locks); its sessions count on that pin, not on the generation's shared count, so a Make
+// between reloads takes no lock and writes nothing shared. A session is ended on the thread that
+// made it (a shard's), or after that thread has exited; it may outlive the ReloadableTls.
 class ReloadableTls final : public TlsSessionFactory {
  public:
+  ReloadableTls();
+  ~ReloadableTls() override;
   // Loads a generation; on failure the current one stays and the error says why.
   absl::Status Load(const TlsOptions& options);
   std::unique_ptr<TlsSession> Make() override;
   std::vector<OpenSslFactory::Certificate> certificates() const;
   uint64_t generation() const;
+  uint64_t pin_locks() const;  // pins made: a thread's first Make of each generation
 
  private:
+  const uint64_t id_;  // this instance among a thread's pins
   mutable std::mutex mu_;
-  std::shared_ptr<OpenSslFactory> current_;
-  uint64_t generation_ = 0;
+  std::shared_ptr<OpenSslFactory> current_;  // under mu_
+  std::atomic<uint64_t> generation_{0};      // written under mu_
+  std::atomic<uint64_t> pin_locks_{0};
 };
 
 }  // namespace ringd::tls

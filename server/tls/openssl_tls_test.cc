@@ -613,6 +613,40 @@ TEST(OpenSslTls, RandomBytesThatCannotBeHadFailThatHandshakeAlone) {
   EXPECT_EQ(keys.rotations(), 1u);
 }
 
+// Shards make sessions at once with no lock between reloads: each thread pins a generation on
+// its first Make after a reload, once; a session begun before a reload finishes on its own.
+TEST(OpenSslTls, TwoThreadsMakeSessionsWithOnePinEachPerGeneration) {
+  ReloadableTls tls;
+  TlsOptions o;
+  o.pairs = {MakeCert("origin.test", "EC")};
+  ASSERT_EQ(tls.Load(o), absl::OkStatus());
+  constexpr int kSessions = 8;
+  std::atomic<int> handshakes{0}, before_reload{0};
+  std::atomic<bool> reloaded{false};
+  auto shard = [&] {
+    auto handshake = [&](TlsSession* s) {
+      Client c(s);
+      c.Pump();
+      handshakes.fetch_add(s->HandshakeDone() ? 1 : 0);
+    };
+    std::unique_ptr<TlsSession> held = tls.Make();  // its handshake waits for the reload
+    for (int i = 0; i < kSessions; ++i) handshake(tls.Make().get());
+    before_reload.fetch_add(1);
+    while (!reloaded.load()) std::this_thread::yield();
+    for (int i = 0; i < kSessions; ++i) handshake(tls.Make().get());
+    handshake(held.get());
+  };
+  std::thread a(shard), b(shard);
+  while (before_reload.load() < 2) std::this_thread::yield();
+  EXPECT_EQ(tls.pin_locks(), 2u) << "a lock taken per session";
+  ASSERT_EQ(tls.Load(o), absl::OkStatus());
+  reloaded.store(true);
+  a.join();
+  b.join();
+  EXPECT_EQ(tls.pin_locks(), 4u);
+  EXPECT_EQ(handshakes.load(), 2 * (2 * kSessions + 1));
+}
+
 TEST(OpenSslTls, AFailedReloadKeepsTheCertificatesInUse) {
   ReloadableTls tls;
   TlsOptions o;
