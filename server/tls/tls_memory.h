@@ -2,9 +2,10 @@
 // allocations (13,753 bytes asked, `perf/tls_live`): its SSL object, the AES-GCM contexts, the
 // session, the certificate set, locks. mimalloc has four size classes per power of two, so some
 // of them are rounded up by hundreds of bytes (the 7,608-byte SSL object takes an 8 KiB class,
-// the one below being 7 KiB). Routed, an allocation that a 16-byte step holds in fewer bytes goes
-// to `StepSlabs`, slabs of 16-byte size steps carved from one reserved region (no header per
-// block, so a block's owner is known from its address alone); the rest go to mimalloc.
+// the one below being 7 KiB). Routed, an allocation that a 16-byte step holds in fewer bytes, and
+// any of kScratchBytes or less, goes to `StepSlabs`, slabs of 16-byte size steps carved from one
+// reserved region (no header per block, so a block's owner is known from its address alone;
+// free lists per thread); the rest go to mimalloc.
 //
 //   int main() { tls::RouteOpenSslAllocations(); ... }   // before anything calls OpenSSL
 #pragma once
