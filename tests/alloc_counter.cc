@@ -2,7 +2,9 @@
 // aligned allocation, and operator new/delete, which mimalloc overrides itself) and forwards them
 // to the next allocator in line (mimalloc for ringd). On SIGRTMIN+5 (a signal ringd neither
 // blocks nor handles) it writes the running count, in decimal, to the file named by
-// $RINGD_ALLOC_COUNT_FILE. Used by the zero-allocation test.
+// $RINGD_ALLOC_COUNT_FILE. Used by the zero-allocation test. OpenSSL's allocations bypass malloc
+// (routed to mimalloc and StepSlabs, server/tls/tls_memory.h): ringd finds this shim's
+// ringd_alloc_counter_note with dlsym and calls it for each of them, so they count too.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -81,6 +83,8 @@ __attribute__((constructor)) void Init() {
 }  // namespace
 
 extern "C" {
+
+void ringd_alloc_counter_note() { g_calls.fetch_add(1, std::memory_order_relaxed); }
 
 void* malloc(size_t n) {
   if (real_malloc == nullptr) Resolve();

@@ -12,10 +12,12 @@
 #include <openssl/x509v3.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <ctime>
 #include <memory>
 #include <string_view>
+#include <thread>
 
 #include "io/assert.h"
 
@@ -91,8 +93,7 @@ int64_t Seconds(const ASN1_TIME* time) {
 // without ALPN do). The server's order decides (RFC 7301 3.2): a client offering both gets h2.
 int SelectAlpn(SSL*, const unsigned char** out, unsigned char* out_len, const unsigned char* in,
                unsigned int in_len, void* arg) {
-  static const unsigned char kH2First[] = {2,   'h', '2', 8,   'h', 't',
-                                           't', 'p', '/', '1', '.', '1'};
+  static const unsigned char kH2First[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
   static const unsigned char kHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
   const bool h2 = arg != nullptr;
   unsigned char* selected = nullptr;
@@ -132,8 +133,9 @@ SSL_CTX* NewContext(const TlsOptions& o, std::string* error) {
   // Resumption by stateless tickets only: no server-side session cache to grow or share.
   SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
   SSL_CTX_set_max_early_data(ctx, 0);
-  // Idle connections hold no record buffers (nginx does the same).
-  SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+  // No SSL_MODE_RELEASE_BUFFERS: it frees the record buffers after every record and allocates
+  // them again for the next, twice per keep-alive request. A session keeps them while it serves
+  // and gives them back when the connection goes idle (Trim, SSL_free_buffers).
   // The callback's argument says only whether h2 is offered: any non-null pointer means yes.
   static char h2_on;
   SSL_CTX_set_alpn_select_cb(ctx, &SelectAlpn, o.http2 ? &h2_on : nullptr);
@@ -212,10 +214,34 @@ class ByteQueue {
   size_t end_ = 0;
 };
 
+}  // namespace
+
+// One thread's hold on one generation of a ReloadableTls: the sessions it made there keep the
+// factory alive by a count only that thread touches, not by the factory's shared count (an
+// atomic on a line every shard would write, per session).
+struct FactoryPin {
+  std::shared_ptr<const OpenSslFactory> factory;
+  uint64_t sessions = 0;  // live sessions made from it on its thread
+  bool current = true;    // still its thread's pin for the newest generation
+  std::thread::id thread = std::this_thread::get_id();
+};
+
+namespace {
+
+// A session is ended on the thread that made it (a shard's), or once that thread has exited
+// (a shard's loop is destroyed after its thread is joined; the exit left its pin not current).
+// The last one of a pin no longer current frees it.
+void Unpin(FactoryPin* pin) {
+  RINGD_ASSERT(pin->thread == std::this_thread::get_id() || !pin->current);
+  RINGD_ASSERT(pin->sessions > 0);
+  if (--pin->sessions == 0 && !pin->current) delete pin;
+}
+
 class OpenSslSession final : public TlsSession {
  public:
-  OpenSslSession(SSL_CTX* ctx, std::shared_ptr<const OpenSslFactory> factory)
-      : factory_(std::move(factory)), ssl_(SSL_new(ctx)) {
+  // The factory kept alive by a pin (ReloadableTls) or, without one, by a shared reference.
+  OpenSslSession(SSL_CTX* ctx, std::shared_ptr<const OpenSslFactory> factory, FactoryPin* pin)
+      : factory_(std::move(factory)), pin_(pin), ssl_(SSL_new(ctx)) {
     RINGD_ASSERT(ssl_ != nullptr);
     // One BIO for both directions, over the session's two queues: the SSL owns it.
     BIO* bio = BIO_new(Method());
@@ -225,7 +251,10 @@ class OpenSslSession final : public TlsSession {
     SSL_set_bio(ssl_, bio, bio);
     SSL_set_accept_state(ssl_);
   }
-  ~OpenSslSession() override { SSL_free(ssl_); }
+  ~OpenSslSession() override {
+    SSL_free(ssl_);
+    if (pin_ != nullptr) Unpin(pin_);
+  }
 
   void Feed(const char* data, size_t len) override { in_.Append(data, len); }
 
@@ -282,11 +311,13 @@ class OpenSslSession final : public TlsSession {
   }
 
   // The queues give their buffers back (a partial record waiting for its rest keeps just its
-  // bytes); the library has released its record buffers already (SSL_MODE_RELEASE_BUFFERS).
+  // bytes), and the library its record buffers (SSL_free_buffers keeps them where they hold a
+  // partial record or unread plaintext).
   void Trim() override {
     in_.Release();
     lent_.Release();
     out_.Release();
+    SSL_free_buffers(ssl_);
   }
 
   size_t BufferBytes() const override {
@@ -373,8 +404,10 @@ class OpenSslSession final : public TlsSession {
     ERR_clear_error();  // the error queue is per thread: leave nothing for the next session
   }
 
-  // The contexts (and the SNI callback's argument) this session was made from stay alive with it.
+  // The contexts (and the SNI callback's argument) this session was made from stay alive with it:
+  // through the pin where it has one, else through factory_.
   std::shared_ptr<const OpenSslFactory> factory_;
+  FactoryPin* pin_;
   SSL* ssl_;
   ByteQueue in_;    // ciphertext fed, not yet read by the library
   ByteQueue lent_;  // records PeekOutput has lent, until they are consumed
@@ -741,7 +774,12 @@ int OpenSslFactory::OnClientHello(SSL* ssl, int*, void* arg) {
 }
 
 std::unique_ptr<TlsSession> OpenSslFactory::Make() {
-  return std::make_unique<OpenSslSession>(sites_[0].ctx, shared_from_this());
+  return std::make_unique<OpenSslSession>(sites_[0].ctx, shared_from_this(), nullptr);
+}
+
+std::unique_ptr<TlsSession> OpenSslFactory::MakePinned(FactoryPin* pin) const {
+  ++pin->sessions;
+  return std::make_unique<OpenSslSession>(sites_[0].ctx, nullptr, pin);
 }
 
 // Ticket keys ------------------------------------------------------------------------------
@@ -754,7 +792,9 @@ TicketKeys::TicketKeys(int64_t rotate_sec, int64_t (*now_sec)(),
                        bool (*random)(unsigned char* out, int n))
     : rotate_sec_(rotate_sec), now_sec_(now_sec), random_(random) {
   RINGD_ASSERT(rotate_sec_ > 0);
-  RINGD_ASSERT_MSG(Fresh(now_sec_(), &current_), "no random bytes for the first ticket key");
+  RINGD_ASSERT_MSG(Fresh(now_sec_(), &ring_[0].current),
+                   "no random bytes for the first ticket key");
+  live_.store(&ring_[0], std::memory_order_release);
 }
 
 bool TicketKeys::Fresh(int64_t now_sec, Key* out) const {
@@ -768,50 +808,58 @@ bool TicketKeys::Fresh(int64_t now_sec, Key* out) const {
   return true;
 }
 
-uint64_t TicketKeys::rotations() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return rotations_;
+uint64_t TicketKeys::rotations() const { return live_.load(std::memory_order_acquire)->rotations; }
+
+uint64_t TicketKeys::rotation_locks() const {
+  return rotation_locks_.load(std::memory_order_relaxed);
+}
+
+const TicketKeys::Generation* TicketKeys::Live(int64_t now) {
+  const Generation* g = live_.load(std::memory_order_acquire);
+  if (now - g->current.born_sec < rotate_sec_) return g;
+  std::lock_guard<std::mutex> lock(rotate_mu_);
+  rotation_locks_.fetch_add(1, std::memory_order_relaxed);
+  g = live_.load(std::memory_order_acquire);  // another thread may have rotated meanwhile
+  const int64_t age = now - g->current.born_sec;
+  if (age < rotate_sec_) return g;
+  Key fresh;
+  // This handshake fails (OpenSSL ends it with an internal error alert); the keys stay.
+  if (!Fresh(now, &fresh)) return nullptr;
+  Generation& next = ring_[(g->rotations + 1) % kGenerations];
+  next.previous = g->current;
+  next.has_previous = age < 2 * rotate_sec_;
+  next.current = fresh;
+  next.rotations = g->rotations + 1;
+  live_.store(&next, std::memory_order_release);
+  return &next;
 }
 
 int TicketKeys::Callback(SSL* ssl, unsigned char* key_name, unsigned char* iv,
                          EVP_CIPHER_CTX* cipher, EVP_MAC_CTX* mac, int encrypt) {
   auto* self = static_cast<TicketKeys*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)));
   RINGD_ASSERT(self != nullptr);
-  Key key;
   // Encrypting: 1. Decrypting: 1, resume and the ticket stands; 2, resume and send a new ticket;
   // 0, unknown, a full handshake. A TLS 1.3 ticket is renewed whatever its key: clients offer
   // one once (RFC 8446 appendix C.4), so a resumption without a new ticket leaves the next
   // connection a full handshake (OpenSSL renews them so under its own keys, nginx under its key
   // files). A TLS 1.2 ticket may be offered again: renewed only when its key is the previous one.
   int verdict = !encrypt && SSL_version(ssl) == TLS1_3_VERSION ? 2 : 1;
-  {
-    std::lock_guard<std::mutex> lock(self->mu_);
-    const int64_t now = self->now_sec_();
-    // A key encrypts for one period and decrypts for two.
-    const int64_t age = now - self->current_.born_sec;
-    if (age >= self->rotate_sec_) {
-      Key fresh;
-      // This handshake fails (OpenSSL ends it with an internal error alert); the keys stay.
-      if (!self->Fresh(now, &fresh)) return -1;
-      self->previous_ = self->current_;
-      self->has_previous_ = age < 2 * self->rotate_sec_;
-      self->current_ = fresh;
-      ++self->rotations_;
-    } else if (self->has_previous_ && now - self->previous_.born_sec >= 2 * self->rotate_sec_) {
-      self->has_previous_ = false;
-    }
-    if (encrypt) {
-      key = self->current_;
-      std::memcpy(key_name, key.name, sizeof key.name);
-    } else if (std::memcmp(key_name, self->current_.name, sizeof key.name) == 0) {
-      key = self->current_;
-    } else if (self->has_previous_ &&
-               std::memcmp(key_name, self->previous_.name, sizeof key.name) == 0) {
-      key = self->previous_;
-      verdict = 2;
-    } else {
-      return 0;  // a ticket from before the previous rotation (or another process): full handshake
-    }
+  const int64_t now = self->now_sec_();
+  const Generation* g = self->Live(now);
+  if (g == nullptr) return -1;
+  // A key encrypts for one period and decrypts for two.
+  const bool previous_valid = g->has_previous && now - g->previous.born_sec < 2 * self->rotate_sec_;
+  Key key;
+  if (encrypt) {
+    key = g->current;
+    std::memcpy(key_name, key.name, sizeof key.name);
+  } else if (std::memcmp(key_name, g->current.name, sizeof key.name) == 0) {
+    key = g->current;
+  } else if (previous_valid && std::memcmp(key_name, g->previous.name, sizeof key.name) == 0) {
+    key = g->previous;
+    verdict = 2;
+  } else {
+    return 0;  // a ticket from before the previous rotation (or another process): full handshake
   }
   if (encrypt && !self->random_(iv, 16)) return -1;
   OSSL_PARAM params[] = {
@@ -826,23 +874,84 @@ int TicketKeys::Callback(SSL* ssl, unsigned char* key_name, unsigned char* iv,
 
 // Reloading --------------------------------------------------------------------------------
 
+namespace {
+
+std::atomic<uint64_t> reloadables_made{0};
+
+// A thread's pins, one per ReloadableTls it makes sessions from (a process has one; tests a few).
+// At the thread's exit a pin with no session left is freed; one with sessions left is theirs.
+struct ThreadPins {
+  static constexpr size_t kSlots = 4;
+  struct Slot {
+    uint64_t owner = 0;  // the ReloadableTls's id (0: free)
+    uint64_t generation = 0;
+    FactoryPin* pin = nullptr;
+  };
+  Slot slots[kSlots];
+  static void Drop(Slot* slot) {
+    if (slot->pin != nullptr) {
+      slot->pin->current = false;
+      if (slot->pin->sessions == 0) delete slot->pin;
+    }
+    *slot = Slot{};
+  }
+  ~ThreadPins() {
+    for (Slot& slot : slots) Drop(&slot);
+  }
+};
+thread_local ThreadPins thread_pins;
+
+}  // namespace
+
+ReloadableTls::ReloadableTls() : id_(reloadables_made.fetch_add(1) + 1) {}
+
+ReloadableTls::~ReloadableTls() = default;
+
 absl::Status ReloadableTls::Load(const TlsOptions& options) {
   absl::StatusOr<std::shared_ptr<OpenSslFactory>> next = OpenSslFactory::Create(options);
   if (!next.ok()) return next.status();
   std::lock_guard<std::mutex> lock(mu_);
   current_ = *std::move(next);
-  ++generation_;
+  generation_.fetch_add(1, std::memory_order_release);
   return absl::OkStatus();
 }
 
+// The thread's pin of the newest generation, made (under the lock) once per generation per
+// thread: a session made between reloads takes no lock and writes nothing another thread reads.
 std::unique_ptr<TlsSession> ReloadableTls::Make() {
-  std::shared_ptr<OpenSslFactory> f;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    f = current_;
+  const uint64_t generation = generation_.load(std::memory_order_acquire);
+  ThreadPins::Slot* slot = nullptr;
+  for (ThreadPins::Slot& s : thread_pins.slots) {
+    if (s.owner == id_) slot = &s;
   }
-  RINGD_ASSERT(f != nullptr);
-  return f->Make();
+  if (slot == nullptr) {
+    for (ThreadPins::Slot& s : thread_pins.slots) {
+      if (slot == nullptr && s.owner == 0) slot = &s;
+    }
+    if (slot == nullptr) {  // more ReloadableTls than slots: the first slot's goes
+      slot = &thread_pins.slots[0];
+      ThreadPins::Drop(slot);
+    }
+    slot->owner = id_;
+  }
+  if (slot->pin == nullptr || slot->generation != generation) {
+    std::shared_ptr<OpenSslFactory> f;
+    uint64_t g = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      f = current_;
+      g = generation_.load(std::memory_order_relaxed);
+    }
+    pin_locks_.fetch_add(1, std::memory_order_relaxed);
+    RINGD_ASSERT(f != nullptr);
+    const uint64_t owner = slot->owner;
+    ThreadPins::Drop(slot);
+    slot->owner = owner;
+    slot->generation = g;
+    slot->pin = new FactoryPin;
+    slot->pin->factory = std::move(f);
+  }
+  return slot->pin->factory->MakePinned(slot->pin);
 }
 
 std::vector<OpenSslFactory::Certificate> ReloadableTls::certificates() const {
@@ -861,9 +970,8 @@ std::vector<std::string> ReloadableTls::warnings() const {
   return current_ != nullptr ? current_->warnings() : std::vector<std::string>{};
 }
 
-uint64_t ReloadableTls::generation() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return generation_;
-}
+uint64_t ReloadableTls::generation() const { return generation_.load(std::memory_order_acquire); }
+
+uint64_t ReloadableTls::pin_locks() const { return pin_locks_.load(std::memory_order_relaxed); }
 
 }  // namespace ringd::tls

@@ -25,6 +25,7 @@
 //   if (!tls.Load(o, &error)) ...;                   // a reload: the old certificates stay
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -59,6 +60,13 @@ struct TlsCertPair {
 // A rotation whose random bytes cannot be had fails the handshake that asked for it (OpenSSL's
 // RAND_bytes can fail, its entropy source gone); the keys stay, and the next handshake tries
 // again.
+//
+// Every shard reads the keys on every ticket it issues or opens: the read side takes no lock and
+// writes nothing shared. The keys in use are one immutable generation, published through an
+// atomic pointer; a rotation (once a period) builds the next generation in a slot of a fixed
+// ring and publishes it, under a lock only rotations take (rotation_locks counts them). A slot is
+// rebuilt kGenerations rotations after it was retired, at least kGenerations - 1 periods later,
+// while a reader holds a generation for the time of one key copy.
 class TicketKeys {
  public:
   // `now_sec`: the clock rotations follow; `random`: fills `n` bytes, false when it cannot (tests
@@ -72,6 +80,9 @@ class TicketKeys {
   static int Callback(SSL* ssl, unsigned char* key_name, unsigned char* iv, EVP_CIPHER_CTX* cipher,
                       EVP_MAC_CTX* mac, int encrypt);
   uint64_t rotations() const;
+  uint64_t rotation_locks() const;  // times the rotation lock was taken
+
+  static constexpr size_t kGenerations = 8;
 
  private:
   struct Key {
@@ -80,17 +91,25 @@ class TicketKeys {
     unsigned char hmac[32];
     int64_t born_sec = 0;
   };
+  struct Generation {
+    Key current;
+    Key previous;
+    bool has_previous = false;
+    uint64_t rotations = 0;
+  };
   // A new key born at `now_sec`; false when the random bytes cannot be had.
   bool Fresh(int64_t now_sec, Key* out) const;
+  // The generation in use at `now`: the live one, or the next once its current key has served a
+  // period (null: the rotation's random bytes cannot be had).
+  const Generation* Live(int64_t now);
 
   const int64_t rotate_sec_;
   int64_t (*const now_sec_)();
   bool (*const random_)(unsigned char* out, int n);
-  mutable std::mutex mu_;
-  Key current_;
-  Key previous_;
-  bool has_previous_ = false;
-  uint64_t rotations_ = 0;
+  std::atomic<const Generation*> live_{nullptr};
+  std::mutex rotate_mu_;           // rotations only
+  Generation ring_[kGenerations];  // slot: rotations % kGenerations
+  std::atomic<uint64_t> rotation_locks_{0};
 };
 
 struct TlsOptions {
@@ -112,6 +131,8 @@ struct TlsOptions {
   std::string ciphersuites =
       "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
 };
+
+struct FactoryPin;  // a thread's hold on a ReloadableTls generation (openssl_tls.cc)
 
 class OpenSslFactory final : public TlsSessionFactory,
                              public std::enable_shared_from_this<OpenSslFactory> {
@@ -150,7 +171,10 @@ class OpenSslFactory final : public TlsSessionFactory,
     std::string der;
     int64_t next_update_sec = 0;  // 0: none given
   };
+  friend class ReloadableTls;
   OpenSslFactory() = default;
+  // A session kept alive by `pin` (its count, on its thread) rather than by a shared reference.
+  std::unique_ptr<TlsSession> MakePinned(FactoryPin* pin) const;
   static int OnClientHello(SSL* ssl, int* alert, void* arg);
   static int OnStatusRequest(SSL* ssl, void* arg);
   bool AddCertificate(const TlsOptions& options, const TlsCertPair& pair, X509* cert,
@@ -168,8 +192,14 @@ class OpenSslFactory final : public TlsSessionFactory,
 
 // The certificates in use, reloadable while serving: Make hands out sessions of the newest
 // generation; sessions (handshakes in flight included) finish on the generation they began with.
+// Each thread pins the newest generation on its first Make after a reload (one lock, counted by
+// pin_locks); its sessions count on that pin, not on the generation's shared count, so a Make
+// between reloads takes no lock and writes nothing shared. A session is ended on the thread that
+// made it (a shard's), or after that thread has exited; it may outlive the ReloadableTls.
 class ReloadableTls final : public TlsSessionFactory {
  public:
+  ReloadableTls();
+  ~ReloadableTls() override;
   // Loads a generation; on failure the current one stays and the error says why.
   absl::Status Load(const TlsOptions& options);
   std::unique_ptr<TlsSession> Make() override;
@@ -178,11 +208,14 @@ class ReloadableTls final : public TlsSessionFactory {
   std::vector<std::string> dropped_ocsp() const;
   std::vector<std::string> warnings() const;
   uint64_t generation() const;
+  uint64_t pin_locks() const;  // pins made: a thread's first Make of each generation
 
  private:
+  const uint64_t id_;  // this instance among a thread's pins
   mutable std::mutex mu_;
-  std::shared_ptr<OpenSslFactory> current_;
-  uint64_t generation_ = 0;
+  std::shared_ptr<OpenSslFactory> current_;  // under mu_
+  std::atomic<uint64_t> generation_{0};      // written under mu_
+  std::atomic<uint64_t> pin_locks_{0};
 };
 
 }  // namespace ringd::tls

@@ -13,8 +13,11 @@
 #include <openssl/x509v3.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "gtest/gtest.h"
@@ -525,6 +528,56 @@ TEST(OpenSslTls, TicketKeysOutliveAReloadAndRotateWithThePreviousStillAccepted) 
   EXPECT_FALSE(ResumesAcross(own_a.get(), own_b.get()));
 }
 
+std::atomic<int64_t> shared_now{1000};
+int64_t SharedNow() { return shared_now.load(); }
+
+// Two shards issuing and opening tickets at once read the keys with no lock (TSan finds no
+// race); a rotation meanwhile takes the rotation lock, and only a rotation does.
+TEST(OpenSslTls, TwoThreadsIssueAndOpenTicketsAtOnceWithNoLockButRotations) {
+  TicketKeys keys(/*rotate_sec=*/100, &SharedNow);
+  TlsOptions o;
+  o.pairs = {MakeCert("origin.test", "EC")};
+  o.tickets = &keys;
+  std::string error;
+  auto f = Create(o, &error);
+  ASSERT_NE(f, nullptr) << error;
+  constexpr int kRounds = 12;
+  auto hammer = [&f](std::atomic<int>* resumed) {
+    for (int i = 0; i < kRounds; ++i) resumed->fetch_add(ResumesAcross(f.get(), f.get()) ? 1 : 0);
+  };
+  std::atomic<int> resumed_a{0}, resumed_b{0};
+  {
+    std::thread a(hammer, &resumed_a), b(hammer, &resumed_b);
+    a.join();
+    b.join();
+  }
+  EXPECT_EQ(resumed_a.load() + resumed_b.load(), 2 * kRounds);
+  EXPECT_EQ(keys.rotation_locks(), 0u) << "a lock taken on a ticket's way";
+  // Rotations while both go on: fewer than the ring holds, each a lock or two (both threads may
+  // find the key old at once).
+  std::atomic<bool> stop{false};
+  auto rotate = [&] {
+    for (int r = 0; r < 3 && !stop.load(); ++r) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      shared_now.fetch_add(100);
+    }
+  };
+  {
+    std::thread a(hammer, &resumed_a), b(hammer, &resumed_b), clock(rotate);
+    a.join();
+    b.join();
+    stop.store(true);
+    clock.join();
+  }
+  EXPECT_LT(keys.rotations(), TicketKeys::kGenerations);
+  EXPECT_GE(keys.rotation_locks(), keys.rotations());
+  EXPECT_LE(keys.rotation_locks(), 2 * keys.rotations());
+  // One more handshake after the last rotation: the keys are up to date, and it resumes.
+  const uint64_t locks = keys.rotation_locks();
+  EXPECT_TRUE(ResumesAcross(f.get(), f.get()));
+  EXPECT_LE(keys.rotation_locks(), locks + 1);
+}
+
 bool random_fails = false;
 bool FlakyRandom(unsigned char* out, int n) { return !random_fails && RAND_bytes(out, n) == 1; }
 
@@ -558,6 +611,40 @@ TEST(OpenSslTls, RandomBytesThatCannotBeHadFailThatHandshakeAlone) {
   random_fails = false;
   EXPECT_TRUE(Handshakes(f.get()));
   EXPECT_EQ(keys.rotations(), 1u);
+}
+
+// Shards make sessions at once with no lock between reloads: each thread pins a generation on
+// its first Make after a reload, once; a session begun before a reload finishes on its own.
+TEST(OpenSslTls, TwoThreadsMakeSessionsWithOnePinEachPerGeneration) {
+  ReloadableTls tls;
+  TlsOptions o;
+  o.pairs = {MakeCert("origin.test", "EC")};
+  ASSERT_EQ(tls.Load(o), absl::OkStatus());
+  constexpr int kSessions = 8;
+  std::atomic<int> handshakes{0}, before_reload{0};
+  std::atomic<bool> reloaded{false};
+  auto shard = [&] {
+    auto handshake = [&](TlsSession* s) {
+      Client c(s);
+      c.Pump();
+      handshakes.fetch_add(s->HandshakeDone() ? 1 : 0);
+    };
+    std::unique_ptr<TlsSession> held = tls.Make();  // its handshake waits for the reload
+    for (int i = 0; i < kSessions; ++i) handshake(tls.Make().get());
+    before_reload.fetch_add(1);
+    while (!reloaded.load()) std::this_thread::yield();
+    for (int i = 0; i < kSessions; ++i) handshake(tls.Make().get());
+    handshake(held.get());
+  };
+  std::thread a(shard), b(shard);
+  while (before_reload.load() < 2) std::this_thread::yield();
+  EXPECT_EQ(tls.pin_locks(), 2u) << "a lock taken per session";
+  ASSERT_EQ(tls.Load(o), absl::OkStatus());
+  reloaded.store(true);
+  a.join();
+  b.join();
+  EXPECT_EQ(tls.pin_locks(), 4u);
+  EXPECT_EQ(handshakes.load(), 2 * (2 * kSessions + 1));
 }
 
 TEST(OpenSslTls, AFailedReloadKeepsTheCertificatesInUse) {

@@ -14,8 +14,9 @@
 namespace ringd::tls {
 
 // A connection's sending state: made when it has records to send or the shard sends on it,
-// freed once it is idle again (as the shard keeps a request's state in an Exchange apart from
-// its Connection), so that an idle connection is a Conn alone.
+// kept while it serves (a keep-alive connection's next response reuses it) and freed once it
+// has been idle kTrimIdleMs (as the shard keeps a request's state in an Exchange apart from its
+// Connection), so that an idle connection is a Conn alone.
 struct TlsLoop::Out {
   // The inner send of records, from the session's memory (PeekOutput).
   io::Completion tx;
@@ -71,7 +72,7 @@ struct TlsLoop::Proxied {
 // A TLS connection: its session and the inner operations that carry its records. Every idle
 // TLS connection holds one: fields are ordered to leave no padding (the sending state is in Out).
 // Its Linked base puts it on hellos_ while hello_waiting, on closing_ from its Close until it is
-// released or overdue.
+// released or overdue, on warm_ while it keeps its sending state with nothing to send.
 struct TlsLoop::Conn : TlsLoop::Linked {
   TlsLoop* loop = nullptr;
   std::unique_ptr<TlsSession> session;
@@ -106,8 +107,11 @@ struct TlsLoop::Conn : TlsLoop::Linked {
   bool plain_told = false;     // and the shard's receive ended with -EPROTO for it
   bool close_requested = false;
   bool queued = false;
-  int busy = 0;  // callbacks of this loop running for it: no release until they return
-  int64_t close_deadline_ms = 0;  // kOverdue: past it, off closing_, cut when it sends
+  bool warm = false;  // on warm_
+  int busy = 0;       // callbacks of this loop running for it: no release until they return
+  // On closing_: its close_notify's deadline (kOverdue: past it, off closing_, cut when it
+  // sends). On warm_: when it gives its sending state and buffers back.
+  int64_t deadline_ms = 0;
   Conn* next_ready = nullptr;
 };
 
@@ -163,6 +167,7 @@ TlsLoop::~TlsLoop() {
   // close_notify. Connections scheduled for a Poll that never came are among them.
   for (Conn* conn = ready_; conn != nullptr; conn = conn->next_ready)
     RINGD_ASSERT_MSG(Find(conn->fd) == conn, "a freed connection is scheduled");
+  warm_.Abandon();
   for (Conn* conn : conns_) {
     if (conn == nullptr) continue;
     inner_->Close(conn->fd);
@@ -440,6 +445,7 @@ bool TlsLoop::TakeHelloTurn() {
 void TlsLoop::WaitForHelloTurn(Conn* conn) {
   if (conn->hello_waiting) return;
   RINGD_ASSERT(!conn->close_requested);
+  StopKeepingWarm(conn);  // one list at a time (Linked)
   conn->hello_waiting = true;
   hellos_.PushBack(conn);
   ++stats_.hellos_deferred;
@@ -748,7 +754,7 @@ void TlsLoop::Flush(Conn* conn) {
   out->tx_active = true;
   inner_->Send(conn->fd, &out->tx_iov, 1, &out->tx);
   // Past its close deadline (Poll): the client has had its time to take the last records.
-  if (conn->close_deadline_ms == kOverdue) inner_->Shutdown(conn->fd, SHUT_RDWR);
+  if (conn->deadline_ms == kOverdue) inner_->Shutdown(conn->fd, SHUT_RDWR);
 }
 
 void TlsLoop::OnTx(io::Completion* inner) {
@@ -800,10 +806,40 @@ void TlsLoop::AfterOutput(Conn* conn) {
       conn->shutdown_how = -1;
     }
   }
-  // An idle connection holds no sending state or buffers of its own (the session and the library
-  // release theirs).
   if (conn->send() == nullptr && !conn->tx_active()) {
     RINGD_ASSERT(!conn->file_active());  // a file read belongs to a send
+    KeepWarm(conn);
+  }
+}
+
+// Nothing is being sent on `conn`: it keeps its sending state and buffers for the next response
+// until kTrimIdleMs from now. warm_ stays in that order (the clock never goes back).
+void TlsLoop::KeepWarm(Conn* conn) {
+  // Closed: released soon, with everything it holds. Waiting for its ClientHello's turn: it has
+  // sent nothing yet.
+  if (conn->close_requested || conn->hello_waiting) return;
+  if (conn->warm) warm_.Remove(conn);
+  conn->deadline_ms = inner_->MonotonicMs() + kTrimIdleMs;
+  conn->warm = true;
+  warm_.PushBack(conn);
+}
+
+void TlsLoop::StopKeepingWarm(Conn* conn) {
+  if (!conn->warm) return;
+  warm_.Remove(conn);
+  conn->warm = false;
+}
+
+// An idle connection holds no sending state or buffers of its own (the session and the library
+// release theirs); one that has started sending again since is taken off too, and goes back on
+// when it is idle again.
+void TlsLoop::TrimIdle() {
+  if (warm_.empty()) return;
+  const int64_t now = inner_->MonotonicMs();
+  while (!warm_.empty() && ConnOf(warm_.front())->deadline_ms <= now) {
+    Conn* conn = ConnOf(warm_.PopFront());
+    conn->warm = false;
+    if (conn->send() != nullptr || conn->tx_active()) continue;
     conn->out.reset();
     conn->session->Trim();
   }
@@ -823,6 +859,7 @@ void TlsLoop::Close(int fd) {
   if (conn == nullptr) return inner_->Close(fd);
   RINGD_ASSERT(conn->recv == nullptr && conn->send() == nullptr && !conn->close_requested);
   StopWaitingForHelloTurn(conn);  // closed while its ClientHello waited: never answered
+  StopKeepingWarm(conn);
   conn->close_requested = true;
   if (quiesced_) {
     if (!conn->counted_handshake) --handshaking_;
@@ -838,9 +875,8 @@ void TlsLoop::Close(int fd) {
     ++stats_.close_notify_sent;
   }
   // The clock never goes back: closing_ stays in deadline order.
-  conn->close_deadline_ms = inner_->MonotonicMs() + kCloseNotifyMs;
-  RINGD_ASSERT(closing_.empty() ||
-               ConnOf(closing_.back())->close_deadline_ms <= conn->close_deadline_ms);
+  conn->deadline_ms = inner_->MonotonicMs() + kCloseNotifyMs;
+  RINGD_ASSERT(closing_.empty() || ConnOf(closing_.back())->deadline_ms <= conn->deadline_ms);
   closing_.PushBack(conn);
   Schedule(conn);  // Poll sends what is queued, then releases it
 }
@@ -851,7 +887,7 @@ void TlsLoop::Release(Conn* conn) {
   if (conn->tx_active() || conn->rx_active || conn->file_active()) return;  // callbacks to come
   if (!conn->counted_handshake) --handshaking_;
   RemoveConn(conn);
-  if (conn->close_deadline_ms != kOverdue) closing_.Remove(conn);
+  if (conn->deadline_ms != kOverdue) closing_.Remove(conn);
   inner_->Close(conn->fd);
   delete conn;
 }
@@ -862,9 +898,17 @@ void TlsLoop::Poll(int timeout_ms) {
   hello_budget_ = kHellosPerTurn;
   AnswerWaitingHellos();
   const bool closing = !closing_.empty();
-  inner_->Poll(ready_ != nullptr || !hellos_.empty() ? 0
-               : closing                             ? std::min(timeout_ms, 100)
-                                                     : timeout_ms);
+  int wait_ms = ready_ != nullptr || !hellos_.empty() ? 0
+                : closing                             ? std::min(timeout_ms, 100)
+                                                      : timeout_ms;
+  if (!warm_.empty() && wait_ms != 0) {  // woken for the first trim (-1: no bound but it)
+    const int64_t until =
+        std::max<int64_t>(0, ConnOf(warm_.front())->deadline_ms - inner_->MonotonicMs());
+    wait_ms = wait_ms < 0 ? static_cast<int>(std::min<int64_t>(until, INT32_MAX))
+                          : static_cast<int>(std::min<int64_t>(until, wait_ms));
+  }
+  inner_->Poll(wait_ms);
+  TrimIdle();
   // The shard's send timer reads its Completion's `done` as progress (loop.h): a slow reader
   // taking a send's records a little at a time is not a stalled one, though no send of records
   // has completed yet (a file chunk's are one send). Their progress is the send's: the
@@ -877,9 +921,9 @@ void TlsLoop::Poll(int timeout_ms) {
     while (!closing_.empty()) {
       Conn* conn = ConnOf(closing_.front());
       ++stats_.closing_checked;
-      if (conn->close_deadline_ms > now) break;
+      if (conn->deadline_ms > now) break;
       closing_.Remove(conn);
-      conn->close_deadline_ms = kOverdue;
+      conn->deadline_ms = kOverdue;
       // The send ends with an error and OnTx releases it; one not sending yet is cut by Flush.
       if (conn->tx_active()) inner_->Shutdown(conn->fd, SHUT_RDWR);
     }

@@ -97,14 +97,20 @@ class TlsLoop final : public io::Loop {
   static constexpr uint32_t kRecordPlain = 16384;
   // ClientHellos answered in one turn of the loop at most (TakeHelloTurn).
   static constexpr uint32_t kHellosPerTurn = 8;
+  // How long a connection with nothing to send keeps its sending state and record buffers (its
+  // Out, the session's queues, OpenSSL's record buffers): a keep-alive connection serving
+  // requests back to back reuses them with no allocator call; one idle this long gives them back
+  // (Trim), so an idle connection is its Conn and the session's state alone.
+  static constexpr int64_t kTrimIdleMs = 2000;
 
  private:
   struct Conn;
   struct Out;
   struct Proxied;
   struct AcceptTap;
-  // A connection's place in hellos_ or closing_, never both (a closed connection's ClientHello is
-  // never answered): every Conn begins with it.
+  // A connection's place in hellos_, closing_ or warm_, never two of them (a closed connection's
+  // ClientHello is never answered; one waiting for its ClientHello's turn or closed has nothing
+  // to keep warm): every Conn begins with it.
   struct Linked {
     mem::ListLink<Linked> link;
   };
@@ -135,7 +141,10 @@ class TlsLoop final : public io::Loop {
   void UpdateProgress(Conn* conn);
   void Schedule(Conn* conn);
   void Unschedule(Conn* conn);
-  void Release(Conn* conn);  // the inner close, once nothing of the connection is in flight
+  void Release(Conn* conn);   // the inner close, once nothing of the connection is in flight
+  void KeepWarm(Conn* conn);  // it has nothing to send: trimmed kTrimIdleMs from now
+  void StopKeepingWarm(Conn* conn);
+  void TrimIdle();  // trims the connections idle since kTrimIdleMs ago
   void Enter(Conn* conn);
   void Leave(Conn* conn);
   bool TakeHelloTurn();
@@ -161,6 +170,9 @@ class TlsLoop final : public io::Loop {
   // Closed by the shard, sending their last records within their deadline, the soonest first
   // (each is its Close's time plus kCloseNotifyMs).
   ConnList closing_;
+  // Open connections with nothing to send that still hold their sending state and buffers, in
+  // the order they went idle (each is its time plus kTrimIdleMs, its deadline_ms).
+  ConnList warm_;
   std::vector<Conn*> sending_;  // with a Send or SendFile of the shard's in flight
   bool quiesced_ = false;
   std::unique_ptr<char[]> plain_;  // one delivery of plaintext (valid during its callback)

@@ -129,6 +129,7 @@ class ScriptedLoop final : public io::Loop {
 constexpr size_t kHello = 512;
 struct SessionCounts {
   size_t held_most = 0;
+  int trims = 0;  // Trim calls: the connection gave its buffers back
 };
 
 class ScriptedSession final : public TlsSession {
@@ -166,6 +167,7 @@ class ScriptedSession final : public TlsSession {
     if (done_ && !closed_) out_ += "close_notify";
     closed_ = true;
   }
+  void Trim() override { ++counts_->trims; }
   size_t BufferBytes() const override { return in_.size(); }
   bool HasBufferedInput() const override { return !in_.empty(); }
   bool HandshakeDone() const override { return done_; }
@@ -364,6 +366,39 @@ struct SendSeen {
     };
   }
 };
+
+// A keep-alive connection serving responses back to back keeps its sending state and buffers
+// (no allocator call for the next response); idle kTrimIdleMs, it gives them back, once.
+TEST(TlsLoop, AConnectionKeepsItsBuffersWhileItServesAndTrimsThemIdle) {
+  auto scripted = std::make_unique<ScriptedLoop>();
+  ScriptedLoop* inner = scripted.get();
+  ScriptedSessions sessions(/*established=*/true);
+  TlsLoop loop(std::move(scripted), &sessions, {kListener}, ScriptedLoop::kRecvBuffer,
+               /*max_connections=*/64, /*max_handshakes=*/64);
+  Shard shard(&loop, /*receive=*/false);
+  inner->backlog.push_back(10);
+  loop.Poll(0);
+  ASSERT_EQ(shard.fds.size(), 1u);
+  char body[] = "HTTP/1.1 200 OK\r\n\r\n";
+  for (int response = 0; response < 5; ++response) {
+    SendSeen seen;
+    iovec iov{body, sizeof body - 1};
+    loop.Send(10, &iov, 1, &seen.c, false);
+    for (int turn = 0; turn < 4 && seen.calls == 0; ++turn) loop.Poll(0);
+    ASSERT_EQ(seen.calls, 1);
+    EXPECT_EQ(seen.result, static_cast<int64_t>(sizeof body - 1));
+    inner->now_ms += TlsLoop::kTrimIdleMs / 2;
+    loop.Poll(0);
+  }
+  EXPECT_EQ(sessions.counts[0]->trims, 0);
+  inner->now_ms += TlsLoop::kTrimIdleMs;
+  loop.Poll(0);
+  EXPECT_EQ(sessions.counts[0]->trims, 1);
+  inner->now_ms += TlsLoop::kTrimIdleMs;
+  loop.Poll(0);
+  EXPECT_EQ(sessions.counts[0]->trims, 1);  // trimmed once, until it sends again
+  Teardown(&loop, &shard, inner);
+}
 
 // Callbacks come only from Poll (loop.h): a SendFile on a connection whose socket refused an
 // earlier send, or a SendFile of nothing, completes in the next Poll, not inside the call.

@@ -10,6 +10,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -80,6 +81,45 @@ TEST(StepSlabs, ABlockFreedOnAnotherThreadIsReused) {
   EXPECT_EQ(slabs.runs_used(), 2u);
 }
 
+// Shards share nothing on the hot path: two threads allocating and freeing at once, each from
+// its own lists once its working set is carved, take no lock at all (and TSan finds no race).
+TEST(StepSlabs, TwoThreadsAllocateAndFreeAtOnceWithNoLockOnceWarm) {
+  StepSlabs slabs(256 * StepSlabs::kRunBytes);
+  ASSERT_TRUE(slabs.ok());
+  constexpr int kHeld = 64, kRounds = 2000;
+  std::atomic<int> warm{0};
+  std::atomic<bool> go{false}, leave{false};
+  std::atomic<int> done{0};
+  auto hammer = [&](size_t seed) {
+    std::vector<void*> held(kHeld);
+    auto round = [&](int r) {
+      for (int i = 0; i < kHeld; ++i) {
+        const size_t n = 1 + (seed + static_cast<size_t>(i) * 37) % 2000;
+        held[static_cast<size_t>(i)] = slabs.Alloc(n);
+        ASSERT_NE(held[static_cast<size_t>(i)], nullptr);
+        std::memset(held[static_cast<size_t>(i)], r, n);
+      }
+      for (void* p : held) slabs.Free(p);
+    };
+    round(0);  // carves this thread's working set
+    warm.fetch_add(1);
+    while (!go.load()) std::this_thread::yield();
+    for (int r = 1; r <= kRounds; ++r) round(r);
+    done.fetch_add(1);
+    while (!leave.load()) std::this_thread::yield();
+  };
+  std::thread a(hammer, 0), b(hammer, 1000);
+  while (warm.load() < 2) std::this_thread::yield();
+  const uint64_t locks = slabs.locks_taken();
+  go.store(true);
+  while (done.load() < 2) std::this_thread::yield();
+  EXPECT_EQ(slabs.locks_taken(), locks) << "a lock taken while serving from the threads' lists";
+  leave.store(true);  // a thread's exit hands its lists over, under the lock
+  a.join();
+  b.join();
+  EXPECT_EQ(slabs.locks_taken(), locks + 2);
+}
+
 #ifdef RINGD_NO_MIMALLOC
 TEST(TlsMemory, RoutesNothingWithoutMimalloc) {
   EXPECT_FALSE(RouteOpenSslAllocations());
@@ -93,13 +133,20 @@ TEST(TlsMemory, SizesGoWhereTheyTakeFewerBytes) {
   // The SSL object: 8 KiB in mimalloc's class, 7,616 bytes in a slab.
   EXPECT_EQ(RoutedAllocator(7608), Allocator::kSlabs);
   EXPECT_EQ(RoutedBytes(7608), 7616u);
-  // Small ones sit exactly in mimalloc's classes.
-  EXPECT_EQ(RoutedAllocator(64), Allocator::kMimalloc);
-  EXPECT_EQ(RoutedBytes(64), 64u);
+  // Small ones sit exactly in mimalloc's classes from 80 bytes on; up to kScratchBytes they go
+  // to the slabs anyway (the library's per-record scratch, 40 bytes, reused from a free list).
+  EXPECT_EQ(RoutedAllocator(80), Allocator::kMimalloc);
+  EXPECT_EQ(RoutedBytes(80), 80u);
+  EXPECT_EQ(RoutedAllocator(40), Allocator::kSlabs);
+  EXPECT_EQ(RoutedBytes(40), 48u);
+  EXPECT_EQ(RoutedAllocator(kScratchBytes), Allocator::kSlabs);
   // Beyond the slabs' largest step: mimalloc.
   EXPECT_EQ(RoutedAllocator(StepSlabs::kMaxBytes + 1), Allocator::kMimalloc);
   for (size_t n = 1; n <= (70 << 10); n += 7) {
-    ASSERT_LE(RoutedBytes(n), mi_good_size(n)) << n;
+    if (n > kScratchBytes) {
+      ASSERT_LE(RoutedBytes(n), mi_good_size(n)) << n;
+    }
+    ASSERT_LT(RoutedBytes(n), mi_good_size(n) + StepSlabs::kStep) << n;
     ASSERT_GE(RoutedBytes(n), n) << n;
   }
 }
@@ -108,7 +155,7 @@ TEST(TlsMemory, OpenSslAllocatesFreesAndResizesWhereRouted) {
   ASSERT_TRUE(RouteOpenSslAllocations());
   EXPECT_TRUE(RouteOpenSslAllocations());  // once is enough; asking again changes nothing
   void* big = OPENSSL_malloc(7608);
-  void* small = OPENSSL_malloc(64);
+  void* small = OPENSSL_malloc(80);
   ASSERT_NE(big, nullptr);
   ASSERT_NE(small, nullptr);
   EXPECT_TRUE(InRoutedSlabs(big)) << "a 7,608-byte block came from mimalloc";

@@ -1,12 +1,16 @@
 """Steady-state serving allocates nothing: after warm-up, keep-alive GETs that hit the file
-caches make zero calls into the allocator (counted by an LD_PRELOAD shim), on this backend."""
+caches make zero calls into the allocator (counted by an LD_PRELOAD shim, OpenSSL's routed
+allocations included), on this backend, over HTTP/1.1 and over TLS."""
 import os
 import shutil
 import signal
+import socket
+import ssl
 import tempfile
 import unittest
 
 from ringd_harness import BackendTestCase, Reader, Server, make_docroot, wait_for
+from tls_pki import make_pki
 
 SHIM = os.environ.get("RINGD_WRAP_LIB", "")
 OBSERVE = os.environ.get("RINGD_ALLOC_OBSERVE") == "1"
@@ -22,9 +26,18 @@ class ZeroAllocationTest(BackendTestCase):
         return int(wait_for(answer, "the allocation counter to answer SIGRTMIN+5"))
 
     def test_keepalive_hits_allocate_nothing(self):
+        self.keepalive_hits_allocate_nothing(tls=False)
+
+    def test_tls_keepalive_hits_allocate_nothing(self):
+        """The same over TLS keep-alive: established connections' records, OpenSSL's buffers and
+        the TLS loop's send state allocate nothing while they stay busy."""
+        self.keepalive_hits_allocate_nothing(tls=True)
+
+    def keepalive_hits_allocate_nothing(self, tls):
         if not SHIM or not os.path.exists(SHIM):
             self.fail("RINGD_WRAP_LIB must name the allocation-counting shim")
         root, files = make_docroot()
+        pki = None
         count_file = tempfile.mktemp(prefix="ringd-allocs-")
         env = dict(os.environ, LD_PRELOAD=SHIM, RINGD_ALLOC_COUNT_FILE=count_file)
         flags = ["--open-file-cache-valid-ms", "600000"]
@@ -38,13 +51,27 @@ class ZeroAllocationTest(BackendTestCase):
                       "--default-cache-control", "max-age=10",
                       "--add-header", "X-Content-Type-Options: nosniff",
                       "--add-header", "Access-Control-Allow-Origin: *"]
+        if tls:
+            pki = tempfile.mkdtemp(prefix="ringd-alloc-tls-")
+            make_pki(pki)
+            flags += ["--listen-tls", "127.0.0.1:0",
+                      "--tls-cert", os.path.join(pki, "localhost-ec.crt"),
+                      "--tls-key", os.path.join(pki, "localhost-ec.key")]
         server = Server(root, *flags, env=env)
         try:
             paths = ["/index.html", "/small.txt", "/medium.bin", "/dir/", "/missing", "/app.js"]
             heads = [b"GET %s HTTP/1.1\r\nHost: t\r\nAccept-Encoding: gzip\r\n\r\n" % p.encode() for p in paths]
             heads.append(b"GET /medium.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=0-9,100-199\r\n\r\n")
             heads.append(b"HEAD /large.bin HTTP/1.1\r\nHost: t\r\n\r\n")
-            conns = [server.connect() for _ in range(8)]
+            if tls:
+                ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
+
+                def connect():
+                    raw = socket.create_connection(("127.0.0.1", server.tls_port), timeout=10)
+                    return ctx.wrap_socket(raw, server_hostname="localhost")
+                conns = [connect() for _ in range(8)]
+            else:
+                conns = [server.connect() for _ in range(8)]
             readers = [Reader(c) for c in conns]
 
             def batch(rounds):
@@ -73,6 +100,8 @@ class ZeroAllocationTest(BackendTestCase):
         finally:
             self.assertEqual(server.stop(), 0)
             shutil.rmtree(root, ignore_errors=True)
+            if pki is not None:
+                shutil.rmtree(pki, ignore_errors=True)
             if log is not None:
                 with open(log, "rb") as f:
                     lines = f.read().count(b"\n")
