@@ -51,8 +51,8 @@ bool ParseListen(const std::string& given, ListenAddress* out, std::string* erro
       const size_t next = rest.find(',');
       const std::string_view option = rest.substr(0, next);
       if (option != "proxy") {
-        *error = std::string(flag) + ": unknown option '" + std::string(option) + "' in '" +
-                 given + "' (options: proxy)";
+        *error = std::string(flag) + ": unknown option '" + std::string(option) + "' in '" + given +
+                 "' (options: proxy)";
         return false;
       }
       proxy = true;
@@ -125,8 +125,8 @@ bool AddCidr(http::ClientRules* rules, bool allow, const std::string& v, const c
              std::string* error) {
   const std::optional<http::Cidr> cidr = http::ParseCidr(v);
   if (!cidr.has_value()) {
-    *error = std::string(flag) + ": expected ADDRESS, ADDRESS/BITS (no host bits set) or all, got '" +
-             v + "'";
+    *error = std::string(flag) +
+             ": expected ADDRESS, ADDRESS/BITS (no host bits set) or all, got '" + v + "'";
     return false;
   }
   rules->Add(allow, *cidr);

@@ -67,8 +67,10 @@ struct Config {
   bool proxy_from_all = false;  // --proxy-from all: no peer is asked for its address
   http::ClientRules client_rules;
   bool any_proxy_listener() const {
-    for (const ListenAddress& a : listen) if (a.proxy) return true;
-    for (const ListenAddress& a : listen_tls) if (a.proxy) return true;
+    for (const ListenAddress& a : listen)
+      if (a.proxy) return true;
+    for (const ListenAddress& a : listen_tls)
+      if (a.proxy) return true;
     return false;
   }
   uint32_t shards = 0;  // 0: one per CPU this process may run on

@@ -513,10 +513,16 @@ TEST(Config, OriginHeaderErrorsAreOneLine) {
 }
 
 TEST(Config, ProxyListenersAndClientRules) {
-  Parsed p = Parse({"--root", "/tmp", "--listen", "127.0.0.1:8080,proxy", "--listen",
-                    "[::1]:8081", "--listen-tls", "[::1]:8443,proxy", "--tls-cert", "c",
-                    "--tls-key", "k", "--deny", "192.0.2.66", "--allow", "192.0.2.0/24",
-                    "--allow", "2001:db8::/32", "--deny", "all"});
+  Parsed p = Parse({"--root",       "/tmp",
+                    "--listen",     "127.0.0.1:8080,proxy",
+                    "--listen",     "[::1]:8081",
+                    "--listen-tls", "[::1]:8443,proxy",
+                    "--tls-cert",   "c",
+                    "--tls-key",    "k",
+                    "--deny",       "192.0.2.66",
+                    "--allow",      "192.0.2.0/24",
+                    "--allow",      "2001:db8::/32",
+                    "--deny",       "all"});
   ASSERT_TRUE(p.ok) << p.error;
   ASSERT_EQ(p.config.listen.size(), 2u);
   EXPECT_TRUE(p.config.listen[0].proxy);
@@ -560,8 +566,9 @@ TEST(Config, ProxyAndClientRuleErrorsAreOneLine) {
             "--allow: expected ADDRESS, ADDRESS/BITS (no host bits set) or all, got '10.0.0.1/8'");
   EXPECT_EQ(Parse({"--root", "/tmp", "--deny", "example.org"}).error,
             "--deny: expected ADDRESS, ADDRESS/BITS (no host bits set) or all, got 'example.org'");
-  EXPECT_EQ(Parse({"--root", "/tmp", "--proxy-from", "::1/129"}).error,
-            "--proxy-from: expected ADDRESS, ADDRESS/BITS (no host bits set) or all, got '::1/129'");
+  EXPECT_EQ(
+      Parse({"--root", "/tmp", "--proxy-from", "::1/129"}).error,
+      "--proxy-from: expected ADDRESS, ADDRESS/BITS (no host bits set) or all, got '::1/129'");
 }
 
 TEST(Config, User) {

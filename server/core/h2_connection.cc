@@ -236,8 +236,8 @@ struct H2Callbacks {
     H2Batch* b = s->batch[s->fill];
     Exchange* ex = static_cast<Exchange*>(source->ptr);
     const size_t room = H2Batch::kBytes - b->len;
-    const bool file_next = ex->iov[0].iov_len == 0 && ex->file != nullptr &&
-                           ex->file->content == nullptr;
+    const bool file_next =
+        ex->iov[0].iov_len == 0 && ex->file != nullptr && ex->file->content == nullptr;
     if (room < 9 + kMinDataFrame || (file_next && b->read_count == H2Batch::kMaxReads)) {
       ex->h2_deferred = true;  // resumed once a batch has gone out (OnH2Send)
       return NGHTTP2_ERR_DEFERRED;
@@ -248,12 +248,12 @@ struct H2Callbacks {
     return static_cast<ssize_t>(n);
   }
 
-  static int SendData(nghttp2_session*, nghttp2_frame* frame, const uint8_t* framehd,
-                      size_t length, nghttp2_data_source* source, void* user) {
+  static int SendData(nghttp2_session*, nghttp2_frame* frame, const uint8_t* framehd, size_t length,
+                      nghttp2_data_source* source, void* user) {
     H2Session* s = static_cast<H2Session*>(user);
     H2Batch* b = s->batch[s->fill];
     Exchange* ex = static_cast<Exchange*>(source->ptr);
-    RINGD_ASSERT(frame->data.padlen == 0);  // ringd pads nothing
+    RINGD_ASSERT(frame->data.padlen == 0);                 // ringd pads nothing
     RINGD_ASSERT(9 + length <= H2Batch::kBytes - b->len);  // ReadBody made room
     std::memcpy(b->buf + b->len, framehd, 9);
     b->len += 9;
@@ -321,8 +321,8 @@ void ConnectionMachine::H2Received(Connection* conn, const char* data, size_t n)
       // queued goes out, then the connection closes.
       ++stats_.h2_connection_errors;
       s->failed = true;
-      const uint32_t code = rv == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM
-                                                     : NGHTTP2_PROTOCOL_ERROR;
+      const uint32_t code =
+          rv == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR;
       nghttp2_session_terminate_session(s->session, code);
     }
   }
@@ -451,8 +451,8 @@ void ConnectionMachine::OnH2Send(io::Completion* c) {
 void ConnectionMachine::H2Settle(Connection* conn) {
   H2Session* s = SessionOf(conn);
   if (draining_ && !s->goaway) return H2GoAway(conn);
-  const bool over = nghttp2_session_want_read(s->session) == 0 &&
-                    nghttp2_session_want_write(s->session) == 0;
+  const bool over =
+      nghttp2_session_want_read(s->session) == 0 && nghttp2_session_want_write(s->session) == 0;
   if (s->failed || (conn->peer_closed && s->stream_count == 0)) return Abort(conn);
   if (over) {
     // GOAWAY is out and every stream is done: FIN, then read and drop until the client closes,
@@ -501,8 +501,7 @@ void ConnectionMachine::H2PlanStream(Connection* conn, Exchange* ex) {
   if (refused == 400) {
     // A malformed request is a stream error (RFC 9113 section 8.1.1), not a response.
     ++stats_.h2_malformed;
-    nghttp2_submit_rst_stream(s->session, NGHTTP2_FLAG_NONE, ex->stream_id,
-                              NGHTTP2_PROTOCOL_ERROR);
+    nghttp2_submit_rst_stream(s->session, NGHTTP2_FLAG_NONE, ex->stream_id, NGHTTP2_PROTOCOL_ERROR);
     return;
   }
   if (ex->lookups == 0 && !ex->h2_waiting) {  // a new request
@@ -550,10 +549,9 @@ void ConnectionMachine::H2StartResponse(Connection* conn, Exchange* ex) {
   }
   nghttp2_nv nv[http::kMaxH2ResponseFields];
   for (size_t i = 0; i < count; ++i) {
-    nv[i] = nghttp2_nv{
-        reinterpret_cast<uint8_t*>(const_cast<char*>(fields[i].name.data())),
-        reinterpret_cast<uint8_t*>(const_cast<char*>(fields[i].value.data())),
-        fields[i].name.size(), fields[i].value.size(), NGHTTP2_NV_FLAG_NONE};
+    nv[i] = nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(fields[i].name.data())),
+                       reinterpret_cast<uint8_t*>(const_cast<char*>(fields[i].value.data())),
+                       fields[i].name.size(), fields[i].value.size(), NGHTTP2_NV_FLAG_NONE};
   }
   ex->head_len = 1;  // begun; the HEADERS frame's size replaces it once sent (OnFrameSend)
   // The body, piece by piece (TakePiece): memory (an error page, a cached file or its range)
@@ -629,8 +627,7 @@ bool ConnectionMachine::H2Busy(const Connection* conn) {
 void ConnectionMachine::H2Abort(Connection* conn) {
   H2Session* s = SessionOf(conn);
   if (s == nullptr) return;
-  for (Exchange* ex = s->streams.front(); ex != nullptr; ex = s->streams.Next(ex))
-    StopWaiting(ex);
+  for (Exchange* ex = s->streams.front(); ex != nullptr; ex = s->streams.Next(ex)) StopWaiting(ex);
   if (s->sending) loop_->Shutdown(conn->fd, SHUT_RDWR);
 }
 

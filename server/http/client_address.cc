@@ -45,8 +45,7 @@ std::optional<Cidr> ParseCidr(std::string_view text) {
   }
   const uint64_t max_bits = c.family == AF_INET ? 32 : 128;
   uint64_t bits = max_bits;
-  if (slash != std::string_view::npos &&
-      !ParseDecimal(text.substr(slash + 1), max_bits, &bits)) {
+  if (slash != std::string_view::npos && !ParseDecimal(text.substr(slash + 1), max_bits, &bits)) {
     return std::nullopt;
   }
   c.prefix_bits = static_cast<uint8_t>(bits);

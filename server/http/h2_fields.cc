@@ -47,8 +47,7 @@ H2Field H2FieldOf(std::string_view name) {
   return H2Field::kNone;
 }
 
-int BuildH2Request(const std::string_view (&values)[kH2FieldCount], Header* regular,
-                   Request* out) {
+int BuildH2Request(const std::string_view (&values)[kH2FieldCount], Header* regular, Request* out) {
   const auto value = [&](H2Field f) { return values[static_cast<size_t>(f)]; };
   Request& req = *out;
   req = Request{};
@@ -65,7 +64,8 @@ int BuildH2Request(const std::string_view (&values)[kH2FieldCount], Header* regu
     return 400;
   }
   // Section 8.3.1: the authority is :authority when present, else Host.
-  req.host = value(H2Field::kAuthority).empty() ? value(H2Field::kHost) : value(H2Field::kAuthority);
+  req.host =
+      value(H2Field::kAuthority).empty() ? value(H2Field::kHost) : value(H2Field::kAuthority);
   if (!AllHostChars(req.host)) return 400;
   req.range = value(H2Field::kRange);
   req.if_match = value(H2Field::kIfMatch);

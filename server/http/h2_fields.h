@@ -50,8 +50,7 @@ H2Field H2FieldOf(std::string_view name);
 // User-Agent). Returns 0, or the status that answers a request the planner must not see:
 // 400 for a :path that is not origin-form or "*" (RFC 9113 section 8.3.1), a :authority or
 // Host with characters no host has, a Content-Length that is not a number.
-int BuildH2Request(const std::string_view (&values)[kH2FieldCount], Header* regular,
-                   Request* out);
+int BuildH2Request(const std::string_view (&values)[kH2FieldCount], Header* regular, Request* out);
 
 struct H2ResponseField {
   std::string_view name;

@@ -136,9 +136,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   config.http2_max_streams = 8;
   // Slots for the connection and, as many as the machine has slots, its streams' exchanges.
   constexpr uint32_t kSlots = 16;
-  mem::BufferPool input(config.max_request_head + http::kMaxLeadingEmptyBytes +
-                            config.recv_buffer_size,
-                        kSlots);
+  mem::BufferPool input(
+      config.max_request_head + http::kMaxLeadingEmptyBytes + config.recv_buffer_size, kSlots);
   ShardStats stats;
   Host host;
   ConnectionParts parts;
@@ -158,9 +157,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size_t at = 0;
     while (at < bytes.size() && loop.recv != nullptr) {
       split = split * 1103515245u + 12345u;
-      const size_t n = std::min<size_t>(bytes.size() - at,
-                                        std::min<size_t>(1 + (split >> 16) % 256,
-                                                         config.recv_buffer_size));
+      const size_t n = std::min<size_t>(
+          bytes.size() - at, std::min<size_t>(1 + (split >> 16) % 256, config.recv_buffer_size));
       io::Completion* c = loop.recv;
       c->result = static_cast<int64_t>(n);
       c->data = bytes.data() + at;

@@ -95,9 +95,8 @@ int32_t SimH2Client::Submit(const std::vector<std::pair<std::string, std::string
   nghttp2_data_provider provider;
   provider.source.ptr = nullptr;
   provider.read_callback = &SimH2Callbacks::ReadBody;
-  const int32_t id =
-      nghttp2_submit_request(session_, nullptr, nv.data(), nv.size(), body > 0 ? &provider : nullptr,
-                             nullptr);
+  const int32_t id = nghttp2_submit_request(session_, nullptr, nv.data(), nv.size(),
+                                            body > 0 ? &provider : nullptr, nullptr);
   RINGD_ASSERT(id > 0);
   if (body > 0) body_left_[id] = body;
   return id;
