@@ -129,8 +129,12 @@ def main(argv=None):
     try:
         for host in hosts:
             procs.append(subprocess.Popen(
-                [args.ringd, "--root", args.root, "--listen", "%s:%d" % (host, node_port),
-                 "--admin-listen", "%s:%d" % (host, admin_port), "--shards", str(args.shards)] + args.flags))
+                # The shipped config sends each connection a PROXY v2 header (send-proxy-v2):
+                # the nodes read it, from HAProxy on this machine (any tier: bypass cannot ask a
+                # peer's address, so the trust is given, not checked).
+                [args.ringd, "--root", args.root, "--listen", "%s:%d,proxy" % (host, node_port),
+                 "--proxy-from", "all", "--admin-listen", "%s:%d" % (host, admin_port),
+                 "--shards", str(args.shards)] + args.flags))
         for host in hosts:
             if not _wait_port(host, node_port, procs):
                 sys.exit("fleet: the node on %s did not start" % host)
