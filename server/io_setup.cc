@@ -52,9 +52,8 @@ std::string MissingCapability(const Config& config, const io::TierTable& tiers,
 
 io::TierNeeds NeedsOf(const Config& config, uint64_t descriptor_limit) {
   io::TierNeeds needs;
-  needs.names_clients =
-      !config.access_log.empty() || !config.client_rules.empty() ||
-      (config.any_proxy_listener() && !config.proxy_from_all);
+  needs.names_clients = !config.access_log.empty() || !config.client_rules.empty() ||
+                        (config.any_proxy_listener() && !config.proxy_from_all);
   needs.file_table_slots = uint64_t{config.max_connections} + Shard::kSpareSlots;
   needs.descriptor_limit = descriptor_limit;
   return needs;

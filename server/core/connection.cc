@@ -510,9 +510,7 @@ void ConnectionMachine::StartResponse(Connection* conn, Exchange* ex) {
     } else if (plan.multipart) {
       ex->phase = Exchange::Phase::kPartHead;
     } else {
-      const uint64_t first = plan.ranges.count == 1 ? plan.ranges.ranges[0].first : 0;
-      const uint64_t length =
-          plan.ranges.count == 1 ? plan.ranges.ranges[0].Length() : plan.file.size;
+      const auto [first, length] = http::BodySlice(plan);
       if (ex->file != nullptr && ex->file->content != nullptr) {
         ex->iov[1] = iovec{ex->file->content + first, length};
         iovcnt = 2;

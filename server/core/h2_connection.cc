@@ -566,9 +566,7 @@ void ConnectionMachine::H2StartResponse(Connection* conn, Exchange* ex) {
     } else if (plan.multipart) {
       ex->phase = Exchange::Phase::kPartHead;
     } else {
-      const uint64_t first = plan.ranges.count == 1 ? plan.ranges.ranges[0].first : 0;
-      const uint64_t length =
-          plan.ranges.count == 1 ? plan.ranges.ranges[0].Length() : plan.file.size;
+      const auto [first, length] = http::BodySlice(plan);
       RINGD_ASSERT(ex->file != nullptr);  // a plan with a file body pinned it
       if (ex->file->content != nullptr) {
         ex->iov[0] = iovec{ex->file->content + first, length};

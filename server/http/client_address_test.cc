@@ -47,9 +47,9 @@ TEST(Cidr, ParsesBlocksAndSingleAddresses) {
 }
 
 TEST(Cidr, RefusesWhatIsNoBlock) {
-  for (const char* bad : {"", "10.0.0.0/", "10.0.0.0/33", "::/129", "10.0.0.1/8", "10.0.0.0/-1",
-                          "10.0.0.0/+8", "example.org", "10.0.0", "::1/ 64", "1.2.3.4/08x",
-                          "2001:db8::1/32", "ALL"}) {
+  for (const char* bad :
+       {"", "10.0.0.0/", "10.0.0.0/33", "::/129", "10.0.0.1/8", "10.0.0.0/-1", "10.0.0.0/+8",
+        "example.org", "10.0.0", "::1/ 64", "1.2.3.4/08x", "2001:db8::1/32", "ALL"}) {
     EXPECT_FALSE(ParseCidr(bad).has_value()) << bad;
   }
 }

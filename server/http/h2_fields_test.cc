@@ -106,8 +106,8 @@ TEST(H2FieldsTest, WhatWriteResponseHeadWritesConverts) {
   ResponsePlan plan;
   PlanError(404, true, &plan);
   char head[4096];
-  const size_t len = WriteResponseHead(plan, "Mon, 07 Dec 2026 12:00:00 GMT", "ringd", head,
-                                       sizeof head);
+  const size_t len =
+      WriteResponseHead(plan, "Mon, 07 Dec 2026 12:00:00 GMT", "ringd", head, sizeof head);
   ASSERT_GT(len, 0u);
   H2ResponseField out[kMaxH2ResponseFields];
   const size_t n = H2ResponseFields(head, len, out, kMaxH2ResponseFields);

@@ -86,9 +86,10 @@ ProxyHeader ParseV1(std::string_view bytes) {
   }
   uint8_t dst_addr[16];
   // Single spaces between fields and none at the end (an empty field is refused by NextField).
-  if (line.ends_with(' ') || !NextField(&line, &src) || !NextField(&line, &dst) || !NextField(&line, &sport) ||
-      !NextField(&line, &dport) || !line.empty() || !ParseIp(src, family, h.source.addr) ||
-      !ParseIp(dst, family, dst_addr) || !ParsePort(sport) || !ParsePort(dport)) {
+  if (line.ends_with(' ') || !NextField(&line, &src) || !NextField(&line, &dst) ||
+      !NextField(&line, &sport) || !NextField(&line, &dport) || !line.empty() ||
+      !ParseIp(src, family, h.source.addr) || !ParseIp(dst, family, dst_addr) ||
+      !ParsePort(sport) || !ParsePort(dport)) {
     return Status(ProxyStatus::kMalformed);
   }
   h.source.family = static_cast<uint8_t>(family);
@@ -107,7 +108,8 @@ ProxyHeader ParseV2(std::string_view bytes) {
   }
   const uint8_t version_command = static_cast<uint8_t>(bytes[12]);
   const uint8_t family = static_cast<uint8_t>(bytes[13]) >> 4;
-  const size_t len = (size_t{static_cast<uint8_t>(bytes[14])} << 8) | static_cast<uint8_t>(bytes[15]);
+  const size_t len =
+      (size_t{static_cast<uint8_t>(bytes[14])} << 8) | static_cast<uint8_t>(bytes[15]);
   if ((version_command >> 4) != 2) return Status(ProxyStatus::kMalformed);
   const uint8_t command = version_command & 0x0f;
   if (command > 1) return Status(ProxyStatus::kMalformed);  // 0: LOCAL, 1: PROXY

@@ -147,8 +147,7 @@ TEST(ProxyV2, Malformed) {
   std::string wrong_version = V2(1, 0x11, V4Block("203.0.113.9", "10.0.0.1"));
   wrong_version[12] = 0x11;
   for (const std::string& bad : {
-           wrong_version,
-           wrong_version.substr(0, 13),       // the version is judged as soon as it comes
+           wrong_version, wrong_version.substr(0, 13),  // the version is judged as soon as it comes
            V2(2, 0x11, V4Block("203.0.113.9", "10.0.0.1")),  // no such command
            V2(1, 0x41, ""),                                  // no such family
            V2(1, 0x11, std::string(11, '\0')),               // shorter than its addresses
@@ -160,8 +159,8 @@ TEST(ProxyV2, Malformed) {
 }
 
 TEST(ProxyHeader, MissingWhenNeitherSignatureBegins) {
-  for (const char* missing : {"GET / HTTP/1.1\r\n", "\x16\x03\x01", "PRI * HTTP/2.0", "PROXX",
-                              "\r\nGET", "proxy TCP4"}) {
+  for (const char* missing :
+       {"GET / HTTP/1.1\r\n", "\x16\x03\x01", "PRI * HTTP/2.0", "PROXX", "\r\nGET", "proxy TCP4"}) {
     EXPECT_EQ(ParseProxyHeader(missing).status, ProxyStatus::kMissing) << missing;
   }
   EXPECT_EQ(ParseProxyHeader("").status, ProxyStatus::kPartial);

@@ -147,6 +147,16 @@ struct ResponsePlan {
 
 // kNeedListing: the caller lists the directory lookup_path (off the shard: it may block) and
 // plans again once Listing answers for it.
+// The bytes of the file a body that is not multipart sends: its one range, or the whole file.
+struct FileSlice {
+  uint64_t first = 0;
+  uint64_t length = 0;
+};
+inline FileSlice BodySlice(const ResponsePlan& plan) {
+  if (plan.ranges.count == 1) return {plan.ranges.ranges[0].first, plan.ranges.ranges[0].Length()};
+  return {0, plan.file.size};
+}
+
 enum class PlanStatus : uint8_t { kReady, kNeedLookup, kNeedListing };
 
 struct PlanStep {
