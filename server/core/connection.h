@@ -371,6 +371,7 @@ class ConnectionMachine {
   void H2Received(Connection* conn, const char* data, size_t n);
   void H2Flush(Connection* conn);
   void H2Settle(Connection* conn);
+  void H2CountStall(Connection* conn);
   void H2GoAway(Connection* conn);
   void H2PlanStream(Connection* conn, Exchange* ex);
   void H2StartResponse(Connection* conn, Exchange* ex);

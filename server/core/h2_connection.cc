@@ -436,6 +436,7 @@ void ConnectionMachine::OnH2Send(io::Completion* c) {
     return self->Abort(conn);
   }
   s->bytes_sent += static_cast<uint64_t>(c->result);
+  if (c->result > 0) s->stalled = false;
   // Streams that waited for room in a batch go on.
   for (Exchange* ex = s->streams.front(); ex != nullptr; ex = s->streams.Next(ex)) {
     if (ex->h2_deferred) {
@@ -473,9 +474,29 @@ void ConnectionMachine::H2Settle(Connection* conn) {
       idle_timers_.Arm(&conn->timer, loop_->MonotonicMs());
       host_->RoomMayHaveChanged();  // it can give way to a newcomer now
     }
-  } else if (conn->timer.list != &send_timers_) {
-    s->progress_mark = s->bytes_sent;
-    send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
+  } else {
+    if (!s->stalled) H2CountStall(conn);
+    if (conn->timer.list != &send_timers_) {
+      s->progress_mark = s->bytes_sent;
+      send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
+    }
+  }
+}
+
+// Streams are open and nothing is queued: if one has body bytes that nghttp2 holds back (not
+// waiting for a file or for room in a batch), the client's window is shut. Counted once until
+// bytes go out again, by the window that holds it (the connection's first).
+void ConnectionMachine::H2CountStall(Connection* conn) {
+  H2Session* s = SessionOf(conn);
+  for (const Exchange* ex = s->streams.front(); ex != nullptr; ex = s->streams.Next(ex)) {
+    if (ex->head_len == 0 || ex->h2_waiting || ex->h2_deferred || BodyDone(ex)) continue;
+    s->stalled = true;
+    if (nghttp2_session_get_remote_window_size(s->session) <= 0) {
+      ++stats_.h2_stalls_connection_window;
+    } else {
+      ++stats_.h2_stalls_stream_window;
+    }
+    return;
   }
 }
 

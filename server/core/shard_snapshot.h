@@ -45,6 +45,10 @@ struct ShardStats {
   uint64_t h2_connections = 0, h2_streams = 0, h2_streams_refused = 0, h2_malformed = 0;
   uint64_t h2_connection_errors = 0, h2_resets_received = 0, h2_resets_sent = 0;
   uint64_t h2_goaways_received = 0, h2_goaways_sent = 0;
+  // HTTP/2 flow-control stalls: a connection had response bytes ready and nothing else to send,
+  // and the client's window (the connection's, else a stream's) was shut. Once per stall: it
+  // ends when bytes go out again.
+  uint64_t h2_stalls_connection_window = 0, h2_stalls_stream_window = 0;
   // Responses still being sent when the drain's deadline (--shutdown-timeout-ms) ended them.
   uint64_t cut_at_drain_deadline = 0;
   // Connections closed for their client: refused by --allow/--deny (at accept, or at the PROXY

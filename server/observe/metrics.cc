@@ -299,8 +299,7 @@ const Metric kMetrics[] = {
     {"ringd_http2_connection_errors_total", "counter",
      "HTTP/2 connections ended by a connection error (GOAWAY: a protocol error or a flood)",
      RINGD_SHARD(s.stats.h2_connection_errors)},
-    {"ringd_http2_frames_total", "counter",
-     "HTTP/2 RST_STREAM and GOAWAY frames by direction",
+    {"ringd_http2_frames_total", "counter", "HTTP/2 RST_STREAM and GOAWAY frames by direction",
      nullptr,
      [](Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
        KindSamples<4>(w, name, shards, [](const ShardStats& s) {
@@ -309,6 +308,17 @@ const Metric kMetrics[] = {
               {"rst_stream_sent", s.h2_resets_sent},
               {"goaway_received", s.h2_goaways_received},
               {"goaway_sent", s.h2_goaways_sent}}};
+       });
+     }},
+    {"ringd_http2_flow_control_stalls_total", "counter",
+     "Times an HTTP/2 connection had response bytes ready and the client's window shut, by the "
+     "window that held them (connection or stream)",
+     nullptr,
+     [](Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
+       KindSamples<2>(w, name, shards, [](const ShardStats& s) {
+         return std::array<std::pair<const char*, uint64_t>, 2>{
+             {{"connection", s.h2_stalls_connection_window},
+              {"stream", s.h2_stalls_stream_window}}};
        });
      }},
     {"ringd_sends_queued_total", "counter",

@@ -352,6 +352,27 @@ class Http2Test(BackendTestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_flow_control_stalls_are_counted_by_window(self):
+        server = self.start(*ADMIN)
+        try:
+            stalls = lambda kind: server.metric("ringd_http2_flow_control_stalls_total", kind=kind)
+            # Streams open with no window: the response's body waits on the stream's.
+            c = H2Client(server.port, window=0)
+            sid = c.request("/medium.bin")
+            self.assertTrue(c.pump(lambda: sid in c.headers, timeout=5))
+            wait_for(lambda: stalls("stream") >= 1, "a stall on a stream's window")
+            self.assertEqual(stalls("connection"), 0)
+            c.close()
+            # A large stream window and no WINDOW_UPDATE: the connection's 65,535 bytes run out.
+            c = H2Client(server.port, window=1 << 24)
+            sid = c.request("/large.bin")
+            self.assertTrue(c.pump(lambda: len(c.bodies.get(sid, b"")) >= 65535, timeout=5))
+            wait_for(lambda: stalls("connection") >= 1, "a stall on the connection's window")
+            self.assertEqual(len(c.bodies[sid]), 65535)
+            c.close()
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_rapid_reset_gets_goaway(self):
         c = H2Client(self.server.port)
         for _ in range(1500):

@@ -308,8 +308,8 @@ void Sim::SetUpProxyClient(Client& c) {
     c.waits_for_end = true;
     ++result_.coverage["proxy.bad_clients"];
   } else if (proxy_rng_.Chance(500)) {
-    header = "PROXY TCP4 192.0.2." + std::to_string(proxy_rng_.Below(256)) +
-             " 198.51.100.1 " + std::to_string(proxy_rng_.Range(1, 65535)) + " 443\r\n";
+    header = "PROXY TCP4 192.0.2." + std::to_string(proxy_rng_.Below(256)) + " 198.51.100.1 " +
+             std::to_string(proxy_rng_.Range(1, 65535)) + " 443\r\n";
   } else {
     // v2: PROXY over IPv6 with a TLV, or LOCAL.
     const bool local = proxy_rng_.Chance(200);
@@ -897,6 +897,7 @@ void Sim::CollectShardStats() {
   cov["h2.resets_received"] += st.h2_resets_received;
   cov["h2.resets_sent"] += st.h2_resets_sent;
   cov["h2.goaways_sent"] += st.h2_goaways_sent;
+  cov["h2.stalls"] += st.h2_stalls_connection_window + st.h2_stalls_stream_window;
   cov["shard.silent_reclaimed"] += st.silent_reclaimed;
   cov["shard.gave_way_closed"] += st.gave_way_closed;
   cov["shard.parked"] += st.parked;

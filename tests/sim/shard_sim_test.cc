@@ -44,8 +44,10 @@ TEST(ShardSim, QuickSeeds) {
   EXPECT_GT(coverage["sim.held_at_pause"], 0u);
   EXPECT_GT(coverage["sim.cancel_input_left"], 0u);
   // HTTP/2 (a third of the seeds, some clients each; h2c and through TLS): streams answered,
-  // streams the clients cancelled (RST_STREAM received), and GOAWAY (idle timeouts, drains).
+  // streams the clients cancelled (RST_STREAM received), GOAWAY (idle timeouts, drains), and
+  // bodies that waited for a window the client had not opened yet (1 KiB windows).
   EXPECT_GT(coverage["h2.streams"], 0u);
+  EXPECT_GT(coverage["h2.stalls"], 0u);
   EXPECT_GT(coverage["h2.tls_clients"], 0u);
   EXPECT_GT(coverage["h2.resets_received"], 0u);
   EXPECT_GT(coverage["h2.goaways_sent"], 0u);
