@@ -120,22 +120,37 @@ class Http2Test(unittest.TestCase):
         self.assertNotIn("--tls", SCENARIOS["h2c-idle"].load.h2load_command(9, "/d", 4, "0"))
         self.assertEqual(s.loads(quick=True)[0].idle, 200)
 
+    def test_page_loads_are_h2load_runs_of_the_page_and_its_assets(self):
+        cmd = SCENARIOS["h2-page"].load.h2load_command(9, "/d", 4, "0", tls=True)
+        self.assertEqual(cmd[:3], ["taskset", "-c", "0"])
+        self.assertTrue(cmd[3].endswith("/perf/harness/h2page.py"))
+        self.assertEqual(cmd[4:], ["--duration-s", "4", "--port", "9", "--tls", "--root", "/d", "--page",
+                                   "/index.html", "--assets", "assets", "--count", "100"])
+        self.assertNotIn("--tls", SCENARIOS["h2c-page"].load.h2load_command(9, "/d", 4, "0"))
+        self.assertEqual(SCENARIOS["h2-page"].loads(quick=False)[0].page_assets, 100)
+
     def test_quick_runs_one_of_them(self):
         quick = [n for n, s in SCENARIOS.items() if s.http2 and not s.quick_skip and not s.opt_in]
         self.assertEqual(quick, ["h2-small"])
         self.assertEqual([n for n, s in SCENARIOS.items() if s.http2],
-                         ["h2-small", "h2c-small", "h2-large", "h2c-large", "h2-idle", "h2c-idle"])
+                         ["h2-small", "h2c-small", "h2-large", "h2c-large", "h2-page", "h2c-page",
+                          "h2-idle", "h2c-idle"])
 
     def test_who_takes_part(self):
-        for name in ("h2-small", "h2c-small", "h2-large", "h2c-large", "h2-idle", "h2c-idle"):
+        for name in ("h2-small", "h2c-small", "h2-large", "h2c-large", "h2-page", "h2c-page", "h2-idle",
+                     "h2c-idle"):
             s = SCENARIOS[name]
             for peer in ("ringd-bypass", "ringd-uring", "ringd-epoll", "nginx", "h2o", "lighttpd"):
                 self.assertTrue(PEERS[peer].takes_part(s), (name, peer))
                 self.assertIsNone(PEERS[peer].why_not(s))
+            self.assertTrue(PEERS["haproxy-h2"].takes_part(s), name)
+            self.assertIsNone(PEERS["haproxy-h2"].why_not(s))
             for peer in ("ceiling", "loopback", "haproxy-tls", "fleet-1"):
                 self.assertFalse(PEERS[peer].takes_part(s), (name, peer))
                 self.assertTrue(PEERS[peer].why_not(s), (name, peer))  # a reason to log, not silence
         self.assertIsNone(PEERS["ceiling"].why_not(SCENARIOS["small-keepalive"]))
+        self.assertFalse(PEERS["haproxy-h2"].takes_part(SCENARIOS["small-keepalive"]))
+        self.assertEqual(PEERS["haproxy-h2"].scenarios, frozenset(n for n, s in SCENARIOS.items() if s.http2))
         self.assertEqual(PEERS["nginx-twin"].why_not(SCENARIOS["h2-small"]), "serves no TLS here")
 
     def test_nginx_speaks_http2_only_where_asked(self):

@@ -35,11 +35,13 @@ def node_hosts(n):
     return ["127.0.0.%d" % (2 + i) for i in range(n)]
 
 
-def config(shipped, front_port, nodes, admin_port, tls_pem=None):
+def config(shipped, front_port, nodes, admin_port, tls_pem=None, alpn=None):
     """The shipped config with its frontend on 127.0.0.1:front_port, health checks on
     admin_port, and one `server` line per node ("host:port") in place of the examples. With
     tls_pem (certificate and key in one file) the frontend terminates TLS: `ssl crt FILE` on its
-    bind line, HAProxy's defaults otherwise (TLS 1.2 and 1.3, stateless tickets)."""
+    bind line, HAProxy's defaults otherwise (TLS 1.2 and 1.3, stateless tickets); with alpn
+    ("h2,http/1.1") it offers those protocols by ALPN, so that h2 clients speak h2 to HAProxy (the
+    nodes still get HTTP/1.1). A plaintext bind takes h2c with prior knowledge as it is."""
     lines = shipped.splitlines()
     servers = [i for i, l in enumerate(lines) if re.match(r"\s*server\s+\S+\s+\S+:\d+", l)]
     if not servers or "bind 0.0.0.0:80" not in shipped or "check port 9090" not in shipped:
@@ -50,8 +52,8 @@ def config(shipped, front_port, nodes, admin_port, tls_pem=None):
     lines = lines[:servers[0]] + ours + [l for i, l in enumerate(lines[servers[0]:], servers[0])
                                          if i not in servers]
     text = "\n".join(lines) + "\n"
-    text = text.replace("bind 0.0.0.0:80", "bind 127.0.0.1:%d%s" % (
-        front_port, " ssl crt %s" % tls_pem if tls_pem else ""))
+    text = text.replace("bind 0.0.0.0:80", "bind 127.0.0.1:%d%s%s" % (
+        front_port, " ssl crt %s" % tls_pem if tls_pem else "", " alpn %s" % alpn if tls_pem and alpn else ""))
     return text.replace("check port 9090", "check port %d" % admin_port)
 
 
@@ -110,6 +112,7 @@ def main(argv=None):
     ap.add_argument("--shards", type=int, default=1, help="per node")
     ap.add_argument("--confdir", required=True, help="where haproxy-N.cfg is written")
     ap.add_argument("--tls-pem", help="HAProxy terminates TLS with this certificate and key (one PEM file)")
+    ap.add_argument("--alpn", help="with --tls-pem, what the frontend offers by ALPN (h2,http/1.1)")
     ap.add_argument("flags", nargs="*", help="more ringd flags, for every node (after --)")
     args = ap.parse_args(argv)
     haproxy = haproxy_binary()
@@ -140,8 +143,9 @@ def main(argv=None):
                 sys.exit("fleet: the node on %s did not start" % host)
         with open(SHIPPED) as f:
             cfg = config(f.read(), args.port, ["%s:%d" % (h, node_port) for h in hosts], admin_port,
-                         args.tls_pem)
-        path = os.path.join(args.confdir, "haproxy-%d%s.cfg" % (args.nodes, "-tls" if args.tls_pem else ""))
+                         args.tls_pem, args.alpn)
+        path = os.path.join(args.confdir, "haproxy-%d%s%s.cfg" % (args.nodes, "-tls" if args.tls_pem else "",
+                                                                 "-h2" if args.alpn else ""))
         with open(path, "w") as f:
             f.write(cfg)
         print("fleet: %d node(s) on %s port %d (admin %d), HAProxy on 127.0.0.1:%d with %s" % (

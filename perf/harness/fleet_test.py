@@ -37,6 +37,17 @@ class ConfigTest(unittest.TestCase):
         # The server lines stay where the shipped ones were: inside the backend, at its end.
         self.assertGreater(lines.index("server node1 127.0.0.2:7000"), lines.index("backend ringd"))
 
+    def test_tls_and_alpn_on_the_bind(self):
+        bind = lambda cfg: [l.strip() for l in cfg.splitlines() if l.strip().startswith("bind ")]
+        nodes = ["127.0.0.2:7000"]
+        self.assertEqual(bind(fleet.config(self.shipped, 8443, nodes, 9100, "/c/h.pem")),
+                         ["bind 127.0.0.1:8443 ssl crt /c/h.pem"])
+        self.assertEqual(bind(fleet.config(self.shipped, 8443, nodes, 9100, "/c/h.pem", "h2,http/1.1")),
+                         ["bind 127.0.0.1:8443 ssl crt /c/h.pem alpn h2,http/1.1"])
+        # In plaintext HAProxy takes h2c by its preface on any HTTP bind: nothing to add.
+        self.assertEqual(bind(fleet.config(self.shipped, 8080, nodes, 9100, None, "h2,http/1.1")),
+                         ["bind 127.0.0.1:8080"])
+
     def test_a_changed_shape_is_an_error(self):
         with self.assertRaises(ValueError):
             fleet.config(self.shipped.replace("server node", "# server node"), 1, ["127.0.0.2:2"], 3)

@@ -18,7 +18,7 @@ from dataclasses import replace
 from . import procfs
 from .peers import Ctx
 from .scenarios import H2LOAD_WARM_UP_S
-from .result import ParseError, failed, parse_h2load, parse_ringd_load, parse_wrk
+from .result import ParseError, failed, parse_h2load, parse_h2page, parse_ringd_load, parse_wrk
 
 
 def free_port():
@@ -144,7 +144,7 @@ def _generator(ctx, server, scenario, serve_root, duration, h2load_warm_up_s=H2L
     load, _ = scenario.loads(ctx.args.quick)
     tls = server.peer.serves_tls(scenario)
     if scenario.http2:
-        return "h2load", load.h2load_command(server.port, serve_root, duration, ctx.args.client_cpus,
+        return "h2page" if load.page_assets else "h2load", load.h2load_command(server.port, serve_root, duration, ctx.args.client_cpus,
                                              ctx.args.client_threads, tls=tls, warm_up_s=h2load_warm_up_s)
     if ctx.args.generator == "wrk" and scenario.wrk:
         return "wrk", load.wrk_command(server.port, serve_root, duration, ctx.args.client_cpus,
@@ -156,6 +156,8 @@ def _generator(ctx, server, scenario, serve_root, duration, h2load_warm_up_s=H2L
 def _parse(generator, text, protocol=None):
     if generator == "h2load":
         return parse_h2load(text, protocol)
+    if generator == "h2page":
+        return parse_h2page(text, protocol)
     return parse_wrk(text) if generator == "wrk" else parse_ringd_load(text)
 
 
@@ -242,7 +244,7 @@ def run_one(ctx, server, scenario, serve_root):
         why = "the load generator was stopped after %d s" % (args.duration + 90) if proc.returncode < 0 else (
             "the load generator exited with status %d: %s" % (proc.returncode, e))
         result = failed(why, generator=generator)
-    if generator == "h2load" and server.proc.poll() is not None and not result.failed:
+    if generator in ("h2load", "h2page") and server.proc.poll() is not None and not result.failed:
         # h2load's timing-based runs count no failure for connections a dying server drops.
         result = failed("the server exited during the run (status %s)" % server.proc.returncode, generator=generator)
     result.command = " ".join(cmd)
@@ -260,7 +262,7 @@ def run_one(ctx, server, scenario, serve_root):
     requests = max(result.requests, 1)
     result.cpu_s = (t1 - t0) / procfs.TICKS
     # A failed h2load run has no per-request figure: its CPU over no requests would read as one.
-    per_request = not (result.failed and generator == "h2load")
+    per_request = not (result.failed and generator in ("h2load", "h2page"))
     result.cpu_us_per_request = 1e6 * result.cpu_s / requests if per_request else None
     result.client_cpu_us_per_request = 1e6 * client_s / requests if per_request and client_s is not None else None
     if core0 is not None and core1 is not None and per_request:

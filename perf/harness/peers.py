@@ -340,12 +340,14 @@ _ENTRIES = [
          no_http2="answers every connection with one fixed HTTP/1.1 response"),
 ]
 
-def _fleet(nodes):
+def _fleet(nodes, h2=False):
     """HAProxy and `nodes` ringd nodes (bypass tier, one process each), started by
     perf/harness/fleet.py as one process tree; with Ctx.tls HAProxy terminates TLS in front of
-    the nodes' plaintext."""
+    the nodes' plaintext (h2: offering h2 by ALPN)."""
     def argv(peer, ctx):
         tls = ["--tls-pem", ctx.tls.pem] if ctx.tls is not None else []
+        if tls and h2:
+            tls += ["--alpn", "h2,http/1.1"]
         return [os.path.join(os.path.dirname(os.path.abspath(__file__)), "fleet.py"),
                 "--nodes", str(nodes), "--ringd", ctx.bins["ringd"], "--root", ctx.root, "--port", str(ctx.port),
                 "--shards", str(ctx.shards), "--confdir", ctx.confdir] + tls + ["--", "--io", "bypass",
@@ -361,5 +363,12 @@ _ENTRIES += [Peer("fleet-%d" % n, _fleet(n), needs="haproxy", scenarios=frozense
 # its bind) in front of one ringd node serving plaintext, both on the server CPUs.
 _ENTRIES.append(Peer("haproxy-tls", _fleet(1), needs="haproxy", scenarios=TLS_SCENARIOS, in_tls="serves",
                      no_http2=_HAPROXY_NO_H2))
+
+# HAProxy in front speaking HTTP/2 to the client (h2 by ALPN over TLS, h2c by its preface in
+# plaintext) and HTTP/1.1 to one ringd node, as OPERATIONS's "HTTP/2 between HAProxy and ringd"
+# sets it up.
+H2_SCENARIOS = frozenset({"h2-small", "h2c-small", "h2-large", "h2c-large", "h2-page", "h2c-page",
+                          "h2-idle", "h2c-idle"})
+_ENTRIES.append(Peer("haproxy-h2", _fleet(1, h2=True), needs="haproxy", scenarios=H2_SCENARIOS, in_tls="serves"))
 
 PEERS = {p.name: p for p in _ENTRIES}

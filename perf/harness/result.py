@@ -11,6 +11,7 @@ generator does not give (wrk has no p99.9) is None, never a copy of another one.
 """
 import dataclasses
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Dict, Optional
@@ -378,3 +379,42 @@ def parse_h2load(text, protocol):
     return Result(generator="h2load", requests=succeeded, seconds=seconds, rps=succeeded / seconds,
                   bytes=total_bytes, bytes_per_s=total_bytes / seconds, latency_us=lat, status=status,
                   protocol=spoke, **tls)
+
+
+def _nearest_rank(sorted_values, q):
+    """The q-quantile (0 < q <= 1) of sorted values by nearest rank: a value that was measured."""
+    return sorted_values[max(0, min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1))]
+
+
+def parse_h2page(text, protocol):
+    """perf/harness/h2page.py's lines (one per page load) as a Result whose requests are page loads:
+    rate, CPU and latency are per page (time to its last asset's last byte, connection included).
+    Any failed page load, or one that spoke another protocol, fails the run."""
+    text = text or ""
+    times, requests, total_bytes, why = [], 0, 0, []
+    for line in text.splitlines():
+        if line.startswith("PAGE_FAILED"):
+            why.append(line[len("PAGE_FAILED "):])
+        elif line.startswith("PAGE "):
+            us, n, b, spoke = line.split()[1:5]
+            if spoke != protocol:
+                why.append("a page load spoke %s, not %s" % (spoke, protocol))
+            times.append(float(us))
+            requests, total_bytes = requests + int(n), total_bytes + int(b)
+    loads = re.search(r"^PAGES (\d+)$", text, re.M)
+    if not loads:
+        raise ParseError("no 'PAGES N' line in h2page.py's output")
+    if why:
+        r = failed("h2page: %d of %s page loads failed: %s" % (len(why), loads.group(1), why[0]),
+                   generator="h2page")
+        r.errors = {k: 0 for k in ERROR_KINDS}
+        r.errors["failed"] = len(why)
+        return r
+    if not times:
+        raise ParseError("h2page.py made no page load")
+    seconds = sum(times) / 1e6  # loads run one after another: the time they took
+    ordered = sorted(times)
+    lat = Latency(mean=sum(times) / len(times), p50=_nearest_rank(ordered, 0.5),
+                  p90=_nearest_rank(ordered, 0.9), p99=_nearest_rank(ordered, 0.99), max=ordered[-1])
+    return Result(generator="h2page", requests=len(times), seconds=seconds, rps=len(times) / seconds,
+                  bytes=total_bytes, bytes_per_s=total_bytes / seconds, latency_us=lat, protocol=protocol)

@@ -21,6 +21,8 @@ from .slowdisk import Unavailable
 H2LOAD_WARM_UP_S = 1
 # The h2-idle scenarios' client (idle HTTP/2 connections held while h2load runs).
 H2IDLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "h2idle.py")
+# The h2-page scenarios' client (page loads one after another, each an h2load run).
+H2PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "h2page.py")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Load:
     tls_resume: bool = False           # over TLS: each connection resumes its slot's last session
     hello_flood: bool = False          # over TLS: ClientHellos only (perf/hello_flood), not ringd-load
     streams: int = 0                   # > 0: HTTP/2 from h2load, this many streams at once per connection
+    page_assets: int = 0               # > 0: HTTP/2 page loads (h2page.py): paths[0] and this many files of paths_glob
 
     def scaled(self, divisors):
         """The --quick version: rate and idle divided as the scenario says."""
@@ -105,13 +108,20 @@ class Load:
         Its rate counts the main duration only: the connections (handshakes included) open in the
         warm-up before it, which the harness leaves out of the server's CPU too. With idle, h2idle.py
         first opens and holds that many HTTP/2 connections, one request done on each, then runs it."""
+        if self.page_assets:
+            # Page loads one after another (h2page.py), each an h2load run of one connection asking
+            # for the page and every asset at once: a count of requests, so no warm-up.
+            return ["taskset", "-c", client_cpus, H2PAGE, "--duration-s", "%g" % duration_s, "--port", str(port)] + (
+                ["--tls"] if tls else []) + ["--root", root, "--page", self.paths[0], "--assets", self.paths_glob,
+                                             "--count", str(self.page_assets)]
         cmd = ["taskset", "-c", client_cpus, "h2load", "-t%d" % threads, "-c%d" % self.connections,
                "-m%d" % self.streams, "-D%dms" % max(1, round(duration_s * 1000)),
                "--warm-up-time=%dms" % round(warm_up_s * 1000)]
         if tls:
             cmd += ["--npn-list=h2", "--tls13-ciphers=TLS_AES_128_GCM_SHA256", "--groups=X25519"]
         paths = self.url_paths(root)
-        cmd += ["%s://127.0.0.1:%d%s" % ("https" if tls else "http", port, p) for p in paths]
+        urls = ["%s://127.0.0.1:%d%s" % ("https" if tls else "http", port, p) for p in paths]
+        cmd += urls
         if not self.idle:
             return cmd
         return ["taskset", "-c", client_cpus, H2IDLE, "--port", str(port), "--idle", str(self.idle),
@@ -522,6 +532,27 @@ _ENTRIES += [
     Scenario("h2c-large", "h2-large in plaintext: h2c with prior knowledge; the client reads every body"
              " (no MSG_TRUNC: compare with large-read, not large)", "issue 43 (HTTP/2 on every tier)",
              hooks=H2load, notes=(_H2_NOTE, "CPU us/request is per 4 MiB response."), **_H2_LARGE),
+]
+_H2_PAGE_NOTE = ("Page loads from perf/harness/h2page.py, one after another for the duration: each is one h2load"
+                 " run (Debian's nghttp2-client) of one new connection (over TLS h2 alone offered by ALPN,"
+                 " TLS_AES_128_GCM_SHA256, X25519, a full handshake; in plaintext h2c with prior knowledge)"
+                 " that opens a stream for the page"
+                 " and one for each of the data set's first 100 assets (4-100 KiB, precompressed siblings"
+                 " left out) at once, as a browser does once it has the page. p50, p99 and"
+                 " mean are of the time to the last byte of the last asset, the connection included;"
+                 " requests/s is page loads per second of that time, and CPU us/request is the server's CPU"
+                 " per page load (handshake included). A failed page load (a failed request, a 4xx or 5xx,"
+                 " another protocol) fails the run.")
+_H2_PAGE = dict(load=Load(1, paths=("/index.html",), paths_glob="assets", streams=101, page_assets=100),
+                metric=Metric("p99_us", "p99 page load (ms)", 1e-3, False), ratio_to=("h2o",),
+                packets=False, columns=(_MEAN, Column("page loads/s", "rps", "%.1f"), CORE_CPU, CLIENT_CPU))
+_ENTRIES += [
+    Scenario("h2-page", "a page and its 100 assets (4-100 KiB) over one new HTTP/2 connection over TLS (h2 by"
+             " ALPN), every stream at once; page loads one after another; time to the last byte",
+             "issue 43 (HTTP/2 on every tier)", tls=True, hooks=H2loadTls, quick_skip=True,
+             notes=(_H2_PAGE_NOTE,), **_H2_PAGE),
+    Scenario("h2c-page", "h2-page in plaintext: h2c with prior knowledge", "issue 43 (HTTP/2 on every tier)",
+             hooks=H2load, quick_skip=True, notes=(_H2_PAGE_NOTE,), **_H2_PAGE),
 ]
 _H2_IDLE_NOTE = ("The idle connections are opened one after another by perf/harness/h2idle.py (over TLS h2 by"
                  " ALPN, else h2c), each with one GET answered, its fields coded without indexing, the"

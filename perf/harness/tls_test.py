@@ -105,6 +105,12 @@ class PeersTest(unittest.TestCase):
         self.assertEqual(scrub(" ".join(cmd)).count("tls/haproxy.pem"), 1)
         self.assertNotIn("/r/", scrub(" ".join(cmd)))
 
+    def test_haproxy_h2_offers_h2_by_alpn(self):
+        cmd = PEERS["haproxy-h2"].command(self.ctx())
+        self.assertEqual(cmd[cmd.index("--alpn") + 1], "h2,http/1.1")
+        self.assertNotIn("--alpn", PEERS["haproxy-h2"].command(self.ctx(files=None)))  # h2c: prior knowledge
+        self.assertNotIn("--alpn", PEERS["haproxy-tls"].command(self.ctx()))
+
     def test_scrub_hides_the_runs_folder(self):
         self.assertEqual(scrub("ringd --tls-cert /work/x/perf/results/r/tls/cert.pem --tls-key /tmp/o/tls/key.pem"),
                          "ringd --tls-cert tls/cert.pem --tls-key tls/key.pem")
