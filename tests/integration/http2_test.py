@@ -78,7 +78,7 @@ class H2Client:
             if not data:
                 self.eof = True
                 break
-            for e in self.conn.receive_data(data):
+            for e in self.receive(data):
                 if isinstance(e, h2.events.ResponseReceived):
                     self.headers[e.stream_id] = dict(e.headers)
                 elif isinstance(e, h2.events.DataReceived):
@@ -96,6 +96,23 @@ class H2Client:
             except OSError:
                 self.eof = True
         return until()
+
+    def receive(self, data):
+        """Python h2's events for the whole frames received so far, fed one frame at a time: it
+        closes its connection at any GOAWAY, where RFC 9113 6.8 lets the streams up to the last
+        one named go on, so its state machine is put back after one."""
+        self.pending = getattr(self, "pending", b"") + data
+        events = []
+        while len(self.pending) >= 9:
+            end = 9 + int.from_bytes(self.pending[:3], "big")
+            if len(self.pending) < end:
+                break
+            frame, self.pending = self.pending[:end], self.pending[end:]
+            for e in self.conn.receive_data(frame):
+                events.append(e)
+                if isinstance(e, h2.events.ConnectionTerminated) and e.error_code == 0:
+                    self.conn.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
+        return events
 
     def close(self):
         self.sock.close()
@@ -372,6 +389,41 @@ class Http2Test(BackendTestCase):
             c.close()
         finally:
             self.assertEqual(server.stop(), 0)
+
+    def test_a_file_truncated_under_its_stream_resets_that_stream_alone(self):
+        root = tempfile.mkdtemp(prefix="ringd-h2-trunc-")
+        body = os.urandom(4 << 20)
+        for name in ("shrinks.bin", "stays.bin"):
+            with open(os.path.join(root, name), "wb") as f:
+                f.write(body)
+        server = Server(root, *ADMIN)
+        try:
+            # Streams get all the window they want, the connection only its first 65,535 bytes:
+            # both bodies stop there until the client says otherwise.
+            c = H2Client(server.port, window=1 << 24)
+            shrinks, stays = c.request("/shrinks.bin"), c.request("/stays.bin")
+            got = lambda: sum(len(c.bodies.get(sid, b"")) for sid in (shrinks, stays))
+            self.assertTrue(c.pump(lambda: got() >= 65535, timeout=5))
+            os.truncate(os.path.join(root, "shrinks.bin"), 100000)
+            c.auto_ack = True
+            c.conn.increment_flow_control_window(1 << 30)
+            c.flush()
+            self.assertTrue(c.pump(lambda: stays in c.ended and shrinks in c.resets, timeout=10))
+            self.assertEqual(c.resets[shrinks], h2.errors.ErrorCodes.INTERNAL_ERROR)
+            # What the reset stream got is the file's, and no more than it held.
+            got_shrunk = c.bodies.get(shrinks, b"")
+            self.assertLessEqual(len(got_shrunk), 100000)
+            self.assertEqual(got_shrunk, body[:len(got_shrunk)])
+            self.assertEqual(c.bodies[stays], body)  # the other stream is whole
+            # The connection winds down: GOAWAY without an error, new streams to a new one.
+            self.assertTrue(c.pump(lambda: c.goaway is not None, timeout=5))
+            self.assertEqual(c.goaway[1], h2.errors.ErrorCodes.NO_ERROR)
+            wait_for(lambda: server.metric("ringd_connection_errors_total", kind="truncated") == 1,
+                     "the truncation counted")
+            c.close()
+        finally:
+            self.assertEqual(server.stop(), 0)
+            shutil.rmtree(root, ignore_errors=True)
 
     def test_rapid_reset_gets_goaway(self):
         c = H2Client(self.server.port)
