@@ -504,6 +504,7 @@ PlanStep PlanPreconditionsAndRanges(const Request& req, const PlannerConfig& con
       out->status = 304;
       out->send_body = false;
       out->file_path = {};
+      out->inline_body = {};  // a variant's (the caller still holds it until the end)
       out->content_length = 0;
       out->reason = "not modified";
       return PlanStep{};
