@@ -419,7 +419,8 @@ bool ConnectionMachine::PlanExchange(Connection* conn, Exchange* ex, const http:
     if (ex->plan.compress_wanted != http::Coding::kIdentity && ex->file->fd >= 0) {
       compressor_->Start(ex->file->fd, ex->file->meta, ex->plan.compress_wanted);
     }
-  } else if (ex->plan.variant) {
+  } else if (ex->plan.variant && ex->plan.send_body) {
+    // A variant's bytes go out: held until the response is done. (A 304 or HEAD sends none.)
     RINGD_ASSERT(ex->variant == nullptr && source.found_variant() != nullptr);
     ex->variant = source.found_variant();
     compressor_->Pin(ex->variant);

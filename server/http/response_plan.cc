@@ -552,19 +552,26 @@ std::optional<PlanStep> PlanVariant(const Request& req, const PlannerConfig& con
   out->vary_accept_encoding = true;
   const Coding coding = ChooseCoding(ParseAcceptEncoding(req.accept_encoding));
   if (coding == Coding::kIdentity) return std::nullopt;
+  const std::string_view etag(
+      scratch.variant_etag,
+      FormatVariantETag(selected.mtime_sec, selected.size, coding, scratch.variant_etag));
   const std::optional<std::string_view> body = source.Variant(selected, coding);
   if (!body) {
-    out->compress_wanted = coding;
-    return std::nullopt;
+    // A client revalidating the variant it holds is answered for it, made or not (its tag
+    // comes from the file's validators alone): 304, with no bytes needed.
+    if (req.if_none_match.empty() ||
+        EvaluatePreconditions(req, {etag, selected.mtime_sec}) != Precondition::kNotModified) {
+      out->compress_wanted = coding;
+      return std::nullopt;
+    }
+  } else {
+    out->file_path = {};  // the body is the variant's bytes, not the file's
+    out->inline_body = *body;
+    out->content_length = body->size();
   }
   out->variant = true;
-  out->file_path = {};  // the body is the variant's bytes, not the file's
-  out->inline_body = *body;
-  out->content_length = body->size();
   out->content_encoding = CodingName(coding);
-  const size_t n =
-      FormatVariantETag(selected.mtime_sec, selected.size, coding, scratch.variant_etag);
-  out->etag = std::string_view(scratch.variant_etag, n);
+  out->etag = etag;
   return PlanPreconditionsAndRanges(req, config, source, selected, out, /*ranges=*/false);
 }
 

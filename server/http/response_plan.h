@@ -135,8 +135,9 @@ struct ResponsePlan {
   std::string_view content_type;
   std::string_view content_encoding;  // "gzip", "br", "zstd" or ""
   bool vary_accept_encoding = false;
-  // --compress: the body (inline_body) is a cached compressed variant of `file`, which the
-  // caller holds until the response is done (the source's Variant said how long it lives).
+  // --compress: the response is a compressed variant of `file`, with the variant's ETag: a 200
+  // whose inline_body is the variant's bytes (which the caller holds until the response is
+  // done), or a 304 for the variant's tag (made or not).
   bool variant = false;
   // --compress: the client takes this coding of the file, and no variant is ready: the file is
   // served as it is, and the caller has the variant made for the next request.

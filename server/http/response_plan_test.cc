@@ -812,6 +812,21 @@ TEST_F(ResponsePlanTest, CompressesOnTheFlyOnceAVariantIsReady) {
   EXPECT_NE(miss.head.find("Vary: Accept-Encoding\r\n"), std::string::npos);
   EXPECT_NE(miss.head.find("ETag: \"56273e80-1388\"\r\n"), std::string::npos);
 
+  // Revalidating a variant not made (or no longer kept): 304 for its tag all the same.
+  Planned revalidated =
+      Get("/notes.txt", "Accept-Encoding: gzip\r\nIf-None-Match: W/\"56273e80-1388-gzip\"\r\n");
+  EXPECT_EQ(revalidated.plan.status, 304);
+  EXPECT_TRUE(revalidated.plan.variant);
+  EXPECT_EQ(revalidated.plan.compress_wanted, Coding::kIdentity);
+  EXPECT_NE(revalidated.head.find("ETag: W/\"56273e80-1388-gzip\"\r\n"), std::string::npos);
+  EXPECT_NE(revalidated.head.find("Vary: Accept-Encoding\r\n"), std::string::npos);
+  // Another coding's tag, or a tag that does not match: the file as it is, the coding wanted.
+  Planned other_tag =
+      Get("/notes.txt", "Accept-Encoding: gzip\r\nIf-None-Match: W/\"56273e80-1388-br\"\r\n");
+  EXPECT_EQ(other_tag.plan.status, 200);
+  EXPECT_FALSE(other_tag.plan.variant);
+  EXPECT_EQ(other_tag.plan.compress_wanted, Coding::kGzip);
+
   tree_.variants[{tree_.InodeOf("notes.txt"), Coding::kBr}] = std::string(700, 'b');
   Planned hit = Get("/notes.txt", "Accept-Encoding: gzip, br\r\n");
   EXPECT_EQ(hit.plan.status, 200);

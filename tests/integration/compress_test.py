@@ -325,6 +325,19 @@ class CompressTest(BackendTestCase):
         r = request(server, "GET", "/app.js", dict(ae, **{"If-Match": etag}))
         self.assertEqual(r.status, 412)
 
+    def test_revalidating_a_variant_not_made(self):
+        """A client that kept a variant from before a restart (or an eviction) revalidates it:
+        304 without the variant being made again."""
+        server = self.start()
+        plain_tag = request(server, "GET", "/style.css").header("ETag")
+        tag = 'W/' + plain_tag[:-1] + '-br"'
+        r = request(server, "GET", "/style.css", {"Accept-Encoding": "br", "If-None-Match": tag})
+        self.assertEqual(r.status, 304)
+        self.assertEqual(r.header("ETag"), tag)
+        self.assertEqual(r.header("Vary"), "Accept-Encoding")
+        self.assertEqual(server.metric("ringd_compress_made_total"), 0)
+        self.assertEqual(server.metric("ringd_compress_misses_total"), 0)
+
     def test_http2_each_coding(self):
         server = self.start()
         for coding in ("gzip", "br", "zstd"):
