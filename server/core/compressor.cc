@@ -114,8 +114,9 @@ Compressor::~Compressor() {
     delete v;
   }
   while (Variant* v = done_.PopFront()) delete v;
-  // Whatever a response still pins is the machine's to give back first (it is destroyed
-  // before this); what is left is the cache's.
+  // The kept variants go with the cache (the ones being made were freed above). The machine
+  // is torn down with its exchanges abandoned, never to run again, so a pin they hold is not
+  // waited for; a variant dropped while pinned (out of the map) is left to the process's exit.
   lru_.Abandon();
   for (auto& [key, v] : map_) {
     if (v->state != Variant::State::kMaking) delete v;
