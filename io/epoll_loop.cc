@@ -62,7 +62,8 @@ int64_t OpenBeneath(int dir_fd, const char* path, bool cached_only, FileStat* ou
     // before it is sent, to be read again.
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
   }
-  *out = FileStat{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec, st.st_ino, st.st_mode};
+  *out = FileStat{static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec, st.st_ino, st.st_mode,
+                  static_cast<uint64_t>(st.st_dev),  st.st_mtim.tv_nsec};
   return fd;
 }
 

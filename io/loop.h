@@ -38,6 +38,8 @@ struct FileStat {
   int64_t mtime_sec = 0;
   uint64_t inode = 0;
   uint32_t mode = 0;  // st_mode: type and permission bits
+  uint64_t dev = 0;   // the file system's device number (makedev of statx's major, minor)
+  int64_t mtime_nsec = 0;
 };
 
 struct Completion;

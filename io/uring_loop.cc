@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -737,7 +738,12 @@ void UringLoop::OnOpen(Completion* c, int32_t res) {
     ::close(c->file_fd);
     return Finish(c, res);
   }
-  *c->stat = FileStat{stx.stx_size, stx.stx_mtime.tv_sec, stx.stx_ino, stx.stx_mode};
+  *c->stat = FileStat{stx.stx_size,
+                      stx.stx_mtime.tv_sec,
+                      stx.stx_ino,
+                      stx.stx_mode,
+                      static_cast<uint64_t>(makedev(stx.stx_dev_major, stx.stx_dev_minor)),
+                      stx.stx_mtime.tv_nsec};
   // io_uring returns EAGAIN instead of waiting for the disk on an O_NONBLOCK regular file, and
   // only the open needed it: drop the flag (a non-blocking fcntl on an open descriptor).
   if (S_ISREG(stx.stx_mode)) ::fcntl(c->file_fd, F_SETFL, 0);

@@ -19,6 +19,11 @@ _LIBRARIES = {
     "openssl": (["openssl"], []),
     # HTTP/2 framing, HPACK and flow control, driven sans-IO (Debian's libnghttp2-dev).
     "nghttp2": (["libnghttp2"], []),
+    # --compress: gzip, Brotli and zstd on the fly (Debian's zlib1g-dev, libbrotli-dev, libzstd-dev).
+    "zlib": (["zlib"], []),
+    "libbrotlienc": (["libbrotlienc"], []),
+    "libzstd": (["libzstd"], []),
+    "libbrotlidec": (["libbrotlidec"], []),  # tests: decode what libbrotlienc made
     # perf and test tools' command lines (perf/tool_flags.h).
     "absl_flags": (["absl_flags", "absl_flags_parse", "absl_flags_usage"], []),
     "absl_containers": (["absl_flat_hash_map", "absl_flat_hash_set", "absl_inlined_vector"], []),

@@ -55,6 +55,14 @@ class ScenarioTest(unittest.TestCase):
         self.assertEqual(" ".join(flood.command("hello_flood", 9, "/d", 4, "0")),
                          "chrt --idle 0 taskset -c 0 hello_flood --port 9 --connections 100 --duration-s 4")
 
+    def test_headers_and_the_compress_scenario(self):
+        s = SCENARIOS["compress"]
+        cmd = s.load.command("ringd-load", 9, "/d", 5, "0")
+        self.assertEqual(cmd[cmd.index("--header") + 1], "Accept-Encoding: gzip")
+        self.assertTrue(s.opt_in)
+        for name in s.servers:
+            self.assertTrue(PEERS[name].runs_in("compress"), name)
+
     def test_warm_up_is_closed_loop(self):
         self.assertEqual(Load(10, rate=5, idle=7).warm(), Load(10, rate=0, idle=0, bulk=True))
 

@@ -326,6 +326,16 @@ _ENTRIES = [
     Peer("nginx-log", _nginx, needs="nginx", scenarios=_OBSERVED, template=NGINX_CONF,
          config_name="nginx-log.conf",
          extra={"aio": "", "access_log": "%(dir)s/nginx-log-access.log combined"}),
+    # The compress scenario: nginx compressing every response (the `aio` slot is any directive of
+    # the http block), and ringd compressing each variant once, without the siblings.
+    Peer("nginx-gzip", _nginx, needs="nginx", scenarios=frozenset({"compress"}), template=NGINX_CONF,
+         config_name="nginx-gzip.conf",
+         extra={"aio": "gzip on; gzip_comp_level 6; gzip_min_length 256; gzip_vary on; "
+                       "gzip_types text/css application/javascript text/javascript application/json image/svg+xml;",
+                "access_log": "off"}),
+    Peer("ringd-bypass-compress",
+         ringd("bypass", "--max-connections", "15000", "--precompressed=false", "--compress"),
+         scenarios=frozenset({"compress"})),
     Peer("h2o", _h2o, needs="h2o", skip=_COLD, template=H2O_CONF, config_name="h2o.yaml", in_tls="serves"),
     # TLS needs Debian's lighttpd-mod-openssl (tools/setup installs it).
     Peer("lighttpd", _lighttpd, needs="lighttpd", skip=_COLD, template=LIGHTTPD_CONF,

@@ -43,6 +43,7 @@ class Load:
     hello_flood: bool = False          # over TLS: ClientHellos only (perf/hello_flood), not ringd-load
     streams: int = 0                   # > 0: HTTP/2 from h2load, this many streams at once per connection
     page_assets: int = 0               # > 0: HTTP/2 page loads (h2page.py): paths[0] and this many files of paths_glob
+    headers: Tuple[str, ...] = ()      # request header lines ("Accept-Encoding: gzip")
 
     def scaled(self, divisors):
         """The --quick version: rate and idle divided as the scenario says."""
@@ -90,6 +91,8 @@ class Load:
             cmd.append("--uniform")
         if self.size_classes:
             cmd += ["--size-classes", ",".join(str(b) for b in self.size_classes)]
+        for h in self.headers:
+            cmd += ["--header", h]
         return cmd
 
     def wrk_command(self, port, root, duration_s, client_cpus, threads=1, tls=False):
@@ -281,6 +284,18 @@ class AssetPaths(Hooks):
         return ctx.data
 
 
+class TextAssetPaths(Hooks):
+    """Writes paths-text-assets.txt into the data root: every text asset of assets/ (css, js, svg,
+    json; their .gz siblings left out) once."""
+
+    def setup(self, ctx):
+        names = sorted(n for n in os.listdir(os.path.join(ctx.data, "assets"))
+                       if n.rsplit(".", 1)[-1] in ("css", "js", "svg", "json"))
+        with open(os.path.join(ctx.data, "paths-text-assets.txt"), "w") as f:
+            f.writelines("/assets/%s\n" % n for n in names)
+        return ctx.data
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -401,6 +416,18 @@ _ENTRIES = [
                             " nil); on one server core two nodes cannot serve more than one: HAProxy's cost per"
                             " request bounds the rate, and a second node only splits ringd's share."
                             " See docs/PERFORMANCE.md (fleet)."),
+    Scenario("compress",
+             "the data set's text assets (css, js, svg, json; 4-100 KiB) to 100 keep-alive connections that"
+             " send `Accept-Encoding: gzip`: ringd-bypass sends their .gz siblings (level 6), ringd-bypass-compress"
+             " ignores the siblings (--precompressed=false) and compresses each once on the fly (--compress,"
+             " gzip 6, cached), nginx-gzip compresses every response (`gzip on`, gzip_comp_level 6)",
+             "issue 47 (compression on the fly, done once, with a cache)",
+             Load(100, paths_file="paths-text-assets.txt", bulk=True, headers=("Accept-Encoding: gzip",)),
+             hooks=TextAssetPaths, opt_in=True, columns=(Column("MB/s", "bytes_per_s", "%.1f", 1e6), CORE_CPU),
+             servers=frozenset({"ringd-bypass", "ringd-bypass-compress", "nginx-gzip"}),
+             reference="nginx-gzip",
+             reference_note="fraction of nginx-gzip: requests/s over nginx's with `gzip on` in the same run; every"
+                            " row sends gzip bodies of about the same size (level 6)."),
     Scenario("mixed-at-rate",
              "the mixed scenario's requests at a fixed 6,000 requests/s over 100 connections (open loop: the"
              " servers ran 20-40% busy here), so the order of service can change response times without"

@@ -484,6 +484,27 @@ const std::vector<Flag>& Flags() {
                "serve file.br / file.gz to clients that accept them, when not older than file,"
                " or in file's place when there is no file (default true)",
                &Config::precompressed),
+      BoolFlag("compress",
+               "compress responses on the fly with gzip, br or zstd, as the client's "
+               "Accept-Encoding prefers, when no precompressed sibling serves it, as nginx's "
+               "gzip on; each variant is made once, off the shard, and cached (default false)",
+               &Config::compress),
+      StringFlag("compress-types",
+                 "comma-separated media types --compress applies to, TYPE/SUBTYPE or TYPE/*, as "
+                 "nginx's gzip_types (default text/*, application/javascript, application/json, "
+                 "application/xml, application/wasm, application/manifest+json, image/svg+xml)",
+                 &Config::compress_types),
+      UintFlag("compress-min-bytes",
+               "smaller files are sent as they are, as nginx's gzip_min_length (default 256)",
+               &Config::compress_min_bytes, 0, uint64_t{1} << 40),
+      UintFlag("compress-max-bytes",
+               "larger files are sent as they are: the compressor reads a file whole (default "
+               "8388608)",
+               &Config::compress_max_bytes, 1, uint64_t{1} << 30),
+      UintFlag("compress-cache-bytes",
+               "compressed variants kept per shard, the least recently served dropped first "
+               "(default 67108864)",
+               &Config::compress_cache_bytes, 1 << 16, uint64_t{1} << 40),
       BoolFlag("serve-dot-files", "serve path segments starting with '.' (default false: 404, but for a leading"
                " /.well-known/, RFC 8615, which ACME's http-01 challenges use)",
                &Config::serve_dot_files),
@@ -936,6 +957,11 @@ const std::vector<HelpTopic>& HelpTopics() {
         {"mime-types", "FILE"},
         {"charset", "NAME"},
         {"precompressed", "BOOL"},
+        {"compress", "BOOL"},
+        {"compress-types", "TYPES"},
+        {"compress-min-bytes", "BYTES"},
+        {"compress-max-bytes", "BYTES"},
+        {"compress-cache-bytes", "BYTES"},
         {"serve-dot-files", "BOOL"},
         {"cache-control", "GLOB=VALUE"},
         {"default-cache-control", "VALUE"},
@@ -1136,6 +1162,25 @@ bool CheckReceivePool(Config* config, std::string* error) {
 }
 
 // Flags that need or exclude one another.
+// --compress's flags become the planner's policy.
+bool CheckCompress(Config* config, std::string* error) {
+  http::CompressPolicy& p = config->compress_policy;
+  const std::string_view types = config->compress_types.empty()
+                                     ? http::kDefaultCompressTypes
+                                     : std::string_view(config->compress_types);
+  if (!p.ParseTypes(types, error)) {
+    *error = "--compress-types: " + *error;
+    return false;
+  }
+  if (config->compress_min_bytes > config->compress_max_bytes) {
+    *error = "--compress-min-bytes must not exceed --compress-max-bytes";
+    return false;
+  }
+  p.min_bytes = config->compress_min_bytes;
+  p.max_bytes = config->compress_max_bytes;
+  return true;
+}
+
 bool CheckCombinations(Config* config, std::string* error) {
   if (config->sqpoll_per_shard && !config->sqpoll) {
     *error = "--sqpoll-per-shard needs --sqpoll";
@@ -1150,7 +1195,7 @@ bool CheckCombinations(Config* config, std::string* error) {
     *error = "--max-request-line must not exceed --max-request-head";
     return false;
   }
-  return true;
+  return CheckCompress(config, error);
 }
 
 // The HTTPS flags: certificates and keys in pairs, and what needs a certificate.

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "server/http/client_address.h"
+#include "server/http/compression.h"
 #include "server/http/dir_listing.h"
 #include "server/http/origin_headers.h"
 
@@ -118,6 +119,13 @@ struct Config {
   std::string mime_types;         // empty: /etc/mime.types when it exists
   std::string charset = "utf-8";  // text types' charset parameter; empty: none (--charset off)
   bool precompressed = true;
+  // --compress: text compressed on the fly, once per file version and coding, kept per shard.
+  bool compress = false;
+  std::string compress_types;  // empty: http::kDefaultCompressTypes
+  uint64_t compress_min_bytes = 256;
+  uint64_t compress_max_bytes = 8 << 20;
+  uint64_t compress_cache_bytes = 64 << 20;  // per shard
+  http::CompressPolicy compress_policy;      // from the three above (Parse)
   // HTTP/2: h2 by ALPN over TLS, and h2c with prior knowledge beside HTTP/1.1 on plaintext
   // listeners (the connection preface picks the protocol).
   bool http2 = true;

@@ -108,6 +108,39 @@ TEST(Config, TlsExpired) {
   EXPECT_EQ(p.error, "--tls-expired: expected serve or refuse, got 'maybe'");
 }
 
+// --compress and its policy: off by default, the default types, bounds checked.
+TEST(Config, Compress) {
+  Parsed d = Parse({"--root=/tmp"});
+  ASSERT_TRUE(d.ok) << d.error;
+  EXPECT_FALSE(d.config.compress);
+  EXPECT_TRUE(d.config.compress_policy.Compressible("text/css", 1000));
+  EXPECT_TRUE(d.config.compress_policy.Compressible("application/json", 1000));
+  EXPECT_FALSE(d.config.compress_policy.Compressible("image/png", 1000));
+  EXPECT_FALSE(d.config.compress_policy.Compressible("text/css", 255));
+  EXPECT_EQ(d.config.compress_cache_bytes, uint64_t{64} << 20);
+
+  Parsed p = Parse({"--root=/tmp", "--compress", "--compress-types=text/css, image/*",
+                    "--compress-min-bytes=10", "--compress-max-bytes=1000",
+                    "--compress-cache-bytes=1048576"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_TRUE(p.config.compress);
+  EXPECT_TRUE(p.config.compress_policy.Compressible("image/png", 10));
+  EXPECT_FALSE(p.config.compress_policy.Compressible("text/html", 10));
+  EXPECT_FALSE(p.config.compress_policy.Compressible("text/css", 1001));
+  EXPECT_EQ(p.config.compress_cache_bytes, 1048576u);
+
+  EXPECT_EQ(Parse({"--root=/tmp", "--compress-types=text"}).error,
+            "--compress-types: expected TYPE/SUBTYPE or TYPE/*, got 'text'");
+  EXPECT_EQ(Parse({"--root=/tmp", "--compress-types=,"}).error,
+            "--compress-types: expected at least one media type");
+  EXPECT_EQ(Parse({"--root=/tmp", "--compress-min-bytes=10", "--compress-max-bytes=9"}).error,
+            "--compress-min-bytes must not exceed --compress-max-bytes");
+  EXPECT_EQ(Parse({"--root=/tmp", "--compress-cache-bytes=100"}).error,
+            "--compress-cache-bytes: expected an integer from 65536 to 1099511627776, got '100'");
+  EXPECT_EQ(Parse({"--root=/tmp", "--compress=maybe"}).error,
+            "--compress: expected true or false, got 'maybe'");
+}
+
 // A flagfile reads as a shell would read the same words: quotes are taken off, and a # after
 // blank space begins a comment (docs/OPERATIONS.md shows these lines).
 TEST(Config, FlagfileTakesShellQuotingAndComments) {

@@ -384,7 +384,8 @@ bool ConnectionMachine::PlanExchange(Connection* conn, Exchange* ex, const http:
   ex->head_request = req.method == http::Method::kHead;
   RequestLookup::MadeListing made;
   if (ex->listing != nullptr) made = {ex->listing->dir, {ex->listing->status, ex->listing->body}};
-  RequestLookup source(files_.get(), ex->plan_since, ex->listing != nullptr ? &made : nullptr);
+  RequestLookup source(files_.get(), ex->plan_since, ex->listing != nullptr ? &made : nullptr,
+                       compressor_.get());
   const http::PlanStep step = http::PlanResponse(req, https_redirect ? redirect_planner_ : planner_,
                                                  source, *scratch_, &ex->plan);
   ex->plan_number = ++plans_;
@@ -413,6 +414,17 @@ bool ConnectionMachine::PlanExchange(Connection* conn, Exchange* ex, const http:
     ex->file = source.Pin(ex->plan.file_path);
     // Planned from a cached entry that must still be there.
     RINGD_ASSERT_MSG(ex->file != nullptr, "planned file not in the cache");
+    // --compress: the coding this client takes is made for the next request (this one is
+    // answered as the file is, without waiting).
+    if (ex->plan.compress_wanted != http::Coding::kIdentity && ex->file->fd >= 0) {
+      compressor_->Start(ex->file->fd, ex->file->meta, ex->plan.compress_wanted);
+    }
+  } else if (ex->plan.variant && ex->plan.send_body) {
+    // A variant's bytes go out: held until the response is done. (A 304 or HEAD sends none.)
+    RINGD_ASSERT(ex->variant == nullptr && source.found_variant() != nullptr);
+    ex->variant = source.found_variant();
+    compressor_->Pin(ex->variant);
+    if (ex->plan.send_body) compressor_->NoteSaved(ex->plan.file.size - ex->plan.content_length);
   }
   ex->lookups = 0;
   // The level test first: with the error log filtering the status out, this is all it costs.
@@ -724,6 +736,7 @@ void ConnectionMachine::ReleaseExchange(Connection* conn) {
   if (ex->file != nullptr) files_->Unpin(ex->file);
   ex->file = nullptr;
   ReleaseListing(ex);
+  ReleaseVariant(ex);
   exchanges_->Put(ex);
   conn->ex = nullptr;
 }
@@ -756,6 +769,12 @@ void ConnectionMachine::Abort(Connection* conn) {
 void ConnectionMachine::StopWaiting(Exchange* ex) {
   files_->Forget(&ex->waiter);
   if (ex->listing != nullptr && lister_->Waiting(ex->listing)) ReleaseListing(ex);
+}
+
+void ConnectionMachine::ReleaseVariant(Exchange* ex) {
+  if (ex->variant == nullptr) return;
+  compressor_->Unpin(ex->variant);
+  ex->variant = nullptr;
 }
 
 void ConnectionMachine::ReleaseListing(Exchange* ex) {

@@ -21,6 +21,7 @@
 #include "mem/buffer_pool.h"
 #include "mem/slab_pool.h"
 #include "server/core/access_log.h"
+#include "server/core/compressor.h"
 #include "server/core/config.h"
 #include "server/core/dir_lister.h"
 #include "server/core/document_root.h"
@@ -65,6 +66,9 @@ struct Exchange {
   // --autoindex: the listing made (or being made) for this request, held until the response
   // has gone out (its body is the plan's inline_body).
   DirListing* listing = nullptr;
+  // --compress: the cached variant the body is (the plan's inline_body), held until the
+  // response has gone out.
+  Variant* variant = nullptr;
   bool head_request = false;  // the request is a HEAD
   // Input behind this request (and the body it declares) is already here: pipelined requests.
   bool input_follows = false;
@@ -254,6 +258,7 @@ class ConnectionMachine {
   void RunWakeups() {
     files_->RunWakeups();
     if (lister_ != nullptr) lister_->RunWakeups();
+    if (compressor_ != nullptr) compressor_->RunCompletions();
   }
 
   // The drain: connections between requests end now; responses under way go out with
@@ -298,6 +303,7 @@ class ConnectionMachine {
   // For the shard's snapshot and usage.
   bool draining() const { return draining_; }
   const FileCache& files() const { return *files_; }
+  const Compressor* compressor() const { return compressor_.get(); }  // null without --compress
   const SendQueue& sends() const { return *sends_; }
   const RequestMetrics& metrics() const { return metrics_; }
   const uint32_t* state_counts() const { return state_counts_; }
@@ -362,6 +368,7 @@ class ConnectionMachine {
   // is done (ReleaseListing).
   void StopWaiting(Exchange* ex);
   void ReleaseListing(Exchange* ex);
+  void ReleaseVariant(Exchange* ex);
 
   // HTTP/2 (h2_connection.cc): a connection whose first bytes are the preface becomes an
   // H2Session; its streams' exchanges come from h2_exchanges_.
@@ -435,6 +442,8 @@ class ConnectionMachine {
   std::unique_ptr<PeerAddress[]> peers_;
   std::unique_ptr<FileCache> files_;
   std::unique_ptr<DirLister> lister_;  // with --autoindex only
+  // With --compress only: this shard's variants and the thread that makes them.
+  std::unique_ptr<Compressor> compressor_;
   const std::atomic<uint64_t>* root_word_ = nullptr;
   uint64_t root_state_ = 0;  // *root_word_ as this machine last took it up
   const std::atomic<const http::OriginHeaders*>* origin_word_ = nullptr;

@@ -90,6 +90,12 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
     lo.show_dot_files = config_.serve_dot_files;
     lister_ = std::make_unique<DirLister>(loop_, lo);
   }
+  if (config_.compress) {
+    planner_.compress = &config_.compress_policy;
+    CompressorOptions co;
+    co.cache_bytes = config_.compress_cache_bytes;
+    compressor_ = std::make_unique<Compressor>(loop_, co);
+  }
   planner_.max_ranges = config_.max_ranges;
   planner_.precompressed = config_.precompressed;
   planner_.max_discarded_body = config_.max_discarded_body;

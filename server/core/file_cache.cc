@@ -397,6 +397,8 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
   e->meta.size = st.size;
   e->meta.mtime_sec = st.mtime_sec;
   e->meta.inode = st.inode;
+  e->meta.dev = st.dev;
+  e->meta.mtime_nsec = st.mtime_nsec;
   if (S_ISREG(st.mode)) {
     e->meta.kind = http::FileMeta::Kind::kRegular;
     e->fd = fd;

@@ -36,6 +36,7 @@
 #include "mem/buffer_pool.h"
 #include "mem/intrusive_list.h"
 #include "mem/slab_pool.h"
+#include "server/core/compressor.h"
 #include "server/http/response_plan.h"
 
 namespace ringd {
@@ -237,8 +238,9 @@ class RequestLookup final : public http::FileMetaSource {
     std::string_view dir;
     http::ListingResult result;
   };
-  RequestLookup(FileCache* cache, uint64_t since, const MadeListing* listing = nullptr)
-      : cache_(cache), since_(since), listing_(listing) {}
+  RequestLookup(FileCache* cache, uint64_t since, const MadeListing* listing = nullptr,
+                Compressor* compressor = nullptr)
+      : cache_(cache), since_(since), listing_(listing), compressor_(compressor) {}
   std::optional<http::ListingResult> Listing(std::string_view dir) override {
     if (listing_ == nullptr || listing_->dir != dir) return std::nullopt;
     return listing_->result;
@@ -248,6 +250,15 @@ class RequestLookup final : public http::FileMetaSource {
     retired_ = cache_->retirements();
     return meta;
   }
+  std::optional<std::string_view> Variant(const http::FileMeta& meta,
+                                          http::Coding coding) override {
+    if (compressor_ == nullptr) return std::nullopt;
+    variant_ = compressor_->Find(meta, coding);
+    if (variant_ == nullptr) return std::nullopt;
+    return std::string_view(variant_->bytes);
+  }
+  // The variant the last Variant call found (the plan's body when ResponsePlan::variant).
+  ringd::Variant* found_variant() const { return variant_; }
   // The planned file, pinned: the entry the last Lookup found when that was `path`.
   CacheEntry* Pin(std::string_view path) { return cache_->PinFound(last_, retired_, path); }
 
@@ -255,6 +266,8 @@ class RequestLookup final : public http::FileMetaSource {
   FileCache* cache_;
   uint64_t since_;
   const MadeListing* listing_;
+  Compressor* compressor_;
+  ringd::Variant* variant_ = nullptr;
   CacheEntry* last_ = nullptr;
   uint64_t retired_ = 0;
 };

@@ -32,6 +32,7 @@ void Shard::FillSnapshot() {
   s.requests = machine_->metrics();
   s.loop = loop_->Stats();
   s.cache = machine_->files().Stats();
+  if (machine_->compressor() != nullptr) s.compress = machine_->compressor()->Stats();
   s.cache_content_buffer_bytes = content_pool_ != nullptr ? content_pool_->buffer_size() : 0;
   s.connection_capacity = capacity();
   std::memcpy(s.connection_states, machine_->state_counts(), sizeof s.connection_states);

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "io/loop.h"
+#include "server/core/compressor.h"
 #include "server/core/file_cache.h"
 #include "server/http/client_address.h"
 
@@ -117,6 +118,7 @@ struct ShardSnapshot {
   RequestMetrics requests;
   io::LoopStats loop;
   FileCacheStats cache;
+  CompressorStats compress;                 // --compress (zero without it)
   uint64_t cache_content_buffer_bytes = 0;  // the size of one content buffer
   uint32_t connection_capacity = 0;
   uint32_t connection_states[kConnStates] = {};

@@ -33,7 +33,7 @@ int ParseQ(std::string_view params) {
 
 AcceptedCodings ParseAcceptEncoding(std::string_view header) {
   AcceptedCodings out;
-  int star = -1, gzip = -1, br = -1;
+  int star = -1, gzip = -1, br = -1, zstd = -1, identity = -1;
   ForEachListElement(header, [&](std::string_view elem) {
     const size_t semi = elem.find(';');
     const std::string_view coding = TrimOws(elem.substr(0, semi));
@@ -42,6 +42,10 @@ AcceptedCodings ParseAcceptEncoding(std::string_view header) {
       gzip = q > gzip ? q : gzip;
     } else if (EqualsIgnoreCase(coding, "br")) {
       br = q;
+    } else if (EqualsIgnoreCase(coding, "zstd")) {
+      zstd = q;
+    } else if (EqualsIgnoreCase(coding, "identity")) {
+      identity = q;
     } else if (coding == "*") {
       star = q;
     }
@@ -49,6 +53,8 @@ AcceptedCodings ParseAcceptEncoding(std::string_view header) {
   // "*" covers the codings the header does not name.
   out.gzip = gzip >= 0 ? gzip : (star > 0 ? star : 0);
   out.br = br >= 0 ? br : (star > 0 ? star : 0);
+  out.zstd = zstd >= 0 ? zstd : (star > 0 ? star : 0);
+  out.identity = identity >= 0 ? identity : (star == 0 ? 0 : 1000);
   return out;
 }
 

@@ -1,5 +1,5 @@
-// Content negotiation for precompressed siblings (RFC 9110 section 12.5.3): which of gzip and
-// br a client accepts, with their q-values.
+// Content negotiation (RFC 9110 section 12.5.3): which of gzip, br and zstd a client accepts,
+// with their q-values, for precompressed siblings and for --compress's variants.
 //
 //   AcceptedCodings a = ParseAcceptEncoding("gzip, br;q=0.5");   // a.gzip == 1000, a.br == 500
 #pragma once
@@ -12,6 +12,9 @@ namespace ringd::http {
 struct AcceptedCodings {
   int gzip = 0;
   int br = 0;
+  int zstd = 0;
+  // identity (no coding): acceptable unless named with q=0, or "*;q=0" covers it unnamed.
+  int identity = 1000;
 };
 
 AcceptedCodings ParseAcceptEncoding(std::string_view header);

@@ -495,7 +495,7 @@ void SetFileHeaders(const Request& req, const PlannerConfig& config, PlanScratch
 // from a Range header that applies.
 PlanStep PlanPreconditionsAndRanges(const Request& req, const PlannerConfig& config,
                                     FileMetaSource& source, const FileMeta& selected,
-                                    ResponsePlan* out) {
+                                    ResponsePlan* out, bool ranges = true) {
   const Validators validators{out->etag, selected.mtime_sec};
   switch (EvaluatePreconditions(req, validators)) {
     case Precondition::kProceed:
@@ -504,6 +504,7 @@ PlanStep PlanPreconditionsAndRanges(const Request& req, const PlannerConfig& con
       out->status = 304;
       out->send_body = false;
       out->file_path = {};
+      out->inline_body = {};  // a variant's (the caller still holds it until the end)
       out->content_length = 0;
       out->reason = "not modified";
       return PlanStep{};
@@ -513,8 +514,10 @@ PlanStep PlanPreconditionsAndRanges(const Request& req, const PlannerConfig& con
 
   out->status = 200;
   out->reason = "ok";
-  // RFC 9110 section 14.2: Range applies to GET only.
-  if (req.method != Method::kGet || req.range.empty() || !IfRangeAllows(req.if_range, validators))
+  // RFC 9110 section 14.2: Range applies to GET only. A compressed variant is sent whole, as
+  // nginx's gzip does (a range of bytes that exist only in one cache is not worth their cost).
+  if (!ranges || req.method != Method::kGet || req.range.empty() ||
+      !IfRangeAllows(req.if_range, validators))
     return PlanStep{};
   switch (ParseRange(req.range, selected.size, config.max_ranges, &out->ranges)) {
     case RangeOutcome::kIgnore:
@@ -538,6 +541,38 @@ PlanStep PlanPreconditionsAndRanges(const Request& req, const PlannerConfig& con
       break;
   }
   return PlanStep{};
+}
+
+// --compress, for a file no sibling serves this client: its compressed variant when one is
+// ready, else the file as it is and the coding to make (compress_wanted). Either way the
+// response varies on Accept-Encoding.
+std::optional<PlanStep> PlanVariant(const Request& req, const PlannerConfig& config,
+                                    FileMetaSource& source, PlanScratch& scratch,
+                                    const FileMeta& selected, ResponsePlan* out) {
+  out->vary_accept_encoding = true;
+  const Coding coding = ChooseCoding(ParseAcceptEncoding(req.accept_encoding));
+  if (coding == Coding::kIdentity) return std::nullopt;
+  const std::string_view etag(
+      scratch.variant_etag,
+      FormatVariantETag(selected.mtime_sec, selected.size, coding, scratch.variant_etag));
+  const std::optional<std::string_view> body = source.Variant(selected, coding);
+  if (!body) {
+    // A client revalidating the variant it holds is answered for it, made or not (its tag
+    // comes from the file's validators alone): 304, with no bytes needed.
+    if (req.if_none_match.empty() ||
+        EvaluatePreconditions(req, {etag, selected.mtime_sec}) != Precondition::kNotModified) {
+      out->compress_wanted = coding;
+      return std::nullopt;
+    }
+  } else {
+    out->file_path = {};  // the body is the variant's bytes, not the file's
+    out->inline_body = *body;
+    out->content_length = body->size();
+  }
+  out->variant = true;
+  out->content_encoding = CodingName(coding);
+  out->etag = etag;
+  return PlanPreconditionsAndRanges(req, config, source, selected, out, /*ranges=*/false);
 }
 
 }  // namespace
@@ -590,6 +625,12 @@ PlanStep PlanResponse(const Request& req, const PlannerConfig& config, FileMetaS
                         path, out);
   }
   SetFileHeaders(req, config, scratch, path, selected, selected_path, out);
+  if (out->content_encoding.empty() && config.compress != nullptr &&
+      config.compress->Compressible(out->content_type, selected.size)) {
+    if (std::optional<PlanStep> done = PlanVariant(req, config, source, scratch, selected, out)) {
+      return *done;
+    }
+  }
   return PlanPreconditionsAndRanges(req, config, source, selected, out);
 }
 

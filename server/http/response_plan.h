@@ -14,6 +14,7 @@
 #include <optional>
 #include <string_view>
 
+#include "server/http/compression.h"
 #include "server/http/dir_listing.h"
 #include "server/http/http_date.h"
 #include "server/http/mime_types.h"
@@ -31,6 +32,8 @@ struct FileMeta {
   uint64_t size = 0;
   int64_t mtime_sec = 0;
   uint64_t inode = 0;
+  uint64_t dev = 0;  // with inode, the file's identity
+  int64_t mtime_nsec = 0;
   int error = 0;  // kMissing, kForbidden, kUnavailable: the open's errno (0: none known)
 };
 
@@ -53,6 +56,14 @@ class FileMetaSource {
     (void)relative_path;
     return std::nullopt;
   }
+  // --compress: the bytes of `meta`'s file compressed with `coding`, when a variant is cached
+  // ready, else nullopt (the plan then asks for it in ResponsePlan::compress_wanted). The bytes
+  // stay valid until the caller's response is done with them. Must not block.
+  virtual std::optional<std::string_view> Variant(const FileMeta& meta, Coding coding) {
+    (void)meta;
+    (void)coding;
+    return std::nullopt;
+  }
 };
 
 struct PlannerConfig {
@@ -68,8 +79,11 @@ struct PlannerConfig {
   // autoindex), in this format; off: 403.
   bool autoindex = false;
   ListingFormat autoindex_format = ListingFormat::kHtml;
-  size_t max_ranges = 16;               // more ranges than this: 200 with the whole file
-  bool precompressed = true;            // look for file.br and file.gz siblings
+  size_t max_ranges = 16;     // more ranges than this: 200 with the whole file
+  bool precompressed = true;  // look for file.br and file.gz siblings
+  // --compress: which files are compressed on the fly, when no sibling serves the client;
+  // null: none is.
+  const CompressPolicy* compress = nullptr;
   uint64_t max_discarded_body = 65536;  // a larger request body is refused with 413
   std::string_view multipart_boundary = "ringd-byteranges-0123456789";  // per process
   // Cache-Control, added headers and error pages (--cache-control, --add-header, --error-page);
@@ -97,6 +111,7 @@ struct PlanScratch {
   // The selected file's validators as header text, kept for the next plan: most requests ask
   // for a file whose (mtime, size) the last plan already formatted.
   char etag[40];
+  char variant_etag[kMaxVariantETag];  // a compressed variant's (--compress)
   size_t etag_len = 0;
   int64_t etag_mtime_sec = 0;
   uint64_t etag_size = 0;
@@ -118,8 +133,15 @@ struct ResponsePlan {
   std::string_view inline_body;  // static text (error pages)
 
   std::string_view content_type;
-  std::string_view content_encoding;  // "gzip", "br" or ""
+  std::string_view content_encoding;  // "gzip", "br", "zstd" or ""
   bool vary_accept_encoding = false;
+  // --compress: the response is a compressed variant of `file`, with the variant's ETag: a 200
+  // whose inline_body is the variant's bytes (which the caller holds until the response is
+  // done), or a 304 for the variant's tag (made or not).
+  bool variant = false;
+  // --compress: the client takes this coding of the file, and no variant is ready: the file is
+  // served as it is, and the caller has the variant made for the next request.
+  Coding compress_wanted = Coding::kIdentity;
   // These two view the PlanScratch the plan was made with, as file_path and location may:
   // valid until its next plan (the shard writes the head straight after planning).
   std::string_view etag;

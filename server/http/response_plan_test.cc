@@ -54,6 +54,15 @@ class FakeTree : public FileMetaSource {
   std::vector<std::string> listed;
   int listing_status = 200;
 
+  // --compress's variants, by the file's inode and the coding.
+  std::optional<std::string_view> Variant(const FileMeta& meta, Coding coding) override {
+    auto it = variants.find({meta.inode, coding});
+    if (it == variants.end()) return std::nullopt;
+    return std::string_view(it->second);
+  }
+  uint64_t InodeOf(const std::string& path) { return disk_.at(path).inode; }
+  std::map<std::pair<uint64_t, Coding>, std::string> variants;
+
  private:
   std::map<std::string, std::string> listings_;
   std::map<std::string, FileMeta> disk_, cache_;
@@ -774,6 +783,118 @@ TEST_F(ResponsePlanTest, AListingThatFailsIsItsError) {
   Planned busy = Get("/empty/");
   EXPECT_EQ(busy.plan.status, 503);
   EXPECT_FALSE(busy.plan.keep_alive);
+}
+
+}  // namespace
+}  // namespace ringd::http
+
+namespace ringd::http {
+namespace {
+
+// --compress: a file no sibling serves is planned as it is, varying, with the coding to make
+// named (compress_wanted); once its variant is ready, the variant is the body, with its own weak
+// ETag, Content-Encoding and length, whole (Range ignored), and 304 for its tag.
+TEST_F(ResponsePlanTest, CompressesOnTheFlyOnceAVariantIsReady) {
+  CompressPolicy policy;
+  std::string error;
+  ASSERT_TRUE(policy.ParseTypes("text/*,application/javascript", &error)) << error;
+  policy.min_bytes = 1000;
+  config_.compress = &policy;
+  tree_.File("notes.txt", 5000);
+
+  Planned miss = Get("/notes.txt", "Accept-Encoding: gzip, br\r\n");
+  EXPECT_EQ(miss.plan.status, 200);
+  EXPECT_EQ(miss.plan.file_path, "notes.txt");
+  EXPECT_FALSE(miss.plan.variant);
+  EXPECT_EQ(miss.plan.compress_wanted, Coding::kBr);
+  EXPECT_EQ(miss.plan.content_length, 5000u);
+  EXPECT_EQ(miss.head.find("Content-Encoding"), std::string::npos);
+  EXPECT_NE(miss.head.find("Vary: Accept-Encoding\r\n"), std::string::npos);
+  EXPECT_NE(miss.head.find("ETag: \"56273e80-1388\"\r\n"), std::string::npos);
+
+  // Revalidating a variant not made (or no longer kept): 304 for its tag all the same.
+  Planned revalidated =
+      Get("/notes.txt", "Accept-Encoding: gzip\r\nIf-None-Match: W/\"56273e80-1388-gzip\"\r\n");
+  EXPECT_EQ(revalidated.plan.status, 304);
+  EXPECT_TRUE(revalidated.plan.variant);
+  EXPECT_EQ(revalidated.plan.compress_wanted, Coding::kIdentity);
+  EXPECT_NE(revalidated.head.find("ETag: W/\"56273e80-1388-gzip\"\r\n"), std::string::npos);
+  EXPECT_NE(revalidated.head.find("Vary: Accept-Encoding\r\n"), std::string::npos);
+  // Another coding's tag, or a tag that does not match: the file as it is, the coding wanted.
+  Planned other_tag =
+      Get("/notes.txt", "Accept-Encoding: gzip\r\nIf-None-Match: W/\"56273e80-1388-br\"\r\n");
+  EXPECT_EQ(other_tag.plan.status, 200);
+  EXPECT_FALSE(other_tag.plan.variant);
+  EXPECT_EQ(other_tag.plan.compress_wanted, Coding::kGzip);
+
+  tree_.variants[{tree_.InodeOf("notes.txt"), Coding::kBr}] = std::string(700, 'b');
+  Planned hit = Get("/notes.txt", "Accept-Encoding: gzip, br\r\n");
+  EXPECT_EQ(hit.plan.status, 200);
+  EXPECT_TRUE(hit.plan.variant);
+  EXPECT_EQ(hit.plan.compress_wanted, Coding::kIdentity);
+  EXPECT_EQ(hit.plan.inline_body, std::string(700, 'b'));
+  EXPECT_EQ(hit.plan.content_length, 700u);
+  EXPECT_EQ(hit.plan.file.size, 5000u);
+  EXPECT_EQ(hit.plan.file_path, "");  // nothing to pin: the body is the variant
+  EXPECT_NE(hit.head.find("Content-Length: 700\r\n"), std::string::npos);
+  EXPECT_NE(hit.head.find("Content-Encoding: br\r\n"), std::string::npos);
+  EXPECT_NE(hit.head.find("ETag: W/\"56273e80-1388-br\"\r\n"), std::string::npos);
+  EXPECT_NE(hit.head.find("Vary: Accept-Encoding\r\n"), std::string::npos);
+  EXPECT_NE(hit.head.find("Last-Modified: "), std::string::npos);
+  EXPECT_EQ(hit.head.find("Accept-Ranges"), std::string::npos);
+
+  // gzip alone: no gzip variant yet, so that one is wanted.
+  Planned gz = Get("/notes.txt", "Accept-Encoding: gzip\r\n");
+  EXPECT_EQ(gz.plan.compress_wanted, Coding::kGzip);
+  EXPECT_FALSE(gz.plan.variant);
+
+  // Range: the whole variant. HEAD: its length, no body. If-None-Match: 304 for its own tag.
+  Planned range = Get("/notes.txt", "Accept-Encoding: br\r\nRange: bytes=0-9\r\n");
+  EXPECT_EQ(range.plan.status, 200);
+  EXPECT_EQ(range.plan.content_length, 700u);
+  EXPECT_EQ(range.head.find("Content-Range"), std::string::npos);
+  Planned head = Plan("HEAD /notes.txt HTTP/1.1\r\nHost: t\r\nAccept-Encoding: br\r\n\r\n");
+  EXPECT_FALSE(head.plan.send_body);
+  EXPECT_NE(head.head.find("Content-Length: 700\r\n"), std::string::npos);
+  Planned not_modified =
+      Get("/notes.txt", "Accept-Encoding: br\r\nIf-None-Match: W/\"56273e80-1388-br\"\r\n");
+  EXPECT_EQ(not_modified.plan.status, 304);
+  EXPECT_NE(not_modified.head.find("ETag: W/\"56273e80-1388-br\"\r\n"), std::string::npos);
+  EXPECT_NE(not_modified.head.find("Vary: Accept-Encoding\r\n"), std::string::npos);
+  // The file's own tag is not the variant's, nor the variant's the file's.
+  EXPECT_EQ(
+      Get("/notes.txt", "Accept-Encoding: br\r\nIf-None-Match: \"56273e80-1388\"\r\n").plan.status,
+      200);
+  EXPECT_EQ(Get("/notes.txt", "If-None-Match: W/\"56273e80-1388-br\"\r\n").plan.status, 200);
+  // If-Match compares strongly: a weak tag fails it.
+  EXPECT_EQ(
+      Get("/notes.txt", "Accept-Encoding: br\r\nIf-Match: W/\"56273e80-1388-br\"\r\n").plan.status,
+      412);
+
+  // No coding taken: the file, varying, nothing wanted.
+  Planned none = Get("/notes.txt", "Accept-Encoding: identity, br;q=0\r\n");
+  EXPECT_EQ(none.plan.compress_wanted, Coding::kIdentity);
+  EXPECT_NE(none.head.find("Vary: Accept-Encoding\r\n"), std::string::npos);
+
+  // Too small, or not a listed type: as without --compress (no Vary).
+  tree_.File("small.txt", 999);
+  Planned small = Get("/small.txt", "Accept-Encoding: br\r\n");
+  EXPECT_EQ(small.plan.compress_wanted, Coding::kIdentity);
+  EXPECT_EQ(small.head.find("Vary"), std::string::npos);
+  Planned bin = Get("/data.bin", "Accept-Encoding: br\r\n");
+  EXPECT_EQ(bin.plan.compress_wanted, Coding::kIdentity);
+  EXPECT_EQ(bin.head.find("Vary"), std::string::npos);
+
+  // A sibling the client takes wins; a coding no sibling has is compressed on the fly.
+  EXPECT_EQ(Get("/app.js", "Accept-Encoding: gzip\r\n").plan.content_encoding, "gzip");
+  EXPECT_EQ(Get("/app.js", "Accept-Encoding: gzip\r\n").plan.compress_wanted, Coding::kIdentity);
+  EXPECT_EQ(Get("/app.js", "Accept-Encoding: zstd\r\n").plan.compress_wanted, Coding::kZstd);
+
+  config_.compress = nullptr;
+  Planned off = Get("/notes.txt", "Accept-Encoding: br\r\n");
+  EXPECT_FALSE(off.plan.variant);
+  EXPECT_EQ(off.plan.compress_wanted, Coding::kIdentity);
+  EXPECT_EQ(off.head.find("Vary"), std::string::npos);
 }
 
 }  // namespace

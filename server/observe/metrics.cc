@@ -328,6 +328,45 @@ const Metric kMetrics[] = {
      "Queued body chunks started over the slot budget after --send-max-wait-ms",
      RINGD_SHARD(s.stats.sends_aged)},
 
+    // Compression on the fly (--compress).
+    {"ringd_compress_hits_total", "counter",
+     "Responses served a cached compressed variant (--compress)", RINGD_SHARD(s.compress.hits)},
+    {"ringd_compress_misses_total", "counter",
+     "Responses that wanted a compressed variant and found none ready: sent as the file is",
+     RINGD_SHARD(s.compress.misses)},
+    {"ringd_compress_made_total", "counter",
+     "Compressions done on the shards' compressor threads (each variant once)",
+     RINGD_SHARD(s.compress.made)},
+    {"ringd_compress_useless_total", "counter",
+     "Of those, no smaller than the file: kept as such, never served",
+     RINGD_SHARD(s.compress.useless)},
+    {"ringd_compress_dropped_total", "counter",
+     "Compressed variants dropped, by kind (changed: their file changed; evicted: for room or "
+     "too large for --compress-cache-bytes; refused: misses that started nothing, the "
+     "compressor being busy; failed: a read or the library failed)",
+     nullptr,
+     [](Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
+       for (const ShardView& v : shards) {
+         if (!v.up) continue;
+         const CompressorStats& c = v.snapshot->compress;
+         const std::pair<const char*, uint64_t> kinds[] = {{"changed", c.changed},
+                                                           {"evicted", c.evictions},
+                                                           {"refused", c.refused},
+                                                           {"failed", c.failed}};
+         for (const auto& [kind, n] : kinds) {
+           w.Sample(name, ShardLabel(v.shard) + ",kind=\"" + kind + "\"", n);
+         }
+       }
+     }},
+    {"ringd_compress_bytes_saved_total", "counter",
+     "File bytes not sent because a compressed variant was sent instead",
+     RINGD_SHARD(s.compress.bytes_saved)},
+    {"ringd_compress_cache_bytes", "gauge",
+     "Bytes the compressed variants take, per shard (bounded by --compress-cache-bytes)",
+     RINGD_SHARD(s.compress.cache_bytes)},
+    {"ringd_compress_cache_entries", "gauge", "Compressed variants kept, per shard",
+     RINGD_SHARD(s.compress.entries)},
+
     // File cache.
     {"ringd_file_cache_hits_total", "counter", "Metadata lookups answered from the open-file cache",
      RINGD_SHARD(s.cache.hits)},

@@ -10,7 +10,8 @@
 // Input: setup lines, an empty line, then the request head (its blank line is added).
 //   <role> <kind> <size> <mtime>   role: file, br, gz, index, page; kind: regular, dir, missing,
 //                                  forbidden, other, unavailable (by first letter)
-//   config <max_ranges> <max_discarded_body> <flags>   flags: see kFlag* below
+//   config <max_ranges> <max_discarded_body> <flags>   flags: see kFlag* below (with --compress
+//                                  and its variants: 256, 512)
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
@@ -55,6 +56,8 @@ constexpr uint64_t kFlagPrefetch = 16;      // the caller looks up the paths a s
 constexpr uint64_t kFlagWarmBySize = 32;    // the other plan differs in sizes, not times
 constexpr uint64_t kFlagFallback = 64;      // --fallback /fallback.html
 constexpr uint64_t kFlagAutoindex = 128;    // --autoindex: directories without an index listed
+constexpr uint64_t kFlagCompress = 256;     // --compress, for text/* of 10 bytes to 1 MB
+constexpr uint64_t kFlagVariants = 512;     // every coding's variant is ready
 
 enum Role { kFile, kBr, kGz, kIndex, kPage, kFallbackFile, kRoles };
 
@@ -111,6 +114,15 @@ class FuzzFiles : public FileMetaSource {
     return ListingResult{listing_status, it->second};
   }
   bool Listed(std::string_view dir) const { return listings_.count(std::string(dir)) != 0; }
+
+  // --compress: a variant of every file in every coding, "variant <coding>", when `variants`.
+  bool variants = false;
+  std::optional<std::string_view> Variant(const FileMeta& meta, Coding coding) override {
+    FUZZ_CHECK(meta.kind == FileMeta::Kind::kRegular && coding != Coding::kIdentity);
+    if (!variants) return std::nullopt;
+    static const std::string bodies[kCodings] = {"", "variant gzip", "variant br", "variant zstd"};
+    return std::string_view(bodies[static_cast<int>(coding)]);
+  }
   void MakeListing(std::string_view dir) {
     listings_.emplace(std::string(dir), "listing of " + std::string(dir));
   }
@@ -144,6 +156,18 @@ const OriginHeaders& Origin() {
     return o;
   }();
   return *origin;
+}
+
+const CompressPolicy& Policy() {
+  static const CompressPolicy* policy = [] {
+    auto* p = new CompressPolicy();
+    std::string error;
+    FUZZ_CHECK(p->ParseTypes("text/*", &error));
+    p->min_bytes = 10;
+    p->max_bytes = 1 << 20;
+    return p;
+  }();
+  return *policy;
 }
 
 Setup ReadSetup(FuzzText* in) {
@@ -191,6 +215,8 @@ Setup ReadSetup(FuzzText* in) {
   if (s.flags & kFlagOrigin) s.config.origin = &Origin();
   if (s.flags & kFlagFallback) s.config.fallback = kFallback;
   s.config.autoindex = (s.flags & kFlagAutoindex) != 0;
+  if (s.flags & kFlagCompress) s.config.compress = &Policy();
+  s.files.variants = (s.flags & kFlagVariants) != 0;
   s.config.multipart_boundary = kBoundary;
   return s;
 }
@@ -336,8 +362,18 @@ void CheckStatusAndFraming(const Request& req, const PlannerConfig& config,
     }
   }
   if (plan.inline_body.empty() && plan.file_path.empty()) FUZZ_CHECK(plan.content_length == 0);
-  // A 200 from memory is a listing, under --autoindex, and only for a directory's target.
-  if (plan.status == 200 && !plan.inline_body.empty()) {
+  // A 200 from memory is a listing, under --autoindex, and only for a directory's target; or a
+  // compressed variant (--compress) of a file no sibling serves the client, sent whole.
+  if (plan.variant) {
+    FUZZ_CHECK(config.compress != nullptr && plan.vary_accept_encoding);
+    FUZZ_CHECK(plan.status == 200 || plan.status == 304);
+    FUZZ_CHECK(plan.file.kind == FileMeta::Kind::kRegular && plan.file_path.empty());
+    FUZZ_CHECK(config.compress->Compressible(plan.content_type, plan.file.size));
+    if (plan.status == 200) {
+      FUZZ_CHECK(plan.inline_body == "variant " + std::string(plan.content_encoding));
+    }
+    FUZZ_CHECK(plan.compress_wanted == Coding::kIdentity);
+  } else if (plan.status == 200 && !plan.inline_body.empty()) {
     FUZZ_CHECK(config.autoindex && plan.inline_body.starts_with("listing of "));
     FUZZ_CHECK(plan.content_type == ListingContentType(config.autoindex_format));
   }
@@ -353,7 +389,7 @@ void CheckStatusAndFraming(const Request& req, const PlannerConfig& config,
 // A file's 200, 206 or 304: the answers that carry validators and origin headers.
 bool IsFileAnswer(const ResponsePlan& plan) {
   return plan.status == 206 || plan.status == 304 ||
-         (plan.status == 200 && !plan.file_path.empty());
+         (plan.status == 200 && (!plan.file_path.empty() || plan.variant));
 }
 
 // Validators and origin headers belong to a file's 200, 206 and 304 only; a Content-Encoding
@@ -368,12 +404,19 @@ void CheckOriginHeadersAndEncoding(const Request& req, const PlannerConfig& conf
       FUZZ_CHECK(plan.added_headers.empty());
     }
   }
-  if (plan.vary_accept_encoding) FUZZ_CHECK(config.precompressed);
+  if (plan.vary_accept_encoding) FUZZ_CHECK(config.precompressed || config.compress != nullptr);
   if (plan.content_encoding == "br")
-    FUZZ_CHECK(plan.status == 304 || plan.file_path.ends_with(".br"));
+    FUZZ_CHECK(plan.status == 304 || plan.variant || plan.file_path.ends_with(".br"));
   if (plan.content_encoding == "gzip")
-    FUZZ_CHECK(plan.status == 304 || plan.file_path.ends_with(".gz"));
+    FUZZ_CHECK(plan.status == 304 || plan.variant || plan.file_path.ends_with(".gz"));
+  if (plan.content_encoding == "zstd") FUZZ_CHECK(plan.variant);
   if (!plan.content_encoding.empty()) FUZZ_CHECK(!req.accept_encoding.empty());
+  // A coding to make only for a file sent as it is, to a client that takes that coding.
+  if (plan.compress_wanted != Coding::kIdentity) {
+    FUZZ_CHECK(config.compress != nullptr && !plan.variant && plan.content_encoding.empty());
+    FUZZ_CHECK(plan.vary_accept_encoding && plan.file.kind == FileMeta::Kind::kRegular);
+    FUZZ_CHECK(ChooseCoding(ParseAcceptEncoding(req.accept_encoding)) == plan.compress_wanted);
+  }
 }
 
 // RFC 9110 section 14.2: a Range header applies to a GET whose If-Range allows it. A file's 200
@@ -402,9 +445,17 @@ void CheckRangeApplied(const Request& req, const PlannerConfig& config, const Re
 void CheckFileAnswer(const Request& req, const PlannerConfig& config, const ResponsePlan& plan) {
   const bool get_or_head = req.method == Method::kGet || req.method == Method::kHead;
   FUZZ_CHECK(get_or_head && !config.redirect_to_https);
-  char etag[kMaxETag];
-  FUZZ_CHECK(plan.etag ==
-             std::string_view(etag, FormatETag(plan.file.mtime_sec, plan.file.size, etag)));
+  char etag[kMaxVariantETag];
+  if (plan.variant) {  // weak, and the coding's
+    FUZZ_CHECK(
+        plan.etag ==
+        std::string_view(
+            etag, FormatVariantETag(plan.file.mtime_sec, plan.file.size,
+                                    ChooseCoding(ParseAcceptEncoding(req.accept_encoding)), etag)));
+  } else {
+    FUZZ_CHECK(plan.etag ==
+               std::string_view(etag, FormatETag(plan.file.mtime_sec, plan.file.size, etag)));
+  }
   char date[kHttpDateLen];
   FormatHttpDate(plan.file.mtime_sec, date);
   FUZZ_CHECK(plan.last_modified == std::string_view(date, kHttpDateLen));
@@ -415,7 +466,11 @@ void CheckFileAnswer(const Request& req, const PlannerConfig& config, const Resp
     FUZZ_CHECK(!plan.send_body && plan.content_length == 0 && plan.file_path.empty());
   } else {
     FUZZ_CHECK(pre == Precondition::kProceed);
-    CheckRangeApplied(req, config, plan, validators);
+    if (plan.variant) {
+      FUZZ_CHECK(plan.status == 200 && plan.ranges.count == 0);  // a variant goes whole
+    } else {
+      CheckRangeApplied(req, config, plan, validators);
+    }
   }
 }
 
