@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import unittest
@@ -17,6 +18,7 @@ import h2.events
 
 from ringd_harness import (ADMIN, BACKEND, DocrootTestCase, Reader, Server, RINGD, ROOT_FLAGS,
                            wait_for)
+from tls_pki import make_pki
 
 ONE_SHARD = ("--shards", "1")
 
@@ -222,6 +224,48 @@ class ClientLimitsTest(DocrootTestCase):
         self.assertEqual(get(held, "p2").status, 200)
         self.assertEqual(get(held, "p3").status, 503)
         held.close()
+
+    def tls_server(self, *flags):
+        pki = tempfile.mkdtemp(prefix="ringd-limits-pki-")
+        self.addCleanup(shutil.rmtree, pki, True)
+        make_pki(pki)
+        self.ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
+        return self.start("--listen-tls", "127.0.0.1:0,proxy", "--proxy-from", "all",
+                          "--tls-cert", os.path.join(pki, "localhost-ec.crt"),
+                          "--tls-key", os.path.join(pki, "localhost-ec.key"), *flags,
+                          listen="127.0.0.1:0,proxy", needs_peer=False)
+
+    def tls(self, port, source, client):
+        s = connect(port, source)
+        s.sendall(v1(client))
+        return self.ctx.wrap_socket(s, server_hostname="localhost")
+
+    def test_https_behind_a_proxy_header(self):
+        # The client is named below TLS (the TlsLoop reads the header): counted at its first
+        # bytes, limited per request as over plaintext.
+        server = self.tls_server("--limit-conn", "1", "--limit-req", "1r/m,burst=1")
+        held = self.tls(server.tls_port, "127.0.0.13", "203.0.113.21")
+        self.assertEqual(get(held, "t1").status, 200)
+        try:
+            with self.tls(server.tls_port, "127.0.0.14", "203.0.113.21") as extra:
+                extra.settimeout(5)
+                refused = get(extra, "t-extra").status != 200
+        except (EOFError, ConnectionResetError, BrokenPipeError, ssl.SSLError, OSError):
+            refused = True
+        self.assertTrue(refused)
+        wait_for(lambda: server.metric("ringd_limit_conn_refused_total") == 1, "1 refused")
+        self.assertEqual(get(held, "t2").status, 200)
+        self.assertEqual(get(held, "t3").status, 503)
+        held.close()
+        # Its slot freed, the client connects again (its requests still over the rate).
+        def again():
+            try:
+                s = self.tls(server.tls_port, "127.0.0.14", "203.0.113.21")
+                with s:
+                    return get(s, "t4").status == 503
+            except (EOFError, ConnectionResetError, BrokenPipeError, ssl.SSLError, OSError):
+                return False
+        wait_for(again, "the freed slot taken again")
 
 
 class BypassTest(DocrootTestCase):
