@@ -1,6 +1,7 @@
 // The connections' per-client limits (--limit-conn, --limit-req) and the real client of a
 // request (--real-ip-from): where the shard's tables (server/http/client_limits.h) meet its
 // connections. Everything here runs on the shard's thread, and only with one of those flags.
+#include <nghttp2/nghttp2.h>
 #include <sys/socket.h>
 
 #include "io/assert.h"
@@ -52,7 +53,11 @@ bool ConnectionMachine::RefusedByRate(Connection* conn, Exchange* ex, const http
     // Every field of that name, in order: a proxy may add its own rather than extend one.
     std::string_view values[8];
     size_t count = 0;
-    for (size_t i = 0; i < req.num_headers; ++i) {
+    if (ex->stream_id != 0 && ex->h2_fields[Exchange::kH2RealIpField] != nullptr) {
+      const nghttp2_vec v = nghttp2_rcbuf_get_buf(ex->h2_fields[Exchange::kH2RealIpField]);
+      values[count++] = std::string_view(reinterpret_cast<const char*>(v.base), v.len);
+    }
+    for (size_t i = 0; ex->stream_id == 0 && i < req.num_headers; ++i) {
       const http::Header& h = req.headers[i];
       if (h.name.size() != config_.real_ip_header.size() ||
           !http::EqualsIgnoreCase(h.name, config_.real_ip_header)) {

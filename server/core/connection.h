@@ -106,7 +106,9 @@ struct Exchange {
   // memory at h2_piece).
   int32_t stream_id = 0;
   mem::ListLink<Exchange> h2_link;
-  nghttp2_rcbuf* h2_fields[http::kH2FieldCount] = {};
+  // The kept fields by http::H2Field, then the --real-ip-header field (with --real-ip-from).
+  static constexpr size_t kH2RealIpField = http::kH2FieldCount;
+  nghttp2_rcbuf* h2_fields[http::kH2FieldCount + 1] = {};
   uint32_t h2_head_bytes = 0;  // the request's field section, as HTTP/1.1 would count it
   uint32_t h2_fields_seen = 0;
   bool h2_refused = false;   // its fields passed --max-request-head or --max-headers: 431

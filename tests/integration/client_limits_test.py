@@ -195,6 +195,28 @@ class ClientLimitsTest(DocrootTestCase):
             self.assertEqual(get(s, "same", b"X-Forwarded-For: 203.0.113.5\r\n").status, 503)
         self.assertEqual(self.logged_client(log, "same"), "203.0.113.5")
 
+    def test_x_forwarded_for_over_http2(self):
+        log = self.access_log()
+        server = self.start("--real-ip-from", "127.0.0.15", "--access-log", log)
+        for source, marker, expected in (("127.0.0.15", "h2trusted", "203.0.113.77"),
+                                         ("127.0.0.16", "h2untrusted", "127.0.0.16")):
+            with connect(server.port, source) as s:
+                conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+                conn.initiate_connection()
+                conn.send_headers(1, [(":method", "GET"), (":path", "/small.txt?" + marker),
+                                      (":scheme", "http"), (":authority", "t"),
+                                      ("x-forwarded-for", "192.0.2.1"),
+                                      ("x-forwarded-for", "203.0.113.77")], end_stream=True)
+                s.sendall(conn.data_to_send())
+                done = False
+                while not done:
+                    data = s.recv(65536)
+                    self.assertTrue(data, "the connection closed")
+                    for ev in conn.receive_data(data):
+                        done = done or isinstance(ev, h2.events.StreamEnded)
+                    s.sendall(conn.data_to_send())
+            self.assertEqual(self.logged_client(log, marker), expected)
+
     def test_recursive_skips_trusted_proxies(self):
         log = self.access_log()
         server = self.start("--real-ip-from", "127.0.0.0/8", "--real-ip-from", "10.0.0.0/8",
