@@ -160,7 +160,7 @@ TEST_F(IoSetupTest, LimitsNeedATierThatNamesClientsUnlessHeadersNameThem) {
   c.limit_conn = 4;
   EXPECT_EQ(CheckIoFlags(c, tiers_).message(), refused);
   c = WithIo("bypass");
-  c.limit_req.millirequests_per_s = 1000;
+  c.limit_req.microrequests_per_s = 1000;
   EXPECT_EQ(CheckIoFlags(c, tiers_).message(), refused);
   c = WithIo("bypass");
   c.real_ip_from.Add(true, *http::ParseCidr("10.0.0.0/8"));

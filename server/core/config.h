@@ -69,7 +69,7 @@ struct Config {
   http::ClientRules client_rules;
   // Limits per client (a shard's own tables: with several shards, each shard's;
   // docs/OPERATIONS.md): concurrent connections (--limit-conn, 0: none), closed at accept beyond
-  // it; a request rate with a burst (--limit-req; millirequests_per_s 0: none), answered
+  // it; a request rate with a burst (--limit-req; microrequests_per_s 0: none), answered
   // limit_req_status (with Retry-After) beyond it; the rate table's entries per shard; IPv6 clients
   // keyed by this prefix.
   uint32_t limit_conn = 0;
@@ -81,7 +81,7 @@ struct Config {
   http::ClientRules real_ip_from;
   std::string real_ip_header = "X-Forwarded-For";
   bool real_ip_recursive = false;
-  bool limits_clients() const { return limit_conn != 0 || limit_req.millirequests_per_s != 0; }
+  bool limits_clients() const { return limit_conn != 0 || limit_req.microrequests_per_s != 0; }
   bool any_proxy_listener() const {
     for (const ListenAddress& a : listen)
       if (a.proxy) return true;

@@ -587,7 +587,7 @@ TEST(Config, ClientLimitsAndRealIp) {
   ASSERT_TRUE(p.ok) << p.error;
   EXPECT_TRUE(p.config.limits_clients());
   EXPECT_EQ(p.config.limit_conn, 4u);
-  EXPECT_EQ(p.config.limit_req.millirequests_per_s, 10000u);
+  EXPECT_EQ(p.config.limit_req.microrequests_per_s, 10000000u);
   EXPECT_EQ(p.config.limit_req.burst, 20u);
   EXPECT_EQ(p.config.limit_req_status, 429u);
   EXPECT_EQ(p.config.limit_table, 64u);

@@ -54,7 +54,7 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
                               (error_log_ != nullptr && error_log_->Wants(ErrorLevel::kInfo)) ||
                               config_.limits_clients() || real_ip_;
   if (peer_at_accept) peers_ = std::make_unique<PeerAddress[]>(parts.capacity);
-  if (config_.limit_req.millirequests_per_s != 0) {
+  if (config_.limit_req.microrequests_per_s != 0) {
     uint64_t seed = 0;
     if (getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = static_cast<uint64_t>(now_ms_);
     rates_ = std::make_unique<http::RateTable>(config_.limit_req, config_.limit_table, seed);

@@ -40,8 +40,8 @@ std::optional<RateLimit> ParseRateLimit(std::string_view text) {
   uint64_t n = 0;
   if (!ParseDecimal(rate.substr(0, rate.size() - 3), 1000000, &n) || n == 0) return std::nullopt;
   RateLimit limit;
-  limit.millirequests_per_s = n * 1000 / per_s_unit;
-  if (limit.millirequests_per_s == 0) return std::nullopt;
+  limit.microrequests_per_s = n * 1000000 / per_s_unit;
+  if (limit.microrequests_per_s == 0) return std::nullopt;
   if (comma != std::string_view::npos) {
     const std::string_view burst = text.substr(comma + 1);
     uint64_t b = 0;
@@ -55,16 +55,19 @@ std::optional<RateLimit> ParseRateLimit(std::string_view text) {
 
 RateTable::RateTable(RateLimit limit, uint32_t capacity, uint64_t seed)
     : limit_(limit), capacity_(capacity), seed_(seed), entries_(new Entry[capacity]) {
-  RINGD_ASSERT(capacity_ > 0 && limit_.millirequests_per_s > 0);
+  RINGD_ASSERT(capacity_ > 0 && limit_.microrequests_per_s > 0);
 }
 
 // The bucket of `e` at `now_ms`, as nginx keeps it: what it held when last seen less what the
 // rate has drained since, which may go below zero (a request adds one, then it is clamped at
-// zero). millirequests/s times ms is micro-requests: exact. A clock that went back drains
-// nothing.
+// zero). Micro-requests per second times milliseconds is nano-requests. A clock that went back
+// drains nothing; once the bucket is empty enough that a request starts from nothing, longer
+// makes no difference (and is not multiplied: no overflow).
 int64_t RateTable::Level(const Entry& e, int64_t now_ms) const {
-  const int64_t elapsed = std::clamp<int64_t>(now_ms - e.last_ms, 0, int64_t{1} << 30);
-  return e.excess - static_cast<int64_t>(limit_.millirequests_per_s) * elapsed;
+  const int64_t rate = static_cast<int64_t>(limit_.microrequests_per_s);
+  const int64_t elapsed = std::max<int64_t>(0, now_ms - e.last_ms);
+  if (elapsed > (e.excess + kOne) / rate) return -kOne;
+  return e.excess - rate * elapsed;
 }
 
 RateTable::Verdict RateTable::Take(const LimitKey& key, int64_t now_ms) {
@@ -86,8 +89,8 @@ RateTable::Verdict RateTable::Take(const LimitKey& key, int64_t now_ms) {
         // Served again once the bucket has drained to where one more fits: in whole seconds,
         // at least one (a Retry-After of 0 invites an immediate retry).
         const uint64_t wait_ms =
-            static_cast<uint64_t>(excess - burst + limit_.millirequests_per_s - 1) /
-            limit_.millirequests_per_s;
+            static_cast<uint64_t>(excess - burst + limit_.microrequests_per_s - 1) /
+            limit_.microrequests_per_s;
         return Verdict{false, static_cast<uint32_t>(std::max<uint64_t>(1, (wait_ms + 999) / 1000))};
       }
       e.excess = excess;

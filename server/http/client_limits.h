@@ -39,7 +39,7 @@ LimitKey KeyOf(const ClientAddress& a, int ipv6_prefix_bits);
 // A rate as nginx writes it ("10r/s", "600r/m") and a burst ("10r/s,burst=20"): the requests a
 // client may make at once beyond the one the rate allows now. Rates from 1r/m to 1000000r/s.
 struct RateLimit {
-  uint64_t millirequests_per_s = 0;  // 10r/s: 10000; 30r/m: 500
+  uint64_t microrequests_per_s = 0;  // 10r/s: 10000000; 30r/m: 500000; 1r/m: 16666
   uint32_t burst = 0;
 };
 std::optional<RateLimit> ParseRateLimit(std::string_view text);
@@ -72,13 +72,14 @@ class RateTable {
   uint64_t evictions() const { return evictions_; }
 
  private:
-  static constexpr int64_t kOne = 1000000;  // one request, in micro-requests
+  static constexpr int64_t kOne = 1000000000;  // one request, in nano-requests
   struct Entry {
     LimitKey key;
     bool used = false;
-    int64_t excess = 0;  // micro-requests, at last_ms; never above the burst
+    int64_t excess = 0;  // nano-requests, at last_ms; never above the burst
     int64_t last_ms = 0;
   };
+  static_assert(sizeof(Entry) <= 40);  // docs/OPERATIONS.md: 40 bytes a client
   int64_t Level(const Entry& e, int64_t now_ms) const;
 
   RateLimit limit_;

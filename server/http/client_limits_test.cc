@@ -22,10 +22,11 @@ RateLimit Rate(const char* text) {
 }
 
 TEST(ParseRateLimit, RatesAndBursts) {
-  EXPECT_EQ(Rate("10r/s").millirequests_per_s, 10000u);
+  EXPECT_EQ(Rate("10r/s").microrequests_per_s, 10000000u);
   EXPECT_EQ(Rate("10r/s").burst, 0u);
-  EXPECT_EQ(Rate("30r/m").millirequests_per_s, 500u);
-  EXPECT_EQ(Rate("1r/m").millirequests_per_s, 16u);
+  EXPECT_EQ(Rate("30r/m").microrequests_per_s, 500000u);
+  EXPECT_EQ(Rate("1r/m").microrequests_per_s, 16666u);
+  EXPECT_EQ(Rate("1000000r/s").microrequests_per_s, 1000000000000u);
   EXPECT_EQ(Rate("10r/s,burst=20").burst, 20u);
   for (const char* bad : {"", "10", "10r/h", "0r/s", "r/s", "-1r/s", "10r/s,", "10r/s,burst",
                           "10r/s,burst=", "10r/s,burst=x", "10r/s,nodelay", "2000000r/s"}) {
@@ -80,6 +81,16 @@ TEST(RateTable, NoBurstIsOneRequestPerInterval) {
   EXPECT_TRUE(slow.Take(a, 10000).allowed);
   // A clock that steps back drains nothing and breaks nothing.
   EXPECT_FALSE(slow.Take(a, 9000).allowed);
+  // A rate per minute keeps its precision: 1r/m serves one in 60.0024 s, not in 62.5 s.
+  RateTable minute(Rate("1r/m"), 16, 7);
+  EXPECT_TRUE(minute.Take(a, 0).allowed);
+  EXPECT_FALSE(minute.Take(a, 59999).allowed);
+  EXPECT_TRUE(minute.Take(a, 60003).allowed);  // 16666 micro-requests a second
+  EXPECT_EQ(minute.Take(a, 60003).retry_after_s, 61u);
+  // The fastest rate over the longest gap: no overflow.
+  RateTable fast(Rate("1000000r/s,burst=1000000"), 16, 7);
+  for (int i = 0; i < 1000; ++i) EXPECT_TRUE(fast.Take(a, 0).allowed);
+  EXPECT_TRUE(fast.Take(a, int64_t{1} << 60).allowed);
 }
 
 // The table never holds more than its capacity: a flood of addresses takes free places, then
