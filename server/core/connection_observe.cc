@@ -91,9 +91,10 @@ void ConnectionMachine::LogPlanError(Connection* conn, const Exchange* ex,
   e.path = plan.failed_path;
   e.error = plan.failed_error;
   char addr[INET6_ADDRSTRLEN];
-  e.client = real_ip_ && ex->client.family != 0
-                 ? std::string_view(addr, ex->client.Format(addr, sizeof addr))
-                 : ClientOf(conn, addr);
+  // The request's client when the limits or --real-ip-from found it (a PROXY header's before
+  // TLS, or the one a trusted proxy named), else the connection's.
+  e.client = ex->client.family != 0 ? std::string_view(addr, ex->client.Format(addr, sizeof addr))
+                                    : ClientOf(conn, addr);
   char line[RequestCapture::kRequestMax];
   e.request = ex->stream_id != 0 ? H2RequestLine(req, line) : RequestLine(req);
   error_log_->Write(e, date_sec_);
