@@ -180,7 +180,7 @@ class ClientLimitsTest(DocrootTestCase):
     def test_x_forwarded_for_from_a_trusted_peer_only(self):
         log = self.access_log()
         server = self.start("--real-ip-from", "127.0.0.8", "--access-log", log,
-                            "--limit-req", "1r/m")
+                            "--error-log", log + ".err", "--limit-req", "1r/m")
         xff = b"X-Forwarded-For: 198.51.100.1, 203.0.113.5\r\n"
         with connect(server.port, "127.0.0.8") as s:
             self.assertEqual(get(s, "trusted", xff).status, 200)
@@ -194,6 +194,15 @@ class ClientLimitsTest(DocrootTestCase):
             self.assertEqual(get(s, "other", b"X-Forwarded-For: 203.0.113.6\r\n").status, 200)
             self.assertEqual(get(s, "same", b"X-Forwarded-For: 203.0.113.5\r\n").status, 503)
         self.assertEqual(self.logged_client(log, "same"), "203.0.113.5")
+        # The error log's line for the refusal names the client counted, not the proxy.
+        def refusal_line():
+            if not os.path.exists(log + ".err"):
+                return None
+            with open(log + ".err") as f:
+                return next((l for l in f if "limiting requests by --limit-req" in l), None)
+        line = wait_for(refusal_line, "the error log's line")
+        self.assertIn("status 503, client: 203.0.113.5,", line)
+        self.assertIn("same", line)
 
     def test_x_forwarded_for_over_http2(self):
         log = self.access_log()
