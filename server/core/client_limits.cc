@@ -38,6 +38,7 @@ bool ConnectionMachine::CountConnection(const Connection* conn, const http::Clie
   }
   conn_keys_[slot] = key;
   conn_counted_[slot] = 1;
+  stats_.limit_conn_clients = conn_counts_->clients();
   return true;
 }
 
@@ -45,6 +46,9 @@ void ConnectionMachine::UncountConnection(const Connection* conn) {
   const size_t slot = conns_->IndexOf(conn);
   if (conn_counted_[slot] == 1) conn_counts_->Release(conn_keys_[slot]);
   conn_counted_[slot] = 0;
+  stats_.limit_conn_clients = conn_counts_->clients();
+  // Every client counted holds a connection.
+  RINGD_ASSERT(conn_counts_->clients() <= live_);
 }
 
 bool ConnectionMachine::RefusedByRate(Connection* conn, Exchange* ex, const http::Request& req) {

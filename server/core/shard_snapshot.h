@@ -59,6 +59,7 @@ struct ShardStats {
   // --limit-req's table: clients forgotten to make room (their buckets not yet drained), and
   // its entries in use (at most --limit-table).
   uint64_t limit_req_evicted = 0, limit_req_clients = 0;
+  uint64_t limit_conn_clients = 0;  // --limit-conn's table: clients holding a connection
 };
 
 // What a shard holds right now, for checks that nothing leaks (tests, the simulator).

@@ -266,6 +266,9 @@ const Metric kMetrics[] = {
      "Connections closed because their client held --limit-conn connections already (this "
      "shard's count)",
      RINGD_SHARD(s.stats.limit_conn_refused)},
+    {"ringd_limit_conn_clients", "gauge",
+     "Clients --limit-conn's tables count connections of (each holds at least one)",
+     RINGD_SHARD(s.stats.limit_conn_clients)},
     {"ringd_limit_req_refused_total", "counter",
      "Requests answered --limit-req-status (with Retry-After) because their client asked faster "
      "than --limit-req allows (this shard's bucket)",

@@ -169,7 +169,10 @@ class ClientLimitsTest(DocrootTestCase):
         first.close()
         wait_for(lambda: served(server.port, "127.0.0.6"), "a freed slot taken again")
         self.assertEqual(get(second, "c3").status, 200)
+        self.assertEqual(server.metric("ringd_limit_conn_clients"), 1)
         second.close()
+        # Every connection closed: the table holds nobody (nothing leaks).
+        wait_for(lambda: server.metric("ringd_limit_conn_clients") == 0, "an empty table")
         def error_logged():
             if not os.path.exists(log + ".err"):
                 return False
@@ -297,6 +300,7 @@ class ClientLimitsTest(DocrootTestCase):
             except (EOFError, ConnectionResetError, BrokenPipeError, ssl.SSLError, OSError):
                 return False
         wait_for(again, "the freed slot taken again")
+        wait_for(lambda: server.metric("ringd_limit_conn_clients") == 0, "an empty table")
 
 
 class BypassTest(DocrootTestCase):
