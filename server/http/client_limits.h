@@ -47,8 +47,9 @@ std::optional<RateLimit> ParseRateLimit(std::string_view text);
 // nginx's leaky bucket: each client's `excess` is what it asked beyond the rate, drained at the
 // rate; a request that would take it above `burst` is refused (and leaves it as it was), any
 // other is served at once (nodelay) and adds one. A client's first request finds an empty
-// bucket; with no burst, one request per 1/rate seconds is served. Measured in micro-requests, so
-// that draining at any rate over any whole number of milliseconds is exact.
+// bucket; with no burst, one request per 1/rate seconds is served. Measured in nano-requests (a
+// rate in micro-requests a second times milliseconds), so draining over whole milliseconds is
+// exact, and a rate per minute is kept to a millionth of a request a second.
 //
 // Bound: `capacity` entries, made at construction. An entry's place is found by a keyed hash
 // (seeded per process: a client cannot choose whose entries it lands on) within a window of
