@@ -8,6 +8,18 @@
 namespace ringd {
 namespace {
 
+// Whether the limits per client or --real-ip-from need the sockets' peers: not when every
+// listener is ,proxy and every peer may send the header (--proxy-from all).
+bool NeedsPeersForLimits(const Config& c) {
+  if (!c.limits_clients() && c.real_ip_from.empty()) return false;
+  if (!c.proxy_from_all) return true;
+  for (const ListenAddress& a : c.listen)
+    if (!a.proxy) return true;
+  for (const ListenAddress& a : c.listen_tls)
+    if (!a.proxy) return true;
+  return false;
+}
+
 // The flags that need a capability some tiers lack: which, and whether the config sets it.
 struct CapabilityFlag {
   const char* flag;
@@ -24,6 +36,10 @@ constexpr CapabilityFlag kCapabilityFlags[] = {
     // The peer's address is judged at accept (getpeername), which a direct descriptor lacks.
     {"--allow/--deny", &io::TierCapabilities::names_clients,
      [](const Config& c) { return !c.client_rules.empty(); }},
+    // The limits and --real-ip-from key on the client, unless a PROXY header names every one.
+    {"--limit-conn, --limit-req or --real-ip-from without every listener ,proxy and --proxy-from "
+     "all",
+     &io::TierCapabilities::names_clients, [](const Config& c) { return NeedsPeersForLimits(c); }},
     // (Unless every peer is trusted, --proxy-from all: the header names the client.)
     {"--listen ADDR,proxy without --proxy-from all", &io::TierCapabilities::names_clients,
      [](const Config& c) { return c.any_proxy_listener() && !c.proxy_from_all; }},
@@ -53,6 +69,7 @@ std::string MissingCapability(const Config& config, const io::TierTable& tiers,
 io::TierNeeds NeedsOf(const Config& config, uint64_t descriptor_limit) {
   io::TierNeeds needs;
   needs.names_clients = !config.access_log.empty() || !config.client_rules.empty() ||
+                        NeedsPeersForLimits(config) ||
                         (config.any_proxy_listener() && !config.proxy_from_all);
   needs.file_table_slots = uint64_t{config.max_connections} + Shard::kSpareSlots;
   needs.descriptor_limit = descriptor_limit;

@@ -149,6 +149,38 @@ TEST_F(IoSetupTest, AutoPassesOverTiersThatCannotDoWhatTheFlagsNeed) {
             std::string::npos);
 }
 
+// The limits per client and --real-ip-from key on the client: bypass cannot ask a socket's peer,
+// unless a PROXY header names every client (every listener ,proxy, --proxy-from all).
+TEST_F(IoSetupTest, LimitsNeedATierThatNamesClientsUnlessHeadersNameThem) {
+  const std::string refused =
+      "--limit-conn, --limit-req or --real-ip-from without every listener ,proxy and "
+      "--proxy-from all needs a tier that has it (--io=uring or --io=epoll); the bypass tier "
+      "does not";
+  Config c = WithIo("bypass");
+  c.limit_conn = 4;
+  EXPECT_EQ(CheckIoFlags(c, tiers_).message(), refused);
+  c = WithIo("bypass");
+  c.limit_req.microrequests_per_s = 1000;
+  EXPECT_EQ(CheckIoFlags(c, tiers_).message(), refused);
+  c = WithIo("bypass");
+  c.real_ip_from.Add(true, *http::ParseCidr("10.0.0.0/8"));
+  EXPECT_EQ(CheckIoFlags(c, tiers_).message(), refused);
+  ListenAddress proxied;
+  proxied.proxy = true;
+  c.listen = {proxied};
+  c.listen_tls = {proxied};
+  c.proxy_from_all = true;
+  EXPECT_EQ(CheckIoFlags(c, tiers_), absl::OkStatus());
+  c.listen.push_back(ListenAddress{});  // one listener whose clients no header names
+  EXPECT_EQ(CheckIoFlags(c, tiers_).message(), refused);
+  // Auto passes over bypass for them.
+  c = WithIo("auto");
+  c.limit_conn = 4;
+  absl::StatusOr<IoSetup> io = ChooseIo(c, tiers_, FullProbe(), 0);
+  ASSERT_TRUE(io.ok()) << io.status();
+  EXPECT_EQ(io->tier->name, "uring");
+}
+
 TEST_F(IoSetupTest, TheProbeTextGivesEachTiersVerdict) {
   io::ProbeReport probe = FullProbe();
   probe.lines = {"io_uring_setup: ok"};

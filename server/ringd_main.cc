@@ -506,7 +506,24 @@ void LogIo(const Config& config, const IoSetup& io) {
 struct Inherited {
   std::vector<int> fds, tls_fds;
   std::vector<std::vector<int>> by_shard, tls_by_shard;
+  // Of fds and tls_fds, those named proxy or https-proxy: a PROXY protocol header comes first.
+  std::vector<int> proxy_fds;
   bool any() const { return !fds.empty() || !tls_fds.empty(); }
+  // Whether `fd` (a shard's duplicate) listens where a socket named proxy or https-proxy does:
+  // the shards' duplicates are dealt out by address, so the address says which it is.
+  bool ReadsProxyHeader(int fd) const {
+    sockaddr_storage a{}, b{};
+    socklen_t alen = sizeof a;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &alen) != 0) return false;
+    for (const int p : proxy_fds) {
+      socklen_t blen = sizeof b;
+      if (::getsockname(p, reinterpret_cast<sockaddr*>(&b), &blen) == 0 && alen == blen &&
+          std::memcmp(&a, &b, alen) == 0) {
+        return true;
+      }
+    }
+    return false;
+  }
 };
 
 Inherited CheckListenAddresses(const Config& config, uint32_t shards) {
@@ -516,6 +533,7 @@ Inherited CheckListenAddresses(const Config& config, uint32_t shards) {
   if (!passed.ok()) Die(1, passed.status());
   in.fds = std::move(passed->fds);
   in.tls_fds = std::move(passed->tls_fds);
+  in.proxy_fds = std::move(passed->proxy_fds);
   in.by_shard = AssignInheritedSockets(in.fds, shards, &error);
   if (!error.empty()) Die(1, error);
   in.tls_by_shard = AssignInheritedSockets(in.tls_fds, shards, &error);
@@ -535,7 +553,8 @@ Inherited CheckListenAddresses(const Config& config, uint32_t shards) {
   if (in.any() && config.any_proxy_listener()) {
     Die(2,
         "--listen ADDR,proxy and --listen-tls ADDR,proxy apply to the sockets ringd binds, not to "
-        "sockets systemd passes (LISTEN_FDS): leave socket activation out, or the ,proxy");
+        "sockets systemd passes (LISTEN_FDS): name those FileDescriptorName=proxy or "
+        "https-proxy instead");
   }
   if (!config.takeover) {
     if (!in.any()) {
@@ -603,11 +622,15 @@ std::vector<std::unique_ptr<Shard>> MakeShards(Config& config, const Inherited& 
       }
     }
     std::vector<int> tls_proxy_fds;
-    for (size_t k = 0; k < tls_fds.size() && inherited.tls_fds.empty(); ++k) {
-      if (config.listen_tls[k].proxy) tls_proxy_fds.push_back(tls_fds[k]);
+    for (size_t k = 0; k < tls_fds.size(); ++k) {
+      if (inherited.tls_fds.empty() ? config.listen_tls[k].proxy
+                                    : inherited.ReadsProxyHeader(tls_fds[k])) {
+        tls_proxy_fds.push_back(tls_fds[k]);
+      }
     }
     fds.insert(fds.end(), tls_fds.begin(), tls_fds.end());
     const size_t all = fds.size();
+    const std::vector<int> shard_fds = fds;  // the shard takes `fds`
     auto shard = std::make_unique<Shard>(
         static_cast<int>(i), config, std::move(fds), root_fd, mime,
         WithTls(io.tier->make, &tls->sessions, tls_fds, config.max_connections,
@@ -621,14 +644,19 @@ std::vector<std::unique_ptr<Shard>> MakeShards(Config& config, const Inherited& 
       const int port = PortOf(FirstHttpsAddress(config, inherited));
       shard->SetHttpsRedirect(std::move(redirect), port == 443 ? "" : ":" + std::to_string(port));
     }
-    if (config.any_proxy_listener()) {
-      // (Sockets systemd passed read no PROXY header: CheckListenAddresses refuses the mix.)
+    if (config.any_proxy_listener() || !inherited.proxy_fds.empty()) {
+      // Sockets systemd passed read a PROXY header when named proxy or https-proxy (the
+      // ,proxy of --listen never applies to them: CheckListenAddresses refuses the mix).
       std::vector<Shard::ProxyHeader> proxy(all, Shard::ProxyHeader::kNone);
-      for (size_t k = 0; k < plain && !inherited.any(); ++k) {
-        if (config.listen[k].proxy) proxy[k] = Shard::ProxyHeader::kPlain;
+      for (size_t k = 0; k < plain; ++k) {
+        if (inherited.any() ? inherited.ReadsProxyHeader(shard_fds[k]) : config.listen[k].proxy)
+          proxy[k] = Shard::ProxyHeader::kPlain;
       }
-      for (size_t k = plain; k < all && inherited.tls_fds.empty(); ++k) {
-        if (config.listen_tls[k - plain].proxy) proxy[k] = Shard::ProxyHeader::kBeforeTls;
+      for (size_t k = plain; k < all; ++k) {
+        if (inherited.tls_fds.empty() ? config.listen_tls[k - plain].proxy
+                                      : inherited.ReadsProxyHeader(shard_fds[k])) {
+          proxy[k] = Shard::ProxyHeader::kBeforeTls;
+        }
       }
       shard->SetProxyListeners(std::move(proxy));
     }
@@ -727,8 +755,14 @@ std::string ServingLine(const Config& config, const Inherited& inherited, uint32
                ? AddressText(a.addr)
                : std::string("fd ") + std::to_string(fd);
   };
+  auto proxy_mark = [&inherited](int fd) {
+    return std::find(inherited.proxy_fds.begin(), inherited.proxy_fds.end(), fd) !=
+                   inherited.proxy_fds.end()
+               ? ",proxy"
+               : "";
+  };
   if (inherited.any()) {
-    for (const int fd : inherited.fds) add("", inherited_address(fd));
+    for (const int fd : inherited.fds) add("", inherited_address(fd) + proxy_mark(fd));
     std::vector<int> all = inherited.fds;
     all.insert(all.end(), inherited.tls_fds.begin(), inherited.tls_fds.end());
     std::fprintf(stderr,
@@ -746,7 +780,7 @@ std::string ServingLine(const Config& config, const Inherited& inherited, uint32
     }
   }
   if (!inherited.tls_fds.empty()) {
-    for (const int fd : inherited.tls_fds) add("https ", inherited_address(fd));
+    for (const int fd : inherited.tls_fds) add("https ", inherited_address(fd) + proxy_mark(fd));
   } else {
     for (const ListenAddress& a : config.listen_tls) {
       add("https ", AddressText(a.addr) + (a.proxy ? ",proxy" : ""));
@@ -921,6 +955,14 @@ int Main(int argc, char** argv) {
   const uint32_t shards = prepared.shards;
 
   const Inherited inherited = CheckListenAddresses(config, shards);
+  // A passed socket's peer is judged by --proxy-from at accept (getpeername), as a ,proxy
+  // listener's: a tier without peer addresses needs every peer trusted.
+  if (!inherited.proxy_fds.empty() && !config.proxy_from_all && !io.tier->can.names_clients) {
+    Die(2,
+        "sockets named proxy or https-proxy (LISTEN_FDNAMES) without --proxy-from all need a "
+        "tier that names clients (--io=uring or --io=epoll); the " +
+            io.tier->name + " tier does not");
+  }
   Observability observability;  // the access log and the admin listener (before the shards)
   if (absl::Status s = observability.Open(config, shards); !s.ok()) Die(1, s);
   // Said once nothing that refuses the flags is left (a start-up that fails is one line).

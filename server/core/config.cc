@@ -234,6 +234,59 @@ const std::vector<Flag>& Flags() {
            [](Config* c, const std::string& v, std::string* error) {
              return AddCidr(&c->client_rules, false, v, "--deny", error);
            }}),
+      UintFlag("limit-conn",
+               "connections one client address may hold at once, per shard (nginx's limit_conn); "
+               "beyond it a newcomer is closed at accept (default 0: no limit)",
+               &Config::limit_conn, 0, 1000000),
+      Flag{"limit-req",
+           "requests per client address, per shard, as 10r/s or 600r/m, with ,burst=N: how "
+           "many may come at once beyond the rate (nginx's limit_req ... nodelay); beyond it "
+           "the request is answered --limit-req-status with Retry-After (default: no limit)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             const std::optional<http::RateLimit> r = http::ParseRateLimit(v);
+             if (!r.has_value()) {
+               *error = "--limit-req: expected RATE[,burst=N] such as 10r/s or 600r/m,burst=20 "
+                        "(from 1r/m to 1000000r/s), got '" + v + "'";
+               return false;
+             }
+             c->limit_req = *r;
+             return true;
+           }},
+      Flag{"limit-req-status", "the status of a request over --limit-req: 429 or 503 (default 503, "
+                               "as nginx's limit_req_status)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v != "429" && v != "503") {
+               *error = "--limit-req-status: expected 429 or 503, got '" + v + "'";
+               return false;
+             }
+             c->limit_req_status = v == "429" ? 429 : 503;
+             return true;
+           }},
+      UintFlag("limit-table",
+               "client addresses each shard's --limit-req table holds; beyond it the least "
+               "recently seen is forgotten (default 16384)",
+               &Config::limit_table, 8, 1u << 24),
+      UintFlag("limit-ipv6-prefix",
+               "the limits count an IPv6 client by this many leading bits of its address "
+               "(default 64: a /64 is one client)",
+               &Config::limit_ipv6_prefix, 1, 128),
+      Repeatable(Flag{"real-ip-from",
+           "CIDR (or an address) of a proxy trusted to name the client in --real-ip-header; "
+           "repeatable (nginx's set_real_ip_from); that client is the access log's and the "
+           "limits' (--allow/--deny judge the connection's)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             return AddCidr(&c->real_ip_from, true, v, "--real-ip-from", error);
+           }}),
+      StringFlag("real-ip-header",
+                 "the header a --real-ip-from peer names the client in (default X-Forwarded-For)",
+                 &Config::real_ip_header),
+      BoolFlag("real-ip-recursive",
+               "addresses of --real-ip-from in the header are proxies too: the client is the last "
+               "untrusted one (nginx's real_ip_recursive; default false: the last address)",
+               &Config::real_ip_recursive),
       Repeatable(Flag{"tls-cert",
            "PEM file: a certificate and its chain; repeatable, paired in order with --tls-key "
            "(certificates with the same names and different key types serve one site; others are "
@@ -950,7 +1003,18 @@ const std::vector<HelpTopic>& HelpTopics() {
         {"admin-listen", "HOST:PORT"},
         {"redirect-https", "BOOL"},
         {"takeover", "BOOL"}}},
-      {"Who may connect", {{"proxy-from", "CIDR"}, {"allow", "CIDR"}, {"deny", "CIDR"}}},
+      {"Who may connect",
+       {{"proxy-from", "CIDR"},
+        {"allow", "CIDR"},
+        {"deny", "CIDR"},
+        {"limit-conn", "N"},
+        {"limit-req", "RATE"},
+        {"limit-req-status", "429|503"},
+        {"limit-table", "N"},
+        {"limit-ipv6-prefix", "BITS"},
+        {"real-ip-from", "CIDR"},
+        {"real-ip-header", "NAME"},
+        {"real-ip-recursive", "BOOL"}}},
       {"Files and responses",
        {{"root", "DIR"},
         {"index", "NAME"},

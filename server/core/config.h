@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "server/http/client_address.h"
+#include "server/http/client_limits.h"
 #include "server/http/compression.h"
 #include "server/http/dir_listing.h"
 #include "server/http/origin_headers.h"
@@ -67,6 +68,21 @@ struct Config {
   http::ClientRules proxy_from;
   bool proxy_from_all = false;  // --proxy-from all: no peer is asked for its address
   http::ClientRules client_rules;
+  // Limits per client (a shard's own tables: with several shards, each shard's;
+  // docs/OPERATIONS.md): concurrent connections (--limit-conn, 0: none), closed at accept beyond
+  // it; a request rate with a burst (--limit-req; microrequests_per_s 0: none), answered
+  // limit_req_status (with Retry-After) beyond it; the rate table's entries per shard; IPv6 clients
+  // keyed by this prefix.
+  uint32_t limit_conn = 0;
+  http::RateLimit limit_req;
+  uint32_t limit_req_status = 503;
+  uint32_t limit_table = 16384;
+  uint32_t limit_ipv6_prefix = 64;
+  // nginx's realip: a request from a --real-ip-from peer names its client in this header.
+  http::ClientRules real_ip_from;
+  std::string real_ip_header = "X-Forwarded-For";
+  bool real_ip_recursive = false;
+  bool limits_clients() const { return limit_conn != 0 || limit_req.microrequests_per_s != 0; }
   bool any_proxy_listener() const {
     for (const ListenAddress& a : listen)
       if (a.proxy) return true;

@@ -604,6 +604,47 @@ TEST(Config, ProxyAndClientRuleErrorsAreOneLine) {
       "--proxy-from: expected ADDRESS, ADDRESS/BITS (no host bits set) or all, got '::1/129'");
 }
 
+TEST(Config, ClientLimitsAndRealIp) {
+  Parsed d = Parse({"--root", "/tmp"});
+  ASSERT_TRUE(d.ok) << d.error;
+  EXPECT_FALSE(d.config.limits_clients());
+  EXPECT_EQ(d.config.limit_req_status, 503u);
+  EXPECT_EQ(d.config.limit_ipv6_prefix, 64u);
+  EXPECT_TRUE(d.config.real_ip_from.empty());
+  EXPECT_EQ(d.config.real_ip_header, "X-Forwarded-For");
+
+  Parsed p = Parse({"--root", "/tmp", "--limit-conn", "4", "--limit-req", "10r/s,burst=20",
+                    "--limit-req-status", "429", "--limit-table", "64", "--limit-ipv6-prefix", "56",
+                    "--real-ip-from", "10.0.0.0/8", "--real-ip-from", "::1", "--real-ip-header",
+                    "X-Real-IP", "--real-ip-recursive"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_TRUE(p.config.limits_clients());
+  EXPECT_EQ(p.config.limit_conn, 4u);
+  EXPECT_EQ(p.config.limit_req.microrequests_per_s, 10000000u);
+  EXPECT_EQ(p.config.limit_req.burst, 20u);
+  EXPECT_EQ(p.config.limit_req_status, 429u);
+  EXPECT_EQ(p.config.limit_table, 64u);
+  EXPECT_EQ(p.config.limit_ipv6_prefix, 56u);
+  EXPECT_EQ(p.config.real_ip_header, "X-Real-IP");
+  EXPECT_TRUE(p.config.real_ip_recursive);
+  http::ClientAddress a;
+  a.family = AF_INET;
+  a.addr[0] = 10;
+  EXPECT_TRUE(p.config.real_ip_from.Contains(a));
+
+  EXPECT_EQ(Parse({"--root", "/tmp", "--limit-req", "10r/h"}).error,
+            "--limit-req: expected RATE[,burst=N] such as 10r/s or 600r/m,burst=20 (from 1r/m to "
+            "1000000r/s), got '10r/h'");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--limit-req-status", "500"}).error,
+            "--limit-req-status: expected 429 or 503, got '500'");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--limit-table", "4"}).error,
+            "--limit-table: expected an integer from 8 to 16777216, got '4'");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--limit-ipv6-prefix", "0"}).error,
+            "--limit-ipv6-prefix: expected an integer from 1 to 128, got '0'");
+  EXPECT_EQ(Parse({"--root", "/tmp", "--real-ip-from", "all,"}).error,
+            "--real-ip-from: expected ADDRESS, ADDRESS/BITS (no host bits set) or all, got 'all,'");
+}
+
 TEST(Config, User) {
   Parsed p = Parse({"--root", "/tmp", "--user", "nobody"});
   ASSERT_TRUE(p.ok) << p.error;

@@ -90,6 +90,12 @@ void ConnectionMachine::OnRecv(io::Completion* c) {
   // a connection closing after its last response lingers rather than close on them (a reset).
   // Otherwise it ended like any cancelled receive.
   int64_t result = c->result;
+  // A TLS listener's PROXY header has named the client by the first plaintext that comes.
+  if (self->conn_counted_ != nullptr && self->conn_counted_[self->conns_->IndexOf(conn)] == 2 &&
+      result > 0) {
+    self->conn_counted_[self->conns_->IndexOf(conn)] = 0;
+    if (!self->CountConnection(conn, self->ConnClient(conn))) return self->Abort(conn);
+  }
   if (result == io::kRecvCancelledWithInput) {
     conn->more_input_expected = true;
     result = -ECANCELED;
@@ -382,6 +388,14 @@ bool ConnectionMachine::PlanExchange(Connection* conn, Exchange* ex, const http:
   const bool https_redirect = conn->https_redirect;
   if (ex->lookups == 0) ex->plan_since = files_->validations();
   ex->head_request = req.method == http::Method::kHead;
+  if (ex->lookups == 0 && ex->listing == nullptr && (rates_ != nullptr || real_ip_) &&
+      RefusedByRate(conn, ex, req)) {
+    ex->plan_number = ++plans_;
+    if (error_log_ != nullptr && error_log_->Wants(ErrorLevelOf(ex->plan.status))) {
+      LogPlanError(conn, ex, req);
+    }
+    return true;
+  }
   RequestLookup::MadeListing made;
   if (ex->listing != nullptr) made = {ex->listing->dir, {ex->listing->status, ex->listing->body}};
   RequestLookup source(files_.get(), ex->plan_since, ex->listing != nullptr ? &made : nullptr,

@@ -30,6 +30,7 @@
 #include "server/core/shard_snapshot.h"
 #include "server/core/timer_list.h"
 #include "server/http/client_address.h"
+#include "server/http/client_limits.h"
 #include "server/http/h2_fields.h"
 #include "server/http/http_date.h"
 #include "server/http/request_parser.h"
@@ -84,6 +85,9 @@ struct Exchange {
   // count of plans when this one was made) lets StartResponse assert that the views it writes
   // are still the latest plan's.
   http::ResponsePlan plan;
+  // The request's client, for the log and the limits: the connection's, or with --real-ip-from
+  // the one its header names; unknown (family 0) until the request is planned.
+  http::ClientAddress client;
   uint64_t plan_number = 0;
   io::Completion send;
   uint64_t send_progress = 0;  // the send's progress (Completion::done) when its timer was armed
@@ -106,7 +110,9 @@ struct Exchange {
   // memory at h2_piece).
   int32_t stream_id = 0;
   mem::ListLink<Exchange> h2_link;
-  nghttp2_rcbuf* h2_fields[http::kH2FieldCount] = {};
+  // The kept fields by http::H2Field, then the --real-ip-header field (with --real-ip-from).
+  static constexpr size_t kH2RealIpField = http::kH2FieldCount;
+  nghttp2_rcbuf* h2_fields[http::kH2FieldCount + 1] = {};
   uint32_t h2_head_bytes = 0;  // the request's field section, as HTTP/1.1 would count it
   uint32_t h2_fields_seen = 0;
   bool h2_refused = false;    // its fields passed --max-request-head or --max-headers: 431
@@ -247,8 +253,11 @@ class ConnectionMachine {
   static constexpr uint32_t kSilentScan = 256;
 
   // A newcomer's connection, waiting for its first request (after its PROXY protocol header,
-  // with `proxy_header`); nullptr when every slot is taken.
-  Connection* Open(int fd, bool https_redirect, bool proxy_header = false);
+  // with `proxy_header`); nullptr when every slot is taken, or, with *refused set, when
+  // --limit-conn refused its client (closed). `tls_proxy`: a TLS listener's PROXY header (read
+  // below, by the TlsLoop) names the client.
+  Connection* Open(int fd, bool https_redirect, bool proxy_header = false, bool tls_proxy = false,
+                   bool* refused = nullptr);
   // Once a turn, before the loop polls: the clock, the Date header, the timers, and queued
   // bodies that reached the send queue's aging bound.
   void Tick(int64_t now_ms, int64_t realtime_sec);
@@ -416,6 +425,17 @@ class ConnectionMachine {
   // --allow/--deny and becomes the log's; false when the rules refused it (the connection closes).
   bool NoteProxiedClient(Connection* conn, const http::ClientAddress* named);
 
+  // Per-client limits and the real client (client_limits.cc); each costs nothing unless its
+  // flag is set. The connection's client: the PROXY header's, else the socket's peer.
+  http::ClientAddress ConnClient(const Connection* conn) const;
+  // Counts the connection against --limit-conn as `client`'s; false (counted, logged) when its
+  // client holds the limit already.
+  bool CountConnection(const Connection* conn, const http::ClientAddress& client);
+  void UncountConnection(const Connection* conn);
+  // A new request: its client (--real-ip-from) into ex->client, then --limit-req; true when
+  // the request is refused (ex->plan is the refusal).
+  bool RefusedByRate(Connection* conn, Exchange* ex, const http::Request& req);
+
   const Config& config_;
   io::Loop* loop_;
   mem::BufferPool* input_pool_;
@@ -440,6 +460,14 @@ class ConnectionMachine {
   // With the access log or the error log at info only: each connection slot's client
   // (conns_->IndexOf), taken at accept.
   std::unique_ptr<PeerAddress[]> peers_;
+  // --limit-req's buckets and --limit-conn's counts, this shard's alone (bounds: client_limits.h),
+  // and by connection slot the key a connection is counted under (conn_counted_: 0 not counted,
+  // 1 counted, 2 to be counted when its first bytes come: a TLS listener's PROXY header).
+  std::unique_ptr<http::RateTable> rates_;
+  std::unique_ptr<http::ConnTable> conn_counts_;
+  std::unique_ptr<http::LimitKey[]> conn_keys_;
+  std::unique_ptr<uint8_t[]> conn_counted_;
+  bool real_ip_ = false;  // --real-ip-from given
   std::unique_ptr<FileCache> files_;
   std::unique_ptr<DirLister> lister_;  // with --autoindex only
   // With --compress only: this shard's variants and the thread that makes them.

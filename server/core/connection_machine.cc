@@ -48,9 +48,23 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
   }
   // The error log at level error writes few lines, each while its socket is open: it asks for
   // the peer then (ClientOf) rather than cost every connection a getpeername.
-  const bool peer_at_accept =
-      log_ != nullptr || (error_log_ != nullptr && error_log_->Wants(ErrorLevel::kInfo));
+  // The limits and --real-ip-from need every connection's client.
+  real_ip_ = !config_.real_ip_from.empty();
+  const bool peer_at_accept = log_ != nullptr ||
+                              (error_log_ != nullptr && error_log_->Wants(ErrorLevel::kInfo)) ||
+                              config_.limits_clients() || real_ip_;
   if (peer_at_accept) peers_ = std::make_unique<PeerAddress[]>(parts.capacity);
+  if (config_.limit_req.microrequests_per_s != 0) {
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = static_cast<uint64_t>(now_ms_);
+    rates_ = std::make_unique<http::RateTable>(config_.limit_req, config_.limit_table, seed);
+  }
+  if (config_.limit_conn != 0) {
+    // One entry per connection slot at most: a client with no connection has none.
+    conn_counts_ = std::make_unique<http::ConnTable>(config_.limit_conn, parts.capacity);
+    conn_keys_ = std::make_unique<http::LimitKey[]>(parts.capacity);
+    conn_counted_ = std::make_unique<uint8_t[]>(parts.capacity);
+  }
   FileCacheOptions fo;
   fo.max_entries = config_.open_file_cache_entries;
   fo.valid_ms = config_.open_file_cache_valid_ms;
@@ -115,9 +129,25 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
 
 ConnectionMachine::~ConnectionMachine() { FreeH2Callbacks(); }
 
-Connection* ConnectionMachine::Open(int fd, bool https_redirect, bool proxy_header) {
+Connection* ConnectionMachine::Open(int fd, bool https_redirect, bool proxy_header, bool tls_proxy,
+                                    bool* refused) {
   Connection* conn = conns_->Get();
   if (conn == nullptr) return nullptr;
+  if (conn_counts_ != nullptr) {
+    // Judged before anything is armed: a refused newcomer is closed at once, its slot back.
+    conn->fd = fd;
+    NotePeer(conn);
+    const size_t slot = conns_->IndexOf(conn);
+    conn_counted_[slot] = 0;
+    if (tls_proxy) {
+      conn_counted_[slot] = 2;  // the client is named below TLS: counted at its first bytes
+    } else if (!proxy_header && !CountConnection(conn, peers_[slot])) {
+      conns_->Put(conn);
+      loop_->Close(fd);
+      if (refused != nullptr) *refused = true;
+      return nullptr;
+    }
+  }
   ++stats_.accepted;
   ++live_;
   ++state_counts_[static_cast<int>(ConnState::kReading)];
@@ -125,7 +155,7 @@ Connection* ConnectionMachine::Open(int fd, bool https_redirect, bool proxy_head
   conn->fd = fd;
   conn->https_redirect = https_redirect;
   conn->proxy_header = proxy_header;
-  NotePeer(conn);
+  if (conn_counts_ == nullptr) NotePeer(conn);
   conn->recv.owner = conn;
   conn->recv.callback = &ConnectionMachine::OnRecv;
   header_timers_.Arm(&conn->timer, loop_->MonotonicMs());
@@ -331,6 +361,7 @@ void ConnectionMachine::MaybeFree(Connection* conn) {
     conn->in = nullptr;
   }
   loop_->Close(conn->fd);
+  if (conn_counts_ != nullptr) UncountConnection(conn);
   --state_counts_[static_cast<int>(conn->state)];
   conns_->Put(conn);
   --live_;

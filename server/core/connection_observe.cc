@@ -91,7 +91,10 @@ void ConnectionMachine::LogPlanError(Connection* conn, const Exchange* ex,
   e.path = plan.failed_path;
   e.error = plan.failed_error;
   char addr[INET6_ADDRSTRLEN];
-  e.client = ClientOf(conn, addr);
+  // The request's client when the limits or --real-ip-from found it (a PROXY header's before
+  // TLS, or the one a trusted proxy named), else the connection's.
+  e.client = ex->client.family != 0 ? std::string_view(addr, ex->client.Format(addr, sizeof addr))
+                                    : ClientOf(conn, addr);
   char line[RequestCapture::kRequestMax];
   e.request = ex->stream_id != 0 ? H2RequestLine(req, line) : RequestLine(req);
   error_log_->Write(e, date_sec_);
@@ -129,7 +132,11 @@ bool ConnectionMachine::NoteProxiedClient(Connection* conn, const http::ClientAd
       return false;
     }
   }
-  if (log_ != nullptr && named != nullptr) peers_[conns_->IndexOf(conn)] = *named;
+  if (peers_ != nullptr && named != nullptr) peers_[conns_->IndexOf(conn)] = *named;
+  if (conn_counts_ != nullptr && !CountConnection(conn, ConnClient(conn))) {
+    Abort(conn);
+    return false;
+  }
   return true;
 }
 
@@ -138,6 +145,7 @@ void ConnectionMachine::BeginExchange(Exchange* ex, std::string_view raw,
   ex->started_ns = timing_ ? MonotonicNs() : 0;
   ex->bytes_sent = 0;
   ex->logged = log_ != nullptr;
+  ex->client = http::ClientAddress{};
   if (log_ == nullptr) return;
   if (req != nullptr && ex->stream_id != 0) {
     char line[RequestCapture::kRequestMax];
@@ -174,7 +182,9 @@ void ConnectionMachine::EndExchange(Connection* conn, Exchange* ex) {
   char addr[INET6_ADDRSTRLEN];
   LogLine line;
   const io::TransportInfo transport = loop_->Transport(conn->fd);
-  if (!transport.client.empty()) {
+  if (real_ip_ && ex->client.family != 0) {
+    line.remote_addr = std::string_view(addr, ex->client.Format(addr, sizeof addr));
+  } else if (!transport.client.empty()) {
     line.remote_addr = transport.client;  // named by a PROXY protocol header before TLS
   } else {
     const PeerAddress& peer = peers_[conns_->IndexOf(conn)];

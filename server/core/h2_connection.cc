@@ -15,6 +15,7 @@
 #include "io/assert.h"
 #include "server/core/connection.h"
 #include "server/core/h2_session.h"
+#include "server/http/text.h"
 
 namespace ringd {
 namespace {
@@ -153,7 +154,16 @@ struct H2Callbacks {
       return 0;
     }
     const http::H2Field f = http::H2FieldOf(n);
-    if (f == http::H2Field::kNone) return 0;
+    if (f == http::H2Field::kNone) {
+      // --real-ip-header: the last field of that name (a proxy that adds one adds it last).
+      if (Machine(user)->real_ip_ && http::EqualsIgnoreCase(n, config.real_ip_header)) {
+        nghttp2_rcbuf*& real = ex->h2_fields[Exchange::kH2RealIpField];
+        if (real != nullptr) nghttp2_rcbuf_decref(real);
+        nghttp2_rcbuf_incref(value);
+        real = value;
+      }
+      return 0;
+    }
     nghttp2_rcbuf*& kept = ex->h2_fields[static_cast<size_t>(f)];
     if (kept == nullptr) {
       nghttp2_rcbuf_incref(value);

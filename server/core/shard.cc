@@ -395,8 +395,11 @@ bool Shard::Welcome(int fd, size_t listener) {
 
 // A newcomer takes a connection slot; false if none is free.
 bool Shard::Admit(int fd, size_t listener) {
-  if (machine_->Open(fd, redirect_listeners_[listener], ReadsProxyHeader(listener)) == nullptr)
-    return false;
+  bool refused = false;  // by --limit-conn: closed
+  if (machine_->Open(fd, redirect_listeners_[listener], ReadsProxyHeader(listener),
+                     ReadsProxyHeaderBelowTls(listener), &refused) == nullptr) {
+    return refused;
+  }
   // Over the limit, the longest-idle connections give way to newcomers at the end of the turn
   // (MakeRoom). With nobody idle to give way, stop accepting: the kernel's backlog holds
   // newcomers until a connection closes or goes idle (ResumeAcceptIfRoom).
@@ -427,9 +430,12 @@ void Shard::MakeRoom() {
   if (draining_) return;
   while (parked_count_ > 0) {
     const Parked p = parked_[parked_head_];
-    if (machine_->Open(p.fd, redirect_listeners_[p.listener], ReadsProxyHeader(p.listener)) ==
-        nullptr)
+    bool refused = false;  // by --limit-conn: closed, and the next may take the slot
+    if (machine_->Open(p.fd, redirect_listeners_[p.listener], ReadsProxyHeader(p.listener),
+                       ReadsProxyHeaderBelowTls(p.listener), &refused) == nullptr &&
+        !refused) {
       break;
+    }
     parked_head_ = (parked_head_ + 1) % kParkedMax;
     --parked_count_;
     if (AtLimit()) PauseAccept();  // as Admit

@@ -148,6 +148,9 @@ class Shard final : private ConnectionHost {
   bool ReadsProxyHeader(size_t listener) const {
     return !proxy_listeners_.empty() && proxy_listeners_[listener] == ProxyHeader::kPlain;
   }
+  bool ReadsProxyHeaderBelowTls(size_t listener) const {
+    return !proxy_listeners_.empty() && proxy_listeners_[listener] == ProxyHeader::kBeforeTls;
+  }
   void LogRefusals();
   // The connection limit's policy (shard.cc).
   void RoomMayHaveChanged() override { ResumeAcceptIfRoom(); }

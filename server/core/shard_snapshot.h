@@ -58,6 +58,13 @@ struct ShardStats {
   uint64_t clients_denied = 0;
   uint64_t proxy_untrusted = 0, proxy_missing = 0, proxy_malformed = 0;
   http::ClientAddress last_refused;  // the last client refused by address, for the log line
+  // Refused by the limits per client: connections closed by --limit-conn, requests answered
+  // --limit-req-status by --limit-req.
+  uint64_t limit_conn_refused = 0, limit_req_refused = 0;
+  // --limit-req's table: clients forgotten to make room (their buckets not yet drained), and
+  // its entries in use (at most --limit-table).
+  uint64_t limit_req_evicted = 0, limit_req_clients = 0;
+  uint64_t limit_conn_clients = 0;  // --limit-conn's table: clients holding a connection
 };
 
 // What a shard holds right now, for checks that nothing leaks (tests, the simulator).

@@ -66,7 +66,21 @@ bool Cidr::Contains(const ClientAddress& a) const {
   return (addr[whole] & mask) == (a.addr[whole] & mask);
 }
 
-namespace {
+std::optional<ClientAddress> ParseAddress(std::string_view text) {
+  char host[INET6_ADDRSTRLEN];
+  if (text.empty() || text.size() >= sizeof host) return std::nullopt;
+  std::memcpy(host, text.data(), text.size());
+  host[text.size()] = '\0';
+  ClientAddress a;
+  if (inet_pton(AF_INET, host, a.addr) == 1) {
+    a.family = AF_INET;
+  } else if (inet_pton(AF_INET6, host, a.addr) == 1) {
+    a.family = AF_INET6;
+  } else {
+    return std::nullopt;
+  }
+  return a;
+}
 
 // An IPv4-mapped IPv6 address (::ffff:192.0.2.1, as a PROXY v1 TCP6 line may carry) is judged
 // as the IPv4 address it is, as nginx's allow/deny judge it.
@@ -78,8 +92,6 @@ ClientAddress Unmapped(const ClientAddress& a) {
   std::memcpy(v4.addr, a.addr + 12, 4);
   return v4;
 }
-
-}  // namespace
 
 bool ClientRules::Allows(const ClientAddress& address) const {
   const ClientAddress a = Unmapped(address);
@@ -95,6 +107,28 @@ bool ClientRules::Contains(const ClientAddress& address) const {
     if (r.cidr.Contains(a)) return true;
   }
   return false;
+}
+
+ClientAddress RealClient(const ClientAddress& peer, const std::string_view* values, size_t count,
+                         const ClientRules& trusted, bool recursive) {
+  ClientAddress client = peer;
+  if (!trusted.Contains(client)) return client;
+  for (size_t v = count; v-- > 0;) {
+    std::string_view list = values[v];
+    while (!list.empty()) {
+      const size_t comma = list.rfind(',');
+      std::string_view item = comma == std::string_view::npos ? list : list.substr(comma + 1);
+      list = comma == std::string_view::npos ? std::string_view() : list.substr(0, comma);
+      while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+      while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+      if (item.empty()) continue;
+      const std::optional<ClientAddress> named = ParseAddress(item);
+      if (!named.has_value()) return client;
+      client = *named;
+      if (!recursive || !trusted.Contains(client)) return client;
+    }
+  }
+  return client;
 }
 
 }  // namespace ringd::http

@@ -37,6 +37,12 @@ struct Cidr {
   bool Contains(const ClientAddress& a) const;
 };
 
+// An address alone ("192.0.2.1", "2001:db8::1"); nullopt for anything else. No allocation.
+std::optional<ClientAddress> ParseAddress(std::string_view text);
+
+// An IPv4-mapped IPv6 address (::ffff:192.0.2.1) as the IPv4 address it is; others unchanged.
+ClientAddress Unmapped(const ClientAddress& a);
+
 // nullopt for text that is none of those forms, or whose host bits are not all zero past the
 // prefix ("10.0.0.1/8" is a typo more often than a wish; nginx warns and masks, ringd refuses).
 std::optional<Cidr> ParseCidr(std::string_view text);
@@ -60,5 +66,16 @@ class ClientRules {
   };
   std::vector<Rule> rules_;
 };
+
+// The client a trusted proxy names in a header such as X-Forwarded-For, as nginx's realip module
+// (set_real_ip_from, real_ip_header, real_ip_recursive) finds it. `values` are the header's
+// fields in the order they came, each a list ("client, proxy1, proxy2": the nearest proxy
+// last). A `peer` that `trusted` does not contain is the client, whatever it sent. Otherwise
+// the list is read from its end: the last address is the client; with `recursive`, an address
+// `trusted` contains is a proxy too and the one before it is read, so the client is the last
+// untrusted address (all trusted: the first). Text that is not an address stops the walk and
+// the address reached so far is the client.
+ClientAddress RealClient(const ClientAddress& peer, const std::string_view* values, size_t count,
+                         const ClientRules& trusted, bool recursive);
 
 }  // namespace ringd::http

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -83,6 +84,37 @@ TEST(ClientAddress, FormatsAsRemoteAddr) {
   EXPECT_EQ(std::string(text, Addr("192.0.2.1").Format(text, sizeof text)), "192.0.2.1");
   EXPECT_EQ(std::string(text, Addr("2001:db8::1").Format(text, sizeof text)), "2001:db8::1");
   EXPECT_EQ(std::string(text, ClientAddress{}.Format(text, sizeof text)), "-");
+}
+
+std::string Real(const char* peer, std::vector<std::string_view> values, bool recursive) {
+  ClientRules trusted;
+  trusted.Add(true, *ParseCidr("127.0.0.0/8"));
+  trusted.Add(true, *ParseCidr("10.0.0.0/8"));
+  char text[ClientAddress::kTextMax];
+  const ClientAddress a = RealClient(Addr(peer), values.data(), values.size(), trusted, recursive);
+  return std::string(text, a.Format(text, sizeof text));
+}
+
+TEST(RealClient, AsNginxRealIp) {
+  // An untrusted peer is the client, whatever it says.
+  EXPECT_EQ(Real("192.0.2.1", {"203.0.113.7"}, false), "192.0.2.1");
+  // A trusted peer: the last address of the list.
+  EXPECT_EQ(Real("127.0.0.1", {"203.0.113.7"}, false), "203.0.113.7");
+  EXPECT_EQ(Real("127.0.0.1", {"198.51.100.1, 203.0.113.7"}, false), "203.0.113.7");
+  EXPECT_EQ(Real("127.0.0.1", {"198.51.100.1, 10.0.0.2"}, false), "10.0.0.2");
+  // Recursive: trusted addresses are proxies too; the last untrusted one is the client.
+  EXPECT_EQ(Real("127.0.0.1", {"198.51.100.1, 203.0.113.7, 10.0.0.2"}, true), "203.0.113.7");
+  EXPECT_EQ(Real("127.0.0.1", {"10.0.0.3 ,10.0.0.2"}, true), "10.0.0.3");  // all trusted
+  // Several fields read as one list, the last field's end nearest.
+  EXPECT_EQ(Real("127.0.0.1", {"198.51.100.1", "10.0.0.2"}, true), "198.51.100.1");
+  EXPECT_EQ(Real("127.0.0.1", {"2001:db8::5, ::ffff:10.1.1.1"}, true), "2001:db8::5");
+  // Not an address: the walk stops at what it reached.
+  EXPECT_EQ(Real("127.0.0.1", {"unknown"}, false), "127.0.0.1");
+  EXPECT_EQ(Real("127.0.0.1", {"junk, 10.0.0.2"}, true), "10.0.0.2");
+  EXPECT_EQ(Real("127.0.0.1", {"", " , "}, false), "127.0.0.1");
+  EXPECT_EQ(Real("127.0.0.1", {}, false), "127.0.0.1");
+  EXPECT_FALSE(ParseAddress("1.2.3.4:80").has_value());
+  EXPECT_FALSE(ParseAddress(std::string(100, '1')).has_value());
 }
 
 }  // namespace

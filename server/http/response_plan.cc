@@ -35,6 +35,7 @@ constexpr StatusInfo kStatuses[] = {
     {413, "Content Too Large", RINGD_ERROR_PAGE(413, "Content Too Large")},
     {414, "URI Too Long", RINGD_ERROR_PAGE(414, "URI Too Long")},
     {416, "Range Not Satisfiable", RINGD_ERROR_PAGE(416, "Range Not Satisfiable")},
+    {429, "Too Many Requests", RINGD_ERROR_PAGE(429, "Too Many Requests")},
     {431, "Request Header Fields Too Large",
      RINGD_ERROR_PAGE(431, "Request Header Fields Too Large")},
     {500, "Internal Server Error", RINGD_ERROR_PAGE(500, "Internal Server Error")},
@@ -54,7 +55,7 @@ const StatusInfo& Info(int status) {
   for (const StatusInfo& s : kStatuses) {
     if (s.code == status) return s;
   }
-  return kStatuses[14];  // 500
+  return Info(500);
 }
 
 constexpr std::string_view kHtml = "text/html; charset=utf-8";
@@ -703,6 +704,11 @@ size_t WriteResponseHead(const ResponsePlan& plan, std::string_view date,
     n = Put(out, n, cap, "\r\n");
   }
   if (plan.allow_header) n = Put(out, n, cap, "Allow: GET, HEAD, OPTIONS\r\n");
+  if (plan.retry_after_s != 0) {
+    n = Put(out, n, cap, "Retry-After: ");
+    n = PutUint(out, n, cap, plan.retry_after_s);
+    n = Put(out, n, cap, "\r\n");
+  }
   n = Put(out, n, cap, plan.cache_control);
   n = Put(out, n, cap, plan.added_headers);
   // RFC 9112 section 9.6: "close" when this is the last response; an HTTP/1.0 client persists

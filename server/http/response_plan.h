@@ -149,6 +149,7 @@ struct ResponsePlan {
   uint64_t content_length = 0;     // what Content-Length says (also for HEAD)
   bool allow_header = false;       // 405 and OPTIONS: Allow: GET, HEAD, OPTIONS
   std::string_view location;       // 301
+  uint32_t retry_after_s = 0;      // a Retry-After field when not 0 (a rate limit's refusal)
   // Precomputed header lines (OriginHeaders), written as they are: a "Cache-Control: ...\r\n"
   // line for a file's 200, 206 or 304, and the added headers of any 200, 206 or 304.
   std::string_view cache_control;

@@ -528,6 +528,28 @@ TEST_F(ResponsePlanTest, ErrorsAnsweringHeadHaveNoBody) {
   EXPECT_TRUE(plan.send_body);
 }
 
+// A rate limit's refusal: 429 or 503 with Retry-After; the head says so.
+TEST_F(ResponsePlanTest, RetryAfterAndTooManyRequests) {
+  Request req;
+  req.method = Method::kGet;
+  req.keep_alive = true;
+  ResponsePlan plan;
+  PlanError(429, req, &plan);
+  EXPECT_EQ(plan.status, 429);
+  EXPECT_TRUE(plan.keep_alive);
+  plan.retry_after_s = 7;
+  char head[1024];
+  const size_t n =
+      WriteResponseHead(plan, "Mon, 07 Dec 2026 15:00:00 GMT", "ringd", head, sizeof head);
+  const std::string text(head, n);
+  EXPECT_EQ(text.rfind("HTTP/1.1 429 Too Many Requests\r\n", 0), 0u) << text;
+  EXPECT_NE(text.find("\r\nRetry-After: 7\r\n"), std::string::npos) << text;
+  PlanError(503, req, &plan);
+  const std::string plain(
+      head, WriteResponseHead(plan, "Mon, 07 Dec 2026 15:00:00 GMT", "ringd", head, sizeof head));
+  EXPECT_EQ(plain.find("Retry-After"), std::string::npos) << plain;
+}
+
 // --cache-control, --default-cache-control and --add-header: precomputed lines on 200, 206 and
 // 304 (as nginx's add_header without `always`); never on errors or redirects.
 class OriginPlanTest : public ResponsePlanTest {

@@ -262,6 +262,24 @@ const Metric kMetrics[] = {
      "Connections closed because --allow/--deny refused their client (at accept, or when a PROXY "
      "protocol header named it)",
      RINGD_SHARD(s.stats.clients_denied + s.loop.clients_denied)},
+    {"ringd_limit_conn_refused_total", "counter",
+     "Connections closed because their client held --limit-conn connections already (this "
+     "shard's count)",
+     RINGD_SHARD(s.stats.limit_conn_refused)},
+    {"ringd_limit_conn_clients", "gauge",
+     "Clients --limit-conn's tables count connections of (each holds at least one)",
+     RINGD_SHARD(s.stats.limit_conn_clients)},
+    {"ringd_limit_req_refused_total", "counter",
+     "Requests answered --limit-req-status (with Retry-After) because their client asked faster "
+     "than --limit-req allows (this shard's bucket)",
+     RINGD_SHARD(s.stats.limit_req_refused)},
+    {"ringd_limit_req_evicted_total", "counter",
+     "Clients --limit-req's table forgot to make room for others while their buckets still held "
+     "requests (the table holds --limit-table clients per shard)",
+     RINGD_SHARD(s.stats.limit_req_evicted)},
+    {"ringd_limit_req_clients", "gauge",
+     "Clients --limit-req's tables hold (at most --limit-table per shard)",
+     RINGD_SHARD(s.stats.limit_req_clients)},
     {"ringd_proxy_refused_total", "counter",
      "Connections of ,proxy listeners closed for the PROXY protocol, by kind (untrusted: the peer "
      "is not in --proxy-from; missing: the first bytes were no header; malformed: a header that "

@@ -43,8 +43,10 @@ absl::StatusOr<ListenSockets> TakeListenSockets() {
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
     const size_t i = static_cast<size_t>(fd - SD_LISTEN_FDS_START);
-    (i < name_of.size() && name_of[i] == kTlsSocketName ? passed.tls_fds : passed.fds)
-        .push_back(fd);
+    const std::string name = i < name_of.size() ? name_of[i] : "";
+    const bool tls = name == kTlsSocketName || name == kTlsProxySocketName;
+    (tls ? passed.tls_fds : passed.fds).push_back(fd);
+    if (name == kProxySocketName || name == kTlsProxySocketName) passed.proxy_fds.push_back(fd);
   }
   return passed;
 }

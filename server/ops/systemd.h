@@ -23,11 +23,16 @@ namespace ringd {
 // for TCP, TCP_NODELAY, inherited by accepted connections). An error of one line when a passed
 // descriptor cannot serve; both lists empty when nothing was passed. Sockets named `https`
 // (FileDescriptorName=https in their socket unit: LISTEN_FDNAMES) go to `tls_fds` and serve
-// HTTPS; every other one goes to `fds` and serves plain HTTP.
+// HTTPS; every other one goes to `fds` and serves plain HTTP. Those named `proxy` (plain HTTP)
+// or `https-proxy` (HTTPS) read a PROXY protocol header first, as a `,proxy` listener does: they
+// are in `fds` or `tls_fds`, and in `proxy_fds` too.
 inline constexpr const char* kTlsSocketName = "https";
+inline constexpr const char* kProxySocketName = "proxy";
+inline constexpr const char* kTlsProxySocketName = "https-proxy";
 struct ListenSockets {
   std::vector<int> fds;
   std::vector<int> tls_fds;
+  std::vector<int> proxy_fds;
 };
 absl::StatusOr<ListenSockets> TakeListenSockets();
 

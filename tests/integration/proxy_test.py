@@ -330,6 +330,95 @@ class AllowDenyTlsTest(DocrootTestCase):
         self.assertEqual(Reader(s).read_response().status, 200)
 
 
+class PassedSocketsTest(DocrootTestCase):
+    """Sockets systemd passes read a PROXY header when their FileDescriptorName says so: `proxy`
+    (plain HTTP) and `https-proxy` (HTTPS), as --listen ADDR,proxy and --listen-tls ADDR,proxy."""
+
+    def test_sockets_named_proxy_read_the_header(self):
+        d = tempfile.mkdtemp(prefix="ringd-passed-")
+        self.addCleanup(shutil.rmtree, d, True)
+        make_pki(d)
+        listeners = []
+        for _ in range(3):
+            l = socket.socket()
+            l.bind(("127.0.0.1", 0))
+            l.listen(128)
+            listeners.append(l)
+        self.addCleanup(lambda: [l.close() for l in listeners])
+        fds = [l.fileno() for l in listeners]
+        plain_port, proxy_port, tls_proxy_port = (l.getsockname()[1] for l in listeners)
+        shell = ('exec 3<&%d 4<&%d 5<&%d; export LISTEN_PID=$$ LISTEN_FDS=3 '
+                 'LISTEN_FDNAMES=ringd.socket:proxy:https-proxy; exec "$@"' % tuple(fds))
+        log = os.path.join(d, "access.log")
+        stderr_path = os.path.join(d, "stderr")
+        with open(stderr_path, "w") as stderr:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", shell, "sh", RINGD, "--root", self.root, "--io", BACKEND,
+                 "--shards", "2", "--access-log", log,
+                 "--tls-cert", os.path.join(d, "localhost-ec.crt"),
+                 "--tls-key", os.path.join(d, "localhost-ec.key")] + ROOT_FLAGS +
+                BYPASS_TRUSTS_ALL, pass_fds=fds, stderr=stderr)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        def stderr_text():
+            with open(stderr_path) as f:
+                return f.read()
+        wait_for(lambda: "serving " in stderr_text() or proc.poll() is not None, "serving")
+        text = stderr_text()
+        self.assertIn("127.0.0.1:%d,proxy" % proxy_port, text)
+        self.assertIn("https 127.0.0.1:%d,proxy" % tls_proxy_port, text)
+        for l in listeners:
+            l.close()  # ringd holds them now
+
+        def logged_client(marker):
+            def find():
+                with open(log) as f:
+                    for line in f:
+                        if marker in line:
+                            return line.split(" ", 1)[0]
+                return None
+            return wait_for(find, "the access log line of %s" % marker)
+
+        def get(s, marker):
+            s.sendall(b"GET /small.txt?%s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n" %
+                      marker.encode())
+            return Reader(s).read_response().status
+
+        with connect(proxy_port) as s:
+            s.sendall(v1("203.0.113.61"))
+            self.assertEqual(get(s, "passed-proxy"), 200)
+        self.assertEqual(logged_client("passed-proxy"), "203.0.113.61")
+        with connect(proxy_port) as s:  # no header: closed, as on a ,proxy listener
+            s.sendall(GET)
+            self.assertTrue(closed_without_answer(s))
+        with connect(plain_port) as s:  # the socket without the name reads none
+            self.assertEqual(get(s, "passed-plain"), 200)
+        self.assertEqual(logged_client("passed-plain"), SOCKET_PEER)
+        ctx = ssl.create_default_context(cafile=os.path.join(d, "ca.crt"))
+        raw = connect(tls_proxy_port)
+        raw.sendall(v2("203.0.113.62"))
+        with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+            self.assertEqual(get(s, "passed-tls"), 200)
+        self.assertEqual(logged_client("passed-tls"), "203.0.113.62")
+        proc.terminate()
+        self.assertEqual(proc.wait(timeout=15), 0)
+
+    def test_refused_on_bypass_without_trusting_every_peer(self):
+        if BACKEND != "bypass":
+            self.skipTest("bypass only")
+        l = socket.socket()
+        l.bind(("127.0.0.1", 0))
+        l.listen(16)
+        self.addCleanup(l.close)
+        shell = ('exec 3<&%d; export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=proxy; '
+                 'exec "$@"' % l.fileno())
+        out = subprocess.run(["/bin/sh", "-c", shell, "sh", RINGD, "--root", self.root, "--io",
+                              "bypass"] + ROOT_FLAGS, pass_fds=[l.fileno()],
+                             capture_output=True, text=True, timeout=20)
+        self.assertEqual(out.returncode, 2, out.stderr)
+        self.assertIn("sockets named proxy or https-proxy (LISTEN_FDNAMES) without --proxy-from "
+                      "all need a tier that names clients", out.stderr)
+
+
 class BypassRefusesTest(DocrootTestCase):
     """The bypass tier cannot ask a connection's peer: the flags that need it are refused in one
     line (",proxy" is served there with --proxy-from all: ProxyTest), and --io=auto picks a tier
