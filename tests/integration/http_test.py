@@ -492,11 +492,15 @@ class LifecycleTest(BackendTestCase):
             body += chunk
             time.sleep(0.001)  # a slowish reader
         self.assertEqual(body, self.files["large.bin"])
+        # The response done, the draining server ends the connection; the client closes its end
+        # as a real one does on seeing that. (One that never closed would have ringd linger for
+        # its end, 5 s, before exiting.)
+        self.assertTrue(Reader(s).at_eof(10))
+        s.close()
         self.assertEqual(server.proc.wait(timeout=20), 0)
         self.assertTrue(Reader(idle).at_eof(1))  # idle keep-alive connections are closed
         with self.assertRaises(OSError):
             socket.create_connection(("127.0.0.1", server.port), timeout=2)
-        s.close()
         idle.close()
         server.stop()
 
