@@ -297,8 +297,9 @@ class TlsTest(BackendTestCase):
         # --header-timeout-ms covers the handshake: the silent client is closed. A server of its
         # own, with 1 s: the class's has 5 s, in which a loaded machine's handshakes finish.
         p = lambda n: os.path.join(self.pki, n)
-        server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--tls-cert", p("localhost-ec.crt"),
-                        "--tls-key", p("localhost-ec.key"), "--header-timeout-ms", "1000")
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--tls-cert",
+                        p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
+                        "--header-timeout-ms", "1000")
         try:
             with socket.create_connection(("127.0.0.1", server.tls_port), timeout=10) as s:
                 start = time.monotonic()
