@@ -184,6 +184,11 @@ class FileCacheLimitsTest(DocrootTestCase):
             first.sendall(b"Host: t\r\n\r\n")  # not cached: its open fails with EMFILE
             r = reader.read_response()
             self.assertEqual(r.status, 503)
+            # With "Connection: close": ringd ends the connection, and the client closes its end
+            # as a real one does (one that never did would have ringd linger 5 s for it at exit).
+            self.assertEqual(r.header("connection"), "close")
+            self.assertTrue(reader.at_eof(5))
+            first.close()
             for s in socks:
                 s.close()
             socks = []

@@ -432,7 +432,10 @@ class Soak:
                     elif variant != "at-once":
                         targets = rng.choices(self.mix.large + self.mix.medium, k=1 if variant == "mid-body" else 4)
                         conn.sock.sendall(b"".join(http_request("GET", "/" + t) for t in targets))
-                        want, got = rng.randint(1, 300000), 0
+                        # Fewer bytes than the bodies: the reset always cuts a response off (a
+                        # client waiting for more than comes would wait for its socket timeout).
+                        bodies = sum(len(self.site.static[t]) for t in targets)
+                        want, got = rng.randint(1, min(300000, bodies - 1)), 0
                         while got < want:
                             chunk = conn.sock.recv(min(65536, want - got))
                             if not chunk:
