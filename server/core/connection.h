@@ -306,6 +306,9 @@ class ConnectionMachine {
   const RequestMetrics& metrics() const { return metrics_; }
   const uint32_t* state_counts() const { return state_counts_; }
   size_t idle_connections() const { return idle_timers_.size(); }
+  // --autoindex: listings being made or sent, of DirLister::kSlots (0 and 0 without it).
+  uint32_t listings_in_use() const { return lister_ != nullptr ? lister_->in_use() : 0; }
+  uint32_t listing_capacity() const { return lister_ != nullptr ? DirLister::kSlots : 0; }
   // HTTP/1.1 responses' and HTTP/2 streams' exchanges.
   uint32_t exchanges_in_use() const {
     return static_cast<uint32_t>(exchanges_->InUse() +

@@ -299,8 +299,7 @@ const Metric kMetrics[] = {
     {"ringd_http2_connection_errors_total", "counter",
      "HTTP/2 connections ended by a connection error (GOAWAY: a protocol error or a flood)",
      RINGD_SHARD(s.stats.h2_connection_errors)},
-    {"ringd_http2_frames_total", "counter",
-     "HTTP/2 RST_STREAM and GOAWAY frames by direction",
+    {"ringd_http2_frames_total", "counter", "HTTP/2 RST_STREAM and GOAWAY frames by direction",
      nullptr,
      [](Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
        KindSamples<4>(w, name, shards, [](const ShardStats& s) {
@@ -505,6 +504,7 @@ std::string FormatDebugShards(const std::vector<ShardView>& shards, const Proces
     pool("input_buffers", s.input_buffers, s.input_buffer_capacity);
     pool("content_buffers", s.content_buffers, s.content_buffer_capacity);
     pool("pipes", s.pipes_in_use, s.pipe_capacity);
+    pool("listings", s.listings, s.listing_capacity);
     out += '}';
     num("cache_entries", s.cache.entries);
     num("cache_pinned", s.cache.pinned);
