@@ -240,7 +240,7 @@ void DirLister::RunWakeups() {
     }
     if (released) continue;
     if (!l->status_woken) {
-      if (l->status == 0) continue;  // cannot happen: the thread says the status first
+      RINGD_ASSERT(l->status != 0);  // the thread says the status before any piece
       l->status_woken = true;
       l->waiter->wake(l->waiter);
     } else if (l->more != nullptr) {
