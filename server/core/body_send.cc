@@ -6,6 +6,7 @@
 //   -> PumpSends (a slot came back, or the aging bound) -> ... -> FinishResponse
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 
 #include "io/assert.h"
 #include "server/core/connection.h"
@@ -134,10 +135,78 @@ void ConnectionMachine::SendNext(Connection* conn) {
       ex->phase = Exchange::Phase::kDone;
       return SendBuffers(conn, 1);
     }
+    case Exchange::Phase::kListing:
+      return SendListingPiece(conn);
     case Exchange::Phase::kDone:
       break;
   }
   FinishResponse(conn);
+}
+
+// A listing's body (--autoindex): each piece the lister has made, as an HTTP/1.1 chunk (its size
+// line in the room before it, its CRLF after; the last chunk behind the last piece), or as it
+// is for HTTP/1.0 (the close ends the body). The piece goes back to the lister once sent; when
+// the next is not made yet, the lister's wake-up (OnListingMore) sends it. So the listing's
+// bytes in ringd are the lister's ring, however slowly the client reads.
+void ConnectionMachine::SendListingPiece(Connection* conn) {
+  Exchange* ex = conn->ex;
+  DirListing* l = ex->listing;
+  RINGD_ASSERT(ex->phase == Exchange::Phase::kListing && ex->sending == Exchange::Sending::kNone &&
+               !ex->listing_wait);
+  if (ex->listing_piece_out) {
+    ex->listing_piece_out = false;
+    lister_->Consume(l);
+  }
+  static constexpr std::string_view kLastChunk = "0\r\n\r\n";
+  const bool chunked = !ex->plan.http10;
+  const ListingPiece piece = lister_->Next(l);
+  if (piece.len == 0) {
+    if (!lister_->Ended(l)) {
+      ex->listing_wait = true;
+      return;
+    }
+    // Its last piece went out before the lister said it was the last.
+    ex->phase = Exchange::Phase::kDone;
+    if (!chunked) return SendNext(conn);
+    ex->iov[0] = iovec{const_cast<char*>(kLastChunk.data()), kLastChunk.size()};
+    return SendBuffers(conn, 1);
+  }
+  char* begin = piece.data;
+  size_t len = piece.len;
+  if (chunked) {
+    char line[DirLister::kPieceFront];
+    size_t n = 0;
+    for (size_t v = len; v != 0; v >>= 4) line[n++] = "0123456789abcdef"[v & 15];
+    begin -= n + 2;
+    for (size_t i = 0; i < n; ++i) begin[i] = line[n - 1 - i];
+    std::memcpy(begin + n, "\r\n", 2);
+    std::memcpy(piece.data + piece.len, "\r\n", 2);
+    len += n + 4;
+    if (piece.last) {
+      std::memcpy(piece.data + piece.len + 2, kLastChunk.data(), kLastChunk.size());
+      len += kLastChunk.size();
+    }
+    static_assert(DirLister::kPieceBytes < (uint64_t{1} << 32) && DirLister::kPieceFront >= 8 + 2 &&
+                  DirLister::kPieceBack >= 2 + 5);
+  }
+  // The last piece is not handed back: the response ends with it, and releases the listing.
+  if (piece.last) {
+    ex->phase = Exchange::Phase::kDone;
+  } else {
+    ex->listing_piece_out = true;
+  }
+  ex->iov[0] = iovec{begin, len};
+  SendBuffers(conn, 1);
+}
+
+// The lister made another piece of a listing this connection sends: it goes out now, unless a
+// send is in flight (its completion takes it).
+void ConnectionMachine::OnListingMore(void* arg) {
+  Connection* conn = static_cast<Connection*>(arg);
+  Exchange* ex = conn->ex;
+  if (conn->state != ConnState::kSending || ex == nullptr || !ex->listing_wait) return;
+  ex->listing_wait = false;
+  conn->machine->SendListingPiece(conn);
 }
 
 }  // namespace ringd

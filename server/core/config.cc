@@ -470,9 +470,13 @@ const std::vector<Flag>& Flags() {
       BoolFlag("autoindex",
                "a directory without an index file is answered with a listing of it, as nginx's "
                "autoindex: names sorted bytewise, with sizes and times, dot files hidden unless "
-               "--serve-dot-files; at most 10000 entries (fewer when their text passes 1 MiB), "
-               "then a line says it was cut (default false: 403)",
+               "--serve-dot-files; streamed as it is made, off the shard (default false: 403)",
                &Config::autoindex),
+      UintFlag("autoindex-max-entries",
+               "entries one listing shows: a directory with more shows the first this many by "
+               "name, then a line says how many of how many; its names are held while it is "
+               "sent, at most twice this many as it is read (default 100000)",
+               &Config::autoindex_max_entries, 1, 1000000),
       Flag{"autoindex-format", "html or json, as nginx's autoindex_format (default html)", false,
            [](Config* c, const std::string& v, std::string* error) {
              if (v == "html") {
@@ -1033,7 +1037,8 @@ const std::vector<HelpTopic>& HelpTopics() {
         {"error-page", "STATUS=/PATH"},
         {"fallback", "/PATH"},
         {"autoindex", "BOOL"},
-        {"autoindex-format", "html|json"}}},
+        {"autoindex-format", "html|json"},
+        {"autoindex-max-entries", "N"}}},
       {"HTTPS",
        {{"tls-cert", "FILE"},
         {"tls-key", "FILE"},

@@ -132,6 +132,8 @@ struct Config {
   // --autoindex: a directory without an index is answered with a listing, in this format.
   bool autoindex = false;
   http::ListingFormat autoindex_format = http::ListingFormat::kHtml;
+  // --autoindex-max-entries: the entries one listing shows (DirLister: the names it holds).
+  uint32_t autoindex_max_entries = 100000;
   std::string mime_types;         // empty: /etc/mime.types when it exists
   std::string charset = "utf-8";  // text types' charset parameter; empty: none (--charset off)
   bool precompressed = true;

@@ -509,6 +509,17 @@ TEST(Config, AutoindexIsOffAndHtmlByDefault) {
   const Parsed bad = Parse({"--root", "/tmp", "--autoindex-format", "xml"});
   EXPECT_FALSE(bad.ok);
   EXPECT_EQ(bad.error, "--autoindex-format: expected html or json, got 'xml'");
+  EXPECT_EQ(off.config.autoindex_max_entries, 100000u);
+  const Parsed few = Parse({"--root", "/tmp", "--autoindex-max-entries", "50"});
+  ASSERT_TRUE(few.ok) << few.error;
+  EXPECT_EQ(few.config.autoindex_max_entries, 50u);
+  for (const char* v : {"0", "1000001", "x"}) {
+    const Parsed out = Parse({"--root", "/tmp", "--autoindex-max-entries", v});
+    EXPECT_FALSE(out.ok) << v;
+    EXPECT_EQ(out.error, std::string("--autoindex-max-entries: expected an integer from 1 to "
+                                     "1000000, got '") +
+                             v + "'");
+  }
 }
 
 TEST(Config, FallbackIsAPathBeneathTheRoot) {

@@ -397,7 +397,7 @@ bool ConnectionMachine::PlanExchange(Connection* conn, Exchange* ex, const http:
     return true;
   }
   RequestLookup::MadeListing made;
-  if (ex->listing != nullptr) made = {ex->listing->dir, {ex->listing->status, ex->listing->body}};
+  if (ex->listing != nullptr) made = {ex->listing->dir, {ex->listing->status}};
   RequestLookup source(files_.get(), ex->plan_since, ex->listing != nullptr ? &made : nullptr,
                        compressor_.get());
   const http::PlanStep step = http::PlanResponse(req, https_redirect ? redirect_planner_ : planner_,
@@ -529,7 +529,12 @@ void ConnectionMachine::StartResponse(Connection* conn, Exchange* ex) {
   ex->iov[0] = iovec{ex->head, n};
   int iovcnt = 1;
   ex->phase = Exchange::Phase::kDone;
-  if (plan.send_body && plan.content_length > 0) {
+  if (plan.send_body && plan.streamed_body) {
+    RINGD_ASSERT(ex->listing != nullptr);  // the one body streamed: a listing's
+    ex->phase = Exchange::Phase::kListing;
+    ex->listing_piece_out = ex->listing_wait = false;
+    lister_->Follow(ex->listing, &ConnectionMachine::OnListingMore, conn);
+  } else if (plan.send_body && plan.content_length > 0) {
     if (!plan.inline_body.empty()) {
       ex->iov[1] = iovec{const_cast<char*>(plan.inline_body.data()), plan.inline_body.size()};
       iovcnt = 2;
@@ -589,7 +594,10 @@ size_t ConnectionMachine::WriteHead(Exchange* ex) {
 // bytes are read, as nginx's; the kernel sends held bytes alone after about 200 ms.)
 bool ConnectionMachine::BodyFollowsAtOnce(const Connection* conn) const {
   const Exchange* ex = conn->ex;
-  if (!config_.tcp_nopush || ex->phase == Exchange::Phase::kDone) return false;
+  // (A listing's pieces come when the lister makes them: its head is not held for them.)
+  if (!config_.tcp_nopush || ex->phase == Exchange::Phase::kDone ||
+      ex->phase == Exchange::Phase::kListing)
+    return false;
   if (ex->phase != Exchange::Phase::kSlice) return true;  // a part head or its slice: a Send
   if (ex->file == nullptr || ex->file->content != nullptr) return true;  // a Send from memory
   return sends_->WouldAdmit(&ex->ticket, ex->plan.content_length);

@@ -65,12 +65,14 @@ struct Exchange {
   FileWaiter waiter;
   uint32_t lookups = 0;  // file lookups (and listings) the request has waited for
   // --autoindex: the listing made (or being made) for this request, held until the response
-  // has gone out (its body is the plan's inline_body).
+  // has gone out (its body is streamed from it: Phase::kListing).
   DirListing* listing = nullptr;
   // --compress: the cached variant the body is (the plan's inline_body), held until the
   // response has gone out.
   Variant* variant = nullptr;
-  bool head_request = false;  // the request is a HEAD
+  bool listing_piece_out = false;  // a piece of it is being sent (or copied): Consume after
+  bool listing_wait = false;       // the next piece is not made yet: the lister's wake-up sends it
+  bool head_request = false;       // the request is a HEAD
   // Input behind this request (and the body it declares) is already here: pipelined requests.
   bool input_follows = false;
   uint64_t plan_since = 0;  // the file cache's validations() when the request began planning
@@ -98,7 +100,8 @@ struct Exchange {
   uint64_t body_left = 0;      // bytes of the current slice not yet sent
   uint64_t chunk = 0;          // bytes the SendFile in flight was asked for
   uint32_t part = 0;           // multipart: the part being sent
-  enum class Phase : uint8_t { kSlice, kPartHead, kTail, kDone } phase = Phase::kDone;
+  // kListing: the pieces of `listing` (chunked over HTTP/1.1), as the lister makes them.
+  enum class Phase : uint8_t { kSlice, kPartHead, kTail, kListing, kDone } phase = Phase::kDone;
   // What `send` is doing, as the shard started it (never read from the Completion, which is the
   // backend's): nothing, buffers (Send) or a file's bytes (SendFile).
   enum class Sending : uint8_t { kNone, kBuffers, kFile } sending = Sending::kNone;
@@ -121,6 +124,8 @@ struct Exchange {
   bool h2_closed = false;     // on H2Session::closed, not H2Session::streams
   bool h2_truncated = false;  // its file ended before its body: reset, no more DATA sent
   bool h2_piece_file = false;
+  bool h2_listing_piece = false;  // iov[0] is a listing's piece: handed back once copied
+  bool h2_listing_wait = false;   // its next DATA frame waits for the lister's next piece
   const char* h2_piece = nullptr;
   uint64_t h2_piece_offset = 0;
   // For the access log and metrics (connection_observe.cc).
@@ -317,6 +322,9 @@ class ConnectionMachine {
   const RequestMetrics& metrics() const { return metrics_; }
   const uint32_t* state_counts() const { return state_counts_; }
   size_t idle_connections() const { return idle_timers_.size(); }
+  // --autoindex: listings being made or sent, of DirLister::kSlots (0 and 0 without it).
+  uint32_t listings_in_use() const { return lister_ != nullptr ? lister_->in_use() : 0; }
+  uint32_t listing_capacity() const { return lister_ != nullptr ? DirLister::kSlots : 0; }
   // HTTP/1.1 responses' and HTTP/2 streams' exchanges.
   uint32_t exchanges_in_use() const {
     return static_cast<uint32_t>(exchanges_->InUse() +
@@ -402,6 +410,7 @@ class ConnectionMachine {
   static void OnH2Send(io::Completion* c);
   static void OnH2Read(io::Completion* c);
   static void OnStreamFileReady(FileWaiter* w);
+  static void OnStreamListingMore(void* arg);
   void MakeH2Callbacks();
   void FreeH2Callbacks();
   H2Batch* TakeH2Batch(Connection* conn);
@@ -413,6 +422,8 @@ class ConnectionMachine {
   void Sent(Connection* conn, io::Completion* c);
   void SendNext(Connection* conn);
   void StartBodyChunk(Connection* conn);
+  void SendListingPiece(Connection* conn);
+  static void OnListingMore(void* arg);
   void PumpSends();
   uint64_t ChunkBytes(const Connection* conn) const;
 

@@ -102,6 +102,7 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
     DirLister::Options lo;
     lo.format = config_.autoindex_format;
     lo.show_dot_files = config_.serve_dot_files;
+    lo.max_entries = config_.autoindex_max_entries;
     lister_ = std::make_unique<DirLister>(loop_, lo);
   }
   if (config_.compress) {
@@ -218,6 +219,8 @@ void ConnectionMachine::ExpireSendTimer(Connection* conn) {
   // Waiting for a send slot is the shard's doing, not the client's (and bounded by
   // --send-max-wait-ms): another period.
   if (ex->ticket.queued()) return send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
+  // So is waiting for the lister to make a listing's next piece.
+  if (ex->listing_wait) return send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
   ++stats_.send_timeouts;
   Abort(conn);
 }

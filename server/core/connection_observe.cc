@@ -163,8 +163,8 @@ void ConnectionMachine::EndExchange(Connection* conn, Exchange* ex) {
   // Closed before its response began (waiting for file metadata): nginx's 499.
   const int status = started ? plan.status : 499;
   BodyPath path = BodyPath::kNone;
-  if (started && plan.send_body && plan.content_length > 0) {
-    if (!plan.inline_body.empty()) {
+  if (started && plan.send_body && (plan.content_length > 0 || plan.streamed_body)) {
+    if (!plan.inline_body.empty() || plan.streamed_body) {
       path = BodyPath::kInline;
     } else if (ex->file != nullptr && ex->file->content != nullptr) {
       path = BodyPath::kCached;

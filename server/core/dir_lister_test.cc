@@ -21,7 +21,6 @@ class DirListerTest : public ::testing::Test {
     char tmpl[] = "/tmp/ringd-dir-lister-XXXXXX";
     root_ = mkdtemp(tmpl);
     root_fd_ = ::open(root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-    buf_ = std::make_unique<char[]>(DirLister::kBufferBytes);
   }
   ~DirListerTest() override {
     ::close(root_fd_);
@@ -36,20 +35,26 @@ class DirListerTest : public ::testing::Test {
   }
   void Mkdir(const std::string& rel) { ASSERT_EQ(::mkdir((root_ + "/" + rel).c_str(), 0755), 0); }
 
-  // Make() on `dir`: (status, body).
+  // MakeAll() on `dir`: (status, body).
   std::pair<int, std::string> List(const std::string& dir, DirLister::Options options = {}) {
-    DirListing l;
-    l.dir = dir;
-    l.url_path = "/" + (dir == "." ? "" : dir + "/");
-    l.root_fd = root_fd_;
-    l.buf = buf_.get();
-    DirLister::Make(options, &l);
-    return {l.status, std::string(l.body)};
+    std::string body;
+    const int status =
+        DirLister::MakeAll(options, root_fd_, dir, "/" + (dir == "." ? "" : dir + "/"), &body);
+    return {status, body};
+  }
+  void MakeFiles(const std::string& dir, int count) {
+    Mkdir(dir);
+    for (int i = count - 1; i >= 0; --i) {
+      char name[32];
+      snprintf(name, sizeof name, "/f%06d", i);
+      const int fd = ::open((root_ + "/" + dir + name).c_str(), O_WRONLY | O_CREAT, 0644);
+      ASSERT_GE(fd, 0);
+      ::close(fd);
+    }
   }
 
   std::string root_;
   int root_fd_ = -1;
-  std::unique_ptr<char[]> buf_;
 };
 
 TEST_F(DirListerTest, ListsSortedWithSizesAndDirectories) {
@@ -97,75 +102,170 @@ TEST_F(DirListerTest, AnswersErrors) {
   }
 }
 
-// A directory of more entries than a listing shows: the first kMaxEntries by name, read in
-// bounded memory, and a line that says how many of how many.
-TEST_F(DirListerTest, CutsAHugeDirectoryAndSaysSo) {
-  Mkdir("big");
-  constexpr int kFiles = 100000;
-  for (int i = kFiles - 1; i >= 0; --i) {
-    char name[32];
-    snprintf(name, sizeof name, "big/f%06d", i);
-    const int fd = ::open((root_ + "/" + name).c_str(), O_WRONLY | O_CREAT, 0644);
-    ASSERT_GE(fd, 0);
-    ::close(fd);
-  }
+TEST(NameSet, KeepsTheSmallestInOrderInBoundedMemory) {
+  NameSet names(10);
+  for (int i = 999; i >= 0; --i) names.Add("n" + std::to_string(i));
+  EXPECT_LE(names.size(), 20u);  // never more than twice what it keeps
+  names.Sort();
+  ASSERT_EQ(names.size(), 10u);
+  // Bytewise: "n0" < "n1" < "n10" < "n100" < "n101" < ...
+  const char* want[] = {"n0", "n1", "n10", "n100", "n101", "n102", "n103", "n104", "n105", "n106"};
+  for (size_t i = 0; i < 10; ++i) EXPECT_STREQ(names[i], want[i]);
+  NameSet few(10);
+  few.Add("b");
+  few.Add("\xFF");
+  few.Add("a");
+  few.Sort();
+  ASSERT_EQ(few.size(), 3u);
+  EXPECT_STREQ(few[0], "a");
+  EXPECT_STREQ(few[2], "\xFF");  // unsigned bytes, as strcmp
+}
+
+// A directory of many entries (the integration test lists 100,000): listed whole through many
+// pieces, in order.
+TEST_F(DirListerTest, ListsManyEntriesInOrder) {
+  MakeFiles("big", 3000);
   DirLister::Options json;
   json.format = http::ListingFormat::kJson;
   auto [status, body] = List("big", json);
   ASSERT_EQ(status, 200);
-  EXPECT_LE(body.size(), DirLister::kBufferBytes);
-  EXPECT_NE(body.find("{\"name\":\"f000000\""), std::string::npos);
-  const std::string cut = "\"type\":\"truncated\",\"shown\":";
-  const size_t at = body.find(cut);
-  ASSERT_NE(at, std::string::npos) << body.substr(body.size() - 200);
-  const uint64_t shown = std::stoull(body.substr(at + cut.size()));
-  EXPECT_GT(shown, 1000u);
-  EXPECT_LE(shown, DirLister::kMaxEntries);
-  EXPECT_NE(body.find(",\"entries\":100000}"), std::string::npos);
-  char last[32];
-  snprintf(last, sizeof last, "\"f%06d\"", static_cast<int>(shown) - 1);
-  EXPECT_NE(body.find(last), std::string::npos) << last;
-  snprintf(last, sizeof last, "\"f%06d\"", static_cast<int>(shown));
-  EXPECT_EQ(body.find(last), std::string::npos) << last;
+  EXPECT_GT(body.size(), 2 * DirLister::kPieceBytes);
+  EXPECT_EQ(body.find("truncated"), std::string::npos);
+  size_t at = 0;
+  for (int i = 0; i < 3000; ++i) {
+    char name[32];
+    snprintf(name, sizeof name, "{\"name\":\"f%06d\"", i);
+    const size_t next = body.find(name, at);
+    ASSERT_NE(next, std::string::npos) << name;
+    at = next;
+  }
+  EXPECT_TRUE(body.ends_with("}\r\n]\r\n"));
 }
 
-// Through the thread: the waiter is woken from RunWakeups on the caller's thread; a listing
-// released before its wake-up is freed there without one; every slot taken: null.
-TEST_F(DirListerTest, WakesFromRunWakeupsAndFreesWhatIsReleased) {
-  Write("one.txt", 1);
+// More entries than --autoindex-max-entries: the first that many by name, and a line that says
+// how many of how many.
+TEST_F(DirListerTest, CutsPastMaxEntriesAndSaysSo) {
+  MakeFiles("big", 2000);
+  DirLister::Options json;
+  json.format = http::ListingFormat::kJson;
+  json.max_entries = 500;
+  auto [status, body] = List("big", json);
+  ASSERT_EQ(status, 200);
+  EXPECT_NE(body.find("{\"type\":\"truncated\",\"shown\":500,\"entries\":2000}\r\n]\r\n"),
+            std::string::npos)
+      << body.substr(body.size() - 200);
+  EXPECT_NE(body.find("\"f000499\""), std::string::npos);
+  EXPECT_EQ(body.find("\"f000500\""), std::string::npos);
+}
+
+// Runs `lister`'s wake-ups until `done` or about five seconds.
+template <typename Done>
+void RunUntil(DirLister& lister, Done done) {
+  for (int i = 0; i < 500 && !done(); ++i) {
+    lister.RunWakeups();
+    if (!done()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+struct Woken : FileWaiter {
+  int count = 0;
+};
+
+// Through the thread: the status wakes the waiter from RunWakeups on the caller's thread; then
+// pieces, at most kPieces made ahead of the shard (it waits, however long the shard takes), each
+// announced through Follow's callback; together they are the listing MakeAll makes.
+TEST_F(DirListerTest, StreamsPiecesWithBackPressure) {
+  MakeFiles("big", 3000);
   const int64_t now_ms = 0;
   ScriptedLoop loop(&now_ms);
   DirLister lister(&loop, {});
-  struct Woken : FileWaiter {
-    int count = 0;
-  } waiter;
+  Woken waiter;
   waiter.wake = [](FileWaiter* w) { ++static_cast<Woken*>(w)->count; };
-  DirListing* l = lister.Start(root_fd_, ".", "/", &waiter);
+  DirListing* l = lister.Start(root_fd_, "big", "/big/", &waiter);
   ASSERT_NE(l, nullptr);
-  for (int i = 0; i < 500 && waiter.count == 0; ++i) {
-    lister.RunWakeups();
-    if (waiter.count == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  RunUntil(lister, [&] { return waiter.count > 0; });
   ASSERT_EQ(waiter.count, 1);
-  EXPECT_EQ(l->status, 200);
-  EXPECT_NE(l->body.find("one.txt"), std::string::npos);
-  EXPECT_EQ(lister.in_use(), 1u);
+  ASSERT_EQ(l->status, 200);
+  int more = 0;
+  lister.Follow(
+      l, [](void* arg) { ++*static_cast<int*>(arg); }, &more);
+  // Nothing handed back: the thread makes kPieces, then waits.
+  RunUntil(lister, [&] { return lister.Unsent(l) == DirLister::kPieces; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  lister.RunWakeups();
+  EXPECT_EQ(lister.Unsent(l), DirLister::kPieces);
+  EXPECT_FALSE(lister.Ended(l));
+  std::string body;
+  uint32_t pieces = 0;
+  bool last = false;
+  while (!last) {
+    RunUntil(lister, [&] { return lister.Unsent(l) > 0; });
+    const ListingPiece piece = lister.Next(l);
+    ASSERT_GT(piece.len, 0u);
+    ASSERT_LE(piece.len, DirLister::kPieceBytes);
+    body.append(piece.data, piece.len);
+    last = piece.last;
+    lister.Consume(l);
+    ++pieces;
+  }
+  EXPECT_TRUE(lister.Ended(l));
+  EXPECT_GT(pieces, DirLister::kPieces);
+  EXPECT_GE(more, 1);  // the pieces made after Follow were announced
+  EXPECT_EQ(body, List("big").second);
   lister.Release(l);
+  RunUntil(lister, [&] { return lister.in_use() == 0; });
   EXPECT_EQ(lister.in_use(), 0u);
+  EXPECT_EQ(waiter.count, 1);
+}
+
+// Released before its status, between pieces (the thread waiting on the shard), or while the
+// shard's wake-up is pending: freed every time, no waiter woken after; every slot taken: null.
+TEST_F(DirListerTest, FreesWhatIsReleasedAtAnyPoint) {
+  MakeFiles("big", 3000);
+  const int64_t now_ms = 0;
+  ScriptedLoop loop(&now_ms);
+  DirLister lister(&loop, {});
+  Woken waiter;
+  waiter.wake = [](FileWaiter* w) { ++static_cast<Woken*>(w)->count; };
 
   DirListing* taken[DirLister::kSlots];
   for (DirListing*& t : taken) {
-    t = lister.Start(root_fd_, ".", "/", &waiter);
+    t = lister.Start(root_fd_, "big", "/big/", &waiter);
     ASSERT_NE(t, nullptr);
   }
   EXPECT_EQ(lister.Start(root_fd_, ".", "/", &waiter), nullptr);
   for (DirListing* t : taken) lister.Release(t);  // before their wake-ups
-  for (int i = 0; i < 500 && lister.in_use() > 0; ++i) {
-    lister.RunWakeups();
-    if (lister.in_use() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  RunUntil(lister, [&] { return lister.in_use() == 0; });
   EXPECT_EQ(lister.in_use(), 0u);
-  EXPECT_EQ(waiter.count, 1);  // none of them woke it
+  EXPECT_EQ(waiter.count, 0);
+
+  // Between pieces: the ring full, the thread gone on to other work.
+  DirListing* l = lister.Start(root_fd_, "big", "/big/", &waiter);
+  ASSERT_NE(l, nullptr);
+  RunUntil(lister, [&] { return waiter.count > 0; });
+  ASSERT_EQ(l->status, 200);
+  lister.Follow(
+      l, [](void*) {}, nullptr);
+  RunUntil(lister, [&] { return lister.Unsent(l) == DirLister::kPieces; });
+  lister.Consume(l);  // one back: the thread makes another
+  lister.Release(l);
+  RunUntil(lister, [&] { return lister.in_use() == 0; });
+  EXPECT_EQ(lister.in_use(), 0u);
+
+  // A small one made whole, its wake-ups pending, then released.
+  Write("one.txt", 1);
+  l = lister.Start(root_fd_, ".", "/", &waiter);
+  ASSERT_NE(l, nullptr);
+  RunUntil(lister, [&] { return waiter.count > 1; });
+  ASSERT_EQ(l->status, 200);
+  RunUntil(lister, [&] { return lister.Unsent(l) > 0; });
+  const ListingPiece piece = lister.Next(l);
+  EXPECT_TRUE(piece.last);
+  EXPECT_NE(std::string_view(piece.data, piece.len).find("one.txt"), std::string::npos);
+  lister.Release(l);
+  RunUntil(lister, [&] { return lister.in_use() == 0; });
+  EXPECT_EQ(lister.in_use(), 0u);
+  EXPECT_EQ(waiter.count, 2);
 }
 
 }  // namespace

@@ -231,7 +231,7 @@ class FileCache : public http::FileMetaSource {
 // The planner's view for one request: what was validated since the request began planning is
 // the answer for it, even where `valid_ms` has run out since (a request that waited for a
 // lookup must see the result it waited for); and the directory listing made for it, if any
-// (`listing`: a DirListing's directory, status and body once made; null: none).
+// (`listing`: a DirListing's directory and status once known; null: none).
 class RequestLookup final : public http::FileMetaSource {
  public:
   struct MadeListing {

@@ -71,6 +71,8 @@ void NextPiece(Exchange* ex) {
         ex->body_left = plan.ranges.ranges[ex->part].Length();
         break;
       }
+      case Exchange::Phase::kListing:  // ReadBody takes the lister's pieces
+        return;
       case Exchange::Phase::kTail:
       case Exchange::Phase::kDone:
         ex->phase = Exchange::Phase::kDone;
@@ -255,6 +257,27 @@ struct H2Callbacks {
       ex->h2_deferred = true;  // resumed once a batch has gone out (OnH2Send)
       return NGHTTP2_ERR_DEFERRED;
     }
+    if (ex->phase == Exchange::Phase::kListing && ex->iov[0].iov_len == 0) {
+      // A listing's next piece, as the lister makes it; copied into the batch (SendData), then
+      // handed back. Not made yet: the stream waits for the lister (OnStreamListingMore).
+      DirLister* lister = Machine(user)->lister_.get();
+      RINGD_ASSERT(!ex->h2_listing_piece);  // SendData handed the last one back
+      const ListingPiece piece = lister->Next(ex->listing);
+      if (piece.len == 0) {
+        if (!lister->Ended(ex->listing)) {
+          ex->h2_listing_wait = true;
+          return NGHTTP2_ERR_DEFERRED;
+        }
+        ex->phase = Exchange::Phase::kDone;  // its last piece went out before it was known last
+        ex->h2_piece_file = false;
+        ex->h2_piece = ex->head;
+        *flags |= NGHTTP2_DATA_FLAG_NO_COPY | NGHTTP2_DATA_FLAG_EOF;
+        return 0;
+      }
+      ex->iov[0] = iovec{piece.data, piece.len};
+      ex->h2_listing_piece = !piece.last;  // the last is not handed back: Release takes it
+      if (piece.last) ex->phase = Exchange::Phase::kDone;
+    }
     const size_t n = TakePiece(ex, std::min(length, room - 9));
     *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
     if (BodyDone(ex)) *flags |= NGHTTP2_DATA_FLAG_EOF;
@@ -278,6 +301,10 @@ struct H2Callbacks {
     } else {
       std::memcpy(b->buf + b->len, ex->h2_piece, length);
       ex->bytes_sent += length;
+      if (ex->h2_listing_piece && ex->iov[0].iov_len == 0) {  // a listing's piece, all copied
+        ex->h2_listing_piece = false;
+        Machine(user)->lister_->Consume(ex->listing);
+      }
     }
     b->len += static_cast<uint32_t>(length);
     return 0;
@@ -605,6 +632,17 @@ void ConnectionMachine::OnStreamFileReady(FileWaiter* w) {
   self->H2Flush(conn);
 }
 
+// The lister made another piece of a listing a stream sends: the stream goes on, if it waited.
+void ConnectionMachine::OnStreamListingMore(void* arg) {
+  Exchange* ex = static_cast<Exchange*>(arg);
+  Connection* conn = ex->conn;
+  if (conn->state != ConnState::kH2 || ex->h2_closed || !ex->h2_listing_wait) return;
+  ex->h2_listing_wait = false;
+  ConnectionMachine* self = conn->machine;
+  nghttp2_session_resume_data(self->SessionOf(conn)->session, ex->stream_id);
+  self->H2Flush(conn);
+}
+
 void ConnectionMachine::H2StartResponse(Connection* conn, Exchange* ex) {
   http::ResponsePlan& plan = ex->plan;
   plan.keep_alive = true;  // a stream's end is not the connection's: no Connection field
@@ -632,9 +670,14 @@ void ConnectionMachine::H2StartResponse(Connection* conn, Exchange* ex) {
   ex->iov[0] = iovec{nullptr, 0};
   ex->phase = Exchange::Phase::kDone;
   ex->part = 0;
-  const bool body = plan.send_body && plan.content_length > 0;
+  const bool body = plan.send_body && (plan.content_length > 0 || plan.streamed_body);
   if (body) {
-    if (!plan.inline_body.empty()) {
+    if (plan.streamed_body) {
+      RINGD_ASSERT(ex->listing != nullptr);  // the one body streamed: a listing's
+      ex->phase = Exchange::Phase::kListing;
+      ex->h2_listing_piece = ex->h2_listing_wait = false;
+      lister_->Follow(ex->listing, &ConnectionMachine::OnStreamListingMore, ex);
+    } else if (!plan.inline_body.empty()) {
       ex->iov[0] = iovec{const_cast<char*>(plan.inline_body.data()), plan.inline_body.size()};
     } else if (plan.multipart) {
       ex->phase = Exchange::Phase::kPartHead;

@@ -47,6 +47,8 @@ void Shard::FillSnapshot() {
   }
   s.pipes_in_use = static_cast<uint32_t>(s.loop.pipes_in_use);
   s.pipe_capacity = static_cast<uint32_t>(s.loop.pipe_capacity);
+  s.listings = machine_->listings_in_use();
+  s.listing_capacity = machine_->listing_capacity();
   if (log_ != nullptr) {
     s.log_lines = log_->ring().lines();
     s.log_dropped = log_->ring().dropped();

@@ -134,7 +134,8 @@ struct ShardSnapshot {
   uint32_t input_buffers = 0, input_buffer_capacity = 0;
   uint32_t content_buffers = 0, content_buffer_capacity = 0;
   uint32_t pipes_in_use = 0, pipe_capacity = 0;
-  uint64_t log_lines = 0, log_dropped = 0;  // access log lines queued / dropped by this shard
+  uint32_t listings = 0, listing_capacity = 0;  // --autoindex: DirLister's slots (0: off)
+  uint64_t log_lines = 0, log_dropped = 0;      // access log lines queued / dropped by this shard
 };
 
 // One shard's snapshot and the handshake around it: one reader thread (the admin) at a time.

@@ -166,11 +166,10 @@ size_t EncodeSegment(std::string_view name, char* buf, size_t cap) {
   return out.Result();
 }
 
-ListingWriter::ListingWriter(ListingFormat format, char* buf, size_t cap)
-    : format_(format), buf_(buf), cap_(cap) {}
+ListingWriter::ListingWriter(ListingFormat format) : format_(format) {}
 
-void ListingWriter::Begin(std::string_view url_path) {
-  Out out{buf_, cap_ >= 2 * kEndReserve ? cap_ - kEndReserve : 0};
+size_t ListingWriter::Begin(std::string_view url_path, char* buf, size_t cap) const {
+  Out out{buf, cap};
   if (format_ == ListingFormat::kJson) {
     out.Put("[");
   } else {
@@ -181,13 +180,11 @@ void ListingWriter::Begin(std::string_view url_path) {
     out.Put("</h1><hr>\r\n<table>\r\n");
     if (url_path != "/") out.Put("<tr><td><a href=\"../\">../</a></td><td></td><td></td></tr>\r\n");
   }
-  ok_ = out.ok;
-  len_ = out.ok ? out.n : 0;
+  return out.ok ? out.n : 0;
 }
 
-bool ListingWriter::Add(const ListingEntry& e) {
-  if (!ok_) return false;
-  Out out{buf_ + len_, cap_ - kEndReserve - len_};
+size_t ListingWriter::Add(const ListingEntry& e, char* buf, size_t cap) {
+  Out out{buf, cap};
   if (format_ == ListingFormat::kJson) {
     out.Put(added_ == 0 ? "\r\n{\"name\":\"" : ",\r\n{\"name\":\"");
     PutEscaped(&EscapeJson, e.name, &out);
@@ -221,15 +218,13 @@ bool ListingWriter::Add(const ListingEntry& e) {
     }
     out.Put("</td></tr>\r\n");
   }
-  if (!out.ok) return false;
-  len_ += out.n;
+  if (!out.ok) return 0;
   ++added_;
-  return true;
+  return out.n;
 }
 
-std::string_view ListingWriter::End(uint64_t total) {
-  if (!ok_) return {};
-  Out out{buf_ + len_, cap_ - len_};  // the reserve: always room for this
+size_t ListingWriter::End(uint64_t total, char* buf, size_t cap) const {
+  Out out{buf, cap};
   const bool cut = added_ < total;
   if (format_ == ListingFormat::kJson) {
     if (cut) {
@@ -252,9 +247,7 @@ std::string_view ListingWriter::End(uint64_t total) {
     }
     out.Put("<hr>\r\n</body>\r\n</html>\r\n");
   }
-  if (!out.ok) return {};
-  len_ += out.n;
-  return std::string_view(buf_, len_);
+  return out.ok ? out.n : 0;
 }
 
 }  // namespace ringd::http

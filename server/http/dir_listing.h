@@ -1,13 +1,14 @@
 // A directory listing's body (--autoindex), as HTML or as JSON (nginx's autoindex_format json),
-// written into a bounded buffer the caller owns. Sans-IO: the caller reads the directory, sorts
+// written piece by piece into bounded buffers the caller owns, so that a listing of any length
+// is streamed through a buffer of a few pieces. Sans-IO: the caller reads the directory, sorts
 // its entries and hands them over one by one; names are bytes, escaped here for HTML, JSON and
 // URLs (a name that is not UTF-8 shows U+FFFD for each bad byte, and its link keeps every byte,
 // percent-encoded).
 //
-//   ListingWriter w(ListingFormat::kHtml, buf, sizeof buf);
-//   w.Begin("/pub/");
-//   for (const ListingEntry& e : sorted) if (!w.Add(e)) break;   // full: the listing is cut
-//   std::string_view body = w.End(entries_in_directory);
+//   ListingWriter w(ListingFormat::kHtml);
+//   n = w.Begin("/pub/", piece, cap);              // 0: does not fit, hand it an emptier piece
+//   for (const ListingEntry& e : sorted) n = w.Add(e, piece + used, cap - used);  // likewise
+//   n = w.End(entries_in_directory, piece + used, cap - used);
 #pragma once
 
 #include <cstddef>
@@ -30,29 +31,32 @@ struct ListingEntry {
 
 class ListingWriter {
  public:
-  // Room End always keeps for itself: the closing text and the line that says the listing was
-  // cut. A buffer smaller than twice this writes nothing (End returns an empty view).
-  static constexpr size_t kEndReserve = 512;
+  // The most one entry writes: a name of NAME_MAX (255) bytes, each escaped at its longest (six
+  // bytes in HTML and JSON text, three in its link), and the markup around it.
+  static constexpr size_t kMaxEntryBytes = 4096;
+  // The most End writes.
+  static constexpr size_t kMaxEndBytes = 256;
+  // The most Begin writes for a title of `url_path_bytes` (the title is written twice, HTML
+  // escaped: at most six bytes per byte).
+  static constexpr size_t MaxBeginBytes(size_t url_path_bytes) { return 12 * url_path_bytes + 256; }
 
-  ListingWriter(ListingFormat format, char* buf, size_t cap);
+  explicit ListingWriter(ListingFormat format);
+  // Each writes its text into [buf, buf + cap) and returns its length, or 0 when it does not fit
+  // (then nothing of it counts: the caller calls again with more room).
   // The opening, titled with the directory's decoded URL path ("/pub/"), escaped as names are.
-  void Begin(std::string_view url_path);
-  // Appends one entry; false when it does not fit (nothing of it is written): the caller stops.
-  bool Add(const ListingEntry& entry);
+  size_t Begin(std::string_view url_path, char* buf, size_t cap) const;
+  // One entry, in the order given.
+  size_t Add(const ListingEntry& entry, char* buf, size_t cap);
   // The closing; when fewer entries were added than `total` (the directory's entries, those a
   // listing hides not counted), a last line (HTML) or element (JSON, "type": "truncated") says
-  // how many are shown of how many. Returns the whole body.
-  std::string_view End(uint64_t total);
+  // how many are shown of how many.
+  size_t End(uint64_t total, char* buf, size_t cap) const;
 
   uint64_t added() const { return added_; }
 
  private:
   ListingFormat format_;
-  char* buf_;
-  size_t cap_;
-  size_t len_ = 0;
   uint64_t added_ = 0;
-  bool ok_ = true;  // cap_ holds the opening and the reserve
 };
 
 // Writes `name` escaped for HTML text (&, <, >, ", ' as references; bytes that are not UTF-8,

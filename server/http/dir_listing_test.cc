@@ -1,5 +1,6 @@
 #include "server/http/dir_listing.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -64,13 +65,42 @@ TEST(DirListing, EncodesNamesForUrls) {
   EXPECT_EQ(Url("caf\xC3\xA9"), "caf%C3%A9");
 }
 
+// Writes a listing through pieces of at most `piece` bytes, as the lister does: each call that
+// does not fit starts the next piece. Returns the pieces.
+std::vector<std::string> Pieces(ListingFormat format, std::string_view url_path,
+                                const std::vector<ListingEntry>& entries, uint64_t total,
+                                size_t piece) {
+  std::vector<std::string> out(1);
+  std::vector<char> buf(piece);
+  ListingWriter w(format);
+  auto put = [&](auto&& write) {
+    std::string& last = out.back();
+    size_t n = write(buf.data(), piece - last.size());
+    if (n == 0) {  // full: the next piece, which it must fit
+      out.emplace_back();
+      n = write(buf.data(), piece);
+      EXPECT_GT(n, 0u);
+    }
+    out.back().append(buf.data(), n);
+  };
+  put([&](char* b, size_t cap) { return w.Begin(url_path, b, cap); });
+  for (const ListingEntry& e : entries) put([&](char* b, size_t cap) { return w.Add(e, b, cap); });
+  put([&](char* b, size_t cap) { return w.End(total, b, cap); });
+  EXPECT_EQ(w.added(), entries.size());
+  return out;
+}
+
+std::string Whole(ListingFormat format, std::string_view url_path,
+                  const std::vector<ListingEntry>& entries, uint64_t total) {
+  std::string body;
+  for (const std::string& p : Pieces(format, url_path, entries, total, 1 << 20)) body += p;
+  return body;
+}
+
 TEST(DirListing, WritesHtml) {
-  char buf[4096];
-  ListingWriter w(ListingFormat::kHtml, buf, sizeof buf);
-  w.Begin("/pub/<x>/");
-  ASSERT_TRUE(w.Add({"a b.txt", false, 1234, kMtime}));
-  ASSERT_TRUE(w.Add({"sub", true, 4096, kMtime}));
-  const std::string body(w.End(2));
+  const std::string body =
+      Whole(ListingFormat::kHtml, "/pub/<x>/",
+            {{"a b.txt", false, 1234, kMtime}, {"sub", true, 4096, kMtime}}, 2);
   EXPECT_NE(body.find("<title>Index of /pub/&lt;x&gt;/</title>"), std::string::npos) << body;
   EXPECT_NE(body.find("<a href=\"../\">../</a>"), std::string::npos) << body;
   EXPECT_NE(body.find("<tr><td><a href=\"a%20b.txt\">a b.txt</a></td><td>Wed, 21 Oct 2015 "
@@ -84,59 +114,84 @@ TEST(DirListing, WritesHtml) {
   EXPECT_EQ(body.find("Listing cut"), std::string::npos);
   EXPECT_TRUE(body.ends_with("</html>\r\n"));
   // The root has no parent.
-  ListingWriter root(ListingFormat::kHtml, buf, sizeof buf);
-  root.Begin("/");
-  EXPECT_EQ(std::string(root.End(0)).find("../"), std::string::npos);
+  EXPECT_EQ(Whole(ListingFormat::kHtml, "/", {}, 0).find("../"), std::string::npos);
 }
 
 TEST(DirListing, WritesJson) {
-  char buf[4096];
-  ListingWriter w(ListingFormat::kJson, buf, sizeof buf);
-  w.Begin("/pub/");
-  ASSERT_TRUE(w.Add({"a\"b", false, 7, kMtime}));
-  ASSERT_TRUE(w.Add({"d", true, 0, kMtime}));
-  EXPECT_EQ(w.End(2),
-            "[\r\n{\"name\":\"a\\\"b\",\"url\":\"a%22b\",\"type\":\"file\",\"mtime\":\"Wed, 21 Oct "
-            "2015 07:28:00 GMT\",\"size\":7},\r\n{\"name\":\"d\",\"url\":\"d/\",\"type\":"
-            "\"directory\",\"mtime\":\"Wed, 21 Oct 2015 07:28:00 GMT\"}\r\n]\r\n");
-  ListingWriter empty(ListingFormat::kJson, buf, sizeof buf);
-  empty.Begin("/");
-  EXPECT_EQ(empty.End(0), "[\r\n]\r\n");
+  EXPECT_EQ(
+      Whole(ListingFormat::kJson, "/pub/", {{"a\"b", false, 7, kMtime}, {"d", true, 0, kMtime}}, 2),
+      "[\r\n{\"name\":\"a\\\"b\",\"url\":\"a%22b\",\"type\":\"file\",\"mtime\":\"Wed, 21 Oct "
+      "2015 07:28:00 GMT\",\"size\":7},\r\n{\"name\":\"d\",\"url\":\"d/\",\"type\":"
+      "\"directory\",\"mtime\":\"Wed, 21 Oct 2015 07:28:00 GMT\"}\r\n]\r\n");
+  EXPECT_EQ(Whole(ListingFormat::kJson, "/", {}, 0), "[\r\n]\r\n");
 }
 
-// A buffer that fills up: the entries that fit, then the line that says it was cut (always room
-// for it), in both formats.
-TEST(DirListing, CutsWhatDoesNotFitAndSaysSo) {
+// Fewer entries than the directory has (the lister keeps at most --autoindex-max-entries): a
+// last line or element says how many of how many, in both formats.
+TEST(DirListing, SaysWhenCut) {
+  const std::vector<ListingEntry> shown = {{"a", false, 1, kMtime}, {"b", false, 2, kMtime}};
+  const std::string html = Whole(ListingFormat::kHtml, "/big/", shown, 100000);
+  EXPECT_NE(html.find("<p>Listing cut: the first 2 of 100000 entries, by name.</p>"),
+            std::string::npos)
+      << html;
+  EXPECT_TRUE(html.ends_with("</html>\r\n"));
+  EXPECT_TRUE(
+      Whole(ListingFormat::kJson, "/big/", shown, 100000)
+          .ends_with(",\r\n{\"type\":\"truncated\",\"shown\":2,\"entries\":100000}\r\n]\r\n"));
+  EXPECT_EQ(Whole(ListingFormat::kJson, "/big/", {}, 3),
+            "[\r\n{\"type\":\"truncated\",\"shown\":0,\"entries\":3}\r\n]\r\n");
+}
+
+// However small the pieces, the listing is the same text cut at entry boundaries: every piece
+// within its bound, nothing lost or repeated, an entry that does not fit written whole into the
+// next piece.
+TEST(DirListing, WritesTheSameTextInPiecesOfAnySize) {
+  std::vector<std::string> names;
+  std::vector<ListingEntry> entries;
+  for (int i = 0; i < 500; ++i) names.push_back("entry <" + std::to_string(i) + "> caf\xE9");
+  for (int i = 0; i < 500; ++i) entries.push_back({names[i], i % 7 == 0, uint64_t(i), kMtime});
   for (ListingFormat format : {ListingFormat::kHtml, ListingFormat::kJson}) {
-    std::vector<char> buf(4 * ListingWriter::kEndReserve);
-    ListingWriter w(format, buf.data(), buf.size());
-    w.Begin("/big/");
-    uint64_t added = 0;
-    while (w.Add({"file-with-a-longish-name-" + std::to_string(added), false, added, kMtime}))
-      ++added;
-    EXPECT_GT(added, 0u);
-    EXPECT_EQ(w.added(), added);
-    const std::string body(w.End(100000));
-    EXPECT_LE(body.size(), buf.size());
-    if (format == ListingFormat::kHtml) {
-      EXPECT_NE(body.find("<p>Listing cut: the first " + std::to_string(added) +
-                          " of 100000 entries, by name.</p>"),
-                std::string::npos)
-          << body;
-      EXPECT_TRUE(body.ends_with("</html>\r\n"));
-    } else {
-      EXPECT_NE(body.find("{\"type\":\"truncated\",\"shown\":" + std::to_string(added) +
-                          ",\"entries\":100000}\r\n]\r\n"),
-                std::string::npos)
-          << body;
+    const std::string whole = Whole(format, "/pub/", entries, 600);
+    for (size_t piece : {size_t{400}, size_t{1000}, size_t{4096}, size_t{65536}}) {
+      const std::vector<std::string> pieces = Pieces(format, "/pub/", entries, 600, piece);
+      std::string joined;
+      for (const std::string& p : pieces) {
+        EXPECT_LE(p.size(), piece);
+        EXPECT_FALSE(p.empty());
+        joined += p;
+      }
+      EXPECT_EQ(joined, whole) << piece;
+      EXPECT_GE(pieces.size(), whole.size() / piece);
     }
   }
-  // Too small for the opening and the reserve: nothing.
-  char tiny[ListingWriter::kEndReserve];
-  ListingWriter w(ListingFormat::kHtml, tiny, sizeof tiny);
-  w.Begin("/");
-  EXPECT_FALSE(w.Add({"a", false, 1, kMtime}));
-  EXPECT_TRUE(w.End(1).empty());
+}
+
+// An entry at its longest (a name of NAME_MAX bytes, each escaped at its longest) fits
+// kMaxEntryBytes; a title fits MaxBeginBytes; the closing fits kMaxEndBytes.
+TEST(DirListing, BoundsWhatOneCallWrites) {
+  const std::string quotes(255, '"');
+  const std::string bad(255, '\xFF');
+  for (ListingFormat format : {ListingFormat::kHtml, ListingFormat::kJson}) {
+    std::vector<char> buf(1 << 20);
+    ListingWriter w(format);
+    for (const std::string& name : {quotes, bad}) {
+      for (bool dir : {false, true}) {
+        const ListingEntry longest{name, dir, UINT64_MAX, kMtime};
+        const size_t n = w.Add(longest, buf.data(), buf.size());
+        EXPECT_GT(n, 0u);
+        EXPECT_LE(n, ListingWriter::kMaxEntryBytes);
+        EXPECT_EQ(w.Add(longest, buf.data(), n - 1), 0u);  // does not fit: nothing counts
+      }
+    }
+    const std::string title = "/" + std::string(4096, '"') + "/";
+    const size_t begun = w.Begin(title, buf.data(), buf.size());
+    EXPECT_GT(begun, 0u);
+    EXPECT_LE(begun, ListingWriter::MaxBeginBytes(title.size()));
+    EXPECT_EQ(w.Begin(title, buf.data(), begun - 1), 0u);
+    const size_t ended = w.End(UINT64_MAX, buf.data(), buf.size());
+    EXPECT_GT(ended, 0u);
+    EXPECT_LE(ended, ListingWriter::kMaxEndBytes);
+  }
 }
 
 }  // namespace

@@ -259,8 +259,9 @@ PlanStep PlanHttpsRedirect(const Request& req, const PlannerConfig& config, File
   return Page(301, "redirect to https", req, out);
 }
 
-// A directory without an index, with --autoindex: its listing, once the caller has made it. No
-// validators and no ranges (a listing is made per request); the added headers, as on any 200.
+// A directory without an index, with --autoindex: its listing, once the caller has read the
+// directory (the status); the body follows as the caller makes it. No validators and no ranges
+// (a listing is made per request); the added headers, as on any 200.
 PlanStep PlanListing(const Request& req, const PlannerConfig& config, FileMetaSource& source,
                      std::string_view dir, std::string_view url_path, ResponsePlan* out) {
   const std::optional<ListingResult> listing = source.Listing(dir);
@@ -275,8 +276,9 @@ PlanStep PlanListing(const Request& req, const PlannerConfig& config, FileMetaSo
     return Error(listing->status, "directory listing failed", req, config, source, out);
   out->status = 200;
   out->reason = "directory listing";
-  out->inline_body = listing->body;
-  out->content_length = listing->body.size();
+  out->streamed_body = true;
+  out->content_length = 0;
+  if (out->http10) out->keep_alive = false;  // the close ends an HTTP/1.0 body of no length
   out->content_type = ListingContentType(config.autoindex_format);
   out->send_body = req.method != Method::kHead;
   if (config.origin != nullptr) out->added_headers = config.origin->added();
@@ -660,9 +662,13 @@ size_t WriteResponseHead(const ResponsePlan& plan, std::string_view date,
       n = Put(out, n, cap, plan.content_type);
       n = Put(out, n, cap, "\r\n");
     }
-    n = Put(out, n, cap, "Content-Length: ");
-    n = PutUint(out, n, cap, plan.content_length);
-    n = Put(out, n, cap, "\r\n");
+    if (!plan.streamed_body) {
+      n = Put(out, n, cap, "Content-Length: ");
+      n = PutUint(out, n, cap, plan.content_length);
+      n = Put(out, n, cap, "\r\n");
+    } else if (!plan.http10) {
+      n = Put(out, n, cap, "Transfer-Encoding: chunked\r\n");
+    }
   }
   if (!plan.last_modified.empty()) {
     n = Put(out, n, cap, "Last-Modified: ");

@@ -38,9 +38,10 @@ struct FileMeta {
 };
 
 // A directory's listing (--autoindex), made for one request by the caller, off the planner.
+// Status 200: its body is made and sent piece by piece by the caller (ResponsePlan::
+// streamed_body), as long as it turns out; the plan says only how it is framed.
 struct ListingResult {
-  int status = 200;       // 200, or the error to answer: 403, 404, 500, 503
-  std::string_view body;  // status 200: the whole body (ListingWriter)
+  int status = 200;  // 200, or the error to answer: 403, 404, 500, 503
 };
 
 class FileMetaSource {
@@ -131,6 +132,10 @@ struct ResponsePlan {
   std::string_view file_path;    // relative to the root; "" when none
   FileMeta file;                 // the selected file's metadata
   std::string_view inline_body;  // static text (error pages)
+  // Neither: the caller makes the body as it goes (a directory listing), of a length not known
+  // up front. No Content-Length: HTTP/1.1 sends it chunked (RFC 9112 section 7.1), an HTTP/1.0
+  // response ends with the connection (keep_alive is false), HTTP/2 ends it with END_STREAM.
+  bool streamed_body = false;
 
   std::string_view content_type;
   std::string_view content_encoding;  // "gzip", "br", "zstd" or ""

@@ -39,17 +39,16 @@ class FakeTree : public FileMetaSource {
   }
   std::vector<std::string> fetched;
 
-  // Listings: as the caller makes them, on a kNeedListing (the body names the directory and its
-  // URL path), or with the status `listing_status`.
+  // Listings: as the caller starts them, on a kNeedListing (`listed` names the directory and its
+  // URL path), with the status `listing_status`.
   std::optional<ListingResult> Listing(std::string_view path) override {
     auto it = listings_.find(std::string(path));
     if (it == listings_.end()) return std::nullopt;
-    return ListingResult{listing_status, it->second};
+    return ListingResult{listing_status};
   }
   void MakeListing(std::string_view path, std::string_view url_path) {
-    listed.emplace_back(path);
-    listings_[std::string(path)] =
-        "listing of " + std::string(path) + " at " + std::string(url_path);
+    listed.emplace_back(std::string(path) + " at " + std::string(url_path));
+    listings_[std::string(path)] = std::string(url_path);
   }
   std::vector<std::string> listed;
   int listing_status = 200;
@@ -764,34 +763,47 @@ TEST_F(OriginPlanTest, TheFallbackTakesItsOwnHeadersAndTheErrorPage) {
   EXPECT_EQ(missing.plan.file_path, "errors/404.html");
 }
 
-// --autoindex: a directory without an index is its listing, made by the caller on kNeedListing;
-// a directory with an index is still served its index.
+// --autoindex: a directory without an index is its listing, started by the caller on
+// kNeedListing and streamed: chunked over HTTP/1.1, ended by the close over HTTP/1.0; a directory
+// with an index is still served its index.
 TEST_F(ResponsePlanTest, ListsADirectoryWithoutAnIndex) {
   config_.autoindex = true;
   Planned p = Get("/empty/");
   EXPECT_EQ(p.plan.status, 200);
-  EXPECT_EQ(tree_.listed, std::vector<std::string>{"empty"});
-  EXPECT_EQ(p.plan.inline_body, "listing of empty at /empty/");
+  EXPECT_EQ(tree_.listed, std::vector<std::string>{"empty at /empty/"});
+  EXPECT_TRUE(p.plan.streamed_body);
+  EXPECT_TRUE(p.plan.inline_body.empty());
   EXPECT_TRUE(p.plan.file_path.empty());
+  EXPECT_TRUE(p.plan.keep_alive);
   EXPECT_NE(p.head.find("Content-Type: text/html; charset=utf-8\r\n"), std::string::npos);
-  EXPECT_NE(p.head.find("Content-Length: 27\r\n"), std::string::npos) << p.head;
+  EXPECT_NE(p.head.find("Transfer-Encoding: chunked\r\n"), std::string::npos) << p.head;
+  EXPECT_EQ(p.head.find("Content-Length"), std::string::npos) << p.head;
   EXPECT_EQ(p.head.find("ETag"), std::string::npos) << p.head;
   EXPECT_EQ(p.head.find("Accept-Ranges"), std::string::npos) << p.head;
   // No validators and no ranges: a Range is ignored, a precondition too.
   Planned range = Get("/empty/", "Range: bytes=0-1\r\nIf-None-Match: *\r\n");
   EXPECT_EQ(range.plan.status, 200);
-  EXPECT_EQ(range.plan.content_length, 27u);
+  EXPECT_TRUE(range.plan.streamed_body);
+  // HEAD: the same head, no body.
   Planned head = Plan("HEAD /empty/ HTTP/1.1\r\nHost: t\r\n\r\n");
   EXPECT_EQ(head.plan.status, 200);
   EXPECT_FALSE(head.plan.send_body);
-  EXPECT_NE(head.head.find("Content-Length: 27\r\n"), std::string::npos) << head.head;
+  EXPECT_NE(head.head.find("Transfer-Encoding: chunked\r\n"), std::string::npos) << head.head;
+  // HTTP/1.0 has no chunked coding: the body ends with the connection.
+  Planned old = Plan("GET /empty/ HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  EXPECT_EQ(old.plan.status, 200);
+  EXPECT_FALSE(old.plan.keep_alive);
+  EXPECT_EQ(old.head.find("Transfer-Encoding"), std::string::npos) << old.head;
+  EXPECT_EQ(old.head.find("Content-Length"), std::string::npos) << old.head;
+  EXPECT_NE(old.head.find("Connection: close\r\n"), std::string::npos) << old.head;
   // The index still wins; the redirect still adds the slash.
   EXPECT_EQ(Get("/docs/").plan.file_path, "docs/index.html");
   EXPECT_EQ(Get("/empty").plan.status, 301);
   // The root, as ".".
   tree_.Set("index.html", FileMeta::Kind::kMissing);
   tree_.Fetch("index.html");
-  EXPECT_EQ(Get("/").plan.inline_body, "listing of . at /");
+  EXPECT_TRUE(Get("/").plan.streamed_body);
+  EXPECT_EQ(tree_.listed.back(), ". at /");
   config_.autoindex_format = ListingFormat::kJson;
   Planned json = Get("/empty/");
   EXPECT_NE(json.head.find("Content-Type: application/json\r\n"), std::string::npos);

@@ -572,6 +572,7 @@ std::string FormatDebugShards(const std::vector<ShardView>& shards, const Proces
     pool("input_buffers", s.input_buffers, s.input_buffer_capacity);
     pool("content_buffers", s.content_buffers, s.content_buffer_capacity);
     pool("pipes", s.pipes_in_use, s.pipe_capacity);
+    pool("listings", s.listings, s.listing_capacity);
     out += '}';
     num("cache_entries", s.cache.entries);
     num("cache_pinned", s.cache.pinned);

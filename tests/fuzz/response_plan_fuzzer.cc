@@ -102,16 +102,15 @@ class FuzzFiles : public FileMetaSource {
   bool Known(std::string_view path) const { return known_.count(std::string(path)) != 0; }
   void Fetch(std::string_view path) { known_.emplace(path); }
 
-  // --autoindex: every directory's listing, once made (or always, with `all_known`), answers
-  // with `listing_status` and a body that names the directory.
+  // --autoindex: every directory's listing, once started (or always, with `all_known`),
+  // answers with `listing_status` (its body is streamed by the caller).
   int listing_status = 200;
   std::optional<ListingResult> Listing(std::string_view dir) override {
-    auto it = listings_.find(std::string(dir));
-    if (it == listings_.end()) {
+    if (listings_.count(std::string(dir)) == 0) {
       if (!all_known) return std::nullopt;
-      it = listings_.emplace(std::string(dir), "listing of " + std::string(dir)).first;
+      listings_.emplace(dir);
     }
-    return ListingResult{listing_status, it->second};
+    return ListingResult{listing_status};
   }
   bool Listed(std::string_view dir) const { return listings_.count(std::string(dir)) != 0; }
 
@@ -123,13 +122,11 @@ class FuzzFiles : public FileMetaSource {
     static const std::string bodies[kCodings] = {"", "variant gzip", "variant br", "variant zstd"};
     return std::string_view(bodies[static_cast<int>(coding)]);
   }
-  void MakeListing(std::string_view dir) {
-    listings_.emplace(std::string(dir), "listing of " + std::string(dir));
-  }
+  void MakeListing(std::string_view dir) { listings_.emplace(dir); }
 
  private:
   std::set<std::string> known_;
-  std::map<std::string, std::string> listings_;
+  std::set<std::string> listings_;
 };
 
 struct Setup {
@@ -293,11 +290,22 @@ void CheckHeadSyntax(const ResponsePlan& plan, std::string_view head) {
   FUZZ_CHECK(head.starts_with(status_line));
   FUZZ_CHECK(head.ends_with("\r\n\r\n"));
   static constexpr std::string_view kNames[] = {
-      "Server",           "Date",          "Content-Type",
-      "Content-Length",   "Last-Modified", "ETag",
-      "Content-Encoding", "Vary",          "Content-Range",
-      "Accept-Ranges",    "Location",      "Allow",
-      "Cache-Control",    "Connection",    "X-Content-Type-Options",
+      "Server",
+      "Date",
+      "Content-Type",
+      "Content-Length",
+      "Last-Modified",
+      "ETag",
+      "Content-Encoding",
+      "Vary",
+      "Content-Range",
+      "Accept-Ranges",
+      "Location",
+      "Allow",
+      "Cache-Control",
+      "Connection",
+      "X-Content-Type-Options",
+      "Transfer-Encoding",
   };
   int seen[std::size(kNames)] = {};
   std::string_view rest = head.substr(status_line.size(), head.size() - status_line.size() - 2);
@@ -320,8 +328,13 @@ void CheckHeadSyntax(const ResponsePlan& plan, std::string_view head) {
     FUZZ_CHECK(++seen[i] == 1);
   }
   const std::string_view length = HeaderValue(head, "Content-Length");
-  FUZZ_CHECK(length.empty() == (plan.status == 304));
+  // A streamed body (a listing) has no length: chunked over HTTP/1.1, ended by the close over
+  // HTTP/1.0.
+  FUZZ_CHECK(length.empty() == (plan.status == 304 || plan.streamed_body));
   if (!length.empty()) FUZZ_CHECK(length == std::to_string(plan.content_length));
+  const std::string_view coding = HeaderValue(head, "Transfer-Encoding");
+  FUZZ_CHECK(coding == (plan.streamed_body && !plan.http10 ? "chunked" : ""));
+  if (plan.streamed_body && plan.http10) FUZZ_CHECK(!plan.keep_alive);
   const std::string_view range = HeaderValue(head, "Content-Range");
   if (plan.status == 416) {
     FUZZ_CHECK(range == "bytes */" + std::to_string(plan.unsatisfied_length));
@@ -380,8 +393,11 @@ void CheckStatusAndFraming(const Request& req, const PlannerConfig& config,
       FUZZ_CHECK(plan.inline_body == "variant " + std::string(plan.content_encoding));
     }
     FUZZ_CHECK(plan.compress_wanted == Coding::kIdentity);
-  } else if (plan.status == 200 && !plan.inline_body.empty()) {
-    FUZZ_CHECK(config.autoindex && plan.inline_body.starts_with("listing of "));
+  } else if (plan.streamed_body) {
+    // A streamed 200 is a listing, under --autoindex, and only for a directory's target; nothing
+    // else is streamed.
+    FUZZ_CHECK(plan.status == 200 && config.autoindex && plan.inline_body.empty() &&
+               plan.file_path.empty());
     FUZZ_CHECK(plan.content_type == ListingContentType(config.autoindex_format));
   }
   if (plan.status != 206) FUZZ_CHECK(plan.ranges.count == 0 && !plan.multipart);
@@ -406,8 +422,8 @@ void CheckOriginHeadersAndEncoding(const Request& req, const PlannerConfig& conf
   if (!IsFileAnswer(plan)) {
     FUZZ_CHECK(plan.etag.empty() && plan.last_modified.empty() && plan.cache_control.empty());
     FUZZ_CHECK(plan.content_encoding.empty());
-    // OPTIONS and a listing (an inline 200) carry the added headers too.
-    if (!(plan.status == 200 && (req.method == Method::kOptions || !plan.inline_body.empty()))) {
+    // OPTIONS and a listing carry the added headers too.
+    if (!(plan.status == 200 && (req.method == Method::kOptions || plan.streamed_body))) {
       FUZZ_CHECK(plan.added_headers.empty());
     }
   }

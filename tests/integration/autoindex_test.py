@@ -6,22 +6,29 @@ knowledge):
   and times, sorted by name; every link fetches its file;
 - dot files are hidden, and shown with --serve-dot-files; a directory with an index is served
   its index; without --autoindex it is 403 as before; a directory ringd may not read is 403;
-- a directory of 100,000 entries is listed (the shard keeps serving meanwhile), cut at a bound
-  with a last line that says so;
-- HEAD has the listing's length and no body;
-- clients that leave while their listing is made leave nothing behind.
+- the body is streamed: chunked over HTTP/1.1 (to the close over HTTP/1.0), DATA over HTTP/2;
+  HEAD has the head alone;
+- a directory of 100,000 entries is listed in full, in order, over both protocols and in both
+  formats; past --autoindex-max-entries it is cut with a last line that says so;
+- while clients that read slowly (an HTTP/1.1 socket not read, an HTTP/2 stream whose window is
+  not opened) hold big listings part way, the same shard answers another client, and their
+  listings finish whole once they read;
+- clients that leave before or during their listing leave nothing behind: the shard's listing
+  slots and connections come back (/debug/shards), and all of its slots can be taken again.
 """
 import json
 import os
+import re
 import shutil
+import socket
+import struct
 import subprocess
 import tempfile
-import threading
-import time
 import unittest
 import urllib.parse
 
-from ringd_harness import BackendTestCase, Server, request
+from ringd_harness import (ADMIN, BackendTestCase, Reader, Server, request, sends_stalled,
+                           wait_for)
 
 BIG = 100000
 
@@ -36,6 +43,86 @@ def curl_h2(server, target, *args):
     version, status = tail.decode().split()
     assert version == "2", tail
     return int(status), body
+
+
+class H2Stream:
+    """A bare HTTP/2 client (h2c, prior knowledge) of one GET whose flow-control windows are
+    opened only when the test says: the server can send it 65,535 bytes of DATA, then waits."""
+
+    def __init__(self, server, path):
+        self.sock = server.connect()
+        self.buf = b""
+        self.data = []
+        self.got = 0
+        self.ended = False
+        self.status_byte = None
+        self.sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + self.frame(4, 0, 0, b""))
+        # :method GET, :scheme http (static table), :path and :authority (literal, not indexed).
+        block = b"\x82\x86\x04" + bytes([len(path)]) + path.encode() + b"\x01\x01t"
+        self.sock.sendall(self.frame(1, 0x5, 1, block))  # END_STREAM | END_HEADERS
+
+    @staticmethod
+    def frame(kind, flags, stream, payload):
+        return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + \
+            stream.to_bytes(4, "big") + payload
+
+    def read_frame(self):
+        while len(self.buf) < 9 or len(self.buf) < 9 + int.from_bytes(self.buf[:3], "big"):
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise EOFError("connection closed")
+            self.buf += chunk
+        n = int.from_bytes(self.buf[:3], "big")
+        kind, flags = self.buf[3], self.buf[4]
+        stream = int.from_bytes(self.buf[5:9], "big") & 0x7FFFFFFF
+        payload, self.buf = self.buf[9:9 + n], self.buf[9 + n:]
+        if kind == 4 and not flags & 1:  # SETTINGS: acknowledged
+            self.sock.sendall(self.frame(4, 1, 0, b""))
+        elif kind == 1 and stream == 1:  # the response's HEADERS: :status 200 is index 8
+            self.status_byte = payload[0]
+        elif kind == 0 and stream == 1:
+            self.data.append(payload)
+            self.got += len(payload)
+            self.ended = bool(flags & 1)
+        elif kind == 3 and stream == 1:  # RST_STREAM
+            raise AssertionError("stream reset: %r" % payload)
+
+    def read_until(self, condition):
+        self.sock.settimeout(30)
+        while not condition():
+            self.read_frame()
+
+    def cancel(self):
+        """RST_STREAM (CANCEL) for the stream; the connection stays."""
+        self.sock.sendall(self.frame(3, 0, 1, (8).to_bytes(4, "big")))
+
+    def open_windows(self):
+        inc = (2 ** 31 - 1 - 65535).to_bytes(4, "big")
+        self.sock.sendall(self.frame(8, 0, 0, inc) + self.frame(8, 0, 1, inc))
+
+    def body(self):
+        self.read_until(lambda: self.ended)
+        return b"".join(self.data)
+
+
+def listings(server):
+    """The shard's listing slots in use (--shards 1), from /debug/shards."""
+    return server.debug_shards()["shards"][0]["pools"]["listings"]["in_use"]
+
+
+def slow_socket(server, target):
+    """An HTTP/1.1 client of `target` that reads the response head, then nothing more. Its
+    receive buffer is bounded (a few hundred KiB, and the server's send buffer a few MiB, well
+    below a listing of 100,000 entries), yet above loopback's segment size, so that reading it
+    later is not slowed by a window smaller than a segment."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 << 10)
+    s.settimeout(10)
+    s.connect(("127.0.0.1", server.port))
+    s.sendall(("GET %s HTTP/1.1\r\nHost: t\r\n\r\n" % target).encode())
+    reader = Reader(s)
+    status, _, headers = reader.read_head()
+    return s, reader, status, headers
 
 
 class AutoindexTest(BackendTestCase):
@@ -89,7 +176,8 @@ class AutoindexTest(BackendTestCase):
         r = request(server, "GET", "/pub/")
         self.assertEqual(r.status, 200)
         self.assertEqual(r.header("content-type"), "text/html; charset=utf-8")
-        self.assertEqual(int(r.header("content-length")), len(r.body))
+        self.assertEqual(r.header("transfer-encoding"), "chunked")  # streamed
+        self.assertIsNone(r.header("content-length"))
         html = r.body.decode("utf-8")  # valid UTF-8 even where a name is not
         self.assertIn("<title>Index of /pub/</title>", html)
         self.assertIn('<a href="%3Cx%3E%22.html">&lt;x&gt;&quot;.html</a>', html)
@@ -114,10 +202,19 @@ class AutoindexTest(BackendTestCase):
         # Sizes and times.
         self.assertIn("<td>6</td>", html)  # "spaces"
         self.assertIn(" GMT</td>", html)
-        # HEAD: the length, no body.
-        head = request(server, "HEAD", "/pub/")
-        self.assertEqual((head.status, head.body), (200, b""))
-        self.assertEqual(head.header("content-length"), r.header("content-length"))
+        # HEAD: the head a GET has, no body: the next response on the connection follows it.
+        with server.connect() as s:
+            s.sendall(b"HEAD /pub/ HTTP/1.1\r\nHost: t\r\n\r\nGET /pub/a%20b.txt HTTP/1.1\r\n"
+                      b"Host: t\r\n\r\n")
+            reader = Reader(s)
+            head = reader.read_response(head_request=True)
+            self.assertEqual((head.status, head.header("transfer-encoding")), (200, "chunked"))
+            self.assertEqual(reader.read_response().body, b"spaces")
+        # HTTP/1.0: no chunked coding; the body ends with the connection.
+        old = request(server, "GET", "/pub/", version="HTTP/1.0")
+        self.assertEqual((old.status, old.header("connection")), (200, "close"))
+        self.assertIsNone(old.header("transfer-encoding"))
+        self.assertEqual(old.body, r.body)
         # A directory with an index is served its index; one ringd may not read is 403.
         self.assertEqual(request(server, "GET", "/withindex/").body, b"<p>index</p>")
         if os.geteuid() != 0:
@@ -162,66 +259,113 @@ class AutoindexTest(BackendTestCase):
         server = self.start()
         self.assertEqual(request(server, "GET", "/pub/").status, 403)
 
-    def test_a_huge_directory_is_cut_and_says_so(self):
+    def check_big_json(self, body):
+        entries = json.loads(body)
+        self.assertEqual(len(entries), BIG)
+        self.assertEqual([e["name"] for e in entries], ["f%06d" % i for i in range(BIG)])
+        self.assertTrue(all(e["size"] == 0 and e["type"] == "file" for e in entries))
+
+    def check_big_html(self, body):
+        names = re.findall(r'<tr><td><a href="(f\d{6})">', body.decode())
+        self.assertEqual(names, ["f%06d" % i for i in range(BIG)])
+        self.assertTrue(body.endswith(b"</html>\r\n"))
+        self.assertNotIn(b"Listing cut", body)
+
+    def test_a_directory_of_100000_entries_is_listed_in_full(self):
         server = self.start("--autoindex", "--autoindex-format", "json", "--shards", "1")
-        # While the listing is made, the shard keeps answering.
-        answered = []
-
-        def others():
-            deadline = time.time() + 5
-            while time.time() < deadline and len(answered) < 20:
-                answered.append(request(server, "GET", "/withindex/index.html").status)
-
-        t = threading.Thread(target=others)
-        t.start()
         r = request(server, "GET", "/big/")
-        t.join()
+        self.assertEqual((r.status, r.header("transfer-encoding")), (200, "chunked"))
+        self.check_big_json(r.body)
+        status, body = curl_h2(server, "/big/")
+        self.assertEqual(status, 200)
+        self.check_big_json(body)
+        html_server = self.start("--autoindex", "--shards", "1")
+        r = request(html_server, "GET", "/big/")
         self.assertEqual(r.status, 200)
-        self.assertTrue(answered and all(s == 200 for s in answered), answered)
-        entries = json.loads(r.body)
-        last = entries[-1]
-        self.assertEqual(last["type"], "truncated")
-        self.assertEqual(last["entries"], BIG)
-        shown = entries[:-1]
-        self.assertEqual(last["shown"], len(shown))
-        self.assertGreater(len(shown), 1000)
-        self.assertLessEqual(len(shown), 10000)
-        self.assertEqual([e["name"] for e in shown], ["f%06d" % i for i in range(len(shown))])
-        self.assertLessEqual(len(r.body), 1 << 20)
-        # HTML says it in a last line; over HTTP/2 too.
-        html_server = self.start("--autoindex")
+        self.check_big_html(r.body)
         status, body = curl_h2(html_server, "/big/")
         self.assertEqual(status, 200)
-        self.assertRegex(body.decode(), r"<p>Listing cut: the first \d+ of %d entries, by name.</p>"
-                         % BIG)
+        self.check_big_html(body)
 
-    def test_clients_that_leave_while_their_listing_is_made(self):
-        # The thread finishes each listing alone, and its slot comes back: more listings than
-        # the shard's slots, each left at once, then every one answered again, and a clean stop.
-        server = self.start("--autoindex", "--shards", "1")
-        for _ in range(12):
+    def test_past_max_entries_the_listing_is_cut_and_says_so(self):
+        server = self.start("--autoindex", "--autoindex-format", "json",
+                            "--autoindex-max-entries", "1000")
+        entries = json.loads(request(server, "GET", "/big/").body)
+        self.assertEqual(entries[-1], {"type": "truncated", "shown": 1000, "entries": BIG})
+        self.assertEqual([e["name"] for e in entries[:-1]], ["f%06d" % i for i in range(1000)])
+        html_server = self.start("--autoindex", "--autoindex-max-entries", "1000")
+        status, body = curl_h2(html_server, "/big/")
+        self.assertEqual(status, 200)
+        self.assertIn("<p>Listing cut: the first 1000 of %d entries, by name.</p>" % BIG,
+                      body.decode())
+        # A directory within the bound is whole.
+        self.assertNotIn(b"Listing cut", request(html_server, "GET", "/pub/").body)
+
+    def test_the_shard_serves_others_while_slow_clients_hold_big_listings(self):
+        server = self.start("--autoindex", "--autoindex-format", "json", "--shards", "1", *ADMIN)
+        # An HTTP/1.1 client that reads nothing past the head, and an HTTP/2 stream whose
+        # windows stay shut: both listings are under way, the server's sends stalled.
+        s, reader, status, headers = slow_socket(server, "/big/")
+        self.addCleanup(s.close)
+        self.assertEqual((status, headers.get("transfer-encoding")), (200, "chunked"))
+        h2 = H2Stream(server, "/big/")
+        self.addCleanup(h2.sock.close)
+        h2.read_until(lambda: h2.got >= 65535)  # the initial window, all of it
+        self.assertEqual(h2.status_byte, 0x88)  # :status 200
+        self.assertFalse(h2.ended)
+        wait_for(lambda: sends_stalled([s]), "the HTTP/1.1 listing's send to stall")
+        # The same shard answers another client at once, both listings still held.
+        self.assertEqual(listings(server), 2)
+        small = request(server, "GET", "/withindex/index.html")
+        self.assertEqual((small.status, small.body), (200, b"<p>index</p>"))
+        status, body = curl_h2(server, "/pub/a%20b.txt")
+        self.assertEqual((status, body), (200, b"spaces"))
+        self.assertEqual(listings(server), 2)
+        self.assertEqual(server.connections()["sending"], 1)  # the HTTP/1.1 listing
+        # Once they read, both listings come whole.
+        s.settimeout(60)
+        self.check_big_json(reader.read_chunked())
+        h2.open_windows()
+        self.check_big_json(h2.body())
+        wait_for(lambda: listings(server) == 0, "the listing slots to come back")
+
+    def test_clients_that_leave_leave_nothing_behind(self):
+        # A client gone with its stream waiting for its window (it can open it no more) is cut
+        # when no byte has moved for --send-timeout-ms, as any stalled send.
+        server = self.start("--autoindex", "--shards", "1", "--send-timeout-ms", "1000", *ADMIN)
+        linger = struct.pack("ii", 1, 0)  # close with a reset
+        for i in range(12):
             with server.connect() as s:
                 s.sendall(b"GET /big/ HTTP/1.1\r\nHost: t\r\n\r\n")
-        for _ in range(6):
-            subprocess.run(["curl", "-s", "--http2-prior-knowledge", "--max-time", "0.05",
-                            "-o", "/dev/null", "http://127.0.0.1:%d/big/" % server.port],
-                           timeout=30)
-        # The thread finishes what it had begun alone, and the slots come back.
-        deadline = time.time() + 20
-        while request(server, "GET", "/big/").status != 200 and time.time() < deadline:
-            time.sleep(0.1)
-        # Several at once, past the 4 slots: each is the listing, or 503 while all are taken.
-        results = []
-
-        def one():
-            results.append(request(server, "GET", "/pub/").status)
-
-        threads = [threading.Thread(target=one) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        self.assertTrue(set(results) <= {200, 503} and 200 in results, results)
+                if i % 3 != 0:  # some leave before their listing begins, most part way through
+                    Reader(s).read_head()
+                    s.recv(1000)
+                if i % 2 == 0:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+        for i in range(6):
+            h2 = H2Stream(server, "/big/")
+            if i % 3:
+                h2.read_until(lambda: h2.got > 0)
+            if i % 3 == 2:  # the stream cancelled, the connection kept a while
+                h2.cancel()
+                h2.sock.sendall(h2.frame(6, 0, 0, b"12345678"))  # PING: answered after it
+                h2.sock.settimeout(30)
+                while b"\x00\x00\x08\x06\x01" not in h2.buf:
+                    h2.buf += h2.sock.recv(1 << 20)
+            if i % 2 == 0:
+                h2.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+            h2.sock.close()
+        wait_for(lambda: listings(server) == 0 and server.connections()["open"] == 0,
+                 "the listings and connections of the clients that left to end", timeout=30)
+        # Every slot can be taken again: four listings held at once, the fifth refused (503).
+        held = [slow_socket(server, "/big/") for _ in range(4)]
+        self.assertEqual([h[2] for h in held], [200] * 4)
+        self.assertEqual(listings(server), 4)
+        self.assertEqual(request(server, "GET", "/pub/").status, 503)
+        for h in held:
+            h[0].close()
+        wait_for(lambda: listings(server) == 0, "the held listings' slots to come back",
+                 timeout=30)
         self.assertEqual(request(server, "GET", "/pub/").status, 200)
         self.assertEqual(server.stop(), 0, server.log)
 

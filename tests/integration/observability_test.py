@@ -409,7 +409,8 @@ class ObservabilityTest(BackendTestCase):
             self.assertEqual(set(s["connections"]), {"reading", "waiting_file", "sending", "ending_recv",
                                                      "lingering", "closing", "h2", "idle", "open"})
             self.assertEqual(set(s["pools"]), {"connections", "exchanges", "input_buffers",
-                                               "content_buffers", "pipes"})
+                                               "content_buffers", "pipes", "listings"})
+            self.assertEqual(s["pools"]["listings"], {"in_use": 0, "capacity": 0})  # no --autoindex
             self.assertGreater(s["pools"]["connections"]["capacity"], 0)
         self.assertGreater(sum(s["cache_entries"] for s in debug["shards"]), 0)
         # Anything else is 404, and the admin port serves no files.

@@ -335,10 +335,45 @@ class Reader:
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
 
+    def read_chunked(self):
+        """A chunked body (RFC 9112 section 7.1): its chunks' data joined; the trailer section,
+        if any, read and dropped."""
+        parts = []
+        while True:
+            while b"\r\n" not in self.buf:
+                self._fill()
+            line, self.buf = self.buf.split(b"\r\n", 1)
+            size = int(line.split(b";")[0], 16)
+            if size == 0:
+                while True:  # trailer fields, then the empty line
+                    while b"\r\n" not in self.buf:
+                        self._fill()
+                    field, self.buf = self.buf.split(b"\r\n", 1)
+                    if not field:
+                        return b"".join(parts)
+            data = self.read_exact(size + 2)
+            assert data.endswith(b"\r\n"), data[-8:]
+            parts.append(data[:-2])
+
+    def read_to_eof(self):
+        parts = [self.buf]
+        self.buf = b""
+        while True:
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                return b"".join(parts)
+            parts.append(chunk)
+
     def read_response(self, head_request=False):
         status, reason, headers = self.read_head()
-        length = int(headers.get("content-length", "0"))
-        body = b"" if head_request or status == 304 else self.read_exact(length)
+        if head_request or status == 304:
+            body = b""
+        elif headers.get("transfer-encoding") == "chunked":
+            body = self.read_chunked()
+        elif "content-length" not in headers and headers.get("connection") == "close":
+            body = self.read_to_eof()  # an HTTP/1.0 body of no stated length
+        else:
+            body = self.read_exact(int(headers.get("content-length", "0")))
         return Response(status, reason, headers, body)
 
     def at_eof(self, timeout=5):
