@@ -26,12 +26,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "io/assert.h"
 #include "io/probe.h"
 #include "io/registry.h"
 #include "io/tier.h"
 #include "server/core/config.h"
 #include "server/core/document_root.h"
 #include "server/core/shard.h"
+#include "server/core/sites.h"
 #include "server/core/version.h"
 #include "server/http/mime_types.h"
 #include "server/io_setup.h"
@@ -185,6 +187,12 @@ void SetTlsOptions(const Config& config, tls::TlsOptions* options) {
   options->pairs.clear();
   for (size_t i = 0; i < config.tls_cert.size(); ++i)
     options->pairs.push_back(tls::TlsCertPair{config.tls_cert[i], config.tls_key[i]});
+  // Each site's certificates join the top level's (the first pair stays the default, for a
+  // client that names no site); SNI picks among them by the names they are for.
+  for (const SiteConfig& site : config.sites) {
+    for (size_t i = 0; i < site.tls_cert.size(); ++i)
+      options->pairs.push_back(tls::TlsCertPair{site.tls_cert[i], site.tls_key[i]});
+  }
   options->ocsp_files = config.tls_ocsp;
   options->min_version = config.tls_min_version;
   options->ciphers = config.tls_ciphers;
@@ -387,6 +395,7 @@ struct Prepared {
   Tls tls;
   IoSetup io;
   int root_fd = -1;
+  std::vector<int> site_root_fds;  // each --site's root, as root_fd (-1: it could not be opened)
   http::MimeTypes mime;
   uint32_t shards = 0;
 };
@@ -436,6 +445,24 @@ Findings Prepare(const Config& config, Prepared* out) {
     // Started as root with --user, the search is checked once ringd is that user (StartShards).
     if (absl::Status s = RootSearchable(config, out->root_fd); !s.ok())
       problem(1, std::string(s.message()));
+  }
+  for (const SiteConfig& site : config.sites) {
+    const int fd = ::open(site.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    out->site_root_fds.push_back(fd);
+    if (fd < 0) {
+      problem(1, "--site " + site.name() + ": --root: cannot open '" + site.root +
+                     "': " + strerror(errno));
+    } else if (!(config.has_user && ::geteuid() == 0) &&
+               ::faccessat(fd, ".", X_OK, AT_EACCESS) != 0) {
+      problem(1, "--site " + site.name() + ": --root: the user ringd serves as cannot search '" +
+                     site.root + "': " + strerror(errno));
+    } else if (site.own_origin) {
+      Config pages;
+      pages.root = site.root;
+      pages.origin = site.origin;
+      for (std::string& line : UnreadableErrorPages(pages, fd))
+        found.warnings.push_back("--site " + site.name() + ": " + std::move(line));
+    }
   }
   std::string mime_error;
   out->mime = http::MimeTypes::Load(
@@ -919,6 +946,19 @@ int Main(int argc, char** argv) {
   OriginPublisher origin(&config.origin);            // replaced by a SIGHUP reload
   const http::MimeTypes& mime = prepared.mime;
   const uint32_t shards = prepared.shards;
+  // --site: each site's root, followed as --root is, and the table every shard reads.
+  std::vector<std::unique_ptr<DocumentRoot>> site_roots;
+  Sites sites;
+  sites.unknown = config.unknown_site;
+  for (size_t i = 0; i < config.sites.size(); ++i) {
+    const SiteConfig& site = config.sites[i];
+    site_roots.push_back(std::make_unique<DocumentRoot>(site.root, prepared.site_root_fds[i]));
+    std::string error;
+    const bool added = sites.table.Add(site.names, &error);
+    RINGD_ASSERT_MSG(added, "%s", error.c_str());  // CheckSites took them
+    sites.sites.push_back(SiteRuntime{site.name(), site_roots.back()->state_word(), -1, site.index,
+                                      site.own_origin ? &site.origin : nullptr});
+  }
 
   const Inherited inherited = CheckListenAddresses(config, shards);
   Observability observability;  // the access log and the admin listener (before the shards)
@@ -942,6 +982,7 @@ int Main(int argc, char** argv) {
   for (size_t i = 0; i < shard_list.size(); ++i) {
     shard_list[i]->SetDocumentRoot(document_root.state_word());
     shard_list[i]->SetOriginHeaders(origin.word());
+    if (!sites.sites.empty()) shard_list[i]->SetSites(&sites);
     observability.Attach(shard_list[i].get(), static_cast<int>(i));
   }
   std::vector<std::thread> threads = StartShards(config, root_fd, shard_list);
@@ -958,11 +999,16 @@ int Main(int argc, char** argv) {
 
   // A moved root is taken up by each shard at the start of its next turn: the shards are woken
   // (an idle one would otherwise sleep up to a second first).
-  RootWatch root_watch([&document_root, &shard_list] {
-    const uint64_t before = document_root.state();
-    const std::string line = document_root.Check();
-    if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
-    if (document_root.state() != before) {
+  RootWatch root_watch([&document_root, &site_roots, &shard_list] {
+    bool moved = false;
+    for (size_t i = 0; i <= site_roots.size(); ++i) {
+      DocumentRoot& root = i == 0 ? document_root : *site_roots[i - 1];
+      const uint64_t before = root.state();
+      const std::string line = root.Check();
+      if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+      moved |= root.state() != before;
+    }
+    if (moved) {
       for (auto& s : shard_list) s->loop()->Wake();
     }
   });

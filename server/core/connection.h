@@ -27,6 +27,7 @@
 #include "server/core/file_cache.h"
 #include "server/core/send_queue.h"
 #include "server/core/shard_snapshot.h"
+#include "server/core/sites.h"
 #include "server/core/timer_list.h"
 #include "server/http/client_address.h"
 #include "server/http/h2_fields.h"
@@ -62,6 +63,9 @@ struct Exchange {
   // On the file cache while a lookup is under way (kWaitingFile); woken by the DirLister too.
   FileWaiter waiter;
   uint32_t lookups = 0;  // file lookups (and listings) the request has waited for
+  // The site the request is for (--site), chosen at its first plan: 0 the default site (the
+  // top-level flags), i the machine's site_files_[i - 1].
+  uint16_t site = 0;
   // --autoindex: the listing made (or being made) for this request, held until the response
   // has gone out (its body is the plan's inline_body).
   DirListing* listing = nullptr;
@@ -215,6 +219,8 @@ struct ConnectionParts {
   // Tick (null: config->origin throughout). Generations a plan may still view are kept alive by
   // their publisher.
   const std::atomic<const http::OriginHeaders*>* origin_word = nullptr;
+  // The sites (--site) chosen by Host; null: none, every request is the default site's.
+  const Sites* sites = nullptr;
   const http::MimeTypes* mime = nullptr;
   uint32_t capacity = 0;               // connection slots: --max-connections and the reserve
   std::string https_port_suffix;       // for the redirects of --redirect-https listeners
@@ -252,6 +258,7 @@ class ConnectionMachine {
   // After a Poll: connections whose file lookups finished in it.
   void RunWakeups() {
     files_->RunWakeups();
+    for (SiteFiles& s : site_files_) s.files->RunWakeups();
     if (lister_ != nullptr) lister_->RunWakeups();
   }
 
@@ -345,6 +352,14 @@ class ConnectionMachine {
   // (its waiter fetched), true once the plan is ready (its file pinned). The response head, or
   // a 500 if it does not fit its buffer; returns the head's length.
   bool PlanExchange(Connection* conn, Exchange* ex, const http::Request& req);
+  // --site: the site a request's host names (its Exchange::site), or kMisdirected (421: no site
+  // and --unknown-site=421, or a TLS server name that names another site than the host) or
+  // kCloseNow (--unknown-site=close). Only called with sites configured.
+  static constexpr int kMisdirected = -1, kSniMismatch = -2, kCloseNow = -3;
+  int ChooseSite(const Connection* conn, const http::Request& req) const;
+  FileCache& FilesOf(const Exchange* ex) {
+    return ex->site == 0 ? *files_ : *site_files_[ex->site - 1].files;
+  }
   // A planned error's line in the error log (connection_observe.cc); called only when the log
   // wants the status's level.
   void LogPlanError(Connection* conn, const Exchange* ex, const http::Request& req);
@@ -443,6 +458,16 @@ class ConnectionMachine {
   std::string https_port_suffix_;  // redirect_planner_ views it
   http::PlannerConfig planner_;
   http::PlannerConfig redirect_planner_;  // planner_ with redirect_to_https (--redirect-https)
+  // --site: each configured site's open-file cache beneath its root and its planners, this
+  // shard's own (Sites is shared and read-only). Empty without sites.
+  struct SiteFiles {
+    std::unique_ptr<FileCache> files;
+    uint64_t root_state = 0;                          // its root's word as last taken up
+    const http::OriginHeaders* own_origin = nullptr;  // null: the top level's origin_
+    http::PlannerConfig planner, redirect_planner;
+  };
+  const Sites* sites_ = nullptr;
+  std::vector<SiteFiles> site_files_;
   http::ParserLimits limits_;
   http::Header headers_[kMaxHeaderFields];
 

@@ -101,6 +101,27 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
   redirect_planner_ = planner_;
   redirect_planner_.redirect_to_https = true;
   redirect_planner_.https_port_suffix = https_port_suffix_;
+  sites_ = parts.sites;
+  if (sites_ != nullptr) {
+    RINGD_ASSERT(sites_->sites.size() == sites_->table.size() &&
+                 sites_->sites.size() < UINT16_MAX);  // Exchange::site
+    for (const SiteRuntime& site : sites_->sites) {
+      SiteFiles& f = site_files_.emplace_back();
+      int fd = site.root_fd;
+      if (site.root_state != nullptr) {
+        f.root_state = site.root_state->load(std::memory_order_acquire);
+        fd = DocumentRoot::Fd(f.root_state);
+      }
+      f.files = std::make_unique<FileCache>(loop_, fd, parts.content_pool, fo);
+      f.own_origin = site.origin;
+      f.planner = planner_;
+      if (!site.index.empty()) f.planner.index_file = site.index;
+      if (site.origin != nullptr) f.planner.origin = site.origin->empty() ? nullptr : site.origin;
+      f.redirect_planner = f.planner;
+      f.redirect_planner.redirect_to_https = true;
+      f.redirect_planner.https_port_suffix = https_port_suffix_;
+    }
+  }
   limits_.max_request_line = config_.max_request_line;
   limits_.max_head_bytes = config_.max_request_head;
   limits_.max_headers = config_.max_headers;
@@ -143,6 +164,22 @@ void ConnectionMachine::Tick(int64_t now_ms, int64_t realtime_sec) {
       origin_ = origin;
       planner_.origin = origin->empty() ? nullptr : origin;
       redirect_planner_.origin = planner_.origin;
+      for (SiteFiles& f : site_files_) {
+        if (f.own_origin != nullptr) continue;
+        f.planner.origin = planner_.origin;
+        f.redirect_planner.origin = planner_.origin;
+      }
+    }
+  }
+  for (size_t i = 0; i < site_files_.size(); ++i) {
+    SiteFiles& f = site_files_[i];
+    f.files->set_now(now_ms_);
+    const std::atomic<uint64_t>* word = sites_->sites[i].root_state;
+    if (word == nullptr) continue;
+    const uint64_t state = word->load(std::memory_order_acquire);
+    if (state != f.root_state) {
+      f.root_state = state;
+      f.files->SwitchRoot(DocumentRoot::Fd(state));
     }
   }
   if (realtime_sec != date_sec_) {

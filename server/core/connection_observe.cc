@@ -191,6 +191,8 @@ void ConnectionMachine::EndExchange(Connection* conn, Exchange* ex) {
   line.tls_cipher = transport.cipher;
   line.tls_server_name = transport.server_name;
   line.tls_resumed = transport.resumed;
+  if (sites_ != nullptr)
+    line.server_name = ex->site == 0 ? std::string_view("-") : sites_->sites[ex->site - 1].name;
   log_->Write(line, date_sec_);
 }
 

@@ -539,7 +539,7 @@ void ConnectionMachine::H2StartResponse(Connection* conn, Exchange* ex) {
   http::H2ResponseField fields[http::kMaxH2ResponseFields];
   size_t count = http::H2ResponseFields(ex->head, n, fields, http::kMaxH2ResponseFields);
   if (count == 0) {  // more fields than a HEADERS frame of ours carries: 500, as a long head
-    if (ex->file != nullptr) files_->Unpin(ex->file);
+    if (ex->file != nullptr) FilesOf(ex).Unpin(ex->file);
     ex->file = nullptr;
     http::PlanError(500, true, &plan);
     if (ex->head_request) plan.send_body = false;
@@ -599,7 +599,7 @@ void ConnectionMachine::H2ReleaseStream(Connection* conn, Exchange* ex) {
   H2Session* s = SessionOf(conn);
   StopWaiting(ex);
   EndExchange(conn, ex);
-  if (ex->file != nullptr) files_->Unpin(ex->file);
+  if (ex->file != nullptr) FilesOf(ex).Unpin(ex->file);
   ex->file = nullptr;
   ReleaseListing(ex);
   for (nghttp2_rcbuf*& f : ex->h2_fields) {

@@ -35,6 +35,7 @@ constexpr StatusInfo kStatuses[] = {
     {413, "Content Too Large", RINGD_ERROR_PAGE(413, "Content Too Large")},
     {414, "URI Too Long", RINGD_ERROR_PAGE(414, "URI Too Long")},
     {416, "Range Not Satisfiable", RINGD_ERROR_PAGE(416, "Range Not Satisfiable")},
+    {421, "Misdirected Request", RINGD_ERROR_PAGE(421, "Misdirected Request")},
     {431, "Request Header Fields Too Large",
      RINGD_ERROR_PAGE(431, "Request Header Fields Too Large")},
     {500, "Internal Server Error", RINGD_ERROR_PAGE(500, "Internal Server Error")},
@@ -54,7 +55,13 @@ const StatusInfo& Info(int status) {
   for (const StatusInfo& s : kStatuses) {
     if (s.code == status) return s;
   }
-  return kStatuses[14];  // 500
+  static const StatusInfo& internal_error = []() -> const StatusInfo& {
+    for (const StatusInfo& s : kStatuses) {
+      if (s.code == 500) return s;
+    }
+    return kStatuses[0];
+  }();
+  return internal_error;
 }
 
 constexpr std::string_view kHtml = "text/html; charset=utf-8";

@@ -1,0 +1,256 @@
+"""Virtual hosts (--site) on every tier: two sites with their own roots, index files, error pages,
+added headers and certificates beside the default site (the top-level flags); chosen by Host over
+HTTP/1.1, by :authority over h2 and h2c, with the TLS server name choosing the certificate and a
+host of another site than it answered 421; wildcards and aliases; --unknown-site=421 and close."""
+import os
+import shutil
+import socket
+import ssl
+import tempfile
+import unittest
+
+from ringd_harness import (BackendTestCase, Reader, Server, curl, make_docroot, raw, request,
+                           wait_for)
+from tls_pki import issue, make_pki
+
+
+def write(root, rel, data):
+    path = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def read(path):
+    if not os.path.exists(path):
+        return b""
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def site_root(prefix, files):
+    root = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(root, 0o755)
+    for rel, data in files.items():
+        write(root, rel, data)
+    return root
+
+
+class SitesTest(BackendTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root, cls.files = make_docroot()
+        cls.root_a = site_root("ringd-site-a-", {
+            "index.html": b"site A index\n",
+            "a.txt": b"only in A\n",
+            "errors/404.html": b"A's own 404 page\n",
+        })
+        cls.root_b = site_root("ringd-site-b-", {
+            "home.html": b"site B home\n",
+            "index.html": b"B's index.html, not its index\n",
+            "b.txt": b"only in B\n",
+        })
+        cls.pki = tempfile.mkdtemp(prefix="ringd-sites-pki-")
+        make_pki(cls.pki)
+        issue(cls.pki, "a", 3600, sans="DNS:a.test,DNS:www.a.test")
+        issue(cls.pki, "b", 3600, sans="DNS:*.b.test")
+        cls.ca = os.path.join(cls.pki, "ca.crt")
+        p = lambda n: os.path.join(cls.pki, n)
+        cls.flagfile = os.path.join(cls.pki, "sites.conf")
+        with open(cls.flagfile, "w") as f:
+            f.write("# two sites beside the default one\n"
+                    "[site a.test www.a.test]\n"
+                    "--root=%s\n"
+                    "--tls-cert=%s\n--tls-key=%s\n"
+                    "--add-header=X-Site: a\n"
+                    "--error-page=404=/errors/404.html\n"
+                    "\n"
+                    "[site *.b.test]\n"
+                    "--root %s\n"
+                    "--index=home.html\n"
+                    "--tls-cert=%s\n--tls-key=%s\n"
+                    % (cls.root_a, p("a.crt"), p("a.key"), cls.root_b, p("b.crt"), p("b.key")))
+        cls.log = os.path.join(cls.pki, "access.log")
+        cls.server = Server(cls.root, "--listen-tls", "127.0.0.1:0",
+                            "--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
+                            "--add-header", "X-Default: yes", "--access-log", cls.log,
+                            "--flagfile", cls.flagfile)
+        assert cls.server.tls_port, cls.server.log
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        for d in (cls.root, cls.root_a, cls.root_b, cls.pki):
+            shutil.rmtree(d, ignore_errors=True)
+
+    def get(self, host, path="/", server=None):
+        return request(server or self.server, "GET", path, {"Host": host})
+
+    # HTTP/1.1, plaintext.
+
+    def test_host_chooses_the_site(self):
+        self.assertEqual(self.get("a.test").body, b"site A index\n")
+        self.assertEqual(self.get("a.test", "/a.txt").body, b"only in A\n")
+        self.assertEqual(self.get("www.a.test", "/a.txt").body, b"only in A\n")  # an alias
+        self.assertEqual(self.get("x.b.test", "/b.txt").body, b"only in B\n")  # the wildcard
+        self.assertEqual(self.get("deep.x.b.test", "/b.txt").body, b"only in B\n")
+        self.assertEqual(self.get("localhost", "/small.txt").body, self.files["small.txt"])
+        # Each site sees its own root only.
+        self.assertEqual(self.get("a.test", "/b.txt").status, 404)
+        self.assertEqual(self.get("x.b.test", "/a.txt").status, 404)
+        self.assertEqual(self.get("a.test", "/small.txt").status, 404)
+
+    def test_host_is_matched_as_nginx_does(self):
+        for host in ("A.TEST", "a.test:8080", "a.test.", "Www.A.Test.:443"):
+            r = self.get(host, "/a.txt")
+            self.assertEqual((r.status, r.body), (200, b"only in A\n"), host)
+        # *.b.test is not b.test; two trailing dots are not one.
+        self.assertEqual(self.get("b.test", "/small.txt").body, self.files["small.txt"])
+        self.assertEqual(self.get("a.test..", "/small.txt").body, self.files["small.txt"])
+        # An absolute-form target names the host, whatever Host says (RFC 9112 section 3.2.2).
+        r = request(self.server, "GET", "http://a.test/a.txt", {"Host": "x.b.test"})
+        self.assertEqual(r.body, b"only in A\n")
+
+    def test_unknown_or_missing_host_is_the_default_site(self):
+        self.assertEqual(self.get("nowhere.test", "/small.txt").body, self.files["small.txt"])
+        self.assertEqual(self.get("127.0.0.1", "/small.txt").body, self.files["small.txt"])
+        r = request(self.server, "GET", "/small.txt", version="HTTP/1.0")  # no Host at all
+        self.assertEqual((r.status, r.body), (200, self.files["small.txt"]))
+
+    def test_each_site_has_its_index_error_pages_and_headers(self):
+        b = self.get("x.b.test")
+        self.assertEqual(b.body, b"site B home\n")  # --index=home.html
+        a = self.get("a.test", "/missing")
+        self.assertEqual((a.status, a.body), (404, b"A's own 404 page\n"))
+        self.assertEqual(self.get("a.test", "/a.txt").header("x-site"), "a")
+        self.assertIsNone(self.get("a.test", "/a.txt").header("x-default"))
+        # A site without origin flags of its own has the top level's (nginx's inheritance).
+        self.assertEqual(b.header("x-default"), "yes")
+        self.assertIsNone(b.header("x-site"))
+        d = self.get("nowhere.test", "/missing")
+        self.assertEqual(d.status, 404)
+        self.assertNotIn(b"A's own", d.body)
+
+    def test_keep_alive_connection_moves_between_sites(self):
+        with self.server.connect() as s:
+            reader = Reader(s)
+            for host, body in [("a.test", b"only in A\n"), ("x.b.test", b"only in B\n"),
+                               ("a.test", b"only in A\n")]:
+                path = "/a.txt" if host == "a.test" else "/b.txt"
+                s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, host)).encode())
+                self.assertEqual(reader.read_response().body, body)
+
+    def test_access_log_names_the_site(self):
+        self.get("www.a.test", "/a.txt?logged-a")
+        self.get("nowhere.test", "/small.txt?logged-default")
+        wait_for(lambda: b"logged-default" in read(self.log), "the access log lines")
+        lines = read(self.log).decode().splitlines()
+        a = [l for l in lines if "logged-a" in l][0]
+        d = [l for l in lines if "logged-default" in l][0]
+        self.assertTrue(a.endswith(' "a.test"'), a)
+        self.assertTrue(d.endswith(' "-"'), d)
+
+    # HTTPS: the server name chooses the certificate; Host must name the same site.
+
+    def tls(self, sni, alpn=None):
+        ctx = ssl.create_default_context(cafile=self.ca)
+        if alpn:
+            ctx.set_alpn_protocols(alpn)
+        sock = socket.create_connection(("127.0.0.1", self.server.tls_port), timeout=10)
+        return ctx.wrap_socket(sock, server_hostname=sni)
+
+    def tls_get(self, sni, host, path):
+        with self.tls(sni) as s:
+            s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, host)).encode())
+            return Reader(s).read_response()
+
+    def test_sni_chooses_the_certificate_and_host_the_site(self):
+        # The handshakes verify each certificate against the name asked for.
+        self.assertEqual(self.tls_get("a.test", "a.test", "/a.txt").body, b"only in A\n")
+        self.assertEqual(self.tls_get("www.a.test", "a.test", "/a.txt").body, b"only in A\n")
+        self.assertEqual(self.tls_get("img.b.test", "img.b.test:443", "/b.txt").body,
+                         b"only in B\n")
+        self.assertEqual(self.tls_get("localhost", "localhost", "/small.txt").body,
+                         self.files["small.txt"])
+
+    def test_host_of_another_site_than_sni_is_421(self):
+        r = self.tls_get("a.test", "x.b.test", "/b.txt")
+        self.assertEqual(r.status, 421)
+        self.assertEqual(self.tls_get("localhost", "a.test", "/a.txt").status, 421)
+        self.assertEqual(self.tls_get("a.test", "localhost", "/small.txt").status, 421)
+        # The connection lives on: the same one answers its own site's request after a 421.
+        with self.tls("a.test") as s:
+            reader = Reader(s)
+            s.sendall(b"GET /b.txt HTTP/1.1\r\nHost: x.b.test\r\n\r\n"
+                      b"GET /a.txt HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            self.assertEqual(reader.read_response().status, 421)
+            self.assertEqual(reader.read_response().body, b"only in A\n")
+
+    # HTTP/2: :authority chooses the site (h2 by ALPN, h2c with prior knowledge).
+
+    def test_h2_authority_chooses_the_site(self):
+        tls, port = self.server.tls_port, self.server.port
+        for host, path, body in [("a.test", "/a.txt", b"only in A\n"),
+                                 ("x.b.test", "/", b"site B home\n")]:
+            v, status, _, got = curl("https://%s:%d%s" % (host, tls, path), "--http2",
+                                     "--cacert", self.ca, "--resolve",
+                                     "%s:%d:127.0.0.1" % (host, tls))
+            self.assertEqual((v, status, got), ("2", 200, body), host)
+            v, status, _, got = curl("http://%s:%d%s" % (host, port, path),
+                                     "--http2-prior-knowledge", "--resolve",
+                                     "%s:%d:127.0.0.1" % (host, port))
+            self.assertEqual((v, status, got), ("2", 200, body), host)
+        v, status, headers, got = curl("http://a.test:%d/missing" % port, "--http2-prior-knowledge",
+                                       "--resolve", "a.test:%d:127.0.0.1" % port)
+        self.assertEqual((v, status, got), ("2", 404, b"A's own 404 page\n"))
+        # SNI a.test, :authority of site B: 421 on the stream.
+        v, status, _, _ = curl("https://a.test:%d/b.txt" % tls, "--http2", "--cacert", self.ca,
+                               "--resolve", "a.test:%d:127.0.0.1" % tls, "-H", "Host: x.b.test")
+        self.assertEqual((v, status), ("2", 421))
+
+
+class UnknownSiteTest(BackendTestCase):
+    """--unknown-site=421 and close: a request whose host names no site is not the default's."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root, cls.files = make_docroot()
+        cls.root_a = site_root("ringd-site-a-", {"a.txt": b"only in A\n"})
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+        shutil.rmtree(cls.root_a, ignore_errors=True)
+
+    def test_421(self):
+        server = Server(self.root, "--unknown-site=421", "--site=a.test", "--root", self.root_a)
+        try:
+            r = request(server, "GET", "/small.txt", {"Host": "nowhere.test"})
+            self.assertEqual(r.status, 421)
+            self.assertEqual(request(server, "GET", "/small.txt", version="HTTP/1.0").status, 421)
+            self.assertEqual(request(server, "GET", "/a.txt", {"Host": "a.test"}).body,
+                             b"only in A\n")
+            v, status, _, _ = curl("http://127.0.0.1:%d/small.txt" % server.port,
+                                   "--http2-prior-knowledge")
+            self.assertEqual((v, status), ("2", 421))
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_close(self):
+        server = Server(self.root, "--unknown-site=close", "--site=a.test", "--root", self.root_a)
+        try:
+            status, out = raw(server, b"GET /small.txt HTTP/1.1\r\nHost: nowhere.test\r\n\r\n"
+                                      b"GET /small.txt HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            self.assertEqual(status, 421)
+            self.assertEqual(out.count(b"HTTP/1.1 "), 1, out)  # closed after the first
+            self.assertIn(b"Connection: close", out)
+            self.assertEqual(request(server, "GET", "/a.txt", {"Host": "a.test"}).body,
+                             b"only in A\n")
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
