@@ -306,6 +306,9 @@ class ConnectionMachine {
   const FileCache& files() const { return *files_; }
   const SendQueue& sends() const { return *sends_; }
   const RequestMetrics& metrics() const { return metrics_; }
+  // --site: responses by Exchange::site (empty without sites), and the sites they index.
+  const std::vector<uint64_t>& site_requests() const { return site_requests_; }
+  const Sites* sites() const { return sites_; }
   const uint32_t* state_counts() const { return state_counts_; }
   size_t idle_connections() const { return idle_timers_.size(); }
   // HTTP/1.1 responses' and HTTP/2 streams' exchanges.
@@ -468,6 +471,7 @@ class ConnectionMachine {
   };
   const Sites* sites_ = nullptr;
   std::vector<SiteFiles> site_files_;
+  std::vector<uint64_t> site_requests_;  // by Exchange::site: the default site's, then each
   http::ParserLimits limits_;
   http::Header headers_[kMaxHeaderFields];
 

@@ -122,6 +122,7 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
       f.redirect_planner.https_port_suffix = https_port_suffix_;
     }
   }
+  if (sites_ != nullptr) site_requests_.assign(sites_->sites.size() + 1, 0);
   limits_.max_request_line = config_.max_request_line;
   limits_.max_head_bytes = config_.max_request_head;
   limits_.max_headers = config_.max_headers;

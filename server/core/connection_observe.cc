@@ -136,6 +136,7 @@ bool ConnectionMachine::NoteProxiedClient(Connection* conn, const http::ClientAd
 void ConnectionMachine::BeginExchange(Exchange* ex, std::string_view raw,
                                       const http::Request* req) {
   ex->started_ns = timing_ ? MonotonicNs() : 0;
+  ex->site = 0;  // until the request's first plan chooses (--site)
   ex->bytes_sent = 0;
   ex->logged = log_ != nullptr;
   if (log_ == nullptr) return;
@@ -165,6 +166,7 @@ void ConnectionMachine::EndExchange(Connection* conn, Exchange* ex) {
     }
   }
   metrics_.Record(status, path, ex->bytes_sent);
+  if (!site_requests_.empty()) ++site_requests_[ex->site];
   uint64_t duration_us = 0;
   if (ex->started_ns != 0) {
     duration_us = static_cast<uint64_t>(MonotonicNs() - ex->started_ns) / 1000;

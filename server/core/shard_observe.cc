@@ -30,6 +30,12 @@ void Shard::FillSnapshot() {
   s.stats.sends_queued = machine_->sends().stats().queued;
   s.stats.sends_aged = machine_->sends().stats().aged;
   s.requests = machine_->metrics();
+  const std::vector<uint64_t>& site_requests = machine_->site_requests();
+  s.sites.resize(site_requests.size());
+  for (size_t i = 0; i < site_requests.size(); ++i) {
+    s.sites[i].name = i == 0 ? "-" : machine_->sites()->sites[i - 1].name;
+    s.sites[i].requests = site_requests[i];
+  }
   s.loop = loop_->Stats();
   s.cache = machine_->files().Stats();
   s.cache_content_buffer_bytes = content_pool_ != nullptr ? content_pool_->buffer_size() : 0;

@@ -6,10 +6,11 @@ import os
 import shutil
 import socket
 import ssl
+import subprocess
 import tempfile
 import unittest
 
-from ringd_harness import (BackendTestCase, Reader, Server, curl, make_docroot, raw, request,
+from ringd_harness import (ADMIN, BACKEND, RINGD, ROOT_FLAGS, BackendTestCase, admin_get, Reader, Server, curl, make_docroot, raw, request,
                            wait_for)
 from tls_pki import issue, make_pki
 
@@ -75,7 +76,7 @@ class SitesTest(BackendTestCase):
         cls.server = Server(cls.root, "--listen-tls", "127.0.0.1:0",
                             "--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
                             "--add-header", "X-Default: yes", "--access-log", cls.log,
-                            "--flagfile", cls.flagfile)
+                            *ADMIN, "--flagfile", cls.flagfile)
         assert cls.server.tls_port, cls.server.log
 
     @classmethod
@@ -150,6 +151,22 @@ class SitesTest(BackendTestCase):
         d = [l for l in lines if "logged-default" in l][0]
         self.assertTrue(a.endswith(' "a.test"'), a)
         self.assertTrue(d.endswith(' "-"'), d)
+
+    def test_metrics_count_each_configured_site(self):
+        count = lambda site: self.server.metric("ringd_site_requests_total", site=site)
+        a, default = count("a.test"), count("-")
+        self.get("a.test", "/a.txt")
+        self.get("WWW.a.test", "/a.txt")
+        self.get("never-configured.test", "/small.txt")
+        wait_for(lambda: count("a.test") == a + 2 and count("-") == default + 1,
+                 "the site counters")
+        # Bounded by the configuration: hosts clients send make no series of their own.
+        _, text = admin_get(self.server.admin_port(), "/metrics")
+        series = [l for l in text.splitlines() if l.startswith("ringd_site_requests_total{")]
+        self.assertEqual(sorted(l.split("}")[0] for l in series),
+                         ['ringd_site_requests_total{site="*.b.test"',
+                          'ringd_site_requests_total{site="-"',
+                          'ringd_site_requests_total{site="a.test"'])
 
     # HTTPS: the server name chooses the certificate; Host must name the same site.
 
@@ -250,6 +267,59 @@ class UnknownSiteTest(BackendTestCase):
                              b"only in A\n")
         finally:
             self.assertEqual(server.stop(), 0)
+
+
+class SiteRootAndCheckTest(BackendTestCase):
+    """A site's root follows a rename as --root does; `ringd -t` says a bad site in one line."""
+
+    def setUp(self):
+        self.root, self.files = make_docroot()
+        self.deploy = tempfile.mkdtemp(prefix="ringd-site-deploy-")
+        for release in ("r1", "r2"):
+            write(self.deploy, release + "/version.txt", release.encode())
+        os.symlink("r1", os.path.join(self.deploy, "current"))
+
+    def tearDown(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.deploy, ignore_errors=True)
+
+    def test_site_root_follows_a_rename(self):
+        server = Server(self.root, "--site=a.test", "--root", os.path.join(self.deploy, "current"))
+        try:
+            version = lambda: request(server, "GET", "/version.txt", {"Host": "a.test"}).body
+            self.assertEqual(version(), b"r1")
+            tmp = os.path.join(self.deploy, "current.new")
+            os.symlink("r2", tmp)
+            os.rename(tmp, os.path.join(self.deploy, "current"))  # ln -sfn r2 current.new; mv -T
+            wait_for(lambda: version() == b"r2", "the site's new release")
+            self.assertTrue(server.logged("current names another directory now"), server.log)
+            # The default site's root stays where it was.
+            self.assertEqual(request(server, "GET", "/small.txt").body, self.files["small.txt"])
+        finally:
+            self.assertEqual(server.stop(), 0, server.log)
+
+    def test_check_config_reports_a_bad_site(self):
+        flagfile = os.path.join(self.deploy, "bad.conf")
+        with open(flagfile, "w") as f:
+            f.write("--root=%s\n[site a.test]\n--index=index.htm\n" % self.root)
+        for flags, says in [
+                (["--flagfile", flagfile], "bad.conf:3: --site a.test: needs --root"),
+                (["--root", self.root, "--site=a.test", "--root=/nonexistent-ringd"],
+                 "--site a.test: --root: cannot use '/nonexistent-ringd'"),
+                (["--root", self.root, "--site=a.test,b..test", "--root", self.root],
+                 "'b..test' is not a site name")]:
+            run = lambda *check: subprocess.run([RINGD, *check, "--io", BACKEND, *ROOT_FLAGS,
+                                                 *flags], capture_output=True, text=True,
+                                                timeout=30)
+            out = run()  # one line, exit status 2
+            self.assertEqual(out.returncode, 2, (flags, out.stderr))
+            self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
+            self.assertIn(says, out.stderr)
+            out = run("-t")  # the problem, then -t's verdict
+            self.assertNotEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(out.stderr.strip().splitlines(),
+                             [out.stderr.splitlines()[0], "ringd: configuration test failed"])
+            self.assertIn(says, out.stderr.splitlines()[0])
 
 
 if __name__ == "__main__":
