@@ -20,6 +20,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -153,12 +154,54 @@ constexpr const char* kTlsFlags[] = {"tls-cert",    "tls-key",          "tls-ocs
                                      "tls-tickets"};
 constexpr const char* kOriginFlags[] = {"add-header", "cache-control", "default-cache-control",
                                         "error-page"};
+// --site and every flag given in a site (Config::given names those "site" too).
+constexpr const char* kSiteFlags[] = {"site", "unknown-site"};
 
 bool Reloaded(const std::string& flag) {
   return std::find(std::begin(kTlsFlags), std::end(kTlsFlags), flag) != std::end(kTlsFlags) ||
          std::find(std::begin(kOriginFlags), std::end(kOriginFlags), flag) !=
-             std::end(kOriginFlags);
+             std::end(kOriginFlags) ||
+         std::find(std::begin(kSiteFlags), std::end(kSiteFlags), flag) != std::end(kSiteFlags);
 }
+
+// The sites (--site) every shard chooses among, published whole as the origin headers are: a
+// reload that changes them builds a new generation (each site's root opened again) and stores
+// its pointer; each shard takes it up at its next turn (ConnectionMachine::TakeUpSites), and
+// exchanges that chose a site before finish with it. Generations stay alive until kKeptMax
+// newer ones have followed. The RootWatch thread checks the roots of the newest (under mu_,
+// which a reload takes only to publish).
+class SitesPublisher {
+ public:
+  static constexpr size_t kKeptMax = 64;
+  const std::atomic<const Sites*>* word() const { return &current_; }
+  // Main thread only.
+  void Publish(std::unique_ptr<Sites> next) {
+    std::lock_guard<std::mutex> lock(mu_);
+    kept_.push_back(std::move(next));
+    current_.store(kept_.back().get(), std::memory_order_release);
+    if (kept_.size() > kKeptMax) kept_.pop_front();  // never the current one: it is the back
+  }
+  // The RootWatch thread: each root of the sites in use checked (DocumentRoot::Check); whether
+  // any moved.
+  bool CheckRoots() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kept_.empty()) return false;
+    bool moved = false;
+    for (const std::unique_ptr<DocumentRoot>& root : kept_.back()->roots) {
+      const uint64_t before = root->state();
+      const std::string line = root->Check();
+      if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+      moved |= root->state() != before;
+    }
+    return moved;
+  }
+  const Sites& current() const { return *current_.load(std::memory_order_acquire); }
+
+ private:
+  std::mutex mu_;
+  std::atomic<const Sites*> current_{nullptr};
+  std::deque<std::unique_ptr<Sites>> kept_;
+};
 
 // The origin headers every shard plans with (--add-header, --cache-control,
 // --default-cache-control, --error-page), published whole: a reload makes a new generation and
@@ -280,6 +323,7 @@ struct Reloadable {
   const std::vector<std::unique_ptr<Shard>>* shards = nullptr;  // woken to take up new headers
   const DocumentRoot* root = nullptr;  // where new --error-page files are looked for
   Observability* observability = nullptr;
+  SitesPublisher* sites = nullptr;
 };
 
 // SIGHUP: the command line and every flagfile it names are read again. New connections get the
@@ -309,6 +353,19 @@ void Reload(int argc, char** argv, Config* running, const Reloadable& r) {
   if (!tls->on && !next.tls_cert.empty()) {
     Say("SIGHUP: --tls-cert needs a restart: HTTPS is off in the process serving");
   }
+  // New sites are built (their roots opened) before anything is taken up: a root that cannot be
+  // opened keeps the whole configuration in use.
+  const bool sites_changed = Differ(*running, next, kSiteFlags);
+  std::unique_ptr<Sites> next_sites;
+  if (sites_changed) {
+    std::string error;
+    next_sites = BuildSites(next, {}, &error);
+    if (next_sites == nullptr) {
+      Say("SIGHUP: keeping the configuration in use: " + error);
+      observability->ReloadDone(false);
+      return;
+    }
+  }
   if (tls->on) {
     tls::TlsOptions options = tls->options;
     SetTlsOptions(next, &options);
@@ -324,7 +381,15 @@ void Reload(int argc, char** argv, Config* running, const Reloadable& r) {
     r.origin->Publish(next.origin);
     for (auto& s : *r.shards) s->loop()->Wake();  // an idle shard would sleep up to a second
   }
+  if (sites_changed) {
+    r.sites->Publish(std::move(next_sites));
+    for (auto& s : *r.shards) s->loop()->Wake();
+  }
   for (const std::string& line : restart) Say("SIGHUP: " + line);
+  if (sites_changed) {
+    Say("SIGHUP: sites taken up (" + std::to_string(next.sites.size()) +
+        "): each shard serves them from its next turn");
+  }
   for (const std::string& line : CertificateLines(*tls)) Say(line);
   if (origin_changed) {
     Say("SIGHUP: --add-header, --cache-control, --default-cache-control and --error-page taken "
@@ -348,6 +413,8 @@ void Reload(int argc, char** argv, Config* running, const Reloadable& r) {
   running->tls_min_version = next.tls_min_version;
   running->tls_tickets = next.tls_tickets;
   running->origin = next.origin;
+  running->sites = next.sites;
+  running->unknown_site = next.unknown_site;
   Say(tls->on
           ? "SIGHUP: TLS certificates reloaded (" + std::to_string(tls->options.pairs.size()) +
                 "), as the flags read again name them"
@@ -947,17 +1014,12 @@ int Main(int argc, char** argv) {
   const http::MimeTypes& mime = prepared.mime;
   const uint32_t shards = prepared.shards;
   // --site: each site's root, followed as --root is, and the table every shard reads.
-  std::vector<std::unique_ptr<DocumentRoot>> site_roots;
-  Sites sites;
-  sites.unknown = config.unknown_site;
-  for (size_t i = 0; i < config.sites.size(); ++i) {
-    const SiteConfig& site = config.sites[i];
-    site_roots.push_back(std::make_unique<DocumentRoot>(site.root, prepared.site_root_fds[i]));
+  SitesPublisher sites;
+  {
     std::string error;
-    const bool added = sites.table.Add(site.names, &error);
-    RINGD_ASSERT_MSG(added, "%s", error.c_str());  // CheckSites took them
-    sites.sites.push_back(SiteRuntime{site.name(), site_roots.back()->state_word(), -1, site.index,
-                                      site.own_origin ? &site.origin : nullptr});
+    std::unique_ptr<Sites> first = BuildSites(config, prepared.site_root_fds, &error);
+    if (first == nullptr) Die(1, error);
+    sites.Publish(std::move(first));
   }
 
   const Inherited inherited = CheckListenAddresses(config, shards);
@@ -982,7 +1044,7 @@ int Main(int argc, char** argv) {
   for (size_t i = 0; i < shard_list.size(); ++i) {
     shard_list[i]->SetDocumentRoot(document_root.state_word());
     shard_list[i]->SetOriginHeaders(origin.word());
-    if (!sites.sites.empty()) shard_list[i]->SetSites(&sites);
+    shard_list[i]->SetSites(sites.word());
     observability.Attach(shard_list[i].get(), static_cast<int>(i));
   }
   std::vector<std::thread> threads = StartShards(config, root_fd, shard_list);
@@ -999,16 +1061,12 @@ int Main(int argc, char** argv) {
 
   // A moved root is taken up by each shard at the start of its next turn: the shards are woken
   // (an idle one would otherwise sleep up to a second first).
-  RootWatch root_watch([&document_root, &site_roots, &shard_list] {
-    bool moved = false;
-    for (size_t i = 0; i <= site_roots.size(); ++i) {
-      DocumentRoot& root = i == 0 ? document_root : *site_roots[i - 1];
-      const uint64_t before = root.state();
-      const std::string line = root.Check();
-      if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
-      moved |= root.state() != before;
-    }
-    if (moved) {
+  RootWatch root_watch([&document_root, &sites, &shard_list] {
+    const uint64_t before = document_root.state();
+    const std::string line = document_root.Check();
+    if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+    const bool site_moved = sites.CheckRoots();
+    if (document_root.state() != before || site_moved) {
       for (auto& s : shard_list) s->loop()->Wake();
     }
   });
@@ -1017,7 +1075,7 @@ int Main(int argc, char** argv) {
   Config in_use = config;
   const auto reload = [&] {
     Reload(argc, argv, &in_use,
-           Reloadable{&tls, &origin, &shard_list, &document_root, &observability});
+           Reloadable{&tls, &origin, &shard_list, &document_root, &observability, &sites});
   };
   const int sig = WaitForStop(signals, notifier, observability, shard_list, reload, &root_watch);
   Drain(config, sig, signals, shard_list, &threads, &observability, &notifier);

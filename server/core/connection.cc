@@ -404,7 +404,11 @@ bool ConnectionMachine::PlanExchange(Connection* conn, Exchange* ex, const http:
   ex->head_request = req.method == http::Method::kHead;
   if (ex->lookups == 0 && sites_ != nullptr) {
     const int site = ChooseSite(conn, req);
-    ex->site = static_cast<uint16_t>(site > 0 ? site : 0);
+    RINGD_ASSERT(ex->site == nullptr);
+    if (site > 0) {
+      ex->site = site_files_[site - 1].get();
+      ++ex->site->exchanges;
+    }
     if (site < 0) {
       http::PlanError(421, req, &ex->plan);
       ex->plan.reason = site == kSniMismatch ? "the host is another site than the TLS server name"
@@ -421,9 +425,8 @@ bool ConnectionMachine::PlanExchange(Connection* conn, Exchange* ex, const http:
   if (ex->listing != nullptr) made = {ex->listing->dir, {ex->listing->status, ex->listing->body}};
   RequestLookup source(&files, ex->plan_since, ex->listing != nullptr ? &made : nullptr);
   const http::PlannerConfig* planner = &planner_;
-  if (ex->site != 0) {
-    const SiteFiles& f = site_files_[ex->site - 1];
-    planner = https_redirect ? &f.redirect_planner : &f.planner;
+  if (ex->site != nullptr) {
+    planner = https_redirect ? &ex->site->redirect_planner : &ex->site->planner;
   } else if (https_redirect) {
     planner = &redirect_planner_;
   }
@@ -765,6 +768,7 @@ void ConnectionMachine::ReleaseExchange(Connection* conn) {
   if (ex->file != nullptr) FilesOf(ex).Unpin(ex->file);
   ex->file = nullptr;
   ReleaseListing(ex);
+  LeaveSite(ex);
   exchanges_->Put(ex);
   conn->ex = nullptr;
 }

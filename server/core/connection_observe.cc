@@ -136,7 +136,7 @@ bool ConnectionMachine::NoteProxiedClient(Connection* conn, const http::ClientAd
 void ConnectionMachine::BeginExchange(Exchange* ex, std::string_view raw,
                                       const http::Request* req) {
   ex->started_ns = timing_ ? MonotonicNs() : 0;
-  ex->site = 0;  // until the request's first plan chooses (--site)
+  RINGD_ASSERT(ex->site == nullptr);  // left when its exchange before was released
   ex->bytes_sent = 0;
   ex->logged = log_ != nullptr;
   if (log_ == nullptr) return;
@@ -166,7 +166,11 @@ void ConnectionMachine::EndExchange(Connection* conn, Exchange* ex) {
     }
   }
   metrics_.Record(status, path, ex->bytes_sent);
-  if (!site_requests_.empty()) ++site_requests_[ex->site];
+  if (ex->site != nullptr) {
+    ++ex->site->requests;
+  } else if (sites_ != nullptr) {
+    ++default_site_requests_;
+  }
   uint64_t duration_us = 0;
   if (ex->started_ns != 0) {
     duration_us = static_cast<uint64_t>(MonotonicNs() - ex->started_ns) / 1000;
@@ -193,8 +197,11 @@ void ConnectionMachine::EndExchange(Connection* conn, Exchange* ex) {
   line.tls_cipher = transport.cipher;
   line.tls_server_name = transport.server_name;
   line.tls_resumed = transport.resumed;
-  if (sites_ != nullptr)
-    line.server_name = ex->site == 0 ? std::string_view("-") : sites_->sites[ex->site - 1].name;
+  if (ex->site != nullptr) {
+    line.server_name = ex->site->name;
+  } else if (sites_ != nullptr) {
+    line.server_name = "-";
+  }
   log_->Write(line, date_sec_);
 }
 

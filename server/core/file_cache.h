@@ -183,6 +183,8 @@ class FileCache : public http::FileMetaSource {
   void SwitchRoot(int root_fd);
   int root_fd() const { return root_fd_; }  // what opens go beneath now
   uint32_t entries_in_use() const { return static_cast<uint32_t>(stats_.entries); }
+  // Opens and content reads the loop has not completed yet: a cache is destroyed only at 0.
+  uint32_t loading() const { return loading_; }
   const FileCacheStats& Stats() const { return stats_; }
 
  private:
@@ -223,6 +225,7 @@ class FileCache : public http::FileMetaSource {
   int64_t now_ms_ = 0;
   uint64_t validations_ = 0;
   uint64_t retirements_ = 0;
+  uint32_t loading_ = 0;  // StartOpen to Ready
   MissingPaths missing_;
   FileCacheStats stats_;
 };

@@ -602,6 +602,7 @@ void ConnectionMachine::H2ReleaseStream(Connection* conn, Exchange* ex) {
   if (ex->file != nullptr) FilesOf(ex).Unpin(ex->file);
   ex->file = nullptr;
   ReleaseListing(ex);
+  LeaveSite(ex);
   for (nghttp2_rcbuf*& f : ex->h2_fields) {
     if (f != nullptr) nghttp2_rcbuf_decref(f);
     f = nullptr;

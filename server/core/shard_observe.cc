@@ -30,11 +30,11 @@ void Shard::FillSnapshot() {
   s.stats.sends_queued = machine_->sends().stats().queued;
   s.stats.sends_aged = machine_->sends().stats().aged;
   s.requests = machine_->metrics();
-  const std::vector<uint64_t>& site_requests = machine_->site_requests();
-  s.sites.resize(site_requests.size());
-  for (size_t i = 0; i < site_requests.size(); ++i) {
-    s.sites[i].name = i == 0 ? "-" : machine_->sites()->sites[i - 1].name;
-    s.sites[i].requests = site_requests[i];
+  const auto& sites = machine_->site_files();
+  s.sites.resize(sites.empty() ? 0 : sites.size() + 1);
+  for (size_t i = 0; i < s.sites.size(); ++i) {
+    s.sites[i].name = i == 0 ? "-" : sites[i - 1]->name;
+    s.sites[i].requests = i == 0 ? machine_->default_site_requests() : sites[i - 1]->requests;
   }
   s.loop = loop_->Stats();
   s.cache = machine_->files().Stats();

@@ -4,10 +4,12 @@ HTTP/1.1, by :authority over h2 and h2c, with the TLS server name choosing the c
 host of another site than it answered 421; wildcards and aliases; --unknown-site=421 and close."""
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
 import tempfile
+import threading
 import unittest
 
 from ringd_harness import (ADMIN, BACKEND, RINGD, ROOT_FLAGS, BackendTestCase, admin_get, Reader, Server, curl, make_docroot, raw, request,
@@ -267,6 +269,98 @@ class UnknownSiteTest(BackendTestCase):
                              b"only in A\n")
         finally:
             self.assertEqual(server.stop(), 0)
+
+
+class SitesReloadTest(BackendTestCase):
+    """SIGHUP re-reads the sites: a new site (with its certificate) is served from the shards'
+    next turn while connections stay open and their requests keep being answered; a site whose
+    root cannot be opened keeps the sites in use."""
+
+    def setUp(self):
+        self.root, self.files = make_docroot()
+        self.root_a = site_root("ringd-site-a-", {"a.txt": b"only in A\n"})
+        self.root_c = site_root("ringd-site-c-", {"c.txt": b"only in C\n"})
+        self.pki = tempfile.mkdtemp(prefix="ringd-sites-pki-")
+        make_pki(self.pki)
+        issue(self.pki, "a", 3600, sans="DNS:a.test")
+        issue(self.pki, "c", 3600, sans="DNS:c.test")
+        self.flagfile = os.path.join(self.pki, "sites.conf")
+
+    def tearDown(self):
+        for d in (self.root, self.root_a, self.root_c, self.pki):
+            shutil.rmtree(d, ignore_errors=True)
+
+    def write_sites(self, *sites):
+        with open(self.flagfile, "w") as f:
+            for name, root, cert in sites:
+                f.write("[site %s]\n--root=%s\n" % (name, root))
+                if cert:
+                    f.write("--tls-cert=%s\n--tls-key=%s\n" % (
+                        os.path.join(self.pki, cert + ".crt"), os.path.join(self.pki, cert + ".key")))
+
+    def tls_get(self, server, sni, path):
+        ctx = ssl.create_default_context(cafile=os.path.join(self.pki, "ca.crt"))
+        with socket.create_connection(("127.0.0.1", server.tls_port), timeout=10) as raw_sock:
+            with ctx.wrap_socket(raw_sock, server_hostname=sni) as s:
+                s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, sni)).encode())
+                return Reader(s).read_response()
+
+    def test_sighup_adds_a_site_while_a_client_keeps_requesting(self):
+        self.write_sites(("a.test", self.root_a, "a"))
+        p = lambda n: os.path.join(self.pki, n)
+        server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--tls-cert",
+                        p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
+                        "--flagfile", self.flagfile)
+        stop = threading.Event()
+        answered, failed = [0], []
+
+        def keep_requesting():
+            # One keep-alive connection, asking site A and the default site in turn.
+            try:
+                with server.connect() as s:
+                    reader = Reader(s)
+                    while not stop.is_set():
+                        s.sendall(b"GET /a.txt HTTP/1.1\r\nHost: a.test\r\n\r\n"
+                                  b"GET /small.txt HTTP/1.1\r\nHost: c.test\r\n\r\n")
+                        a, d = reader.read_response(), reader.read_response()
+                        if (a.status, a.body) != (200, b"only in A\n"):
+                            failed.append(("a.test", a.status, a.body))
+                        # c.test is the default site's until the reload, then site C's.
+                        if d.status not in (200, 404):
+                            failed.append(("c.test", d.status, d.body))
+                        answered[0] += 2
+            except Exception as e:  # a closed or reset connection is a failed request
+                failed.append(repr(e))
+
+        client = threading.Thread(target=keep_requesting)
+        client.start()
+        try:
+            get = lambda host, path: request(server, "GET", path, {"Host": host})
+            self.assertEqual(get("c.test", "/small.txt").body, self.files["small.txt"])
+            self.assertEqual(get("c.test", "/c.txt").status, 404)
+            wait_for(lambda: answered[0] >= 20, "requests before the reload")
+            self.write_sites(("a.test", self.root_a, "a"), ("c.test", self.root_c, "c"))
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: server.logged("SIGHUP: sites taken up (2)"), "the reload")
+            wait_for(lambda: get("c.test", "/c.txt").body == b"only in C\n", "site C")
+            self.assertEqual(get("c.test", "/small.txt").status, 404)
+            # Its certificate came with it: the handshake verifies c.test.
+            self.assertEqual(self.tls_get(server, "c.test", "/c.txt").body, b"only in C\n")
+            before = answered[0]
+            wait_for(lambda: answered[0] >= before + 20, "requests after the reload")
+            # A site whose root cannot be opened: the sites in use stay.
+            self.write_sites(("a.test", self.root_a, "a"), ("c.test", self.root_c, "c"),
+                             ("d.test", os.path.join(self.pki, "gone"), None))
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: server.logged("SIGHUP: keeping the configuration in use: --site "
+                                           "d.test: --root: cannot"), "the refused reload")
+            self.assertEqual(get("c.test", "/c.txt").body, b"only in C\n")
+        finally:
+            stop.set()
+            client.join(timeout=30)
+        self.assertEqual(failed, [])
+        self.assertGreater(answered[0], 40)
+        self.assertEqual(server.stop(), 0, server.log)
 
 
 class SiteRootAndCheckTest(BackendTestCase):
