@@ -853,6 +853,13 @@ bool ReadFlagfileLine(std::string_view line, std::vector<std::string>* args, std
 bool SiteSectionLine(std::string_view line, std::string* names, std::string* error) {
   line = http::TrimOws(line);
   if (!line.starts_with('[')) return false;
+  // A comment may follow, as after a flag: "[site example.org]   # the main site".
+  for (size_t i = 1; i < line.size(); ++i) {
+    if (line[i] == '#' && (line[i - 1] == ' ' || line[i - 1] == '\t')) {
+      line = http::TrimOws(line.substr(0, i));
+      break;
+    }
+  }
   std::string_view inner = line.substr(1);
   if (!inner.starts_with("site") || !inner.ends_with(']') || inner.size() < 6 ||
       (inner[4] != ' ' && inner[4] != '\t')) {

@@ -638,7 +638,9 @@ TEST(Config, SiteSectionsInAFlagfile) {
   {
     std::ofstream f(path);
     f << "--root=/tmp\n--unknown-site=421\n\n[site example.org www.example.org]\n--root=" << a
-      << "\n--add-header=X-Frame-Options: DENY\n\n  [site\t*.example.net ]  \n--root " << b << "\n";
+      << "\n--add-header=X-Frame-Options: DENY   # its own\n\n  [site\t*.example.net ]  # "
+         "B\n--root "
+      << b << "\n";
   }
   Parsed p = Parse({"--flagfile=" + path});
   ASSERT_TRUE(p.ok) << p.error;
