@@ -736,7 +736,7 @@ std::vector<std::unique_ptr<Shard>> MakeShards(Config& config, const Inherited& 
 // Each shard creates its ring (and pools) on its own thread, then waits for `go`: ringd drops
 // root (--user) between the two, so that nothing is served, and no file opened, as root, and
 // checks that the user it serves as can search the root.
-std::vector<std::thread> StartShards(const Config& config, int root_fd,
+std::vector<std::thread> StartShards(const Config& config, int root_fd, const Sites& sites,
                                      const std::vector<std::unique_ptr<Shard>>& shard_list) {
   const size_t shards = shard_list.size();
   std::vector<std::thread> threads;
@@ -778,6 +778,16 @@ std::vector<std::thread> StartShards(const Config& config, int root_fd,
     } else if (absl::Status r = RootSearchable(config, root_fd); !r.ok()) {
       first_error = std::string(r.message());
       all_ok = false;
+    } else {
+      for (size_t i = 0; i < sites.roots.size() && all_ok; ++i) {
+        if (::faccessat(DocumentRoot::Fd(sites.roots[i]->state()), ".", X_OK, AT_EACCESS) == 0)
+          continue;
+        first_error = "--site " + sites.sites[i].name +
+                      ": --root: the user ringd serves as cannot "
+                      "search '" +
+                      sites.configs[i].root + "': " + strerror(errno);
+        all_ok = false;
+      }
     }
   }
   go.set_value(all_ok);
@@ -1047,7 +1057,7 @@ int Main(int argc, char** argv) {
     shard_list[i]->SetSites(sites.word());
     observability.Attach(shard_list[i].get(), static_cast<int>(i));
   }
-  std::vector<std::thread> threads = StartShards(config, root_fd, shard_list);
+  std::vector<std::thread> threads = StartShards(config, root_fd, sites.current(), shard_list);
   LogIo(config, io);
 
   std::vector<Shard*> serving;

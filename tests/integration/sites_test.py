@@ -278,7 +278,8 @@ class SitesReloadTest(BackendTestCase):
 
     def setUp(self):
         self.root, self.files = make_docroot()
-        self.root_a = site_root("ringd-site-a-", {"a.txt": b"only in A\n"})
+        self.big = bytes((i * 7 + 3) & 0xFF for i in range(256)) * (32 * 1024)  # 8 MiB
+        self.root_a = site_root("ringd-site-a-", {"a.txt": b"only in A\n", "big.bin": self.big})
         self.root_c = site_root("ringd-site-c-", {"c.txt": b"only in C\n"})
         self.pki = tempfile.mkdtemp(prefix="ringd-sites-pki-")
         make_pki(self.pki)
@@ -361,6 +362,33 @@ class SitesReloadTest(BackendTestCase):
         self.assertEqual(failed, [])
         self.assertGreater(answered[0], 40)
         self.assertEqual(server.stop(), 0, server.log)
+
+
+    def test_a_response_under_way_finishes_on_a_site_a_reload_removed(self):
+        self.write_sites(("a.test", self.root_a, None))
+        server = Server(self.root, "--flagfile", self.flagfile)
+        try:
+            with server.connect() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+                s.sendall(b"GET /big.bin HTTP/1.1\r\nHost: a.test\r\n\r\n")
+                reader = Reader(s)
+                status, _, headers = reader.read_head()
+                self.assertEqual((status, int(headers["content-length"])), (200, len(self.big)))
+                got = reader.read_exact(65536)
+                # The body is still going out when site A leaves (and site C comes).
+                self.write_sites(("c.test", self.root_c, None))
+                server.proc.send_signal(signal.SIGHUP)
+                wait_for(lambda: server.logged("SIGHUP: sites taken up (1)"), "the reload")
+                wait_for(lambda: request(server, "GET", "/c.txt", {"Host": "c.test"}).status == 200,
+                         "site C")
+                self.assertEqual(request(server, "GET", "/a.txt", {"Host": "a.test"}).status, 404)
+                got += reader.read_exact(len(self.big) - len(got))
+                self.assertEqual(got, self.big)
+                # The connection lives on, now in the new generation: a.test is the default's.
+                s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: a.test\r\n\r\n")
+                self.assertEqual(reader.read_response().body, self.files["small.txt"])
+        finally:
+            self.assertEqual(server.stop(), 0, server.log)
 
 
 class SiteRootAndCheckTest(BackendTestCase):
