@@ -414,7 +414,10 @@ bool ConnectionMachine::PlanExchange(Connection* conn, Exchange* ex, const http:
       ex->plan.reason = site == kSniMismatch ? "the host is another site than the TLS server name"
                                              : "the host names no site";
       // --unknown-site=close: the connection ends after the answer.
-      if (site == kCloseNow) ex->plan.keep_alive = false;
+      if (site == kCloseNow) {
+        ex->plan.keep_alive = false;
+        ex->plan.reason = kNoSiteClose;
+      }
       ex->plan_number = ++plans_;
       return true;
     }

@@ -377,6 +377,8 @@ class ConnectionMachine {
   // server name that names another site than the host) or kCloseNow (--unknown-site=close).
   // Only called with sites configured.
   static constexpr int kMisdirected = -1, kSniMismatch = -2, kCloseNow = -3;
+  // The reason of a kCloseNow's 421: HTTP/1.1 closes after it (keep_alive), HTTP/2 sends GOAWAY.
+  static constexpr char kNoSiteClose[] = "the host names no site (--unknown-site=close)";
   int ChooseSite(const Connection* conn, const http::Request& req) const;
   FileCache& FilesOf(const Exchange* ex) {
     return ex->site == nullptr ? *files_ : *ex->site->files;

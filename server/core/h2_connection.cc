@@ -450,7 +450,7 @@ void ConnectionMachine::OnH2Send(io::Completion* c) {
 // (idle), or waits on its streams (files, flow control, request bodies) under the send timer.
 void ConnectionMachine::H2Settle(Connection* conn) {
   H2Session* s = SessionOf(conn);
-  if (draining_ && !s->goaway) return H2GoAway(conn);
+  if ((draining_ || s->goaway_asked) && !s->goaway) return H2GoAway(conn);
   const bool over =
       nghttp2_session_want_read(s->session) == 0 && nghttp2_session_want_write(s->session) == 0;
   if (s->failed || (conn->peer_closed && s->stream_count == 0)) return Abort(conn);
@@ -518,6 +518,8 @@ void ConnectionMachine::H2PlanStream(Connection* conn, Exchange* ex) {
     ex->h2_waiting = true;
     return;
   }
+  // --unknown-site=close: GOAWAY after the 421 (H2Settle), so that its frames go first.
+  if (ex->plan.reason == kNoSiteClose) SessionOf(conn)->goaway_asked = true;
   H2StartResponse(conn, ex);
 }
 

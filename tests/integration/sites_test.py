@@ -267,6 +267,27 @@ class UnknownSiteTest(BackendTestCase):
             self.assertIn(b"Connection: close", out)
             self.assertEqual(request(server, "GET", "/a.txt", {"Host": "a.test"}).body,
                              b"only in A\n")
+            # HTTP/2: the stream is answered 421, then GOAWAY ends the connection.
+            import h2.config
+            import h2.connection
+            import h2.events
+            with server.connect() as sock:
+                c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+                c.initiate_connection()
+                c.send_headers(1, [(":method", "GET"), (":path", "/small.txt"),
+                                   (":scheme", "http"), (":authority", "nowhere.test")],
+                               end_stream=True)
+                sock.sendall(c.data_to_send())
+                status, goaway = None, False
+                while not goaway:
+                    data = sock.recv(65536)
+                    if not data:
+                        break
+                    for e in c.receive_data(data):
+                        if isinstance(e, h2.events.ResponseReceived):
+                            status = dict(e.headers)[b":status"]
+                        goaway |= isinstance(e, h2.events.ConnectionTerminated)
+                self.assertEqual((status, goaway), (b"421", True))
         finally:
             self.assertEqual(server.stop(), 0)
 
