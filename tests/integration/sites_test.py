@@ -67,6 +67,7 @@ class SitesTest(BackendTestCase):
                     "--root=%s\n"
                     "--tls-cert=%s\n--tls-key=%s\n"
                     "--add-header=X-Site: a\n"
+                    "--cache-control=*.txt=public, max-age=600\n"
                     "--error-page=404=/errors/404.html\n"
                     "\n"
                     "[site *.b.test]\n"
@@ -77,7 +78,8 @@ class SitesTest(BackendTestCase):
         cls.log = os.path.join(cls.pki, "access.log")
         cls.server = Server(cls.root, "--listen-tls", "127.0.0.1:0",
                             "--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
-                            "--add-header", "X-Default: yes", "--access-log", cls.log,
+                            "--add-header", "X-Default: yes", "--cache-control", "*.txt=max-age=5",
+                            "--access-log", cls.log,
                             *ADMIN, "--flagfile", cls.flagfile)
         assert cls.server.tls_port, cls.server.log
 
@@ -128,6 +130,9 @@ class SitesTest(BackendTestCase):
         self.assertEqual((a.status, a.body), (404, b"A's own 404 page\n"))
         self.assertEqual(self.get("a.test", "/a.txt").header("x-site"), "a")
         self.assertIsNone(self.get("a.test", "/a.txt").header("x-default"))
+        self.assertEqual(self.get("a.test", "/a.txt").header("cache-control"), "public, max-age=600")
+        self.assertEqual(self.get("x.b.test", "/b.txt").header("cache-control"), "max-age=5")
+        self.assertEqual(self.get("nowhere.test", "/small.txt").header("cache-control"), "max-age=5")
         # A site without origin flags of its own has the top level's (nginx's inheritance).
         self.assertEqual(b.header("x-default"), "yes")
         self.assertIsNone(b.header("x-site"))
@@ -210,16 +215,16 @@ class SitesTest(BackendTestCase):
 
     def test_h2_authority_chooses_the_site(self):
         tls, port = self.server.tls_port, self.server.port
-        for host, path, body in [("a.test", "/a.txt", b"only in A\n"),
-                                 ("x.b.test", "/", b"site B home\n")]:
-            v, status, _, got = curl("https://%s:%d%s" % (host, tls, path), "--http2",
-                                     "--cacert", self.ca, "--resolve",
-                                     "%s:%d:127.0.0.1" % (host, tls))
-            self.assertEqual((v, status, got), ("2", 200, body), host)
-            v, status, _, got = curl("http://%s:%d%s" % (host, port, path),
-                                     "--http2-prior-knowledge", "--resolve",
-                                     "%s:%d:127.0.0.1" % (host, port))
-            self.assertEqual((v, status, got), ("2", 200, body), host)
+        for host, path, body, x_site in [("a.test", "/a.txt", b"only in A\n", "a"),
+                                         ("x.b.test", "/", b"site B home\n", None)]:
+            v, status, headers, got = curl("https://%s:%d%s" % (host, tls, path), "--http2",
+                                           "--cacert", self.ca, "--resolve",
+                                           "%s:%d:127.0.0.1" % (host, tls))
+            self.assertEqual((v, status, got, headers.get("x-site")), ("2", 200, body, x_site))
+            v, status, headers, got = curl("http://%s:%d%s" % (host, port, path),
+                                           "--http2-prior-knowledge", "--resolve",
+                                           "%s:%d:127.0.0.1" % (host, port))
+            self.assertEqual((v, status, got, headers.get("x-site")), ("2", 200, body, x_site))
         v, status, headers, got = curl("http://a.test:%d/missing" % port, "--http2-prior-knowledge",
                                        "--resolve", "a.test:%d:127.0.0.1" % port)
         self.assertEqual((v, status, got), ("2", 404, b"A's own 404 page\n"))
