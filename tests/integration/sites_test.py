@@ -337,6 +337,8 @@ class SitesReloadTest(BackendTestCase):
         p = lambda n: os.path.join(self.pki, n)
         server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--tls-cert",
                         p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
+                        # the client's one connection lasts the whole test
+                        "--max-requests-per-connection", "100000000",
                         "--flagfile", self.flagfile)
         stop = threading.Event()
         answered, failed = [0], []
