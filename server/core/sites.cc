@@ -27,7 +27,8 @@ std::unique_ptr<Sites> BuildSites(const Config& config, const std::vector<int>& 
       *error = what + "--root: cannot open '" + site.root + "': " + std::strerror(errno);
       return nullptr;
     }
-    sites->roots.push_back(std::make_unique<DocumentRoot>(site.root, fd));
+    sites->roots.push_back(
+        std::make_unique<DocumentRoot>(site.root, fd, "--site " + site.name() + ": --root"));
     if (::faccessat(fd, ".", X_OK, AT_EACCESS) != 0) {
       *error = what + "--root: the user ringd serves as cannot search '" + site.root +
                "': " + std::strerror(errno);

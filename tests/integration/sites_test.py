@@ -442,7 +442,9 @@ class SiteRootAndCheckTest(BackendTestCase):
             os.symlink("r2", tmp)
             os.rename(tmp, os.path.join(self.deploy, "current"))  # ln -sfn r2 current.new; mv -T
             wait_for(lambda: version() == b"r2", "the site's new release")
-            self.assertTrue(server.logged("current names another directory now"), server.log)
+            said = "--site a.test: --root %s names another directory now" % os.path.join(
+                self.deploy, "current")
+            self.assertTrue(server.logged(said), server.log)
             # The default site's root stays where it was.
             self.assertEqual(request(server, "GET", "/small.txt").body, self.files["small.txt"])
         finally:
