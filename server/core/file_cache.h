@@ -91,6 +91,14 @@ struct FileCacheStats {
   uint64_t entries = 0, content_buffers = 0;
   uint64_t pinned = 0;         // entries a response holds now (in the map or retired)
   uint64_t missing_known = 0;  // paths in MissingPaths (not entries)
+
+  // Another cache's (a --site's), for the shard's totals.
+  void Add(const FileCacheStats& o) {
+    hits += o.hits, misses += o.misses, opens += o.opens, evictions += o.evictions;
+    content_reads += o.content_reads, content_dropped += o.content_dropped;
+    stale_hits += o.stale_hits, entries += o.entries, content_buffers += o.content_buffers;
+    pinned += o.pinned, missing_known += o.missing_known;
+  }
 };
 
 // Paths known to be missing, each with when that was read (the cache's validation count) and

@@ -38,6 +38,8 @@ void Shard::FillSnapshot() {
   }
   s.loop = loop_->Stats();
   s.cache = machine_->files().Stats();
+  // With --site, every site's cache too (counted afresh from a reload that changes the sites).
+  for (const auto& site : machine_->site_files()) s.cache.Add(site->files->Stats());
   s.cache_content_buffer_bytes = content_pool_ != nullptr ? content_pool_->buffer_size() : 0;
   s.connection_capacity = capacity();
   std::memcpy(s.connection_states, machine_->state_counts(), sizeof s.connection_states);

@@ -162,6 +162,12 @@ class SitesTest(BackendTestCase):
     def test_metrics_count_each_configured_site(self):
         count = lambda site: self.server.metric("ringd_site_requests_total", site=site)
         a, default = count("a.test"), count("-")
+        lookups = lambda: (self.server.metric("ringd_file_cache_hits_total") +
+                           self.server.metric("ringd_file_cache_misses_total"))
+        before = lookups()
+        for _ in range(3):
+            self.get("x.b.test", "/b.txt")  # site B's cache
+        wait_for(lambda: lookups() >= before + 3, "the sites' caches in the cache metrics")
         self.get("a.test", "/a.txt")
         self.get("WWW.a.test", "/a.txt")
         self.get("never-configured.test", "/small.txt")
