@@ -27,7 +27,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "io/assert.h"
 #include "io/probe.h"
 #include "io/registry.h"
 #include "io/tier.h"
@@ -782,10 +781,8 @@ std::vector<std::thread> StartShards(const Config& config, int root_fd, const Si
       for (size_t i = 0; i < sites.roots.size() && all_ok; ++i) {
         if (::faccessat(DocumentRoot::Fd(sites.roots[i]->state()), ".", X_OK, AT_EACCESS) == 0)
           continue;
-        first_error = "--site " + sites.sites[i].name +
-                      ": --root: the user ringd serves as cannot "
-                      "search '" +
-                      sites.configs[i].root + "': " + strerror(errno);
+        first_error = "--site " + sites.sites[i].name + ": --root: the user ringd serves as " +
+                      "cannot search '" + sites.configs[i].root + "': " + strerror(errno);
         all_ok = false;
       }
     }
