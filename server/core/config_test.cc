@@ -658,6 +658,24 @@ TEST(Config, SiteSectionsInAFlagfile) {
   for (const SiteConfig& s : q.config.sites) EXPECT_NE(s.root, "/tmp");
 }
 
+// One flagfile per site, each named by the main one (nginx's include sites-enabled/*): a site
+// ends with its file, and the main file's flags after it are the process's.
+TEST(Config, AFlagfilePerSite) {
+  const std::string a = TempSubdir("inc-a"), b = TempSubdir("inc-b");
+  const std::string dir = ::testing::TempDir();
+  std::ofstream(dir + "/inc-a.conf") << "[site a.test]\n--root=" << a << "\n";
+  std::ofstream(dir + "/inc-b.conf") << "[site b.test]\n--root=" << b << "\n";
+  std::ofstream(dir + "/inc-main.conf") << "--root=/tmp\n--flagfile=" << dir << "/inc-a.conf\n"
+                                        << "--flagfile=" << dir << "/inc-b.conf\n--shards=3\n";
+  Parsed p = Parse({"--flagfile=" + dir + "/inc-main.conf"});
+  ASSERT_TRUE(p.ok) << p.error;
+  ASSERT_EQ(p.config.sites.size(), 2u);
+  EXPECT_EQ(p.config.sites[0].root, a);
+  EXPECT_EQ(p.config.sites[1].root, b);
+  EXPECT_EQ(p.config.shards, 3u);
+  EXPECT_EQ(p.config.root, "/tmp");
+}
+
 TEST(Config, SiteErrorsAreOneLine) {
   const std::string a = TempSubdir("err-a");
   const std::string path = ::testing::TempDir() + "/bad-section.flags";
