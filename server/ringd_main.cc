@@ -20,6 +20,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "server/core/config.h"
 #include "server/core/document_root.h"
 #include "server/core/shard.h"
+#include "server/core/sites.h"
 #include "server/core/version.h"
 #include "server/http/mime_types.h"
 #include "server/io_setup.h"
@@ -151,12 +153,54 @@ constexpr const char* kTlsFlags[] = {"tls-cert",    "tls-key",          "tls-ocs
                                      "tls-tickets"};
 constexpr const char* kOriginFlags[] = {"add-header", "cache-control", "default-cache-control",
                                         "error-page"};
+// --site and every flag given in a site (Config::given names those "site" too).
+constexpr const char* kSiteFlags[] = {"site", "unknown-site"};
 
 bool Reloaded(const std::string& flag) {
   return std::find(std::begin(kTlsFlags), std::end(kTlsFlags), flag) != std::end(kTlsFlags) ||
          std::find(std::begin(kOriginFlags), std::end(kOriginFlags), flag) !=
-             std::end(kOriginFlags);
+             std::end(kOriginFlags) ||
+         std::find(std::begin(kSiteFlags), std::end(kSiteFlags), flag) != std::end(kSiteFlags);
 }
+
+// The sites (--site) every shard chooses among, published whole as the origin headers are: a
+// reload that changes them builds a new generation (each site's root opened again) and stores
+// its pointer; each shard takes it up at its next turn (ConnectionMachine::TakeUpSites), and
+// exchanges that chose a site before finish with it. Generations stay alive until kKeptMax
+// newer ones have followed. The RootWatch thread checks the roots of the newest (under mu_,
+// which a reload takes only to publish).
+class SitesPublisher {
+ public:
+  static constexpr size_t kKeptMax = 64;
+  const std::atomic<const Sites*>* word() const { return &current_; }
+  // Main thread only.
+  void Publish(std::unique_ptr<Sites> next) {
+    std::lock_guard<std::mutex> lock(mu_);
+    kept_.push_back(std::move(next));
+    current_.store(kept_.back().get(), std::memory_order_release);
+    if (kept_.size() > kKeptMax) kept_.pop_front();  // never the current one: it is the back
+  }
+  // The RootWatch thread: each root of the sites in use checked (DocumentRoot::Check); whether
+  // any moved.
+  bool CheckRoots() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (kept_.empty()) return false;
+    bool moved = false;
+    for (const std::unique_ptr<DocumentRoot>& root : kept_.back()->roots) {
+      const uint64_t before = root->state();
+      const std::string line = root->Check();
+      if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
+      moved |= root->state() != before;
+    }
+    return moved;
+  }
+  const Sites& current() const { return *current_.load(std::memory_order_acquire); }
+
+ private:
+  std::mutex mu_;
+  std::atomic<const Sites*> current_{nullptr};
+  std::deque<std::unique_ptr<Sites>> kept_;
+};
 
 // The origin headers every shard plans with (--add-header, --cache-control,
 // --default-cache-control, --error-page), published whole: a reload makes a new generation and
@@ -185,6 +229,12 @@ void SetTlsOptions(const Config& config, tls::TlsOptions* options) {
   options->pairs.clear();
   for (size_t i = 0; i < config.tls_cert.size(); ++i)
     options->pairs.push_back(tls::TlsCertPair{config.tls_cert[i], config.tls_key[i]});
+  // Each site's certificates join the top level's (the first pair stays the default, for a
+  // client that names no site); SNI picks among them by the names they are for.
+  for (const SiteConfig& site : config.sites) {
+    for (size_t i = 0; i < site.tls_cert.size(); ++i)
+      options->pairs.push_back(tls::TlsCertPair{site.tls_cert[i], site.tls_key[i]});
+  }
   options->ocsp_files = config.tls_ocsp;
   options->min_version = config.tls_min_version;
   options->ciphers = config.tls_ciphers;
@@ -272,6 +322,7 @@ struct Reloadable {
   const std::vector<std::unique_ptr<Shard>>* shards = nullptr;  // woken to take up new headers
   const DocumentRoot* root = nullptr;  // where new --error-page files are looked for
   Observability* observability = nullptr;
+  SitesPublisher* sites = nullptr;
 };
 
 // SIGHUP: the command line and every flagfile it names are read again. New connections get the
@@ -301,6 +352,19 @@ void Reload(int argc, char** argv, Config* running, const Reloadable& r) {
   if (!tls->on && !next.tls_cert.empty()) {
     Say("SIGHUP: --tls-cert needs a restart: HTTPS is off in the process serving");
   }
+  // New sites are built (their roots opened) before anything is taken up: a root that cannot be
+  // opened keeps the whole configuration in use.
+  const bool sites_changed = Differ(*running, next, kSiteFlags);
+  std::unique_ptr<Sites> next_sites;
+  if (sites_changed) {
+    std::string error;
+    next_sites = BuildSites(next, {}, &error);
+    if (next_sites == nullptr) {
+      Say("SIGHUP: keeping the configuration in use: " + error);
+      observability->ReloadDone(false);
+      return;
+    }
+  }
   if (tls->on) {
     tls::TlsOptions options = tls->options;
     SetTlsOptions(next, &options);
@@ -316,7 +380,15 @@ void Reload(int argc, char** argv, Config* running, const Reloadable& r) {
     r.origin->Publish(next.origin);
     for (auto& s : *r.shards) s->loop()->Wake();  // an idle shard would sleep up to a second
   }
+  if (sites_changed) {
+    r.sites->Publish(std::move(next_sites));
+    for (auto& s : *r.shards) s->loop()->Wake();
+  }
   for (const std::string& line : restart) Say("SIGHUP: " + line);
+  if (sites_changed) {
+    Say("SIGHUP: sites taken up (" + std::to_string(next.sites.size()) +
+        "): each shard serves them from its next turn");
+  }
   for (const std::string& line : CertificateLines(*tls)) Say(line);
   if (origin_changed) {
     Say("SIGHUP: --add-header, --cache-control, --default-cache-control and --error-page taken "
@@ -340,6 +412,8 @@ void Reload(int argc, char** argv, Config* running, const Reloadable& r) {
   running->tls_min_version = next.tls_min_version;
   running->tls_tickets = next.tls_tickets;
   running->origin = next.origin;
+  running->sites = next.sites;
+  running->unknown_site = next.unknown_site;
   Say(tls->on
           ? "SIGHUP: TLS certificates reloaded (" + std::to_string(tls->options.pairs.size()) +
                 "), as the flags read again name them"
@@ -387,6 +461,7 @@ struct Prepared {
   Tls tls;
   IoSetup io;
   int root_fd = -1;
+  std::vector<int> site_root_fds;  // each --site's root, as root_fd (-1: it could not be opened)
   http::MimeTypes mime;
   uint32_t shards = 0;
 };
@@ -436,6 +511,24 @@ Findings Prepare(const Config& config, Prepared* out) {
     // Started as root with --user, the search is checked once ringd is that user (StartShards).
     if (absl::Status s = RootSearchable(config, out->root_fd); !s.ok())
       problem(1, std::string(s.message()));
+  }
+  for (const SiteConfig& site : config.sites) {
+    const int fd = ::open(site.root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    out->site_root_fds.push_back(fd);
+    if (fd < 0) {
+      problem(1, "--site " + site.name() + ": --root: cannot open '" + site.root +
+                     "': " + strerror(errno));
+    } else if (!(config.has_user && ::geteuid() == 0) &&
+               ::faccessat(fd, ".", X_OK, AT_EACCESS) != 0) {
+      problem(1, "--site " + site.name() + ": --root: the user ringd serves as cannot search '" +
+                     site.root + "': " + strerror(errno));
+    } else if (site.own_origin) {
+      Config pages;
+      pages.root = site.root;
+      pages.origin = site.origin;
+      for (std::string& line : UnreadableErrorPages(pages, fd))
+        found.warnings.push_back("--site " + site.name() + ": " + std::move(line));
+    }
   }
   std::string mime_error;
   out->mime = http::MimeTypes::Load(
@@ -670,7 +763,7 @@ std::vector<std::unique_ptr<Shard>> MakeShards(Config& config, const Inherited& 
 // Each shard creates its ring (and pools) on its own thread, then waits for `go`: ringd drops
 // root (--user) between the two, so that nothing is served, and no file opened, as root, and
 // checks that the user it serves as can search the root.
-std::vector<std::thread> StartShards(const Config& config, int root_fd,
+std::vector<std::thread> StartShards(const Config& config, int root_fd, const Sites& sites,
                                      const std::vector<std::unique_ptr<Shard>>& shard_list) {
   const size_t shards = shard_list.size();
   std::vector<std::thread> threads;
@@ -712,6 +805,14 @@ std::vector<std::thread> StartShards(const Config& config, int root_fd,
     } else if (absl::Status r = RootSearchable(config, root_fd); !r.ok()) {
       first_error = std::string(r.message());
       all_ok = false;
+    } else {
+      for (size_t i = 0; i < sites.roots.size() && all_ok; ++i) {
+        if (::faccessat(DocumentRoot::Fd(sites.roots[i]->state()), ".", X_OK, AT_EACCESS) == 0)
+          continue;
+        first_error = "--site " + sites.sites[i].name + ": --root: the user ringd serves as " +
+                      "cannot search '" + sites.configs[i].root + "': " + strerror(errno);
+        all_ok = false;
+      }
     }
   }
   go.set_value(all_ok);
@@ -953,6 +1054,14 @@ int Main(int argc, char** argv) {
   OriginPublisher origin(&config.origin);            // replaced by a SIGHUP reload
   const http::MimeTypes& mime = prepared.mime;
   const uint32_t shards = prepared.shards;
+  // --site: each site's root, followed as --root is, and the table every shard reads.
+  SitesPublisher sites;
+  {
+    std::string error;
+    std::unique_ptr<Sites> first = BuildSites(config, prepared.site_root_fds, &error);
+    if (first == nullptr) Die(1, error);
+    sites.Publish(std::move(first));
+  }
 
   const Inherited inherited = CheckListenAddresses(config, shards);
   // A passed socket's peer is judged by --proxy-from at accept (getpeername), as a ,proxy
@@ -984,9 +1093,10 @@ int Main(int argc, char** argv) {
   for (size_t i = 0; i < shard_list.size(); ++i) {
     shard_list[i]->SetDocumentRoot(document_root.state_word());
     shard_list[i]->SetOriginHeaders(origin.word());
+    shard_list[i]->SetSites(sites.word());
     observability.Attach(shard_list[i].get(), static_cast<int>(i));
   }
-  std::vector<std::thread> threads = StartShards(config, root_fd, shard_list);
+  std::vector<std::thread> threads = StartShards(config, root_fd, sites.current(), shard_list);
   LogIo(config, io);
 
   std::vector<Shard*> serving;
@@ -1000,11 +1110,12 @@ int Main(int argc, char** argv) {
 
   // A moved root is taken up by each shard at the start of its next turn: the shards are woken
   // (an idle one would otherwise sleep up to a second first).
-  RootWatch root_watch([&document_root, &shard_list] {
+  RootWatch root_watch([&document_root, &sites, &shard_list] {
     const uint64_t before = document_root.state();
     const std::string line = document_root.Check();
     if (!line.empty()) std::fprintf(stderr, "%s\n", line.c_str());
-    if (document_root.state() != before) {
+    const bool site_moved = sites.CheckRoots();
+    if (document_root.state() != before || site_moved) {
       for (auto& s : shard_list) s->loop()->Wake();
     }
   });
@@ -1013,7 +1124,7 @@ int Main(int argc, char** argv) {
   Config in_use = config;
   const auto reload = [&] {
     Reload(argc, argv, &in_use,
-           Reloadable{&tls, &origin, &shard_list, &document_root, &observability});
+           Reloadable{&tls, &origin, &shard_list, &document_root, &observability, &sites});
   };
   const int sig = WaitForStop(signals, notifier, observability, shard_list, reload, &root_watch);
   Drain(config, sig, signals, shard_list, &threads, &observability, &notifier);

@@ -167,6 +167,10 @@ size_t FormatCombined(const LogLine& l, const LogTime& time, char* out, size_t c
   o.Nginx(l.referer);
   o.Raw("\" \"");
   o.Nginx(l.user_agent);
+  if (!l.server_name.empty()) {
+    o.Raw("\" \"");
+    o.Nginx(l.server_name.substr(0, kMaxLoggedServerName));
+  }
   o.Raw("\"\n");
   return o.ok() ? static_cast<size_t>(o.pos() - out) : 0;
 }
@@ -201,6 +205,10 @@ size_t FormatJson(const LogLine& l, const LogTime& time, char* out, size_t cap) 
   o.Json(l.tls_cipher);
   o.Raw("\",\"ssl_server_name\":\"");
   o.Json(l.tls_server_name.substr(0, kMaxLoggedServerName));
+  if (!l.server_name.empty()) {
+    o.Raw("\",\"server_name\":\"");
+    o.Json(l.server_name.substr(0, kMaxLoggedServerName));
+  }
   o.Raw(l.tls_resumed ? "\",\"ssl_session_reused\":true}\n" : "\",\"ssl_session_reused\":false}\n");
   return o.ok() ? static_cast<size_t>(o.pos() - out) : 0;
 }

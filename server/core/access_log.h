@@ -80,6 +80,10 @@ struct LogLine {
   // $ssl_session_reused: written by the JSON format (combined stays nginx's, byte for byte).
   std::string_view tls_protocol, tls_cipher, tls_server_name;
   bool tls_resumed = false;
+  // With --site: the site that answered ($server_name: its first name, "-" for the default
+  // site), at the end of a combined line and as "server_name" in JSON; empty without sites
+  // (the combined line stays nginx's own).
+  std::string_view server_name;
 };
 
 // The local time as the two formats write it, recomputed once per second.
@@ -103,7 +107,7 @@ constexpr size_t kMaxLoggedServerName = 255;
 
 // The longest line the formatters write: every field at its cap, each byte escaped to 6.
 constexpr size_t kMaxLogLine = 6 * (RequestCapture::kRequestMax + RequestCapture::kRefererMax +
-                                    RequestCapture::kAgentMax + kMaxLoggedServerName) +
+                                    RequestCapture::kAgentMax + 2 * kMaxLoggedServerName) +
                                768;
 
 // Pure formatters: write one line (with its '\n') into out[0..cap), return its length, or 0

@@ -130,6 +130,19 @@ TEST_F(AccessLogTest, JsonHasTheSameFieldsAndMore) {
   EXPECT_EQ(Combined(l, kApacheExampleSec), Combined(ApacheExample(), kApacheExampleSec));
 }
 
+// With --site, the site that answered ($server_name) ends a combined line and is a JSON field.
+TEST_F(AccessLogTest, SitesAddTheServerName) {
+  LogLine l = ApacheExample();
+  l.server_name = "example.org";
+  const std::string plain = Combined(ApacheExample(), kApacheExampleSec);
+  EXPECT_EQ(Combined(l, kApacheExampleSec),
+            plain.substr(0, plain.size() - 1) + " \"example.org\"\n");
+  EXPECT_NE(Json(l, kApacheExampleSec)
+                .find("\"ssl_server_name\":\"\",\"server_name\":\"example.org\","
+                      "\"ssl_session_reused\":false}\n"),
+            std::string::npos);
+}
+
 // Whatever bytes the client sent, the line is valid JSON in UTF-8: bytes from 0x80 are read as
 // Latin-1 and written as \u00XX.
 TEST_F(AccessLogTest, JsonEscapesEverythingToValidJson) {

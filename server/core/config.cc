@@ -22,6 +22,7 @@
 #include "io/loop.h"
 #include "server/core/version.h"
 #include "server/http/decimal.h"
+#include "server/http/site_table.h"
 #include "server/http/text.h"
 
 namespace ringd {
@@ -752,6 +753,53 @@ const std::vector<Flag>& Flags() {
              }
              return c->origin.SetErrorPage(static_cast<int>(status), v.substr(eq + 2), error);
            }}),
+      Repeatable(Flag{"site",
+           "NAMES: a virtual host for these comma-separated names (aliases, *.example.org "
+           "wildcards); "
+           "the --root, --index, --add-header, --cache-control, --default-cache-control, "
+           "--error-page, --tls-cert and --tls-key after it, up to the next --site or the end of "
+           "its flagfile, are the site's own ([site NAME ...] in a flagfile is the same)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             // ParseArgs opens the site's scope; here only its names.
+             SiteConfig site;
+             size_t start = 0;
+             while (start <= v.size()) {
+               const size_t comma = std::min(v.find(',', start), v.size());
+               std::string name = v.substr(start, comma - start);
+               if (name.empty()) {
+                 *error = "--site: expected NAME[,NAME...], got '" + v + "'";
+                 return false;
+               }
+               std::string normal;
+               if (!http::ParseSiteName(name, &normal, error)) {
+                 *error = "--site: " + *error;
+                 return false;
+               }
+               site.names.push_back(std::move(name));
+               start = comma + 1;
+             }
+             c->sites.push_back(std::move(site));
+             return true;
+           }}),
+      Flag{"unknown-site",
+           "what answers a request whose Host names no --site: default (the default site: the "
+           "top-level flags), 421 (Misdirected Request), or close (421, then the connection "
+           "closes)",
+           false,
+           [](Config* c, const std::string& v, std::string* error) {
+             if (v == "default") {
+               c->unknown_site = UnknownSite::kDefault;
+             } else if (v == "421") {
+               c->unknown_site = UnknownSite::kMisdirected;
+             } else if (v == "close") {
+               c->unknown_site = UnknownSite::kClose;
+             } else {
+               *error = "--unknown-site: expected default, 421 or close, got '" + v + "'";
+               return false;
+             }
+             return true;
+           }},
       Flag{"user",
            "NAME[:GROUP]: as root, become this user (and group) once the sockets are bound, the "
            "root opened and the rings created",
@@ -877,6 +925,86 @@ bool ReadFlagfileLine(std::string_view line, std::vector<std::string>* args, std
   return true;
 }
 
+// "[site example.org www.example.org]": true with the names, comma-separated, in *names (what
+// --site takes). False for any other line; with *error set for a line that begins with '[' but is
+// not such a section.
+bool SiteSectionLine(std::string_view line, std::string* names, std::string* error) {
+  line = http::TrimOws(line);
+  if (!line.starts_with('[')) return false;
+  // A comment may follow, as after a flag: "[site example.org]   # the main site".
+  for (size_t i = 1; i < line.size(); ++i) {
+    if (line[i] == '#' && (line[i - 1] == ' ' || line[i - 1] == '\t')) {
+      line = http::TrimOws(line.substr(0, i));
+      break;
+    }
+  }
+  std::string_view inner = line.substr(1);
+  if (!inner.starts_with("site") || !inner.ends_with(']') || inner.size() < 6 ||
+      (inner[4] != ' ' && inner[4] != '\t')) {
+    *error = "expected a section [site NAME ...], got '" + std::string(line) + "'";
+    return false;
+  }
+  inner = inner.substr(4, inner.size() - 5);
+  for (size_t i = 0; i < inner.size();) {
+    while (i < inner.size() && (inner[i] == ' ' || inner[i] == '\t')) ++i;
+    const size_t start = i;
+    while (i < inner.size() && inner[i] != ' ' && inner[i] != '\t') ++i;
+    if (i == start) break;
+    if (!names->empty()) *names += ',';
+    names->append(inner.substr(start, i - start));
+  }
+  if (names->empty()) {
+    *error = "expected a section [site NAME ...], got '" + std::string(line) + "'";
+    return false;
+  }
+  return true;
+}
+
+// The flags a site may have of its own; every other flag is the process's.
+bool SiteFlag(std::string_view name) {
+  for (const char* f : {"root", "index", "add-header", "cache-control", "default-cache-control",
+                        "error-page", "tls-cert", "tls-key"}) {
+    if (name == f) return true;
+  }
+  return false;
+}
+
+// A site's scope in one argument list (the command line, or one flagfile): from its --site to
+// the next, or to the end of the list. Its flags are parsed as the top-level ones are, into a
+// Config of their own, and taken into the SiteConfig when the scope closes.
+struct SiteScope {
+  bool open = false;
+  Config flags;
+  FirstSeen seen;
+};
+
+bool CloseSite(SiteScope* scope, Config* config, std::string* error) {
+  if (!scope->open) return true;
+  scope->open = false;
+  SiteConfig& site = config->sites.back();
+  const Config& f = scope->flags;
+  const std::string what = "--site " + site.name();
+  if (f.root.empty()) {
+    *error = what + ": needs --root (the directory its names are served from)";
+    return false;
+  }
+  if (f.tls_cert.size() != f.tls_key.size()) {
+    *error = what + ": --tls-cert and --tls-key come in pairs: got " +
+             std::to_string(f.tls_cert.size()) + " certificates and " +
+             std::to_string(f.tls_key.size()) + " keys";
+    return false;
+  }
+  site.root = f.root;
+  if (scope->seen.contains("index")) site.index = f.index;
+  site.own_origin = !f.origin.empty();
+  site.origin = f.origin;
+  site.tls_cert = f.tls_cert;
+  site.tls_key = f.tls_key;
+  scope->flags = Config();
+  scope->seen.clear();
+  return true;
+}
+
 // A flagfile's error names the file and the line: "/etc/ringd/ringd.conf:12: unknown flag ...".
 bool ReadFlagfile(const std::string& path, Config* config, std::string* error, bool* exit_now,
                   int depth, FirstSeen* seen) {
@@ -893,6 +1021,14 @@ bool ReadFlagfile(const std::string& path, Config* config, std::string* error, b
   std::vector<int> line_numbers;  // of each argument
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
+    if (std::string names; SiteSectionLine(line, &names, error)) {
+      args.push_back("--site=" + names);
+      line_numbers.resize(args.size(), number);
+      continue;
+    } else if (!error->empty()) {
+      *error = path + ":" + std::to_string(number) + ": " + *error;
+      return false;
+    }
     if (!ReadFlagfileLine(line, &args, error)) {
       *error = path + ":" + std::to_string(number) + ": " + *error;
       return false;
@@ -911,6 +1047,7 @@ bool ReadFlagfile(const std::string& path, Config* config, std::string* error, b
 bool ParseArgs(const std::vector<std::string>& args,
                const std::function<std::string(size_t)>& where, Config* config, std::string* error,
                bool* exit_now, int depth, FirstSeen* seen, size_t* failed_at) {
+  SiteScope site;
   for (size_t i = 0; i < args.size(); ++i) {
     *failed_at = i;
     const std::string& arg = args[i] == "-t" ? "--check-config" : args[i];  // nginx -t
@@ -936,6 +1073,11 @@ bool ParseArgs(const std::vector<std::string>& args,
       name = name.substr(0, eq);
     }
     if (name == "flagfile") {
+      if (site.open) {
+        *error = "--flagfile cannot be given inside --site " + config->sites.back().name() +
+                 " (a site's flags are in the file that names it)";
+        return false;
+      }
       if (!has_value) {
         if (i + 1 >= args.size()) {
           *error = "--flagfile: needs a file";
@@ -960,8 +1102,17 @@ bool ParseArgs(const std::vector<std::string>& args,
       *error = "unknown flag --" + name + " (see --help)";
       return false;
     }
+    const bool in_site = site.open && SiteFlag(flag->name);
+    if (site.open && !in_site && std::string_view(flag->name) != "site") {
+      *error = std::string("--") + flag->name + " cannot be given inside --site " +
+               config->sites.back().name() +
+               ": a site has --root, --index, --add-header, --cache-control, "
+               "--default-cache-control, --error-page, --tls-cert and --tls-key; give the "
+               "process's flags before the first site";
+      return false;
+    }
     if (!flag->repeatable) {
-      const auto [first, is_first] = seen->emplace(flag->name, where(i));
+      const auto [first, is_first] = (in_site ? &site.seen : seen)->emplace(flag->name, where(i));
       if (!is_first) {
         *error = std::string("--") + flag->name + " is given twice (first " +
                  (first->second.empty() ? "on the command line" : "at " + first->second) +
@@ -981,10 +1132,24 @@ bool ParseArgs(const std::vector<std::string>& args,
         return false;
       }
     }
+    if (std::string_view(flag->name) == "site") {
+      if (!CloseSite(&site, config, error)) return false;
+      site.open = true;
+    }
+    if (in_site) {
+      // A site's flags are one list to a reload: any change in any site is a change of --site.
+      config->given.emplace_back("site", std::string("--") + flag->name + "=" + value);
+      if (!flag->set(&site.flags, value, error)) {
+        *error = "--site " + config->sites.back().name() + ": " + *error;
+        return false;
+      }
+      continue;
+    }
     config->given.emplace_back(flag->name, value);
     if (!flag->set(config, value, error)) return false;
   }
-  return true;
+  *failed_at = args.empty() ? 0 : args.size() - 1;
+  return CloseSite(&site, config, error);
 }
 
 }  // namespace
@@ -1039,6 +1204,7 @@ const std::vector<HelpTopic>& HelpTopics() {
         {"autoindex", "BOOL"},
         {"autoindex-format", "html|json"},
         {"autoindex-max-entries", "N"}}},
+      {"Sites (virtual hosts)", {{"site", "NAMES"}, {"unknown-site", "default|421|close"}}},
       {"HTTPS",
        {{"tls-cert", "FILE"},
         {"tls-key", "FILE"},
@@ -1267,8 +1433,43 @@ bool CheckCombinations(Config* config, std::string* error) {
   return CheckCompress(config, error);
 }
 
+// Each site's names are its own and its root is a directory.
+bool CheckSites(Config* config, std::string* error) {
+  http::SiteTable table;
+  for (const SiteConfig& site : config->sites) {
+    const std::string what = "--site " + site.name();
+    if (!table.Add(site.names, error)) {
+      *error = what + ": " + *error;
+      return false;
+    }
+    struct stat st;
+    if (::stat(site.root.c_str(), &st) != 0) {
+      *error = what + ": --root: cannot use '" + site.root + "': " + strerror(errno);
+      return false;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      *error = what + ": --root: '" + site.root + "' is not a directory";
+      return false;
+    }
+  }
+  if (config->sites.empty() && config->unknown_site != UnknownSite::kDefault) {
+    *error = "--unknown-site needs a --site: without sites every request is the default site's";
+    return false;
+  }
+  return true;
+}
+
 // The HTTPS flags: certificates and keys in pairs, and what needs a certificate.
 bool CheckTls(Config* config, std::string* error) {
+  bool site_certs = false;
+  for (const SiteConfig& site : config->sites) site_certs |= !site.tls_cert.empty();
+  if (site_certs && config->tls_cert.empty()) {
+    *error =
+        "a --site has a --tls-cert and the top level has none: give the default site's "
+        "certificate (--tls-cert, --tls-key before the first site), served to clients that name "
+        "no site";
+    return false;
+  }
   if (config->tls_cert.size() != config->tls_key.size()) {
     *error = "--tls-cert and --tls-key come in pairs: got " +
              std::to_string(config->tls_cert.size()) + " certificates and " +
@@ -1377,7 +1578,7 @@ bool Parse(int argc, char** argv, Config* config, std::string* error, bool* exit
   auto command_line = [](size_t) { return std::string(); };
   if (!ParseArgs(args, command_line, config, error, exit_now, 0, &seen, &failed_at)) return false;
   if (*exit_now || config->probe_only) return true;
-  if (!CheckRoot(config, error) || !CheckReceivePool(config, error) ||
+  if (!CheckRoot(config, error) || !CheckSites(config, error) || !CheckReceivePool(config, error) ||
       !CheckCombinations(config, error) || !CheckTls(config, error)) {
     return false;
   }

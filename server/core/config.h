@@ -39,8 +39,31 @@ constexpr uint32_t kMaxRequestHead = 65536;    // --max-request-head
 constexpr uint32_t kMaxRecvBufferSize = 1 << 20;
 constexpr uint32_t kIncrementalRecvBuffer = 64 << 10;  // one buffer of --recv-pool-kib
 
+// A virtual host (--site=NAMES, or a [site NAMES] line in a flagfile): requests whose Host names
+// it are served from its root with its options; the top-level flags are the default site's.
+struct SiteConfig {
+  std::vector<std::string> names;  // as given: host names, "*.SUFFIX" wildcards, addresses
+  std::string where;               // where its --site was given, for messages
+  std::string root;
+  std::string index;  // empty: the top-level --index
+  // --add-header, --cache-control, --default-cache-control and --error-page given in the site;
+  // without any (own_origin false) the site has the top-level ones, as an nginx server block
+  // inherits add_header and error_page only when it has none of its own.
+  bool own_origin = false;
+  http::OriginHeaders origin;
+  std::vector<std::string> tls_cert, tls_key;         // its certificates, chosen by SNI
+  std::string name() const { return names.front(); }  // the log's and the metrics' name
+};
+
+// What answers a request whose host names no site (or that has no Host) when there are sites.
+enum class UnknownSite : uint8_t { kDefault, kMisdirected, kClose };
+
 struct Config {
   std::string root;
+  // Virtual hosts, chosen by Host (HTTP/2: :authority); empty: every request is the default
+  // site's (the top-level flags), at no cost.
+  std::vector<SiteConfig> sites;
+  UnknownSite unknown_site = UnknownSite::kDefault;  // --unknown-site
   std::vector<ListenAddress> listen;
   // HTTPS (server/tls): listeners whose connections speak TLS, and the certificate and key files
   // (PEM), paired in order.

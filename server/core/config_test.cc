@@ -1,6 +1,7 @@
 #include "server/core/config.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -394,10 +395,10 @@ TEST(Config, UsageIsGroupedAndWrapped) {
         name == "--probe" || name == "--check-config" || name == "--help," || name == "--version,";
     EXPECT_TRUE(action || name.find('=') != std::string::npos) << "no placeholder: " << line;
   }
-  EXPECT_EQ(topics,
-            (std::vector<std::string>{
-                "Listening:", "Who may connect:", "Files and responses:", "HTTPS:", "HTTP/2:",
-                "Limits and timeouts:", "Logs and metrics:", "io tiers:", "Tuning:", "Process:"}))
+  EXPECT_EQ(topics, (std::vector<std::string>{
+                        "Listening:", "Who may connect:", "Files and responses:",
+                        "Sites (virtual hosts):", "HTTPS:", "HTTP/2:", "Limits and timeouts:",
+                        "Logs and metrics:", "io tiers:", "Tuning:", "Process:"}))
       << "a flag with no topic is listed under Other:\n"
       << usage;
   EXPECT_GT(flags, 80u);
@@ -676,6 +677,130 @@ TEST(Config, User) {
   EXPECT_EQ(Parse({"--root", "/tmp", "--io=bypass", "--sqpoll", "--user", "nobody"}).error,
             "--user cannot be combined with --sqpoll: the SQ thread keeps root's credentials");
   EXPECT_TRUE(Parse({"--root", "/tmp", "--allow-root"}).config.allow_root);
+}
+
+}  // namespace
+}  // namespace ringd
+
+namespace ringd {
+namespace {
+
+std::string TempSubdir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+TEST(Config, SitesOnTheCommandLine) {
+  const std::string a = TempSubdir("site-a"), b = TempSubdir("site-b");
+  Parsed p = Parse({"--root=/tmp", "--index=main.html", "--add-header=X-Top: 1",
+                    "--site=example.org,WWW.example.org", "--root=" + a, "--index=a.html", "--site",
+                    "*.example.net", "--root", b, "--add-header=X-B: b",
+                    "--error-page=404=/missing.html"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.config.root, "/tmp");
+  EXPECT_EQ(p.config.index, "main.html");
+  ASSERT_EQ(p.config.sites.size(), 2u);
+  const SiteConfig& s0 = p.config.sites[0];
+  EXPECT_EQ(s0.names, (std::vector<std::string>{"example.org", "WWW.example.org"}));
+  EXPECT_EQ(s0.name(), "example.org");
+  EXPECT_EQ(s0.root, a);
+  EXPECT_EQ(s0.index, "a.html");
+  EXPECT_FALSE(s0.own_origin);  // the top level's --add-header
+  const SiteConfig& s1 = p.config.sites[1];
+  EXPECT_EQ(s1.root, b);
+  EXPECT_EQ(s1.index, "");  // the top level's
+  EXPECT_TRUE(s1.own_origin);
+  EXPECT_EQ(s1.origin.added(), "X-B: b\r\n");
+  EXPECT_EQ(s1.origin.ErrorPage(404), "missing.html");
+  EXPECT_EQ(p.config.origin.added(), "X-Top: 1\r\n");
+  EXPECT_EQ(p.config.unknown_site, UnknownSite::kDefault);
+}
+
+TEST(Config, SiteSectionsInAFlagfile) {
+  const std::string a = TempSubdir("sec-a"), b = TempSubdir("sec-b");
+  const std::string path = ::testing::TempDir() + "/sites.flags";
+  {
+    std::ofstream f(path);
+    f << "--root=/tmp\n--unknown-site=421\n\n[site example.org www.example.org]\n--root=" << a
+      << "\n--add-header=X-Frame-Options: DENY   # its own\n\n  [site\t*.example.net ]  # "
+         "B\n--root "
+      << b << "\n";
+  }
+  Parsed p = Parse({"--flagfile=" + path});
+  ASSERT_TRUE(p.ok) << p.error;
+  ASSERT_EQ(p.config.sites.size(), 2u);
+  EXPECT_EQ(p.config.sites[0].names, (std::vector<std::string>{"example.org", "www.example.org"}));
+  EXPECT_EQ(p.config.sites[0].origin.added(), "X-Frame-Options: DENY\r\n");
+  EXPECT_EQ(p.config.sites[1].names, (std::vector<std::string>{"*.example.net"}));
+  EXPECT_EQ(p.config.sites[1].root, b);
+  EXPECT_EQ(p.config.unknown_site, UnknownSite::kMisdirected);
+  // A site's scope ends with its file: the command line's flags after it are the process's.
+  Parsed q = Parse({"--flagfile=" + path, "--shards=2"});
+  ASSERT_TRUE(q.ok) << q.error;
+  EXPECT_EQ(q.config.shards, 2u);
+  // A site's single-valued flags are its own: a site's --root is not the top level's twice.
+  for (const SiteConfig& s : q.config.sites) EXPECT_NE(s.root, "/tmp");
+}
+
+// One flagfile per site, each named by the main one (nginx's include sites-enabled/*): a site
+// ends with its file, and the main file's flags after it are the process's.
+TEST(Config, AFlagfilePerSite) {
+  const std::string a = TempSubdir("inc-a"), b = TempSubdir("inc-b");
+  const std::string dir = ::testing::TempDir();
+  std::ofstream(dir + "/inc-a.conf") << "[site a.test]\n--root=" << a << "\n";
+  std::ofstream(dir + "/inc-b.conf") << "[site b.test]\n--root=" << b << "\n";
+  std::ofstream(dir + "/inc-main.conf") << "--root=/tmp\n--flagfile=" << dir << "/inc-a.conf\n"
+                                        << "--flagfile=" << dir << "/inc-b.conf\n--shards=3\n";
+  Parsed p = Parse({"--flagfile=" + dir + "/inc-main.conf"});
+  ASSERT_TRUE(p.ok) << p.error;
+  ASSERT_EQ(p.config.sites.size(), 2u);
+  EXPECT_EQ(p.config.sites[0].root, a);
+  EXPECT_EQ(p.config.sites[1].root, b);
+  EXPECT_EQ(p.config.shards, 3u);
+  EXPECT_EQ(p.config.root, "/tmp");
+}
+
+TEST(Config, SiteErrorsAreOneLine) {
+  const std::string a = TempSubdir("err-a");
+  const std::string path = ::testing::TempDir() + "/bad-section.flags";
+  {
+    std::ofstream f(path);
+    f << "--root=/tmp\n[server example.org]\n--root=" << a << "\n";
+  }
+  const std::string late = ::testing::TempDir() + "/late-flag.flags";
+  {
+    std::ofstream f(late);
+    f << "--root=/tmp\n[site example.org]\n--root=" << a << "\n--shards=2\n";
+  }
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  } cases[] = {
+      {{"--root=/tmp", "--site=example.org"}, "--site example.org: needs --root"},
+      {{"--root=/tmp", "--site=exa mple.org", "--root=" + a}, "is not a site name"},
+      {{"--root=/tmp", "--site=a.org,,b.org", "--root=" + a}, "expected NAME[,NAME...]"},
+      {{"--root=/tmp", "--site=a.org", "--root=" + a, "--site=A.org", "--root=" + a},
+       "given twice"},
+      {{"--root=/tmp", "--site=a.org", "--root=/nonexistent-ringd-dir"},
+       "--site a.org: --root: cannot use '/nonexistent-ringd-dir'"},
+      {{"--root=/tmp", "--site=a.org", "--root=" + a, "--root=" + a}, "--root is given twice"},
+      {{"--root=/tmp", "--site=a.org", "--root=" + a, "--shards=2"},
+       "--shards cannot be given inside --site a.org"},
+      {{"--root=/tmp", "--site=a.org", "--root=" + a, "--tls-cert=x.pem"},
+       "--tls-cert and --tls-key come in pairs"},
+      {{"--root=/tmp", "--unknown-site=421"}, "--unknown-site needs a --site"},
+      {{"--root=/tmp", "--unknown-site=444"}, "expected default, 421 or close"},
+      {{"--root=/tmp", "--site=a.org", "--root=" + a, "--index=../x"}, "--site a.org: --index"},
+      {{"--flagfile=" + path}, "bad-section.flags:2: expected a section [site NAME ...]"},
+      {{"--flagfile=" + late}, "late-flag.flags:4: --shards cannot be given inside"},
+  };
+  for (const Case& c : cases) {
+    Parsed p = Parse(c.args);
+    EXPECT_FALSE(p.ok) << c.says;
+    EXPECT_NE(p.error.find(c.says), std::string::npos) << p.error;
+    EXPECT_EQ(p.error.find('\n'), std::string::npos) << p.error;
+  }
 }
 
 }  // namespace

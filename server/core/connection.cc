@@ -384,9 +384,29 @@ bool ConnectionMachine::Plan(Connection* conn, const http::Request& req, size_t 
   return false;
 }
 
+int ConnectionMachine::ChooseSite(const Connection* conn, const http::Request& req) const {
+  char buf[http::kMaxHostName + 1];
+  const int site =
+      sites_->table.Match(http::NormalizeHost(http::RequestHost(req.host, req.target), buf));
+  // Over TLS the certificate was chosen by the server name (SNI): a host of another site than
+  // that name's is not this connection's to answer (RFC 9110 section 7.4).
+  const std::string_view sni = loop_->Transport(conn->fd).server_name;
+  if (!sni.empty() && sites_->table.Match(http::NormalizeHost(sni, buf)) != site)
+    return kSniMismatch;
+  if (site != http::SiteTable::kNoSite) return site + 1;
+  switch (sites_->unknown) {
+    case UnknownSite::kDefault:
+      return 0;
+    case UnknownSite::kMisdirected:
+      return kMisdirected;
+    case UnknownSite::kClose:
+      return kCloseNow;
+  }
+  return 0;
+}
+
 bool ConnectionMachine::PlanExchange(Connection* conn, Exchange* ex, const http::Request& req) {
   const bool https_redirect = conn->https_redirect;
-  if (ex->lookups == 0) ex->plan_since = files_->validations();
   ex->head_request = req.method == http::Method::kHead;
   if (ex->lookups == 0 && ex->listing == nullptr && (rates_ != nullptr || real_ip_) &&
       RefusedByRate(conn, ex, req)) {
@@ -396,27 +416,54 @@ bool ConnectionMachine::PlanExchange(Connection* conn, Exchange* ex, const http:
     }
     return true;
   }
+  if (ex->lookups == 0 && sites_ != nullptr) {
+    const int site = ChooseSite(conn, req);
+    RINGD_ASSERT(ex->site == nullptr);
+    if (site > 0) {
+      ex->site = site_files_[site - 1].get();
+      ++ex->site->exchanges;
+    }
+    if (site < 0) {
+      http::PlanError(421, req, &ex->plan);
+      ex->plan.reason = site == kSniMismatch ? "the host is another site than the TLS server name"
+                                             : "the host names no site";
+      // --unknown-site=close: the connection ends after the answer.
+      if (site == kCloseNow) {
+        ex->plan.keep_alive = false;
+        ex->plan.reason = kNoSiteClose;
+      }
+      ex->plan_number = ++plans_;
+      return true;
+    }
+  }
+  FileCache& files = FilesOf(ex);
+  if (ex->lookups == 0) ex->plan_since = files.validations();
   RequestLookup::MadeListing made;
   if (ex->listing != nullptr) made = {ex->listing->dir, {ex->listing->status}};
-  RequestLookup source(files_.get(), ex->plan_since, ex->listing != nullptr ? &made : nullptr,
+  RequestLookup source(&files, ex->plan_since, ex->listing != nullptr ? &made : nullptr,
                        compressor_.get());
-  const http::PlanStep step = http::PlanResponse(req, https_redirect ? redirect_planner_ : planner_,
-                                                 source, *scratch_, &ex->plan);
+  const http::PlannerConfig* planner = &planner_;
+  if (ex->site != nullptr) {
+    planner = https_redirect ? &ex->site->redirect_planner : &ex->site->planner;
+  } else if (https_redirect) {
+    planner = &redirect_planner_;
+  }
+  const http::PlanStep step = http::PlanResponse(req, *planner, source, *scratch_, &ex->plan);
   ex->plan_number = ++plans_;
   if (step.status == http::PlanStatus::kNeedListing) {
     // Made off the shard (DirLister); the plan is made again once it is.
     RINGD_ASSERT(lister_ != nullptr && ex->listing == nullptr);
     if (++ex->lookups <= kMaxLookupsPerRequest) {
       ex->listing =
-          lister_->Start(files_->root_fd(), step.lookup_path, step.listing_url_path, &ex->waiter);
+          lister_->Start(files.root_fd(), step.lookup_path, step.listing_url_path, &ex->waiter);
       if (ex->listing != nullptr) return false;
     }
     ++stats_.lookup_refused;  // every listing slot is taken: 503, as a full cache
     http::PlanError(503, req, &ex->plan);
   } else if (step.status == http::PlanStatus::kNeedLookup) {
-    if (++ex->lookups <= kMaxLookupsPerRequest && files_->Fetch(step.lookup_path, &ex->waiter)) {
+    if (++ex->lookups <= kMaxLookupsPerRequest && files.Fetch(step.lookup_path, &ex->waiter)) {
       for (std::string_view p : step.prefetch) {
-        if (!p.empty()) files_->Prefetch(p);
+        if (!p.empty()) files.Prefetch(p);
       }
       return false;
     }
@@ -573,7 +620,7 @@ size_t ConnectionMachine::WriteHead(Exchange* ex) {
   size_t n = http::WriteResponseHead(plan, std::string_view(date_, http::kHttpDateLen), "ringd",
                                      ex->head, sizeof ex->head);
   if (n == 0) {  // a head larger than its buffer (a very long Location): answer 500 instead
-    if (ex->file != nullptr) files_->Unpin(ex->file);
+    if (ex->file != nullptr) FilesOf(ex).Unpin(ex->file);
     ex->file = nullptr;
     http::PlanError(500, plan.keep_alive, &plan);
     if (ex->head_request) plan.send_body = false;  // a HEAD's answer has no body
@@ -755,10 +802,11 @@ void ConnectionMachine::ReleaseExchange(Connection* conn) {
   RINGD_ASSERT(!ex->waiter.waiting() && !ex->ticket.queued() && !ex->ticket.holds_slot);
   conn->send_slow = ex->ticket.slow;
   EndExchange(conn, ex);  // metrics and the access log line
-  if (ex->file != nullptr) files_->Unpin(ex->file);
+  if (ex->file != nullptr) FilesOf(ex).Unpin(ex->file);
   ex->file = nullptr;
   ReleaseListing(ex);
   ReleaseVariant(ex);
+  LeaveSite(ex);
   exchanges_->Put(ex);
   conn->ex = nullptr;
 }
@@ -789,7 +837,7 @@ void ConnectionMachine::Abort(Connection* conn) {
 }
 
 void ConnectionMachine::StopWaiting(Exchange* ex) {
-  files_->Forget(&ex->waiter);
+  FilesOf(ex).Forget(&ex->waiter);
   if (ex->listing != nullptr && lister_->Waiting(ex->listing)) ReleaseListing(ex);
 }
 

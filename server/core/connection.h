@@ -28,6 +28,7 @@
 #include "server/core/file_cache.h"
 #include "server/core/send_queue.h"
 #include "server/core/shard_snapshot.h"
+#include "server/core/sites.h"
 #include "server/core/timer_list.h"
 #include "server/http/client_address.h"
 #include "server/http/client_limits.h"
@@ -64,6 +65,9 @@ struct Exchange {
   // On the file cache while a lookup is under way (kWaitingFile); woken by the DirLister too.
   FileWaiter waiter;
   uint32_t lookups = 0;  // file lookups (and listings) the request has waited for
+  // The site the request is for (--site), chosen at its first plan; null: the default site (the
+  // top-level flags). Counted in its SiteFiles::exchanges until the exchange is released.
+  struct SiteFiles* site = nullptr;
   // --autoindex: the listing made (or being made) for this request, held until the response
   // has gone out (its body is streamed from it: Phase::kListing).
   DirListing* listing = nullptr;
@@ -207,6 +211,19 @@ struct Connection {
 // added here costs every idle connection, so the bound moves only on purpose.
 static_assert(sizeof(Connection) <= 232);
 
+// One site (--site) as a shard serves it: its own open-file cache beneath the site's root, its
+// planners, and its counters. Made for each site of a generation the shard takes up.
+struct SiteFiles {
+  std::string name;  // the site's first name (logs, metrics)
+  std::unique_ptr<FileCache> files;
+  const std::atomic<uint64_t>* root_word = nullptr;  // its DocumentRoot's (null: it stays)
+  uint64_t root_state = 0;                           // *root_word as last taken up
+  const http::OriginHeaders* own_origin = nullptr;   // null: the top level's
+  http::PlannerConfig planner, redirect_planner;
+  uint64_t requests = 0;   // responses (ringd_site_requests_total); kept across reloads by name
+  uint32_t exchanges = 0;  // exchanges that chose it and are not released yet
+};
+
 // What the machine asks of the shard that owns it.
 class ConnectionHost {
  public:
@@ -231,6 +248,10 @@ struct ConnectionParts {
   // Tick (null: config->origin throughout). Generations a plan may still view are kept alive by
   // their publisher.
   const std::atomic<const http::OriginHeaders*>* origin_word = nullptr;
+  // Where the sites (--site) are published: a generation whole, taken up at the machine's next
+  // Tick (null, or a generation without sites: every request is the default site's).
+  // Generations are kept alive by their publisher until the shards have moved on.
+  const std::atomic<const Sites*>* sites_word = nullptr;
   const http::MimeTypes* mime = nullptr;
   uint32_t capacity = 0;               // connection slots: --max-connections and the reserve
   std::string https_port_suffix;       // for the redirects of --redirect-https listeners
@@ -271,6 +292,8 @@ class ConnectionMachine {
   // After a Poll: connections whose file lookups finished in it.
   void RunWakeups() {
     files_->RunWakeups();
+    for (auto& s : site_files_) s->files->RunWakeups();
+    for (auto& s : retired_sites_) s->files->RunWakeups();
     if (lister_ != nullptr) lister_->RunWakeups();
     if (compressor_ != nullptr) compressor_->RunCompletions();
   }
@@ -320,6 +343,10 @@ class ConnectionMachine {
   const Compressor* compressor() const { return compressor_.get(); }  // null without --compress
   const SendQueue& sends() const { return *sends_; }
   const RequestMetrics& metrics() const { return metrics_; }
+  // --site: responses of the default site, and of each site of the generation in use (empty
+  // without sites).
+  uint64_t default_site_requests() const { return default_site_requests_; }
+  const std::vector<std::unique_ptr<SiteFiles>>& site_files() const { return site_files_; }
   const uint32_t* state_counts() const { return state_counts_; }
   size_t idle_connections() const { return idle_timers_.size(); }
   // --autoindex: listings being made or sent, of DirLister::kSlots (0 and 0 without it).
@@ -369,6 +396,23 @@ class ConnectionMachine {
   // (its waiter fetched), true once the plan is ready (its file pinned). The response head, or
   // a 500 if it does not fit its buffer; returns the head's length.
   bool PlanExchange(Connection* conn, Exchange* ex, const http::Request& req);
+  // --site: the site a request's host names (1 + its index in site_files_; 0: the default
+  // site), or kMisdirected (421: no site and --unknown-site=421), kSniMismatch (421: a TLS
+  // server name that names another site than the host) or kCloseNow (--unknown-site=close).
+  // Only called with sites configured.
+  static constexpr int kMisdirected = -1, kSniMismatch = -2, kCloseNow = -3;
+  // The reason of a kCloseNow's 421: HTTP/1.1 closes after it (keep_alive), HTTP/2 sends GOAWAY.
+  static constexpr char kNoSiteClose[] = "the host names no site (--unknown-site=close)";
+  int ChooseSite(const Connection* conn, const http::Request& req) const;
+  FileCache& FilesOf(const Exchange* ex) {
+    return ex->site == nullptr ? *files_ : *ex->site->files;
+  }
+  // The exchange is done with its site: a site of a generation no longer in use is freed with
+  // its last exchange.
+  void LeaveSite(Exchange* ex);
+  // Tick: a newly published generation of sites replaces the one in use.
+  void TakeUpSites(const Sites* sites);
+  std::unique_ptr<SiteFiles> MakeSiteFiles(const SiteRuntime& site);
   // A planned error's line in the error log (connection_observe.cc); called only when the log
   // wants the status's level.
   void LogPlanError(Connection* conn, const Exchange* ex, const http::Request& req);
@@ -494,6 +538,17 @@ class ConnectionMachine {
   std::string https_port_suffix_;  // redirect_planner_ views it
   http::PlannerConfig planner_;
   http::PlannerConfig redirect_planner_;  // planner_ with redirect_to_https (--redirect-https)
+  // --site: each site of the generation in use (sites_) with this shard's own cache beneath its
+  // root and its planners (Sites is shared and read-only); empty without sites. A reload that
+  // changes the sites retires them, until the exchanges still using them are released.
+  const std::atomic<const Sites*>* sites_word_ = nullptr;
+  const Sites* sites_ = nullptr;       // null, or a generation with sites
+  const Sites* sites_seen_ = nullptr;  // *sites_word_ as last taken up
+  std::vector<std::unique_ptr<SiteFiles>> site_files_;
+  std::vector<std::unique_ptr<SiteFiles>> retired_sites_;
+  mem::BufferPool* content_pool_ = nullptr;  // what the sites' caches keep small files in
+  FileCacheOptions file_options_;
+  uint64_t default_site_requests_ = 0;
   http::ParserLimits limits_;
   http::Header headers_[kMaxHeaderFields];
 

@@ -122,6 +122,10 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
   redirect_planner_ = planner_;
   redirect_planner_.redirect_to_https = true;
   redirect_planner_.https_port_suffix = https_port_suffix_;
+  content_pool_ = parts.content_pool;
+  file_options_ = fo;
+  sites_word_ = parts.sites_word;
+  if (sites_word_ != nullptr) TakeUpSites(sites_word_->load(std::memory_order_acquire));
   limits_.max_request_line = config_.max_request_line;
   limits_.max_head_bytes = config_.max_request_head;
   limits_.max_headers = config_.max_headers;
@@ -129,6 +133,56 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
 }
 
 ConnectionMachine::~ConnectionMachine() { FreeH2Callbacks(); }
+
+std::unique_ptr<SiteFiles> ConnectionMachine::MakeSiteFiles(const SiteRuntime& site) {
+  auto f = std::make_unique<SiteFiles>();
+  f->name = site.name;
+  int fd = site.root_fd;
+  f->root_word = site.root_state;
+  if (f->root_word != nullptr) {
+    f->root_state = f->root_word->load(std::memory_order_acquire);
+    fd = DocumentRoot::Fd(f->root_state);
+  }
+  f->files = std::make_unique<FileCache>(loop_, fd, content_pool_, file_options_);
+  f->files->set_now(now_ms_);
+  f->own_origin = site.origin;
+  f->planner = planner_;
+  if (!site.index.empty()) f->planner.index_file = site.index;
+  if (site.origin != nullptr) f->planner.origin = site.origin->empty() ? nullptr : site.origin;
+  f->redirect_planner = f->planner;
+  f->redirect_planner.redirect_to_https = true;
+  f->redirect_planner.https_port_suffix = https_port_suffix_;
+  return f;
+}
+
+// A new generation: a cache and planners for each of its sites (allocated here, at a reload,
+// never on a request's path). The sites before go now, or, while exchanges still use them (a
+// response under way, a lookup waited for), once those are released.
+void ConnectionMachine::TakeUpSites(const Sites* sites) {
+  sites_seen_ = sites;
+  sites_ = sites != nullptr && !sites->empty() ? sites : nullptr;
+  std::vector<std::unique_ptr<SiteFiles>> before = std::move(site_files_);
+  site_files_.clear();
+  if (sites_ != nullptr) {
+    RINGD_ASSERT(sites_->sites.size() == sites_->table.size());
+    for (const SiteRuntime& site : sites_->sites) {
+      site_files_.push_back(MakeSiteFiles(site));
+      for (const auto& old : before) {
+        if (old->name == site.name) site_files_.back()->requests = old->requests;
+      }
+    }
+  }
+  for (auto& old : before) {
+    if (old->exchanges > 0 || old->files->loading() > 0) retired_sites_.push_back(std::move(old));
+  }
+}
+
+void ConnectionMachine::LeaveSite(Exchange* ex) {
+  if (ex->site == nullptr) return;
+  RINGD_ASSERT(ex->site->exchanges > 0);
+  --ex->site->exchanges;
+  ex->site = nullptr;
+}
 
 Connection* ConnectionMachine::Open(int fd, bool https_redirect, bool proxy_header, bool tls_proxy,
                                     bool* refused) {
@@ -180,7 +234,34 @@ void ConnectionMachine::Tick(int64_t now_ms, int64_t realtime_sec) {
       origin_ = origin;
       planner_.origin = origin->empty() ? nullptr : origin;
       redirect_planner_.origin = planner_.origin;
+      for (auto* list : {&site_files_, &retired_sites_}) {
+        for (auto& f : *list) {
+          if (f->own_origin != nullptr) continue;
+          f->planner.origin = planner_.origin;
+          f->redirect_planner.origin = planner_.origin;
+        }
+      }
     }
+  }
+  if (sites_word_ != nullptr) {
+    const Sites* sites = sites_word_->load(std::memory_order_acquire);
+    if (sites != sites_seen_) TakeUpSites(sites);
+  }
+  for (auto& f : site_files_) {
+    f->files->set_now(now_ms_);
+    if (f->root_word == nullptr) continue;
+    const uint64_t state = f->root_word->load(std::memory_order_acquire);
+    if (state != f->root_state) {
+      f->root_state = state;
+      f->files->SwitchRoot(DocumentRoot::Fd(state));
+    }
+  }
+  if (!retired_sites_.empty()) {
+    // A site of a generation before the one in use goes once nothing uses it.
+    std::erase_if(retired_sites_, [&](const std::unique_ptr<SiteFiles>& f) {
+      f->files->set_now(now_ms_);
+      return f->exchanges == 0 && f->files->loading() == 0;
+    });
   }
   if (realtime_sec != date_sec_) {
     date_sec_ = realtime_sec;

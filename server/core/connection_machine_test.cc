@@ -41,6 +41,7 @@ class ConnectionMachineTest : public ::testing::Test {
     parts.https_port_suffix = std::string(":8443");  // the parts go; the machine keeps its own
     parts.stats = &stats_;
     parts.host = &host_;
+    parts.sites_word = sites_word_;
     machine_ = std::make_unique<ConnectionMachine>(std::move(parts));
     machine_->Tick(now_ms_, loop_.RealtimeSec());
   }
@@ -77,6 +78,7 @@ class ConnectionMachineTest : public ::testing::Test {
   ShardStats stats_;
   CountingHost host_;
   std::unique_ptr<ConnectionMachine> machine_;
+  const std::atomic<const Sites*>* sites_word_ = nullptr;  // Configure may set it
   const std::string request_ = "OPTIONS / HTTP/1.1\r\nHost: t\r\n\r\n";
 };
 
@@ -324,6 +326,106 @@ TEST_F(RefusedLookupTest, A503WhoseBodyIsStillArrivingLingers) {
   }
   for (io::Completion* c : loop_.opens) Complete(c, -ENOENT, false);
   EXPECT_EQ(machine_->live(), 0u);
+}
+
+// --site: the machine chooses each request's site by its host, plans it beneath that site's root,
+// and takes up a new generation of sites at a Tick while a request of the one before still waits
+// for its lookup (it is answered from the site it chose).
+class SitesTest : public ConnectionMachineTest {
+ protected:
+  static constexpr int kRootA = 101, kRootB = 202;
+
+  void Configure() override {
+    config_.precompressed = false;  // one lookup per request, no siblings
+    loop_.record_opens = true;
+    first_ = MakeSites("a.test", kRootA);
+    word_.store(first_.get());
+    sites_word_ = &word_;
+    loop_.on_send = [this](const iovec* iov, int n) {
+      for (int i = 0; i < n; ++i)
+        sent_.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+    };
+  }
+
+  static std::unique_ptr<Sites> MakeSites(const std::string& name, int root_fd) {
+    auto sites = std::make_unique<Sites>();
+    std::string error;
+    EXPECT_TRUE(sites->table.Add({name}, &error)) << error;
+    sites->sites.push_back(SiteRuntime{name, nullptr, root_fd, "", nullptr});
+    sites->unknown = UnknownSite::kMisdirected;
+    return sites;
+  }
+
+  // A request on a new connection; the connection's receive.
+  io::Completion* Ask(const std::string* get) {
+    EXPECT_NE(machine_->Open(kFd + static_cast<int>(loop_.recvs.size()), false), nullptr);
+    io::Completion* recv = loop_.recvs.back();
+    Complete(recv, static_cast<int64_t>(get->size()), true, get);
+    return recv;
+  }
+
+  // Every send completes, every connection ends, every receive has its last callback.
+  void Finish() {
+    for (size_t i = sends_done_; i < loop_.sends.size(); ++i)
+      Complete(loop_.sends[i].first, static_cast<int64_t>(loop_.sends[i].second), false);
+    sends_done_ = loop_.sends.size();
+    machine_->AbortAll();
+    for (io::Completion* recv : loop_.recvs) Complete(recv, -ECANCELED, false);
+    EXPECT_EQ(machine_->live(), 0u);
+  }
+  void SendsDone() {
+    for (size_t i = sends_done_; i < loop_.sends.size(); ++i)
+      Complete(loop_.sends[i].first, static_cast<int64_t>(loop_.sends[i].second), false);
+    sends_done_ = loop_.sends.size();
+  }
+
+  size_t sends_done_ = 0;
+  std::atomic<const Sites*> word_{nullptr};
+  std::unique_ptr<Sites> first_, second_;
+  std::string sent_;
+};
+
+TEST_F(SitesTest, AHostOfNoSiteIs421WithoutALookup) {
+  const std::string get = "GET /x HTTP/1.1\r\nHost: nowhere.test\r\n\r\n";
+  Ask(&get);
+  EXPECT_TRUE(loop_.opens.empty());
+  ASSERT_EQ(loop_.sends.size(), 1u);
+  EXPECT_TRUE(sent_.starts_with("HTTP/1.1 421 Misdirected Request\r\n")) << sent_;
+  Finish();
+}
+
+TEST_F(SitesTest, ALookupWaitingAcrossANewGenerationIsAnsweredFromItsSite) {
+  const std::string get_a = "GET /x HTTP/1.1\r\nHost: A.Test.:8080\r\n\r\n";
+  Ask(&get_a);
+  ASSERT_EQ(loop_.opens.size(), 1u);
+  EXPECT_EQ(loop_.open_dirs, std::vector<int>{kRootA});
+  // A reload: site a.test leaves, b.test comes; the machine takes it up at its next turn.
+  second_ = MakeSites("b.test", kRootB);
+  word_.store(second_.get());
+  machine_->Tick(now_ms_, loop_.RealtimeSec());
+  EXPECT_EQ(machine_->site_files().size(), 1u);
+  EXPECT_EQ(machine_->site_files()[0]->name, "b.test");
+  // The waiting request's lookup ends in its site's (retired) cache: a 404 from site a.test.
+  io::Completion* open = loop_.opens[0];
+  open->result = -ENOENT;
+  open->callback(open);
+  machine_->RunWakeups();
+  ASSERT_EQ(loop_.sends.size(), 1u);
+  EXPECT_TRUE(sent_.starts_with("HTTP/1.1 404 Not Found\r\n")) << sent_;
+  SendsDone();
+  machine_->Tick(now_ms_, loop_.RealtimeSec());  // the retired site goes (nothing uses it)
+  // The new generation: a.test names no site now, b.test opens beneath its own root.
+  sent_.clear();
+  const std::string again_a = "GET /x HTTP/1.1\r\nHost: a.test\r\n\r\n";
+  Ask(&again_a);
+  EXPECT_TRUE(sent_.starts_with("HTTP/1.1 421 ")) << sent_;
+  const std::string get_b = "GET /y HTTP/1.1\r\nHost: b.test\r\n\r\n";
+  Ask(&get_b);
+  EXPECT_EQ(loop_.open_dirs, (std::vector<int>{kRootA, kRootB}));
+  loop_.opens[1]->result = -ENOENT;
+  loop_.opens[1]->callback(loop_.opens[1]);
+  machine_->RunWakeups();
+  Finish();
 }
 
 }  // namespace

@@ -143,6 +143,7 @@ bool ConnectionMachine::NoteProxiedClient(Connection* conn, const http::ClientAd
 void ConnectionMachine::BeginExchange(Exchange* ex, std::string_view raw,
                                       const http::Request* req) {
   ex->started_ns = timing_ ? MonotonicNs() : 0;
+  RINGD_ASSERT(ex->site == nullptr);  // left when its exchange before was released
   ex->bytes_sent = 0;
   ex->logged = log_ != nullptr;
   ex->client = http::ClientAddress{};
@@ -173,6 +174,11 @@ void ConnectionMachine::EndExchange(Connection* conn, Exchange* ex) {
     }
   }
   metrics_.Record(status, path, ex->bytes_sent);
+  if (ex->site != nullptr) {
+    ++ex->site->requests;
+  } else if (sites_ != nullptr) {
+    ++default_site_requests_;
+  }
   uint64_t duration_us = 0;
   if (ex->started_ns != 0) {
     duration_us = static_cast<uint64_t>(MonotonicNs() - ex->started_ns) / 1000;
@@ -201,6 +207,11 @@ void ConnectionMachine::EndExchange(Connection* conn, Exchange* ex) {
   line.tls_cipher = transport.cipher;
   line.tls_server_name = transport.server_name;
   line.tls_resumed = transport.resumed;
+  if (ex->site != nullptr) {
+    line.server_name = ex->site->name;
+  } else if (sites_ != nullptr) {
+    line.server_name = "-";
+  }
   log_->Write(line, date_sec_);
 }
 

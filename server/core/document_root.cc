@@ -12,8 +12,13 @@
 
 namespace ringd {
 
-DocumentRoot::DocumentRoot(std::string path, int fd)
-    : path_(std::move(path)), state_(static_cast<uint32_t>(fd)), fd_(fd), dev_(0), ino_(0) {
+DocumentRoot::DocumentRoot(std::string path, int fd, std::string flag)
+    : path_(std::move(path)),
+      flag_(std::move(flag)),
+      state_(static_cast<uint32_t>(fd)),
+      fd_(fd),
+      dev_(0),
+      ino_(0) {
   RINGD_ASSERT(fd >= 0);
   struct stat st;
   if (::fstat(fd, &st) == 0) {
@@ -62,11 +67,11 @@ std::string DocumentRoot::Check() {
     if (fd >= 0) ::close(fd);
     if (error == last_error_) return "";
     last_error_ = error;
-    return "ringd: --root " + path_ + ": " + error +
+    return "ringd: " + flag_ + " " + path_ + ": " + error +
            "; still serving the directory it named before";
   }
   last_error_.clear();
-  if (fd < 0) return "ringd: --root " + path_ + ": a directory again; serving it as before";
+  if (fd < 0) return "ringd: " + flag_ + " " + path_ + ": a directory again; serving it as before";
   if (st.st_dev == dev_ && st.st_ino == ino_) {  // it moved back before the open
     ::close(fd);
     return "";
@@ -74,7 +79,8 @@ std::string DocumentRoot::Check() {
   dev_ = st.st_dev;
   ino_ = st.st_ino;
   Publish(fd);
-  return "ringd: --root " + path_ + " names another directory now: serving it (files cached " +
+  return "ringd: " + flag_ + " " + path_ +
+         " names another directory now: serving it (files cached " +
          "from the one before are opened again at their next request)";
 }
 

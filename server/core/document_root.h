@@ -33,8 +33,9 @@ class DocumentRoot {
  public:
   static constexpr size_t kRetiredMax = 64;
 
-  // Takes ownership of `fd`, the directory `path` named at start-up.
-  DocumentRoot(std::string path, int fd);
+  // Takes ownership of `fd`, the directory `path` named at start-up. `flag` names it in the
+  // lines Check returns ("--root", or "--site example.org: --root").
+  DocumentRoot(std::string path, int fd, std::string flag = "--root");
   ~DocumentRoot();
   DocumentRoot(const DocumentRoot&) = delete;
   DocumentRoot& operator=(const DocumentRoot&) = delete;
@@ -58,6 +59,7 @@ class DocumentRoot {
   void Publish(int fd);
 
   std::string path_;
+  std::string flag_;
   std::atomic<uint64_t> state_;
   int fd_;  // the current root (also in state_)
   dev_t dev_;

@@ -247,6 +247,7 @@ CacheEntry* FileCache::StartOpen(std::string_view path) {
   e->reading = false;
   e->spare = false;
   e->root_generation = root_generation_;
+  ++loading_;
   loop_->Open(root_fd_, e->path.c_str(), &e->stat, &e->op);
   return e;
 }
@@ -425,6 +426,8 @@ void FileCache::Opened(CacheEntry* e, int64_t result) {
 }
 
 void FileCache::Ready(CacheEntry* e) {
+  RINGD_ASSERT(loading_ > 0);
+  --loading_;
   e->ready = true;
   if (e->revalidating) {
     // A revalidation beside requests: it takes the old entry's place, unless it failed for now

@@ -92,6 +92,14 @@ struct FileCacheStats {
   uint64_t entries = 0, content_buffers = 0;
   uint64_t pinned = 0;         // entries a response holds now (in the map or retired)
   uint64_t missing_known = 0;  // paths in MissingPaths (not entries)
+
+  // Another cache's (a --site's), for the shard's totals.
+  void Add(const FileCacheStats& o) {
+    hits += o.hits, misses += o.misses, opens += o.opens, evictions += o.evictions;
+    content_reads += o.content_reads, content_dropped += o.content_dropped;
+    stale_hits += o.stale_hits, entries += o.entries, content_buffers += o.content_buffers;
+    pinned += o.pinned, missing_known += o.missing_known;
+  }
 };
 
 // Paths known to be missing, each with when that was read (the cache's validation count) and
@@ -184,6 +192,8 @@ class FileCache : public http::FileMetaSource {
   void SwitchRoot(int root_fd);
   int root_fd() const { return root_fd_; }  // what opens go beneath now
   uint32_t entries_in_use() const { return static_cast<uint32_t>(stats_.entries); }
+  // Opens and content reads the loop has not completed yet: a cache is destroyed only at 0.
+  uint32_t loading() const { return loading_; }
   const FileCacheStats& Stats() const { return stats_; }
 
  private:
@@ -224,6 +234,7 @@ class FileCache : public http::FileMetaSource {
   int64_t now_ms_ = 0;
   uint64_t validations_ = 0;
   uint64_t retirements_ = 0;
+  uint32_t loading_ = 0;  // StartOpen to Ready
   MissingPaths missing_;
   FileCacheStats stats_;
 };

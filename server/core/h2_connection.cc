@@ -530,7 +530,7 @@ void ConnectionMachine::OnH2Send(io::Completion* c) {
 // (idle), or waits on its streams (files, flow control, request bodies) under the send timer.
 void ConnectionMachine::H2Settle(Connection* conn) {
   H2Session* s = SessionOf(conn);
-  if (draining_ && !s->goaway) return H2GoAway(conn);
+  if ((draining_ || s->goaway_asked) && !s->goaway) return H2GoAway(conn);
   const bool over =
       nghttp2_session_want_read(s->session) == 0 && nghttp2_session_want_write(s->session) == 0;
   if (s->failed || (conn->peer_closed && s->stream_count == 0)) return Abort(conn);
@@ -618,6 +618,8 @@ void ConnectionMachine::H2PlanStream(Connection* conn, Exchange* ex) {
     ex->h2_waiting = true;
     return;
   }
+  // --unknown-site=close: GOAWAY after the 421 (H2Settle), so that its frames go first.
+  if (ex->plan.reason == kNoSiteClose) SessionOf(conn)->goaway_asked = true;
   H2StartResponse(conn, ex);
 }
 
@@ -650,7 +652,7 @@ void ConnectionMachine::H2StartResponse(Connection* conn, Exchange* ex) {
   http::H2ResponseField fields[http::kMaxH2ResponseFields];
   size_t count = http::H2ResponseFields(ex->head, n, fields, http::kMaxH2ResponseFields);
   if (count == 0) {  // more fields than a HEADERS frame of ours carries: 500, as a long head
-    if (ex->file != nullptr) files_->Unpin(ex->file);
+    if (ex->file != nullptr) FilesOf(ex).Unpin(ex->file);
     ex->file = nullptr;
     http::PlanError(500, true, &plan);
     if (ex->head_request) plan.send_body = false;
@@ -715,10 +717,11 @@ void ConnectionMachine::H2ReleaseStream(Connection* conn, Exchange* ex) {
   H2Session* s = SessionOf(conn);
   StopWaiting(ex);
   EndExchange(conn, ex);
-  if (ex->file != nullptr) files_->Unpin(ex->file);
+  if (ex->file != nullptr) FilesOf(ex).Unpin(ex->file);
   ex->file = nullptr;
   ReleaseListing(ex);
   ReleaseVariant(ex);
+  LeaveSite(ex);
   for (nghttp2_rcbuf*& f : ex->h2_fields) {
     if (f != nullptr) nghttp2_rcbuf_decref(f);
     f = nullptr;

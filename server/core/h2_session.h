@@ -75,9 +75,11 @@ struct H2Session {
 
   uint64_t bytes_sent = 0;     // everything the kernel took, for the send timer's progress
   uint64_t progress_mark = 0;  // bytes_sent when the send timer was armed
-  bool goaway = false;         // GOAWAY queued: the connection ends once its streams have
-  bool failed = false;         // the session cannot go on: close once what is queued is out
-  bool stalled = false;        // a stream has body bytes and no window to send them: counted once
+  // GOAWAY once what is queued has gone out (--unknown-site=close), as the drain sends it.
+  bool goaway_asked = false;
+  bool goaway = false;   // GOAWAY queued: the connection ends once its streams have
+  bool failed = false;   // the session cannot go on: close once what is queued is out
+  bool stalled = false;  // a stream has body bytes and no window to send them: counted once
 
   // Whether a batch holds file payloads not yet sent (a closed stream waits on `closed`).
   bool HoldsPayloads() const {

@@ -26,9 +26,10 @@ class ScriptedLoop final : public io::Loop {
     if (on_send) on_send(iov, iovcnt);
   }
   void SendFile(int, int, uint64_t, uint64_t, io::Completion*, bool) override { ADD_FAILURE(); }
-  void Open(int, const char*, io::FileStat*, io::Completion* c) override {
+  void Open(int dirfd, const char*, io::FileStat*, io::Completion* c) override {
     if (!record_opens) ADD_FAILURE();
     opens.push_back(c);
+    open_dirs.push_back(dirfd);
   }
   void Read(int, char*, uint64_t, uint64_t, io::Completion*) override { ADD_FAILURE(); }
   void Cancel(io::Completion* c) override { cancels.push_back(c); }
@@ -54,6 +55,7 @@ class ScriptedLoop final : public io::Loop {
   std::vector<std::pair<io::Completion*, uint64_t>> sends;
   std::vector<std::pair<int, int>> shutdowns;
   std::vector<int> closes;
+  std::vector<int> open_dirs;                      // each open's directory, as opens
   std::function<void(const iovec*, int)> on_send;  // sees what each Send carries
 
  private:

@@ -167,6 +167,7 @@ void Shard::SetupRequestPath() {
   parts.root_fd = root_fd_;
   parts.root_state = root_state_;
   parts.origin_word = origin_word_;
+  parts.sites_word = sites_word_;
   parts.boundary_seed = boundary_seed_;
   parts.mime = mime_;
   parts.capacity = capacity();

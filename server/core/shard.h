@@ -25,6 +25,7 @@
 #include "server/core/config.h"
 #include "server/core/connection.h"
 #include "server/core/shard_snapshot.h"
+#include "server/core/sites.h"
 
 namespace ringd {
 
@@ -89,6 +90,10 @@ class Shard final : private ConnectionHost {
   void SetOriginHeaders(const std::atomic<const http::OriginHeaders*>* word) {
     origin_word_ = word;
   }
+  // Before Setup: where the sites (--site) requests are chosen among by Host are published (a
+  // SIGHUP that changes them publishes a new generation); without it every request is the
+  // default site's. The shard builds its own caches beneath their roots.
+  void SetSites(const std::atomic<const Sites*>* word) { sites_word_ = word; }
   // Before Setup: the multipart boundary's random part (0: from getrandom). A simulation sets it
   // from its seed, so that a seed's bytes replay exactly (HPACK's Huffman code makes even the
   // length of a header that carries the boundary depend on its digits).
@@ -167,6 +172,7 @@ class Shard final : private ConnectionHost {
   int root_fd_;
   const std::atomic<uint64_t>* root_state_ = nullptr;
   const std::atomic<const http::OriginHeaders*>* origin_word_ = nullptr;
+  const std::atomic<const Sites*>* sites_word_ = nullptr;
   uint64_t boundary_seed_ = 0;
   const http::MimeTypes* mime_;
   io::LoopFactory make_loop_;

@@ -30,9 +30,17 @@ void Shard::FillSnapshot() {
   s.stats.sends_queued = machine_->sends().stats().queued;
   s.stats.sends_aged = machine_->sends().stats().aged;
   s.requests = machine_->metrics();
+  const auto& sites = machine_->site_files();
+  s.sites.resize(sites.empty() ? 0 : sites.size() + 1);
+  for (size_t i = 0; i < s.sites.size(); ++i) {
+    s.sites[i].name = i == 0 ? "-" : sites[i - 1]->name;
+    s.sites[i].requests = i == 0 ? machine_->default_site_requests() : sites[i - 1]->requests;
+  }
   s.loop = loop_->Stats();
   s.cache = machine_->files().Stats();
   if (machine_->compressor() != nullptr) s.compress = machine_->compressor()->Stats();
+  // With --site, every site's cache too (counted afresh from a reload that changes the sites).
+  for (const auto& site : machine_->site_files()) s.cache.Add(site->files->Stats());
   s.cache_content_buffer_bytes = content_pool_ != nullptr ? content_pool_->buffer_size() : 0;
   s.connection_capacity = capacity();
   std::memcpy(s.connection_states, machine_->state_counts(), sizeof s.connection_states);

@@ -13,7 +13,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "io/loop.h"
 #include "server/core/compressor.h"
@@ -136,6 +138,13 @@ struct ShardSnapshot {
   uint32_t pipes_in_use = 0, pipe_capacity = 0;
   uint32_t listings = 0, listing_capacity = 0;  // --autoindex: DirLister's slots (0: off)
   uint64_t log_lines = 0, log_dropped = 0;      // access log lines queued / dropped by this shard
+  // --site: responses per site ("-": the default site, and requests answered 421), one entry
+  // per configured site; empty without sites.
+  struct SiteRequests {
+    std::string name;
+    uint64_t requests = 0;
+  };
+  std::vector<SiteRequests> sites;
 };
 
 // One shard's snapshot and the handshake around it: one reader thread (the admin) at a time.

@@ -35,6 +35,7 @@ constexpr StatusInfo kStatuses[] = {
     {413, "Content Too Large", RINGD_ERROR_PAGE(413, "Content Too Large")},
     {414, "URI Too Long", RINGD_ERROR_PAGE(414, "URI Too Long")},
     {416, "Range Not Satisfiable", RINGD_ERROR_PAGE(416, "Range Not Satisfiable")},
+    {421, "Misdirected Request", RINGD_ERROR_PAGE(421, "Misdirected Request")},
     {429, "Too Many Requests", RINGD_ERROR_PAGE(429, "Too Many Requests")},
     {431, "Request Header Fields Too Large",
      RINGD_ERROR_PAGE(431, "Request Header Fields Too Large")},

@@ -1,5 +1,6 @@
 #include "server/observe/metrics.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <utility>
@@ -139,6 +140,25 @@ void RequestSamples(Writer& w, const char* name, const Shards& shards, const Pro
   }
 }
 
+// --site: responses per configured site, summed over shards (one series per site: the
+// configured names bound them, whatever hosts clients send). None without sites.
+void SiteSamples(Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
+  std::vector<std::pair<std::string, uint64_t>> sums;
+  for (const ShardView& v : shards) {
+    if (!v.up) continue;
+    for (const ShardSnapshot::SiteRequests& s : v.snapshot->sites) {
+      auto it =
+          std::find_if(sums.begin(), sums.end(), [&](const auto& p) { return p.first == s.name; });
+      if (it == sums.end()) {
+        sums.emplace_back(s.name, s.requests);
+      } else {
+        it->second += s.requests;
+      }
+    }
+  }
+  for (const auto& [site, n] : sums) w.Sample(name, "site=\"" + site + "\"", n);
+}
+
 // The histogram is summed over shards: that is what is graphed (per-shard latency is in
 // /debug/shards). No samples when no shard answered.
 void DurationSamples(Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
@@ -201,6 +221,10 @@ const Metric kMetrics[] = {
      "Responses finished or abandoned, by status class and where the body came from (none, "
      "cached: the small-file cache, file: sendfile or splice, inline: error pages)",
      nullptr, RequestSamples},
+    {"ringd_site_requests_total", "counter",
+     "Responses by --site (its first name; \"-\": the default site, and requests answered 421), "
+     "summed over shards; none without sites",
+     nullptr, SiteSamples},
     {"ringd_response_bytes_total", "counter", "Response bytes (head and body) handed to the kernel",
      RINGD_SHARD(s.requests.response_bytes)},
     {"ringd_request_duration_seconds", "histogram",

@@ -30,6 +30,26 @@ TEST(RequestMetrics, BucketsByUpperBoundInclusive) {
   EXPECT_EQ(m.response_bytes, 301u);
 }
 
+// --site: one series per configured site, summed over the shards that answered.
+TEST(FormatPrometheus, SiteRequestsSummedOverShards) {
+  ShardSnapshot a, b, down;
+  a.sites = {{"-", 1}, {"example.org", 5}, {"*.example.net", 0}};
+  b.shard = 1;
+  b.sites = {{"-", 2}, {"example.org", 7}, {"*.example.net", 3}};
+  down.sites = {{"-", 100}, {"example.org", 100}, {"*.example.net", 100}};
+  std::vector<ShardView> views = {
+      {0, true, false, &a}, {1, true, false, &b}, {2, false, false, &down}};
+  const std::string text = FormatPrometheus(views, ProcessInfo{});
+  EXPECT_TRUE(Has(text, "ringd_site_requests_total{site=\"-\"} 3")) << text;
+  EXPECT_TRUE(Has(text, "ringd_site_requests_total{site=\"example.org\"} 12"));
+  EXPECT_TRUE(Has(text, "ringd_site_requests_total{site=\"*.example.net\"} 3"));
+  // Without sites, no series.
+  ShardSnapshot plain;
+  std::vector<ShardView> none = {{0, true, false, &plain}};
+  EXPECT_EQ(FormatPrometheus(none, ProcessInfo{}).find("ringd_site_requests_total{"),
+            std::string::npos);
+}
+
 TEST(FormatPrometheus, PerShardCountersSummedHistogramAndDownShards) {
   ShardSnapshot a, b;
   a.shard = 0;
@@ -143,9 +163,10 @@ TEST(FormatDebugShards, ConnectionsByStateAndPools) {
   a.cache.pinned = 1;
   std::vector<ShardView> views = {{0, true, false, &a}, {1, false, true, nullptr}};
   const std::string json = FormatDebugShards(views, ProcessInfo{});
-  EXPECT_NE(json.find("\"connections\":{\"reading\":3,\"waiting_file\":0,\"sending\":2,"
-                      "\"ending_recv\":0,\"lingering\":0,\"closing\":0,\"h2\":0,\"idle\":2,\"open\":5}"),
-            std::string::npos)
+  EXPECT_NE(
+      json.find("\"connections\":{\"reading\":3,\"waiting_file\":0,\"sending\":2,"
+                "\"ending_recv\":0,\"lingering\":0,\"closing\":0,\"h2\":0,\"idle\":2,\"open\":5}"),
+      std::string::npos)
       << json;
   EXPECT_NE(json.find("\"pools\":{\"connections\":{\"in_use\":5,\"capacity\":100},"
                       "\"exchanges\":{\"in_use\":2,\"capacity\":100}"),

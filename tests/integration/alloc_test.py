@@ -43,7 +43,7 @@ class ZeroAllocationTest(BackendTestCase):
         flags = ["--open-file-cache-valid-ms", "600000"]
         log = None
         if OBSERVE:  # every request also formats and queues an access log line, and carries
-            # the origin headers of three rules and two added headers (precomputed at start-up)
+            # the origin headers of three rules and two added headers (precomputed at start-up),
             log = tempfile.mktemp(prefix="ringd-alloc-access-")
             flags += ["--access-log", log, "--admin-listen", "127.0.0.1:0",
                       "--cache-control", "*.txt=public, max-age=60",
@@ -57,6 +57,9 @@ class ZeroAllocationTest(BackendTestCase):
             flags += ["--listen-tls", "127.0.0.1:0",
                       "--tls-cert", os.path.join(pki, "localhost-ec.crt"),
                       "--tls-key", os.path.join(pki, "localhost-ec.key")]
+        if OBSERVE:  # and is chosen by its host among sites (--site; last: a site's flags follow)
+            flags += ["--site", "t,localhost", "--root", root, "--site", "*.example.org",
+                      "--root", root]
         server = Server(root, *flags, env=env)
         try:
             paths = ["/index.html", "/small.txt", "/medium.bin", "/dir/", "/missing", "/app.js"]
