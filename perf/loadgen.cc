@@ -92,7 +92,7 @@ class Worker {
         end_us_(end_us) {
     // Requests are prebuilt: one string per path, repeated `pipeline` times.
     for (const std::string& p : o.paths) {
-      std::string one = "GET " + p + " HTTP/1.1\r\nHost: " + o.host + "\r\n";
+      std::string one = "GET " + p + " HTTP/1.1\r\n" + HostLine(o);
       for (const std::string& h : o.headers) one += h + "\r\n";
       if (o.close) one += "Connection: close\r\n";
       one += "\r\n";
@@ -183,7 +183,7 @@ class Worker {
       SSL* ssl = nullptr;  // --tls
       bool handshaken = false;
     };
-    const std::string req = "GET " + o_.paths[0] + " HTTP/1.1\r\nHost: " + o_.host + "\r\n\r\n";
+    const std::string req = "GET " + o_.paths[0] + " HTTP/1.1\r\n" + HostLine(o_) + "\r\n";
     std::vector<Pending> pending;
     pending.reserve(static_cast<size_t>(count));
     const int ep = epoll_create1(EPOLL_CLOEXEC);

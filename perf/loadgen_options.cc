@@ -1,5 +1,7 @@
 #include "perf/loadgen_options.h"
 
+#include <strings.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -51,7 +53,9 @@ ABSL_FLAG(bool, bulk, false, "discard response bodies in the kernel (MSG_TRUNC)"
 ABSL_FLAG(int, idle, 0, "idle keep-alive connections held during the run");
 ABSL_FLAG(double, idle_hold_s, 0,
           "with no active connections: hold the idle ones this long (--idle-hold-s)");
-ABSL_FLAG(std::string, header, "", "a request header line 'Name: value'; repeat for more")
+ABSL_FLAG(std::string, header, "",
+          "a request header line 'Name: value'; repeat for more ('Host: NAME' replaces the Host "
+          "field --host gives)")
     .OnUpdate([] {
       std::string h = absl::GetFlag(FLAGS_header);
       if (!h.empty()) GivenHeaders().push_back(std::move(h));
@@ -75,6 +79,13 @@ ABSL_FLAG(std::string, tls_max_version, "1.3", "1.3, or 1.2 for TLS 1.2 only (--
 ABSL_FLAG(uint64_t, timeout_ms, 10000, "a response that takes longer is an error (--timeout-ms)");
 
 namespace ringd::perf {
+
+std::string HostLine(const Options& o) {
+  for (const std::string& h : o.headers) {
+    if (strncasecmp(h.c_str(), "host:", 5) == 0) return "";
+  }
+  return "Host: " + o.host + "\r\n";
+}
 
 namespace {
 constexpr char kUsage[] =

@@ -22,7 +22,7 @@ struct Options {
   int idle = 0;
   double idle_hold_s = 0;  // with no active connections: hold the idle ones this long
   uint64_t timeout_us = 10000000;
-  std::vector<std::string> headers;
+  std::vector<std::string> headers;  // a "Host: ..." among them replaces the one from `host`
   double zipf = 0;  // > 0: each request picks a path at random, Zipf with this exponent over
                     // the paths in the order given (the first the most popular); 0: round robin
   // Each request picks a path uniformly at random: clients that do not walk the same list in
@@ -38,6 +38,9 @@ struct Options {
   std::string tls_sni = "localhost";
   int tls_max_version = 13;  // 12: TLS 1.2 only
 };
+
+// The request's Host line: "Host: <host>\r\n", or none when `headers` gives one.
+std::string HostLine(const Options& o);
 
 void Usage();
 // Fills `o` from the arguments; false (after a line on stderr) if they do not make a run.

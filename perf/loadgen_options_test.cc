@@ -163,5 +163,15 @@ TEST(LoadgenOptions, RefusesARunThatMakesNoSense) {
               testing::ExitedWithCode(2), "");
 }
 
+TEST(LoadgenOptions, AHostHeaderReplacesTheHostLine) {
+  Options o;
+  o.host = "127.0.0.1";
+  EXPECT_EQ(HostLine(o), "Host: 127.0.0.1\r\n");
+  o.headers = {"Accept-Encoding: gzip"};
+  EXPECT_EQ(HostLine(o), "Host: 127.0.0.1\r\n");
+  o.headers = {"Accept-Encoding: gzip", "host: site50.example.org"};
+  EXPECT_EQ(HostLine(o), "");
+}
+
 }  // namespace
 }  // namespace ringd::perf

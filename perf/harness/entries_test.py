@@ -259,3 +259,33 @@ class PeerTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SitesTest(unittest.TestCase):
+    def test_both_servers_get_100_sites_a_limit_and_an_allow_list(self):
+        d = tempfile.mkdtemp()
+        try:
+            ctx = Ctx({"ringd": "/b/ringd"}, "/data", 8080, 1, d)
+            cmd = PEERS["ringd-uring-sites"].command(ctx)
+            self.assertEqual(cmd[cmd.index("--io") + 1], "uring")
+            self.assertEqual(cmd[cmd.index("--limit-req") + 1], "1000000r/s,burst=1000000")
+            self.assertEqual(cmd[cmd.index("--allow") + 1], "127.0.0.0/8")
+            with open(cmd[cmd.index("--flagfile") + 1]) as f:
+                flags = f.read().splitlines()
+            self.assertEqual(flags[100:102], ["[site site50.example.org]", "--root=/data"])
+            self.assertEqual(len(flags), 200)
+            PEERS["nginx-sites"].command(ctx)
+            with open(os.path.join(d, "nginx-sites.conf")) as f:
+                conf = f.read()
+            self.assertEqual(conf.count("server_name site"), 100)
+            self.assertEqual(conf.count("limit_req zone=perf burst=1000000 nodelay; allow 127.0.0.0/8; deny all;"), 100)
+            self.assertIn("server_name site50.example.org; root /data;", conf)
+            self.assertIn("listen 127.0.0.1:8080;", conf)
+        finally:
+            shutil.rmtree(d)
+        s = SCENARIOS["sites"]
+        self.assertEqual(s.load.headers, ("Host: site50.example.org",))
+        self.assertIn("--header", s.load.command("ringd-load", 9, "/d", 1, "0"))
+        wrk = s.load.wrk_command(9, "/d", 1, "0")
+        self.assertEqual(wrk[wrk.index("-H") + 1], "Host: site50.example.org")
+        self.assertTrue(s.opt_in)

@@ -206,6 +206,39 @@ def ringd_logged(io, *flags):
     return argv
 
 
+# The sites scenario (issue 46): SITES virtual hosts, a request-rate limit and an allow-list, none
+# of which refuses the load; the request names SITE_HOST, one of the sites.
+SITES = 100
+SITE_HOST = "site50.example.org"
+# A limit the load never reaches (1,000,000 requests/s, a burst as large), so that what is
+# measured is its bookkeeping on every request.
+_SITES_RATE = "1000000r/s,burst=1000000"
+
+
+def ringd_sites(io, *flags):
+    """ringd with SITES [site] sections (each the data root) in a flagfile beside the configs,
+    --limit-req and --allow 127.0.0.0/8."""
+    def argv(peer, ctx):
+        path = os.path.join(ctx.confdir, "%s.flags" % peer.name)
+        os.makedirs(ctx.confdir, exist_ok=True)
+        with open(path, "w") as f:
+            for i in range(SITES):
+                f.write("[site site%d.example.org]\n--root=%s\n" % (i, ctx.root))
+        return ringd(io, *flags, "--limit-req", _SITES_RATE, "--allow", "127.0.0.0/8",
+                     "--flagfile", path)(peer, ctx)
+    return argv
+
+
+def _nginx_sites():
+    """nginx's http-block lines for the same: SITES server blocks on the run's port, each with the
+    limit and the allow-list."""
+    lines = ["limit_req_zone $binary_remote_addr zone=perf:10m rate=1000000r/s;"]
+    for i in range(SITES):
+        lines.append("server { listen 127.0.0.1:%%(port)d; server_name site%d.example.org; root %%(root)s;"
+                     " limit_req zone=perf burst=1000000 nodelay; allow 127.0.0.0/8; deny all; }" % i)
+    return "\n  ".join(lines)
+
+
 def _nginx(peer, ctx):
     return ["nginx", "-c", peer.write_config(ctx), "-p", ctx.confdir]
 
@@ -326,6 +359,11 @@ _ENTRIES = [
     Peer("nginx-log", _nginx, needs="nginx", scenarios=_OBSERVED, template=NGINX_CONF,
          config_name="nginx-log.conf",
          extra={"aio": "", "access_log": "%(dir)s/nginx-log-access.log combined"}),
+    # The sites scenario: 100 virtual hosts, a rate limit and an allow-list (uring: the bypass
+    # tier cannot name a connection's client, which the limit and the allow-list need).
+    Peer("ringd-uring-sites", ringd_sites("uring"), scenarios=frozenset({"sites"})),
+    Peer("nginx-sites", _nginx, needs="nginx", scenarios=frozenset({"sites"}), template=NGINX_CONF,
+         config_name="nginx-sites.conf", extra={"aio": _nginx_sites(), "access_log": "off"}),
     # The compress scenario: nginx compressing every response (the `aio` slot is any directive of
     # the http block), and ringd compressing each variant once, without the siblings.
     Peer("nginx-gzip", _nginx, needs="nginx", scenarios=frozenset({"compress"}), template=NGINX_CONF,

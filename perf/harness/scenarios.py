@@ -102,6 +102,8 @@ class Load:
                "-d%ds" % max(1, int(round(duration_s))), "--latency"]
         if self.close:
             cmd += ["-H", "Connection: close"]
+        for h in self.headers:
+            cmd += ["-H", h]
         return cmd + ["%s://127.0.0.1:%d%s" % ("https" if tls else "http", port, self.url_paths(root)[0])]
 
     def h2load_command(self, port, root, duration_s, client_cpus, threads=1, tls=False, warm_up_s=H2LOAD_WARM_UP_S):
@@ -416,6 +418,20 @@ _ENTRIES = [
                             " nil); on one server core two nodes cannot serve more than one: HAProxy's cost per"
                             " request bounds the rate, and a second node only splits ringd's share."
                             " See docs/PERFORMANCE.md (fleet)."),
+    Scenario("sites",
+             "612-byte index.html, 100 keep-alive connections whose requests name site50.example.org:"
+             " ringd-uring and nginx serve one site, ringd-uring-sites and nginx-sites 100 sites (the"
+             " request's among them) with a request-rate limit and an allow-list that never refuse the load",
+             "issue 46 (sites and per-client rules at no cost to a request)",
+             Load(100, paths=("/index.html",), headers=("Host: site50.example.org",)),
+             metric=Metric("cpu_us_per_request", "CPU us/request", 1, False), ratio_to=("ringd-uring",),
+             opt_in=True, wrk=True, columns=(Column("requests/s", "rps", "%.0f"), CORE_CPU, CLIENT_CPU),
+             servers=frozenset({"ringd-uring", "ringd-uring-sites", "nginx", "nginx-sites"}),
+             notes=("ringd-uring-sites: a flagfile of 100 `[site siteN.example.org]` sections (each the data"
+                    " root), `--limit-req 1000000r/s,burst=1000000` and `--allow 127.0.0.0/8`; nginx-sites: 100"
+                    " `server` blocks with `limit_req_zone ... rate=1000000r/s`, `limit_req ... burst=1000000"
+                    " nodelay` and `allow 127.0.0.0/8; deny all;`. The uring tier: the bypass tier cannot name a"
+                    " connection's client, which the limit and the allow-list need.",)),
     Scenario("compress",
              "the data set's text assets (css, js, svg, json; 4-100 KiB) to 100 keep-alive connections that"
              " send `Accept-Encoding: gzip`: ringd-bypass sends their .gz siblings (level 6), ringd-bypass-compress"
