@@ -18,7 +18,7 @@ import tempfile
 import unittest
 
 from cdp import Chromium, chromium_binary, decode_png
-from ringd_harness import BackendTestCase, Server
+from ringd_harness import BackendTestCase, Server, wait_for
 from webm import cluster_offsets, pad_clusters
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -151,6 +151,42 @@ class BrowserTest(BackendTestCase):
             status, mime, header = got[path][0]
             self.assertEqual((status, mime), (200, ctype), path)
             self.assertTrue(header.startswith(ctype), "%s: Content-Type %r" % (path, header))
+        self.check_screenshot()
+        lines = self.access_log()
+        served = {(l["request"].split(" ")[1], l["status"]) for l in lines}
+        for path in ("/", "/style.css", "/ring.svg"):
+            self.assertIn((path, 200), served)
+
+    def test_page_renders_with_its_text_compressed_on_the_fly(self):
+        # The demo site has no precompressed siblings: with --compress ringd makes each text
+        # asset's variant once, off the shard, and serves it from then on (the first requests
+        # get the file as it is while the variants are made).
+        self.assertEqual(self.server.stop(), 0)
+        self.server = Server(self.root, "--compress", *self.server_flags)
+        self.browser.call("Network.setCacheDisabled", {"cacheDisabled": True}, self.page)
+        text = ("/", "/style.css", "/ring.svg")
+
+        def compressed():
+            mark = len(self.browser.events)
+            self.open_demo()
+            codings = {}
+            for method, p, sid in self.browser.events[mark:]:
+                if method == "Network.responseReceived" and sid == self.page:
+                    r = p["response"]
+                    if r["url"].count("/") < 3:
+                        continue  # not a URL of the site
+                    path = "/" + r["url"].split("/", 3)[3]
+                    codings[path] = next((v for k, v in r["headers"].items()
+                                          if k.lower() == "content-encoding"), None)
+            return codings if all(codings.get(p) in ("br", "gzip", "zstd") for p in text) else None
+
+        codings = wait_for(compressed, "the page's text served compressed", timeout=60)
+        self.assertEqual(self.responses()["/style.css"][-1][:2], (200, "text/css"))
+        self.check_screenshot()
+        print("codings Chromium was sent: %s" % codings)
+
+    def check_screenshot(self):
+        """The page as drawn: its text and the logo's colours."""
         shot = self.browser.call("Page.captureScreenshot", {"format": "png"}, self.page)
         width, height, n, rows = decode_png(base64.b64decode(shot["data"]))
         pixels = [tuple(row[i:i + 3]) for row in rows for i in range(0, width * n, n)]
@@ -162,10 +198,6 @@ class BrowserTest(BackendTestCase):
         for what, least in (("not white", 5000), ("text (#1d232b)", 300), ("ring (#2b6cb0)", 1000),
                             ("dots (#ed8936)", 300)):
             self.assertGreater(counts[what], least, "screenshot %dx%d: %s" % (width, height, counts))
-        lines = self.access_log()
-        served = {(l["request"].split(" ")[1], l["status"]) for l in lines}
-        for path in ("/", "/style.css", "/ring.svg"):
-            self.assertIn((path, 200), served)
 
     def evaluate(self, script):
         r = self.browser.call("Runtime.evaluate", {"expression": script, "awaitPromise": True}, self.page,
