@@ -8,16 +8,21 @@
 namespace ringd {
 namespace {
 
-// Whether the limits per client or --real-ip-from need the sockets' peers: not when every
-// listener is ,proxy and every peer may send the header (--proxy-from all).
-bool NeedsPeersForLimits(const Config& c) {
-  if (!c.limits_clients() && c.real_ip_from.empty()) return false;
-  if (!c.proxy_from_all) return true;
+// Whether every connection's client comes in a PROXY header: every listener is ,proxy and every
+// peer may send the header (--proxy-from all).
+bool HeadersNameEveryClient(const Config& c) {
+  if (!c.proxy_from_all) return false;
   for (const ListenAddress& a : c.listen)
-    if (!a.proxy) return true;
+    if (!a.proxy) return false;
   for (const ListenAddress& a : c.listen_tls)
-    if (!a.proxy) return true;
-  return false;
+    if (!a.proxy) return false;
+  return true;
+}
+
+// Whether the limits per client or --real-ip-from need the sockets' peers: not when a PROXY
+// header names every client.
+bool NeedsPeersForLimits(const Config& c) {
+  return (c.limits_clients() || !c.real_ip_from.empty()) && !HeadersNameEveryClient(c);
 }
 
 // The flags that need a capability some tiers lack: which, and whether the config sets it.
@@ -36,6 +41,10 @@ constexpr CapabilityFlag kCapabilityFlags[] = {
     // The peer's address is judged at accept (getpeername), which a direct descriptor lacks.
     {"--allow/--deny", &io::TierCapabilities::names_clients,
      [](const Config& c) { return !c.client_rules.empty(); }},
+    // A site's rules judge each request's client, unless a PROXY header names every one.
+    {"--allow/--deny in a --site without every listener ,proxy and --proxy-from all",
+     &io::TierCapabilities::names_clients,
+     [](const Config& c) { return c.any_site_rules() && !HeadersNameEveryClient(c); }},
     // The limits and --real-ip-from key on the client, unless a PROXY header names every one.
     {"--limit-conn, --limit-req or --real-ip-from without every listener ,proxy and --proxy-from "
      "all",
@@ -70,6 +79,7 @@ io::TierNeeds NeedsOf(const Config& config, uint64_t descriptor_limit) {
   io::TierNeeds needs;
   needs.names_clients = !config.access_log.empty() || !config.client_rules.empty() ||
                         NeedsPeersForLimits(config) ||
+                        (config.any_site_rules() && !HeadersNameEveryClient(config)) ||
                         (config.any_proxy_listener() && !config.proxy_from_all);
   needs.file_table_slots = uint64_t{config.max_connections} + Shard::kSpareSlots;
   needs.descriptor_limit = descriptor_limit;

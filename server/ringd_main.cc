@@ -323,6 +323,9 @@ struct Reloadable {
   const DocumentRoot* root = nullptr;  // where new --error-page files are looked for
   Observability* observability = nullptr;
   SitesPublisher* sites = nullptr;
+  // Whether the shards keep each connection's client for the sites' --allow / --deny: only when
+  // the process started with some (ConnectionMachine's peers_; the tier was checked for them).
+  bool site_rules = false;
 };
 
 // SIGHUP: the command line and every flagfile it names are read again. New connections get the
@@ -356,6 +359,12 @@ void Reload(int argc, char** argv, Config* running, const Reloadable& r) {
   // opened keeps the whole configuration in use.
   const bool sites_changed = Differ(*running, next, kSiteFlags);
   std::unique_ptr<Sites> next_sites;
+  if (sites_changed && next.any_site_rules() && !r.site_rules) {
+    Say("SIGHUP: keeping the configuration in use: --allow/--deny in a --site needs a restart "
+        "when the process started with no site's --allow/--deny");
+    observability->ReloadDone(false);
+    return;
+  }
   if (sites_changed) {
     std::string error;
     next_sites = BuildSites(next, {}, &error);
@@ -1124,7 +1133,8 @@ int Main(int argc, char** argv) {
   Config in_use = config;
   const auto reload = [&] {
     Reload(argc, argv, &in_use,
-           Reloadable{&tls, &origin, &shard_list, &document_root, &observability, &sites});
+           Reloadable{&tls, &origin, &shard_list, &document_root, &observability, &sites,
+                      config.any_site_rules()});
   };
   const int sig = WaitForStop(signals, notifier, observability, shard_list, reload, &root_watch);
   Drain(config, sig, signals, shard_list, &threads, &observability, &notifier);

@@ -1,6 +1,7 @@
 // The connections' per-client limits (--limit-conn, --limit-req) and the real client of a
-// request (--real-ip-from): where the shard's tables (server/http/client_limits.h) meet its
-// connections. Everything here runs on the shard's thread, and only with one of those flags.
+// request (--real-ip-from), and a site's --allow / --deny: where the shard's tables
+// (server/http/client_limits.h) meet its connections. Everything here runs on the shard's thread,
+// and only with one of those flags.
 #include <nghttp2/nghttp2.h>
 #include <sys/socket.h>
 
@@ -87,6 +88,22 @@ bool ConnectionMachine::RefusedByRate(Connection* conn, Exchange* ex, const http
   ex->plan.keep_alive = req.keep_alive;  // the client did nothing wrong but ask too often
   ex->plan.retry_after_s = v.retry_after_s;
   ex->plan.reason = "limiting requests by --limit-req";
+  return true;
+}
+
+bool ConnectionMachine::RefusedBySite(Connection* conn, Exchange* ex, const http::Request& req) {
+  // With --real-ip-from the client is the one a trusted proxy named (RefusedByRate found it
+  // before the site was chosen), as nginx's realip module gives allow/deny; else the
+  // connection's (a PROXY header's, or the socket's peer: peers_ is kept with site rules).
+  if (!real_ip_) ex->client = ConnClient(conn);
+  if (ex->site->client_rules->Allows(ex->client)) return false;
+  ++stats_.site_clients_denied;
+  http::PlanError(403, req, &ex->plan);  // keeps the connection as the request asked
+  ex->plan.reason = kSiteDenied;
+  ex->plan_number = ++plans_;
+  if (error_log_ != nullptr && error_log_->Wants(ErrorLevelOf(ex->plan.status))) {
+    LogPlanError(conn, ex, req);
+  }
   return true;
 }
 

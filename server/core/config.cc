@@ -223,14 +223,16 @@ const std::vector<Flag>& Flags() {
       Repeatable(Flag{"allow",
            "CIDR (or an address, or all) whose clients may connect; repeatable, judged in order "
            "with --deny, the first match deciding (nginx's allow); a refused client's "
-           "connection is closed at once",
+           "connection is closed at once; inside a --site, its requests are judged and a refused "
+           "client's is answered 403",
            false,
            [](Config* c, const std::string& v, std::string* error) {
              return AddCidr(&c->client_rules, true, v, "--allow", error);
            }}),
       Repeatable(Flag{"deny",
            "CIDR (or an address, or all) whose clients are refused; repeatable, judged in order "
-           "with --allow (nginx's deny); no rule matching: allowed",
+           "with --allow (nginx's deny); no rule matching: allowed; inside a --site, its "
+           "requests are judged (403)",
            false,
            [](Config* c, const std::string& v, std::string* error) {
              return AddCidr(&c->client_rules, false, v, "--deny", error);
@@ -275,8 +277,9 @@ const std::vector<Flag>& Flags() {
                &Config::limit_ipv6_prefix, 1, 128),
       Repeatable(Flag{"real-ip-from",
            "CIDR (or an address) of a proxy trusted to name the client in --real-ip-header; "
-           "repeatable (nginx's set_real_ip_from); that client is the access log's and the "
-           "limits' (--allow/--deny judge the connection's)",
+           "repeatable (nginx's set_real_ip_from); that client is the access log's, the "
+           "limits' and a site's --allow/--deny's (the top-level --allow/--deny judge the "
+           "connection's)",
            false,
            [](Config* c, const std::string& v, std::string* error) {
              return AddCidr(&c->real_ip_from, true, v, "--real-ip-from", error);
@@ -757,8 +760,8 @@ const std::vector<Flag>& Flags() {
            "NAMES: a virtual host for these comma-separated names (aliases, *.example.org "
            "wildcards); "
            "the --root, --index, --add-header, --cache-control, --default-cache-control, "
-           "--error-page, --tls-cert and --tls-key after it, up to the next --site or the end of "
-           "its flagfile, are the site's own ([site NAME ...] in a flagfile is the same)",
+           "--error-page, --tls-cert, --tls-key, --allow and --deny after it, up to the next "
+           "--site or the end of its flagfile, are the site's own ([site NAME ...] in a flagfile is the same)",
            false,
            [](Config* c, const std::string& v, std::string* error) {
              // ParseArgs opens the site's scope; here only its names.
@@ -963,7 +966,7 @@ bool SiteSectionLine(std::string_view line, std::string* names, std::string* err
 // The flags a site may have of its own; every other flag is the process's.
 bool SiteFlag(std::string_view name) {
   for (const char* f : {"root", "index", "add-header", "cache-control", "default-cache-control",
-                        "error-page", "tls-cert", "tls-key"}) {
+                        "error-page", "tls-cert", "tls-key", "allow", "deny"}) {
     if (name == f) return true;
   }
   return false;
@@ -1000,6 +1003,7 @@ bool CloseSite(SiteScope* scope, Config* config, std::string* error) {
   site.origin = f.origin;
   site.tls_cert = f.tls_cert;
   site.tls_key = f.tls_key;
+  site.client_rules = f.client_rules;
   scope->flags = Config();
   scope->seen.clear();
   return true;
@@ -1107,8 +1111,8 @@ bool ParseArgs(const std::vector<std::string>& args,
       *error = std::string("--") + flag->name + " cannot be given inside --site " +
                config->sites.back().name() +
                ": a site has --root, --index, --add-header, --cache-control, "
-               "--default-cache-control, --error-page, --tls-cert and --tls-key; give the "
-               "process's flags before the first site";
+               "--default-cache-control, --error-page, --tls-cert, --tls-key, --allow and --deny; "
+               "give the process's flags before the first site";
       return false;
     }
     if (!flag->repeatable) {

@@ -51,7 +51,10 @@ struct SiteConfig {
   // inherits add_header and error_page only when it has none of its own.
   bool own_origin = false;
   http::OriginHeaders origin;
-  std::vector<std::string> tls_cert, tls_key;         // its certificates, chosen by SNI
+  std::vector<std::string> tls_cert, tls_key;  // its certificates, chosen by SNI
+  // --allow / --deny given in the site: who may ask it (a refused client's request is answered
+  // 403, as nginx's allow/deny in a server block); empty: everyone the top-level rules let in.
+  http::ClientRules client_rules;
   std::string name() const { return names.front(); }  // the log's and the metrics' name
 };
 
@@ -105,6 +108,12 @@ struct Config {
   http::ClientRules real_ip_from;
   std::string real_ip_header = "X-Forwarded-For";
   bool real_ip_recursive = false;
+  // Whether some --site has --allow / --deny of its own.
+  bool any_site_rules() const {
+    for (const SiteConfig& s : sites)
+      if (!s.client_rules.empty()) return true;
+    return false;
+  }
   bool limits_clients() const { return limit_conn != 0 || limit_req.microrequests_per_s != 0; }
   bool any_proxy_listener() const {
     for (const ListenAddress& a : listen)

@@ -761,6 +761,37 @@ TEST(Config, AFlagfilePerSite) {
   EXPECT_EQ(p.config.root, "/tmp");
 }
 
+// --allow / --deny inside a site are the site's, in order (nginx's allow/deny in a server
+// block); before the first site they are the process's.
+TEST(Config, SiteAllowAndDeny) {
+  const std::string a = TempSubdir("rules-a"), b = TempSubdir("rules-b");
+  const std::string path = ::testing::TempDir() + "/site-rules.flags";
+  std::ofstream(path) << "--root=/tmp\n--deny=192.0.2.9\n[site a.test]\n--root=" << a
+                      << "\n--deny=127.0.0.3\n--allow=127.0.0.0/8\n--allow 2001:db8::/32\n"
+                         "--deny=all\n[site b.test]\n--root="
+                      << b << "\n";
+  Parsed p = Parse({"--flagfile=" + path});
+  ASSERT_TRUE(p.ok) << p.error;
+  ASSERT_EQ(p.config.sites.size(), 2u);
+  EXPECT_TRUE(p.config.any_site_rules());
+  const http::ClientRules& rules = p.config.sites[0].client_rules;
+  auto allows = [&rules](const char* address) {
+    return rules.Allows(*http::ParseAddress(address));
+  };
+  EXPECT_TRUE(allows("127.0.0.2"));
+  EXPECT_FALSE(allows("127.0.0.3"));  // the first match decides
+  EXPECT_TRUE(allows("2001:db8::5"));
+  EXPECT_FALSE(allows("::1"));
+  EXPECT_FALSE(allows("192.0.2.1"));
+  EXPECT_TRUE(p.config.sites[1].client_rules.empty());  // b.test has none: everyone
+  // The top level's rule stays the process's alone.
+  EXPECT_FALSE(p.config.client_rules.Allows(*http::ParseAddress("192.0.2.9")));
+  EXPECT_TRUE(p.config.client_rules.Allows(*http::ParseAddress("127.0.0.3")));
+  Parsed none = Parse({"--root=/tmp", "--site=a.test", "--root=" + a});
+  ASSERT_TRUE(none.ok) << none.error;
+  EXPECT_FALSE(none.config.any_site_rules());
+}
+
 TEST(Config, SiteErrorsAreOneLine) {
   const std::string a = TempSubdir("err-a");
   const std::string path = ::testing::TempDir() + "/bad-section.flags";
@@ -794,6 +825,11 @@ TEST(Config, SiteErrorsAreOneLine) {
       {{"--root=/tmp", "--site=a.org", "--root=" + a, "--index=../x"}, "--site a.org: --index"},
       {{"--flagfile=" + path}, "bad-section.flags:2: expected a section [site NAME ...]"},
       {{"--flagfile=" + late}, "late-flag.flags:4: --shards cannot be given inside"},
+      {{"--root=/tmp", "--site=a.org", "--root=" + a, "--allow=10.0.0.1/8"},
+       "--site a.org: --allow: expected ADDRESS, ADDRESS/BITS (no host bits set) or all, got "
+       "'10.0.0.1/8'"},
+      {{"--root=/tmp", "--site=a.org", "--root=" + a, "--deny=::1/129"},
+       "--site a.org: --deny: expected ADDRESS"},
   };
   for (const Case& c : cases) {
     Parsed p = Parse(c.args);

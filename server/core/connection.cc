@@ -422,6 +422,7 @@ bool ConnectionMachine::PlanExchange(Connection* conn, Exchange* ex, const http:
     if (site > 0) {
       ex->site = site_files_[site - 1].get();
       ++ex->site->exchanges;
+      if (ex->site->client_rules != nullptr && RefusedBySite(conn, ex, req)) return true;
     }
     if (site < 0) {
       http::PlanError(421, req, &ex->plan);

@@ -219,6 +219,7 @@ struct SiteFiles {
   const std::atomic<uint64_t>* root_word = nullptr;  // its DocumentRoot's (null: it stays)
   uint64_t root_state = 0;                           // *root_word as last taken up
   const http::OriginHeaders* own_origin = nullptr;   // null: the top level's
+  const http::ClientRules* client_rules = nullptr;   // its --allow / --deny; null: none
   http::PlannerConfig planner, redirect_planner;
   uint64_t requests = 0;   // responses (ringd_site_requests_total); kept across reloads by name
   uint32_t exchanges = 0;  // exchanges that chose it and are not released yet
@@ -402,6 +403,7 @@ class ConnectionMachine {
   // Only called with sites configured.
   static constexpr int kMisdirected = -1, kSniMismatch = -2, kCloseNow = -3;
   // The reason of a kCloseNow's 421: HTTP/1.1 closes after it (keep_alive), HTTP/2 sends GOAWAY.
+  static constexpr char kSiteDenied[] = "access forbidden by rule (the site's --allow/--deny)";
   static constexpr char kNoSiteClose[] = "the host names no site (--unknown-site=close)";
   int ChooseSite(const Connection* conn, const http::Request& req) const;
   FileCache& FilesOf(const Exchange* ex) {
@@ -490,6 +492,9 @@ class ConnectionMachine {
   // A new request: its client (--real-ip-from) into ex->client, then --limit-req; true when
   // the request is refused (ex->plan is the refusal).
   bool RefusedByRate(Connection* conn, Exchange* ex, const http::Request& req);
+  // Whether the site `ex` chose (one with --allow / --deny) refuses the request's client: then
+  // its plan is a 403, counted and logged.
+  bool RefusedBySite(Connection* conn, Exchange* ex, const http::Request& req);
 
   const Config& config_;
   io::Loop* loop_;

@@ -48,11 +48,11 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
   }
   // The error log at level error writes few lines, each while its socket is open: it asks for
   // the peer then (ClientOf) rather than cost every connection a getpeername.
-  // The limits and --real-ip-from need every connection's client.
+  // The limits, --real-ip-from and a site's --allow / --deny need every connection's client.
   real_ip_ = !config_.real_ip_from.empty();
   const bool peer_at_accept = log_ != nullptr ||
                               (error_log_ != nullptr && error_log_->Wants(ErrorLevel::kInfo)) ||
-                              config_.limits_clients() || real_ip_;
+                              config_.limits_clients() || real_ip_ || config_.any_site_rules();
   if (peer_at_accept) peers_ = std::make_unique<PeerAddress[]>(parts.capacity);
   if (config_.limit_req.microrequests_per_s != 0) {
     uint64_t seed = 0;
@@ -146,6 +146,7 @@ std::unique_ptr<SiteFiles> ConnectionMachine::MakeSiteFiles(const SiteRuntime& s
   f->files = std::make_unique<FileCache>(loop_, fd, content_pool_, file_options_);
   f->files->set_now(now_ms_);
   f->own_origin = site.origin;
+  f->client_rules = site.client_rules;
   f->planner = planner_;
   if (!site.index.empty()) f->planner.index_file = site.index;
   if (site.origin != nullptr) f->planner.origin = site.origin->empty() ? nullptr : site.origin;

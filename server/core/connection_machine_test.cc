@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -424,6 +425,66 @@ TEST_F(SitesTest, ALookupWaitingAcrossANewGenerationIsAnsweredFromItsSite) {
   EXPECT_EQ(loop_.open_dirs, (std::vector<int>{kRootA, kRootB}));
   loop_.opens[1]->result = -ENOENT;
   loop_.opens[1]->callback(loop_.opens[1]);
+  machine_->RunWakeups();
+  Finish();
+}
+
+// A site's --allow / --deny judge each of its requests' client (here the one a PROXY header
+// names): a refused one is answered 403 without a lookup, and its connection stays for the next
+// request; an allowed one is planned beneath the site's root.
+class SiteRulesTest : public SitesTest {
+ protected:
+  void Configure() override {
+    SitesTest::Configure();
+    rules_.Add(false, *http::ParseCidr("192.0.2.0/28"));
+    rules_.Add(true, *http::ParseCidr("192.0.2.0/24"));
+    rules_.Add(false, *http::ParseCidr("all"));
+    first_->sites[0].client_rules = &rules_;
+    // The process started with a site's rules: the machine keeps each connection's client.
+    SiteConfig site;
+    site.names = {"a.test"};
+    site.client_rules = rules_;
+    config_.sites.push_back(site);
+  }
+
+  // A ",proxy" connection from `client` that asks for `get`; its receive.
+  io::Completion* AskFrom(const std::string& client, const std::string& get) {
+    bytes_.push_back("PROXY TCP4 " + client + " 198.51.100.1 56324 80\r\n" + get);
+    EXPECT_NE(machine_->Open(kFd + static_cast<int>(loop_.recvs.size()), false, true), nullptr);
+    io::Completion* recv = loop_.recvs.back();
+    Complete(recv, static_cast<int64_t>(bytes_.back().size()), true, &bytes_.back());
+    return recv;
+  }
+
+  http::ClientRules rules_;
+  std::deque<std::string> bytes_;
+};
+
+TEST_F(SiteRulesTest, ARefusedClientIs403WithoutALookupAndKeepsItsConnection) {
+  const std::string get_a = "GET /x HTTP/1.1\r\nHost: a.test\r\n\r\n";
+  io::Completion* recv = AskFrom("192.0.2.7", get_a);  // in the denied /28: the first match
+  EXPECT_TRUE(loop_.opens.empty()) << "refused before any lookup";
+  ASSERT_EQ(loop_.sends.size(), 1u);
+  EXPECT_TRUE(sent_.starts_with("HTTP/1.1 403 Forbidden\r\n")) << sent_;
+  EXPECT_EQ(sent_.find("Connection: close"), std::string::npos) << sent_;
+  EXPECT_EQ(stats_.site_clients_denied, 1u);
+  SendsDone();
+  // The same connection asks again: refused again, not closed.
+  sent_.clear();
+  Complete(recv, static_cast<int64_t>(get_a.size()), true, &get_a);
+  ASSERT_EQ(loop_.sends.size(), 2u);
+  EXPECT_TRUE(sent_.starts_with("HTTP/1.1 403 ")) << sent_;
+  EXPECT_EQ(stats_.site_clients_denied, 2u);
+  SendsDone();
+  // Allowed by the /24: planned beneath a.test's root.
+  AskFrom("192.0.2.99", get_a);
+  EXPECT_EQ(loop_.open_dirs, std::vector<int>{kRootA});
+  // deny all: any other client, IPv4 or not.
+  AskFrom("203.0.113.1", get_a);
+  EXPECT_EQ(loop_.open_dirs, std::vector<int>{kRootA});
+  EXPECT_EQ(stats_.site_clients_denied, 3u);
+  loop_.opens[0]->result = -ENOENT;
+  loop_.opens[0]->callback(loop_.opens[0]);
   machine_->RunWakeups();
   Finish();
 }

@@ -60,6 +60,8 @@ struct ShardStats {
   uint64_t clients_denied = 0;
   uint64_t proxy_untrusted = 0, proxy_missing = 0, proxy_malformed = 0;
   http::ClientAddress last_refused;  // the last client refused by address, for the log line
+  // Requests answered 403 because their site's --allow/--deny refused their client.
+  uint64_t site_clients_denied = 0;
   // Refused by the limits per client: connections closed by --limit-conn, requests answered
   // --limit-req-status by --limit-req.
   uint64_t limit_conn_refused = 0, limit_req_refused = 0;

@@ -19,6 +19,7 @@
 
 #include "server/core/config.h"
 #include "server/core/document_root.h"
+#include "server/http/client_address.h"
 #include "server/http/origin_headers.h"
 #include "server/http/site_table.h"
 
@@ -31,6 +32,8 @@ struct SiteRuntime {
   int root_fd = -1;
   std::string index;                            // empty: --index
   const http::OriginHeaders* origin = nullptr;  // null: the top level's (and its reloads)
+  // Its --allow / --deny (null: none, and no request of it is judged).
+  const http::ClientRules* client_rules = nullptr;
 };
 
 struct Sites {

@@ -286,6 +286,10 @@ const Metric kMetrics[] = {
      "Connections closed because --allow/--deny refused their client (at accept, or when a PROXY "
      "protocol header named it)",
      RINGD_SHARD(s.stats.clients_denied + s.loop.clients_denied)},
+    {"ringd_site_clients_denied_total", "counter",
+     "Requests answered 403 because their site's --allow/--deny refused their client (the "
+     "connection stays)",
+     RINGD_SHARD(s.stats.site_clients_denied)},
     {"ringd_limit_conn_refused_total", "counter",
      "Connections closed because their client held --limit-conn connections already (this "
      "shard's count)",

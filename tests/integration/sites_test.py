@@ -3,6 +3,7 @@ added headers and certificates beside the default site (the top-level flags); ch
 HTTP/1.1, by :authority over h2 and h2c, with the TLS server name choosing the certificate and a
 host of another site than it answered 421; wildcards and aliases; --unknown-site=421 and close."""
 import os
+import re
 import shutil
 import signal
 import socket
@@ -238,6 +239,159 @@ class SitesTest(BackendTestCase):
         v, status, _, _ = curl("https://a.test:%d/b.txt" % tls, "--http2", "--cacert", self.ca,
                                "--resolve", "a.test:%d:127.0.0.1" % tls, "-H", "Host: x.b.test")
         self.assertEqual((v, status), ("2", 421))
+
+
+def ipv6_loopback():
+    """Whether this machine can listen on [::1] (a container may have no IPv6)."""
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+class SiteRulesTest(BackendTestCase):
+    """--allow/--deny inside a site: that site's requests from a client its rules refuse are
+    answered 403 (nginx's allow/deny in a server block), the keep-alive connection kept, over
+    HTTP/1.1 and h2c; another site is unaffected. The client binds its source address (127.0.0.2
+    or 127.0.0.3: all of 127.0.0.0/8 is loopback). The bypass tier cannot ask a connection's
+    peer: there every listener is ,proxy with --proxy-from all, and a PROXY header names the
+    same client."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root, cls.files = make_docroot()
+        cls.root_a = site_root("ringd-site-a-", {"a.txt": b"only in A\n"})
+        cls.root_b = site_root("ringd-site-b-", {"b.txt": b"only in B\n"})
+        cls.dir = tempfile.mkdtemp(prefix="ringd-site-rules-")
+        cls.flagfile = os.path.join(cls.dir, "sites.conf")
+        with open(cls.flagfile, "w") as f:
+            f.write("[site a.test]\n--root=%s\n--allow=127.0.0.2\n--allow=::1\n--deny=all\n"
+                    "[site b.test]\n--root=%s\n" % (cls.root_a, cls.root_b))
+        cls.log = os.path.join(cls.dir, "access.log")
+        cls.bypass = BACKEND == "bypass"
+        cls.ipv6 = ipv6_loopback()
+        listen = "127.0.0.1:0,proxy" if cls.bypass else "127.0.0.1:0"
+        extra = ["--proxy-from", "all"] if cls.bypass else []
+        if cls.ipv6 and not cls.bypass:
+            extra += ["--listen", "[::1]:0"]
+        cls.server = Server(cls.root, *extra, "--access-log", cls.log, *ADMIN, "--flagfile",
+                            cls.flagfile, listen=listen)
+        cls.port6 = None
+        for line in cls.server.log:
+            m = re.search(r"\[::1\]:(\d+)", line)
+            if m:
+                cls.port6 = int(m.group(1))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        for d in (cls.root, cls.root_a, cls.root_b, cls.dir):
+            shutil.rmtree(d, ignore_errors=True)
+
+    def connect(self, source):
+        """A connection whose client is `source`: bound to it, or (bypass) named by a PROXY
+        header."""
+        six = ":" in source
+        if self.bypass:
+            s = socket.create_connection(("127.0.0.1", self.server.port), timeout=10)
+            s.sendall(("PROXY %s %s %s 40000 80\r\n" % ("TCP6" if six else "TCP4", source,
+                                                         "::1" if six else "127.0.0.1")).encode())
+            return s
+        s = socket.socket(socket.AF_INET6 if six else socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.bind((source, 0))
+        s.connect((source if six else "127.0.0.1", self.port6 if six else self.server.port))
+        return s
+
+    def statuses(self, source, hosts):
+        """The statuses of GET requests to `hosts`, in order, on one keep-alive connection."""
+        with self.connect(source) as s:
+            reader = Reader(s)
+            out = []
+            for host, path in hosts:
+                s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, host)).encode())
+                r = reader.read_response()
+                out.append((r.status, r.body if r.status == 200 else None))
+            return out
+
+    def test_http1_site_refuses_a_client_its_rules_deny(self):
+        before = self.server.metric("ringd_site_clients_denied_total")
+        ok_a, ok_b = (200, b"only in A\n"), (200, b"only in B\n")
+        self.assertEqual(self.statuses("127.0.0.2", [("a.test", "/a.txt"), ("b.test", "/b.txt")]),
+                         [ok_a, ok_b])
+        # Refused by a.test's rules: 403, and the same connection goes on to the other sites.
+        self.assertEqual(self.statuses("127.0.0.3", [("a.test", "/a.txt"), ("b.test", "/b.txt"),
+                                                     ("a.test", "/a.txt"),
+                                                     ("other.test", "/small.txt")]),
+                         [(403, None), ok_b, (403, None), (200, self.files["small.txt"])])
+        wait_for(lambda: self.server.metric("ringd_site_clients_denied_total") == before + 2,
+                 "2 more refused by a site's rules")
+        # The access log has the refusal, with the client judged and the site.
+        wait_for(lambda: any("127.0.0.3" in l and '"GET /a.txt HTTP/1.1" 403' in l
+                             for l in read(self.log).decode().splitlines()),
+                 "the 403 in the access log")
+
+    def test_ipv6(self):
+        if not self.ipv6:
+            self.skipTest("no IPv6 loopback here: cannot listen on [::1]")
+        self.assertEqual(self.statuses("::1", [("a.test", "/a.txt")]), [(200, b"only in A\n")])
+        if self.bypass:  # a PROXY header may name any address: one a.test's deny all refuses
+            self.assertEqual(self.statuses("2001:db8::5", [("a.test", "/a.txt")]), [(403, None)])
+
+    def test_h2c_stream_is_refused_and_the_connection_stays(self):
+        import h2.config
+        import h2.connection
+        import h2.events
+
+        def streams(source):
+            with self.connect(source) as sock:
+                c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+                c.initiate_connection()
+                for sid, host, path in ((1, "a.test", "/a.txt"), (3, "b.test", "/b.txt"),
+                                        (5, "a.test", "/a.txt")):
+                    c.send_headers(sid, [(":method", "GET"), (":path", path),
+                                         (":scheme", "http"), (":authority", host)],
+                                   end_stream=True)
+                sock.sendall(c.data_to_send())
+                got, ended = {}, set()
+                while len(ended) < 3:
+                    data = sock.recv(65536)
+                    self.assertTrue(data, "the connection closed")
+                    for e in c.receive_data(data):
+                        if isinstance(e, h2.events.ResponseReceived):
+                            got[e.stream_id] = int(dict(e.headers)[b":status"])
+                        elif isinstance(e, h2.events.StreamEnded):
+                            ended.add(e.stream_id)
+                        elif isinstance(e, h2.events.ConnectionTerminated):
+                            self.fail("GOAWAY")
+                    sock.sendall(c.data_to_send())
+                return got
+
+        self.assertEqual(streams("127.0.0.2"), {1: 200, 3: 200, 5: 200})
+        self.assertEqual(streams("127.0.0.3"), {1: 403, 3: 200, 5: 403})
+
+
+class SiteRulesBypassTest(BackendTestCase):
+    """The bypass tier cannot ask a connection's peer: a site's --allow/--deny is refused there in
+    one line unless every listener is ,proxy with --proxy-from all."""
+
+    def test_refused_without_every_listener_proxy_and_trusting_all(self):
+        if BACKEND != "bypass":
+            self.skipTest("bypass only")
+        root, _ = make_docroot()
+        self.addCleanup(shutil.rmtree, root, True)
+        site = ["--site=a.test", "--root", root, "--deny", "127.0.0.3"]
+        for listen in (["--listen", "127.0.0.1:0"],
+                       ["--listen", "127.0.0.1:0,proxy", "--listen", "127.0.0.1:0"]):
+            out = subprocess.run([RINGD, "--root", root, "--io", "bypass", "--proxy-from", "all"] +
+                                 ROOT_FLAGS + listen + site, capture_output=True, text=True,
+                                 timeout=20)
+            self.assertNotEqual(out.returncode, 0)
+            self.assertIn("--allow/--deny in a --site without every listener ,proxy", out.stderr)
+            self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
 
 
 class UnknownSiteTest(BackendTestCase):
