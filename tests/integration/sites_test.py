@@ -1,7 +1,8 @@
 """Virtual hosts (--site) on every tier: two sites with their own roots, index files, error pages,
 added headers and certificates beside the default site (the top-level flags); chosen by Host over
 HTTP/1.1, by :authority over h2 and h2c, with the TLS server name choosing the certificate and a
-host of another site than it answered 421; wildcards and aliases; --unknown-site=421 and close."""
+host of another site than it answered 421; wildcards and aliases; --unknown-site=421 and close;
+a site's --allow/--deny (403 to a client they refuse, the connection kept)."""
 import os
 import re
 import shutil
@@ -251,7 +252,41 @@ def ipv6_loopback():
         return False
 
 
-class SiteRulesTest(BackendTestCase):
+class SiteRulesClient:
+    """A client whose address is chosen: the bypass tier cannot ask a connection's peer, so there
+    every listener is ,proxy with --proxy-from all and a PROXY header names the client."""
+    bypass = BACKEND == "bypass"
+    port6 = None
+
+    def connect(self, source, port=None):
+        """A connection whose client is `source`: bound to it, or (bypass) named by a PROXY
+        header."""
+        six = ":" in source
+        if self.bypass:
+            s = socket.create_connection(("127.0.0.1", port or self.server.port), timeout=10)
+            s.sendall(("PROXY %s %s %s 40000 80\r\n" % ("TCP6" if six else "TCP4", source,
+                                                         "::1" if six else "127.0.0.1")).encode())
+            return s
+        s = socket.socket(socket.AF_INET6 if six else socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.bind((source, 0))
+        s.connect((source if six else "127.0.0.1",
+                   self.port6 if six else (port or self.server.port)))
+        return s
+
+    def statuses(self, source, hosts):
+        """The statuses of GET requests to `hosts`, in order, on one keep-alive connection."""
+        with self.connect(source) as s:
+            reader = Reader(s)
+            out = []
+            for host, path in hosts:
+                s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, host)).encode())
+                r = reader.read_response()
+                out.append((r.status, r.body if r.status == 200 else None))
+            return out
+
+
+class SiteRulesTest(SiteRulesClient, BackendTestCase):
     """--allow/--deny inside a site: that site's requests from a client its rules refuse are
     answered 403 (nginx's allow/deny in a server block), the keep-alive connection kept, over
     HTTP/1.1 and h2c; another site is unaffected. The client binds its source address (127.0.0.2
@@ -266,20 +301,22 @@ class SiteRulesTest(BackendTestCase):
         cls.root_a = site_root("ringd-site-a-", {"a.txt": b"only in A\n"})
         cls.root_b = site_root("ringd-site-b-", {"b.txt": b"only in B\n"})
         cls.dir = tempfile.mkdtemp(prefix="ringd-site-rules-")
+        make_pki(cls.dir)
         cls.flagfile = os.path.join(cls.dir, "sites.conf")
         with open(cls.flagfile, "w") as f:
             f.write("[site a.test]\n--root=%s\n--allow=127.0.0.2\n--allow=::1\n--deny=all\n"
                     "[site b.test]\n--root=%s\n" % (cls.root_a, cls.root_b))
         cls.log = os.path.join(cls.dir, "access.log")
-        cls.bypass = BACKEND == "bypass"
         cls.ipv6 = ipv6_loopback()
         listen = "127.0.0.1:0,proxy" if cls.bypass else "127.0.0.1:0"
-        extra = ["--proxy-from", "all"] if cls.bypass else []
+        extra = ["--listen-tls", listen, "--tls-cert", os.path.join(cls.dir, "localhost-ec.crt"),
+                 "--tls-key", os.path.join(cls.dir, "localhost-ec.key")]
+        if cls.bypass:
+            extra += ["--proxy-from", "all"]
         if cls.ipv6 and not cls.bypass:
             extra += ["--listen", "[::1]:0"]
         cls.server = Server(cls.root, *extra, "--access-log", cls.log, *ADMIN, "--flagfile",
                             cls.flagfile, listen=listen)
-        cls.port6 = None
         for line in cls.server.log:
             m = re.search(r"\[::1\]:(\d+)", line)
             if m:
@@ -290,32 +327,6 @@ class SiteRulesTest(BackendTestCase):
         cls.server.stop()
         for d in (cls.root, cls.root_a, cls.root_b, cls.dir):
             shutil.rmtree(d, ignore_errors=True)
-
-    def connect(self, source):
-        """A connection whose client is `source`: bound to it, or (bypass) named by a PROXY
-        header."""
-        six = ":" in source
-        if self.bypass:
-            s = socket.create_connection(("127.0.0.1", self.server.port), timeout=10)
-            s.sendall(("PROXY %s %s %s 40000 80\r\n" % ("TCP6" if six else "TCP4", source,
-                                                         "::1" if six else "127.0.0.1")).encode())
-            return s
-        s = socket.socket(socket.AF_INET6 if six else socket.AF_INET, socket.SOCK_STREAM)
-        s.settimeout(10)
-        s.bind((source, 0))
-        s.connect((source if six else "127.0.0.1", self.port6 if six else self.server.port))
-        return s
-
-    def statuses(self, source, hosts):
-        """The statuses of GET requests to `hosts`, in order, on one keep-alive connection."""
-        with self.connect(source) as s:
-            reader = Reader(s)
-            out = []
-            for host, path in hosts:
-                s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, host)).encode())
-                r = reader.read_response()
-                out.append((r.status, r.body if r.status == 200 else None))
-            return out
 
     def test_http1_site_refuses_a_client_its_rules_deny(self):
         before = self.server.metric("ringd_site_clients_denied_total")
@@ -333,6 +344,17 @@ class SiteRulesTest(BackendTestCase):
         wait_for(lambda: any("127.0.0.3" in l and '"GET /a.txt HTTP/1.1" 403' in l
                              for l in read(self.log).decode().splitlines()),
                  "the 403 in the access log")
+
+    def test_https(self):
+        ctx = ssl.create_default_context(cafile=os.path.join(self.dir, "ca.crt"))
+        ctx.check_hostname = False  # the default site's certificate serves every name here
+        for source, status in (("127.0.0.2", 200), ("127.0.0.3", 403)):
+            with ctx.wrap_socket(self.connect(source, self.server.tls_port),
+                                 server_hostname="a.test") as s:
+                reader = Reader(s)
+                for _ in range(2):  # the connection stays after a 403
+                    s.sendall(b"GET /a.txt HTTP/1.1\r\nHost: a.test\r\n\r\n")
+                    self.assertEqual(reader.read_response().status, status)
 
     def test_ipv6(self):
         if not self.ipv6:
@@ -372,6 +394,67 @@ class SiteRulesTest(BackendTestCase):
 
         self.assertEqual(streams("127.0.0.2"), {1: 200, 3: 200, 5: 200})
         self.assertEqual(streams("127.0.0.3"), {1: 403, 3: 200, 5: 403})
+
+
+class SiteRulesServerTest(SiteRulesClient, BackendTestCase):
+    """A server of its own per test: the client --real-ip-from names is the one a site judges;
+    SIGHUP re-reads a site's rules."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.root, cls.files = make_docroot()
+        cls.root_a = site_root("ringd-site-a-", {"a.txt": b"only in A\n"})
+
+    @classmethod
+    def tearDownClass(cls):
+        for d in (cls.root, cls.root_a):
+            shutil.rmtree(d, ignore_errors=True)
+
+    def start(self, rules, *flags):
+        self.dir = tempfile.mkdtemp(prefix="ringd-site-rules-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.flagfile = os.path.join(self.dir, "sites.conf")
+        self.write_site(rules)
+        listen = "127.0.0.1:0,proxy" if self.bypass else "127.0.0.1:0"
+        extra = ["--proxy-from", "all"] if self.bypass else []
+        self.server = Server(self.root, *extra, *flags, *ADMIN, "--flagfile", self.flagfile,
+                             listen=listen)
+        self.addCleanup(lambda: self.assertEqual(self.server.stop(), 0))
+
+    def write_site(self, rules):
+        with open(self.flagfile, "w") as f:
+            f.write("[site a.test]\n--root=%s\n%s" % (self.root_a,
+                                                      "".join(r + "\n" for r in rules)))
+
+    def test_real_ip_from_names_the_client_judged(self):
+        self.start(["--deny=203.0.113.0/24"], "--real-ip-from", "127.0.0.1")
+        def status(forwarded):
+            with self.connect("127.0.0.1") as s:
+                s.sendall(("GET /a.txt HTTP/1.1\r\nHost: a.test\r\nX-Forwarded-For: %s\r\n"
+                           "\r\n" % forwarded).encode())
+                return Reader(s).read_response().status
+        self.assertEqual(status("203.0.113.5"), 403)
+        self.assertEqual(status("198.51.100.5"), 200)
+        self.assertEqual(status("203.0.113.5, 198.51.100.5"), 200)  # the last one is the client
+
+    def test_sighup_rereads_a_sites_rules(self):
+        self.start(["--deny=127.0.0.3"])
+        self.assertEqual(self.statuses("127.0.0.3", [("a.test", "/a.txt")]), [(403, None)])
+        self.write_site(["--deny=127.0.0.4"])
+        self.server.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: self.statuses("127.0.0.3", [("a.test", "/a.txt")])[0][0] == 200 and
+                 self.statuses("127.0.0.4", [("a.test", "/a.txt")])[0][0] == 403,
+                 "the new rules served")
+
+    def test_first_site_rules_at_a_reload_need_a_restart(self):
+        self.start([])
+        self.write_site(["--deny=127.0.0.3"])
+        self.server.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: self.server.logged("--allow/--deny in a --site needs a restart"),
+                 "the reload refused")
+        self.assertEqual(self.statuses("127.0.0.3", [("a.test", "/a.txt")]),
+                         [(200, b"only in A\n")])
 
 
 class SiteRulesBypassTest(BackendTestCase):
