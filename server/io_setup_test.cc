@@ -181,6 +181,31 @@ TEST_F(IoSetupTest, LimitsNeedATierThatNamesClientsUnlessHeadersNameThem) {
   EXPECT_EQ(io->tier->name, "uring");
 }
 
+// A site's --allow/--deny judge each request's client: the same rule as the limits.
+TEST_F(IoSetupTest, SiteRulesNeedATierThatNamesClientsUnlessHeadersNameThem) {
+  const std::string refused =
+      "--allow/--deny in a --site without every listener ,proxy and --proxy-from all needs a "
+      "tier that has it (--io=uring or --io=epoll); the bypass tier does not";
+  Config c = WithIo("bypass");
+  c.sites.emplace_back();
+  EXPECT_EQ(CheckIoFlags(c, tiers_), absl::OkStatus()) << "a site without rules asks nothing";
+  c.sites.back().client_rules.Add(false, *http::ParseCidr("192.0.2.0/24"));
+  EXPECT_EQ(CheckIoFlags(c, tiers_).message(), refused);
+  ListenAddress proxied;
+  proxied.proxy = true;
+  c.listen = {proxied};
+  EXPECT_EQ(CheckIoFlags(c, tiers_).message(), refused) << "not every peer trusted";
+  c.proxy_from_all = true;
+  EXPECT_EQ(CheckIoFlags(c, tiers_), absl::OkStatus());
+  c.listen_tls = {ListenAddress{}};  // a TLS listener whose clients no header names
+  EXPECT_EQ(CheckIoFlags(c, tiers_).message(), refused);
+  // Auto passes over bypass for them.
+  c.io = "auto";
+  absl::StatusOr<IoSetup> io = ChooseIo(c, tiers_, FullProbe(), 0);
+  ASSERT_TRUE(io.ok()) << io.status();
+  EXPECT_EQ(io->tier->name, "uring");
+}
+
 TEST_F(IoSetupTest, TheProbeTextGivesEachTiersVerdict) {
   io::ProbeReport probe = FullProbe();
   probe.lines = {"io_uring_setup: ok"};
