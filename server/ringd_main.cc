@@ -326,6 +326,8 @@ struct Reloadable {
   // Whether the shards keep each connection's client for the sites' --allow / --deny: only when
   // the process started with some (ConnectionMachine's peers_; the tier was checked for them).
   bool site_rules = false;
+  // Whether the shards have a directory lister (the process started with some --autoindex).
+  bool autoindex = false;
 };
 
 // SIGHUP: the command line and every flagfile it names are read again. New connections get the
@@ -362,6 +364,12 @@ void Reload(int argc, char** argv, Config* running, const Reloadable& r) {
   if (sites_changed && next.any_site_rules() && !r.site_rules) {
     Say("SIGHUP: keeping the configuration in use: --allow/--deny in a --site needs a restart "
         "when the process started with no site's --allow/--deny");
+    observability->ReloadDone(false);
+    return;
+  }
+  if (sites_changed && next.any_autoindex() && !r.autoindex) {
+    Say("SIGHUP: keeping the configuration in use: --autoindex in a --site needs a restart when "
+        "the process started with no --autoindex");
     observability->ReloadDone(false);
     return;
   }
@@ -1134,7 +1142,7 @@ int Main(int argc, char** argv) {
   const auto reload = [&] {
     Reload(argc, argv, &in_use,
            Reloadable{&tls, &origin, &shard_list, &document_root, &observability, &sites,
-                      config.any_site_rules()});
+                      config.any_site_rules(), config.any_autoindex()});
   };
   const int sig = WaitForStop(signals, notifier, observability, shard_list, reload, &root_watch);
   Drain(config, sig, signals, shard_list, &threads, &observability, &notifier);

@@ -760,7 +760,8 @@ const std::vector<Flag>& Flags() {
            "NAMES: a virtual host for these comma-separated names (aliases, *.example.org "
            "wildcards); "
            "the --root, --index, --add-header, --cache-control, --default-cache-control, "
-           "--error-page, --tls-cert, --tls-key, --allow and --deny after it, up to the next "
+           "--error-page, --tls-cert, --tls-key, --allow, --deny, --autoindex and "
+           "--autoindex-format after it, up to the next "
            "--site or the end of its flagfile, are the site's own ([site NAME ...] in a flagfile is the same)",
            false,
            [](Config* c, const std::string& v, std::string* error) {
@@ -965,8 +966,9 @@ bool SiteSectionLine(std::string_view line, std::string* names, std::string* err
 
 // The flags a site may have of its own; every other flag is the process's.
 bool SiteFlag(std::string_view name) {
-  for (const char* f : {"root", "index", "add-header", "cache-control", "default-cache-control",
-                        "error-page", "tls-cert", "tls-key", "allow", "deny"}) {
+  for (const char* f :
+       {"root", "index", "add-header", "cache-control", "default-cache-control", "error-page",
+        "tls-cert", "tls-key", "allow", "deny", "autoindex", "autoindex-format"}) {
     if (name == f) return true;
   }
   return false;
@@ -1004,6 +1006,8 @@ bool CloseSite(SiteScope* scope, Config* config, std::string* error) {
   site.tls_cert = f.tls_cert;
   site.tls_key = f.tls_key;
   site.client_rules = f.client_rules;
+  if (scope->seen.contains("autoindex")) site.autoindex = f.autoindex;
+  if (scope->seen.contains("autoindex-format")) site.autoindex_format = f.autoindex_format;
   scope->flags = Config();
   scope->seen.clear();
   return true;

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,6 +56,9 @@ struct SiteConfig {
   // --allow / --deny given in the site: who may ask it (a refused client's request is answered
   // 403, as nginx's allow/deny in a server block); empty: everyone the top-level rules let in.
   http::ClientRules client_rules;
+  // --autoindex / --autoindex-format given in the site (unset: the top-level ones).
+  std::optional<bool> autoindex;
+  std::optional<http::ListingFormat> autoindex_format;
   std::string name() const { return names.front(); }  // the log's and the metrics' name
 };
 
@@ -112,6 +116,13 @@ struct Config {
   bool any_site_rules() const {
     for (const SiteConfig& s : sites)
       if (!s.client_rules.empty()) return true;
+    return false;
+  }
+  // Whether some site, or the top level, lists directories (the lister thread is started).
+  bool any_autoindex() const {
+    if (autoindex) return true;
+    for (const SiteConfig& s : sites)
+      if (s.autoindex.value_or(false)) return true;
     return false;
   }
   bool limits_clients() const { return limit_conn != 0 || limit_req.microrequests_per_s != 0; }

@@ -792,6 +792,27 @@ TEST(Config, SiteAllowAndDeny) {
   EXPECT_FALSE(none.config.any_site_rules());
 }
 
+TEST(Config, SiteAutoindex) {
+  const std::string a = TempSubdir("index-a"), b = TempSubdir("index-b");
+  Parsed p = Parse({"--root=/tmp", "--site=a.test", "--root=" + a, "--autoindex",
+                    "--autoindex-format=json", "--site=b.test", "--root=" + b});
+  ASSERT_TRUE(p.ok) << p.error;
+  ASSERT_EQ(p.config.sites.size(), 2u);
+  EXPECT_FALSE(p.config.autoindex);  // the top level lists nothing
+  EXPECT_EQ(p.config.sites[0].autoindex, std::optional<bool>(true));
+  EXPECT_EQ(p.config.sites[0].autoindex_format, std::optional(http::ListingFormat::kJson));
+  EXPECT_FALSE(p.config.sites[1].autoindex.has_value());  // b.test: the top level's
+  EXPECT_TRUE(p.config.any_autoindex());
+  Parsed off =
+      Parse({"--root=/tmp", "--autoindex", "--site=a.test", "--root=" + a, "--autoindex=false"});
+  ASSERT_TRUE(off.ok) << off.error;
+  EXPECT_EQ(off.config.sites[0].autoindex, std::optional<bool>(false));
+  Parsed none = Parse({"--root=/tmp", "--site=a.test", "--root=" + a});
+  EXPECT_FALSE(none.config.any_autoindex());
+  Parsed bad = Parse({"--root=/tmp", "--site=a.test", "--root=" + a, "--autoindex-format=xml"});
+  EXPECT_FALSE(bad.ok);
+}
+
 TEST(Config, SiteErrorsAreOneLine) {
   const std::string a = TempSubdir("err-a");
   const std::string path = ::testing::TempDir() + "/bad-section.flags";

@@ -455,8 +455,8 @@ bool ConnectionMachine::PlanExchange(Connection* conn, Exchange* ex, const http:
     // Made off the shard (DirLister); the plan is made again once it is.
     RINGD_ASSERT(lister_ != nullptr && ex->listing == nullptr);
     if (++ex->lookups <= kMaxLookupsPerRequest) {
-      ex->listing =
-          lister_->Start(files.root_fd(), step.lookup_path, step.listing_url_path, &ex->waiter);
+      ex->listing = lister_->Start(files.root_fd(), step.lookup_path, step.listing_url_path,
+                                   &ex->waiter, &planner->autoindex_format);
       if (ex->listing != nullptr) return false;
     }
     ++stats_.lookup_refused;  // every listing slot is taken: 503, as a full cache

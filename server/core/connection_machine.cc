@@ -98,7 +98,7 @@ ConnectionMachine::ConnectionMachine(ConnectionParts parts)
   planner_.fallback = config_.fallback;
   planner_.autoindex = config_.autoindex;
   planner_.autoindex_format = config_.autoindex_format;
-  if (config_.autoindex) {
+  if (config_.any_autoindex()) {
     DirLister::Options lo;
     lo.format = config_.autoindex_format;
     lo.show_dot_files = config_.serve_dot_files;
@@ -150,6 +150,10 @@ std::unique_ptr<SiteFiles> ConnectionMachine::MakeSiteFiles(const SiteRuntime& s
   f->planner = planner_;
   if (!site.index.empty()) f->planner.index_file = site.index;
   if (site.origin != nullptr) f->planner.origin = site.origin->empty() ? nullptr : site.origin;
+  // A site that lists directories needs the lister, started when the process began with some
+  // (a reload that asks for the first one is refused: ringd_main.cc).
+  if (site.autoindex.has_value()) f->planner.autoindex = *site.autoindex && lister_ != nullptr;
+  if (site.autoindex_format.has_value()) f->planner.autoindex_format = *site.autoindex_format;
   f->redirect_planner = f->planner;
   f->redirect_planner.redirect_to_https = true;
   f->redirect_planner.https_port_suffix = https_port_suffix_;

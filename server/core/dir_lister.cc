@@ -103,7 +103,7 @@ DirLister::~DirLister() {
 }
 
 DirListing* DirLister::Start(int root_fd, std::string_view dir, std::string_view url_path,
-                             FileWaiter* waiter) {
+                             FileWaiter* waiter, const http::ListingFormat* format) {
   DirListing* l = nullptr;
   for (DirListing& s : slots_) {
     if (!s.taken) {
@@ -121,6 +121,7 @@ DirListing* DirLister::Start(int root_fd, std::string_view dir, std::string_view
   l->dir.assign(dir.data(), dir.size());
   l->url_path.assign(url_path.data(), url_path.size());
   l->root_fd = root_fd;
+  l->format = format != nullptr ? *format : options_.format;
   l->waiter = waiter;
   l->status = 0;
   l->taken = true;
@@ -303,7 +304,7 @@ void DirLister::Open(const Options& options, DirListing* l) {
   l->names = NameSet(options.max_entries);
   l->next = 0;
   l->total = 0;
-  l->writer = http::ListingWriter(options.format);
+  l->writer = http::ListingWriter(l->format);
   if (http::ListingWriter::MaxBeginBytes(l->url_path.size()) > kPieceBytes) {
     l->status = 500;  // a title longer than any directory's path: cannot happen (kMaxPath)
     return;
@@ -400,6 +401,7 @@ int DirLister::MakeAll(const Options& options, int root_fd, std::string_view dir
   l.dir.assign(dir.data(), dir.size());
   l.url_path.assign(url_path.data(), url_path.size());
   l.root_fd = root_fd;
+  l.format = options.format;
   Open(options, &l);
   body->clear();
   if (l.status == 200) {

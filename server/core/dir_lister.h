@@ -71,6 +71,7 @@ struct DirListing {
   std::string dir;       // relative to the root ("." for the root)
   std::string url_path;  // its decoded URL path, the listing's title
   int root_fd = -1;
+  http::ListingFormat format = http::ListingFormat::kHtml;  // its site's --autoindex-format
   FileWaiter* waiter = nullptr;  // woken (on the shard) once `status` is known
   // Set by the thread before the waiter's wake-up.
   int status = 0;  // 200, or 403, 404, 500, 503
@@ -126,9 +127,9 @@ class DirLister {
   DirLister& operator=(const DirLister&) = delete;
 
   // Starts listing `dir` beneath `root_fd`; `waiter->wake` runs from RunWakeups once its status
-  // is known. Null when every slot is taken.
+  // is known. Null when every slot is taken. `format`: the site's (null: Options::format).
   DirListing* Start(int root_fd, std::string_view dir, std::string_view url_path,
-                    FileWaiter* waiter);
+                    FileWaiter* waiter, const http::ListingFormat* format = nullptr);
   // The listing's requester is done with it (its response ended, or it stopped waiting): freed
   // now, or once the thread has let it go (it stops making it at the next piece).
   void Release(DirListing* l);

@@ -36,7 +36,8 @@ std::unique_ptr<Sites> BuildSites(const Config& config, const std::vector<int>& 
     }
     sites->sites.push_back(SiteRuntime{site.name(), sites->roots.back()->state_word(), -1,
                                        site.index, site.own_origin ? &site.origin : nullptr,
-                                       site.client_rules.empty() ? nullptr : &site.client_rules});
+                                       site.client_rules.empty() ? nullptr : &site.client_rules,
+                                       site.autoindex, site.autoindex_format});
   }
   return sites;
 }

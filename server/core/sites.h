@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct SiteRuntime {
   const http::OriginHeaders* origin = nullptr;  // null: the top level's (and its reloads)
   // Its --allow / --deny (null: none, and no request of it is judged).
   const http::ClientRules* client_rules = nullptr;
+  // Its --autoindex and --autoindex-format (unset: the top level's).
+  std::optional<bool> autoindex;
+  std::optional<http::ListingFormat> autoindex_format;
 };
 
 struct Sites {

@@ -3,6 +3,7 @@ added headers and certificates beside the default site (the top-level flags); ch
 HTTP/1.1, by :authority over h2 and h2c, with the TLS server name choosing the certificate and a
 host of another site than it answered 421; wildcards and aliases; --unknown-site=421 and close;
 a site's --allow/--deny (403 to a client they refuse, the connection kept)."""
+import json
 import os
 import re
 import shutil
@@ -455,6 +456,66 @@ class SiteRulesServerTest(SiteRulesClient, BackendTestCase):
                  "the reload refused")
         self.assertEqual(self.statuses("127.0.0.3", [("a.test", "/a.txt")]),
                          [(200, b"only in A\n")])
+
+
+class SiteListingsTest(BackendTestCase):
+    """--autoindex per site: a site that lists its directories (in its own format) beside one
+    that does not, and the default site's own choice; a reload that asks for the first listing
+    when the process started without one is refused."""
+
+    def setUp(self):
+        self.dirs = [site_root("ringd-site-list-%s-" % n, {"pub/one.txt": b"1\n", "pub/two.txt": b"2\n"})
+                     for n in ("top", "a", "b")]
+        self.conf = tempfile.mkdtemp(prefix="ringd-site-list-conf-")
+        self.addCleanup(lambda: [shutil.rmtree(d, ignore_errors=True) for d in self.dirs + [self.conf]])
+
+    def flagfile(self, a_flags):
+        path = os.path.join(self.conf, "sites.conf")
+        with open(path, "w") as f:
+            f.write("[site a.test]\n--root=%s\n%s[site b.test]\n--root=%s\n"
+                    % (self.dirs[1], "".join(l + "\n" for l in a_flags), self.dirs[2]))
+        return path
+
+    def test_a_site_lists_its_directories_in_its_own_format(self):
+        server = Server(self.dirs[0], "--autoindex",
+                        "--flagfile", self.flagfile(["--autoindex", "--autoindex-format=json"]))
+        try:
+            a = request(server, "GET", "/pub/", {"Host": "a.test"})
+            self.assertEqual(a.status, 200)
+            self.assertEqual(a.headers.get("content-type"), "application/json")
+            self.assertEqual([e["name"] for e in json.loads(a.body)], ["one.txt", "two.txt"])
+            # b.test gives no --autoindex: the top level's (on, HTML).
+            b = request(server, "GET", "/pub/", {"Host": "b.test"})
+            self.assertEqual(b.status, 200)
+            self.assertTrue(b.headers.get("content-type", "").startswith("text/html"))
+            self.assertIn(b'href="one.txt"', b.body)
+            # Over h2c the site's stream gets its own listing too.
+            v, status, headers, body = curl("http://a.test:%d/pub/" % server.port,
+                                            "--http2-prior-knowledge", "--resolve",
+                                            "a.test:%d:127.0.0.1" % server.port)
+            self.assertEqual((v, status, headers.get("content-type")), ("2", 200, "application/json"))
+            self.assertEqual(len(json.loads(body)), 2)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_only_the_site_that_asks_lists(self):
+        server = Server(self.dirs[0], "--flagfile", self.flagfile(["--autoindex"]))
+        try:
+            self.assertEqual(request(server, "GET", "/pub/", {"Host": "a.test"}).status, 200)
+            self.assertEqual(request(server, "GET", "/pub/", {"Host": "b.test"}).status, 403)
+            self.assertEqual(request(server, "GET", "/pub/", {"Host": "other"}).status, 403)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_the_first_listing_at_a_reload_needs_a_restart(self):
+        server = Server(self.dirs[0], "--flagfile", self.flagfile([]))
+        try:
+            self.flagfile(["--autoindex"])
+            server.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: server.logged("--autoindex in a --site needs a restart"), "the reload refused")
+            self.assertEqual(request(server, "GET", "/pub/", {"Host": "a.test"}).status, 403)
+        finally:
+            self.assertEqual(server.stop(), 0)
 
 
 class SiteRulesBypassTest(BackendTestCase):
