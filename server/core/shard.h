@@ -72,6 +72,12 @@ class Shard final : private ConnectionHost {
   static constexpr int64_t kSilentGiveWayMs = ConnectionMachine::kSilentGiveWayMs;
   const ShardStats& Stats() const { return stats_; }
   const SendQueue& send_queue() const { return machine_->sends(); }
+  // Requests answered by the --site sites (not the default one), summed (tests, the simulator).
+  uint64_t SiteRequests() const {
+    uint64_t n = 0;
+    for (const auto& site : machine_->site_files()) n += site->requests;
+    return n;
+  }
   // Responses ended (completed or aborted), 400s to unparseable input included: the sum of
   // ringd_requests_total. Stats().requests counts requests parsed whole.
   uint64_t Responses() const;

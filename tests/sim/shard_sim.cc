@@ -56,7 +56,9 @@ Sim::Sim(uint64_t seed, const SimOptions& options, bool trace)
       tls_rng_(seed ^ 0x7a5d1e55c0ffee11ull),
       root_rng_(seed ^ 0x5eed0f7007d1e5ull),
       h2_rng_(seed ^ 0x4832c0ffee5eed11ull),
-      proxy_rng_(seed ^ 0x50524f5859c0de11ull) {
+      proxy_rng_(seed ^ 0x50524f5859c0de11ull),
+      site_rng_(seed ^ 0x517e5c40ffee5eedull) {
+  sites_on_ = site_rng_.Chance(250);
   if (h2_rng_.Chance(333)) h2_clients_ = static_cast<uint32_t>(h2_rng_.Range(200, 1000));
   world_.tracing = trace;
   world_.one_buffer_max = Exchange::kHeadBytes;
@@ -601,13 +603,19 @@ void Sim::DrawRequest(Req* q, std::string* method, std::string* target,
   if (*body > 0) fields->emplace_back("Content-Length", std::to_string(*body));
 }
 
+const char* Sim::DrawHost() {
+  if (!sites_on_) return "sim";
+  if (site_rng_.Chance(100)) return "other.example";  // no site: the default one
+  return site_rng_.Chance(100) ? "a.sim" : "sim";
+}
+
 bool Sim::AddRequestOfTheMix(Client& c, bool last, bool last_batch) {
   Req q;
   std::string method, target;
   std::vector<std::pair<std::string, std::string>> fields;
   uint64_t body = 0;
   DrawRequest(&q, &method, &target, &fields, &body, c);
-  std::string text = method + " " + target + " HTTP/1.1\r\nHost: sim\r\n";
+  std::string text = method + " " + target + " HTTP/1.1\r\nHost: " + DrawHost() + "\r\n";
   std::string extra;
   for (const auto& [name, value] : fields) extra += name + ": " + value + "\r\n";
   if (last && (last_batch ? rng_.Chance(300) : rng_.Chance(30)) && c.style != Style::kSitter) {
@@ -631,7 +639,7 @@ void Sim::StartH2Batch(Client& c) {
     uint64_t body = 0;
     DrawRequest(&q, &method, &target, &fields, &body, c);
     std::vector<std::pair<std::string, std::string>> h2_fields = {
-        {":method", method}, {":scheme", "http"}, {":path", target}, {":authority", "sim"}};
+        {":method", method}, {":scheme", "http"}, {":path", target}, {":authority", DrawHost()}};
     for (auto& [name, value] : fields) h2_fields.emplace_back(Lower(name), value);
     if (h2_rng_.Chance(100)) h2_fields.emplace_back("x-pad", std::string(h2_rng_.Below(300), 'p'));
     q.stream_id = c.h2->Submit(h2_fields, body);
@@ -903,6 +911,10 @@ void Sim::CollectShardStats() {
   cov["shard.parked"] += st.parked;
   cov["shard.lookup_refused"] += st.lookup_refused;
   cov["proxy.refused"] += st.proxy_missing + st.proxy_malformed;
+  if (sites_on_) {
+    ++cov["sites.seeds"];
+    cov["sites.requests"] += shard_->SiteRequests();
+  }
   if (tls_loop_ != nullptr) {
     cov["proxy.refused"] +=
         tls_loop_->tls_stats().proxy_missing + tls_loop_->tls_stats().proxy_malformed;
@@ -1008,6 +1020,17 @@ void Sim::MakeShard() {
   }
   root_switch_ = root_rng_.Chance(150) ? static_cast<uint32_t>(root_rng_.Range(1, 5)) : 0;
   if (root_switch_ != 0) shard_->SetDocumentRoot(&root_word_);
+  if (sites_on_) {
+    // The site's root is the default site's, and moves with it (a root switch).
+    sites_ = std::make_unique<Sites>();
+    std::string error;
+    RINGD_ASSERT(sites_->table.Add({"sim", "*.sim"}, &error));
+    sites_->sites.push_back(SiteRuntime{"sim", root_switch_ != 0 ? &root_word_ : nullptr,
+                                        world_.root_fd, "", nullptr, nullptr, std::nullopt,
+                                        std::nullopt});
+    sites_word_.store(sites_.get(), std::memory_order_release);
+    shard_->SetSites(&sites_word_);
+  }
   shard_->SetBoundarySeed(seed_ | 1);
 }
 

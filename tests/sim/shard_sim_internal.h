@@ -71,8 +71,8 @@ struct Req {
   int64_t sent_ms = 0;
   uint64_t root_generation = 0;  // the roots switched before it was sent (Sim::MaybeSwitchRoot)
   uint64_t transient_at_send = 0, refused_at_send = 0;
-  uint32_t nth = 0;  // its number on the connection, from 1
-  int32_t stream_id = 0;  // HTTP/2: its stream
+  uint32_t nth = 0;        // its number on the connection, from 1
+  int32_t stream_id = 0;   // HTTP/2: its stream
   bool cancelled = false;  // HTTP/2: the client reset its stream (RST_STREAM CANCEL)
 };
 
@@ -221,6 +221,14 @@ class Sim {
   // first (v1 or v2, before TLS on a TLS listener); a few plain clients send a missing or
   // malformed one. From a generator of its own, so that a seed's other draws stay the same.
   Rng proxy_rng_;
+  // A quarter of the seeds serve a site (--site sim *.sim, the same files as the default site,
+  // each with its own cache) chosen by every request's Host or :authority; a few requests name
+  // another host (the default site), a few the wildcard. Its own generator, as proxy_rng_.
+  Rng site_rng_;
+  bool sites_on_ = false;
+  std::unique_ptr<Sites> sites_;
+  std::atomic<const Sites*> sites_word_{nullptr};
+  const char* DrawHost();
   bool proxy_ = false;
   uint32_t proxy_bad_ = 0;  // per mille of plain HTTP/1.1 clients
   bool tls_ = false;

@@ -63,6 +63,10 @@ TEST_P(QuickSeeds, PassAndReachEveryPath) {
   EXPECT_GT(coverage["proxy.clients"], 0u);
   EXPECT_GT(coverage["proxy.tls_clients"], 0u);
   EXPECT_GT(coverage["proxy.refused"], 0u);
+  // Sites (a quarter of the seeds): requests chosen for the site by Host or :authority, each
+  // answered from the site's own cache beneath the same files, as the default site answers.
+  EXPECT_GT(coverage["sites.seeds"], 0u);
+  EXPECT_GT(coverage["sites.requests"], 0u);
   // TLS (a third of the seeds, through TlsLoop and the stand-in session): records split down to
   // one byte, bad input (an alert, then the close), clients closing without close_notify, and
   // handshakes that never finish (closed by the header timeout).
