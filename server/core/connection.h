@@ -122,11 +122,10 @@ struct Exchange {
   nghttp2_rcbuf* h2_fields[http::kH2FieldCount + 1] = {};
   uint32_t h2_head_bytes = 0;  // the request's field section, as HTTP/1.1 would count it
   uint32_t h2_fields_seen = 0;
-  bool h2_refused = false;    // its fields passed --max-request-head or --max-headers: 431
-  bool h2_waiting = false;    // planning waits for a file lookup
-  bool h2_deferred = false;   // its next DATA frame waits for room in the send buffer
-  bool h2_closed = false;     // on H2Session::closed, not H2Session::streams
-  bool h2_truncated = false;  // its file ended before its body: reset, no more DATA sent
+  bool h2_refused = false;   // its fields passed --max-request-head or --max-headers: 431
+  bool h2_waiting = false;   // planning waits for a file lookup
+  bool h2_deferred = false;  // its next DATA frame waits for room in the send buffer
+  bool h2_closed = false;    // on H2Session::closed, not H2Session::streams
   bool h2_piece_file = false;
   bool h2_listing_piece = false;  // iov[0] is a listing's piece: handed back once copied
   bool h2_listing_wait = false;   // its next DATA frame waits for the lister's next piece
@@ -451,7 +450,6 @@ class ConnectionMachine {
   void H2Abort(Connection* conn);
   void H2Free(Connection* conn);
   void H2CountSent(Connection* conn, H2Batch* b, uint64_t taken);
-  void H2DiscardTruncated(Connection* conn, H2Batch* b);
   void H2ExpireSendTimer(Connection* conn);
   static void OnH2Send(io::Completion* c);
   static void OnH2Read(io::Completion* c);

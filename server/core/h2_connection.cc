@@ -25,9 +25,6 @@ constexpr std::string_view kPreface("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
 // A DATA frame smaller than this is not made just to fill the end of the send buffer: the
 // stream waits for the next buffer instead.
 constexpr uint32_t kMinDataFrame = 1024;
-// The type a DATA frame takes when its file ended before its payload (H2DiscardTruncated): one
-// of the frame types RFC 9113 leaves for experimental use (0xf0-0xff), which a client ignores.
-constexpr uint8_t kDiscardedFrameType = 0xf0;
 
 std::string_view View(nghttp2_rcbuf* b) {
   if (b == nullptr) return {};
@@ -291,13 +288,12 @@ struct H2Callbacks {
     Exchange* ex = static_cast<Exchange*>(source->ptr);
     RINGD_ASSERT(frame->data.padlen == 0);                 // ringd pads nothing
     RINGD_ASSERT(9 + length <= H2Batch::kBytes - b->len);  // ReadBody made room
-    const uint32_t header_at = b->len;
     std::memcpy(b->buf + b->len, framehd, 9);
     b->len += 9;
     if (ex->h2_piece_file) {
       RINGD_ASSERT(b->read_count < H2Batch::kMaxReads);
-      b->reads[b->read_count++] = H2Batch::Read{
-          ex, b->len, static_cast<uint32_t>(length), ex->h2_piece_offset, header_at, false};
+      b->reads[b->read_count++] =
+          H2Batch::Read{ex, b->len, static_cast<uint32_t>(length), ex->h2_piece_offset};
     } else {
       std::memcpy(b->buf + b->len, ex->h2_piece, length);
       ex->bytes_sent += length;
@@ -431,55 +427,17 @@ void ConnectionMachine::OnH2Read(io::Completion* c) {
     r.offset += got;
     return self->loop_->Read(r.ex->file->fd, b->buf + r.at, r.length, r.offset, c);
   }
-  if (c->result != static_cast<int64_t>(r.length)) {
-    b->read_failed = true;
-    r.failed = true;
-  }
+  if (c->result != static_cast<int64_t>(r.length)) b->read_failed = true;
   if (--b->reads_in_flight > 0) return;
   b->state = H2Batch::State::kReady;
   if (conn->state == ConnState::kClosing) return self->MaybeFree(conn);
-  if (b->read_failed) self->H2DiscardTruncated(conn, b);
+  if (b->read_failed) {
+    // The file is shorter than planned (truncated): a frame already framed cannot be kept.
+    ++self->stats_.truncated;
+    self->LogConnectionError(conn, ErrorLevel::kError, "file was truncated", 0);
+    return self->Abort(conn);
+  }
   self->H2Flush(conn);  // the batch is whole: it goes out in its turn
-}
-
-// A file ended before the DATA frames framed from it (truncated while being sent). nghttp2 has
-// counted those frames against the client's windows and may have closed the stream with the
-// last one, so they stay in their batch at their length, but as frames of a type the client
-// must ignore (RFC 9113 5.5), as do the stream's frames in a batch not sent yet: its stream
-// never receives a byte that is not the file's, and gets RST_STREAM INTERNAL_ERROR after the
-// bytes it did receive. The client's windows then stay that much larger than nghttp2 counts
-// them (ringd sends less than it may, never more), so the connection winds down with GOAWAY:
-// the other streams finish, new ones go to a new connection.
-void ConnectionMachine::H2DiscardTruncated(Connection* conn, H2Batch* b) {
-  H2Session* s = SessionOf(conn);
-  for (uint32_t i = 0; i < b->read_count; ++i) {
-    Exchange* ex = b->reads[i].ex;
-    if (!b->reads[i].failed || ex->h2_truncated) continue;
-    ex->h2_truncated = true;
-    ++stats_.truncated;
-    LogConnectionError(conn, ErrorLevel::kError, "file was truncated", 0,
-                       ex->file != nullptr ? std::string_view(ex->file->path) : std::string_view());
-    nghttp2_submit_rst_stream(s->session, NGHTTP2_FLAG_NONE, ex->stream_id, NGHTTP2_INTERNAL_ERROR);
-  }
-  b->read_failed = false;
-  for (H2Batch* x : s->batch) {
-    if (x == nullptr || x->state == H2Batch::State::kSending) continue;
-    for (uint32_t i = 0; i < x->read_count; ++i) {
-      H2Batch::Read& r = x->reads[i];
-      uint8_t* header = reinterpret_cast<uint8_t*>(x->buf + r.frame);
-      if (!r.ex->h2_truncated || header[3] == kDiscardedFrameType) continue;
-      RINGD_ASSERT(header[3] == NGHTTP2_DATA);
-      header[3] = kDiscardedFrameType;
-      std::memset(header + 4, 0, 5);  // no flags (END_STREAM stays unsent), stream 0
-      r.failed = true;                // not the stream's bytes: H2CountSent leaves them out
-    }
-  }
-  if (!s->goaway) {
-    s->goaway = true;
-    nghttp2_submit_goaway(s->session, NGHTTP2_FLAG_NONE,
-                          nghttp2_session_get_last_proc_stream_id(s->session), NGHTTP2_NO_ERROR,
-                          nullptr, 0);
-  }
 }
 
 // The send of batch `b` took its first `taken` bytes: the file payloads among them count for
@@ -489,7 +447,7 @@ void ConnectionMachine::H2CountSent(Connection* conn, H2Batch* b, uint64_t taken
   H2Session* s = SessionOf(conn);
   for (uint32_t i = 0; i < b->read_count; ++i) {
     const H2Batch::Read& r = b->reads[i];
-    if (!r.failed && taken > r.at) r.ex->bytes_sent += std::min<uint64_t>(r.length, taken - r.at);
+    if (taken > r.at) r.ex->bytes_sent += std::min<uint64_t>(r.length, taken - r.at);
   }
   b->read_count = 0;
   if (!s->HoldsPayloads()) {

@@ -40,17 +40,15 @@ struct H2Batch {
   // payload cut part way counts the part sent), so $body_bytes_sent says what left.
   struct Read {
     Exchange* ex;  // the stream, whose file (ex->file) is read
-    uint32_t at;   // where in `buf` (moved on past a short read's bytes, as are length and offset)
+    uint32_t at;   // where in `buf`
     uint32_t length;
     uint64_t offset;
-    uint32_t frame;  // where its DATA frame's header is in `buf`
-    bool failed;     // the file ended before the payload did, or the read failed
   };
   Read reads[kMaxReads];
   io::Completion read_ops[kMaxReads];
   uint32_t read_count = 0;  // file payloads framed into the batch, until its send ends
   uint32_t reads_in_flight = 0;
-  bool read_failed = false;  // a file ended early (truncated): its stream's frames are discarded
+  bool read_failed = false;  // a file ended early (truncated): a frame already framed is wrong
   char buf[kBytes];
 };
 

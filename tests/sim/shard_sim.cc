@@ -455,8 +455,13 @@ void Sim::AddRequest(Client& c, Req q, const std::string& text) {
   q.refused_at_send = Refused();
   q.nth = ++c.requests;
   c.idle_since_ms = INT64_MAX;
-  world_.Trace("client %u queues request %u: %.*s", c.id, q.nth,
-               static_cast<int>(std::min<size_t>(text.find('\r'), 60)), text.c_str());
+  if (c.h2 != nullptr) {  // frames: the stream and the target say which request it is
+    world_.Trace("client %u queues request %u: stream %d %s", c.id, q.nth, q.stream_id,
+                 q.route != nullptr ? q.route->target.c_str() : "-");
+  } else {
+    world_.Trace("client %u queues request %u: %.*s", c.id, q.nth,
+                 static_cast<int>(std::min<size_t>(text.find('\r'), 60)), text.c_str());
+  }
   c.outbox += text;
   c.pending.push_back(std::move(q));
   ++result_.requests;
