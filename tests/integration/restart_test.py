@@ -36,11 +36,10 @@ def enter_own_network_namespace():
     return None
 
 
-class Load:
-    """Threads that each make one `Connection: close` request after another, counting results."""
+class Clients:
+    """Threads running `run` until finish(), counting what they made: `ok`, and `failures`."""
 
-    def __init__(self, port, want, threads=4):
-        self.port, self.want = port, want
+    def __init__(self, threads):
         self.ok = 0
         self.failures = []
         self.stop = threading.Event()
@@ -48,6 +47,32 @@ class Load:
         self.threads = [threading.Thread(target=self.run) for _ in range(threads)]
         for t in self.threads:
             t.start()
+
+    def fail(self, why):
+        with self.lock:
+            self.failures.append(why)
+
+    def made(self):
+        with self.lock:
+            return self.ok + len(self.failures)
+
+    def wait_for_more(self, n, what):
+        """Waits until n more have been made (answered or failed) from now."""
+        start = self.made()
+        wait_for(lambda: self.made() >= start + n, what, timeout=30)
+
+    def finish(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+
+class Load(Clients):
+    """Threads that each make one `Connection: close` request after another, counting results."""
+
+    def __init__(self, port, want, threads=4):
+        self.port, self.want = port, want
+        super().__init__(threads)
 
     def one(self):
         with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
@@ -69,22 +94,10 @@ class Load:
                 with self.lock:
                     self.ok += 1
             except Exception as e:  # refused, reset, timeout, short: all count
-                with self.lock:
-                    self.failures.append(repr(e))
-
-    def wait_for_more(self, n, what):
-        """Waits until n more requests have been made (answered or failed) from now."""
-        with self.lock:
-            start = self.ok + len(self.failures)
-        wait_for(lambda: self.ok + len(self.failures) >= start + n, what, timeout=30)
-
-    def finish(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join()
+                self.fail(repr(e))
 
 
-class H2Load:
+class H2Load(Clients):
     """Threads that each keep an h2c connection with up to four streams in flight, as a browser
     or a CDN keeps its connection to an origin. A GOAWAY names the last stream the server
     answers: the streams above it were never processed (RFC 9113 6.8) and are asked again on a
@@ -95,17 +108,8 @@ class H2Load:
 
     def __init__(self, port, files, threads=2):
         self.port, self.files = port, files
-        self.ok = self.retried = self.goaways = 0
-        self.failures = []
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self.run) for _ in range(threads)]
-        for t in self.threads:
-            t.start()
-
-    def fail(self, why):
-        with self.lock:
-            self.failures.append(why)
+        self.retried = self.goaways = 0
+        super().__init__(threads)
 
     def connection(self, pending):
         """Serves `pending` paths (asked again) and new ones until GOAWAY or stop; returns the
@@ -185,19 +189,6 @@ class H2Load:
                 pending = self.connection(pending)
             except Exception as e:  # refused, reset, timeout: all count
                 self.fail(repr(e))
-
-    def made(self):
-        with self.lock:
-            return self.ok + len(self.failures)
-
-    def wait_for_more(self, n, what):
-        start = self.made()
-        wait_for(lambda: self.made() >= start + n, what, timeout=30)
-
-    def finish(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join()
 
 
 class Scrapes:
