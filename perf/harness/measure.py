@@ -62,20 +62,31 @@ class Servers:
         self.tls = None   # a TLS scenario's certificate (tls.TlsFiles), for the peers that serve TLS
         self.http2 = False  # an HTTP/2 scenario: the peers that need a setting for it get it
 
-    def start(self, peer, root):
-        port = free_port()
+    def start(self, peer, root, tries=3):
+        """Starts `peer` on a port the kernel had free. Between free_port's close and the
+        server's bind another socket may take that port (an outgoing connection's ephemeral
+        port): a server that says so is started again on another, up to `tries` times."""
         os.makedirs(self.confdir, exist_ok=True)
+        log = os.path.join(self.confdir, "%s.log" % peer.name)
         tls = self.tls if peer.in_tls == "serves" else None
-        cmd = peer.command(Ctx(self.bins, root, port, self.args.shards, self.confdir, tls, self.http2))
-        full = self.prefix + ["taskset", "-c", self.args.server_cpus] + cmd
-        with open(os.path.join(self.confdir, "%s.log" % peer.name), "a") as logf:
-            proc = subprocess.Popen(full, stdout=logf, stderr=logf, start_new_session=True)
-        if not wait_port(port, proc):
+        for attempt in range(tries):
+            port = free_port()
+            cmd = peer.command(Ctx(self.bins, root, port, self.args.shards, self.confdir, tls, self.http2))
+            full = self.prefix + ["taskset", "-c", self.args.server_cpus] + cmd
+            with open(log, "a") as logf:
+                start = logf.tell()
+                proc = subprocess.Popen(full, stdout=logf, stderr=logf, start_new_session=True)
+            if wait_port(port, proc):
+                self.running[peer.name] = Server(peer, proc, port, " ".join(cmd))
+                return self.running[peer.name]
             proc.kill()
             proc.wait()
-            raise RuntimeError("%s did not start (see servers/%s.log)" % (peer.name, peer.name))
-        self.running[peer.name] = Server(peer, proc, port, " ".join(cmd))
-        return self.running[peer.name]
+            with open(log) as f:
+                f.seek(start)
+                taken = "Address already in use" in f.read()
+            if not taken:
+                break
+        raise RuntimeError("%s did not start (see servers/%s.log)" % (peer.name, peer.name))
 
     def _stop(self, s):
         try:
