@@ -352,7 +352,8 @@ class SitesTest : public ConnectionMachineTest {
     auto sites = std::make_unique<Sites>();
     std::string error;
     EXPECT_TRUE(sites->table.Add({name}, &error)) << error;
-    sites->sites.push_back(SiteRuntime{name, nullptr, root_fd, "", nullptr, nullptr, std::nullopt, std::nullopt});
+    sites->sites.push_back(
+        SiteRuntime{name, nullptr, root_fd, "", nullptr, nullptr, std::nullopt, std::nullopt});
     sites->unknown = UnknownSite::kMisdirected;
     return sites;
   }

@@ -120,7 +120,6 @@ constexpr int64_t kOverdue = INT64_MIN;
 
 TlsLoop::Conn* TlsLoop::ConnOf(Linked* linked) { return static_cast<Conn*>(linked); }
 
-
 struct TlsLoop::AcceptTap {
   TlsLoop* loop = nullptr;
   int listen_fd = -1;
@@ -202,8 +201,8 @@ io::TransportInfo TlsLoop::Transport(int fd) const {
   const Conn* conn = Find(fd);
   if (conn == nullptr) return inner_->Transport(fd);
   const TlsSession& s = *conn->session;
-  io::TransportInfo info{s.Version(), s.Cipher(), s.ServerName(), s.Resumed(),
-                         s.PlainHttpRequest(), {}};
+  io::TransportInfo info{s.Version(), s.Cipher(),           s.ServerName(),
+                         s.Resumed(), s.PlainHttpRequest(), {}};
   if (const Proxied* p = ProxiedOf(conn); p != nullptr) info.client = {p->client, p->client_len};
   return info;
 }

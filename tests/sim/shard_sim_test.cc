@@ -109,9 +109,9 @@ TEST(ShardSim, SeedsThatOnceFailed) {
            // A content read finds the file truncated under it and marks the entry out of date:
            // the open-file cache's grace must not answer from it while it revalidates.
            Case{6944899924303142946u, false},
-           // HTTP/2 over TLS: a file truncated under one stream while another waited behind it.
-           // Its framed DATA sent as frames the client ignores left the connection's window
-           // short for good (the client never counted them), and the other stream stalled.
+           // HTTP/2 over TLS: a file truncated under one stream while another waits behind it;
+           // every byte nghttp2 counted against the connection's window must reach the client
+           // as DATA, or the stream behind stalls.
            Case{521732695015794570u, false},
            // TlsLoop: a shutdown from the send's callback sends close_notify before the FIN.
            Case{5, true},
