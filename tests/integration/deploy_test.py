@@ -26,7 +26,7 @@ import time
 import unittest
 
 from ringd_harness import (BACKEND, RINGD, ROOT_FLAGS, BackendTestCase, Reader, Server,
-                           make_docroot, request)
+                           make_docroot, passed_by_systemd, request)
 from tls_pki import make_pki
 
 ORIGIN_FLAGS = [
@@ -485,9 +485,9 @@ class SystemdTest(BackendTestCase):
         self.addCleanup(notify.close)
         fds = [l.fileno() for l in listeners]
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", 'exec 3<&%d 4<&%d; export LISTEN_PID=$$ LISTEN_FDS=2 NOTIFY_SOCKET=%s; '
-             'exec "$@"' % (fds[0], fds[1], notify.path), "sh", RINGD, "--root", self.root, "--io",
-             BACKEND, "--shards", "2", "--admin-listen", "127.0.0.1:0"] + ROOT_FLAGS,
+            passed_by_systemd(fds, env="NOTIFY_SOCKET=" + notify.path) +
+            [RINGD, "--root", self.root, "--io", BACKEND, "--shards", "2", "--admin-listen",
+             "127.0.0.1:0"] + ROOT_FLAGS,
             pass_fds=fds, stderr=subprocess.PIPE)
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
         lines = StderrLines(proc)
@@ -570,19 +570,16 @@ class SystemdTest(BackendTestCase):
             listeners.append(l)
         self.addCleanup(lambda: [l.close() for l in listeners])
         fds = [l.fileno() for l in listeners]
-        shell = ('exec 3<&%d 4<&%d; export LISTEN_PID=$$ LISTEN_FDS=2 LISTEN_FDNAMES=ringd.socket:https; '
-                 'exec "$@"' % (fds[0], fds[1]))
-        base = ["/bin/sh", "-c", shell, "sh", RINGD, "--root", self.root, "--io", BACKEND,
-                "--shards", "2"] + ROOT_FLAGS
+        base = passed_by_systemd(fds, ["ringd.socket", "https"]) + [
+            RINGD, "--root", self.root, "--io", BACKEND, "--shards", "2"] + ROOT_FLAGS
         out = subprocess.run(base, pass_fds=fds, capture_output=True, text=True, timeout=10)
         self.assertEqual(out.returncode, 1, out.stderr)
         self.assertIn("systemd passed HTTPS sockets (FileDescriptorName=https) but there is no "
                       "certificate", out.stderr.strip().splitlines()[-1])
         # Only the https socket passed: --redirect-https has no plaintext listener to answer on
         # (the default --listen is not bound when sockets are passed).
-        only_https = ["/bin/sh", "-c", 'exec 3<&%d; export LISTEN_PID=$$ LISTEN_FDS=1 '
-                      'LISTEN_FDNAMES=https; exec "$@"' % fds[1], "sh", RINGD, "--root", self.root,
-                      "--io", BACKEND, "--shards", "2"] + ROOT_FLAGS
+        only_https = passed_by_systemd([fds[1]], ["https"]) + [
+            RINGD, "--root", self.root, "--io", BACKEND, "--shards", "2"] + ROOT_FLAGS
         out = subprocess.run(only_https + ["--tls-cert", os.path.join(pki, "localhost-ec.crt"),
                                            "--tls-key", os.path.join(pki, "localhost-ec.key"),
                                            "--redirect-https"],

@@ -14,7 +14,7 @@ import time
 import unittest
 
 from ringd_harness import (ADMIN, BACKEND, DocrootTestCase, Reader, Server, RINGD, ROOT_FLAGS,
-                           wait_for)
+                           passed_by_systemd, wait_for)
 from tls_pki import make_pki
 
 V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
@@ -347,13 +347,12 @@ class PassedSocketsTest(DocrootTestCase):
         self.addCleanup(lambda: [l.close() for l in listeners])
         fds = [l.fileno() for l in listeners]
         plain_port, proxy_port, tls_proxy_port = (l.getsockname()[1] for l in listeners)
-        shell = ('exec 3<&%d 4<&%d 5<&%d; export LISTEN_PID=$$ LISTEN_FDS=3 '
-                 'LISTEN_FDNAMES=ringd.socket:proxy:https-proxy; exec "$@"' % tuple(fds))
         log = os.path.join(d, "access.log")
         stderr_path = os.path.join(d, "stderr")
         with open(stderr_path, "w") as stderr:
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", shell, "sh", RINGD, "--root", self.root, "--io", BACKEND,
+                passed_by_systemd(fds, ["ringd.socket", "proxy", "https-proxy"]) +
+                [RINGD, "--root", self.root, "--io", BACKEND,
                  "--shards", "2", "--access-log", log,
                  "--tls-cert", os.path.join(d, "localhost-ec.crt"),
                  "--tls-key", os.path.join(d, "localhost-ec.key")] + ROOT_FLAGS +
@@ -409,10 +408,9 @@ class PassedSocketsTest(DocrootTestCase):
         l.bind(("127.0.0.1", 0))
         l.listen(16)
         self.addCleanup(l.close)
-        shell = ('exec 3<&%d; export LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=proxy; '
-                 'exec "$@"' % l.fileno())
-        out = subprocess.run(["/bin/sh", "-c", shell, "sh", RINGD, "--root", self.root, "--io",
-                              "bypass"] + ROOT_FLAGS, pass_fds=[l.fileno()],
+        out = subprocess.run(passed_by_systemd([l.fileno()], ["proxy"]) +
+                             [RINGD, "--root", self.root, "--io", "bypass"] + ROOT_FLAGS,
+                             pass_fds=[l.fileno()],
                              capture_output=True, text=True, timeout=20)
         self.assertEqual(out.returncode, 2, out.stderr)
         self.assertIn("sockets named proxy or https-proxy (LISTEN_FDNAMES) without --proxy-from "

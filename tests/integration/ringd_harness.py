@@ -129,6 +129,20 @@ def sends_stalled(socks, settle=0.2):
     return all(b > 0 for b in before) and queues() == before
 
 
+def passed_by_systemd(fds, names=None, env=""):
+    """An argv prefix that runs the command after it with `fds` passed as systemd's socket
+    activation passes them: descriptors 3 on, LISTEN_PID, LISTEN_FDS, and LISTEN_FDNAMES from
+    `names` (colon-joined) when given; `env`: more `NAME=value` words to export. The caller
+    gives the same fds to subprocess as pass_fds."""
+    dups = " ".join("%d<&%d" % (3 + i, fd) for i, fd in enumerate(fds))
+    exports = "LISTEN_PID=$$ LISTEN_FDS=%d" % len(fds)
+    if names:
+        exports += " LISTEN_FDNAMES=" + ":".join(names)
+    if env:
+        exports += " " + env
+    return ["/bin/sh", "-c", 'exec %s; export %s; exec "$@"' % (dups, exports), "sh"]
+
+
 def admin_get(port, path, timeout=10):
     """(status, body) of a GET on the admin listener."""
     try:
