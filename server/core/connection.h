@@ -26,6 +26,7 @@
 #include "server/core/dir_lister.h"
 #include "server/core/document_root.h"
 #include "server/core/file_cache.h"
+#include "server/core/h2_memory.h"
 #include "server/core/send_queue.h"
 #include "server/core/shard_snapshot.h"
 #include "server/core/sites.h"
@@ -349,6 +350,7 @@ class ConnectionMachine {
   const std::vector<std::unique_ptr<SiteFiles>>& site_files() const { return site_files_; }
   const uint32_t* state_counts() const { return state_counts_; }
   size_t idle_connections() const { return idle_timers_.size(); }
+  uint64_t h2_library_bytes() const { return h2_memory_.live_bytes(); }
   // --autoindex: listings being made or sent, of DirLister::kSlots (0 and 0 without it).
   uint32_t listings_in_use() const { return lister_ != nullptr ? lister_->in_use() : 0; }
   uint32_t listing_capacity() const { return lister_ != nullptr ? DirLister::kSlots : 0; }
@@ -441,6 +443,7 @@ class ConnectionMachine {
   void H2Received(Connection* conn, const char* data, size_t n);
   void H2Flush(Connection* conn);
   void H2Settle(Connection* conn);
+  void H2Quiet(TimerNode* t);
   void H2CountStall(Connection* conn);
   void H2GoAway(Connection* conn);
   void H2PlanStream(Connection* conn, Exchange* ex);
@@ -512,8 +515,15 @@ class ConnectionMachine {
   std::unique_ptr<mem::SlabPool<Exchange>> h2_exchanges_;
   nghttp2_session_callbacks* h2_callbacks_ = nullptr;
   nghttp2_option* h2_options_ = nullptr;
+  // nghttp2's allocations (counted), and the sessions idle long enough to hand their frame
+  // buffers' pages back (H2Memory::Quiet).
+  H2Memory h2_memory_;
+  TimerList h2_quiet_timers_{kH2QuietMs};
   // Send batches (h2_session.h) of connections that went idle, for the next to send.
   static constexpr size_t kH2SpareBatches = 16;
+  // How long an HTTP/2 connection with no stream waits before its frame buffer's pages go back:
+  // long enough that a client between bursts of requests does not pay a page fault per burst.
+  static constexpr int64_t kH2QuietMs = 1000;
   std::vector<H2Batch*> h2_spare_batches_;
   // With the access log or the error log at info only: each connection slot's client
   // (conns_->IndexOf), taken at accept.

@@ -288,6 +288,8 @@ void ConnectionMachine::Tick(int64_t now_ms, int64_t realtime_sec) {
     ++stats_.discard_timeouts;  // a request body that stopped arriving after its response
     Abort(ConnOfTimer(t));
   });
+  h2_quiet_timers_.Expire(now_ms_, [&](TimerNode* t) { H2Quiet(t); });
+  stats_.h2_library_bytes = h2_memory_.live_bytes();
   if (sends_->NextDeadlineMs() <= now_ms_) PumpSends();  // the aging bound
 }
 
@@ -315,6 +317,7 @@ int64_t ConnectionMachine::NextDeadlineMs() const {
   return std::min({header_timers_.NextDeadline(), idle_timers_.NextDeadline(),
                    send_timers_.NextDeadline(), linger_timers_.NextDeadline(),
                    gave_way_timers_.NextDeadline(), discard_timers_.NextDeadline(),
+                   h2_quiet_timers_.NextDeadline(),
                    sends_->NextDeadlineMs()});  // a queued body reaching the aging bound
 }
 

@@ -325,7 +325,10 @@ void ConnectionMachine::StartH2(Connection* conn, const char* data, size_t n) {
   s->conn = conn;
   s->send.owner = conn;
   s->send.callback = &ConnectionMachine::OnH2Send;
-  RINGD_ASSERT(nghttp2_session_server_new2(&s->session, h2_callbacks_, s, h2_options_) == 0);
+  h2_memory_.BeginSession();
+  RINGD_ASSERT(nghttp2_session_server_new3(&s->session, h2_callbacks_, s, h2_options_,
+                                           h2_memory_.mem()) == 0);
+  s->frame_buf = h2_memory_.EndSession();
   const nghttp2_settings_entry settings[] = {
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, config_.http2_max_streams},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, config_.max_request_head},
@@ -507,17 +510,33 @@ void ConnectionMachine::H2Settle(Connection* conn) {
       if (b != nullptr) PutH2Batch(b);
       b = nullptr;
     }
+    if (s->frame_buf != nullptr && s->quiet.list == nullptr) {
+      h2_quiet_timers_.Arm(&s->quiet, loop_->MonotonicMs());
+    }
     if (conn->timer.list != &idle_timers_) {
       idle_timers_.Arm(&conn->timer, loop_->MonotonicMs());
       host_->RoomMayHaveChanged();  // it can give way to a newcomer now
     }
   } else {
+    h2_quiet_timers_.Disarm(&s->quiet);
     if (!s->stalled) H2CountStall(conn);
     if (conn->timer.list != &send_timers_) {
       s->progress_mark = s->bytes_sent;
       send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
     }
   }
+}
+
+// A connection with no stream for kH2QuietMs hands its frame buffer's pages back: nghttp2 has
+// nothing framed and unsent (checked again here), so the buffer's bytes are dead, and the next
+// frame it writes finds zeroed pages.
+void ConnectionMachine::H2Quiet(TimerNode* t) {
+  H2Session* s =
+      reinterpret_cast<H2Session*>(reinterpret_cast<char*>(t) - offsetof(H2Session, quiet));
+  RINGD_ASSERT(s->frame_buf != nullptr && SessionOf(s->conn) == s);
+  if (s->stream_count != 0 || s->sending || nghttp2_session_want_write(s->session) != 0) return;
+  H2Memory::Quiet(s->frame_buf);
+  ++stats_.h2_frame_buffers_released;
 }
 
 // Streams are open and nothing is queued: if one has body bytes that nghttp2 holds back (not
@@ -719,6 +738,7 @@ void ConnectionMachine::H2Free(Connection* conn) {
   }
   while (Exchange* ex = s->closed.front()) H2ReleaseStream(conn, ex);
   while (Exchange* ex = s->streams.front()) H2ReleaseStream(conn, ex);
+  h2_quiet_timers_.Disarm(&s->quiet);
   nghttp2_session_del(s->session);
   for (H2Batch* b : s->batch) {
     if (b != nullptr) PutH2Batch(b);

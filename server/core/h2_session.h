@@ -18,6 +18,7 @@
 #include "io/loop.h"
 #include "mem/intrusive_list.h"
 #include "server/core/connection.h"
+#include "server/core/timer_list.h"
 
 struct nghttp2_session;
 
@@ -79,6 +80,11 @@ struct H2Session {
   bool failed = false;   // the session cannot go on: close once what is queued is out
   bool stalled = false;  // a stream has body bytes and no window to send them: counted once
 
+  // nghttp2's frame buffer (H2Memory), and the timer that hands its pages back once the
+  // connection has had no stream for kH2QuietMs.
+  void* frame_buf = nullptr;
+  TimerNode quiet;
+
   // Whether a batch holds file payloads not yet sent (a closed stream waits on `closed`).
   bool HoldsPayloads() const {
     for (const H2Batch* b : batch) {
@@ -88,6 +94,6 @@ struct H2Session {
   }
 };
 // Every idle HTTP/2 connection holds one (docs/ARCHITECTURE.md, "HTTP/2": memory).
-static_assert(sizeof(H2Session) <= 320);
+static_assert(sizeof(H2Session) <= 328);
 
 }  // namespace ringd

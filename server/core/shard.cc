@@ -222,6 +222,7 @@ ShardUsage Shard::Usage() const {
   u.input_buffers = static_cast<uint32_t>(input_pool_->count() - input_pool_->Available());
   u.cache_entries = machine_->files().entries_in_use();
   u.cache_pinned = static_cast<uint32_t>(machine_->files().Stats().pinned);
+  u.h2_library_bytes = machine_->h2_library_bytes();
   for (const auto& site : machine_->site_files()) {  // --site: each site's own cache too
     u.cache_entries += site->files->entries_in_use();
     u.cache_pinned += static_cast<uint32_t>(site->files->Stats().pinned);

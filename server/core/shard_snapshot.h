@@ -52,6 +52,9 @@ struct ShardStats {
   // and the client's window (the connection's, else a stream's) was shut. Once per stall: it
   // ends when bytes go out again.
   uint64_t h2_stalls_connection_window = 0, h2_stalls_stream_window = 0;
+  // HTTP/2 connections idle long enough to hand their frame buffer's pages back (H2Memory), and
+  // what nghttp2 holds now for the shard's sessions (bytes of its allocations).
+  uint64_t h2_frame_buffers_released = 0, h2_library_bytes = 0;
   // Responses still being sent when the drain's deadline (--shutdown-timeout-ms) ended them.
   uint64_t cut_at_drain_deadline = 0;
   // Connections closed for their client: refused by --allow/--deny (at accept, or at the PROXY
@@ -74,7 +77,8 @@ struct ShardStats {
 // What a shard holds right now, for checks that nothing leaks (tests, the simulator).
 struct ShardUsage {
   uint32_t connections = 0, exchanges = 0, input_buffers = 0, cache_entries = 0;
-  uint32_t cache_pinned = 0;  // cache entries a response holds
+  uint32_t cache_pinned = 0;      // cache entries a response holds
+  uint64_t h2_library_bytes = 0;  // what nghttp2 holds for the shard's HTTP/2 sessions
 };
 
 // Where a response's body came from.

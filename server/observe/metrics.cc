@@ -367,6 +367,14 @@ const Metric kMetrics[] = {
               {"stream", s.h2_stalls_stream_window}}};
        });
      }},
+    {"ringd_http2_library_bytes", "gauge",
+     "Bytes nghttp2 holds for the shard's HTTP/2 sessions (its session, stream and HPACK state, "
+     "and each session's frame buffer)",
+     RINGD_SHARD(s.stats.h2_library_bytes)},
+    {"ringd_http2_frame_buffers_released_total", "counter",
+     "Times an HTTP/2 connection with no stream for a second handed its frame buffer's pages "
+     "back to the kernel",
+     RINGD_SHARD(s.stats.h2_frame_buffers_released)},
     {"ringd_sends_queued_total", "counter",
      "File body chunks that waited for a send slot (--send-order=srpt)",
      RINGD_SHARD(s.stats.sends_queued)},

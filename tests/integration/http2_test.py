@@ -393,6 +393,29 @@ class Http2Test(BackendTestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_an_idle_connection_hands_its_frame_buffer_back_and_serves_on(self):
+        server = self.start(*ADMIN)
+        try:
+            released = lambda: server.metric("ringd_http2_frame_buffers_released_total")
+            held = lambda: server.metric("ringd_http2_library_bytes")
+            self.assertEqual(held(), 0)
+            c = H2Client(server.port)
+            sid = c.request("/index.html")
+            self.assertTrue(c.pump(lambda: sid in c.ended, timeout=5))
+            self.assertGreater(held(), 16384)  # its session, and the buffer it frames into
+            # No stream for a second: the buffer's pages go back, the session stays.
+            wait_for(lambda: released() >= 1, "the idle connection's frame buffer released")
+            # And the connection frames on, into zeroed pages: a small response and a large one.
+            for path in ("/index.html", "/medium.bin"):
+                sid = c.request(path)
+                self.assertTrue(c.pump(lambda: sid in c.ended, timeout=5))
+                self.assertEqual(c.headers[sid][":status"], "200")
+                self.assertEqual(c.bodies[sid], self.files[path.lstrip("/")])
+            c.close()
+            wait_for(lambda: held() == 0, "nghttp2 holding nothing once the connection closed")
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_a_file_truncated_under_its_stream_ends_the_connection_never_a_wrong_byte(self):
         # The frames already framed from the file cannot be kept (nghttp2 has counted them
         # against the client's windows): the connection ends, as an HTTP/1.1 one does, and what

@@ -856,6 +856,10 @@ void Sim::EndPhase() {
   if (u.cache_pinned != 0) {
     return Fail("no connections left, but %u cache entries still pinned", u.cache_pinned);
   }
+  if (u.h2_library_bytes != 0) {
+    return Fail("no connections left, but nghttp2 still holds %llu bytes",
+                static_cast<unsigned long long>(u.h2_library_bytes));
+  }
   if (world_.file_fds.size() > u.cache_entries) {
     return Fail("%zu files open, but only %u cache entries", world_.file_fds.size(),
                 u.cache_entries);
@@ -911,6 +915,7 @@ void Sim::CollectShardStats() {
   cov["h2.resets_sent"] += st.h2_resets_sent;
   cov["h2.goaways_sent"] += st.h2_goaways_sent;
   cov["h2.stalls"] += st.h2_stalls_connection_window + st.h2_stalls_stream_window;
+  cov["h2.frame_buffers_released"] += st.h2_frame_buffers_released;
   cov["shard.silent_reclaimed"] += st.silent_reclaimed;
   cov["shard.gave_way_closed"] += st.gave_way_closed;
   cov["shard.parked"] += st.parked;

@@ -52,9 +52,11 @@ TEST_P(QuickSeeds, PassAndReachEveryPath) {
   EXPECT_GT(coverage["sim.cancel_input_left"], 0u);
   // HTTP/2 (a third of the seeds, some clients each; h2c and through TLS): streams answered,
   // streams the clients cancelled (RST_STREAM received), GOAWAY (idle timeouts, drains), and
-  // bodies that waited for a window the client had not opened yet (1 KiB windows).
+  // bodies that waited for a window the client had not opened yet (1 KiB windows), and
+  // connections idle long enough to hand their frame buffers back.
   EXPECT_GT(coverage["h2.streams"], 0u);
   EXPECT_GT(coverage["h2.stalls"], 0u);
+  EXPECT_GT(coverage["h2.frame_buffers_released"], 0u);
   EXPECT_GT(coverage["h2.tls_clients"], 0u);
   EXPECT_GT(coverage["h2.resets_received"], 0u);
   EXPECT_GT(coverage["h2.goaways_sent"], 0u);
