@@ -4,7 +4,7 @@ them open, prints `IDLE_READY N` (as ringd-load --idle does, so that the harness
 server's memory then), runs the load given after `--` with its output passed through, and closes
 the connections when that load has ended.
 
-    h2idle.py --port 8443 --idle 5000 --path /index.html --tls -- h2load -t1 -c100 ...
+    h2idle.py --port 8443 --idle 5000 --path /index.html --tls --settle-s 1.5 -- h2load -t1 -c100 ...
 
 One connection after another, each with its own blocking socket: over TLS h2 by ALPN (no other
 protocol offered, no certificate check, SNI localhost), in plaintext h2c with prior knowledge.
@@ -19,6 +19,7 @@ import ssl
 import struct
 import subprocess
 import sys
+import time
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
@@ -121,6 +122,8 @@ def main(argv=None):
     ap.add_argument("--idle", type=int, required=True, help="connections to open and hold")
     ap.add_argument("--path", default="/index.html")
     ap.add_argument("--tls", action="store_true", help="h2 by ALPN (else h2c with prior knowledge)")
+    ap.add_argument("--settle-s", type=float, default=0.0,
+                    help="seconds to hold them all, idle, before IDLE_READY")
     ap.add_argument("load", nargs=argparse.REMAINDER, help="-- the load to run while they are held")
     args = ap.parse_args(argv)
     load = args.load[1:] if args.load[:1] == ["--"] else args.load
@@ -133,6 +136,7 @@ def main(argv=None):
             failures[str(e)] = failures.get(str(e), 0) + 1
     for why, n in failures.items():
         print("h2idle: %d connections failed: %s" % (n, why), file=sys.stderr)
+    time.sleep(args.settle_s)
     print("IDLE_READY %d" % len(held), flush=True)
     rc = 0
     if load:
