@@ -124,7 +124,7 @@ class Http2Test(unittest.TestCase):
         self.assertEqual(cmd[:3], ["taskset", "-c", "0"])
         self.assertTrue(cmd[3].endswith("/perf/harness/h2idle.py"))
         self.assertEqual(cmd[4:cmd.index("--")],
-                         ["--port", "9", "--idle", "2000", "--path", "/index.html", "--tls", "--settle-s", "1.5"])
+                         ["--port", "9", "--idle", "2000", "--path", "/index.html", "--tls", "--settle-s", "3"])
         self.assertEqual(cmd[cmd.index("--") + 1:], replace(s.load, idle=0).h2load_command(9, "/d", 4, "0", tls=True))
         self.assertNotIn("--tls", SCENARIOS["h2c-idle"].load.h2load_command(9, "/d", 4, "0"))
         self.assertEqual(s.loads(quick=True)[0].idle, 200)

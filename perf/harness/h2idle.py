@@ -4,7 +4,7 @@ them open, prints `IDLE_READY N` (as ringd-load --idle does, so that the harness
 server's memory then), runs the load given after `--` with its output passed through, and closes
 the connections when that load has ended.
 
-    h2idle.py --port 8443 --idle 5000 --path /index.html --tls --settle-s 1.5 -- h2load -t1 -c100 ...
+    h2idle.py --port 8443 --idle 5000 --path /index.html --tls --settle-s 3 -- h2load -t1 -c100 ...
 
 One connection after another, each with its own blocking socket: over TLS h2 by ALPN (no other
 protocol offered, no certificate check, SNI localhost), in plaintext h2c with prior knowledge.

@@ -22,9 +22,9 @@ H2LOAD_WARM_UP_S = 1
 # The h2-idle scenarios' client (idle HTTP/2 connections held while h2load runs).
 H2IDLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "h2idle.py")
 # Seconds h2idle.py holds its connections idle before the server's memory is read: an idle
-# connection is one that has waited (ringd hands an HTTP/2 connection's frame buffer back after
-# a second with no stream).
-H2IDLE_SETTLE_S = 1.5
+# connection is one that has waited, longer than a server's own trims of idle connections take
+# (ringd's: an HTTP/2 frame buffer after 1 s with no stream, TLS record buffers after 2 s).
+H2IDLE_SETTLE_S = 3
 # The h2-page scenarios' client (page loads one after another, each an h2load run).
 H2PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "h2page.py")
 
@@ -606,7 +606,7 @@ _H2_IDLE_NOTE = ("The idle connections are opened one after another by perf/harn
                  " ALPN, else h2c), each with one GET answered, its fields coded without indexing, the"
                  " server's SETTINGS acknowledged; then h2-small's load runs beside them. Bytes per idle"
                  " connection: growth of the server's anonymous memory (RssAnon) from before the first"
-                 " connection to 1.5 s after all are held, idle, before the load begins (an idle"
+                 " connection to 3 s after all are held, idle, before the load begins (an idle"
                  " connection is one that has waited), over the connections held.")
 _H2_IDLE = dict(load=Load(100, paths=("/index.html",), streams=10, idle=2000), quick={"idle": 10},
                 fresh_server=True, packets=False, quick_skip=True, ratio_to=("h2o",),
