@@ -187,10 +187,10 @@ class Worker {
     std::vector<Pending> pending;
     pending.reserve(static_cast<size_t>(count));
     const int ep = epoll_create1(EPOLL_CLOEXEC);
-    // At most kSetupConcurrency connections are being set up at once, as a client population
-    // arriving over time would: a burst of 10,000 simultaneous first requests would measure the
-    // server's burst high-water mark, not what an idle connection costs.
-    constexpr int kSetupConcurrency = 100;
+    // At most --idle-setup connections are being set up at once (100), as a client population
+    // arriving over time would; 0: every one at once, a burst, whose simultaneous first requests
+    // also measure the server's high-water mark for it.
+    const int kSetupConcurrency = o_.idle_setup > 0 ? o_.idle_setup : count;
     int opened = 0, in_setup = 0;
     auto open_more = [&] {
       while (opened < count && in_setup < kSetupConcurrency) {

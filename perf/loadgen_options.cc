@@ -51,6 +51,9 @@ ABSL_FLAG(int, pipeline, 1, "requests in flight per connection, 1 to 64");
 ABSL_FLAG(double, rate, 0, "requests per second over all connections (0: closed loop)");
 ABSL_FLAG(bool, bulk, false, "discard response bodies in the kernel (MSG_TRUNC)");
 ABSL_FLAG(int, idle, 0, "idle keep-alive connections held during the run");
+ABSL_FLAG(int, idle_setup, 100,
+          "idle connections being set up at once, as clients arriving over time (0: all --idle at "
+          "once, a burst)");
 ABSL_FLAG(double, idle_hold_s, 0,
           "with no active connections: hold the idle ones this long (--idle-hold-s)");
 ABSL_FLAG(std::string, header, "",
@@ -91,7 +94,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: ringd-load --port P [--host 127.0.0.1] [--connections N] [--threads T]\n"
     "  [--duration-s S | --requests R] --path /x [--path /y ...] [--paths-file F]\n"
-    "  [--close] [--pipeline K] [--rate RPS] [--bulk] [--idle K] [--idle-hold-s S]\n"
+    "  [--close] [--pipeline K] [--rate RPS] [--bulk] [--idle K] [--idle-setup N] [--idle-hold-s S]\n"
     "  [--header 'Name: value'] [--timeout-ms MS]\n"
     "  [--zipf S | --uniform] [--seed N] [--size-classes BYTES,BYTES,...]\n"
     "  [--tls [--tls-resume] [--tls-groups G] [--tls-ciphersuites S] [--tls-sni NAME]\n"
@@ -119,6 +122,7 @@ bool ParseArgs(int argc, char** argv, Options* o) {
   o->bulk = absl::GetFlag(FLAGS_bulk);
   o->idle = absl::GetFlag(FLAGS_idle);
   o->idle_hold_s = absl::GetFlag(FLAGS_idle_hold_s);
+  o->idle_setup = absl::GetFlag(FLAGS_idle_setup);
   o->timeout_us = absl::GetFlag(FLAGS_timeout_ms) * 1000;
   o->headers = GivenHeaders();
   o->zipf = absl::GetFlag(FLAGS_zipf);

@@ -29,6 +29,14 @@ class ScenarioTest(unittest.TestCase):
         self.assertTrue(warmed.warm)
         self.assertTrue(fresh.fresh_server)
         self.assertEqual(fresh.loads(quick=False)[0].idle, 9000)
+        self.assertNotIn("--idle-setup", fresh.load.command("ringd-load", 9, "/d", 4, "0"))
+
+    def test_idle_fresh_burst_opens_every_connection_at_once(self):
+        burst = SCENARIOS["idle-fresh-burst"]
+        self.assertFalse(burst.warm)
+        self.assertTrue(burst.fresh_server)
+        cmd = burst.load.command("ringd-load", 9, "/d", 4, "0")
+        self.assertEqual(cmd[cmd.index("--idle") + 1:cmd.index("--idle") + 4], ["9000", "--idle-setup", "0"])
 
     def test_paths_glob_and_wrk(self):
         root = tempfile.mkdtemp()

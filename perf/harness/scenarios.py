@@ -40,6 +40,7 @@ class Load:
     bulk: bool = False                 # discard bodies in the kernel (MSG_TRUNC)
     rate: int = 0                      # open loop: requests/s over all connections
     idle: int = 0                      # idle keep-alive connections held during the run
+    idle_setup: int = 100              # of those, set up at once (0: all at once, a burst)
     zipf: float = 0                    # > 0: paths drawn Zipf-distributed, the first the most popular
     uniform: bool = False              # paths drawn uniformly at random (not in turn)
     size_classes: Tuple[int, ...] = () # body-size bounds: latency per size class
@@ -85,6 +86,8 @@ class Load:
             cmd += ["--rate", str(self.rate)]
         if self.idle:
             cmd += ["--idle", str(self.idle)]
+            if self.idle_setup != 100:
+                cmd += ["--idle-setup", str(self.idle_setup)]
         for p in self.url_paths(root):
             cmd += ["--path", p]
         if self.paths_file:
@@ -395,6 +398,13 @@ _ENTRIES = [
              "002 (20,000 keep-alive connections on images.rambler.ru)",
              Load(100, paths=("/index.html",), idle=9000), quick={"idle": 10}, fresh_server=True,
              warm=False, packets=False,
+             columns=(Column("bytes per idle connection", "idle_bytes_per_connection", "%.0f"),)),
+    Scenario("idle-fresh-burst",
+             "idle-fresh with the 9,000 connections opened all at once, each sending its first request as"
+             " soon as it is connected: a burst of newcomers on a server that has served nothing yet",
+             "issue 45 (idle memory from a cold start, connections all at once)",
+             Load(100, paths=("/index.html",), idle=9000, idle_setup=0), quick={"idle": 10},
+             fresh_server=True, warm=False, packets=False, quick_skip=True,
              columns=(Column("bytes per idle connection", "idle_bytes_per_connection", "%.0f"),)),
     Scenario("cold",
              "hot 612-byte requests at a fixed rate while other clients read 4 MiB files that are not in the"
