@@ -28,15 +28,15 @@ def ringd_wrapped_test(name, src, backend, wrapper, size = "medium", tags = []):
         tags = tags + ["integration"],
     )
 
-def ringd_flags_test(name, src, backend, flags, size = "large"):
+def ringd_flags_test(name, src, backend, flags, size = "large", data = []):
     """One Python integration test on one backend, with ringd started with `flags` too (the
-    harness adds RINGD_FLAGS to every ringd it starts)."""
+    harness adds RINGD_FLAGS to every ringd it starts). `data`: more files it reads."""
     native.sh_test(
         name = name,
         size = size,
         srcs = ["run_py_test.sh"],
         args = ["$(location //server:ringd)", backend, "$(location %s)" % src],
-        data = [src, "ringd_harness.py", "//server:ringd"],
+        data = [src, "ringd_harness.py", "//server:ringd"] + data,
         env = {"RINGD_FLAGS": flags},
         tags = ["integration"],
     )

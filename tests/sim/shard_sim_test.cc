@@ -55,6 +55,7 @@ TEST_P(QuickSeeds, PassAndReachEveryPath) {
   // bodies that waited for a window the client had not opened yet (1 KiB windows).
   EXPECT_GT(coverage["h2.streams"], 0u);
   EXPECT_GT(coverage["h2.stalls"], 0u);
+  EXPECT_GT(coverage["h2.sendfile_streams"], 0u);  // --http2-sendfile's path, on half the seeds
   EXPECT_GT(coverage["h2.tls_clients"], 0u);
   EXPECT_GT(coverage["h2.resets_received"], 0u);
   EXPECT_GT(coverage["h2.goaways_sent"], 0u);
