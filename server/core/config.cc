@@ -542,9 +542,10 @@ const std::vector<Flag>& Flags() {
                " as nginx's http2_max_concurrent_streams; default 100)",
                &Config::http2_max_streams, 1, 1000),
       BoolFlag("http2-sendfile",
-               "h2c (plaintext HTTP/2): a DATA frame's payload from a file goes out with sendfile "
-               "behind its frame header, as nginx's sendfile; false: read into the send buffer "
-               "beside the frame headers, one send for many frames, as over TLS (default false)",
+               "h2c (plaintext HTTP/2): each DATA frame's payload from a file goes out with "
+               "sendfile behind its frame header, as nginx's sendfile; false: payloads are read "
+               "into the send buffer beside their frame headers, many frames a send, as over TLS, "
+               "which measured cheaper (default false)",
                &Config::http2_sendfile),
       BoolFlag("precompressed",
                "serve file.br / file.gz to clients that accept them, when not older than file,"
