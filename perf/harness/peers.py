@@ -344,6 +344,12 @@ _ENTRIES = [
     # Batched waits (--batch-wait-us, off by default): see docs/PERFORMANCE.md.
     Peer("ringd-bypass-batch", ringd("bypass", "--max-connections", "15000", "--batch-wait-us", "20"),
          scenarios=frozenset({"small-keepalive", "small-close", "latency-at-rate", "mixed"})),
+    # h2c DATA payloads from files sent with sendfile behind their frame headers (--http2-sendfile),
+    # beside the default (read into the batch, one send): docs/PERFORMANCE.md, "DATA path in plaintext".
+    Peer("ringd-bypass-h2sendfile", ringd("bypass", "--max-connections", "15000", "--http2-sendfile"),
+         scenarios=frozenset({"h2c-small", "h2c-large", "h2c-page"})),
+    Peer("ringd-uring-h2sendfile", ringd("uring", "--http2-sendfile"),
+         scenarios=frozenset({"h2c-small", "h2c-large", "h2c-page"})),
     Peer("ringd-epoll", ringd("epoll"), in_tls="serves"),
     Peer("ringd-bypass-log", ringd_logged("bypass", "--max-connections", "15000"), scenarios=_OBSERVED),
     Peer("ringd-bypass-metrics", ringd("bypass", "--max-connections", "15000", "--admin-listen", "127.0.0.1:0"),

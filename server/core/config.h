@@ -191,6 +191,9 @@ struct Config {
   // listeners (the connection preface picks the protocol).
   bool http2 = true;
   uint32_t http2_max_streams = 100;  // SETTINGS_MAX_CONCURRENT_STREAMS per connection
+  // h2c: DATA payloads from files go out with SendFile behind their frame headers, not read into
+  // the send buffer (docs/PERFORMANCE.md, "DATA path in plaintext").
+  bool http2_sendfile = false;
   bool serve_dot_files = false;
   uint32_t small_file_max = 16384;  // files up to this size are served from memory
   // Per shard. The buffers are registered with the ring, which makes them resident: keep it modest.

@@ -367,6 +367,23 @@ TEST(Config, PageCacheTrustAndTcpNopush) {
   EXPECT_FALSE(p.config.tcp_nopush);
 }
 
+// The h2c DATA path (docs/PERFORMANCE.md, "DATA path in plaintext"): its default, both values
+// and a value that is no BOOL.
+TEST(Config, Http2Sendfile) {
+  Parsed p = Parse({"--root=/tmp"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_FALSE(p.config.http2_sendfile);
+  p = Parse({"--root=/tmp", "--http2-sendfile"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_TRUE(p.config.http2_sendfile);
+  p = Parse({"--root=/tmp", "--http2-sendfile=false"});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_FALSE(p.config.http2_sendfile);
+  p = Parse({"--root=/tmp", "--http2-sendfile=often"});
+  EXPECT_FALSE(p.ok);
+  EXPECT_EQ(p.error, "--http2-sendfile: expected true or false, got 'often'");
+}
+
 TEST(Config, UsageListsEveryFlag) {
   const std::string usage = Usage();
   for (const char* flag :

@@ -453,6 +453,8 @@ class ConnectionMachine {
   void H2Abort(Connection* conn);
   void H2Free(Connection* conn);
   void H2CountSent(Connection* conn, H2Batch* b, uint64_t taken);
+  void H2SendPiece(Connection* conn, H2Batch* b);
+  static bool H2PieceSent(H2Batch* b, const io::Completion* c, uint64_t taken, bool* truncated);
   void H2ExpireSendTimer(Connection* conn);
   static void OnH2Send(io::Completion* c);
   static void OnH2Read(io::Completion* c);

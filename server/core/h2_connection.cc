@@ -241,7 +241,8 @@ struct H2Callbacks {
   }
 
   // A DATA frame's payload: the frame is made only when it fits the batch whole (and, for file
-  // bytes, a read is free), so SendData never has to refuse one.
+  // bytes, a read is free), so SendData never has to refuse one. A payload sent from its file
+  // (H2Session::sendfile) takes no room in the buffer: only its frame header does.
   static ssize_t ReadBody(nghttp2_session*, int32_t, uint8_t*, size_t length, uint32_t* flags,
                           nghttp2_data_source* source, void* user) {
     H2Session* s = static_cast<H2Session*>(user);
@@ -250,7 +251,9 @@ struct H2Callbacks {
     const size_t room = H2Batch::kBytes - b->len;
     const bool file_next =
         ex->iov[0].iov_len == 0 && ex->file != nullptr && ex->file->content == nullptr;
-    if (room < 9 + kMinDataFrame || (file_next && b->read_count == H2Batch::kMaxReads)) {
+    const bool from_file = file_next && s->sendfile;
+    if (room < 9 + (from_file ? 0 : kMinDataFrame) ||
+        (file_next && b->read_count == H2Batch::kMaxReads)) {
       ex->h2_deferred = true;  // resumed once a batch has gone out (OnH2Send)
       return NGHTTP2_ERR_DEFERRED;
     }
@@ -275,7 +278,7 @@ struct H2Callbacks {
       ex->h2_listing_piece = !piece.last;  // the last is not handed back: Release takes it
       if (piece.last) ex->phase = Exchange::Phase::kDone;
     }
-    const size_t n = TakePiece(ex, std::min(length, room - 9));
+    const size_t n = TakePiece(ex, from_file ? length : std::min(length, room - 9));
     *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
     if (BodyDone(ex)) *flags |= NGHTTP2_DATA_FLAG_EOF;
     return static_cast<ssize_t>(n);
@@ -286,14 +289,17 @@ struct H2Callbacks {
     H2Session* s = static_cast<H2Session*>(user);
     H2Batch* b = s->batch[s->fill];
     Exchange* ex = static_cast<Exchange*>(source->ptr);
-    RINGD_ASSERT(frame->data.padlen == 0);                 // ringd pads nothing
-    RINGD_ASSERT(9 + length <= H2Batch::kBytes - b->len);  // ReadBody made room
+    // A payload sent from its file takes no room in the buffer (H2Session::sendfile).
+    const bool in_place = !(ex->h2_piece_file && s->sendfile);
+    RINGD_ASSERT(frame->data.padlen == 0);                                  // ringd pads nothing
+    RINGD_ASSERT(9 + (in_place ? length : 0) <= H2Batch::kBytes - b->len);  // ReadBody made room
     std::memcpy(b->buf + b->len, framehd, 9);
     b->len += 9;
     if (ex->h2_piece_file) {
       RINGD_ASSERT(b->read_count < H2Batch::kMaxReads);
       b->reads[b->read_count++] =
           H2Batch::Read{ex, b->len, static_cast<uint32_t>(length), ex->h2_piece_offset};
+      if (!in_place) return 0;  // sent from the file between the bytes around it
     } else {
       std::memcpy(b->buf + b->len, ex->h2_piece, length);
       ex->bytes_sent += length;
@@ -325,6 +331,9 @@ void ConnectionMachine::StartH2(Connection* conn, const char* data, size_t n) {
   s->conn = conn;
   s->send.owner = conn;
   s->send.callback = &ConnectionMachine::OnH2Send;
+  // Plaintext only: over TLS the loop reads a file's bytes to encrypt them, so a payload read
+  // into the batch costs no more and the records stay full.
+  s->sendfile = config_.http2_sendfile && loop_->Transport(conn->fd).protocol.empty();
   h2_memory_.BeginSession();
   RINGD_ASSERT(nghttp2_session_server_new3(&s->session, h2_callbacks_, s, h2_options_,
                                            h2_memory_.mem()) == 0);
@@ -378,13 +387,19 @@ void ConnectionMachine::H2Flush(Connection* conn) {
     H2Batch* next = s->batch[s->send_next];
     if (!s->sending && next != nullptr && next->state == H2Batch::State::kReady) {
       next->state = H2Batch::State::kSending;
-      s->iov = iovec{next->buf, next->len};
       s->sending = true;
       if (conn->timer.list != &send_timers_) {
         s->progress_mark = s->bytes_sent;
         send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
       }
-      loop_->Send(conn->fd, &s->iov, 1, &s->send);
+      if (s->sendfile) {
+        next->sent_at = 0;
+        next->next_read = 0;
+        H2SendPiece(conn, next);
+      } else {
+        s->iov = iovec{next->buf, next->len};
+        loop_->Send(conn->fd, &s->iov, 1, &s->send);
+      }
     }
     H2Batch*& fill = s->batch[s->fill];
     if (fill != nullptr && fill->state != H2Batch::State::kFree) break;  // both busy
@@ -396,7 +411,7 @@ void ConnectionMachine::H2Flush(Connection* conn) {
     if (fill->len == 0) break;  // nothing more to send now
     H2Batch* framed = fill;
     s->fill ^= 1;
-    if (framed->read_count == 0) {
+    if (framed->read_count == 0 || s->sendfile) {  // no reads: payloads go from their files
       framed->state = H2Batch::State::kReady;
       continue;  // may go out at once, and the other batch be framed
     }
@@ -458,13 +473,61 @@ void ConnectionMachine::H2CountSent(Connection* conn, H2Batch* b, uint64_t taken
   }
 }
 
+// A batch sent in pieces (H2Session::sendfile): the bytes of `buf` framed before its next file
+// payload, that payload's frame header last, with MSG_MORE (the payload follows at once); then
+// the payload from its file; after the last payload, the rest of `buf`. One piece at a time on
+// the connection's one send Completion, so they leave in the order they were framed.
+void ConnectionMachine::H2SendPiece(Connection* conn, H2Batch* b) {
+  H2Session* s = SessionOf(conn);
+  const bool payload_next = b->next_read < b->read_count;
+  const uint32_t upto = payload_next ? b->reads[b->next_read].at : b->len;
+  RINGD_ASSERT(b->sent_at <= upto);
+  if (b->sent_at < upto) {
+    b->sending_file = false;
+    s->iov = iovec{b->buf + b->sent_at, upto - b->sent_at};
+    return loop_->Send(conn->fd, &s->iov, 1, &s->send, payload_next);
+  }
+  RINGD_ASSERT(payload_next);  // a payload follows its frame header: `buf` is never empty before it
+  const H2Batch::Read& r = b->reads[b->next_read];
+  b->sending_file = true;
+  loop_->SendFile(conn->fd, r.ex->file->fd, r.offset, r.length, &s->send);
+}
+
+// A piece of a batch sent in pieces went out (or failed: `taken` is how far it got): a payload's
+// bytes count for its stream as they leave. True when the batch is over: every piece out, or
+// this one failed or stopped short (a truncated file: `*truncated`).
+bool ConnectionMachine::H2PieceSent(H2Batch* b, const io::Completion* c, uint64_t taken,
+                                    bool* truncated) {
+  if (b->sending_file) {
+    const H2Batch::Read& r = b->reads[b->next_read++];
+    r.ex->bytes_sent += taken;
+    if (c->result >= 0 && taken < r.length) *truncated = true;
+  } else {
+    b->sent_at += static_cast<uint32_t>(taken);
+  }
+  return c->result < 0 || *truncated || (b->next_read == b->read_count && b->sent_at == b->len);
+}
+
 void ConnectionMachine::OnH2Send(io::Completion* c) {
   Connection* conn = static_cast<Connection*>(c->owner);
   ConnectionMachine* self = conn->machine;
   H2Session* s = self->SessionOf(conn);
   s->sending = false;
   H2Batch* sent = s->batch[s->send_next];
-  self->H2CountSent(conn, sent, c->result >= 0 ? static_cast<uint64_t>(c->result) : c->done);
+  const uint64_t taken = c->result >= 0 ? static_cast<uint64_t>(c->result) : c->done;
+  bool truncated = false;
+  if (s->sendfile) {
+    const bool over = self->H2PieceSent(sent, c, taken, &truncated);
+    if (!over && conn->state != ConnState::kClosing) {  // the batch's next piece
+      s->bytes_sent += taken;
+      if (taken > 0) s->stalled = false;
+      s->sending = true;
+      return self->H2SendPiece(conn, sent);
+    }
+    self->H2CountSent(conn, sent, 0);  // its payloads counted piece by piece
+  } else {
+    self->H2CountSent(conn, sent, taken);
+  }
   sent->state = H2Batch::State::kFree;
   sent->len = 0;
   s->send_next ^= 1;
@@ -473,6 +536,12 @@ void ConnectionMachine::OnH2Send(io::Completion* c) {
     ++self->stats_.send_errors;
     self->LogConnectionError(conn, ErrorLevel::kInfo, "send() failed",
                              static_cast<int>(-c->result));
+    return self->Abort(conn);
+  }
+  if (truncated) {
+    // The file is shorter than planned (truncated): its frame header said more.
+    ++self->stats_.truncated;
+    self->LogConnectionError(conn, ErrorLevel::kError, "file was truncated", 0);
     return self->Abort(conn);
   }
   s->bytes_sent += static_cast<uint64_t>(c->result);

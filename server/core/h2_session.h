@@ -11,6 +11,11 @@
 // while one is sent, the next is framed and its file bytes read, so a large body's reads wait
 // for no send and its sends for no read. The connection keeps reading all the while
 // (WINDOW_UPDATE, RST_STREAM, PING and new streams are taken as they come).
+//
+// With --http2-sendfile, in plaintext (h2c) the file payloads are not read: the buffer holds the
+// frames without them, and the batch goes out in pieces, in order: the bytes framed before a
+// payload (its frame header last) with Send and MSG_MORE, then the payload with SendFile
+// (H2SendPiece), and so on; the frames after the last payload with one more Send.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +55,12 @@ struct H2Batch {
   uint32_t read_count = 0;  // file payloads framed into the batch, until its send ends
   uint32_t reads_in_flight = 0;
   bool read_failed = false;  // a file ended early (truncated): a frame already framed is wrong
+  // Sent in pieces (H2Session::sendfile): `buf` holds no payloads, and each `at` says where its
+  // payload goes between the bytes of `buf`. How far the send has come: the bytes of `buf` sent,
+  // the payloads sent, and whether the piece in flight is a payload (SendFile) or bytes (Send).
+  uint32_t sent_at = 0;
+  uint32_t next_read = 0;
+  bool sending_file = false;
   char buf[kBytes];
 };
 
@@ -79,6 +90,9 @@ struct H2Session {
   bool goaway = false;   // GOAWAY queued: the connection ends once its streams have
   bool failed = false;   // the session cannot go on: close once what is queued is out
   bool stalled = false;  // a stream has body bytes and no window to send them: counted once
+  // File payloads go out with SendFile beside their frame headers, not read into the batch
+  // (--http2-sendfile, plaintext only: over TLS the loop would read and encrypt them anyway).
+  bool sendfile = false;
 
   // nghttp2's frame buffer (H2Memory), and the timer that hands its pages back once the
   // connection has had no stream for kH2QuietMs.

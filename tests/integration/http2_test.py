@@ -129,6 +129,7 @@ SAME_FIELDS = ["content-type", "content-length", "etag", "last-modified", "conte
 
 
 class Http2Test(BackendTestCase):
+    FLAGS = ()  # given to every server the class starts
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -144,7 +145,8 @@ class Http2Test(BackendTestCase):
     def start(cls, *flags):
         p = lambda n: os.path.join(cls.pki, n)
         server = Server(cls.root, "--listen-tls", "127.0.0.1:0", "--tls-cert",
-                        p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"), *flags)
+                        p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"), *cls.FLAGS,
+                        *flags)
         assert server.tls_port, server.log
         return server
 
@@ -446,6 +448,91 @@ class Http2Test(BackendTestCase):
             self.assertEqual(server.stop(), 0)
             shutil.rmtree(root, ignore_errors=True)
 
+    @classmethod
+    def sendfile_on(cls):
+        """Whether the class's servers send h2c file payloads with sendfile (--http2-sendfile)."""
+        return "--http2-sendfile" in cls.FLAGS
+
+    def file_path_bytes(self):
+        """File body bytes the loops sent from the file itself: sendfile, splice, or read into
+        a body buffer and sent (never an HTTP/2 batch's reads)."""
+        return sum(self.server.metric(m) for m in (
+            "ringd_body_sendfile_bytes_total", "ringd_body_splice_bytes_total",
+            "ringd_body_read_send_bytes_total"))
+
+    def test_h2c_file_payloads_take_the_configured_data_path(self):
+        # With --http2-sendfile, h2c payloads from files go out with SendFile (the loop counts
+        # them as an HTTP/1.1 body's); without it they are read into the batch, as over TLS
+        # always.
+        before = self.file_path_bytes()
+        version, status, _, body = curl(self.h2c("/large.bin"), "--http2-prior-knowledge")
+        self.assertEqual((version, status, body), ("2", 200, self.files["large.bin"]))
+        grew = self.file_path_bytes() - before
+        if self.sendfile_on():
+            self.assertGreaterEqual(grew, len(self.files["large.bin"]))
+        else:
+            self.assertEqual(grew, 0)
+        before = self.file_path_bytes()
+        version, status, _, body = self.curl_tls("/large.bin", "--http2")
+        self.assertEqual((version, status, body), ("2", 200, self.files["large.bin"]))
+        self.assertEqual(self.file_path_bytes() - before, 0)
+
+    def test_h2c_file_bodies_ranges_and_a_reset_share_a_slow_connection(self):
+        # One h2c connection whose client opens its windows 16 KiB at a time: large bodies,
+        # a range, a multipart range, cached small files and a medium file interleave, and one
+        # large body is reset part way; every other body arrives byte for byte, the connection
+        # lives on, and the access log counts what left.
+        large = self.files["large.bin"]
+        c = H2Client(self.server.port, window=16384)
+        c.auto_ack = True
+        reset = c.request("/large.bin?h2c-reset")
+        wanted = {
+            c.request("/large.bin?h2c-mix"): (200, large),
+            c.request("/large.bin", extra=[("range", "bytes=100-300000")]): (206, large[100:300001]),
+            c.request("/medium.bin"): (200, self.files["medium.bin"]),
+            c.request("/small.txt"): (200, self.files["small.txt"]),
+        }
+        multi = c.request("/large.bin", extra=[("range", "bytes=0-99,1000000-1099999")])
+        self.assertTrue(c.pump(lambda: len(c.bodies.get(reset, b"")) >= 100000, timeout=20))
+        c.conn.reset_stream(reset)
+        c.flush()
+        self.assertTrue(c.pump(lambda: all(i in c.ended for i in list(wanted) + [multi]),
+                               timeout=60))
+        for sid, (status, body) in wanted.items():
+            self.assertEqual(c.headers[sid][":status"], str(status), sid)
+            self.assertEqual(c.bodies.get(sid, b""), body, sid)
+        got = c.bodies[multi]
+        self.assertEqual(c.headers[multi][":status"], "206")
+        self.assertLess(got.index(large[:100]), got.index(large[1000000:1100000]))
+        self.assertNotIn(reset, c.ended)
+        self.assertLess(len(c.bodies.get(reset, b"")), len(large))
+        self.assertEqual(c.bodies.get(reset, b""), large[:len(c.bodies.get(reset, b""))])
+        after = c.request("/medium.bin")  # the connection lives on
+        self.assertTrue(c.pump(lambda: after in c.ended, timeout=20))
+        self.assertEqual(c.bodies[after], self.files["medium.bin"])
+        c.close()
+        def logged():
+            if not os.path.exists(self.log):
+                return False
+            with open(self.log) as f:
+                text = f.read()
+            return "h2c-reset" in text and "h2c-mix" in text
+        wait_for(logged, "the access log lines")
+        with open(self.log) as f:
+            text = f.read()
+        self.assertRegex(text, r'"GET /large.bin\?h2c-mix HTTP/2.0" 200 %d ' % len(large))
+        sent = int(re.search(r'"GET /large.bin\?h2c-reset HTTP/2.0" \d+ (\d+) ', text).group(1))
+        self.assertLess(sent, len(large))
+
+    def test_many_h2c_streams_of_file_bodies(self):
+        # More streams than a batch has file payloads (8), on a few connections: h2load checks
+        # every response's length.
+        out = subprocess.run(["h2load", "-n", "200", "-c", "2", "-m", "32",
+                              self.h2c("/medium.bin")], capture_output=True, text=True,
+                             timeout=60).stdout
+        self.assertIn("200 succeeded, 0 failed, 0 errored, 0 timeout", out, out)
+        self.assertIn("status codes: 200 2xx", out, out)
+
     def test_rapid_reset_gets_goaway(self):
         c = H2Client(self.server.port)
         for _ in range(1500):
@@ -602,6 +689,28 @@ class Http2Test(BackendTestCase):
             c.close()
         finally:
             self.assertEqual(server.stop(), 0)
+
+
+class Http2SendfileTest(Http2Test):
+    """The tests whose file bodies take the h2c DATA path, with --http2-sendfile (each payload
+    sent with sendfile behind its frame header): the default path's suite covers the rest."""
+    FLAGS = ("--http2-sendfile",)
+    TESTS = (
+        "test_every_file_byte_for_byte_over_h2c_and_h2",
+        "test_a_window_held_shut_is_cut_by_the_send_timeout",
+        "test_flow_control_stalls_are_counted_by_window",
+        "test_a_file_truncated_under_its_stream_ends_the_connection_never_a_wrong_byte",
+        "test_h2c_file_payloads_take_the_configured_data_path",
+        "test_h2c_file_bodies_ranges_and_a_reset_share_a_slow_connection",
+        "test_many_h2c_streams_of_file_bodies",
+        "test_drain_lets_streams_in_flight_finish",
+    )
+
+
+def load_tests(loader, tests, pattern):
+    suite = unittest.TestSuite(loader.loadTestsFromTestCase(Http2Test))
+    suite.addTests(Http2SendfileTest(name) for name in Http2SendfileTest.TESTS)
+    return suite
 
 
 if __name__ == "__main__":

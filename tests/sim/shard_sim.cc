@@ -144,6 +144,11 @@ void Sim::BuildConfig() {
         c.max_connections + Shard::kReclaimReserve + static_cast<uint32_t>(flood.Range(8, 48));
     c.keepalive_timeout_ms = std::max<uint32_t>(c.keepalive_timeout_ms, 30000);
   }
+  // HTTP/2's DATA path in plaintext: half the seeds send file payloads with SendFile behind
+  // their frame headers (--http2-sendfile), the others read them into the batch. Drawn from a
+  // generator of its own, so that a seed's other draws are the same either way.
+  Rng h2_path(seed_ ^ 0x6832736e6466ull);
+  c.http2_sendfile = h2_path.Chance(500);
   stall_limit_ms_ = static_cast<int64_t>(c.keepalive_timeout_ms) + c.header_timeout_ms +
                     c.send_timeout_ms + c.discard_body_timeout_ms + kLingerMs + 5000;
 }
@@ -916,6 +921,7 @@ void Sim::CollectShardStats() {
   cov["h2.goaways_sent"] += st.h2_goaways_sent;
   cov["h2.stalls"] += st.h2_stalls_connection_window + st.h2_stalls_stream_window;
   cov["h2.frame_buffers_released"] += st.h2_frame_buffers_released;
+  if (config_.http2_sendfile) cov["h2.sendfile_streams"] += st.h2_streams;
   cov["shard.silent_reclaimed"] += st.silent_reclaimed;
   cov["shard.gave_way_closed"] += st.gave_way_closed;
   cov["shard.parked"] += st.parked;

@@ -57,6 +57,7 @@ TEST_P(QuickSeeds, PassAndReachEveryPath) {
   EXPECT_GT(coverage["h2.streams"], 0u);
   EXPECT_GT(coverage["h2.stalls"], 0u);
   EXPECT_GT(coverage["h2.frame_buffers_released"], 0u);
+  EXPECT_GT(coverage["h2.sendfile_streams"], 0u);  // --http2-sendfile's path, on half the seeds
   EXPECT_GT(coverage["h2.tls_clients"], 0u);
   EXPECT_GT(coverage["h2.resets_received"], 0u);
   EXPECT_GT(coverage["h2.goaways_sent"], 0u);
