@@ -38,6 +38,15 @@ class BufferPool {
   // connections at exit): they are forgotten, and the pool may be destroyed.
   void Abandon() { stats_.in_use = 0; }
 
+  // Hands the pages of the free buffers that no Get has taken since the last call back to the
+  // kernel (MADV_DONTNEED: their bytes are dead; the next Get of one finds zeroed pages), so
+  // a burst's high-water mark does not stay resident. Called periodically, it releases only
+  // buffers idle for a whole period: the top of the free stack, which Get takes first, stays.
+  // Never for memory that an io_uring registration pins (a page dropped there would leave the
+  // kernel writing to the old one). Returns the buffers released.
+  uint32_t ReleaseIdle();
+  uint64_t released() const { return released_; }  // buffers released so far
+
   size_t buffer_size() const { return size_; }
   uint32_t count() const { return count_; }
   const char* base() const { return base_; }
@@ -51,6 +60,12 @@ class BufferPool {
   uint32_t* free_ = nullptr;  // a stack of free buffer indices
   bool owns_memory_ = true;
   size_t free_top_ = 0;
+  // ReleaseIdle's marks: the fewest free buffers since its last call (free_[0, low_water_) were
+  // taken by no Get since), and how many at the bottom of the stack hold no resident page
+  // (never used, or released).
+  size_t low_water_ = 0;
+  size_t clean_below_ = 0;
+  uint64_t released_ = 0;
   PoolStats stats_;
   std::string error_;
 };

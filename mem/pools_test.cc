@@ -1,3 +1,5 @@
+#include <sys/mman.h>
+
 #include <cstdint>
 #include <cstring>
 #include <set>
@@ -82,6 +84,79 @@ TEST(BufferPool, HandsOutDistinctAlignedBuffers) {
   EXPECT_EQ(pool.Available(), 8u);
   EXPECT_EQ(pool.Stats().high_water, 8u);
   EXPECT_EQ(pool.Stats().in_use, 0u);
+}
+
+// Whether a page-aligned buffer's first page is resident.
+bool Resident(const char* buffer) {
+  unsigned char vec = 0;
+  EXPECT_EQ(mincore(const_cast<char*>(buffer), 4096, &vec), 0);
+  return (vec & 1) != 0;
+}
+
+TEST(BufferPool, ReleaseIdleHandsBackOnlyBuffersIdleForAWholePeriod) {
+  mem::BufferPool pool(8192, 16);
+  ASSERT_TRUE(pool.ok());
+  // A burst: six buffers out at once, written, then five of them back.
+  std::vector<char*> out;
+  for (int i = 0; i < 6; ++i) {
+    out.push_back(pool.Get());
+    std::memset(out.back(), 'x', 8192);
+  }
+  for (int i = 0; i < 5; ++i) pool.Put(out[i]);
+  // Taken during this period: nothing is released yet.
+  EXPECT_EQ(pool.ReleaseIdle(), 0u);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(Resident(out[i]));
+  // One is taken again (the top of the stack: the last put back), the rest stay idle.
+  char* again = pool.Get();
+  EXPECT_EQ(again, out[4]);
+  std::memset(again, 'y', 8192);
+  EXPECT_EQ(pool.ReleaseIdle(), 4u);  // idle a whole period: out[0..3]
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(Resident(out[i]));
+  EXPECT_TRUE(Resident(again));  // in use: untouched
+  EXPECT_EQ(again[8191], 'y');
+  EXPECT_TRUE(Resident(out[5]));
+  EXPECT_EQ(out[5][0], 'x');
+  EXPECT_EQ(pool.released(), 4u);
+  // Released buffers come back zeroed, and nothing is released twice.
+  EXPECT_EQ(pool.ReleaseIdle(), 0u);
+  pool.Put(again);
+  pool.Put(out[5]);
+  EXPECT_EQ(pool.ReleaseIdle(), 0u);  // `again` was taken this period
+  EXPECT_EQ(pool.ReleaseIdle(), 2u);  // now both were idle a whole period
+  char* b = pool.Get();
+  EXPECT_EQ(b[0], 0);
+  pool.Put(b);
+}
+
+struct PageSized {
+  char bytes[6000];  // more than a page: its slots are whole pages (8 KiB)
+};
+
+TEST(SlabPool, ReleaseIdleHandsBackOnlySlotsIdleForAWholePeriod) {
+  SlabPool<PageSized> pool(8);
+  std::vector<PageSized*> out;
+  for (int i = 0; i < 4; ++i) {
+    out.push_back(pool.Get());
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(out.back()) % 4096, 0u);
+    std::memset(out.back()->bytes, 'x', sizeof out.back()->bytes);
+  }
+  for (int i = 0; i < 3; ++i) pool.Put(out[i]);
+  EXPECT_EQ(pool.ReleaseIdle(), 0u);  // taken during this period
+  PageSized* again = pool.Get();      // the last put back
+  EXPECT_EQ(again, out[2]);
+  std::memset(again->bytes, 'y', sizeof again->bytes);
+  EXPECT_EQ(pool.ReleaseIdle(), 2u);  // out[0], out[1]: idle a whole period
+  EXPECT_FALSE(Resident(reinterpret_cast<char*>(out[0])));
+  EXPECT_FALSE(Resident(reinterpret_cast<char*>(out[1]) + 4096));
+  EXPECT_TRUE(Resident(reinterpret_cast<char*>(again)));
+  EXPECT_EQ(again->bytes[5999], 'y');
+  EXPECT_EQ(out[3]->bytes[0], 'x');   // in use: untouched
+  EXPECT_EQ(pool.ReleaseIdle(), 0u);  // nothing twice
+  EXPECT_EQ(pool.released(), 2u);
+  PageSized* b = pool.Get();  // the top of the free stack: out[1], released, so zeroed
+  EXPECT_EQ(b, out[1]);
+  EXPECT_EQ(b->bytes[0], 0);
+  for (PageSized* p : {again, out[3], b}) pool.Put(p);
 }
 
 TEST(ShardMemory, CarvesOneMappingIntoPoolRegions) {
@@ -196,10 +271,10 @@ TEST(SlabPoolDeathTest, AnObjectTouchedAfterPutIsReported) {
   if (!kPoolsPoisonForAsan) GTEST_SKIP() << kNoAsan;
   SlabPool<Wide> pool(2);
   Wide* w = pool.Get();
-  Wide* other = pool.Get();  // Put first, so w's free-list link holds a real pointer
+  Wide* other = pool.Get();
   pool.Put(other);
   pool.Put(w);
-  EXPECT_DEATH(Touch(&w->words[0]), "use-after-poison");  // where the free-list link lives
+  EXPECT_DEATH(Touch(&w->words[0]), "use-after-poison");
   EXPECT_DEATH(Touch(&w->words[4]), "use-after-poison");
   Wide* again = pool.Get();
   EXPECT_EQ(again, w);
@@ -225,7 +300,7 @@ TEST(SlabPoolDeathTest, APutTwiceIsReported) {
   Wide* w = pool.Get();
   Wide* other = pool.Get();  // still out: the count alone does not catch the second Put
   pool.Put(w);
-  EXPECT_DEATH(pool.Put(w), "use-after-poison");  // the free-list link is written into it
+  EXPECT_DEATH(pool.Put(w), "use-after-poison");  // Put reads the slot first
   pool.Put(other);
 }
 

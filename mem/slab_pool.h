@@ -8,6 +8,8 @@
 //   conns.Put(c);                    // destroyed, slot back on the free list
 #pragma once
 
+#include <sys/mman.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -25,7 +27,9 @@ class SlabPool {
  public:
   // The slots are reserved here but touched only when first handed out, so a large bound costs
   // address space, not resident memory.
-  explicit SlabPool(size_t capacity) : slots_(new Slot[capacity]), capacity_(capacity) {
+  explicit SlabPool(size_t capacity)
+      : slots_(new Slot[capacity]), free_(new uint32_t[capacity]), capacity_(capacity) {
+    RINGD_ASSERT(capacity <= UINT32_MAX);
     stats_.capacity = capacity;
     PoisonForAsan(slots_.get(), sizeof(Slot) * capacity_);
   }
@@ -40,17 +44,18 @@ class SlabPool {
 
   template <typename... Args>
   T* Get(Args&&... args) {
-    Slot* s = free_;
-    if (s != nullptr) {
-      UnpoisonForAsan(s, sizeof(Slot));  // handed out: the link is read from it first
-      free_ = s->next_free;
+    Slot* s;
+    if (free_top_ > 0) {
+      s = &slots_[free_[--free_top_]];
+      if (free_top_ < low_water_) low_water_ = free_top_;
+      if (free_top_ < clean_below_) clean_below_ = free_top_;
     } else if (fresh_ < capacity_) {
       s = &slots_[fresh_++];  // never used yet
-      UnpoisonForAsan(s, sizeof(Slot));
     } else {
       ++stats_.exhausted;
       return nullptr;
     }
+    UnpoisonForAsan(s, sizeof(Slot));
     if (++stats_.in_use > stats_.high_water) stats_.high_water = stats_.in_use;
     // Default-initialised when no arguments are given: member initialisers run, but a plain
     // struct is not zeroed first (as with malloc).
@@ -62,14 +67,34 @@ class SlabPool {
   }
 
   void Put(T* object) {
-    RINGD_ASSERT(Owns(object) && stats_.in_use > 0);
+    RINGD_ASSERT(Owns(object) && stats_.in_use > 0 && free_top_ < capacity_);
+    // Read before anything else: under ASan an object put back already is poisoned, and the
+    // second Put is reported here.
+    static_cast<void>(*reinterpret_cast<volatile const unsigned char*>(object));
     object->~T();
-    Slot* s = reinterpret_cast<Slot*>(object);
-    s->next_free = free_;
-    free_ = s;
-    PoisonForAsan(s, sizeof(Slot));  // link included: only Get reads it, after unpoisoning
+    free_[free_top_++] = static_cast<uint32_t>(IndexOf(object));
+    PoisonForAsan(object, sizeof(Slot));
     --stats_.in_use;
   }
+
+  // For objects of a page or more (each slot whole pages): hands the pages of the free slots
+  // that no Get has taken since the last call back to the kernel (MADV_DONTNEED: an object's
+  // bytes are dead once Put; a slot taken again finds zeroed pages, and Get constructs the object
+  // there). Called periodically, it releases only slots idle for a whole period: the top of the
+  // free stack, which Get takes first, stays. Returns the slots released.
+  uint32_t ReleaseIdle() {
+    static_assert(sizeof(Slot) % kPage == 0, "slots of whole pages only");
+    uint32_t n = 0;
+    for (size_t i = clean_below_; i < low_water_; ++i) {
+      RINGD_ASSERT(::madvise(&slots_[free_[i]], sizeof(Slot), MADV_DONTNEED) == 0);
+      ++n;
+    }
+    if (low_water_ > clean_below_) clean_below_ = low_water_;
+    low_water_ = free_top_;
+    released_ += n;
+    return n;
+  }
+  uint64_t released() const { return released_; }  // slots released so far
 
   bool Owns(const T* object) const {
     const auto* p = reinterpret_cast<const Slot*>(object);
@@ -79,7 +104,7 @@ class SlabPool {
   size_t IndexOf(const T* object) const {
     return static_cast<size_t>(reinterpret_cast<const Slot*>(object) - slots_.get());
   }
-  bool Empty() const { return free_ == nullptr && fresh_ == capacity_; }
+  bool Empty() const { return free_top_ == 0 && fresh_ == capacity_; }
   // For an owner that is going away with objects still out, on purpose (a shard that gave up,
   // at exit, on connections whose last callback never came): they are forgotten, their
   // destructors never run, and the pool may be destroyed.
@@ -88,17 +113,26 @@ class SlabPool {
   const PoolStats& Stats() const { return stats_; }
 
  private:
-  union Slot {
-    Slot() {}
-    ~Slot() {}
-    Slot* next_free;
+  static constexpr size_t kPage = 4096;
+  // An object of a page or more gets a slot of whole pages, aligned to a page, so that an idle
+  // slot's pages can go back whole (ReleaseIdle); smaller ones pack as their type aligns.
+  static constexpr size_t kSlotAlign = sizeof(T) >= kPage ? kPage : alignof(T);
+  struct alignas(kSlotAlign) Slot {
     alignas(T) unsigned char storage[sizeof(T)];
   };
 
   std::unique_ptr<Slot[]> slots_;
+  // The free slots, a stack of indices (the last Put on top): no link lives in a free slot, so
+  // nothing in one needs its pages.
+  std::unique_ptr<uint32_t[]> free_;
   size_t capacity_;
-  Slot* free_ = nullptr;  // slots returned by Put
-  size_t fresh_ = 0;      // slots [fresh_, capacity_) have never been handed out
+  size_t free_top_ = 0;
+  size_t fresh_ = 0;  // slots [fresh_, capacity_) have never been handed out
+  // ReleaseIdle's marks: the fewest free slots since its last call (free_[0, low_water_) were
+  // taken by no Get since), and how many at the bottom of the stack are released already.
+  size_t low_water_ = 0;
+  size_t clean_below_ = 0;
+  uint64_t released_ = 0;
   PoolStats stats_;
 };
 

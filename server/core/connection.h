@@ -351,6 +351,13 @@ class ConnectionMachine {
   const uint32_t* state_counts() const { return state_counts_; }
   size_t idle_connections() const { return idle_timers_.size(); }
   uint64_t h2_library_bytes() const { return h2_memory_.live_bytes(); }
+  // Hands back the pages of exchanges free for a whole period since the last call; returns the
+  // exchanges released so far.
+  uint64_t ReleaseIdleExchanges() {
+    exchanges_->ReleaseIdle();
+    if (h2_exchanges_ != nullptr) h2_exchanges_->ReleaseIdle();
+    return exchanges_->released() + (h2_exchanges_ != nullptr ? h2_exchanges_->released() : 0);
+  }
   // --autoindex: listings being made or sent, of DirLister::kSlots (0 and 0 without it).
   uint32_t listings_in_use() const { return lister_ != nullptr ? lister_->in_use() : 0; }
   uint32_t listing_capacity() const { return lister_ != nullptr ? DirLister::kSlots : 0; }

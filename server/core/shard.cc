@@ -245,6 +245,12 @@ void Shard::Tick() {
   if (draining_ && now_ms_ >= drain_deadline_ms_) {  // out of time
     stats_.cut_at_drain_deadline += machine_->AbortAll();
   }
+  if (now_ms_ >= release_idle_ms_) {
+    release_idle_ms_ = now_ms_ + kReleaseIdleMs;
+    input_pool_->ReleaseIdle();
+    stats_.input_buffers_released = input_pool_->released();
+    stats_.exchanges_released = machine_->ReleaseIdleExchanges();
+  }
   LogRefusals();
 }
 

@@ -212,6 +212,10 @@ class Shard final : private ConnectionHost {
   uint32_t parked_head_ = 0, parked_count_ = 0;
 
   int64_t now_ms_ = 0;
+  // Input buffers and exchanges idle a whole period go back to the kernel (ReleaseIdle): a burst
+  // of requests waiting for one file lookup takes one of each, and their pages would stay.
+  static constexpr int64_t kReleaseIdleMs = 1000;
+  int64_t release_idle_ms_ = 0;
 
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> stop_bounded_{false};  // a kTimeout stop was asked for

@@ -55,6 +55,9 @@ struct ShardStats {
   // HTTP/2 connections idle long enough to hand their frame buffer's pages back (H2Memory), and
   // what nghttp2 holds now for the shard's sessions (bytes of its allocations).
   uint64_t h2_frame_buffers_released = 0, h2_library_bytes = 0;
+  // Pool entries whose pages went back to the kernel after a period unused (ReleaseIdle): input
+  // buffers, and exchanges (HTTP/1.1's and HTTP/2's).
+  uint64_t input_buffers_released = 0, exchanges_released = 0;
   // Responses still being sent when the drain's deadline (--shutdown-timeout-ms) ended them.
   uint64_t cut_at_drain_deadline = 0;
   // Connections closed for their client: refused by --allow/--deny (at accept, or at the PROXY

@@ -367,6 +367,16 @@ const Metric kMetrics[] = {
               {"stream", s.h2_stalls_stream_window}}};
        });
      }},
+    {"ringd_pool_released_total", "counter",
+     "Pool entries whose pages went back to the kernel after a second unused (a burst's "
+     "requests held them while they waited), by pool (input_buffers, exchanges)",
+     nullptr,
+     [](Writer& w, const char* name, const Shards& shards, const ProcessInfo&) {
+       KindSamples<2>(w, name, shards, [](const ShardStats& s) {
+         return std::array<std::pair<const char*, uint64_t>, 2>{
+             {{"input_buffers", s.input_buffers_released}, {"exchanges", s.exchanges_released}}};
+       });
+     }},
     {"ringd_http2_library_bytes", "gauge",
      "Bytes nghttp2 holds for the shard's HTTP/2 sessions (its session, stream and HPACK state, "
      "and each session's frame buffer)",

@@ -417,6 +417,40 @@ class ObservabilityTest(BackendTestCase):
         self.assertEqual(admin_get(port, "/index.html")[0], 404)
         self.assertEqual(server.stop(), 0)
 
+    def test_idle_input_buffers_and_exchanges_go_back_to_the_kernel(self):
+        # A head that comes in two pieces is kept in an input buffer until it is whole; once
+        # answered, the buffer is free, and a second later unused its pages go back.
+        server = self.start("--admin-listen", "127.0.0.1:0")
+        released = lambda: server.metric("ringd_pool_released_total", kind="input_buffers")
+        exchanges = lambda: server.metric("ringd_pool_released_total", kind="exchanges")
+        before = released()
+        heads = []
+        for i in range(4):
+            s = socket.create_connection(("127.0.0.1", server.port))
+            s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: a\r\n")
+            heads.append(s)
+        held = lambda: sum(s["pools"]["input_buffers"]["in_use"]
+                           for s in server.debug_shards()["shards"])
+        wait_for(lambda: held() == 4, "four half heads held in input buffers")
+        for s in heads:
+            s.sendall(b"\r\n")
+            self.assertIn(b" 200 ", s.recv(65536))
+        wait_for(lambda: held() == 0, "the input buffers free again")
+        wait_for(lambda: released() >= before + 4, "the four input buffers released")
+        # Answered one after another, the requests took turns with an exchange or two.
+        wait_for(lambda: exchanges() >= 1, "an exchange released")
+        # The connections serve on: a released buffer is taken again, zeroed, for the next head.
+        for s in heads:
+            s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: a\r\n")
+        wait_for(lambda: held() == 4, "four half heads held again")
+        for s in heads:
+            s.sendall(b"\r\n")
+            reply = s.recv(65536)
+            self.assertIn(b" 200 ", reply)
+            self.assertTrue(reply.endswith(self.files["small.txt"]))
+            s.close()
+        self.assertEqual(server.stop(), 0)
+
     def test_the_stop_line_counts_requests_as_ringd_requests_total_does(self):
         server = self.start("--admin-listen", "127.0.0.1:0")
         port = admin_port(server)

@@ -926,6 +926,8 @@ void Sim::CollectShardStats() {
   cov["shard.gave_way_closed"] += st.gave_way_closed;
   cov["shard.parked"] += st.parked;
   cov["shard.lookup_refused"] += st.lookup_refused;
+  cov["shard.input_buffers_released"] += st.input_buffers_released;
+  cov["shard.exchanges_released"] += st.exchanges_released;
   cov["proxy.refused"] += st.proxy_missing + st.proxy_malformed;
   if (sites_on_) {
     ++cov["sites.seeds"];

@@ -46,6 +46,10 @@ TEST_P(QuickSeeds, PassAndReachEveryPath) {
   // reading until the client closes).
   EXPECT_GT(coverage["shard.recv_ended_early"], 0u);
   EXPECT_GT(coverage["shard.recv_rearmed_to_linger"], 0u);
+  // Input buffers a stashed head held, and exchanges, back to the kernel once idle a whole
+  // period.
+  EXPECT_GT(coverage["shard.input_buffers_released"], 0u);
+  EXPECT_GT(coverage["shard.exchanges_released"], 0u);
   // And the loop's side of them: bytes a pause held (uring), and a cancelled receive that said
   // bytes were left unread (kRecvCancelledWithInput).
   EXPECT_GT(coverage["sim.held_at_pause"], 0u);
