@@ -766,6 +766,11 @@ int Main(int argc, char** argv) {
     total.errors.connect += idle_worker->result.errors.connect;
     total.errors.timeout += idle_worker->result.errors.timeout;
     total.errors.tls += idle_worker->result.errors.tls;
+    if (o.idle_settle_s > 0) {  // held idle this long first: an idle connection has waited
+      timespec ts{static_cast<time_t>(o.idle_settle_s),
+                  static_cast<long>((o.idle_settle_s - static_cast<long>(o.idle_settle_s)) * 1e9)};
+      nanosleep(&ts, nullptr);
+    }
     std::printf("IDLE_READY %d\n", idle_held);  // the harness samples server memory now
     std::fflush(stdout);
     if (o.connections == 0) {

@@ -54,6 +54,9 @@ ABSL_FLAG(int, idle, 0, "idle keep-alive connections held during the run");
 ABSL_FLAG(int, idle_setup, 100,
           "idle connections being set up at once, as clients arriving over time (0: all --idle at "
           "once, a burst)");
+ABSL_FLAG(double, idle_settle_s, 0,
+          "hold the idle connections this long, idle, before IDLE_READY (the harness reads the "
+          "server's memory then)");
 ABSL_FLAG(double, idle_hold_s, 0,
           "with no active connections: hold the idle ones this long (--idle-hold-s)");
 ABSL_FLAG(std::string, header, "",
@@ -94,7 +97,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: ringd-load --port P [--host 127.0.0.1] [--connections N] [--threads T]\n"
     "  [--duration-s S | --requests R] --path /x [--path /y ...] [--paths-file F]\n"
-    "  [--close] [--pipeline K] [--rate RPS] [--bulk] [--idle K] [--idle-setup N] [--idle-hold-s S]\n"
+    "  [--close] [--pipeline K] [--rate RPS] [--bulk] [--idle K] [--idle-setup N] [--idle-settle-s S] [--idle-hold-s S]\n"
     "  [--header 'Name: value'] [--timeout-ms MS]\n"
     "  [--zipf S | --uniform] [--seed N] [--size-classes BYTES,BYTES,...]\n"
     "  [--tls [--tls-resume] [--tls-groups G] [--tls-ciphersuites S] [--tls-sni NAME]\n"
@@ -123,6 +126,7 @@ bool ParseArgs(int argc, char** argv, Options* o) {
   o->idle = absl::GetFlag(FLAGS_idle);
   o->idle_hold_s = absl::GetFlag(FLAGS_idle_hold_s);
   o->idle_setup = absl::GetFlag(FLAGS_idle_setup);
+  o->idle_settle_s = absl::GetFlag(FLAGS_idle_settle_s);
   o->timeout_us = absl::GetFlag(FLAGS_timeout_ms) * 1000;
   o->headers = GivenHeaders();
   o->zipf = absl::GetFlag(FLAGS_zipf);

@@ -21,6 +21,7 @@ struct Options {
   bool bulk = false;
   int idle = 0;
   int idle_setup = 100;  // idle connections being set up at once (0: all of them at once)
+  double idle_settle_s = 0;  // seconds the idle connections are held before IDLE_READY
   double idle_hold_s = 0;  // with no active connections: hold the idle ones this long
   uint64_t timeout_us = 10000000;
   std::vector<std::string> headers;  // a "Host: ..." among them replaces the one from `host`

@@ -68,6 +68,8 @@ int ParseTheHarnessCommandLine() {
                          "3",
                          "--idle-setup",
                          "0",
+                         "--idle-settle-s",
+                         "1.5",
                          "--seed=9",
                          "--requests",
                          "100",
@@ -80,7 +82,7 @@ int ParseTheHarnessCommandLine() {
                     o.zipf == 1.1 && o.size_classes == std::vector<uint64_t>{1024, 65536} &&
                     o.headers == std::vector<std::string>{"X-A: 1", "X-B: 2, 3"} &&
                     o.timeout_us == 250000 && o.idle_hold_s == 3 && o.seed == 9 &&
-                    o.idle_setup == 0 && o.max_requests == 100 && o.pipeline == 4 && o.host == "127.0.0.1" && !o.uniform;
+                    o.idle_setup == 0 && o.idle_settle_s == 1.5 && o.max_requests == 100 && o.pipeline == 4 && o.host == "127.0.0.1" && !o.uniform;
   return same ? 0 : 3;
 }
 

@@ -36,7 +36,8 @@ class ScenarioTest(unittest.TestCase):
         self.assertFalse(burst.warm)
         self.assertTrue(burst.fresh_server)
         cmd = burst.load.command("ringd-load", 9, "/d", 4, "0")
-        self.assertEqual(cmd[cmd.index("--idle") + 1:cmd.index("--idle") + 4], ["9000", "--idle-setup", "0"])
+        self.assertEqual(cmd[cmd.index("--idle") + 1:cmd.index("--idle") + 6],
+                         ["9000", "--idle-setup", "0", "--idle-settle-s", "3"])
 
     def test_paths_glob_and_wrk(self):
         root = tempfile.mkdtemp()
