@@ -382,13 +382,26 @@ class Http2Test(BackendTestCase):
             self.assertTrue(c.pump(lambda: sid in c.headers, timeout=5))
             wait_for(lambda: stalls("stream") >= 1, "a stall on a stream's window")
             self.assertEqual(stalls("connection"), 0)
+            # A client gone while its window is shut can never open it: the connection ends at
+            # once, not at the send timeout (nor, in a drain, at --shutdown-timeout-ms).
+            closed = lambda: server.connections().get("open", 0) == 0
             c.close()
+            wait_for(closed, "the connection of a client gone with its stream's window shut to end", timeout=5)
             # A large stream window and no WINDOW_UPDATE: the connection's 65,535 bytes run out.
             c = H2Client(server.port, window=1 << 24)
             sid = c.request("/large.bin")
             self.assertTrue(c.pump(lambda: len(c.bodies.get(sid, b"")) >= 65535, timeout=5))
             wait_for(lambda: stalls("connection") >= 1, "a stall on the connection's window")
             self.assertEqual(len(c.bodies[sid]), 65535)
+            c.close()
+            wait_for(closed, "the connection of a client gone with its connection's window shut to end", timeout=5)
+            # And one that only stopped sending (SHUT_WR), its stream's window shut, likewise.
+            c = H2Client(server.port, window=0)
+            sid = c.request("/medium.bin")
+            self.assertTrue(c.pump(lambda: sid in c.headers, timeout=5))
+            wait_for(lambda: stalls("stream") >= 2, "a second stall on a stream's window")
+            c.sock.shutdown(socket.SHUT_WR)
+            wait_for(closed, "the connection of a client that stopped sending with its window shut to end", timeout=5)
             c.close()
         finally:
             self.assertEqual(server.stop(), 0)
