@@ -207,14 +207,21 @@ class Cgroups:
             undo.push("rmdir " + path, lambda p=path: _rmdir_cgroup(p))
             dirs[kind] = path
         cg = cls(version, dirs, dev)
-        if version == "v1":
-            _write(os.path.join(dirs["io"], "blkio.throttle.read_bps_device"), "%s %d" % (dev, profile.read_bps))
-            _write(os.path.join(dirs["io"], "blkio.throttle.read_iops_device"), "%s %d" % (dev, profile.read_iops))
-            _write(os.path.join(dirs["memory"], "memory.limit_in_bytes"), str(memory_limit))
-        else:
-            _write(os.path.join(dirs["io"], "io.max"), "%s rbps=%d riops=%d" % (dev, profile.read_bps, profile.read_iops))
-            _write(os.path.join(dirs["memory"], "memory.max"), str(memory_limit))
+        cg.throttle_reads(profile)
+        cg.set_memory_limit(memory_limit)
         return cg
+
+    def throttle_reads(self, profile):
+        """Reads from the device throttled as `profile` says, or not at all (None). Lifting the
+        throttle lets the reads queued in it go at once (a test's teardown need not wait for the
+        slow disk to serve them)."""
+        if self.version == "v1":
+            bps, iops = (profile.read_bps, profile.read_iops) if profile else (0, 0)  # 0: no rule
+            _write(os.path.join(self.dirs["io"], "blkio.throttle.read_bps_device"), "%s %d" % (self.dev, bps))
+            _write(os.path.join(self.dirs["io"], "blkio.throttle.read_iops_device"), "%s %d" % (self.dev, iops))
+        else:
+            bps, iops = (profile.read_bps, profile.read_iops) if profile else ("max", "max")
+            _write(os.path.join(self.dirs["io"], "io.max"), "%s rbps=%s riops=%s" % (self.dev, bps, iops))
 
     def procs_files(self, kinds=("io", "memory")):
         return sorted({os.path.join(self.dirs[k], "cgroup.procs") for k in kinds})

@@ -109,6 +109,19 @@ bool BodyDone(const Exchange* ex) {
   return ex->iov[0].iov_len == 0 && ex->phase == Exchange::Phase::kDone;
 }
 
+// Whether every open stream waits on its client alone: for a window the client keeps shut (the
+// stream's or the connection's) or for the rest of its request. A client that has finished
+// sending can send neither a WINDOW_UPDATE nor a request byte, so such a stream never ends. A
+// stream that waits on the shard (a file lookup, room in a batch, a listing's next piece) or
+// whose body is all framed goes on by itself.
+bool OnlyThePeerCanMove(H2Session* s) {
+  for (const Exchange* ex = s->streams.front(); ex != nullptr; ex = s->streams.Next(ex)) {
+    if (ex->h2_waiting || ex->h2_deferred || ex->h2_listing_wait) return false;
+    if (ex->head_len != 0 && BodyDone(ex)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 // nghttp2's callbacks: `user` is the connection's H2Session.
@@ -563,7 +576,12 @@ void ConnectionMachine::H2Settle(Connection* conn) {
   if ((draining_ || s->goaway_asked) && !s->goaway) return H2GoAway(conn);
   const bool over =
       nghttp2_session_want_read(s->session) == 0 && nghttp2_session_want_write(s->session) == 0;
-  if (s->failed || (conn->peer_closed && s->stream_count == 0)) return Abort(conn);
+  // The client finished sending: the connection ends once its streams are done, or at once
+  // when what they wait for can only come from the client (not at the send timeout, nor, in a
+  // drain, at --shutdown-timeout-ms).
+  if (s->failed || (conn->peer_closed && (s->stream_count == 0 || OnlyThePeerCanMove(s)))) {
+    return Abort(conn);
+  }
   if (over) {
     // GOAWAY is out and every stream is done: FIN, then read and drop until the client closes,
     // so that bytes it still sends cannot turn the close into a reset that destroys the last

@@ -102,9 +102,14 @@ class BrowserTest(BackendTestCase):
         with open(video, "wb") as f:
             f.write(padded)
         cls.middle = cluster_offsets(padded)[11:13]  # where the seconds from 11 s and from 12 s start
+        # One Chromium for the class's tests, started by the first (once a subclass has set its
+        # flags); each test opens its page in a browser context of its own, as a fresh profile.
+        cls.shared_browser = None
 
     @classmethod
     def tearDownClass(cls):
+        if cls.shared_browser is not None:
+            cls.shared_browser.close()
         shutil.rmtree(cls.root, ignore_errors=True)
 
     def setUp(self):
@@ -114,9 +119,12 @@ class BrowserTest(BackendTestCase):
         self.server = Server(self.root, "--access-log", self.log, "--access-log-format=json",
                              *self.server_flags)
         self.addCleanup(lambda: self.server.proc.poll() is not None or self.server.stop())
-        self.browser = Chromium(self.chromium, timeout=90, flags=self.browser_flags)
-        self.addCleanup(self.browser.close)
-        self.page = self.browser.new_page()
+        if type(self).shared_browser is None:
+            type(self).shared_browser = Chromium(self.chromium, timeout=90, flags=self.browser_flags)
+        self.browser = type(self).shared_browser
+        context = self.browser.new_context()
+        self.addCleanup(self.browser.dispose_context, context)
+        self.page = self.browser.new_page(context)
         for domain in ("Page", "Network", "Runtime"):
             self.browser.call(domain + ".enable", session=self.page)
 

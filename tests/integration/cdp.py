@@ -135,9 +135,22 @@ class Chromium:
             if "method" in m:
                 self.events.append((m["method"], m.get("params", {}), m.get("sessionId")))
 
-    def new_page(self):
-        """A new tab, attached; returns its session id."""
-        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+    def new_context(self):
+        """A browser context of its own, as a fresh profile has: its own cache, cookies and
+        connections. Returns its id, for new_page and dispose_context."""
+        return self.call("Target.createBrowserContext")["browserContextId"]
+
+    def dispose_context(self, context):
+        """Closes a browser context and its pages."""
+        self.call("Target.disposeBrowserContext", {"browserContextId": context})
+
+    def new_page(self, context=None):
+        """A new tab (in browser context `context`, else the default one), attached; returns its
+        session id."""
+        params = {"url": "about:blank"}
+        if context is not None:
+            params["browserContextId"] = context
+        target = self.call("Target.createTarget", params)["targetId"]
         return self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
 
     def close(self):

@@ -148,10 +148,16 @@ class SlowDiskTest(BackendTestCase):
                 worst, BACKEND))
         finally:
             stop.set()
-            for t in threads:  # each closes its connection at its next chunk
-                t.join(timeout=30)
-            # A splice the bypass tier has on io-wq ends only when the disk gives it its bytes.
-            rc = server.stop(timeout=90)
+            # The measurement is over: the throttle lifted, the reads queued in it go at once, so
+            # that each download sees `stop` at its next chunk and the shard's reads (a splice the
+            # bypass tier has on io-wq too) end, without waiting seconds each for the slow disk.
+            self.cg.throttle_reads(None)
+            try:
+                for t in threads:  # each closes its connection at its next chunk
+                    t.join(timeout=30)
+                rc = server.stop(timeout=90)
+            finally:
+                self.cg.throttle_reads(PROFILE)  # for the class's other tests
             self.assertEqual(rc, 0, "\n".join(server.log[-20:]))
 
 
