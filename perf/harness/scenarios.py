@@ -621,8 +621,9 @@ _H2_IDLE_NOTE = ("The idle connections are opened one after another by perf/harn
                  " ALPN, else h2c), each with one GET answered, its fields coded without indexing, the"
                  " server's SETTINGS acknowledged; then h2-small's load runs beside them. Bytes per idle"
                  " connection: growth of the server's anonymous memory (RssAnon) from before the first"
-                 " connection to 3 s after all are held, idle, before the load begins (an idle"
-                 " connection is one that has waited), over the connections held.")
+                 " connection to once all are held and have been idle the --settle-s seconds the load's"
+                 " command gives (none where it gives none), before the load begins, over the"
+                 " connections held.")
 _H2_IDLE = dict(load=Load(100, paths=("/index.html",), streams=10, idle=2000), quick={"idle": 10},
                 fresh_server=True, packets=False, quick_skip=True, ratio_to=("h2o",),
                 metric=Metric("idle_bytes_per_connection", "bytes per idle connection", 1, False),
