@@ -685,7 +685,7 @@ void TlsLoop::SendFile(int sock_fd, int file_fd, uint64_t offset, uint64_t lengt
   // A send the socket already refused, or one of nothing, completes from Poll (AfterOutput),
   // never inside this call.
   if (conn->tx_error != 0 || length == 0) return Schedule(conn);
-  if (out->file_buf == nullptr) out->file_buf.reset(new char[kFileChunk]);
+  if (out->file_buf == nullptr) out->file_buf.reset(new char[kFileChunkAt + kFileChunk]);
   ReadFileChunk(conn);
 }
 
@@ -695,7 +695,8 @@ void TlsLoop::ReadFileChunk(Conn* conn) {
   if (out->file_left == 0) return FinishSend(conn, static_cast<int64_t>(out->send_total));
   const uint64_t n = std::min<uint64_t>(out->file_left, kFileChunk);
   out->file_active = true;
-  inner_->Read(out->file_fd, out->file_buf.get(), n, out->file_offset, &out->file_op);
+  inner_->Read(out->file_fd, out->file_buf.get() + kFileChunkAt, n, out->file_offset,
+               &out->file_op);
 }
 
 void TlsLoop::OnFileRead(io::Completion* inner) {
@@ -709,7 +710,7 @@ void TlsLoop::OnFileRead(io::Completion* inner) {
   } else if (inner->result == 0) {
     // The file ended early (truncated under us): fewer bytes than asked, as SendFile says.
     self->FinishSend(conn, static_cast<int64_t>(out->send_total));
-  } else if (!self->WritePlainMarked(conn, out->file_buf.get(),
+  } else if (!self->WritePlainMarked(conn, out->file_buf.get() + kFileChunkAt,
                                      static_cast<size_t>(inner->result))) {
     self->FinishSend(conn, -EPIPE);
   } else {
