@@ -25,7 +25,8 @@ BufferPool::BufferPool(size_t buffer_size, uint32_t count) : size_(buffer_size),
   free_ = reinterpret_cast<uint32_t*>(base_ + data_bytes);
   // Lowest addresses on top of the stack: a lightly loaded shard touches few pages.
   for (uint32_t i = 0; i < count; ++i) free_[i] = count - 1 - i;
-  free_top_ = low_water_ = clean_below_ = count;
+  free_top_ = count;
+  idle_ = IdleMarks(count);
   stats_.capacity = count;
   PoisonForAsan(base_, data_bytes);  // the index stack after it stays addressable
 }
@@ -39,7 +40,8 @@ BufferPool::BufferPool(size_t buffer_size, uint32_t count, char* memory)
   }
   free_ = new uint32_t[count];  // start-up only
   for (uint32_t i = 0; i < count; ++i) free_[i] = count - 1 - i;
-  free_top_ = low_water_ = clean_below_ = count;
+  free_top_ = count;
+  idle_ = IdleMarks(count);
   stats_.capacity = count;
   PoisonForAsan(base_, size_ * count_);
 }
@@ -63,8 +65,7 @@ char* BufferPool::Get() {
     return nullptr;
   }
   const uint32_t index = free_[--free_top_];
-  if (free_top_ < low_water_) low_water_ = free_top_;
-  if (free_top_ < clean_below_) clean_below_ = free_top_;
+  idle_.Took(free_top_);
   if (++stats_.in_use > stats_.high_water) stats_.high_water = stats_.in_use;
   char* buffer = base_ + static_cast<size_t>(index) * size_;
   UnpoisonForAsan(buffer, size_);
@@ -83,14 +84,10 @@ void BufferPool::Put(char* buffer) {
 uint32_t BufferPool::ReleaseIdle() {
   // madvise works on whole pages: buffers must be whole pages, or a neighbour's would go too.
   RINGD_ASSERT(size_ % 4096 == 0 && reinterpret_cast<uintptr_t>(base_) % 4096 == 0);
-  uint32_t n = 0;
-  for (size_t i = clean_below_; i < low_water_; ++i) {
+  const uint32_t n = static_cast<uint32_t>(idle_.ForIdle(free_top_, [&](size_t i) {
     char* buffer = base_ + static_cast<size_t>(free_[i]) * size_;
     RINGD_ASSERT(::madvise(buffer, size_, MADV_DONTNEED) == 0);
-    ++n;
-  }
-  if (low_water_ > clean_below_) clean_below_ = low_water_;
-  low_water_ = free_top_;
+  }));
   released_ += n;
   return n;
 }

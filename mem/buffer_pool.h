@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "mem/idle_marks.h"
 #include "mem/pool_stats.h"
 
 namespace ringd::mem {
@@ -60,11 +61,7 @@ class BufferPool {
   uint32_t* free_ = nullptr;  // a stack of free buffer indices
   bool owns_memory_ = true;
   size_t free_top_ = 0;
-  // ReleaseIdle's marks: the fewest free buffers since its last call (free_[0, low_water_) were
-  // taken by no Get since), and how many at the bottom of the stack hold no resident page
-  // (never used, or released).
-  size_t low_water_ = 0;
-  size_t clean_below_ = 0;
+  IdleMarks idle_{0};  // ReleaseIdle's: which free buffers sat unused a whole period
   uint64_t released_ = 0;
   PoolStats stats_;
   std::string error_;

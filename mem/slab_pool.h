@@ -18,6 +18,7 @@
 
 #include "io/assert.h"
 #include "mem/asan_poison.h"
+#include "mem/idle_marks.h"
 #include "mem/pool_stats.h"
 
 namespace ringd::mem {
@@ -47,8 +48,7 @@ class SlabPool {
     Slot* s;
     if (free_top_ > 0) {
       s = &slots_[free_[--free_top_]];
-      if (free_top_ < low_water_) low_water_ = free_top_;
-      if (free_top_ < clean_below_) clean_below_ = free_top_;
+      idle_.Took(free_top_);
     } else if (fresh_ < capacity_) {
       s = &slots_[fresh_++];  // never used yet
     } else {
@@ -84,13 +84,9 @@ class SlabPool {
   // free stack, which Get takes first, stays. Returns the slots released.
   uint32_t ReleaseIdle() {
     static_assert(sizeof(Slot) % kPage == 0, "slots of whole pages only");
-    uint32_t n = 0;
-    for (size_t i = clean_below_; i < low_water_; ++i) {
+    const uint32_t n = static_cast<uint32_t>(idle_.ForIdle(free_top_, [&](size_t i) {
       RINGD_ASSERT(::madvise(&slots_[free_[i]], sizeof(Slot), MADV_DONTNEED) == 0);
-      ++n;
-    }
-    if (low_water_ > clean_below_) clean_below_ = low_water_;
-    low_water_ = free_top_;
+    }));
     released_ += n;
     return n;
   }
@@ -127,11 +123,8 @@ class SlabPool {
   std::unique_ptr<uint32_t[]> free_;
   size_t capacity_;
   size_t free_top_ = 0;
-  size_t fresh_ = 0;  // slots [fresh_, capacity_) have never been handed out
-  // ReleaseIdle's marks: the fewest free slots since its last call (free_[0, low_water_) were
-  // taken by no Get since), and how many at the bottom of the stack are released already.
-  size_t low_water_ = 0;
-  size_t clean_below_ = 0;
+  size_t fresh_ = 0;   // slots [fresh_, capacity_) have never been handed out
+  IdleMarks idle_{0};  // ReleaseIdle's: which free slots sat unused a whole period
   uint64_t released_ = 0;
   PoolStats stats_;
 };
