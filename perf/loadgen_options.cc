@@ -97,7 +97,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: ringd-load --port P [--host 127.0.0.1] [--connections N] [--threads T]\n"
     "  [--duration-s S | --requests R] --path /x [--path /y ...] [--paths-file F]\n"
-    "  [--close] [--pipeline K] [--rate RPS] [--bulk] [--idle K] [--idle-setup N] [--idle-settle-s S] [--idle-hold-s S]\n"
+    "  [--close] [--pipeline K] [--rate RPS] [--bulk] [--idle K] [--idle-setup N] [--idle-settle-s "
+    "S] [--idle-hold-s S]\n"
     "  [--header 'Name: value'] [--timeout-ms MS]\n"
     "  [--zipf S | --uniform] [--seed N] [--size-classes BYTES,BYTES,...]\n"
     "  [--tls [--tls-resume] [--tls-groups G] [--tls-ciphersuites S] [--tls-sni NAME]\n"

@@ -20,9 +20,9 @@ struct Options {
   double rate = 0;  // requests per second over all connections; 0: closed loop
   bool bulk = false;
   int idle = 0;
-  int idle_setup = 100;  // idle connections being set up at once (0: all of them at once)
+  int idle_setup = 100;      // idle connections being set up at once (0: all of them at once)
   double idle_settle_s = 0;  // seconds the idle connections are held before IDLE_READY
-  double idle_hold_s = 0;  // with no active connections: hold the idle ones this long
+  double idle_hold_s = 0;    // with no active connections: hold the idle ones this long
   uint64_t timeout_us = 10000000;
   std::vector<std::string> headers;  // a "Host: ..." among them replaces the one from `host`
   double zipf = 0;  // > 0: each request picks a path at random, Zipf with this exponent over

@@ -82,7 +82,8 @@ int ParseTheHarnessCommandLine() {
                     o.zipf == 1.1 && o.size_classes == std::vector<uint64_t>{1024, 65536} &&
                     o.headers == std::vector<std::string>{"X-A: 1", "X-B: 2, 3"} &&
                     o.timeout_us == 250000 && o.idle_hold_s == 3 && o.seed == 9 &&
-                    o.idle_setup == 0 && o.idle_settle_s == 1.5 && o.max_requests == 100 && o.pipeline == 4 && o.host == "127.0.0.1" && !o.uniform;
+                    o.idle_setup == 0 && o.idle_settle_s == 1.5 && o.max_requests == 100 &&
+                    o.pipeline == 4 && o.host == "127.0.0.1" && !o.uniform;
   return same ? 0 : 3;
 }
 
@@ -94,8 +95,8 @@ int ParseOnlyAPath() {
                     o.threads == d.threads && o.duration_s == d.duration_s &&
                     o.max_requests == d.max_requests && o.pipeline == d.pipeline &&
                     o.timeout_us == d.timeout_us && o.seed == d.seed && o.host == d.host &&
-                    !o.close && !o.bulk && o.idle == 0 && o.idle_setup == 100 && o.rate == 0 && !o.tls && !o.tls_resume &&
-                    o.paths == std::vector<std::string>{"/x"};
+                    !o.close && !o.bulk && o.idle == 0 && o.idle_setup == 100 && o.rate == 0 &&
+                    !o.tls && !o.tls_resume && o.paths == std::vector<std::string>{"/x"};
   return same ? 0 : 3;
 }
 

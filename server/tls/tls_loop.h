@@ -96,8 +96,7 @@ class TlsLoop final : public io::Loop {
   // copies each record's plaintext into its record buffer a few bytes past that buffer's start,
   // which lands on a page boundary (a block of about 17 KB from mimalloc); a source on a page
   // boundary too sits a few bytes from its destination modulo 4096, and the copy's loads then
-  // wait on the stores they alias (4K aliasing): measured, that copy took a third of a TLS
-  // download's CPU (docs/PERFORMANCE.md, "Decisions").
+  // wait on the stores they alias (4K aliasing), which makes that copy several times slower.
   static constexpr uint32_t kFileChunkAt = 2048;
   // Plaintext handed to the session at a time: one TLS record's most (RFC 8446, 5.1), so that a
   // send's progress counts the records that left whole.

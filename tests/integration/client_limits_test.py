@@ -17,7 +17,7 @@ import h2.connection
 import h2.events
 
 from ringd_harness import (ADMIN, BACKEND, DocrootTestCase, Reader, Server, RINGD, ROOT_FLAGS,
-                           wait_for)
+                           logged_client, wait_for)
 from tls_pki import make_pki
 
 ONE_SHARD = ("--shards", "1")
@@ -77,15 +77,6 @@ class ClientLimitsTest(DocrootTestCase):
         d = tempfile.mkdtemp(prefix="ringd-limits-")
         self.addCleanup(shutil.rmtree, d, True)
         return os.path.join(d, "access.log")
-
-    def logged_client(self, log, marker):
-        def find():
-            with open(log) as f:
-                for line in f:
-                    if marker in line:
-                        return line.split(" ", 1)[0]
-            return None
-        return wait_for(find, "the access log line of %s" % marker)
 
     def test_a_burst_then_refusal_with_retry_after(self):
         # 1r/m: nothing drains while the test runs, so exactly 1 + burst are served.
@@ -187,16 +178,16 @@ class ClientLimitsTest(DocrootTestCase):
         xff = b"X-Forwarded-For: 198.51.100.1, 203.0.113.5\r\n"
         with connect(server.port, "127.0.0.8") as s:
             self.assertEqual(get(s, "trusted", xff).status, 200)
-        self.assertEqual(self.logged_client(log, "trusted"), "203.0.113.5")
+        self.assertEqual(logged_client(log, "trusted"), "203.0.113.5")
         with connect(server.port, "127.0.0.9") as s:
             self.assertEqual(get(s, "untrusted", xff).status, 200)
-        self.assertEqual(self.logged_client(log, "untrusted"), "127.0.0.9")
+        self.assertEqual(logged_client(log, "untrusted"), "127.0.0.9")
         # The limits count the client it names: another client behind the same proxy has its own
         # bucket, the same one again is refused.
         with connect(server.port, "127.0.0.8") as s:
             self.assertEqual(get(s, "other", b"X-Forwarded-For: 203.0.113.6\r\n").status, 200)
             self.assertEqual(get(s, "same", b"X-Forwarded-For: 203.0.113.5\r\n").status, 503)
-        self.assertEqual(self.logged_client(log, "same"), "203.0.113.5")
+        self.assertEqual(logged_client(log, "same"), "203.0.113.5")
         # The error log's line for the refusal names the client counted, not the proxy.
         def refusal_line():
             if not os.path.exists(log + ".err"):
@@ -227,7 +218,7 @@ class ClientLimitsTest(DocrootTestCase):
                     for ev in conn.receive_data(data):
                         done = done or isinstance(ev, h2.events.StreamEnded)
                     s.sendall(conn.data_to_send())
-            self.assertEqual(self.logged_client(log, marker), expected)
+            self.assertEqual(logged_client(log, marker), expected)
 
     def test_recursive_skips_trusted_proxies(self):
         log = self.access_log()
@@ -236,7 +227,7 @@ class ClientLimitsTest(DocrootTestCase):
                             "--access-log", log)
         with connect(server.port, "127.0.0.10") as s:
             self.assertEqual(get(s, "rec", b"X-Real-Client: 192.0.2.7, 10.1.1.1\r\n").status, 200)
-        self.assertEqual(self.logged_client(log, "rec"), "192.0.2.7")
+        self.assertEqual(logged_client(log, "rec"), "192.0.2.7")
 
     def test_limits_key_on_the_proxy_address(self):
         # On every tier: with every listener ,proxy and --proxy-from all, the header names each

@@ -26,7 +26,7 @@ import time
 import unittest
 
 from ringd_harness import (BACKEND, RINGD, ROOT_FLAGS, BackendTestCase, Reader, Server,
-                           make_docroot, passed_by_systemd, request)
+                           listening_sockets, make_docroot, passed_by_systemd, request)
 from tls_pki import make_pki
 
 ORIGIN_FLAGS = [
@@ -562,12 +562,7 @@ class SystemdTest(BackendTestCase):
         pki = tempfile.mkdtemp(prefix="ringd-pki-")
         self.addCleanup(shutil.rmtree, pki, True)
         make_pki(pki)
-        listeners = []
-        for _ in range(2):
-            l = socket.socket()
-            l.bind(("127.0.0.1", 0))
-            l.listen(128)
-            listeners.append(l)
+        listeners = listening_sockets(2)
         self.addCleanup(lambda: [l.close() for l in listeners])
         fds = [l.fileno() for l in listeners]
         base = passed_by_systemd(fds, ["ringd.socket", "https"]) + [

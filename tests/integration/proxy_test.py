@@ -14,7 +14,7 @@ import time
 import unittest
 
 from ringd_harness import (ADMIN, BACKEND, DocrootTestCase, Reader, Server, RINGD, ROOT_FLAGS,
-                           passed_by_systemd, wait_for)
+                           listening_sockets, logged_client, passed_by_systemd, wait_for)
 from tls_pki import make_pki
 
 V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
@@ -99,13 +99,7 @@ class ProxyTest(DocrootTestCase):
 
     def logged_client(self, marker):
         """The client address of the access log line of the request for `marker` (a query)."""
-        def find():
-            with open(self.log) as f:
-                for line in f:
-                    if marker in line:
-                        return line.split(" ", 1)[0]
-            return None
-        return wait_for(find, "the access log line of %s" % marker)
+        return logged_client(self.log, marker)
 
     def tls(self, sock):
         ctx = ssl.create_default_context(cafile=os.path.join(self.pki, "ca.crt"))
@@ -338,12 +332,7 @@ class PassedSocketsTest(DocrootTestCase):
         d = tempfile.mkdtemp(prefix="ringd-passed-")
         self.addCleanup(shutil.rmtree, d, True)
         make_pki(d)
-        listeners = []
-        for _ in range(3):
-            l = socket.socket()
-            l.bind(("127.0.0.1", 0))
-            l.listen(128)
-            listeners.append(l)
+        listeners = listening_sockets(3)
         self.addCleanup(lambda: [l.close() for l in listeners])
         fds = [l.fileno() for l in listeners]
         plain_port, proxy_port, tls_proxy_port = (l.getsockname()[1] for l in listeners)
@@ -368,15 +357,6 @@ class PassedSocketsTest(DocrootTestCase):
         for l in listeners:
             l.close()  # ringd holds them now
 
-        def logged_client(marker):
-            def find():
-                with open(log) as f:
-                    for line in f:
-                        if marker in line:
-                            return line.split(" ", 1)[0]
-                return None
-            return wait_for(find, "the access log line of %s" % marker)
-
         def get(s, marker):
             s.sendall(b"GET /small.txt?%s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n" %
                       marker.encode())
@@ -385,28 +365,26 @@ class PassedSocketsTest(DocrootTestCase):
         with connect(proxy_port) as s:
             s.sendall(v1("203.0.113.61"))
             self.assertEqual(get(s, "passed-proxy"), 200)
-        self.assertEqual(logged_client("passed-proxy"), "203.0.113.61")
+        self.assertEqual(logged_client(log, "passed-proxy"), "203.0.113.61")
         with connect(proxy_port) as s:  # no header: closed, as on a ,proxy listener
             s.sendall(GET)
             self.assertTrue(closed_without_answer(s))
         with connect(plain_port) as s:  # the socket without the name reads none
             self.assertEqual(get(s, "passed-plain"), 200)
-        self.assertEqual(logged_client("passed-plain"), SOCKET_PEER)
+        self.assertEqual(logged_client(log, "passed-plain"), SOCKET_PEER)
         ctx = ssl.create_default_context(cafile=os.path.join(d, "ca.crt"))
         raw = connect(tls_proxy_port)
         raw.sendall(v2("203.0.113.62"))
         with ctx.wrap_socket(raw, server_hostname="localhost") as s:
             self.assertEqual(get(s, "passed-tls"), 200)
-        self.assertEqual(logged_client("passed-tls"), "203.0.113.62")
+        self.assertEqual(logged_client(log, "passed-tls"), "203.0.113.62")
         proc.terminate()
         self.assertEqual(proc.wait(timeout=15), 0)
 
     def test_refused_on_bypass_without_trusting_every_peer(self):
         if BACKEND != "bypass":
             self.skipTest("bypass only")
-        l = socket.socket()
-        l.bind(("127.0.0.1", 0))
-        l.listen(16)
+        l = listening_sockets(1, backlog=16)[0]
         self.addCleanup(l.close)
         out = subprocess.run(passed_by_systemd([l.fileno()], ["proxy"]) +
                              [RINGD, "--root", self.root, "--io", "bypass"] + ROOT_FLAGS,

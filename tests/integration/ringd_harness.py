@@ -143,6 +143,30 @@ def passed_by_systemd(fds, names=None, env=""):
     return ["/bin/sh", "-c", 'exec %s; export %s; exec "$@"' % (dups, exports), "sh"]
 
 
+def listening_sockets(n, backlog=128):
+    """`n` TCP sockets listening on loopback ports the kernel chose, as systemd would pass them;
+    the caller closes them once ringd holds them."""
+    listeners = []
+    for _ in range(n):
+        l = socket.socket()
+        l.bind(("127.0.0.1", 0))
+        l.listen(backlog)
+        listeners.append(l)
+    return listeners
+
+
+def logged_client(log, marker):
+    """The client address (the first field) of the access log line of the request whose line
+    holds `marker` (a query), once it is written."""
+    def find():
+        with open(log) as f:
+            for line in f:
+                if marker in line:
+                    return line.split(" ", 1)[0]
+        return None
+    return wait_for(find, "the access log line of %s" % marker)
+
+
 def admin_get(port, path, timeout=10):
     """(status, body) of a GET on the admin listener."""
     try:
