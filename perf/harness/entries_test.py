@@ -5,7 +5,7 @@ import tempfile
 import unittest
 from dataclasses import replace
 
-from harness.peers import PEERS, Ctx
+from harness.peers import PEERS, Ctx, variants_once
 from harness.scenarios import SCENARIOS, Load
 from harness.tls import TlsFiles
 
@@ -269,6 +269,31 @@ class PeerTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class QuickTest(unittest.TestCase):
+    def test_variants_run_once_and_the_rest_everywhere(self):
+        ran = {}
+        names = [n for n in ("ringd-bypass", "nginx", "nginx-twin", "ringd-bypass-twin", "h2o")]
+        first = variants_once([PEERS[n] for n in names], "small-keepalive", ran)
+        self.assertEqual([p.name for p in first], names)
+        self.assertEqual(ran, {"nginx-twin": "small-keepalive", "ringd-bypass-twin": "small-keepalive"})
+        again = variants_once([PEERS[n] for n in names + ["ringd-bypass-turn2m"]], "large", ran)
+        # the twins ran in small-keepalive: left out here
+        self.assertEqual([p.name for p in again], ["ringd-bypass", "nginx", "h2o", "ringd-bypass-turn2m"])
+        self.assertEqual(ran["ringd-bypass-turn2m"], "large")
+        self.assertEqual(ran["nginx-twin"], "small-keepalive")
+
+    def test_every_default_scenario_keeps_a_ringd_and_nginx_or_its_stand_in(self):
+        # What --quick runs of each scenario still has the rows its report divides by.
+        ran = {}
+        for name, s in SCENARIOS.items():
+            if s.opt_in or s.quick_skip:
+                continue
+            peers = variants_once([p for p in PEERS.values() if p.takes_part(s)], name, ran)
+            self.assertTrue(any(p.name.startswith("ringd") or p.name.startswith("fleet") for p in peers), name)
+            if "nginx" in [p.name for p in PEERS.values() if p.takes_part(s)]:
+                self.assertIn("nginx", [p.name for p in peers], name)
 
 
 class SitesTest(unittest.TestCase):

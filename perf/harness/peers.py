@@ -426,3 +426,18 @@ H2_SCENARIOS = frozenset({"h2-small", "h2c-small", "h2-large", "h2c-large", "h2-
 _ENTRIES.append(Peer("haproxy-h2", _fleet(1, h2=True), needs="haproxy", scenarios=H2_SCENARIOS, in_tls="serves"))
 
 PEERS = {p.name: p for p in _ENTRIES}
+
+
+# The entries every scenario compares: ringd's tiers and the peers. The rest vary one of them
+# (a flag, a twin, a proxy in front, a floor or a ceiling).
+MAIN = frozenset({"ringd-bypass", "ringd-uring", "ringd-epoll", "nginx", "h2o", "lighttpd"})
+
+
+def variants_once(peers, scenario, ran):
+    """--quick's choice of `peers` for `scenario`: the MAIN entries, and each other entry only if
+    it has not run yet; `ran` (entry -> the scenario it ran in) is updated."""
+    chosen = [p for p in peers if p.name in MAIN or p.name not in ran]
+    for p in chosen:
+        if p.name not in MAIN:
+            ran[p.name] = scenario
+    return chosen
