@@ -739,6 +739,7 @@ std::vector<std::unique_ptr<Shard>> MakeShards(Config& config, const Inherited& 
       }
     }
     fds.insert(fds.end(), tls_fds.begin(), tls_fds.end());
+    for (int fd : fds) SetDeferAccept(fd, config.defer_accept);  // own and inherited alike
     const size_t all = fds.size();
     const std::vector<int> shard_fds = fds;  // the shard takes `fds`
     auto shard = std::make_unique<Shard>(

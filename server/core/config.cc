@@ -382,6 +382,11 @@ const std::vector<Flag>& Flags() {
              }
              return true;
            }}),
+      BoolFlag("defer-accept",
+               "TCP_DEFER_ACCEPT on every listener (inherited ones too): a connection is accepted "
+               "when its first bytes come, or after a second without, so its accept and its "
+               "request wake a shard once; as nginx's listen ... deferred (default true)",
+               &Config::defer_accept),
       BoolFlag("sqpoll",
                "bypass: a kernel thread submits for the shards (spends a core; default false)",
                &Config::sqpoll),
@@ -1185,6 +1190,7 @@ const std::vector<HelpTopic>& HelpTopics() {
         {"listen-tls", "HOST:PORT"},
         {"admin-listen", "HOST:PORT"},
         {"redirect-https", "BOOL"},
+        {"defer-accept", "BOOL"},
         {"takeover", "BOOL"}}},
       {"Who may connect",
        {{"proxy-from", "CIDR"},

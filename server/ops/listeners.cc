@@ -137,6 +137,13 @@ int Listen(ListenAddress& a, std::string* error) {
   return fd;
 }
 
+void SetDeferAccept(int fd, bool on) {
+  // The kernel counts the seconds as retransmissions of its SYN-ACK: one second is one. A client
+  // that sends nothing is accepted when it acknowledges that retransmission.
+  const int seconds = on ? 1 : 0;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &seconds, sizeof seconds);
+}
+
 std::vector<std::vector<int>> AssignInheritedSockets(const std::vector<int>& fds, uint32_t shards,
                                                      std::string* error) {
   std::vector<std::vector<int>> by_shard(shards);

@@ -35,6 +35,11 @@ int ListenersOnAddressOf(int fd);
 // -1 with *error set. With port 0, `a` becomes the address bound, so further shards share it.
 int Listen(ListenAddress& a, std::string* error);
 
+// TCP_DEFER_ACCEPT on a listening TCP socket (`on`: one second; off: 0): the kernel hands over a
+// connection when its first bytes come, or after a second without, so that the accept and the
+// first request reach the shard together. Ignored by sockets that are not TCP.
+void SetDeferAccept(int fd, bool on);
+
 // Which passed sockets each of `shards` accepts on, as descriptors of its own (dups: a shard
 // closes its own, and the caller closes the originals once every shard has its copies). Per
 // address: with at least as many sockets as shards (ListenStream= repeated with ReusePort=yes),

@@ -287,9 +287,11 @@ class ConnectionLimitsTest(DocrootTestCase):
         # Twice the limit in clients that connect and say nothing (as a flood of TLS handshakes
         # that never finish looks to the shard): after every idle connection, those silent for
         # Shard::kSilentGiveWayMs give way to newcomers. One with half a head never does.
+        # Not deferred: the kernel would hand the silent ones over a second late, all at once
+        # (DeferredAcceptTest); this is what the shard does with those it holds.
         limit = 20
         server = Server(self.root, "--max-connections", str(limit), "--shards", "1",
-                        "--header-timeout-ms", "60000", *ADMIN)
+                        "--header-timeout-ms", "60000", "--defer-accept=false", *ADMIN)
         silent = []
         try:
             mid_request = server.connect()
@@ -425,6 +427,52 @@ class ConnectionLimitsTest(DocrootTestCase):
                 s.sendall(get("index.html"))
                 self.assertEqual(reader.read_response().body, self.files["index.html"])
         finally:
+            self.assertEqual(server.stop(), 0)
+
+
+class DeferredAcceptTest(DocrootTestCase):
+    """--defer-accept (on by default): the kernel hands a connection over with its first bytes,
+    so its accept and its request wake the shard once; one that says nothing is handed over when
+    the kernel's second is up, and served as any other."""
+
+    def test_a_connection_reaches_the_shard_with_its_first_bytes_or_after_a_second(self):
+        server = Server(self.root, "--shards", "1", *ADMIN)
+        accepted = lambda: server.metric("ringd_connections_accepted_total")
+        quiet, silent = None, None
+        try:
+            before = accepted()
+            quiet = server.connect()
+            time.sleep(0.3)  # well inside the kernel's second
+            self.assertEqual(accepted(), before, "accepted before a byte came")
+            quiet.sendall(get("small.txt"))
+            self.assertEqual(Reader(quiet).read_response().body, self.files["small.txt"])
+            self.assertEqual(accepted(), before + 1)
+            start = time.monotonic()
+            silent = server.connect()
+            wait_for(lambda: accepted() == before + 2, timeout=8, what="the silent client accepted")
+            waited = time.monotonic() - start
+            self.assertGreaterEqual(waited, 0.8, "a silent client was accepted before the kernel's second")
+            silent.sendall(get("small.txt"))
+            self.assertEqual(Reader(silent).read_response().body, self.files["small.txt"])
+        finally:
+            for s in (quiet, silent):
+                if s is not None:
+                    s.close()
+            self.assertEqual(server.stop(), 0)
+
+    def test_off_accepts_a_silent_client_at_once(self):
+        server = Server(self.root, "--shards", "1", "--defer-accept=false", *ADMIN)
+        s = None
+        try:
+            before = server.metric("ringd_connections_accepted_total")
+            start = time.monotonic()
+            s = server.connect()
+            wait_for(lambda: server.metric("ringd_connections_accepted_total") == before + 1,
+                     what="the silent client accepted")
+            self.assertLess(time.monotonic() - start, 0.8)
+        finally:
+            if s is not None:
+                s.close()
             self.assertEqual(server.stop(), 0)
 
 

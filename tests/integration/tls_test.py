@@ -427,8 +427,10 @@ class TlsTest(BackendTestCase):
 
     def test_handshakes_beyond_the_bound_are_closed_at_accept(self):
         p = lambda n: os.path.join(self.pki, n)
+        # Not deferred: the stalled clients would reach the shard a second late (limits_test's
+        # DeferredAcceptTest); this is what it does with those it holds.
         server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--shards", "1",
-                        "--tls-max-handshakes", "2",
+                        "--tls-max-handshakes", "2", "--defer-accept=false",
                         "--tls-cert", p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"))
         ctx = self.context()
 
@@ -830,13 +832,14 @@ class TlsTest(BackendTestCase):
 
     def test_handshakes_that_never_finish_give_way_at_the_connection_limit(self):
         # Twice --max-connections in clients that begin a handshake and never finish it, or
-        # never begin: they give way to newcomers as idle connections do (after 500 ms).
+        # never begin: they give way to newcomers as idle connections do (after 500 ms). Not
+        # deferred, so that those that never begin reach the shard at once.
         p = lambda n: os.path.join(self.pki, n)
         limit = 20
         server = Server(self.root, "--listen-tls", "127.0.0.1:0", "--tls-cert",
                         p("localhost-ec.crt"), "--tls-key", p("localhost-ec.key"),
                         "--max-connections", str(limit), "--shards", "1",
-                        "--header-timeout-ms", "60000", *ADMIN)
+                        "--header-timeout-ms", "60000", "--defer-accept=false", *ADMIN)
         stuck = []
         try:
             for i in range(2 * limit + 40):  # beyond every slot, the reserve's included
