@@ -303,7 +303,7 @@ _ENTRIES = [
     # Every connection accepted at its handshake (--defer-accept=false): the accept and the request
     # wake the shard apart.
     Peer("ringd-bypass-nodefer", ringd("bypass", "--max-connections", "15000", "--defer-accept=false"),
-         scenarios=frozenset({"small-close", "small-keepalive", "tls-handshake"})),
+         scenarios=frozenset({"small-close", "small-keepalive"})),
     Peer("ringd-uring", ringd("uring"), in_tls="serves"),
     # Two TLS 1.3 session tickets per handshake (--tls-tickets; ringd sends 1, OpenSSL and nginx 2).
     Peer("ringd-bypass-tickets2", ringd("bypass", "--max-connections", "15000", "--tls-tickets", "2"),
