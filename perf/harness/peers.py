@@ -300,9 +300,9 @@ _ENTRIES = [
     Peer("ringd-bypass-iowq4", ringd("bypass", "--max-connections", "15000", "--io-wq-max-workers", "4"),
          scenarios=frozenset({"large"}) | _COLD),
     Peer("ringd-bypass-twin", ringd("bypass", "--max-connections", "15000")),
-    # Every connection accepted at its handshake (--defer-accept=false): the accept and the request
-    # wake the shard apart.
-    Peer("ringd-bypass-nodefer", ringd("bypass", "--max-connections", "15000", "--defer-accept=false"),
+    # TCP_DEFER_ACCEPT on its listeners (--defer-accept, as h2o): a connection's accept and its
+    # request wake the shard once.
+    Peer("ringd-bypass-deferred", ringd("bypass", "--max-connections", "15000", "--defer-accept"),
          scenarios=frozenset({"small-close", "small-keepalive"})),
     Peer("ringd-uring", ringd("uring"), in_tls="serves"),
     # Two TLS 1.3 session tickets per handshake (--tls-tickets; ringd sends 1, OpenSSL and nginx 2).

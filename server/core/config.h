@@ -85,7 +85,7 @@ struct Config {
   bool tls_refuse_expired = false;
   uint32_t tls_max_handshakes = 256;  // per shard
   bool redirect_https = false;        // plaintext listeners answer 301 to https://
-  bool defer_accept = true;           // TCP_DEFER_ACCEPT (1 s) on every listener
+  bool defer_accept = false;          // TCP_DEFER_ACCEPT (1 s) on every listener
   // A new ticket key this often; the previous one still resumes.
   uint32_t tls_ticket_rotate_s = 43200;
   uint32_t tls_tickets = 1;  // TLS 1.3 tickets per handshake; 0: no ticket resumption

@@ -287,8 +287,8 @@ class ConnectionLimitsTest(DocrootTestCase):
         # Twice the limit in clients that connect and say nothing (as a flood of TLS handshakes
         # that never finish looks to the shard): after every idle connection, those silent for
         # Shard::kSilentGiveWayMs give way to newcomers. One with half a head never does.
-        # Not deferred: the kernel would hand the silent ones over a second late, all at once
-        # (DeferredAcceptTest); this is what the shard does with those it holds.
+        # Not deferred (--defer-accept would hand the silent ones over a second late, all at
+        # once: DeferredAcceptTest); this is what the shard does with those it holds.
         limit = 20
         server = Server(self.root, "--max-connections", str(limit), "--shards", "1",
                         "--header-timeout-ms", "60000", "--defer-accept=false", *ADMIN)
@@ -431,12 +431,12 @@ class ConnectionLimitsTest(DocrootTestCase):
 
 
 class DeferredAcceptTest(DocrootTestCase):
-    """--defer-accept (on by default): the kernel hands a connection over with its first bytes,
-    so its accept and its request wake the shard once; one that says nothing is handed over when
-    the kernel's second is up, and served as any other."""
+    """--defer-accept: the kernel hands a connection over with its first bytes, so its accept and
+    its request wake the shard once; one that says nothing is handed over when the kernel's
+    second is up, and served as any other. Off by default: accepted at the handshake."""
 
     def test_a_connection_reaches_the_shard_with_its_first_bytes_or_after_a_second(self):
-        server = Server(self.root, "--shards", "1", *ADMIN)
+        server = Server(self.root, "--shards", "1", "--defer-accept", *ADMIN)
         accepted = lambda: server.metric("ringd_connections_accepted_total")
         quiet, silent = None, None
         try:
@@ -460,8 +460,8 @@ class DeferredAcceptTest(DocrootTestCase):
                     s.close()
             self.assertEqual(server.stop(), 0)
 
-    def test_off_accepts_a_silent_client_at_once(self):
-        server = Server(self.root, "--shards", "1", "--defer-accept=false", *ADMIN)
+    def test_off_by_default_accepts_a_silent_client_at_once(self):
+        server = Server(self.root, "--shards", "1", *ADMIN)
         s = None
         try:
             before = server.metric("ringd_connections_accepted_total")
