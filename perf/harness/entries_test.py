@@ -267,14 +267,11 @@ class PeerTest(unittest.TestCase):
             shutil.rmtree(d)
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class QuickTest(unittest.TestCase):
     def test_variants_run_once_and_the_rest_everywhere(self):
         ran = {}
-        names = [n for n in ("ringd-bypass", "nginx", "nginx-twin", "ringd-bypass-twin", "h2o")]
+        names = ["ringd-bypass", "nginx", "nginx-twin", "ringd-bypass-twin", "h2o"]
         first = variants_once([PEERS[n] for n in names], "small-keepalive", ran)
         self.assertEqual([p.name for p in first], names)
         self.assertEqual(ran, {"nginx-twin": "small-keepalive", "ringd-bypass-twin": "small-keepalive"})
@@ -324,3 +321,7 @@ class SitesTest(unittest.TestCase):
         wrk = s.load.wrk_command(9, "/d", 1, "0")
         self.assertEqual(wrk[wrk.index("-H") + 1], "Host: site50.example.org")
         self.assertTrue(s.opt_in)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -385,9 +385,10 @@ const std::vector<Flag>& Flags() {
       BoolFlag("defer-accept",
                "TCP_DEFER_ACCEPT on every listener (inherited ones too): a connection is accepted "
                "when its first bytes come, or after a second without, so its accept and its "
-               "request wake a shard once; as nginx's listen ... deferred. Off by default: a --takeover restart can lose "
-               "clients that connected and had not sent yet (they wait in the old process's "
-               "listener) unless net.ipv4.tcp_migrate_req=1 (default false)",
+               "request wake a shard once; as nginx's listen ... deferred. Off by default: a "
+               "--takeover restart can lose clients that connected and had not sent yet (they "
+               "wait in the old process's listener) unless net.ipv4.tcp_migrate_req=1 (default "
+               "false)",
                &Config::defer_accept),
       BoolFlag("sqpoll",
                "bypass: a kernel thread submits for the shards (spends a core; default false)",
