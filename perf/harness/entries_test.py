@@ -39,6 +39,12 @@ class ScenarioTest(unittest.TestCase):
         self.assertEqual(cmd[cmd.index("--idle") + 1:cmd.index("--idle") + 6],
                          ["9000", "--idle-setup", "0", "--idle-settle-s", "3"])
 
+    def test_tls_idle_reads_once_the_record_buffers_are_given_back(self):
+        # A TLS connection keeps its record buffers 2 s after its last exchange (TlsLoop's
+        # kTrimIdleMs): the memory is read after 3 s idle.
+        cmd = SCENARIOS["tls-idle"].load.command("ringd-load", 9, "/d", 4, "0", tls=True)
+        self.assertEqual(cmd[cmd.index("--idle-settle-s") + 1], "3")
+
     def test_paths_glob_and_wrk(self):
         root = tempfile.mkdtemp()
         try:
