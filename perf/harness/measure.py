@@ -207,14 +207,15 @@ def _children_cpu_s():
 def run_one(ctx, server, scenario, serve_root):
     """One measured run of one server; returns a Result."""
     args = ctx.args
-    generator, cmd = _generator(ctx, server, scenario, serve_root, args.duration)
+    duration = scenario.duration(args)
+    generator, cmd = _generator(ctx, server, scenario, serve_root, duration)
     _, background = scenario.loads(args.quick)
     # A fresh server's memory before any connection counts only once every shard or worker is up.
     pids = procfs.wait_settled(server.pids) if scenario.fresh_server else server.pids()
     extra, extra_cmd = None, None
     if background is not None:
         extra_cmd = background.command(ctx.bins["hello_flood" if background.hello_flood else "load"],
-                                       server.port, serve_root, args.duration,
+                                       server.port, serve_root, duration,
                                        args.client_cpus, args.client_threads,
                                        tls=server.peer.serves_tls(scenario))
         extra = subprocess.Popen(extra_cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -225,7 +226,7 @@ def run_one(ctx, server, scenario, serve_root):
     anon_idle, idle_held, out_lines, after = None, 0, [], None
     # A load generator that does not finish in time is stopped, and the run is recorded as failed
     # rather than stalling the whole harness.
-    killer = threading.Timer(args.duration + 90, proc.kill)
+    killer = threading.Timer(duration + 90, proc.kill)
     killer.daemon = True  # a run interrupted here (^C, SIGTERM) exits at once, not after the timer
     killer.start()
     for line in proc.stdout:
@@ -252,7 +253,7 @@ def run_one(ctx, server, scenario, serve_root):
     try:
         result = _parse(generator, "".join(out_lines), _protocol(server, scenario) if scenario.http2 else None)
     except ParseError as e:
-        why = "the load generator was stopped after %d s" % (args.duration + 90) if proc.returncode < 0 else (
+        why = "the load generator was stopped after %d s" % (duration + 90) if proc.returncode < 0 else (
             "the load generator exited with status %d: %s" % (proc.returncode, e))
         result = failed(why, generator=generator)
     if generator in ("h2load", "h2page") and server.proc.poll() is not None and not result.failed:
@@ -261,7 +262,7 @@ def run_one(ctx, server, scenario, serve_root):
     result.command = " ".join(cmd)
     if extra is not None:
         try:
-            out, _ = extra.communicate(timeout=args.duration + 90)
+            out, _ = extra.communicate(timeout=duration + 90)
         except subprocess.TimeoutExpired:
             extra.kill()
             out, _ = extra.communicate()
@@ -283,7 +284,7 @@ def run_one(ctx, server, scenario, serve_root):
                                         for name, t in sorted(by1.items())}
     # How busy the server's core was: near 100% the server is the limit; well below it, the load
     # generator is, and requests/s says more about the client than the server.
-    result.server_cpu_percent = 100 * result.cpu_s / max(result.seconds or args.duration, 1e-9)
+    result.server_cpu_percent = 100 * result.cpu_s / max(result.seconds or duration, 1e-9)
     if scenario.packets and per_request:
         if p0 is not None and p1 is not None:
             result.packets_per_request = (p1 - p0) / requests
@@ -304,7 +305,7 @@ def run_one(ctx, server, scenario, serve_root):
 def count_syscalls(ctx, server, scenario, serve_root):
     """System calls per request, from a separate unmeasured run with `perf stat` attached (tracing
     system calls slows each one a little, so the measured runs go without it)."""
-    duration = max(0.3, min(2.0, ctx.args.duration / 2))  # a count needs less time than a rate
+    duration = max(0.3, min(2.0, scenario.duration(ctx.args) / 2))  # a count needs less time than a rate
     # h2load without its warm-up: perf counts from start to end, handshakes included, as with ringd-load.
     generator, cmd = _generator(ctx, server, scenario, serve_root, duration, h2load_warm_up_s=0)
     counter = procfs.SyscallCounter()
