@@ -307,8 +307,10 @@ void ConnectionMachine::ExpireSendTimer(Connection* conn) {
   // Waiting for a send slot is the shard's doing, not the client's (and bounded by
   // --send-max-wait-ms): another period.
   if (ex->ticket.queued()) return send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
-  // So is waiting for the lister to make a listing's next piece.
-  if (ex->listing_wait) return send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
+  // So is waiting for the lister: to read the directory and say the status (it makes one
+  // listing at a time, so a big one waits behind others), or to make the next piece.
+  const bool lister_busy = ex->listing != nullptr && lister_->Waiting(ex->listing);
+  if (ex->listing_wait || lister_busy) return send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
   ++stats_.send_timeouts;
   Abort(conn);
 }

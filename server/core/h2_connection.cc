@@ -844,6 +844,13 @@ void ConnectionMachine::H2ExpireSendTimer(Connection* conn) {
     s->progress_mark = moved;
     return send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
   }
+  // A stream waiting for the lister (its status or its next piece) waits on the shard, not on
+  // the client: another period, as over HTTP/1.1.
+  for (const Exchange* ex = s->streams.front(); ex != nullptr; ex = s->streams.Next(ex)) {
+    if (ex->h2_listing_wait || (ex->listing != nullptr && lister_->Waiting(ex->listing))) {
+      return send_timers_.Arm(&conn->timer, loop_->MonotonicMs());
+    }
+  }
   ++stats_.send_timeouts;
   Abort(conn);
 }

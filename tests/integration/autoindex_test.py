@@ -329,6 +329,28 @@ class AutoindexTest(BackendTestCase):
         self.check_big_json(h2.body())
         wait_for(lambda: listings(server) == 0, "the listing slots to come back")
 
+    def test_a_listing_waiting_behind_others_is_not_cut(self):
+        # The lister makes one listing at a time: the last of four big ones waits for the others'
+        # directory reads before its status, far past a send timeout this short. That wait is the
+        # shard's, not the client's: each gets its head (HTTP/1.1 and HTTP/2 alike).
+        server = self.start("--autoindex", "--shards", "1", "--send-timeout-ms", "20", *ADMIN)
+        socks = []
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", server.port))
+            self.addCleanup(s.close)
+            s.sendall(b"GET /big/ HTTP/1.1\r\nHost: t\r\n\r\n")
+            socks.append(s)
+        h2 = H2Stream(server, "/big/")
+        self.addCleanup(h2.sock.close)
+        for s in socks:
+            s.settimeout(30)
+            status, _, headers = Reader(s).read_head()
+            self.assertEqual((status, headers.get("transfer-encoding")), (200, "chunked"))
+        h2.read_until(lambda: h2.status_byte is not None)
+        self.assertEqual(h2.status_byte, 0x88)  # :status 200
+        # Their clients read no further: each send stalls, and is cut at the timeout.
+        wait_for(lambda: listings(server) == 0, "the stalled listings to be cut", timeout=30)
+
     def test_clients_that_leave_leave_nothing_behind(self):
         # A client gone with its stream waiting for its window (it can open it no more) is cut
         # when no byte has moved for --send-timeout-ms, as any stalled send.
