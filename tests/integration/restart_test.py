@@ -296,6 +296,42 @@ class RestartTest(BackendTestCase):
         served_by_new = [l for l in new.log if "stopped after" in l]
         self.assertTrue(served_by_new and " 0 requests" not in served_by_new[0], new.log)
 
+    def test_deferred_clients_that_have_not_sent_cross_a_restart(self):
+        # With --defer-accept a client that connected and sent nothing waits in the kernel as a
+        # request of the old process's listener; when the old process closes it,
+        # tcp_migrate_req=1 (this namespace's) moves the request to the new process's listener,
+        # which serves it once the client speaks.
+        old = Server(self.root, "--defer-accept")
+        silent = []
+        new = None
+        try:
+            for _ in range(8):
+                s = socket.create_connection(("127.0.0.1", old.port), timeout=10)
+                self.addCleanup(s.close)
+                silent.append(s)
+            new = Server(self.root, "--takeover", "--defer-accept",
+                         listen="127.0.0.1:%d" % old.port)
+            self.assertEqual(old.stop(signal.SIGTERM), 0)
+            for s in silent:
+                s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            for s in silent:
+                got = b""
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    got += chunk
+                head, _, body = got.partition(b"\r\n\r\n")
+                self.assertTrue(head.startswith(b"HTTP/1.1 200 "), got[:200])
+                self.assertEqual(body, self.files["small.txt"])
+        finally:
+            if new is not None:
+                self.assertEqual(new.stop(), 0)
+            if old.proc.poll() is None:
+                old.stop()
+        served_by_new = [l for l in new.log if "stopped after" in l]
+        self.assertTrue(served_by_new and " 8 requests" in served_by_new[0], new.log)
+
     def test_without_takeover_a_second_ringd_is_refused(self):
         old = Server(self.root, "--admin-listen", "127.0.0.1:0")
         try:
