@@ -215,9 +215,6 @@ class LoopTest : public ::testing::TestWithParam<std::string> {
     fds_.push_back(file);
     if (::write(file, content.data(), content.size()) != static_cast<ssize_t>(content.size()))
       return -1;
-    // Written back before a test uses it: a page-cache ask that races the file's writeback can
-    // answer "not cached", and a body the test expects inline then leaves by the splice path.
-    if (::fdatasync(file) != 0) return -1;
     return file;
   }
 
