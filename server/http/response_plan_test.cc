@@ -423,6 +423,13 @@ TEST_F(ResponsePlanTest, ServesPrecompressedSiblings) {
   EXPECT_EQ(stale.head.find("Vary"), std::string::npos);
   // A file without siblings does not vary.
   EXPECT_EQ(Get("/index.html", "Accept-Encoding: gzip\r\n").head.find("Vary"), std::string::npos);
+  // A sibling that could not be opened (out of descriptors) is passed over, as nginx's
+  // gzip_static does: the file itself, without its encoding.
+  tree_.Set("style.css.gz", FileMeta::Kind::kUnavailable);
+  Planned unavailable = Get("/style.css", "Accept-Encoding: gzip\r\n");
+  EXPECT_EQ(unavailable.plan.status, 200);
+  EXPECT_EQ(unavailable.plan.file_path, "style.css");
+  EXPECT_EQ(unavailable.head.find("Content-Encoding"), std::string::npos);
 
   config_.precompressed = false;
   EXPECT_EQ(Get("/app.js", "Accept-Encoding: gzip\r\n").plan.file_path, "app.js");
