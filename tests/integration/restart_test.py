@@ -18,7 +18,7 @@ import hpack
 from hyperframe.frame import (DataFrame, Frame, GoAwayFrame, HeadersFrame, PingFrame,
                               RstStreamFrame, SettingsFrame, WindowUpdateFrame)
 
-from ringd_harness import BackendTestCase, Server, admin_get, make_docroot, wait_for
+from ringd_harness import BackendTestCase, Reader, Server, admin_get, make_docroot, wait_for
 
 CLONE_NEWNET = 0x40000000
 
@@ -315,15 +315,8 @@ class RestartTest(BackendTestCase):
             for s in silent:
                 s.sendall(b"GET /small.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
             for s in silent:
-                got = b""
-                while True:
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
-                    got += chunk
-                head, _, body = got.partition(b"\r\n\r\n")
-                self.assertTrue(head.startswith(b"HTTP/1.1 200 "), got[:200])
-                self.assertEqual(body, self.files["small.txt"])
+                r = Reader(s).read_response()
+                self.assertEqual((r.status, r.body), (200, self.files["small.txt"]))
         finally:
             if new is not None:
                 self.assertEqual(new.stop(), 0)
